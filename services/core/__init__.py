@@ -1,0 +1,1 @@
+"""Pure algorithms: plain data in, plain data out. No sockets, clocks or globals."""
