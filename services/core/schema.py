@@ -1,0 +1,120 @@
+"""Topic schemas: typed attributes with domains, and event validation.
+
+Values are plain Python `int`, `float` and `str`. An `int` is accepted for a float
+attribute (widening); nothing else converts. Numeric domains are inclusive
+`[min, max]`; unset bounds mean the type's own range.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass
+from typing import Mapping, Union
+
+Value = Union[int, float, str]
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+class AttrType(enum.Enum):
+    INT = "int"
+    FLOAT = "float"
+    STRING = "string"
+
+
+class SchemaError(ValueError):
+    """An event or filter does not fit the schema; `attribute` names the culprit."""
+
+    def __init__(self, attribute: str, reason: str):
+        super().__init__(f"attribute {attribute!r}: {reason}")
+        self.attribute = attribute
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Attribute:
+    name: str
+    type: AttrType
+    min: float | None = None
+    max: float | None = None
+
+    @property
+    def low(self) -> float:
+        """Lower end of the domain (L_i in Meghdoot)."""
+        if self.min is not None:
+            return self.min
+        return INT64_MIN if self.type is AttrType.INT else -math.inf
+
+    @property
+    def high(self) -> float:
+        """Upper end of the domain (H_i in Meghdoot)."""
+        if self.max is not None:
+            return self.max
+        return INT64_MAX if self.type is AttrType.INT else math.inf
+
+    def check(self, value: object) -> None:
+        """Raise SchemaError unless `value` has this attribute's type and lies in its domain."""
+        if not type_fits(self.type, value):
+            raise SchemaError(self.name, f"expected {self.type.value}, got {type_name(value)}")
+        if self.type is not AttrType.STRING and not self.low <= value <= self.high:  # type: ignore[operator]
+            raise SchemaError(self.name, f"value {value!r} outside [{_fmt(self.low)}, {_fmt(self.high)}]")
+
+
+@dataclass(frozen=True)
+class Schema:
+    attributes: tuple[Attribute, ...] = ()
+
+    def __post_init__(self) -> None:
+        names = [a.name for a in self.attributes]
+        for a in self.attributes:
+            if not a.name.isidentifier():
+                raise SchemaError(a.name, "names must be identifiers (letters, digits, _)")
+            if names.count(a.name) > 1:
+                raise SchemaError(a.name, "declared twice")
+            if a.type is AttrType.STRING and (a.min is not None or a.max is not None):
+                raise SchemaError(a.name, "min/max apply to numeric attributes only")
+            for bound in (a.min, a.max):
+                if bound is not None and (math.isnan(bound) or (a.type is AttrType.INT and bound != int(bound))):
+                    raise SchemaError(a.name, f"bound {bound!r} is not a valid {a.type.value}")
+            if a.min is not None and a.max is not None and a.min > a.max:
+                raise SchemaError(a.name, f"min {a.min} > max {a.max}")
+
+    @property
+    def empty(self) -> bool:
+        """A schemaless topic: events are not validated."""
+        return not self.attributes
+
+    def get(self, name: str) -> Attribute:
+        for a in self.attributes:
+            if a.name == name:
+                return a
+        raise SchemaError(name, "unknown attribute")
+
+    def validate_event(self, attributes: Mapping[str, object]) -> None:
+        """Every attribute known, well typed and inside its domain; absent ones are allowed."""
+        if self.empty:
+            for name, value in attributes.items():
+                if not isinstance(value, (int, float, str)) or isinstance(value, bool):
+                    raise SchemaError(name, f"unsupported value type {type_name(value)}")
+            return
+        for name, value in attributes.items():
+            self.get(name).check(value)
+
+
+def type_fits(t: AttrType, value: object) -> bool:
+    if isinstance(value, bool):
+        return False
+    if t is AttrType.INT:
+        return isinstance(value, int)
+    if t is AttrType.FLOAT:
+        return isinstance(value, (int, float)) and not (isinstance(value, float) and math.isnan(value))
+    return isinstance(value, str)
+
+
+def type_name(value: object) -> str:
+    return {int: "int", float: "float", str: "string"}.get(type(value), type(value).__name__)
+
+
+def _fmt(x: float) -> str:
+    return str(int(x)) if isinstance(x, int) or (math.isfinite(x) and x == int(x)) else str(x)

@@ -1,0 +1,143 @@
+from echelon.v1 import common_pb2 as _common_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class AckLevel(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ACK_LEVEL_UNSPECIFIED: _ClassVar[AckLevel]
+    ACK_LEVEL_ACCEPTED: _ClassVar[AckLevel]
+    ACK_LEVEL_DELIVERED: _ClassVar[AckLevel]
+ACK_LEVEL_UNSPECIFIED: AckLevel
+ACK_LEVEL_ACCEPTED: AckLevel
+ACK_LEVEL_DELIVERED: AckLevel
+
+class PublishRequest(_message.Message):
+    __slots__ = ("topic", "attributes", "payload", "ordering_key", "producer_id", "sequence", "ack_level")
+    class AttributesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: _common_pb2.Value
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[_common_pb2.Value, _Mapping]] = ...) -> None: ...
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    ATTRIBUTES_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    ORDERING_KEY_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    ACK_LEVEL_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    attributes: _containers.MessageMap[str, _common_pb2.Value]
+    payload: bytes
+    ordering_key: str
+    producer_id: str
+    sequence: int
+    ack_level: AckLevel
+    def __init__(self, topic: _Optional[str] = ..., attributes: _Optional[_Mapping[str, _common_pb2.Value]] = ..., payload: _Optional[bytes] = ..., ordering_key: _Optional[str] = ..., producer_id: _Optional[str] = ..., sequence: _Optional[int] = ..., ack_level: _Optional[_Union[AckLevel, str]] = ...) -> None: ...
+
+class PublishAck(_message.Message):
+    __slots__ = ("producer_id", "sequence", "code", "error", "destinations")
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    DESTINATIONS_FIELD_NUMBER: _ClassVar[int]
+    producer_id: str
+    sequence: int
+    code: int
+    error: str
+    destinations: int
+    def __init__(self, producer_id: _Optional[str] = ..., sequence: _Optional[int] = ..., code: _Optional[int] = ..., error: _Optional[str] = ..., destinations: _Optional[int] = ...) -> None: ...
+
+class SubscribeRequest(_message.Message):
+    __slots__ = ("open", "ack")
+    OPEN_FIELD_NUMBER: _ClassVar[int]
+    ACK_FIELD_NUMBER: _ClassVar[int]
+    open: SubscriptionOpen
+    ack: SubscriberAck
+    def __init__(self, open: _Optional[_Union[SubscriptionOpen, _Mapping]] = ..., ack: _Optional[_Union[SubscriberAck, _Mapping]] = ...) -> None: ...
+
+class SubscriptionOpen(_message.Message):
+    __slots__ = ("topic", "filter", "filter_text", "subscription", "credits")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    FILTER_FIELD_NUMBER: _ClassVar[int]
+    FILTER_TEXT_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    CREDITS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    filter: _common_pb2.Filter
+    filter_text: str
+    subscription: str
+    credits: int
+    def __init__(self, topic: _Optional[str] = ..., filter: _Optional[_Union[_common_pb2.Filter, _Mapping]] = ..., filter_text: _Optional[str] = ..., subscription: _Optional[str] = ..., credits: _Optional[int] = ...) -> None: ...
+
+class SubscriberAck(_message.Message):
+    __slots__ = ("delivery_ids", "credits")
+    DELIVERY_IDS_FIELD_NUMBER: _ClassVar[int]
+    CREDITS_FIELD_NUMBER: _ClassVar[int]
+    delivery_ids: _containers.RepeatedScalarFieldContainer[int]
+    credits: int
+    def __init__(self, delivery_ids: _Optional[_Iterable[int]] = ..., credits: _Optional[int] = ...) -> None: ...
+
+class Delivery(_message.Message):
+    __slots__ = ("delivery_id", "subscription", "event", "redelivery_count")
+    DELIVERY_ID_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    EVENT_FIELD_NUMBER: _ClassVar[int]
+    REDELIVERY_COUNT_FIELD_NUMBER: _ClassVar[int]
+    delivery_id: int
+    subscription: str
+    event: _common_pb2.Event
+    redelivery_count: int
+    def __init__(self, delivery_id: _Optional[int] = ..., subscription: _Optional[str] = ..., event: _Optional[_Union[_common_pb2.Event, _Mapping]] = ..., redelivery_count: _Optional[int] = ...) -> None: ...
+
+class UnsubscribeRequest(_message.Message):
+    __slots__ = ("subscription",)
+    SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    subscription: str
+    def __init__(self, subscription: _Optional[str] = ...) -> None: ...
+
+class UnsubscribeResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class CreateTopicRequest(_message.Message):
+    __slots__ = ("name", "schema")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SCHEMA_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    schema: _common_pb2.Schema
+    def __init__(self, name: _Optional[str] = ..., schema: _Optional[_Union[_common_pb2.Schema, _Mapping]] = ...) -> None: ...
+
+class GetTopicRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class ListTopicsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListTopicsResponse(_message.Message):
+    __slots__ = ("topics",)
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    topics: _containers.RepeatedCompositeFieldContainer[_common_pb2.Topic]
+    def __init__(self, topics: _Optional[_Iterable[_Union[_common_pb2.Topic, _Mapping]]] = ...) -> None: ...
+
+class DeleteTopicRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class DeleteTopicResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
