@@ -118,3 +118,22 @@ def type_name(value: object) -> str:
 
 def _fmt(x: float) -> str:
     return str(int(x)) if isinstance(x, int) or (math.isfinite(x) and x == int(x)) else str(x)
+
+
+def parse_attribute(spec: str) -> Attribute:
+    """`name:type[:min:max]`, e.g. `High:float:0:500` or `Symbol:string` (the CLI's form)."""
+    parts = spec.split(":")
+    if len(parts) not in (2, 4):
+        raise SchemaError(parts[0] if parts else spec, f"expected name:type[:min:max], got {spec!r}")
+    name, kind = parts[0], parts[1].lower()
+    try:
+        t = AttrType(kind)
+    except ValueError:
+        raise SchemaError(name, f"type {kind!r} is not one of int, float, string") from None
+    lo = hi = None
+    if len(parts) == 4:
+        try:
+            lo, hi = (float(x) if x else None for x in parts[2:])
+        except ValueError:
+            raise SchemaError(name, f"bounds {parts[2]!r}, {parts[3]!r} are not numbers") from None
+    return Attribute(name, t, lo, hi)

@@ -18,7 +18,7 @@ ACK_LEVEL_ACCEPTED: AckLevel
 ACK_LEVEL_DELIVERED: AckLevel
 
 class PublishRequest(_message.Message):
-    __slots__ = ("topic", "attributes", "payload", "ordering_key", "producer_id", "sequence", "ack_level")
+    __slots__ = ("topic", "attributes", "payload", "ordering_key", "producer_id", "sequence", "ack_level", "slice_index", "slice_count", "payload_size")
     class AttributesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -33,6 +33,9 @@ class PublishRequest(_message.Message):
     PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     ACK_LEVEL_FIELD_NUMBER: _ClassVar[int]
+    SLICE_INDEX_FIELD_NUMBER: _ClassVar[int]
+    SLICE_COUNT_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_SIZE_FIELD_NUMBER: _ClassVar[int]
     topic: str
     attributes: _containers.MessageMap[str, _common_pb2.Value]
     payload: bytes
@@ -40,7 +43,10 @@ class PublishRequest(_message.Message):
     producer_id: str
     sequence: int
     ack_level: AckLevel
-    def __init__(self, topic: _Optional[str] = ..., attributes: _Optional[_Mapping[str, _common_pb2.Value]] = ..., payload: _Optional[bytes] = ..., ordering_key: _Optional[str] = ..., producer_id: _Optional[str] = ..., sequence: _Optional[int] = ..., ack_level: _Optional[_Union[AckLevel, str]] = ...) -> None: ...
+    slice_index: int
+    slice_count: int
+    payload_size: int
+    def __init__(self, topic: _Optional[str] = ..., attributes: _Optional[_Mapping[str, _common_pb2.Value]] = ..., payload: _Optional[bytes] = ..., ordering_key: _Optional[str] = ..., producer_id: _Optional[str] = ..., sequence: _Optional[int] = ..., ack_level: _Optional[_Union[AckLevel, str]] = ..., slice_index: _Optional[int] = ..., slice_count: _Optional[int] = ..., payload_size: _Optional[int] = ...) -> None: ...
 
 class PublishAck(_message.Message):
     __slots__ = ("producer_id", "sequence", "code", "error", "destinations")

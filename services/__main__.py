@@ -1,0 +1,3 @@
+from echelon.cli import main
+
+main()

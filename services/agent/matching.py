@@ -1,0 +1,128 @@
+"""The agent's side of the matcher tier: registration of its subscriptions and batched
+`Match` calls over a long-lived stream.
+
+The agent is the owner of its subscriptions; matchers hold soft state. Every
+subscription is registered with every live matcher, and a matcher that appears in the
+view (new, or restarted with a new incarnation) is refilled with all of them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+
+import grpc
+
+from echelon.runtime.errors import Unavailable
+from echelon.runtime.member import MemberClient
+from echelon.runtime.server import channel
+from echelon.v1 import common_pb2 as pb
+from echelon.v1 import matcher_pb2 as xpb
+from echelon.v1 import matcher_pb2_grpc as xgrpc
+from echelon.v1 import membership_pb2 as mpb
+
+log = logging.getLogger("echelon.agent.matching")
+
+
+class MatchClient:
+    def __init__(self, membership: MemberClient, timeout: float = 10.0):
+        self.membership = membership
+        self.timeout = timeout
+        self.subscriptions: dict[str, xpb.Subscription] = {}
+        self._known: dict[str, int] = {}  # matcher id -> incarnation already filled
+        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._stream = None
+        self._stream_matcher: str | None = None
+        self._batch_ids = itertools.count(1)
+        self._rr = 0
+        self._refill: asyncio.Task | None = None
+
+    def _stub(self, m: mpb.Member) -> xgrpc.MatcherStub:
+        ch = self._channels.get(m.address)
+        if ch is None:
+            ch = self._channels[m.address] = channel(m.address)
+        return xgrpc.MatcherStub(ch)
+
+    def matchers(self) -> list[mpb.Member]:
+        return self.membership.alive(mpb.ROLE_MATCHER)
+
+    async def register(self, subs: list[xpb.Subscription]) -> None:
+        """Register with every live matcher; INVALID_ARGUMENT from a matcher propagates."""
+        matchers = self.matchers()
+        if not matchers:
+            raise Unavailable("no matcher is alive")
+        req = xpb.RegisterRequest(subscriptions=subs)
+        results = await asyncio.gather(*(self._stub(m).Register(req, timeout=self.timeout) for m in matchers),
+                                       return_exceptions=True)
+        errors = [r for r in results if isinstance(r, BaseException)]
+        for e in errors:
+            if isinstance(e, grpc.aio.AioRpcError) and e.code() == grpc.StatusCode.INVALID_ARGUMENT:
+                raise e
+        if len(errors) == len(results):
+            raise Unavailable(f"no matcher accepted the subscription: {errors[0]}")
+        for s in subs:
+            self.subscriptions[s.id] = s
+
+    async def remove(self, ids: list[str]) -> None:
+        for i in ids:
+            self.subscriptions.pop(i, None)
+        req = xpb.RemoveRequest(ids=ids)
+        await asyncio.gather(*(self._stub(m).Remove(req, timeout=self.timeout) for m in self.matchers()),
+                             return_exceptions=True)
+
+    def on_view(self) -> None:
+        """Refill matchers that are new to us or came back with a new incarnation."""
+        fresh = [m for m in self.matchers() if self._known.get(m.id) != m.incarnation]
+        if fresh and (self._refill is None or self._refill.done()):
+            self._refill = asyncio.create_task(self._fill(fresh))
+
+    async def _fill(self, matchers: list[mpb.Member]) -> None:
+        for m in matchers:
+            try:
+                if self.subscriptions:
+                    req = xpb.RegisterRequest(subscriptions=list(self.subscriptions.values()))
+                    await self._stub(m).Register(req, timeout=self.timeout)
+                self._known[m.id] = m.incarnation
+            except grpc.aio.AioRpcError as e:
+                log.warning("refilling matcher %s failed: %s", m.id, e.code().name)
+        if any(self._known.get(m.id) != m.incarnation for m in self.matchers()):
+            await asyncio.sleep(0.2)
+            self._refill = None
+            self.on_view()
+
+    async def match(self, events: list[pb.Event]) -> list[xpb.MatchResult]:
+        """Match a batch on one matcher, failing over to the next until `timeout`."""
+        deadline = asyncio.get_running_loop().time() + self.timeout
+        request = xpb.MatchRequest(batch_id=next(self._batch_ids), events=events)
+        while True:
+            matchers = [m for m in self.matchers() if self._known.get(m.id) == m.incarnation]
+            if matchers:
+                m = matchers[self._rr % len(matchers)]
+                try:
+                    if self._stream is None or self._stream_matcher != m.id:
+                        self._close_stream()
+                        self._stream, self._stream_matcher = self._stub(m).Match(), m.id
+                    await self._stream.write(request)
+                    response = await self._stream.read()
+                    if response is grpc.aio.EOF:
+                        raise Unavailable("match stream closed")
+                    return list(response.results)
+                except (grpc.aio.AioRpcError, Unavailable, asyncio.InvalidStateError) as e:
+                    log.info("match on %s failed (%s): failing over", m.id, e)
+                    self._close_stream()
+                    self._rr += 1
+            if asyncio.get_running_loop().time() > deadline:
+                raise Unavailable("no matcher answered in time")
+            await asyncio.sleep(0.05)
+
+    def _close_stream(self) -> None:
+        if self._stream is not None:
+            self._stream.cancel()
+        self._stream = self._stream_matcher = None
+
+    async def close(self) -> None:
+        self._close_stream()
+        if self._refill:
+            self._refill.cancel()
+        await asyncio.gather(*(ch.close() for ch in self._channels.values()), return_exceptions=True)

@@ -1,0 +1,87 @@
+"""Subscriptions held by an agent: backlog, client credits, unacknowledged deliveries.
+
+A subscription never has more deliveries in flight than the client granted credits.
+Named subscriptions outlive their stream: on detach the unacknowledged deliveries go
+back to the head of the backlog (redelivery count + 1) for the next stream. Past
+`max_backlog` messages the subscription overflows: its stream ends with
+RESOURCE_EXHAUSTED and the agent counts it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from dataclasses import dataclass
+
+from echelon.core.filters import Filter
+from echelon.v1 import common_pb2 as pb
+
+
+@dataclass
+class Pending:
+    event: pb.Event
+    redeliveries: int = 0
+
+
+class Subscription:
+    def __init__(self, sid: str, name: str, topic: str, flt: Filter, max_backlog: int):
+        self.id = sid  # cluster-wide: "<agent>/<name>"
+        self.name = name
+        self.topic = topic
+        self.filter = flt
+        self.max_backlog = max_backlog
+        self.named = not name.startswith("~")
+        self.backlog: deque[Pending] = deque()
+        self.unacked: dict[int, Pending] = {}
+        self.credits = 0
+        self.attached = False
+        self.overflowed = False
+        self.closed = False
+        self.changed = asyncio.Event()
+        self._next_id = 1
+
+    def offer(self, event: pb.Event) -> bool:
+        """Queue an event for delivery; False (and overflowed) past the backlog bound."""
+        if self.closed:
+            return False
+        if len(self.backlog) + len(self.unacked) >= self.max_backlog:
+            self.overflowed = True
+            self.changed.set()
+            return False
+        self.backlog.append(Pending(event))
+        self.changed.set()
+        return True
+
+    def take(self) -> tuple[int, Pending] | None:
+        """The next delivery if the client has credit for it."""
+        if self.credits <= 0 or not self.backlog:
+            return None
+        pending = self.backlog.popleft()
+        delivery_id = self._next_id
+        self._next_id += 1
+        self.unacked[delivery_id] = pending
+        self.credits -= 1
+        return delivery_id, pending
+
+    def ack(self, delivery_ids, credits: int) -> int:
+        acked = sum(self.unacked.pop(i, None) is not None for i in delivery_ids)
+        self.credits += credits
+        self.changed.set()
+        return acked
+
+    def attach(self, credits: int) -> None:
+        self.attached = True
+        self.credits = credits
+
+    def detach(self) -> None:
+        """The stream ended: unacknowledged deliveries go back to the head of the backlog."""
+        for delivery_id in sorted(self.unacked, reverse=True):
+            pending = self.unacked.pop(delivery_id)
+            pending.redeliveries += 1
+            self.backlog.appendleft(pending)
+        self.attached = False
+        self.credits = 0
+
+    @property
+    def depth(self) -> int:
+        return len(self.backlog) + len(self.unacked)

@@ -1,0 +1,185 @@
+"""The `echelon` command: run a service, a local cluster, the demo, or talk to a cluster.
+
+Every option can also come from the environment: `ECHELON_<COMMAND>_<OPTION>`, e.g.
+`ECHELON_AGENT_PORT=7200 echelon agent`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import sys
+from pathlib import Path
+
+import click
+import grpc
+from rich.console import Console
+from rich.table import Table
+
+from echelon.runtime.log import setup_logging
+from echelon.runtime.node import NodeConfig
+
+console = Console()
+
+
+def _split(values) -> list[str]:
+    return [x for v in values for x in v.split(",") if x]
+
+
+def service_options(f):
+    """The flags every service shares, validated once by NodeConfig."""
+    for opt in reversed([
+        click.option("--id", "member_id", required=True, help="Member id, unique in the cluster."),
+        click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind."),
+        click.option("--port", default=0, type=click.IntRange(0, 65535), show_default=True,
+                     help="gRPC port (0 picks one)."),
+        click.option("--advertise", default="", help="host:port others dial (default host:port)."),
+        click.option("--metrics-port", default=None, type=click.IntRange(0, 65535),
+                     help="Prometheus /metrics port (unset: no endpoint)."),
+        click.option("--region", default="local", show_default=True),
+        click.option("--beat-interval", default=0.2, type=click.FloatRange(0.01, 10), show_default=True,
+                     help="Heartbeat interval, seconds."),
+        click.option("--grace", default=5.0, type=click.FloatRange(0, 300), show_default=True,
+                     help="Seconds to drain on SIGTERM."),
+        click.option("--log-level", default="info", type=click.Choice(["debug", "info", "warning", "error"])),
+    ]):
+        f = opt(f)
+    return f
+
+
+def _config(member_id, host, port, advertise, metrics_port, region, beat_interval, grace, membership=()):
+    try:
+        return NodeConfig(id=member_id, host=host, port=port, advertise=advertise, metrics_port=metrics_port,
+                          membership=_split(membership), region=region, beat_interval=beat_interval, grace=grace)
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
+
+
+def _serve(make_node) -> None:
+    """Build the node inside the event loop (grpc.aio binds to the running loop) and serve."""
+    from echelon.runtime.server import run_until_signalled
+
+    async def main() -> None:
+        node = make_node()
+        await run_until_signalled(node.start, node.stop)
+
+    asyncio.run(main())
+
+
+@click.group(context_settings={"auto_envvar_prefix": "ECHELON", "help_option_names": ["-h", "--help"]})
+def cli() -> None:
+    """Echelon: content-based publish/subscribe."""
+
+
+@cli.command()
+@service_options
+@click.option("--membership", multiple=True, required=True, help="Membership replica addresses (comma list).")
+@click.option("--max-backlog", default=10_000, type=click.IntRange(1), show_default=True,
+              help="Messages a subscription may hold before it is closed with RESOURCE_EXHAUSTED.")
+def agent(log_level, max_backlog, **kw) -> None:
+    """Run an agent: the client API, local delivery, relaying."""
+    from echelon.agent.server import AgentNode
+
+    setup_logging("agent", log_level)
+    _serve(lambda: AgentNode(_config(**kw), max_backlog=max_backlog))
+
+
+@cli.command()
+@service_options
+@click.option("--membership", multiple=True, required=True, help="Membership replica addresses (comma list).")
+def matcher(log_level, **kw) -> None:
+    """Run a matcher: the subscription index."""
+    from echelon.matcher.server import MatcherNode
+
+    setup_logging("matcher", log_level)
+    _serve(lambda: MatcherNode(_config(**kw)))
+
+
+@cli.command()
+@service_options
+@click.option("--membership", multiple=True, required=True, help="Membership replica addresses (comma list).")
+def router(log_level, **kw) -> None:
+    """Run a router: the region's gateway on the inter-region overlay."""
+    from echelon.router.server import RouterNode
+
+    setup_logging("router", log_level)
+    _serve(lambda: RouterNode(_config(**kw)))
+
+
+@cli.command()
+@service_options
+@click.option("--peers", multiple=True, help="All membership replica addresses, this one included.")
+def membership(log_level, peers, **kw) -> None:
+    """Run a membership replica: views, topics, routing plans."""
+    from echelon.membership.server import MembershipNode
+
+    setup_logging("membership", log_level)
+    _serve(lambda: MembershipNode(_config(**kw)))
+
+
+@cli.command()
+@click.option("--agents", default=3, type=click.IntRange(1, 40), show_default=True)
+@click.option("--matchers", default=1, type=click.IntRange(1, 40), show_default=True)
+@click.option("--memberships", default=1, type=click.IntRange(1, 9), show_default=True)
+@click.option("--base-port", default=7100, type=click.IntRange(0, 60000), show_default=True,
+              help="Ports are laid out above it; 0 picks free ports.")
+@click.option("--log-dir", default=None, type=click.Path(file_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the endpoints as one JSON line.")
+def up(agents, matchers, memberships, base_port, log_dir, as_json) -> None:
+    """Start a local cluster as processes; Ctrl-C or SIGTERM stops it."""
+    from echelon.local import LocalCluster
+
+    kw = {"log_dir": log_dir} if log_dir else {}
+    cluster = LocalCluster(agents=agents, matchers=matchers, memberships=memberships, base_port=base_port, **kw)
+    stop = asyncio.Event()
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await cluster.start()
+        rows = [p.as_dict() for p in cluster.processes]
+        if as_json:
+            print(json.dumps({"ready": True, "processes": rows}), flush=True)
+        else:
+            t = Table(title="Echelon local cluster")
+            for col in ("role", "id", "address", "metrics", "pid"):
+                t.add_column(col)
+            for r in rows:
+                t.add_row(r["role"], r["id"], r["address"], r["metrics"], str(r["pid"]))
+            console.print(t)
+            console.print(f"logs in {cluster.log_dir}; Ctrl-C stops the cluster")
+        await stop.wait()
+
+    try:
+        asyncio.run(main())
+    finally:
+        cluster.stop()
+    if not as_json:
+        console.print("stopped")
+
+
+@cli.command()
+@click.option("--agents", default=4, type=click.IntRange(4, 40), show_default=True)
+@click.option("--events", default=200, type=click.IntRange(1, 1_000_000), show_default=True)
+@click.option("--base-port", default=0, type=click.IntRange(0, 60000), show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+def demo(agents, events, base_port, as_json) -> None:
+    """Start a local cluster, publish stock quotes to filtered subscribers, show who got what."""
+    from echelon.demo import run_demo
+
+    ok = asyncio.run(run_demo(agents=agents, events=events, base_port=base_port, as_json=as_json,
+                              console=console))
+    sys.exit(0 if ok else 1)
+
+
+from echelon.commands import pub, status, sub, topic  # noqa: E402 - subcommands register below
+from echelon.tools.tree_cmd import tree  # noqa: E402
+
+for command in (pub, sub, status, topic, tree):
+    cli.add_command(command)
+
+
+def main() -> None:
+    cli()

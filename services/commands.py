@@ -1,0 +1,231 @@
+"""Client commands of the `echelon` CLI: topics, pub, sub, status."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import click
+import grpc
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from echelon.client import ACCEPTED, DELIVERED, Client, PublishError
+from echelon.core.schema import SchemaError
+from echelon.runtime.server import channel
+from echelon.v1 import common_pb2 as pb
+from echelon.v1 import membership_pb2 as mpb
+from echelon.v1 import membership_pb2_grpc as mgrpc
+
+console = Console()
+AGENT = click.option("--agent", default="127.0.0.1:7200", show_default=True, help="An agent's address.")
+
+
+def parse_value(text: str):
+    """`45` -> int, `45.5` -> float, `"45"` or anything else -> string."""
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'":
+        return text[1:-1]
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _fail(e: Exception) -> None:
+    if isinstance(e, grpc.aio.AioRpcError):
+        raise click.ClickException(f"{e.code().name}: {e.details()}")
+    raise click.ClickException(str(e))
+
+
+@click.group()
+def topic() -> None:
+    """Create, list, show and delete topics."""
+
+
+@topic.command("create")
+@AGENT
+@click.argument("name")
+@click.option("--attr", "attrs", multiple=True, help="name:type[:min:max], e.g. High:float:0:500.")
+def topic_create(agent, name, attrs) -> None:
+    async def run():
+        async with Client(agent) as c:
+            return await c.create_topic(name, attrs)
+
+    try:
+        t = asyncio.run(run())
+    except (grpc.aio.AioRpcError, SchemaError) as e:
+        _fail(e)
+    console.print(f"topic {t.name} ({len(t.schema.attributes)} attributes)")
+
+
+@topic.command("list")
+@AGENT
+@click.option("--json", "as_json", is_flag=True)
+def topic_list(agent, as_json) -> None:
+    async def run():
+        async with Client(agent) as c:
+            return await c.list_topics()
+
+    try:
+        topics = asyncio.run(run())
+    except grpc.aio.AioRpcError as e:
+        _fail(e)
+    from google.protobuf.json_format import MessageToDict
+
+    if as_json:
+        print(json.dumps([MessageToDict(t) for t in topics]))
+        return
+    t = Table("topic", "schema")
+    for tp in topics:
+        attrs = [f"{a.name}:{pb.AttributeType.Name(a.type).removeprefix('ATTRIBUTE_TYPE_').lower()}"
+                 for a in tp.schema.attributes]
+        t.add_row(tp.name, ", ".join(attrs) or "(any)")
+    console.print(t)
+
+
+@topic.command("delete")
+@AGENT
+@click.argument("name")
+def topic_delete(agent, name) -> None:
+    async def run():
+        async with Client(agent) as c:
+            await c.delete_topic(name)
+
+    try:
+        asyncio.run(run())
+    except grpc.aio.AioRpcError as e:
+        _fail(e)
+    console.print(f"deleted {name}")
+
+
+@click.command()
+@AGENT
+@click.option("--topic", "topic_name", required=True)
+@click.option("--attr", "attrs", multiple=True, help="name=value; quote a value to force a string.")
+@click.option("--payload", default="", help="Payload text.")
+@click.option("--payload-file", type=click.File("rb"), default=None)
+@click.option("--count", default=1, type=click.IntRange(1, 10_000_000), show_default=True)
+@click.option("--delivered", is_flag=True, help="Wait until every destination agent holds each message.")
+@click.option("--json", "as_json", is_flag=True)
+def pub(agent, topic_name, attrs, payload, payload_file, count, delivered, as_json) -> None:
+    """Publish events (the same attributes, `--count` times)."""
+    attributes = {}
+    for a in attrs:
+        if "=" not in a:
+            raise click.BadParameter(f"{a!r}: expected name=value", param_hint="--attr")
+        k, v = a.split("=", 1)
+        attributes[k.strip()] = parse_value(v.strip())
+    body = payload_file.read() if payload_file else payload.encode()
+
+    async def run():
+        async with Client(agent) as c:
+            p = c.publisher(ack_level=DELIVERED if delivered else ACCEPTED)
+            start = time.perf_counter()
+            futures = [p.publish_nowait(topic_name, attributes, body) for _ in range(count)]
+            results = await asyncio.gather(*futures, return_exceptions=True)
+            await p.close()
+            return results, time.perf_counter() - start
+
+    results, seconds = asyncio.run(run())
+    errors = [r for r in results if isinstance(r, BaseException)]
+    if as_json:
+        print(json.dumps({"published": count - len(errors), "errors": [str(e) for e in errors[:10]],
+                          "seconds": round(seconds, 4)}))
+    else:
+        console.print(f"published {count - len(errors)}/{count} in {seconds:.3f}s")
+        for e in errors[:10]:
+            console.print(f"[red]{e}[/red]")
+    if errors:
+        raise SystemExit(1 if isinstance(errors[0], PublishError) else 2)
+
+
+@click.command()
+@AGENT
+@click.option("--topic", "topic_name", required=True)
+@click.option("--filter", "filter_text", default="", help='e.g. Symbol = "aapl" and High >= 45')
+@click.option("--name", default="", help="A durable subscription name (empty: ephemeral).")
+@click.option("--count", default=0, type=click.IntRange(0), help="Stop after this many (0: run until Ctrl-C).")
+@click.option("--timeout", default=0.0, type=click.FloatRange(0), help="Stop after this many seconds idle.")
+@click.option("--json", "as_json", is_flag=True)
+def sub(agent, topic_name, filter_text, name, count, timeout, as_json) -> None:
+    """Subscribe and print deliveries (acked as printed)."""
+    async def run():
+        n = 0
+        async with Client(agent) as c, c.subscribe(topic_name, filter_text, name) as s:
+            while not count or n < count:
+                try:
+                    m = await s.next(timeout=timeout or None)
+                except asyncio.TimeoutError:
+                    break
+                n += 1
+                if as_json:
+                    print(json.dumps({"topic": m.topic, "attributes": m.attributes, "producer": m.producer_id,
+                                      "sequence": m.sequence, "payload_bytes": len(m.payload),
+                                      "redelivery": m.redelivery_count}), flush=True)
+                else:
+                    console.print(f"{m.producer_id}:{m.sequence} {m.attributes} ({len(m.payload)} bytes)")
+                await m.ack()
+        return n
+
+    try:
+        asyncio.run(run())
+    except grpc.aio.AioRpcError as e:
+        _fail(e)
+    except KeyboardInterrupt:
+        pass
+
+
+def _state(s: int) -> str:
+    return mpb.MemberState.Name(s).removeprefix("MEMBER_STATE_").lower()
+
+
+async def fetch_view(address: str) -> mpb.View:
+    async with channel(address) as ch:
+        call = mgrpc.MembershipStub(ch).Watch(mpb.WatchRequest(member_id="cli"), timeout=5.0)
+        async for update in call:
+            call.cancel()
+            return update.snapshot
+    raise click.ClickException("no view")
+
+
+def view_table(view: mpb.View) -> Table:
+    now = time.time() * 1000
+    t = Table(title=f"view version {view.version}")
+    for col in ("id", "role", "state", "incarnation", "address", "last beat", "subscribes"):
+        t.add_column(col)
+    for m in sorted(view.members, key=lambda m: (m.role, m.id)):
+        age = f"{(now - m.last_beat_unix_ms) / 1000:.1f}s ago" if m.last_beat_unix_ms else "-"
+        t.add_row(m.id, mpb.Role.Name(m.role).removeprefix("ROLE_").lower(), _state(m.state), str(m.incarnation),
+                  m.address, age, ",".join(m.subscribes))
+    return t
+
+
+@click.command()
+@click.option("--membership", "address", default="127.0.0.1:7100", show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@click.option("--watch", is_flag=True, help="Refresh every second until Ctrl-C.")
+def status(address, as_json, watch) -> None:
+    """The membership view: members, states, incarnations, heartbeat ages."""
+    try:
+        view = asyncio.run(fetch_view(address))
+    except grpc.aio.AioRpcError as e:
+        _fail(e)
+    if as_json:
+        from google.protobuf.json_format import MessageToDict
+
+        print(json.dumps(MessageToDict(view)))
+        return
+    if not watch:
+        console.print(view_table(view))
+        return
+    try:
+        with Live(view_table(view), console=console, refresh_per_second=2) as live:
+            while True:
+                time.sleep(1)
+                live.update(view_table(asyncio.run(fetch_view(address))))
+    except KeyboardInterrupt:
+        pass

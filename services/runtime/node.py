@@ -1,0 +1,96 @@
+"""The shape every service shares: a gRPC server, a `/metrics` endpoint, and (for all
+but membership itself) a membership client. A service subclasses `Node`, adds its
+servicers in `__init__`, and its own work in `on_start` / `on_stop`."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from prometheus_client import Gauge
+
+from echelon.runtime.member import MemberClient
+from echelon.runtime.metrics import serve_metrics
+from echelon.runtime.server import Server
+from echelon.v1 import membership_pb2 as mpb
+
+log = logging.getLogger("echelon.node")
+
+
+@dataclass
+class NodeConfig:
+    """Validated once at start (by the CLI or the test harness)."""
+
+    id: str
+    host: str = "127.0.0.1"
+    port: int = 0
+    advertise: str = ""  # host:port others dial; default host:bound port
+    metrics_port: int | None = None  # None: no HTTP endpoint (tests); 0: pick one
+    membership: list[str] = field(default_factory=list)
+    region: str = "local"
+    capacity: int = 1
+    beat_interval: float = 0.2
+    grace: float = 5.0
+
+    def __post_init__(self) -> None:
+        if not self.id or any(c in self.id for c in "/ \t\n"):
+            raise ValueError(f"member id {self.id!r}: non-empty, without '/' or spaces")
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"port {self.port} out of range")
+        if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
+            raise ValueError(f"metrics port {self.metrics_port} out of range")
+
+
+class Node:
+    role: int = mpb.ROLE_UNSPECIFIED
+
+    def __init__(self, config: NodeConfig):
+        self.config = config
+        self.server = Server()
+        self.registry = self.server.registry
+        self.membership: MemberClient | None = None
+        self._metrics_http = None
+        self.view_age = Gauge("echelon_membership_view_age_seconds",
+                              "Seconds since the last view arrived from membership.", registry=self.registry)
+        self.view_age.set_function(lambda: self.membership.view_age() if self.membership else 0.0)
+
+    @property
+    def address(self) -> str:
+        return self.config.advertise or f"{self.config.host}:{self.server.port}"
+
+    @property
+    def metrics_address(self) -> str:
+        return f"{self.config.host}:{self._metrics_http.server_port}" if self._metrics_http else ""
+
+    async def start(self) -> None:
+        await self.server.start(f"{self.config.host}:{self.config.port}")
+        if self.config.metrics_port is not None:
+            self._metrics_http = serve_metrics(self.registry, self.config.metrics_port, self.config.host)
+        if self.config.membership and self.role != mpb.ROLE_MEMBERSHIP:
+            me = mpb.Member(id=self.config.id, role=self.role, address=self.address, region=self.config.region,
+                            capacity=self.config.capacity, metrics_address=self.metrics_address)
+            self.membership = MemberClient(me, self.config.membership, self.config.beat_interval)
+            self.membership.on_change(self.on_view)
+            await self.membership.start()
+        await self.on_start()
+        log.info("started", extra={"member": self.config.id, "address": self.address,
+                                   "metrics": self.metrics_address})
+
+    async def stop(self, grace: float | None = None) -> None:
+        grace = self.config.grace if grace is None else grace
+        await self.on_stop()
+        if self.membership:
+            await self.membership.stop(leave=True)
+        await self.server.stop(grace)
+        if self._metrics_http:
+            self._metrics_http.shutdown()
+            self._metrics_http.server_close()
+
+    async def on_start(self) -> None:
+        """Service-specific start, after the server is up and the first view arrived."""
+
+    async def on_stop(self) -> None:
+        """Service-specific drain, before leaving membership."""
+
+    def on_view(self) -> None:
+        """Called after every view change."""

@@ -1,0 +1,161 @@
+"""Server bootstrap shared by every service.
+
+A `Server` is a `grpc.aio` server with the standard health service, reflection, and one
+interceptor that maps domain errors to precise statuses and counts every RPC in the
+standard `grpc_server_*` metrics. `run()` serves until SIGTERM/SIGINT, then marks the
+health NOT_SERVING, lets in-flight calls drain for `grace` seconds, and stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import time
+from typing import Any, Awaitable, Callable
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+from prometheus_client import CollectorRegistry
+
+from echelon.runtime.errors import status_of
+from echelon.runtime.metrics import RpcMetrics
+
+log = logging.getLogger("echelon.server")
+
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+CHANNEL_OPTIONS = [
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.keepalive_time_ms", 10_000),
+    ("grpc.keepalive_timeout_ms", 5_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.max_pings_without_data", 0),
+]
+SERVER_OPTIONS = CHANNEL_OPTIONS + [("grpc.http2.min_ping_interval_without_data_ms", 5_000)]
+
+
+def channel(address: str) -> grpc.aio.Channel:
+    """An insecure channel with the cluster's message-size and keepalive settings."""
+    return grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+
+
+class StatusInterceptor(grpc.aio.ServerInterceptor):
+    """Domain exceptions -> statuses; every RPC counted and timed."""
+
+    def __init__(self, metrics: RpcMetrics):
+        self.metrics = metrics
+
+    async def intercept_service(self, continuation, details):
+        handler = await continuation(details)
+        if handler is None:
+            return None
+        _, service, method = details.method.split("/")
+        kind = ("bidi_stream" if handler.request_streaming else "server_stream") if handler.response_streaming \
+            else ("client_stream" if handler.request_streaming else "unary")
+        labels = (kind, service, method)
+        m = self.metrics
+
+        def finish(context, code: grpc.StatusCode) -> None:
+            m.handled.labels(*labels, code.name).inc()
+
+        async def guard(exc: BaseException, context) -> None:
+            status = status_of(exc)
+            if status is None:
+                log.exception("unhandled error in %s", details.method, exc_info=exc)
+                status = (grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}")
+            finish(context, status[0])
+            await context.abort(*status)
+
+        def code_of(context) -> grpc.StatusCode:
+            code = context.code()
+            return code if isinstance(code, grpc.StatusCode) else grpc.StatusCode.OK
+
+        if handler.response_streaming:
+            behavior = handler.stream_stream if handler.request_streaming else handler.unary_stream
+
+            async def streaming(request, context):
+                m.started.labels(*labels).inc()
+                try:
+                    async for response in behavior(request, context):
+                        yield response
+                except (asyncio.CancelledError, grpc.aio.AbortError):
+                    finish(context, code_of(context) if context.code() else grpc.StatusCode.CANCELLED)
+                    raise
+                except Exception as exc:  # noqa: BLE001 - mapped to a status
+                    await guard(exc, context)
+                else:
+                    finish(context, code_of(context))
+
+            wrap = grpc.stream_stream_rpc_method_handler if handler.request_streaming \
+                else grpc.unary_stream_rpc_method_handler
+            return wrap(streaming, handler.request_deserializer, handler.response_serializer)
+
+        behavior = handler.stream_unary if handler.request_streaming else handler.unary_unary
+
+        async def unary(request, context):
+            m.started.labels(*labels).inc()
+            start = time.perf_counter()
+            try:
+                response = await behavior(request, context)
+            except grpc.aio.AbortError:
+                finish(context, code_of(context))
+                raise
+            except Exception as exc:  # noqa: BLE001 - mapped to a status
+                await guard(exc, context)
+            else:
+                finish(context, code_of(context))
+                return response
+            finally:
+                m.seconds.labels(*labels).observe(time.perf_counter() - start)
+
+        wrap = grpc.stream_unary_rpc_method_handler if handler.request_streaming \
+            else grpc.unary_unary_rpc_method_handler
+        return wrap(unary, handler.request_deserializer, handler.response_serializer)
+
+
+class Server:
+    """One grpc.aio server: add servicers, `start(address)`, later `stop(grace)`."""
+
+    def __init__(self, registry: CollectorRegistry | None = None):
+        self.registry = registry or CollectorRegistry()
+        self.rpc_metrics = RpcMetrics(self.registry)
+        self.health = health.aio.HealthServicer()
+        self.grpc = grpc.aio.server(interceptors=[StatusInterceptor(self.rpc_metrics)], options=SERVER_OPTIONS)
+        self.service_names: list[str] = [health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+                                         reflection.SERVICE_NAME]
+        self.port = 0
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.grpc)
+
+    def add(self, register: Callable[[Any, grpc.aio.Server], None], servicer: Any, full_name: str) -> None:
+        """Register a servicer (`add_XServicer_to_server`) under its full service name."""
+        register(servicer, self.grpc)
+        self.service_names.append(full_name)
+
+    async def start(self, address: str) -> int:
+        self.port = self.grpc.add_insecure_port(address)
+        if self.port == 0:
+            raise OSError(f"cannot bind gRPC server to {address}")
+        reflection.enable_server_reflection(self.service_names, self.grpc)
+        await self.grpc.start()
+        for name in ["", *self.service_names]:
+            await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        return self.port
+
+    async def stop(self, grace: float = 5.0) -> None:
+        await self.health.enter_graceful_shutdown()
+        await self.grpc.stop(grace)
+
+
+async def run_until_signalled(start: Callable[[], Awaitable[None]], stop: Callable[[], Awaitable[None]]) -> None:
+    """Start, wait for SIGTERM or SIGINT, stop. The service's main loop."""
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stopping.set)
+    await start()
+    await stopping.wait()
+    log.info("signal received: draining")
+    await stop()
+    log.info("stopped")

@@ -1,0 +1,103 @@
+"""Conversions between the protobuf contract and the plain data of `echelon.core`.
+
+Everything that arrives from outside passes through here, so every malformed message
+raises InvalidArgument naming the field, before any state changes.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Mapping
+
+from echelon.core.filters import Filter, Op, Predicate, parse
+from echelon.core.schema import Attribute, AttrType, Schema, SchemaError, Value
+from echelon.runtime.errors import InvalidArgument
+from echelon.v1 import common_pb2 as pb
+
+_OPS = {
+    pb.OPERATOR_EQ: Op.EQ, pb.OPERATOR_NE: Op.NE, pb.OPERATOR_LT: Op.LT, pb.OPERATOR_LE: Op.LE,
+    pb.OPERATOR_GT: Op.GT, pb.OPERATOR_GE: Op.GE, pb.OPERATOR_BETWEEN: Op.BETWEEN, pb.OPERATOR_PREFIX: Op.PREFIX,
+}
+_OPS_BACK = {v: k for k, v in _OPS.items()}
+_TYPES = {pb.ATTRIBUTE_TYPE_INT: AttrType.INT, pb.ATTRIBUTE_TYPE_FLOAT: AttrType.FLOAT,
+          pb.ATTRIBUTE_TYPE_STRING: AttrType.STRING}
+_TYPES_BACK = {v: k for k, v in _TYPES.items()}
+
+
+def value_from_pb(v: pb.Value, where: str) -> Value:
+    kind = v.WhichOneof("kind")
+    if kind is None:
+        raise InvalidArgument(f"{where}: value not set")
+    x = getattr(v, kind)
+    if kind == "float_value" and math.isnan(x):
+        raise InvalidArgument(f"{where}: NaN is not a value")
+    return x
+
+
+def value_to_pb(x: Value) -> pb.Value:
+    if isinstance(x, bool) or not isinstance(x, (int, float, str)):
+        raise InvalidArgument(f"unsupported value {x!r}: use int, float or str")
+    if isinstance(x, str):
+        return pb.Value(string_value=x)
+    if isinstance(x, int):
+        return pb.Value(int_value=x)
+    return pb.Value(float_value=x)
+
+
+def attributes_from_pb(attrs: Mapping[str, pb.Value]) -> dict[str, Value]:
+    return {name: value_from_pb(v, f"attribute {name!r}") for name, v in attrs.items()}
+
+
+def attributes_to_pb(attrs: Mapping[str, Value]) -> dict[str, pb.Value]:
+    return {name: value_to_pb(v) for name, v in attrs.items()}
+
+
+def filter_from_pb(f: pb.Filter) -> Filter:
+    preds = []
+    for i, p in enumerate(f.predicates):
+        where = f"predicate {i} ({p.attribute or '?'})"
+        if p.op not in _OPS:
+            raise InvalidArgument(f"{where}: operator not set")
+        upper = value_from_pb(p.upper, where) if p.HasField("upper") else None
+        preds.append(Predicate(p.attribute, _OPS[p.op], value_from_pb(p.value, where), upper))
+    return Filter(tuple(preds))
+
+
+def filter_to_pb(f: Filter) -> pb.Filter:
+    out = pb.Filter()
+    for p in f.predicates:
+        q = out.predicates.add(attribute=p.attribute, op=_OPS_BACK[p.op], value=value_to_pb(p.value))
+        if p.upper is not None:
+            q.upper.CopyFrom(value_to_pb(p.upper))
+    return out
+
+
+def filter_from_request(f: pb.Filter, text: str) -> Filter:
+    """A subscription's filter from either form; both at once is ambiguous."""
+    if f.predicates and text.strip():
+        raise InvalidArgument("give the filter in one form: `filter` or `filter_text`, not both")
+    return parse(text) if text.strip() else filter_from_pb(f)
+
+
+def schema_from_pb(s: pb.Schema) -> Schema:
+    attrs = []
+    for a in s.attributes:
+        if a.type not in _TYPES:
+            raise InvalidArgument(f"attribute {a.name!r}: type not set")
+        attrs.append(Attribute(a.name, _TYPES[a.type], a.min if a.HasField("min") else None,
+                               a.max if a.HasField("max") else None))
+    try:
+        return Schema(tuple(attrs))
+    except SchemaError as e:
+        raise InvalidArgument(str(e)) from None
+
+
+def schema_to_pb(s: Schema) -> pb.Schema:
+    out = pb.Schema()
+    for a in s.attributes:
+        spec = out.attributes.add(name=a.name, type=_TYPES_BACK[a.type])
+        if a.min is not None:
+            spec.min = a.min
+        if a.max is not None:
+            spec.max = a.max
+    return out
