@@ -3,8 +3,9 @@ PYTHON ?= python3.11
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+SYSTEM := $(VENV)/.system
 
-.PHONY: install proto demo up test test-all chaos bench lint clean
+.PHONY: install proto demo up test chaos bench clean
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) on PATH"; exit 1; }
@@ -13,7 +14,17 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
-install: $(STAMP)
+# Machine packages the tests use: promtool/prometheus (metrics), iproute2 (namespaces).
+# Installed with apt when we are root and they are missing; otherwise those tests skip.
+$(SYSTEM): | $(STAMP)
+	@if ! command -v promtool >/dev/null || ! command -v ip >/dev/null || ! command -v tc >/dev/null; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus iproute2 >/dev/null; \
+	  else echo "note: promtool/iproute2 missing and not root: their tests will skip"; fi; \
+	fi
+	touch $(SYSTEM)
+
+install: $(STAMP) $(SYSTEM)
 
 proto: $(STAMP)
 	$(PY) -m echelon.tools.genproto
@@ -24,13 +35,13 @@ demo: $(STAMP)
 up: $(STAMP)
 	$(VENV)/bin/echelon up --agents 4 --matchers 2
 
-test: $(STAMP)
+test: $(STAMP) $(SYSTEM)
 	$(PY) -m pytest -q
 
-chaos: $(STAMP)
+chaos: $(STAMP) $(SYSTEM)
 	$(PY) -m pytest -q -m chaos tests/chaos
 
-bench: $(STAMP)
+bench: $(STAMP) $(SYSTEM)
 	$(PY) -m pytest -q -m bench
 
 clean:

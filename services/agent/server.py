@@ -329,7 +329,7 @@ class PubSubServicer(pgrpc.PubSubServicer):
         self._producers += 1
         default_producer = f"{self.node.config.id}:{self._producers}:{time.time_ns()}"
         pending: asyncio.Queue = asyncio.Queue(MAX_ACKS_IN_FLIGHT)
-        slices: dict[tuple[str, int], list[bytes]] = {}
+        slices: dict[tuple[str, int], tuple[ppb.PublishRequest, list[bytes]]] = {}
         auto_seq = 0
 
         async def read():
@@ -341,7 +341,7 @@ class PubSubServicer(pgrpc.PubSubServicer):
                     auto_seq += 1
                     seq = auto_seq
                 if req.slice_count > 1:
-                    parts = slices.setdefault((producer, seq), [])
+                    first, parts = slices.setdefault((producer, seq), (req, []))
                     if req.slice_index != len(parts):
                         slices.pop((producer, seq))
                         await pending.put((req, producer, seq, InvalidArgument(
@@ -350,10 +350,10 @@ class PubSubServicer(pgrpc.PubSubServicer):
                     parts.append(req.payload)
                     if len(parts) < req.slice_count:
                         continue
-                    whole = ppb.PublishRequest()
-                    whole.CopyFrom(req)
-                    whole.payload = b"".join(slices.pop((producer, seq)))
-                    req = whole
+                    del slices[(producer, seq)]
+                    req = ppb.PublishRequest()
+                    req.CopyFrom(first)  # the first slice carries the attributes
+                    req.payload = b"".join(parts)
                 try:
                     accepted = await self._accept(req, producer, seq)
                 except Exception as e:  # noqa: BLE001 - answered in order, in the ack

@@ -228,9 +228,10 @@ class Subscription:
         else:
             open_.filter_text = flt
         self._open = open_
-        self._acks: asyncio.Queue = asyncio.Queue()
+        self._write = asyncio.Lock()  # one write at a time on a stream
+        self._inbox: asyncio.Queue = asyncio.Queue()
         self._call = None
-        self._iter = None
+        self._reader: asyncio.Task | None = None
 
     async def __aenter__(self) -> "Subscription":
         await self.start()
@@ -241,20 +242,32 @@ class Subscription:
 
     async def start(self) -> None:
         """Open the stream; raises grpc.aio.AioRpcError (e.g. INVALID_ARGUMENT) if refused."""
-        async def requests():
-            yield ppb.SubscribeRequest(open=self._open)
-            while True:
-                yield ppb.SubscribeRequest(ack=await self._acks.get())
+        self._call = pgrpc.PubSubStub(self.client.channel()).Subscribe()
+        await self._call.write(ppb.SubscribeRequest(open=self._open))
+        # The agent sends headers once the subscription is registered; a refusal
+        # (bad filter, unknown topic) ends the call without them and raises here.
+        metadata = await self._call.initial_metadata()
+        if not any(k == "x-echelon-subscription" for k, _ in metadata or ()):
+            await self._call.read()
+            raise RuntimeError("subscription stream ended before it was opened")
+        # Reads run in their own task: cancelling a pending read would cancel the RPC,
+        # so `next(timeout=...)` waits on this queue instead.
+        self._reader = asyncio.create_task(self._read())
 
-        self._call = pgrpc.PubSubStub(self.client.channel()).Subscribe(requests())
-        self._iter = self._call.__aiter__()
-        await self._call.wait_for_connection()
-        # Surface an immediate refusal (bad filter, unknown topic) here, not on first read.
-        initial = await self._call.initial_metadata()
-        del initial
+    async def _read(self) -> None:
+        try:
+            async for delivery in self._call:
+                self._inbox.put_nowait(delivery)
+            self._inbox.put_nowait(StopAsyncIteration())
+        except BaseException as e:  # noqa: BLE001 - handed to the consumer
+            self._inbox.put_nowait(e)
 
     async def next(self, timeout: float | None = None) -> Message:
-        d = await asyncio.wait_for(self._iter.__anext__(), timeout)
+        """The next delivery; asyncio.TimeoutError after `timeout` seconds (the stream stays open)."""
+        d = await asyncio.wait_for(self._inbox.get(), timeout)
+        if isinstance(d, BaseException):
+            self._inbox.put_nowait(d)  # every later call raises it too
+            raise d
         e = d.event
         return Message(e.topic, attributes_from_pb(e.attributes), e.payload, e.id.producer_id, e.id.sequence,
                        e.ordering_key, d.redelivery_count, d.delivery_id, e.publish_time_unix_nanos, self)
@@ -263,16 +276,17 @@ class Subscription:
         return self
 
     async def __anext__(self) -> Message:
-        try:
-            return await self.next()
-        except grpc.aio.AioRpcError as e:
-            if e.code() == grpc.StatusCode.CANCELLED:
-                raise StopAsyncIteration from None
-            raise
+        return await self.next()
 
     async def ack(self, message: Message, credits: int = 1) -> None:
-        self._acks.put_nowait(ppb.SubscriberAck(delivery_ids=[message.delivery_id], credits=credits))
+        """Acknowledge one delivery and give its credit back."""
+        async with self._write:
+            await self._call.write(ppb.SubscribeRequest(
+                ack=ppb.SubscriberAck(delivery_ids=[message.delivery_id], credits=credits)))
 
     async def close(self) -> None:
         if self._call is not None:
             self._call.cancel()
+        if self._reader is not None:
+            self._reader.cancel()
+            await asyncio.gather(self._reader, return_exceptions=True)

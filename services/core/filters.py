@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 from typing import Mapping
 
-from echelon.core.schema import AttrType, Schema, SchemaError, Value, type_fits, type_name
+from echelon.core.schema import AttrType, Schema, SchemaError, Value, fmt_number, type_fits, type_name
 
 
 class Op(enum.Enum):
@@ -117,7 +117,7 @@ class Filter:
                 Op.BETWEEN: p.upper is not None and (p.value > hi or p.upper < lo),
             }.get(p.op, False)
             if empty:
-                raise SchemaError(p.attribute, f"predicate `{p}`: no value in [{lo}, {hi}] satisfies it")
+                raise SchemaError(p.attribute, f"predicate `{p}`: no value in [{fmt_number(lo)}, {fmt_number(hi)}] satisfies it")
 
     @staticmethod
     def _validate_shape(p: Predicate) -> None:

@@ -58,7 +58,7 @@ class Attribute:
         if not type_fits(self.type, value):
             raise SchemaError(self.name, f"expected {self.type.value}, got {type_name(value)}")
         if self.type is not AttrType.STRING and not self.low <= value <= self.high:  # type: ignore[operator]
-            raise SchemaError(self.name, f"value {value!r} outside [{_fmt(self.low)}, {_fmt(self.high)}]")
+            raise SchemaError(self.name, f"value {value!r} outside [{fmt_number(self.low)}, {fmt_number(self.high)}]")
 
 
 @dataclass(frozen=True)
@@ -116,7 +116,8 @@ def type_name(value: object) -> str:
     return {int: "int", float: "float", str: "string"}.get(type(value), type(value).__name__)
 
 
-def _fmt(x: float) -> str:
+def fmt_number(x: float) -> str:
+    """A bound as a human writes it: 500, not 500.0."""
     return str(int(x)) if isinstance(x, int) or (math.isfinite(x) and x == int(x)) else str(x)
 
 
