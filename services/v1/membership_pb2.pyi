@@ -71,18 +71,20 @@ class View(_message.Message):
     def __init__(self, version: _Optional[int] = ..., members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ..., topics: _Optional[_Iterable[_Union[_common_pb2.Topic, _Mapping]]] = ...) -> None: ...
 
 class ViewDelta(_message.Message):
-    __slots__ = ("from_version", "version", "upserted", "topics_upserted", "topics_deleted")
+    __slots__ = ("from_version", "version", "upserted", "topics_upserted", "topics_deleted", "removed")
     FROM_VERSION_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     UPSERTED_FIELD_NUMBER: _ClassVar[int]
     TOPICS_UPSERTED_FIELD_NUMBER: _ClassVar[int]
     TOPICS_DELETED_FIELD_NUMBER: _ClassVar[int]
+    REMOVED_FIELD_NUMBER: _ClassVar[int]
     from_version: int
     version: int
     upserted: _containers.RepeatedCompositeFieldContainer[Member]
     topics_upserted: _containers.RepeatedCompositeFieldContainer[_common_pb2.Topic]
     topics_deleted: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, from_version: _Optional[int] = ..., version: _Optional[int] = ..., upserted: _Optional[_Iterable[_Union[Member, _Mapping]]] = ..., topics_upserted: _Optional[_Iterable[_Union[_common_pb2.Topic, _Mapping]]] = ..., topics_deleted: _Optional[_Iterable[str]] = ...) -> None: ...
+    removed: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, from_version: _Optional[int] = ..., version: _Optional[int] = ..., upserted: _Optional[_Iterable[_Union[Member, _Mapping]]] = ..., topics_upserted: _Optional[_Iterable[_Union[_common_pb2.Topic, _Mapping]]] = ..., topics_deleted: _Optional[_Iterable[str]] = ..., removed: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ViewUpdate(_message.Message):
     __slots__ = ("snapshot", "delta")
@@ -231,3 +233,67 @@ class PushPlanResponse(_message.Message):
     VERSION_FIELD_NUMBER: _ClassVar[int]
     version: int
     def __init__(self, version: _Optional[int] = ...) -> None: ...
+
+class Stamp(_message.Message):
+    __slots__ = ("version", "origin")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    ORIGIN_FIELD_NUMBER: _ClassVar[int]
+    version: int
+    origin: str
+    def __init__(self, version: _Optional[int] = ..., origin: _Optional[str] = ...) -> None: ...
+
+class TopicEntry(_message.Message):
+    __slots__ = ("name", "stamp", "topic", "deleted")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    STAMP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    DELETED_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    stamp: Stamp
+    topic: _common_pb2.Topic
+    deleted: bool
+    def __init__(self, name: _Optional[str] = ..., stamp: _Optional[_Union[Stamp, _Mapping]] = ..., topic: _Optional[_Union[_common_pb2.Topic, _Mapping]] = ..., deleted: _Optional[bool] = ...) -> None: ...
+
+class PlanEntry(_message.Message):
+    __slots__ = ("stamp", "plan")
+    STAMP_FIELD_NUMBER: _ClassVar[int]
+    PLAN_FIELD_NUMBER: _ClassVar[int]
+    stamp: Stamp
+    plan: RoutingPlan
+    def __init__(self, stamp: _Optional[_Union[Stamp, _Mapping]] = ..., plan: _Optional[_Union[RoutingPlan, _Mapping]] = ...) -> None: ...
+
+class ReplicaState(_message.Message):
+    __slots__ = ("origin", "topics", "plan")
+    ORIGIN_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    PLAN_FIELD_NUMBER: _ClassVar[int]
+    origin: str
+    topics: _containers.RepeatedCompositeFieldContainer[TopicEntry]
+    plan: PlanEntry
+    def __init__(self, origin: _Optional[str] = ..., topics: _Optional[_Iterable[_Union[TopicEntry, _Mapping]]] = ..., plan: _Optional[_Union[PlanEntry, _Mapping]] = ...) -> None: ...
+
+class DigestRequest(_message.Message):
+    __slots__ = ("origin",)
+    ORIGIN_FIELD_NUMBER: _ClassVar[int]
+    origin: str
+    def __init__(self, origin: _Optional[str] = ...) -> None: ...
+
+class DigestResponse(_message.Message):
+    __slots__ = ("origin", "topics", "plan")
+    ORIGIN_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    PLAN_FIELD_NUMBER: _ClassVar[int]
+    origin: str
+    topics: str
+    plan: str
+    def __init__(self, origin: _Optional[str] = ..., topics: _Optional[str] = ..., plan: _Optional[str] = ...) -> None: ...
+
+class PullRequest(_message.Message):
+    __slots__ = ("origin",)
+    ORIGIN_FIELD_NUMBER: _ClassVar[int]
+    origin: str
+    def __init__(self, origin: _Optional[str] = ...) -> None: ...
+
+class PushResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...

@@ -434,3 +434,170 @@ class Control:
             timeout,
             metadata,
             _registered_method=True)
+
+
+class ReplicationStub:
+    """Replica to replica: how topics and plans reach every membership replica
+    (core/replication.py). Liveness is never replicated: members beat to every replica.
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.Digest = channel.unary_unary(
+                '/echelon.v1.Replication/Digest',
+                request_serializer=echelon_dot_v1_dot_membership__pb2.DigestRequest.SerializeToString,
+                response_deserializer=echelon_dot_v1_dot_membership__pb2.DigestResponse.FromString,
+                _registered_method=True)
+        self.Pull = channel.unary_unary(
+                '/echelon.v1.Replication/Pull',
+                request_serializer=echelon_dot_v1_dot_membership__pb2.PullRequest.SerializeToString,
+                response_deserializer=echelon_dot_v1_dot_membership__pb2.ReplicaState.FromString,
+                _registered_method=True)
+        self.Push = channel.unary_unary(
+                '/echelon.v1.Replication/Push',
+                request_serializer=echelon_dot_v1_dot_membership__pb2.ReplicaState.SerializeToString,
+                response_deserializer=echelon_dot_v1_dot_membership__pb2.PushResponse.FromString,
+                _registered_method=True)
+
+
+class ReplicationServicer:
+    """Replica to replica: how topics and plans reach every membership replica
+    (core/replication.py). Liveness is never replicated: members beat to every replica.
+    """
+
+    def Digest(self, request, context):
+        """Digests of this replica's topics and plan; a peer pulls the full state on mismatch.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Pull(self, request, context):
+        """The full replicated state: every topic entry (tombstones included) and the plan.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Push(self, request, context):
+        """Best effort: entries just written on the sender, merged (never re-validated).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_ReplicationServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'Digest': grpc.unary_unary_rpc_method_handler(
+                    servicer.Digest,
+                    request_deserializer=echelon_dot_v1_dot_membership__pb2.DigestRequest.FromString,
+                    response_serializer=echelon_dot_v1_dot_membership__pb2.DigestResponse.SerializeToString,
+            ),
+            'Pull': grpc.unary_unary_rpc_method_handler(
+                    servicer.Pull,
+                    request_deserializer=echelon_dot_v1_dot_membership__pb2.PullRequest.FromString,
+                    response_serializer=echelon_dot_v1_dot_membership__pb2.ReplicaState.SerializeToString,
+            ),
+            'Push': grpc.unary_unary_rpc_method_handler(
+                    servicer.Push,
+                    request_deserializer=echelon_dot_v1_dot_membership__pb2.ReplicaState.FromString,
+                    response_serializer=echelon_dot_v1_dot_membership__pb2.PushResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'echelon.v1.Replication', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('echelon.v1.Replication', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class Replication:
+    """Replica to replica: how topics and plans reach every membership replica
+    (core/replication.py). Liveness is never replicated: members beat to every replica.
+    """
+
+    @staticmethod
+    def Digest(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/echelon.v1.Replication/Digest',
+            echelon_dot_v1_dot_membership__pb2.DigestRequest.SerializeToString,
+            echelon_dot_v1_dot_membership__pb2.DigestResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Pull(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/echelon.v1.Replication/Pull',
+            echelon_dot_v1_dot_membership__pb2.PullRequest.SerializeToString,
+            echelon_dot_v1_dot_membership__pb2.ReplicaState.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Push(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/echelon.v1.Replication/Push',
+            echelon_dot_v1_dot_membership__pb2.ReplicaState.SerializeToString,
+            echelon_dot_v1_dot_membership__pb2.PushResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
