@@ -8,28 +8,32 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class RelayFrame(_message.Message):
-    __slots__ = ("seq", "source", "messages")
+    __slots__ = ("seq", "source", "messages", "source_key")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     SOURCE_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_KEY_FIELD_NUMBER: _ClassVar[int]
     seq: int
     source: str
     messages: _containers.RepeatedCompositeFieldContainer[RelayMessage]
-    def __init__(self, seq: _Optional[int] = ..., source: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[RelayMessage, _Mapping]]] = ...) -> None: ...
+    source_key: str
+    def __init__(self, seq: _Optional[int] = ..., source: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[RelayMessage, _Mapping]]] = ..., source_key: _Optional[str] = ...) -> None: ...
 
 class RelayMessage(_message.Message):
-    __slots__ = ("event", "destinations", "slice_index", "slice_count", "payload_size")
+    __slots__ = ("event", "destinations", "slice_index", "slice_count", "payload_size", "stripe")
     EVENT_FIELD_NUMBER: _ClassVar[int]
     DESTINATIONS_FIELD_NUMBER: _ClassVar[int]
     SLICE_INDEX_FIELD_NUMBER: _ClassVar[int]
     SLICE_COUNT_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_SIZE_FIELD_NUMBER: _ClassVar[int]
+    STRIPE_FIELD_NUMBER: _ClassVar[int]
     event: _common_pb2.Event
     destinations: _containers.RepeatedScalarFieldContainer[str]
     slice_index: int
     slice_count: int
     payload_size: int
-    def __init__(self, event: _Optional[_Union[_common_pb2.Event, _Mapping]] = ..., destinations: _Optional[_Iterable[str]] = ..., slice_index: _Optional[int] = ..., slice_count: _Optional[int] = ..., payload_size: _Optional[int] = ...) -> None: ...
+    stripe: int
+    def __init__(self, event: _Optional[_Union[_common_pb2.Event, _Mapping]] = ..., destinations: _Optional[_Iterable[str]] = ..., slice_index: _Optional[int] = ..., slice_count: _Optional[int] = ..., payload_size: _Optional[int] = ..., stripe: _Optional[int] = ...) -> None: ...
 
 class RelayAck(_message.Message):
     __slots__ = ("seqs",)
