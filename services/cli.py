@@ -109,13 +109,15 @@ def router(log_level, **kw) -> None:
 
 @cli.command()
 @service_options
-@click.option("--peers", multiple=True, help="All membership replica addresses, this one included.")
-def membership(log_level, peers, **kw) -> None:
-    """Run a membership replica: views, topics, routing plans."""
+@click.option("--peers", multiple=True, help="All membership replica addresses, this one included (comma list).")
+@click.option("--tombstone-ttl", default=300.0, type=click.FloatRange(0), show_default=True,
+              help="Seconds a DEAD or LEFT member stays in the view before it is dropped.")
+def membership(log_level, peers, tombstone_ttl, **kw) -> None:
+    """Run a membership replica: views, topics, routing plans, replicated with its peers."""
     from echelon.membership.server import MembershipNode
 
     setup_logging("membership", log_level)
-    _serve(lambda: MembershipNode(_config(**kw)))
+    _serve(lambda: MembershipNode(_config(**kw), peers=_split(peers), tombstone_ttl=tombstone_ttl))
 
 
 @cli.command()

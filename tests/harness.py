@@ -4,6 +4,7 @@ membership, matchers and agents, all in the test's event loop."""
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 from dataclasses import dataclass, field
 
@@ -29,36 +30,69 @@ async def wait_for(predicate, timeout: float = 10.0, interval: float = 0.02, wha
         await asyncio.sleep(interval)
 
 
+def free_port() -> int:
+    """A loopback port free right now (the OS picks it; the server binds it soon after)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 @dataclass
 class Cluster:
     agents: int = 3
     matchers: int = 1
     memberships: int = 1
     agent_kwargs: dict = field(default_factory=dict)
+    membership_kwargs: dict = field(default_factory=dict)
     membership_nodes: list[MembershipNode] = field(default_factory=list)
     matcher_nodes: list[MatcherNode] = field(default_factory=list)
     agent_nodes: list[AgentNode] = field(default_factory=list)
     clients: list[Client] = field(default_factory=list)
-
-    @property
-    def replicas(self) -> list[str]:
-        return [n.address for n in self.membership_nodes]
+    replicas: list[str] = field(default_factory=list)  # fixed at start: a crashed replica keeps its place
+    crashed: list[Node] = field(default_factory=list)
 
     def config(self, member_id: str) -> NodeConfig:
         return NodeConfig(id=member_id, membership=self.replicas, grace=0.5)
 
     async def start(self) -> "Cluster":
+        # Replicas know each other from the start (--peers), so their ports are picked first.
+        self.replicas = [f"127.0.0.1:{free_port()}" for _ in range(self.memberships)]
         for i in range(self.memberships):
-            node = MembershipNode(NodeConfig(id=f"membership-{i}", grace=0.5))
-            await node.start()
-            self.membership_nodes.append(node)
+            self.membership_nodes.append(await self._start_membership(i))
         for i in range(self.matchers):
             await self.add_matcher(i)
         for i in range(self.agents):
             await self.add_agent(i)
         await wait_for(lambda: all(len(a.membership.alive(mpb.ROLE_AGENT)) == len(self.agent_nodes) for a in self.agent_nodes),
                        what="every agent sees every agent")
+        await wait_for(self.replicas_agree, what="every replica holds every member alive")
         return self
+
+    def replicas_agree(self) -> bool:
+        """Every running replica holds every running member ALIVE."""
+        live = {n.config.id for n in (*self.agent_nodes, *self.matcher_nodes) if n not in self.crashed}
+        return all({i for i, r in m.replica.log.snapshot().members.items() if r.state.value == "alive"} >= live
+                   for m in self.membership_nodes if m not in self.crashed)
+
+    async def _start_membership(self, i: int) -> MembershipNode:
+        port = int(self.replicas[i].rsplit(":", 1)[1])
+        node = MembershipNode(NodeConfig(id=f"membership-{i}", port=port, grace=0.5), peers=self.replicas,
+                              **self.membership_kwargs)
+        await node.start()
+        return node
+
+    async def restart_membership(self, i: int) -> MembershipNode:
+        """A fresh process for replica i on its old address (after `crash` or `stop`)."""
+        self.membership_nodes[i] = await self._start_membership(i)
+        return self.membership_nodes[i]
+
+    async def crash(self, node: Node) -> None:
+        """Stop `node` as `kill -9` would: connections cut, no Leave, no drain."""
+        self.crashed.append(node)
+        await node.server.grpc.stop(0)
+        if node.membership:
+            await node.membership.stop(leave=False)
+        await node.on_stop()  # only to release its tasks: nothing it does reaches anyone now
 
     async def add_matcher(self, i: int) -> MatcherNode:
         node = MatcherNode(self.config(f"matcher-{i}"))
@@ -80,5 +114,6 @@ class Cluster:
     async def stop(self) -> None:
         for c in self.clients:
             await c.close()
-        nodes: list[Node] = [*self.agent_nodes, *self.matcher_nodes, *self.membership_nodes]
+        nodes: list[Node] = [n for n in (*self.agent_nodes, *self.matcher_nodes, *self.membership_nodes)
+                             if n not in self.crashed]
         await asyncio.gather(*(n.stop(0.2) for n in nodes), return_exceptions=True)

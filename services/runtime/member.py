@@ -2,9 +2,17 @@
 
 A member joins every membership replica and heartbeats to each of them: every replica
 judges liveness from the beats it sees itself, so losing one replica changes nothing
-for the others. The view is watched from one replica at a time and fails over to the
-next when its stream breaks; if none answers, the member goes on with its last view
-(`view_age()` grows, and the services export it).
+for the others. The view (and the routing plan) is watched from ONE replica: the first
+reachable one in the fixed order of `replicas` (`core.replication.watch_target`), so in
+steady state every member shares one view history. When that stream breaks the member
+fails over to the next replica with known_version 0 (a snapshot: versions are per
+replica); it moves back to a preferred replica once its heartbeat stream there has been
+up for `PREFER_AFTER` seconds, by which time every member has rejoined it. If no replica
+answers, the member goes on with its last view and `view_age()` grows (exported as
+`echelon_membership_view_age_seconds`).
+
+Plans are adopted at their epoch: a plan from the watched replica waits until this
+member's view (from the same replica) has reached `plan.epoch`.
 """
 
 from __future__ import annotations
@@ -16,14 +24,31 @@ from typing import Callable
 
 import grpc
 
-from echelon.runtime.server import channel
+from echelon.core.replication import watch_target
+from echelon.core.view import View, ViewDelta, merge
+from echelon.runtime.server import CHANNEL_OPTIONS
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import membership_pb2 as mpb
 from echelon.v1 import membership_pb2_grpc as mgrpc
 
 log = logging.getLogger("echelon.member")
 
-ALIVE = mpb.MEMBER_STATE_ALIVE
+ALIVE, SUSPECT = mpb.MEMBER_STATE_ALIVE, mpb.MEMBER_STATE_SUSPECT
+GONE = (mpb.MEMBER_STATE_DEAD, mpb.MEMBER_STATE_LEFT)
+INCARNATION_KEY = "echelon-incarnation"  # trailing metadata of a refused (stale) Join
+MAX_BACKOFF = 1.0  # between reconnects to one replica; PREFER_AFTER must exceed it
+PREFER_AFTER = 2.0
+WATCH_RETRY = 1.0  # a replica whose watch stream failed is skipped this long
+RPC_TIMEOUT = 2.0
+# gRPC backs off up to 120 s between connection attempts: a restarted replica would be
+# out of reach for minutes. Membership channels retry within a second.
+RECONNECT_OPTIONS = [("grpc.initial_reconnect_backoff_ms", 100), ("grpc.min_reconnect_backoff_ms", 100),
+                     ("grpc.max_reconnect_backoff_ms", 1000)]
+
+
+def membership_channel(address: str) -> grpc.aio.Channel:
+    """A channel to a membership replica (members and peer replicas use it)."""
+    return grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS + RECONNECT_OPTIONS)
 
 
 class MemberClient:
@@ -36,33 +61,48 @@ class MemberClient:
             # Wall-clock milliseconds: a restarted process always comes back higher.
             self.member.incarnation = int(time.time() * 1000)
         self.member.state = ALIVE
-        self.replicas = list(replicas)
+        self.replicas = list(dict.fromkeys(replicas))
         self.beat_interval = beat_interval
         self.version = 0
         self.members: dict[str, mpb.Member] = {}
         self.topics: dict[str, pb.Topic] = {}
-        self.watching: str | None = None
+        self.plan: mpb.RoutingPlan | None = None  # the adopted plan
+        self.watching: str | None = None  # the replica being watched
+        self._view_from: str | None = None  # the replica whose numbering self.version is in
+        self._pending_plan: mpb.RoutingPlan | None = None
         self._last_view = 0.0
         self._listeners: list[Callable[[], None]] = []
+        self._plan_listeners: list[Callable[[], None]] = []
         self._tasks: list[asyncio.Task] = []
         self._channels: dict[str, grpc.aio.Channel] = {}
-        self._topics_dirty = True
+        self._topics_gen = 0
+        self._up: dict[str, float] = {}  # replica -> when its heartbeat stream came up
+        self._reach = asyncio.Event()
         self._has_view = asyncio.Event()
 
     @property
     def id(self) -> str:
         return self.member.id
 
+    @property
+    def plan_version(self) -> int:
+        return self.plan.version if self.plan else 0
+
     def on_change(self, callback: Callable[[], None]) -> None:
         """Call `callback()` after every view change (snapshot or delta applied)."""
         self._listeners.append(callback)
 
+    def on_plan(self, callback: Callable[[], None]) -> None:
+        """Call `callback()` when a new routing plan is adopted (`self.plan`)."""
+        self._plan_listeners.append(callback)
+
     def alive(self, role: int) -> list[mpb.Member]:
         """Members of `role` that the view holds ALIVE or SUSPECT (suspects still get traffic)."""
-        return sorted((m for m in self.members.values() if m.role == role and
-                       m.state in (mpb.MEMBER_STATE_ALIVE, mpb.MEMBER_STATE_SUSPECT)), key=lambda m: m.id)
+        return sorted((m for m in self.members.values() if m.role == role and m.state in (ALIVE, SUSPECT)),
+                      key=lambda m: m.id)
 
     def view_age(self) -> float:
+        """Seconds since the watched replica last confirmed the view (any update or keepalive)."""
         return time.monotonic() - self._last_view if self._last_view else float("inf")
 
     def set_topics(self, publishes: set[str], subscribes: set[str]) -> None:
@@ -72,12 +112,12 @@ class MemberClient:
         del self.member.publishes[:], self.member.subscribes[:]
         self.member.publishes.extend(sorted(publishes))
         self.member.subscribes.extend(sorted(subscribes))
-        self._topics_dirty = True
+        self._topics_gen += 1
 
     async def start(self, timeout: float = 30.0) -> None:
         """Join and wait for the first view; raises TimeoutError if no replica answers."""
         for address in self.replicas:
-            self._channels[address] = channel(address)
+            self._channels[address] = membership_channel(address)
             self._tasks.append(asyncio.create_task(self._beat_loop(address), name=f"beat-{address}"))
         self._tasks.append(asyncio.create_task(self._watch_loop(), name="watch"))
         await asyncio.wait_for(self._has_view.wait(), timeout)
@@ -86,6 +126,7 @@ class MemberClient:
         for t in self._tasks:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
         if leave:
             req = mpb.LeaveRequest(member_id=self.id, incarnation=self.member.incarnation)
             await asyncio.gather(*(mgrpc.MembershipStub(ch).Leave(req, timeout=1.0)
@@ -100,81 +141,184 @@ class MemberClient:
         await asyncio.gather(*(mgrpc.MembershipStub(ch).Suspect(req, timeout=1.0)
                                for ch in self._channels.values()), return_exceptions=True)
 
+    # -- heartbeats: one stream per replica ------------------------------------------
+
+    def _bump(self, above: int) -> None:
+        """Take an incarnation above `above` (refutation, rejoin after DEAD or LEFT)."""
+        if above >= self.member.incarnation:
+            self.member.incarnation = above + 1
+
+    async def _beats(self):
+        sent = -1
+        while True:
+            beat = mpb.Beat(member_id=self.id, incarnation=self.member.incarnation)
+            if sent != self._topics_gen:
+                sent = self._topics_gen
+                beat.has_topics = True
+                beat.publishes.extend(self.member.publishes)
+                beat.subscribes.extend(self.member.subscribes)
+            yield beat
+            await asyncio.sleep(self.beat_interval)
+
     async def _beat_loop(self, address: str) -> None:
         stub = mgrpc.MembershipStub(self._channels[address])
         backoff = self.beat_interval
         while True:
+            call = None
             try:
-                await stub.Join(mpb.JoinRequest(member=self.member), timeout=2.0)
-                sent_topics = False
-
-                async def beats():
-                    nonlocal sent_topics
-                    while True:
-                        beat = mpb.Beat(member_id=self.id, incarnation=self.member.incarnation)
-                        if self._topics_dirty or not sent_topics:
-                            beat.has_topics = True
-                            beat.publishes.extend(self.member.publishes)
-                            beat.subscribes.extend(self.member.subscribes)
-                            sent_topics = True
-                        yield beat
-                        await asyncio.sleep(self.beat_interval)
-
-                call = stub.Heartbeat(beats())
+                await stub.Join(mpb.JoinRequest(member=self.member), timeout=RPC_TIMEOUT)
+                call = stub.Heartbeat(self._beats())
+                self._set_up(address, True)
                 backoff = self.beat_interval
                 async for reply in call:
-                    self._topics_dirty = False
-                    if reply.state == mpb.MEMBER_STATE_SUSPECT and reply.incarnation >= self.member.incarnation:
-                        # Refute: a higher incarnation than the one suspected.
-                        self.member.incarnation = reply.incarnation + 1
-                    elif reply.state in (mpb.MEMBER_STATE_DEAD, mpb.MEMBER_STATE_LEFT):
+                    if reply.state == SUSPECT:
+                        self._bump(reply.incarnation)  # refute
+                    elif reply.state in GONE:
                         log.warning("declared %s by %s: rejoining", mpb.MemberState.Name(reply.state), address)
-                        self.member.incarnation = max(self.member.incarnation, reply.incarnation) + 1
+                        self._bump(reply.incarnation)
+                        backoff = 0.0
                         break
             except asyncio.CancelledError:
                 raise
             except grpc.aio.AioRpcError as e:
-                log.debug("membership %s: %s", address, e.code().name)
+                if e.code() == grpc.StatusCode.FAILED_PRECONDITION:  # a stale incarnation: come back higher
+                    recorded = dict(e.trailing_metadata() or ()).get(INCARNATION_KEY, "")
+                    self._bump(int(recorded) if recorded.isdigit() else self.member.incarnation)
+                    backoff = 0.0
+                log.debug("membership %s: %s %s", address, e.code().name, e.details())
+            finally:
+                if call is not None:
+                    call.cancel()
+                self._set_up(address, False)
             await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, 2.0)
+            backoff = min(max(backoff, self.beat_interval) * 2, MAX_BACKOFF)
+
+    def _set_up(self, address: str, up: bool) -> None:
+        if up:
+            self._up[address] = time.monotonic()
+        else:
+            self._up.pop(address, None)
+        self._reach.set()
+
+    # -- the view: watched from one replica ------------------------------------------
+
+    def _target(self, failed: dict[str, float]) -> str | None:
+        """The first reachable replica; a healthy current one is left only for a replica
+        that has been up for PREFER_AFTER (a restarted replica is still being rejoined)."""
+        now = time.monotonic()
+        usable = {a for a in self._up if now - failed.get(a, -WATCH_RETRY) >= WATCH_RETRY}
+        best = watch_target(self.replicas, usable)
+        current = self.watching
+        if current in usable and best != current:
+            settled = {a for a in usable if now - self._up[a] >= PREFER_AFTER}
+            return watch_target(self.replicas, settled | {current})
+        return best
 
     async def _watch_loop(self) -> None:
-        i = 0
+        failed: dict[str, float] = {}
         while True:
-            address = self.replicas[i % len(self.replicas)]
+            target = self._target(failed)
+            if target is None:
+                self._reach.clear()
+                try:
+                    await asyncio.wait_for(self._reach.wait(), 0.5)
+                except asyncio.TimeoutError:
+                    pass
+                continue
+            if target != self.watching:
+                log.info("watching the view from %s", target)
+            task = asyncio.create_task(self._watch(target))
             try:
-                await self._watch(address)
+                while not task.done():
+                    done, _ = await asyncio.wait({task}, timeout=0.25)
+                    if not done and self._target(failed) != target:
+                        break  # a preferred replica is back
+                if task.done():
+                    task.result()  # a clean end (a gap): resynchronise from the same replica
+                    await asyncio.sleep(0.05)
             except asyncio.CancelledError:
-                raise
+                if asyncio.current_task().cancelling():
+                    raise
+                failed[target] = time.monotonic()  # the call, not this loop, was cancelled
             except grpc.aio.AioRpcError as e:
-                log.info("view stream from %s broke (%s): failing over", address, e.code().name)
-            i += 1
-            await asyncio.sleep(0.1 if i % len(self.replicas) else 0.5)
+                log.info("view stream from %s broke (%s): failing over", target, e.code().name)
+                failed[target] = time.monotonic()
+            except Exception:  # noqa: BLE001 - the view must keep flowing
+                log.exception("view stream from %s failed", target)
+                failed[target] = time.monotonic()
+            finally:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
 
     async def _watch(self, address: str) -> None:
+        """Follow the view and the plan of one replica until either stream ends."""
         stub = mgrpc.MembershipStub(self._channels[address])
-        # Versions are per replica: after a failover, ask for a snapshot.
-        known = self.version if address == self.watching else 0
+        control = mgrpc.ControlStub(self._channels[address])
+        same = address == self._view_from
+        if address != self.watching:
+            self._pending_plan = None  # its epoch is in the other replica's numbering
         self.watching = address
-        async for update in stub.Watch(mpb.WatchRequest(member_id=self.id, known_version=known)):
-            if update.HasField("snapshot"):
-                snap = update.snapshot
-                self.members = {m.id: m for m in snap.members}
-                self.topics = {t.name: t for t in snap.topics}
-                self.version = snap.version
-            else:
-                d = update.delta
-                if d.from_version != self.version:
-                    self.version = 0
-                    return  # a gap: reconnect for a snapshot
-                for m in d.upserted:
-                    self.members[m.id] = m
-                for t in d.topics_upserted:
-                    self.topics[t.name] = t
-                for name in d.topics_deleted:
-                    self.topics.pop(name, None)
-                self.version = d.version
+        view = stub.Watch(mpb.WatchRequest(member_id=self.id, known_version=self.version if same else 0))
+        plans = control.WatchPlan(mpb.WatchPlanRequest(known_version=self.plan_version))
+        tasks = [asyncio.create_task(self._follow_view(view)), asyncio.create_task(self._follow_plans(plans))]
+        try:
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            for t in done:
+                t.result()
+        finally:
+            for t in tasks:
+                t.cancel()
+            view.cancel()
+            plans.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _follow_view(self, call) -> None:
+        async for update in call:
+            if not self._apply(update):
+                return  # a gap: ask again from our version
             self._last_view = time.monotonic()
             self._has_view.set()
-            for callback in self._listeners:
-                callback()
+
+    async def _follow_plans(self, call) -> None:
+        async for plan in call:
+            if plan.version > self.plan_version:
+                self._pending_plan = plan
+                self._adopt_plan()
+
+    def _apply(self, update: mpb.ViewUpdate) -> bool:
+        """One update from the watched replica; False when the delta does not follow our view."""
+        kind = update.WhichOneof("kind")
+        if kind == "keepalive":
+            return update.keepalive == self.version
+        if kind == "snapshot":
+            snap = update.snapshot
+            self.members = {m.id: m for m in snap.members}
+            self.topics = {t.name: t for t in snap.topics}
+            self.version = snap.version
+            self._view_from = self.watching
+        else:
+            d = update.delta
+            local = View(self.version, self.members, self.topics)
+            view = merge(local, ViewDelta(d.from_version, d.version, {m.id: m for m in d.upserted},
+                                          {t.name: t for t in d.topics_upserted}, tuple(d.topics_deleted)))
+            if view is None:
+                return False
+            if view is local:
+                return True  # a replay
+            members = dict(view.members)
+            for member_id in d.removed:
+                members.pop(member_id, None)
+            self.members, self.topics, self.version = members, dict(view.topics), view.version
+        self._adopt_plan()
+        for callback in self._listeners:
+            callback()
+        return True
+
+    def _adopt_plan(self) -> None:
+        plan = self._pending_plan
+        if plan is None or self._view_from != self.watching or self.version < plan.epoch:
+            return
+        self._pending_plan = None
+        self.plan = plan
+        for callback in self._plan_listeners:
+            callback()

@@ -53,6 +53,13 @@ class Node:
         self.view_age = Gauge("echelon_membership_view_age_seconds",
                               "Seconds since the last view arrived from membership.", registry=self.registry)
         self.view_age.set_function(lambda: self.membership.view_age() if self.membership else 0.0)
+        # A membership replica points these at its own view and plan.
+        self.view_version = Gauge("echelon_membership_view_version", "Version of the view this process holds.",
+                                  registry=self.registry)
+        self.view_version.set_function(lambda: self.membership.version if self.membership else 0)
+        self.plan_version = Gauge("echelon_membership_plan_version",
+                                  "Version of the routing plan this process has adopted.", registry=self.registry)
+        self.plan_version.set_function(lambda: self.membership.plan_version if self.membership else 0)
 
     @property
     def address(self) -> str:

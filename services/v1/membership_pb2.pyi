@@ -87,12 +87,14 @@ class ViewDelta(_message.Message):
     def __init__(self, from_version: _Optional[int] = ..., version: _Optional[int] = ..., upserted: _Optional[_Iterable[_Union[Member, _Mapping]]] = ..., topics_upserted: _Optional[_Iterable[_Union[_common_pb2.Topic, _Mapping]]] = ..., topics_deleted: _Optional[_Iterable[str]] = ..., removed: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ViewUpdate(_message.Message):
-    __slots__ = ("snapshot", "delta")
+    __slots__ = ("snapshot", "delta", "keepalive")
     SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
     DELTA_FIELD_NUMBER: _ClassVar[int]
+    KEEPALIVE_FIELD_NUMBER: _ClassVar[int]
     snapshot: View
     delta: ViewDelta
-    def __init__(self, snapshot: _Optional[_Union[View, _Mapping]] = ..., delta: _Optional[_Union[ViewDelta, _Mapping]] = ...) -> None: ...
+    keepalive: int
+    def __init__(self, snapshot: _Optional[_Union[View, _Mapping]] = ..., delta: _Optional[_Union[ViewDelta, _Mapping]] = ..., keepalive: _Optional[int] = ...) -> None: ...
 
 class JoinRequest(_message.Message):
     __slots__ = ("member",)

@@ -1,0 +1,228 @@
+"""The gRPC face of a membership replica: Membership, Admin (topics), Control (plans)
+and Replication (peers). Each handler validates, calls the `Replica`, and answers;
+the node (server.py) fans the resulting deltas and plans out to the streams."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+from echelon.core.detector import MemberGone, StaleIncarnation, UnknownMember
+from echelon.membership import plans
+from echelon.membership.wire import STATES, record_from_pb, state_from_pb, state_to_pb
+from echelon.runtime.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
+from echelon.runtime.wire import schema_from_pb
+from echelon.v1 import common_pb2 as pb
+from echelon.v1 import membership_pb2 as mpb
+from echelon.v1 import membership_pb2_grpc as mgrpc
+from echelon.v1 import pubsub_pb2 as ppb
+from echelon.v1 import pubsub_pb2_grpc as pgrpc
+
+if TYPE_CHECKING:
+    from echelon.membership.server import MembershipNode
+
+TOPIC_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
+INCARNATION_KEY = "echelon-incarnation"
+RESYNC = object()  # in a watcher's queue: it fell behind, send a snapshot
+
+
+@contextmanager
+def detector_errors(context=None):
+    """The detector's refusals as statuses; a stale join names the recorded incarnation."""
+    try:
+        yield
+    except UnknownMember as e:
+        raise NotFound(str(e)) from None
+    except StaleIncarnation as e:
+        if context is not None:
+            context.set_trailing_metadata(((INCARNATION_KEY, str(e.current)),))
+        raise FailedPrecondition(str(e)) from None
+
+
+class MembershipServicer(mgrpc.MembershipServicer):
+    def __init__(self, node: MembershipNode):
+        self.node = node
+        self.replica = node.replica
+
+    async def Join(self, request, context):
+        record = record_from_pb(request.member)
+        with detector_errors(context):
+            self.replica.join(record, time.monotonic())
+        return mpb.JoinResponse(view=self.node.snapshot(),
+                                heartbeat_interval_ms=int(self.node.config.beat_interval * 1000))
+
+    async def Heartbeat(self, request_iterator, context):
+        """Beats in; out, only prompts: SUSPECT (refute), DEAD or LEFT (rejoin)."""
+        replies: asyncio.Queue = asyncio.Queue()
+        member_id = ""
+
+        async def read() -> None:
+            nonlocal member_id
+            try:
+                async for beat in request_iterator:
+                    if not member_id:
+                        member_id = beat.member_id
+                        self.node.beat_streams[member_id] = replies
+                    elif beat.member_id != member_id:
+                        raise InvalidArgument(f"one member per stream: {member_id!r}, then {beat.member_id!r}")
+                    topics = (beat.publishes, beat.subscribes) if beat.has_topics else (None, None)
+                    try:
+                        with detector_errors():
+                            self.replica.beat(member_id, beat.incarnation, time.monotonic(), *topics)
+                    except MemberGone as e:
+                        replies.put_nowait(mpb.BeatReply(state=STATES[e.state], incarnation=e.incarnation,
+                                                         view_version=self.replica.log.version))
+                        return
+            finally:
+                replies.put_nowait(None)
+
+        reader = asyncio.create_task(read())
+        try:
+            while (reply := await replies.get()) is not None:
+                yield reply
+            await reader  # its error, if any, becomes the stream's status
+        finally:
+            reader.cancel()
+            if self.node.beat_streams.get(member_id) is replies:
+                del self.node.beat_streams[member_id]
+
+    async def Watch(self, request, context):
+        """A snapshot (or the missed deltas), then deltas; keepalives while idle."""
+        await self.node.peers.ready.wait()
+        log = self.replica.log
+        queue: asyncio.Queue = asyncio.Queue(self.node.watch_queue)
+        deltas = log.since(request.known_version) if request.known_version else None
+        self.node.watchers.add(queue)
+        try:
+            if deltas is None:
+                yield mpb.ViewUpdate(snapshot=self.node.snapshot())
+            for d in deltas or ():
+                yield mpb.ViewUpdate(delta=self.node.delta(d))
+            while True:
+                try:
+                    item = await asyncio.wait_for(queue.get(), self.node.keepalive)
+                except asyncio.TimeoutError:
+                    yield mpb.ViewUpdate(keepalive=log.version)
+                    continue
+                if item is RESYNC:
+                    yield mpb.ViewUpdate(snapshot=self.node.snapshot())
+                else:
+                    yield mpb.ViewUpdate(delta=item)
+        finally:
+            self.node.watchers.discard(queue)
+
+    async def Leave(self, request, context):
+        with detector_errors():
+            self.replica.leave(request.member_id, request.incarnation, time.monotonic())
+        return mpb.LeaveResponse()
+
+    async def Suspect(self, request, context):
+        if not request.reporter or not request.member_id:
+            raise InvalidArgument("reporter and member_id are required")
+        ignored = self.replica.detector.stats.evidence_ignored
+        with detector_errors():
+            moved = self.replica.evidence(request.member_id, request.reporter, time.monotonic(),
+                                          request.incarnation or None)
+        outcome = "suspected" if moved else \
+            "ignored" if self.replica.detector.stats.evidence_ignored > ignored else "confirmed"
+        self.node.metrics.evidence.labels(outcome).inc()
+        return mpb.SuspectResponse()
+
+
+class AdminServicer(pgrpc.AdminServicer):
+    """Topics: a last-writer-wins map replicated to the peers."""
+
+    def __init__(self, node: MembershipNode):
+        self.node = node
+        self.replica = node.replica
+
+    async def CreateTopic(self, request, context):
+        await self.node.peers.ready.wait()
+        if not TOPIC_NAME.match(request.name):
+            raise InvalidArgument(f"topic name {request.name!r}: 1-200 of letters, digits, '.', '_', '-'")
+        schema_from_pb(request.schema)  # validates
+        old = self.replica.topics.get(request.name)
+        if old is not None:
+            if old.schema == request.schema:
+                return old  # idempotent
+            raise AlreadyExists(f"topic {request.name!r} exists with another schema")
+        topic = pb.Topic(name=request.name, schema=request.schema, created_unix_ms=int(time.time() * 1000))
+        self.node.peers.push(topics={topic.name: self.replica.put_topic(topic.name, topic)})
+        return topic
+
+    async def GetTopic(self, request, context):
+        await self.node.peers.ready.wait()
+        topic = self.replica.topics.get(request.name)
+        if topic is None:
+            raise NotFound(f"topic {request.name!r} does not exist")
+        return topic
+
+    async def ListTopics(self, request, context):
+        await self.node.peers.ready.wait()
+        return ppb.ListTopicsResponse(topics=[t for _, t in sorted(self.replica.topics.live().items())])
+
+    async def DeleteTopic(self, request, context):
+        await self.node.peers.ready.wait()
+        entry = self.replica.delete_topic(request.name)
+        if entry is None:
+            raise NotFound(f"topic {request.name!r} does not exist")
+        self.node.peers.push(topics={request.name: entry})
+        return ppb.DeleteTopicResponse()
+
+
+class ControlServicer(mgrpc.ControlServicer):
+    """Routing plans: validated here once, then a last-writer-wins register."""
+
+    def __init__(self, node: MembershipNode):
+        self.node = node
+        self.replica = node.replica
+
+    async def GetPlan(self, request, context):
+        await self.node.peers.ready.wait()
+        return self.node.plan()
+
+    async def PushPlan(self, plan, context):
+        await self.node.peers.ready.wait()
+        rejection = plans.check(plan, self.replica.plans.version, self.replica.alive())
+        if rejection is not None:
+            raise (FailedPrecondition if rejection.stale else InvalidArgument)(str(rejection))
+        stored = mpb.RoutingPlan()
+        stored.CopyFrom(plan)
+        if not stored.created_unix_ms:
+            stored.created_unix_ms = int(time.time() * 1000)
+        self.node.peers.push(plan=self.replica.accept_plan(plan.version, stored))
+        return mpb.PushPlanResponse(version=plan.version)
+
+    async def WatchPlan(self, request, context):
+        await self.node.peers.ready.wait()
+        queue: asyncio.Queue = asyncio.Queue()
+        self.node.plan_watchers.add(queue)
+        try:
+            if self.replica.plans.version > request.known_version:
+                yield self.node.plan()
+            while True:
+                plan = await queue.get()
+                if plan.version > request.known_version:
+                    yield plan
+        finally:
+            self.node.plan_watchers.discard(queue)
+
+
+class ReplicationServicer(mgrpc.ReplicationServicer):
+    def __init__(self, node: MembershipNode):
+        self.replica = node.replica
+
+    async def Digest(self, request, context):
+        topics, plan = self.replica.digest()
+        return mpb.DigestResponse(origin=self.replica.origin, topics=topics, plan=plan)
+
+    async def Pull(self, request, context):
+        return state_to_pb(self.replica.origin, self.replica.topics.state(), self.replica.plans.current)
+
+    async def Push(self, request, context):
+        if request.origin != self.replica.origin:
+            self.replica.merge_state(*state_from_pb(request))
+        return mpb.PushResponse()
