@@ -77,12 +77,21 @@ def cli() -> None:
 @click.option("--membership", multiple=True, required=True, help="Membership replica addresses (comma list).")
 @click.option("--max-backlog", default=10_000, type=click.IntRange(1), show_default=True,
               help="Messages a subscription may hold before it is closed with RESOURCE_EXHAUSTED.")
-def agent(log_level, max_backlog, **kw) -> None:
+@click.option("--dissemination", default="lbdd", type=click.Choice(["lbdd", "p2p"]), show_default=True,
+              help="lbdd: subscribers relay along LBDD trees; p2p: this agent sends every copy itself.")
+@click.option("--slice-bytes", default=65536, type=click.IntRange(1024, 16 << 20), show_default=True,
+              help="Payloads above this size travel as slices of this size, forwarded as they arrive.")
+@click.option("--stripes", default=8, type=click.IntRange(1, 64), show_default=True,
+              help="LBDD trees a sliced payload is striped over (1: plain LBDD).")
+@click.option("--window-bytes", default=8 << 20, type=click.IntRange(64 << 10), show_default=True,
+              help="Unacknowledged bytes per outgoing relay link (backpressure).")
+def agent(log_level, max_backlog, dissemination, slice_bytes, stripes, window_bytes, **kw) -> None:
     """Run an agent: the client API, local delivery, relaying."""
     from echelon.agent.server import AgentNode
 
     setup_logging("agent", log_level)
-    _serve(lambda: AgentNode(_config(**kw), max_backlog=max_backlog))
+    _serve(lambda: AgentNode(_config(**kw), max_backlog=max_backlog, window_bytes=window_bytes,
+                             dissemination=dissemination, slice_bytes=slice_bytes, stripes=stripes))
 
 
 @cli.command()

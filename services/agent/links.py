@@ -1,11 +1,16 @@
 """Outgoing relay links: one long-lived `Relay.Stream` per peer.
 
-A frame stays in the link until the peer acknowledges it. Frames are queued without
-waiting (so the order in which the dispatcher queues them is the order on the wire);
-the sender keeps at most `window_bytes` unacknowledged, which is the backpressure. A
-broken stream is reopened and every unacknowledged frame sent again; the receiver drops
-duplicate messages by id. Closing a link (the peer left the view) settles every
-pending frame as not delivered, so the caller can re-route or count it.
+A frame stays in the link until the peer acknowledges it, which the peer does once its
+whole subtree holds the frame's messages. Frames are queued without waiting (so the
+order in which they are queued is the order on the wire); the sender keeps at most
+`window_bytes` unacknowledged on the wire, which is the backpressure, and a producer
+that must not run ahead (the root) waits for `room()`. A broken stream is reopened and
+every unacknowledged frame sent again; the receiver drops duplicates by message id.
+Closing a link (the peer left the view) settles every pending frame as not delivered
+(False), so the caller re-routes it.
+
+The link counts what the congestion element needs (OctopiA: CE = enqueued / dequeued,
+and the queue length q) and the bytes it puts on the wire.
 """
 
 from __future__ import annotations
@@ -24,22 +29,35 @@ from echelon.v1 import relay_pb2_grpc as rgrpc
 log = logging.getLogger("echelon.links")
 
 
+class LinkMetrics:
+    """The per-peer series one link feeds (children of the agent's labelled metrics)."""
+
+    def __init__(self, enqueued=None, dequeued=None, sent_bytes=None):
+        self.enqueued = enqueued
+        self.dequeued = dequeued
+        self.sent_bytes = sent_bytes
+
+
 class Link:
     def __init__(self, self_id: str, peer_id: str, address: str, window_bytes: int = 8 << 20,
-                 on_break: Callable[[str], None] | None = None):
+                 on_break: Callable[[str], None] | None = None, metrics: LinkMetrics | None = None):
         self.self_id = self_id
         self.peer = peer_id
         self.address = address
         self.window_bytes = window_bytes
         self.on_break = on_break
+        self.metrics = metrics or LinkMetrics()
         self.outbox: deque[tuple[int, rpb.RelayFrame, int]] = deque()  # not yet sent on this stream
         self.unacked: dict[int, tuple[rpb.RelayFrame, int, asyncio.Future]] = {}
-        self.in_flight = 0
+        self.in_flight = 0  # bytes on the wire, unacknowledged
+        self.pending_bytes = 0  # bytes queued or on the wire, unacknowledged
         self.enqueued = 0  # frames, for the congestion element
         self.dequeued = 0
         self.sent_bytes = 0
+        self.closed = False
         self._seq = 0
         self._wake = asyncio.Event()
+        self._room = asyncio.Event()
         self._task: asyncio.Task | None = None
         self._channel: grpc.aio.Channel | None = None
 
@@ -49,29 +67,61 @@ class Link:
 
     def send(self, frame: rpb.RelayFrame) -> asyncio.Future:
         """Queue a frame; the future resolves True when acknowledged, False if the link closed first."""
+        future = asyncio.get_running_loop().create_future()
+        if self.closed:
+            future.set_result(False)
+            return future
         self._seq += 1
         frame.seq = self._seq
         size = frame.ByteSize()
-        future = asyncio.get_running_loop().create_future()
         self.unacked[frame.seq] = (frame, size, future)
         self.outbox.append((frame.seq, frame, size))
+        self.pending_bytes += size
         self.enqueued += 1
+        if self.metrics.enqueued:
+            self.metrics.enqueued.inc()
         self._wake.set()
         if self._task is None:
             self._task = asyncio.create_task(self._run(), name=f"link-{self.peer}")
         return future
 
+    async def room(self) -> None:
+        """Wait until less than a window is queued (or the link closed)."""
+        while not self.closed and self.pending_bytes >= self.window_bytes:
+            self._room.clear()
+            await self._room.wait()
+
     async def close(self) -> None:
+        self.closed = True
+        self._room.set()
         if self._task:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
         if self._channel:
             await self._channel.close()
-        for _, _, future in self.unacked.values():
+        unacked, self.unacked = self.unacked, {}
+        self.outbox.clear()
+        self.pending_bytes = self.in_flight = 0
+        for _, _, future in unacked.values():
             if not future.done():
                 future.set_result(False)
-        self.unacked.clear()
-        self.outbox.clear()
+
+    def _acked(self, seqs) -> None:
+        for seq in seqs:
+            entry = self.unacked.pop(seq, None)
+            if entry is None:
+                continue
+            _, size, future = entry
+            self.in_flight -= size
+            self.pending_bytes -= size
+            self.dequeued += 1
+            if self.metrics.dequeued:
+                self.metrics.dequeued.inc()
+            if not future.done():
+                future.set_result(True)
+        self._wake.set()
+        if self.pending_bytes < self.window_bytes:
+            self._room.set()
 
     async def _run(self) -> None:
         self._channel = channel(self.address)
@@ -84,16 +134,7 @@ class Link:
             call = stub.Stream(self._frames(), metadata=(("x-echelon-member", self.self_id),))
             try:
                 async for ack in call:
-                    for seq in ack.seqs:
-                        entry = self.unacked.pop(seq, None)
-                        if entry is None:
-                            continue
-                        _, size, future = entry
-                        self.in_flight -= size
-                        self.dequeued += 1
-                        if not future.done():
-                            future.set_result(True)
-                    self._wake.set()
+                    self._acked(ack.seqs)
                     backoff = 0.05
             except asyncio.CancelledError:
                 call.cancel()
@@ -106,6 +147,7 @@ class Link:
             backoff = min(backoff * 2, 1.0)
 
     async def _frames(self):
+        sent_bytes = self.metrics.sent_bytes
         while True:
             while self.outbox and (self.in_flight < self.window_bytes or self.in_flight == 0):
                 seq, frame, size = self.outbox.popleft()
@@ -113,6 +155,8 @@ class Link:
                     continue
                 self.in_flight += size
                 self.sent_bytes += size
+                if sent_bytes:
+                    sent_bytes.inc(size)
                 yield frame
             self._wake.clear()
             await self._wake.wait()

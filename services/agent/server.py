@@ -1,10 +1,11 @@
 """The agent: the client API (`PubSub`, `Admin`), local delivery, and relaying.
 
 The path of a publish (DESIGN.md): validate and id the event, queue it for the
-dispatcher, which matches a whole batch at once on the matcher tier, then hands each
-destination agent one frame holding all of the batch's events for it. Because the
-dispatcher queues frames in publish order and every link is FIFO, a producer's events
-reach each subscription in order while the view is stable.
+dispatcher, which matches a whole batch at once on the matcher tier (attributes only:
+payloads stay here), then hands the batch to the data plane (`dataplane`), which sends
+it down the topic's LBDD trees, or to every destination itself in p2p mode. Frames
+from peers arrive on `Relay.Stream`; the data plane delivers, forwards and says when
+each may be acknowledged.
 """
 
 from __future__ import annotations
@@ -16,9 +17,11 @@ import time
 import grpc
 from prometheus_client import Counter, Gauge, Histogram
 
-from echelon.agent.links import Link
+from echelon.agent.dataplane import DataPlane
+from echelon.agent.links import Link, LinkMetrics
 from echelon.agent.matching import MatchClient
 from echelon.agent.subscriptions import Subscription
+from echelon.agent.trees import Trees
 from echelon.core.dedup import DedupWindow
 from echelon.core.schema import Schema
 from echelon.runtime.errors import (AlreadyExists, EchelonError, FailedPrecondition, InvalidArgument, NotFound,
@@ -59,22 +62,40 @@ class AgentMetrics:
         self.copies = Counter("echelon_agent_copies_sent_total", "Frames sent, as tree root or as relay.",
                               ["as"], registry=r)
         self.dropped = Counter("echelon_agent_frames_undelivered_total", "Frames whose peer left before "
-                               "acknowledging.", registry=r)
+                               "acknowledging (their messages are re-routed).", registry=r)
+        self.rerouted = Counter("echelon_agent_rerouted_messages_total", "Messages and slices re-routed by a "
+                                "path update after their target left the view.", registry=r)
+        self.lost = Counter("echelon_agent_destinations_lost_total", "Destinations dropped from a copy because "
+                            "they left the view before receiving it.", registry=r)
+        self.reassembling = Gauge("echelon_agent_payloads_reassembling", "Sliced payloads partly received.",
+                                  registry=r)
 
 
 class AgentNode(Node):
     role = mpb.ROLE_AGENT
 
-    def __init__(self, config: NodeConfig, max_backlog: int = 10_000, window_bytes: int = 8 << 20):
+    def __init__(self, config: NodeConfig, max_backlog: int = 10_000, window_bytes: int = 8 << 20,
+                 dissemination: str = "lbdd", slice_bytes: int = 65536, stripes: int = 8):
         super().__init__(config)
+        if dissemination not in ("lbdd", "p2p"):
+            raise ValueError(f"dissemination {dissemination!r}: lbdd or p2p")
+        if not 1024 <= slice_bytes <= 16 << 20:
+            raise ValueError(f"slice size {slice_bytes}: 1 KiB to 16 MiB")
+        if not 1 <= stripes <= 64:
+            raise ValueError(f"stripes {stripes}: 1 to 64")
         self.max_backlog = max_backlog
         self.window_bytes = window_bytes
+        self.dissemination = dissemination
+        self.slice_bytes = slice_bytes
+        self.stripes = stripes
+        self.stopping = False
+        self.plane: DataPlane | None = None
         self.metrics = AgentMetrics(self.registry)
         self.subs: dict[str, Subscription] = {}  # by name
         self.links: dict[str, Link] = {}
         self.dedup = DedupWindow()
         self.matching: MatchClient | None = None
-        self._queue: asyncio.Queue[tuple[pb.Event, asyncio.Future]] = asyncio.Queue()
+        self._queue: asyncio.Queue[tuple[pb.Event, bytes, asyncio.Future]] = asyncio.Queue()
         self._dispatcher: asyncio.Task | None = None
         self._ephemeral = 0
         pubsub = PubSubServicer(self)
@@ -93,15 +114,20 @@ class AgentNode(Node):
                                   registry=self.registry)
         self.received_bytes = Counter("echelon_relay_received_bytes_total", "Bytes received per peer.", ["peer"],
                                       registry=self.registry)
+        self.metrics.reassembling.set_function(lambda: len(self.plane.reassembler) if self.plane else 0)
 
     # -- lifecycle -------------------------------------------------------------------
 
     async def on_start(self) -> None:
+        trees = Trees(self.config.id, self.address, self.dissemination, self.stripes)
+        trees.update(self.membership.alive(mpb.ROLE_AGENT))
+        self.plane = DataPlane(self, trees, self.slice_bytes)
         self.matching = MatchClient(self.membership)
         self.matching.on_view()
         self._dispatcher = asyncio.create_task(self._dispatch_loop(), name="dispatcher")
 
     async def on_stop(self) -> None:
+        self.stopping = True  # from here on nothing is acknowledged or re-routed
         if self._dispatcher:
             self._dispatcher.cancel()
         await asyncio.gather(*(link.close() for link in self.links.values()), return_exceptions=True)
@@ -111,30 +137,39 @@ class AgentNode(Node):
     def on_view(self) -> None:
         if self.matching:
             self.matching.on_view()
-        alive = {m.id for m in self.membership.alive(mpb.ROLE_AGENT)}
+        agents = self.membership.alive(mpb.ROLE_AGENT)
+        if self.plane:
+            self.plane.trees.update(agents)  # Algorithm 3: every route from now on uses the new view
+        alive = {m.id for m in agents}
         for peer in [p for p in self.links if p not in alive]:
-            asyncio.create_task(self._drop_link(peer))
+            self._drop_link(peer)
 
-    async def _drop_link(self, peer: str) -> None:
+    def _drop_link(self, peer: str) -> None:
+        """The peer left the view: its unacknowledged frames come back and are re-routed."""
         link = self.links.pop(peer, None)
         if link:
-            undelivered = len(link.unacked)
-            await link.close()
-            self.metrics.dropped.inc(undelivered)
+            self.metrics.dropped.inc(len(link.unacked))
+            try:
+                self.link_queue.remove(peer)
+            except KeyError:
+                pass
+            asyncio.create_task(link.close())
 
     def link(self, peer: mpb.Member) -> Link:
         link = self.links.get(peer.id)
         if link is None or link.address != peer.address:
-            link = self.links[peer.id] = Link(self.config.id, peer.id, peer.address, self.window_bytes,
-                                             on_break=self._peer_broke)
+            if link is not None:  # the peer came back on another address
+                self._drop_link(peer.id)
+            link = self.links[peer.id] = Link(
+                self.config.id, peer.id, peer.address, self.window_bytes, on_break=self._peer_broke,
+                metrics=LinkMetrics(self.link_enqueued.labels(peer.id), self.link_dequeued.labels(peer.id),
+                                    self.sent_bytes.labels(peer.id)))
+            self.link_queue.labels(peer.id).set_function(lambda: link.queue_length)
         return link
 
     def _peer_broke(self, peer: str) -> None:
-        asyncio.create_task(self.membership.report(peer, "relay stream broke"))
-
-    def export_link_metrics(self) -> None:
-        for peer, link in self.links.items():
-            self.link_queue.labels(peer).set(link.queue_length)
+        if not self.stopping:
+            asyncio.create_task(self.membership.report(peer, "relay stream broke"))
 
     # -- topics ----------------------------------------------------------------------
 
@@ -158,10 +193,10 @@ class AgentNode(Node):
 
     # -- publish ---------------------------------------------------------------------
 
-    def submit(self, event: pb.Event) -> asyncio.Future:
-        """Queue a validated event; the future gives (destinations, delivery futures)."""
+    def submit(self, event: pb.Event, payload: bytes = b"") -> asyncio.Future:
+        """Queue a validated event (its payload apart); the future gives (destinations, delivery futures)."""
         future = asyncio.get_running_loop().create_future()
-        self._queue.put_nowait((event, future))
+        self._queue.put_nowait((event, payload, future))
         return future
 
     async def _dispatch_loop(self) -> None:
@@ -170,48 +205,40 @@ class AgentNode(Node):
             while len(batch) < MAX_BATCH and not self._queue.empty():
                 batch.append(self._queue.get_nowait())
             try:
-                results = await self.matching.match([e for e, _ in batch])
+                results = await self.matching.match([e for e, _, _ in batch])
+                await self._fan_out(batch, results)
             except EchelonError as e:
-                for _, future in batch:
+                for *_, future in batch:
                     if not future.done():
                         future.set_exception(e)
-                continue
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # noqa: BLE001 - never let the dispatcher die
                 log.exception("dispatch failed")
-                for _, future in batch:
+                for *_, future in batch:
                     if not future.done():
                         future.set_exception(Unavailable(f"dispatch failed: {e}"))
-                continue
-            self._fan_out(batch, results)
 
-    def _fan_out(self, batch, results: list[xpb.MatchResult]) -> None:
-        """Point-to-point: one frame per destination agent holding all its events."""
-        agents = {m.id: m for m in self.membership.alive(mpb.ROLE_AGENT)}
-        frames: dict[str, rpb.RelayFrame] = {}
-        per_event: list[list[str]] = []
-        for (event, _), result in zip(batch, results):
-            dests = [a.agent for a in result.agents if a.agent in agents]
-            per_event.append(dests)
-            for d in dests:
-                if d == self.config.id:
-                    continue
-                frame = frames.get(d)
-                if frame is None:
-                    frame = frames[d] = rpb.RelayFrame(source=self.config.id)
-                frame.messages.add(event=event, destinations=[d])
-        sent = {d: self.link(agents[d]).send(f) for d, f in frames.items()}
-        for d, f in frames.items():
-            self.metrics.copies.labels("root").inc()
-            self.link_enqueued.labels(d).inc()
-            self.sent_bytes.labels(d).inc(f.ByteSize())
-        for (event, future), dests in zip(batch, per_event):
+    async def _fan_out(self, batch, results: list[xpb.MatchResult]) -> None:
+        """Local delivery here, the rest to the data plane as the root."""
+        alive = self.plane.trees.alive
+        items = []
+        for (event, payload, _), result in zip(batch, results):
+            dests = [a.agent for a in result.agents if a.agent == self.config.id or alive(a.agent)]
             if self.config.id in dests:
-                self.deliver_local(event)
+                if payload:
+                    whole = pb.Event()
+                    whole.CopyFrom(event)
+                    whole.payload = payload
+                    self.deliver_local(whole)
+                else:
+                    self.deliver_local(event)
+            items.append((event, payload, dests))
+        # Accepted: held here. The futures report delivery once every destination has it.
+        delivered = await self.plane.publish(items)
+        for (*_, future), (_, _, dests), done in zip(batch, items, delivered):
             if not future.done():
-                future.set_result((len(dests), [sent[d] for d in dests if d in sent]))
-        self.export_link_metrics()
+                future.set_result((len(dests), [done]))
 
     # -- local delivery --------------------------------------------------------------
 
@@ -296,16 +323,16 @@ class PubSubServicer(pgrpc.PubSubServicer):
         self.node = node
         self._producers = 0
 
-    async def _accept(self, req: ppb.PublishRequest, producer: str, seq: int) -> asyncio.Future:
+    async def _accept(self, req: ppb.PublishRequest, producer: str, seq: int, payload: bytes) -> asyncio.Future:
         """Validate and queue; raises a domain error for a bad request (nothing queued)."""
         node = self.node
         topic = await node.topic(req.topic)
         attrs = attributes_from_pb(req.attributes)
         node.schema(topic).validate_event(attrs)
         event = pb.Event(id=pb.MessageId(producer_id=producer, sequence=seq), topic=topic.name,
-                         attributes=req.attributes, payload=req.payload, ordering_key=req.ordering_key,
+                         attributes=req.attributes, ordering_key=req.ordering_key,
                          publish_time_unix_nanos=time.time_ns())
-        return node.submit(event)
+        return node.submit(event, payload)
 
     async def _ack(self, req: ppb.PublishRequest, producer: str, seq: int, accepted) -> ppb.PublishAck:
         ack = ppb.PublishAck(producer_id=producer, sequence=seq)
@@ -340,6 +367,7 @@ class PubSubServicer(pgrpc.PubSubServicer):
                 if not seq:
                     auto_seq += 1
                     seq = auto_seq
+                payload = None
                 if req.slice_count > 1:
                     first, parts = slices.setdefault((producer, seq), (req, []))
                     if req.slice_index != len(parts):
@@ -351,11 +379,10 @@ class PubSubServicer(pgrpc.PubSubServicer):
                     if len(parts) < req.slice_count:
                         continue
                     del slices[(producer, seq)]
-                    req = ppb.PublishRequest()
-                    req.CopyFrom(first)  # the first slice carries the attributes
-                    req.payload = b"".join(parts)
+                    req = first  # the first slice carries the attributes
+                    payload = b"".join(parts)
                 try:
-                    accepted = await self._accept(req, producer, seq)
+                    accepted = await self._accept(req, producer, seq, req.payload if payload is None else payload)
                 except Exception as e:  # noqa: BLE001 - answered in order, in the ack
                     accepted = e
                 await pending.put((req, producer, seq, accepted))
@@ -428,7 +455,7 @@ class PubSubServicer(pgrpc.PubSubServicer):
 
 
 class RelayServicer(rgrpc.RelayServicer):
-    """Receives frames from peers: delivers locally, then acknowledges."""
+    """Receives frames from peers; acknowledges each once the data plane says its subtree holds it."""
 
     def __init__(self, node: AgentNode):
         self.node = node
@@ -436,14 +463,29 @@ class RelayServicer(rgrpc.RelayServicer):
     async def Stream(self, request_iterator, context):
         peer = dict(context.invocation_metadata()).get("x-echelon-member", "?")
         node = self.node
-        known = {m.id for m in node.membership.members.values()}
-        label = peer if peer in known else "unknown"
-        async for frame in request_iterator:
-            node.received_bytes.labels(label).inc(frame.ByteSize())
-            for msg in frame.messages:
-                if node.config.id in msg.destinations:
-                    node.deliver_local(msg.event)
-            yield rpb.RelayAck(seqs=[frame.seq])
+        received = node.received_bytes.labels(peer if peer in node.membership.members else "unknown")
+        acks: asyncio.Queue[int | None] = asyncio.Queue()
+
+        async def read():
+            async for frame in request_iterator:
+                received.inc(frame.ByteSize())
+                node.plane.receive(frame, lambda seq=frame.seq: acks.put_nowait(seq))
+
+        reader = asyncio.create_task(read())
+        reader.add_done_callback(lambda _: acks.put_nowait(None))
+        try:
+            while (seq := await acks.get()) is not None:
+                seqs = [seq]
+                while not acks.empty() and (seq := acks.get_nowait()) is not None:
+                    seqs.append(seq)
+                yield rpb.RelayAck(seqs=seqs)
+                if seq is None:
+                    break
+            error = reader.exception() if reader.done() and not reader.cancelled() else None
+            if error is not None and not isinstance(error, grpc.aio.AioRpcError):
+                log.error("relay stream from %s failed", peer, exc_info=error)
+        finally:
+            reader.cancel()
 
 
 class AdminProxy(pgrpc.AdminServicer):

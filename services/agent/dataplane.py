@@ -1,0 +1,289 @@
+"""The agent's data plane: LBDD dissemination with aggregated acks and path update
+(LBDD sections 3.3-3.4; DESIGN.md "The path of one event", "Guarantees").
+
+Roles. The publishing agent is the root of the topic's tree (`trees.Trees`): it sends a
+copy only to its targets whose subtree holds a destination, and each copy carries the
+destination ids of that subtree. A relay computes its own targets from its own view and
+does the same with what it received. In p2p mode the root sends every copy itself.
+Small events to one target share a frame; a payload above the slice size goes as slices,
+each forwarded the moment it arrives, striped over S trees (`trees`, `slices`).
+
+Holds: acks aggregate up the tree. A node keeps every message it forwards in a `Hold`,
+keyed by (producer, sequence, slice index), until each copy it produced is acknowledged;
+it acknowledges an incoming frame only once it has delivered locally and every hold the
+frame touched is settled. So an ack at the root means the whole subtree has the message.
+
+Path update (Algorithm 3). When a target leaves the view, its link is closed and every
+unacknowledged frame on it comes back as not delivered; the node re-routes the
+destinations those frames still owed (minus the ones gone from the view) over its new
+view and sends them to its new targets. If the failed node was a relay, its orphaned
+children are among those destinations and get the message again from someone else.
+
+Duplicates. A hold remembers the destinations it already took on (`covered`); a second
+copy of a message or slice (a re-route, a resend after a broken stream) is forwarded
+only to destinations not yet covered, and its ack waits for the first copy's hold. Local
+delivery is deduplicated per message id (the agent's DedupWindow), slices per (message,
+index) before reassembly.
+
+Order. Under a stable view a producer's small events reach an agent along one path, and
+links are FIFO. Slices of a striped payload take several paths, so the root fences a
+striped payload: everything before it is acknowledged before its first slice leaves, and
+it is acknowledged before anything after it leaves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict
+from typing import Callable
+
+from echelon.agent.slices import Reassembler, slice_count, slice_event
+from echelon.agent.trees import Trees
+from echelon.v1 import common_pb2 as pb
+from echelon.v1 import relay_pb2 as rpb
+
+log = logging.getLogger("echelon.agent.dataplane")
+
+FRAME_BYTES = 1 << 20  # a root frame of small events is closed past this size
+MAX_HOLDS = 200_000  # settled holds remembered for duplicate suppression
+
+
+class Hold:
+    """One message (or slice) this node is responsible for until its copies are acked."""
+
+    __slots__ = ("covered", "pending", "waiters")
+
+    def __init__(self):
+        self.covered: set[str] = set()
+        self.pending = 0  # frames carrying it, not yet acknowledged
+        self.waiters: list[Job] = []
+
+    def release(self) -> None:
+        self.pending -= 1
+        if self.pending == 0 and self.waiters:
+            waiters, self.waiters = self.waiters, []
+            for job in waiters:
+                job.tick()
+
+
+class Job:
+    """Waits for a set of holds to settle, then calls `done` once."""
+
+    __slots__ = ("count", "done")
+
+    def __init__(self, done: Callable[[], None]):
+        self.count = 1  # the arming guard
+        self.done = done
+
+    def wait(self, hold: Hold) -> None:
+        if hold.pending:
+            self.count += 1
+            hold.waiters.append(self)
+
+    def tick(self) -> None:
+        self.count -= 1
+        if self.count == 0:
+            self.done()
+
+    arm = tick
+
+
+class DataPlane:
+    """What the agent sends where, and when it may acknowledge; the node does the I/O.
+
+    `node` provides: `config.id`, `address`, `link(member)` (a `links.Link`),
+    `deliver_local(event)`, `dedup`, `metrics` (copies, rerouted, lost), `stopping`.
+    """
+
+    def __init__(self, node, trees: Trees, slice_bytes: int = 65536):
+        self.node = node
+        self.id = node.config.id
+        self.trees = trees
+        self.slice_bytes = slice_bytes
+        self.holds: OrderedDict[tuple, Hold] = OrderedDict()
+        self.reassembler = Reassembler()
+        self._open: set[asyncio.Future] = set()  # the root's messages not yet acknowledged
+
+    # -- holds -----------------------------------------------------------------------
+
+    def _hold(self, key: tuple) -> Hold:
+        hold = self.holds.get(key)
+        if hold is None:
+            hold = self.holds[key] = Hold()
+            while len(self.holds) > MAX_HOLDS:
+                oldest = next(iter(self.holds.values()))
+                if oldest.pending:
+                    break  # still in flight: the table is bounded by the windows anyway
+                self.holds.popitem(last=False)
+        return hold
+
+    # -- sending ---------------------------------------------------------------------
+
+    def _forward(self, source: str, source_key: str, items) -> dict[str, rpb.RelayFrame]:
+        """Route (message, destinations, hold) items from this node and send the frames.
+
+        Returns the frames sent, by target. Each hold's pending count covers its frames.
+        """
+        per_target: dict[str, tuple[rpb.RelayFrame, list[Hold]]] = {}
+        for msg, dests, hold in items:
+            routes, lost = self.trees.route(source_key, msg.event.topic, msg.stripe, dests)
+            if lost:
+                self.node.metrics.lost.inc(len(lost))
+            for target, ds in routes.items():
+                entry = per_target.get(target)
+                if entry is None:
+                    entry = per_target[target] = (rpb.RelayFrame(source=source, source_key=source_key), [])
+                entry[0].messages.add(event=msg.event, destinations=ds, slice_index=msg.slice_index,
+                                      slice_count=msg.slice_count, payload_size=msg.payload_size,
+                                      stripe=msg.stripe)
+                entry[1].append(hold)
+        for target, (frame, holds) in per_target.items():
+            self._send(target, frame, holds)
+        return {t: f for t, (f, _) in per_target.items()}
+
+    def _send(self, target: str, frame: rpb.RelayFrame, holds: list[Hold]) -> None:
+        for h in holds:
+            h.pending += 1
+        member = self.trees.table.members[target]  # route() only names members of the view
+        future = self.node.link(member).send(frame)
+        self.node.metrics.copies.labels("root" if frame.source == self.id else "relay").inc()
+        future.add_done_callback(lambda f: self._settled(frame, holds, f))
+
+    def _settled(self, frame: rpb.RelayFrame, holds: list[Hold], future: asyncio.Future) -> None:
+        ok = not future.cancelled() and future.result()
+        if not ok:
+            if self.node.stopping:
+                return  # never settle: nothing is acknowledged upstream that did not arrive
+            # Path update: the target left the view with this frame unacknowledged.
+            self.node.metrics.rerouted.inc(len(frame.messages))
+            self._forward(frame.source, frame.source_key,
+                          [(m, list(m.destinations), h) for m, h in zip(frame.messages, holds)])
+        for h in holds:
+            h.release()
+
+    # -- receiving -------------------------------------------------------------------
+
+    def receive(self, frame: rpb.RelayFrame, ack: Callable[[], None]) -> None:
+        """Deliver and forward one incoming frame; call `ack()` when its subtree holds it."""
+        if self.node.stopping:
+            return  # leaving: the sender re-routes once we are out of its view
+        me = self.id
+        job = Job(ack)
+        items, touched = [], []
+        for msg in frame.messages:
+            ev = msg.event
+            hold = self._hold((ev.id.producer_id, ev.id.sequence, msg.slice_index))
+            dests = msg.destinations
+            fresh = [d for d in dests if d != me and d not in hold.covered]
+            if fresh:
+                hold.covered.update(fresh)
+                items.append((msg, fresh, hold))
+            touched.append(hold)
+            if me in dests:
+                self._deliver(msg)
+        if items:
+            self._forward(frame.source, frame.source_key, items)
+        for hold in touched:
+            job.wait(hold)
+        job.arm()
+
+    def _deliver(self, msg: rpb.RelayMessage) -> None:
+        if msg.slice_count <= 1:
+            self.node.deliver_local(msg.event)
+            return
+        ev = msg.event
+        if (ev.id.producer_id, ev.id.sequence) in self.node.dedup:
+            return  # the whole message was delivered already
+        whole = self.reassembler.add(msg)
+        if whole is not None:
+            self.node.deliver_local(whole)
+
+    # -- the root --------------------------------------------------------------------
+
+    def _root_job(self) -> tuple[Job, asyncio.Future]:
+        future = asyncio.get_running_loop().create_future()
+        self._open.add(future)
+
+        def done():
+            self._open.discard(future)
+            if not future.done():
+                future.set_result(True)
+
+        return Job(done), future
+
+    async def publish(self, items: list[tuple[pb.Event, bytes, list[str]]]) -> list[asyncio.Future]:
+        """Send a matched batch as the root: (event without payload, payload, destination ids).
+
+        Returns one future per event, done when every destination holds it. Local
+        delivery is the caller's. Waits while a link has a window queued (backpressure).
+        """
+        futures = []
+        small: list = []
+        small_bytes = 0
+        for event, payload, dests in items:
+            job, future = self._root_job()
+            futures.append(future)
+            remote = [d for d in dests if d != self.id]
+            if len(payload) > self.slice_bytes:
+                await self._flush(small)
+                small_bytes = 0
+                await self._publish_large(event, payload, remote, job, future)
+                continue
+            msg = rpb.RelayMessage(event=event)
+            if payload:
+                msg.event.payload = payload
+            hold = self._hold((event.id.producer_id, event.id.sequence, 0))
+            hold.covered.update(remote)
+            small.append((msg, remote, hold, job))
+            small_bytes += len(payload) + 64
+            if small_bytes >= FRAME_BYTES:
+                await self._flush(small)
+                small_bytes = 0
+        await self._flush(small)
+        return futures
+
+    async def _flush(self, small: list) -> None:
+        if not small:
+            return
+        sent = self._forward(self.id, self.node.address, [(m, d, h) for m, d, h, _ in small])
+        for _, _, hold, job in small:
+            job.wait(hold)
+            job.arm()
+        small.clear()
+        await self._room(sent)
+
+    async def _room(self, targets) -> None:
+        for target in targets:
+            member = self.trees.table.members.get(target)
+            if member is not None:
+                await self.node.link(member).room()
+
+    async def _publish_large(self, event: pb.Event, payload: bytes, remote: list[str], job: Job,
+                             future: asyncio.Future) -> None:
+        count = slice_count(len(payload), self.slice_bytes)
+        schedule = self.trees.schedule(event.topic, remote) if remote else (0,)
+        striped = any(schedule)
+        if striped:
+            await self._fence(exclude=future)
+        pid, seq = event.id.producer_id, event.id.sequence
+        for i in range(count):
+            if self.node.stopping:
+                return
+            msg = rpb.RelayMessage(event=slice_event(event, payload, i, self.slice_bytes), slice_index=i,
+                                   slice_count=count, payload_size=len(payload),
+                                   stripe=schedule[i % len(schedule)])
+            hold = self._hold((pid, seq, i))
+            hold.covered.update(remote)
+            sent = self._forward(self.id, self.node.address, [(msg, remote, hold)])
+            job.wait(hold)
+            await self._room(sent)
+        job.arm()
+        if striped:
+            await self._fence()
+
+    async def _fence(self, exclude: asyncio.Future | None = None) -> None:
+        """Wait until every message this root sent so far is acknowledged."""
+        waiting = [f for f in self._open if f is not exclude]
+        if waiting:
+            await asyncio.wait(waiting)
