@@ -466,7 +466,8 @@ class CountingIndex:
             self._runs.append(None)
 
     def _live(self, level: int) -> list[str]:
-        return [i for i in self._levels[level] if self._level.get(i) == level]
+        """The level's subscriptions, once each (a replaced id can be listed twice)."""
+        return list(dict.fromkeys(i for i in self._levels[level] if self._level.get(i) == level))
 
     def _cascade(self, level: int) -> None:
         while len(self._levels[level]) - self._dead[level] > self._cap(level):

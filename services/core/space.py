@@ -159,7 +159,12 @@ class Space:
         return tuple(out)
 
     def affected_region(self, event_point: Sequence[float]) -> tuple[Point, Point]:
-        """Section 3.4: the box from (L1, c11, ..., Ln, cn1) to (c12, H1, ..., cn2, Hn)."""
+        """Section 3.4: the box from (L1, c11, ..., Ln, cn1) to (c12, H1, ..., cn2, Hn).
+
+        It holds exactly the affected points when every attribute is set; for an unset
+        one, (c_i1, c_i2) = (L_i, H_i) spans the attribute's whole plane, where only
+        (L_i, H_i) is affected: zones found through it are a superset, as in the paper.
+        """
         low = tuple(self.low[j] if j % 2 == 0 else event_point[j - 1] for j in range(self.dims))
         high = tuple(event_point[j + 1] if j % 2 == 0 else self.high[j] for j in range(self.dims))
         return low, high

@@ -1,0 +1,116 @@
+"""CDM counting index (services/core/cdm.py): exactly `Filter.matches`, through inserts and deletes."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from echelon.core.cdm import CountingIndex, Subscription, successor
+from echelon.core.filters import Filter, Op, Predicate, parse
+from echelon.core.schema import SchemaError
+from loadtest import stock
+from tests.unit.test_space import events, filters, schemas
+
+
+def brute(subs: dict[str, Subscription], e: dict) -> set[str]:
+    return {s.id for s in subs.values() if s.filter.matches(e)}
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_equals_brute_force_through_inserts_and_deletes(data):
+    schema = data.draw(schemas())
+    # Tiny levels so that merges, cascades, tombstones and compaction all happen.
+    index = CountingIndex(base=2, growth=2)
+    live: dict[str, Subscription] = {}
+    for step in range(data.draw(st.integers(1, 40))):
+        action = data.draw(st.sampled_from(["insert", "insert", "insert", "delete", "match"]))
+        if action == "insert":
+            sid = f"s{data.draw(st.integers(0, 25))}"  # ids repeat: replacements
+            sub = Subscription(sid, f"agent{step % 3}", data.draw(filters(schema)))
+            index.insert(sub)
+            live[sid] = sub
+        elif action == "delete" and live:
+            sid = data.draw(st.sampled_from(sorted(live)))
+            assert index.delete(sid)
+            del live[sid]
+        else:
+            batch = data.draw(st.lists(events(schema), max_size=6))
+            assert [set(r) for r in index.match_batch(batch)] == [brute(live, e) for e in batch]
+        assert len(index) == len(live)
+    batch = data.draw(st.lists(events(schema), min_size=1, max_size=6))
+    assert [set(r) for r in index.match_batch(batch)] == [brute(live, e) for e in batch]
+
+
+ODD_VALUES = [None, True, False, 0, 1, 1.0, -0.0, 3, 2**53 + 1, 10**30, -(10**400), math.inf, -math.inf, math.nan]
+ODD_VALUES += ["", "a", "ab", "ab\x00", "abcdefg", "abcdefgh", "\U0010ffff", "\U0010ffff\U0010ffff"]
+ODD_FILTERS = [
+    "x = 1",
+    "x != 1",
+    "x > 1",
+    "x < 1",
+    "x >= 10000000000000000000000000000",
+    "x between -1 and 3",
+    "x = 9007199254740993",
+    'x = "a"',
+    'x > "a"',
+    'x prefix "ab"',
+    'x prefix ""',
+    'x != "ab"',
+    'x between "a" and "abcdefg"',
+    "x = 1 and x != 1",
+    'x = 1 and x = "a"',
+    "",
+    "x != 1 and y != 2",
+    "y >= 0",
+]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.fixed_dictionaries({}, optional={"x": st.sampled_from(ODD_VALUES), "y": st.sampled_from(ODD_VALUES)}), max_size=8))
+def test_schemaless_odd_values_match_exactly(batch):
+    subs = {f"s{i}": Subscription(f"s{i}", "a", parse(t)) for i, t in enumerate(ODD_FILTERS)}
+    subs["nan"] = Subscription("nan", "a", Filter((Predicate("x", Op.NE, math.nan),)))
+    subs["nan_eq"] = Subscription("nan_eq", "a", Filter((Predicate("x", Op.EQ, math.nan),)))
+    subs["max"] = Subscription("max", "a", Filter((Predicate("x", Op.PREFIX, "\U0010ffff"),)))
+    subs["bool"] = Subscription("bool", "a", Filter((Predicate("x", Op.EQ, True),)))
+    index = CountingIndex(subs.values())
+    assert [set(r) for r in index.match_batch(batch)] == [brute(subs, e) for e in batch]
+
+
+def test_successor_bounds_every_string_with_the_prefix():
+    assert successor("ab") == "ac"
+    assert successor("a\U0010ffff") == "b"
+    assert successor("\U0010ffff") is None and successor("") is None
+
+
+def test_stock_workload_matches_brute_force_and_answers_agents():
+    filters_ = stock.subscriptions(2000, seed=4)
+    subs = {f"s{i}": Subscription(f"s{i}", f"agent{i % 7}", f) for i, f in enumerate(filters_)}
+    index = CountingIndex(subs.values())
+    for skewed in (False, True):
+        batch = stock.events(300, seed=5, skewed=skewed)
+        got = index.match_batch(batch)
+        assert [set(r) for r in got] == [brute(subs, e) for e in batch]
+        assert all(len(r) == len(set(r)) for r in got)
+        agents = index.match_agents(batch)
+        assert agents == [{subs[i].agent for i in r} for r in got]
+    assert sum(map(len, index.match_batch(stock.events(300, seed=5)))) > 0
+
+
+def test_a_malformed_filter_is_refused_without_changing_the_index():
+    index = CountingIndex([Subscription("a", "x", parse("v = 1"))])
+    bad = Subscription("a", "x", Filter((Predicate("v", Op.BETWEEN, 1),)))
+    with pytest.raises(SchemaError):
+        index.insert(bad)
+    assert index.match({"v": 1}) == ["a"]
+    assert not index.delete("missing") and index.delete("a") and index.match({"v": 1}) == []
+
+
+def test_single_match_and_empty_index():
+    assert CountingIndex().match_batch([{}, {"v": 1}]) == [[], []]
+    index = CountingIndex([Subscription("all", "x", Filter())])
+    assert index.match({}) == ["all"] and "all" in index and index.get("all").agent == "x"
