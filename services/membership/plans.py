@@ -1,23 +1,32 @@
-"""`Control.PushPlan` acceptance: the shape of a routing plan, then `core.view.check_plan`.
+"""`Control.PushPlan` acceptance: the shape of a routing plan, the tiling of its zones,
+then `core.view.check_plan`.
 
 A plan is checked once, by the replica that receives the push, against its own view
 (replication.py, rule 4). Order: a version not above the current one is refused first
 (FAILED_PRECONDITION: a retried or raced push), then a malformed plan, zones that do not
-tile, and members that are not alive (INVALID_ARGUMENT). Every member a plan names (zone
-owners and replicas, clique members, bucket hints) must be ALIVE or SUSPECT here.
+tile their topic's content space (Meghdoot: the 2n-dim space of the topic's schema), and
+members that are not alive (INVALID_ARGUMENT). Every member a plan names (zone owners and
+replicas, clique members, bucket hints) must be ALIVE or SUSPECT here.
 """
 
 from __future__ import annotations
 
 import math
+from collections import defaultdict
+from collections.abc import Mapping
+
+from echelon.core.can import TilingError, Zone, check_tiling
+from echelon.core.space import Space
 from echelon.core.view import PlanRejection, check_plan
+from echelon.runtime.errors import InvalidArgument
+from echelon.runtime.wire import schema_from_pb
+from echelon.v1 import common_pb2 as pb
 from echelon.v1 import membership_pb2 as mpb
 
 
-def shape_error(plan: mpb.RoutingPlan) -> str | None:
+def shape_error(plan: mpb.RoutingPlan, topics: Mapping[str, pb.Topic]) -> str | None:
     """Why the plan is malformed, or None."""
     ids: set[str] = set()
-    dims: dict[str, int] = {}
     for i, z in enumerate(plan.zones):
         where = f"zone {z.id!r}" if z.id else f"zone #{i}"
         if not z.id:
@@ -25,15 +34,13 @@ def shape_error(plan: mpb.RoutingPlan) -> str | None:
         if z.id in ids:
             return f"{where}: duplicate id"
         ids.add(z.id)
-        if not z.topic:
-            return f"{where}: topic is required"
+        if z.topic not in topics:
+            return f"{where}: unknown topic {z.topic!r}"
         if not z.low or len(z.low) != len(z.high):
             return f"{where}: low and high need one bound per dimension ({len(z.low)} and {len(z.high)} given)"
-        if dims.setdefault(z.topic, len(z.low)) != len(z.low):
-            return f"{where}: {len(z.low)} dimensions, other zones of topic {z.topic!r} have {dims[z.topic]}"
         for d, (lo, hi) in enumerate(zip(z.low, z.high)):
-            if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
-                return f"{where}: dimension {d} needs finite bounds with low < high, got [{lo}, {hi})"
+            if not (math.isfinite(lo) and math.isfinite(hi) and lo <= hi):
+                return f"{where}: dimension {d} needs finite bounds with low <= high, got [{lo}, {hi}]"
         if not z.owner:
             return f"{where}: owner is required"
         if z.owner in z.replicas or len(set(z.replicas)) != len(z.replicas):
@@ -52,24 +59,32 @@ def shape_error(plan: mpb.RoutingPlan) -> str | None:
     return None
 
 
-def zones_tile(plan: mpb.RoutingPlan) -> bool:
-    """Whether each topic's zones tile its content space.
+def tiling_error(plan: mpb.RoutingPlan, topics: Mapping[str, pb.Topic]) -> str | None:
+    """Why some topic's zones do not tile its content space, or None."""
+    by_topic: dict[str, list[Zone]] = defaultdict(list)
+    for z in plan.zones:
+        by_topic[z.topic].append(Zone(z.id, tuple(z.low), tuple(z.high), z.owner, tuple(z.replicas)))
+    for topic, zones in sorted(by_topic.items()):
+        try:
+            check_tiling(zones, Space.of(schema_from_pb(topics[topic].schema)))
+        except (TilingError, InvalidArgument) as e:
+            return f"zones of topic {topic!r} do not tile its content space: {e}"
+    return None
 
-    TODO(core/can.py): call `echelon.core.can.check_tiling(zones, dims)` for each topic's
-    zones (dims = len(zone.low)) once it exists; until then only the shape is checked.
-    """
-    return True
 
-
-def check(plan: mpb.RoutingPlan, current_version: int, alive: set[str]) -> PlanRejection | None:
+def check(plan: mpb.RoutingPlan, current_version: int, alive: set[str],
+          topics: Mapping[str, pb.Topic]) -> PlanRejection | None:
     """None: accept. Else the reason, whose `.stale` says FAILED_PRECONDITION."""
     if plan.version <= current_version:
         return check_plan(plan.version, current_version, [], alive, True)
-    reason = shape_error(plan)
+    reason = shape_error(plan, topics)
     if reason:
         return PlanRejection(f"malformed plan: {reason}")
+    reason = tiling_error(plan, topics)
+    if reason:
+        return PlanRejection(reason)
     owners = [o for z in plan.zones for o in (z.owner, *z.replicas)]
-    rejection = check_plan(plan.version, current_version, owners, alive, zones_tile(plan))
+    rejection = check_plan(plan.version, current_version, owners, alive, True)
     if rejection:
         return rejection
     others = {m for c in plan.cliques for m in c.members} | {h.member_id for h in plan.bucket_hints}

@@ -186,7 +186,7 @@ class ControlServicer(mgrpc.ControlServicer):
 
     async def PushPlan(self, plan, context):
         await self.node.peers.ready.wait()
-        rejection = plans.check(plan, self.replica.plans.version, self.replica.alive())
+        rejection = plans.check(plan, self.replica.plans.version, self.replica.alive(), self.replica.topics.live())
         if rejection is not None:
             raise (FailedPrecondition if rejection.stale else InvalidArgument)(str(rejection))
         stored = mpb.RoutingPlan()

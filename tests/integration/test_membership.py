@@ -154,13 +154,14 @@ async def test_a_restarted_replica_pulls_topics_and_plans_before_it_serves(c3):
     m0 = c3.membership_nodes[0]
     await admin(c3.replicas[0], "CreateTopic", ppb.CreateTopicRequest(name="kept"))
     await admin(c3.replicas[0], "CreateTopic", ppb.CreateTopicRequest(name="doomed"))
+    await create_quotes(c3.replicas[0])
     await control(c3.replicas[0], "PushPlan", plan(1))
     await c3.crash(c3.membership_nodes[2])
     await admin(c3.replicas[1], "CreateTopic", ppb.CreateTopicRequest(name="while-down"))
     await admin(c3.replicas[0], "DeleteTopic", ppb.DeleteTopicRequest(name="doomed"))
     await c3.restart_membership(2)
     listed = await admin(c3.replicas[2], "ListTopics", ppb.ListTopicsRequest())
-    assert [t.name for t in listed.topics] == ["kept", "while-down"]
+    assert [t.name for t in listed.topics] == ["kept", "quotes", "while-down"]
     assert (await control(c3.replicas[2], "GetPlan", mpb.GetPlanRequest())).version == 1
     await wait_for(c3.replicas_agree, 3, what="every member rejoined the restarted replica")
     assert m0.replica.digest() == c3.membership_nodes[2].replica.digest()
@@ -217,6 +218,15 @@ async def test_a_foreign_known_version_gets_a_snapshot_then_keepalives(c3):
     assert keepalive.WhichOneof("kind") == "keepalive" and keepalive.keepalive == snap.snapshot.version
 
 
+QUOTES = ppb.CreateTopicRequest(name="quotes", schema=pb.Schema(attributes=[
+    pb.AttributeSpec(name="Symbol", type=pb.ATTRIBUTE_TYPE_STRING)]))
+
+
+def create_quotes(address: str):
+    """The topic the test plans cut into zones: one string attribute, a 2-dim space."""
+    return admin(address, "CreateTopic", QUOTES)
+
+
 def plan(version: int, owner: str = "matcher-0", **kw) -> mpb.RoutingPlan:
     zone = mpb.Zone(id="z0", topic="quotes", **{"low": [0, 0], "high": [1, 1], **kw}, owner=owner)
     return mpb.RoutingPlan(version=version, zones=[zone], origin="test")
@@ -224,6 +234,8 @@ def plan(version: int, owner: str = "matcher-0", **kw) -> mpb.RoutingPlan:
 
 async def test_plans_are_validated_replicated_and_adopted(c3):
     r0, r1 = c3.replicas[0], c3.replicas[1]
+    await create_quotes(r0)
+    await wait_for(lambda: all("quotes" in m.replica.topics for m in c3.membership_nodes), 3)
     assert (await control(r1, "PushPlan", plan(3))).version == 3
     for a in c3.agent_nodes:
         await wait_for(lambda a=a: a.membership.plan_version == 3, 3, what="members adopt the plan")
@@ -245,7 +257,10 @@ async def test_plans_are_validated_replicated_and_adopted(c3):
     assert e.code() == grpc.StatusCode.INVALID_ARGUMENT and "malformed plan" in e.details()
     assert "one bound per dimension" in e.details()
     e = await rejected(plan(4, high=[2, -1]))
-    assert e.code() == grpc.StatusCode.INVALID_ARGUMENT and "low < high" in e.details()
+    assert e.code() == grpc.StatusCode.INVALID_ARGUMENT and "low <= high" in e.details()
+    e = await rejected(plan(4, low=[0, 0.5]))
+    assert e.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert e.details().startswith("zones of topic 'quotes' do not tile its content space")
     e = await rejected(plan(4, owner="matcher-9"))
     assert e.code() == grpc.StatusCode.INVALID_ARGUMENT and e.details() == "zone owners not alive: 'matcher-9'"
     await c3.crash(c3.matcher_nodes[0])
