@@ -192,40 +192,84 @@ async def fetch_view(address: str) -> mpb.View:
     raise click.ClickException("no view")
 
 
-def view_table(view: mpb.View) -> Table:
+def view_table(view: mpb.View, source: str = "", unreachable_for: float | None = None) -> Table:
+    """The view as a table: states, incarnations and how long ago each member last beat."""
     now = time.time() * 1000
-    t = Table(title=f"view version {view.version}")
-    for col in ("id", "role", "state", "incarnation", "address", "last beat", "subscribes"):
-        t.add_column(col)
+    colours = {"alive": "green", "suspect": "yellow", "dead": "red", "left": "dim"}
+    counts = {s: 0 for s in colours}
+    for m in view.members:
+        counts[_state(m.state)] = counts.get(_state(m.state), 0) + 1
+    summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+    t = Table(title=f"view version {view.version}" + (f" from {source}" if source else "") + f" ({summary or 'empty'})")
+    if unreachable_for is not None:
+        t.caption = f"[red]no replica reachable: the last view, {unreachable_for:.0f}s old[/red]"
+    regions = len({m.region for m in view.members}) > 1
+    for col in ("id", "role", "state", "incarnation", "last beat", "address", *(["region"] if regions else [])):
+        t.add_column(col, no_wrap=True, justify="right" if col in ("incarnation", "last beat") else "left")
+    t.add_column("topics", overflow="fold")
     for m in sorted(view.members, key=lambda m: (m.role, m.id)):
-        age = f"{(now - m.last_beat_unix_ms) / 1000:.1f}s ago" if m.last_beat_unix_ms else "-"
-        t.add_row(m.id, mpb.Role.Name(m.role).removeprefix("ROLE_").lower(), _state(m.state), str(m.incarnation),
-                  m.address, age, ",".join(m.subscribes))
+        state = _state(m.state)
+        age = f"{max(now - m.last_beat_unix_ms, 0) / 1000:.1f}s" if m.last_beat_unix_ms else "-"
+        topics = " ".join([*(f"pub:{x}" for x in m.publishes), *(f"sub:{x}" for x in m.subscribes)])
+        t.add_row(m.id, mpb.Role.Name(m.role).removeprefix("ROLE_").lower(),
+                  f"[{colours.get(state, 'white')}]{state}[/]", str(m.incarnation), age, m.address,
+                  *([m.region] if regions else []), topics)
     return t
 
 
 @click.command()
-@click.option("--membership", "address", default="127.0.0.1:7100", show_default=True)
+@click.option("--membership", "addresses", multiple=True, default=["127.0.0.1:7100"], show_default=True,
+              help="Membership replica addresses (comma list), tried in order.")
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--watch", is_flag=True, help="Refresh every second until Ctrl-C.")
-def status(address, as_json, watch) -> None:
-    """The membership view: members, states, incarnations, heartbeat ages."""
-    try:
-        view = asyncio.run(fetch_view(address))
-    except grpc.aio.AioRpcError as e:
-        _fail(e)
-    if as_json:
+def status(addresses, as_json, watch) -> None:
+    """The membership view: members, states, incarnations, heartbeat ages (--watch: live)."""
+    replicas = [a for v in addresses for a in v.split(",") if a]
+
+    async def first_view() -> tuple[str, mpb.View]:
+        """A fresh snapshot from the first replica that answers, in the given order."""
+        last: Exception | None = None
+        for address in replicas:
+            try:
+                return address, await asyncio.wait_for(fetch_view(address), 2.0)
+            except (grpc.aio.AioRpcError, asyncio.TimeoutError, click.ClickException) as e:
+                last = e
+        if isinstance(last, grpc.aio.AioRpcError):
+            raise last
+        raise click.ClickException(f"no membership replica answered: {', '.join(replicas) or 'none given'}")
+
+    async def live() -> None:
+        source, view = await first_view()
+        seen = time.monotonic()
+        with Live(view_table(view, source), console=console, refresh_per_second=4) as screen:
+            while True:
+                await asyncio.sleep(1)
+                try:
+                    source, view = await first_view()
+                    seen = time.monotonic()
+                    screen.update(view_table(view, source))
+                except (grpc.aio.AioRpcError, asyncio.TimeoutError, click.ClickException):
+                    screen.update(view_table(view, source, unreachable_for=time.monotonic() - seen))
+
+    async def json_lines() -> None:
         from google.protobuf.json_format import MessageToDict
 
-        print(json.dumps(MessageToDict(view)))
-        return
-    if not watch:
-        console.print(view_table(view))
-        return
+        while True:
+            _, view = await first_view()
+            print(json.dumps(MessageToDict(view)), flush=True)
+            if not watch:
+                return
+            await asyncio.sleep(1)
+
     try:
-        with Live(view_table(view), console=console, refresh_per_second=2) as live:
-            while True:
-                time.sleep(1)
-                live.update(view_table(asyncio.run(fetch_view(address))))
+        if as_json:
+            asyncio.run(json_lines())
+        elif watch:
+            asyncio.run(live())
+        else:
+            source, view = asyncio.run(first_view())
+            console.print(view_table(view, source))
+    except grpc.aio.AioRpcError as e:
+        _fail(e)
     except KeyboardInterrupt:
         pass

@@ -62,6 +62,10 @@ class Metrics:
         self.evidence = Counter("echelon_membership_evidence_total",
                                 "Stream breaks reported by peers, by outcome (suspected, confirmed, ignored).",
                                 ["outcome"], registry=r)
+        for kind in ("beat", "incarnation", "join"):
+            self.refuted.labels(kind)
+        for outcome in ("suspected", "confirmed", "ignored"):
+            self.evidence.labels(outcome)
         node.view_version.set_function(lambda: replica.log.version)
         node.plan_version.set_function(lambda: replica.plans.version)
         r.register(_DetectorStats(replica))
