@@ -116,7 +116,8 @@ class MembershipNode(Node):
         self.replica.on_transitions.append(self._transitions)
         self.replica.on_plan.append(self._broadcast_plan)
         for add, servicer, service in (
-            (mgrpc.add_MembershipServicer_to_server, MembershipServicer(self), mpb.DESCRIPTOR.services_by_name["Membership"]),
+            (mgrpc.add_MembershipServicer_to_server, MembershipServicer(self),
+             mpb.DESCRIPTOR.services_by_name["Membership"]),
             (mgrpc.add_ControlServicer_to_server, ControlServicer(self), mpb.DESCRIPTOR.services_by_name["Control"]),
             (mgrpc.add_ReplicationServicer_to_server, ReplicationServicer(self),
              mpb.DESCRIPTOR.services_by_name["Replication"]),

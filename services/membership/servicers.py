@@ -201,12 +201,12 @@ class ControlServicer(mgrpc.ControlServicer):
         queue: asyncio.Queue = asyncio.Queue()
         self.node.plan_watchers.add(queue)
         try:
-            if self.replica.plans.version > request.known_version:
+            # The current plan even at known_version: two replicas that accepted different
+            # plans of one version settle on one, and the member must learn which.
+            if self.replica.plans.version and self.replica.plans.version >= request.known_version:
                 yield self.node.plan()
             while True:
-                plan = await queue.get()
-                if plan.version > request.known_version:
-                    yield plan
+                yield await queue.get()
         finally:
             self.node.plan_watchers.discard(queue)
 

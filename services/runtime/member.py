@@ -281,7 +281,8 @@ class MemberClient:
 
     async def _follow_plans(self, call) -> None:
         async for plan in call:
-            if plan.version > self.plan_version:
+            newer = plan.version > self.plan_version
+            if newer or (plan.version == self.plan_version and not _same_plan(plan, self.plan)):
                 self._pending_plan = plan
                 self._adopt_plan()
 
@@ -322,3 +323,14 @@ class MemberClient:
         self.plan = plan
         for callback in self._plan_listeners:
             callback()
+
+
+def _same_plan(a: mpb.RoutingPlan, b: mpb.RoutingPlan | None) -> bool:
+    """Equal but for the epoch (each replica sets its own)."""
+    if b is None:
+        return False
+    a2, b2 = mpb.RoutingPlan(), mpb.RoutingPlan()
+    a2.CopyFrom(a)
+    b2.CopyFrom(b)
+    a2.epoch = b2.epoch = 0
+    return a2 == b2
