@@ -25,10 +25,14 @@ only to destinations not yet covered, and its ack waits for the first copy's hol
 delivery is deduplicated per message id (the agent's DedupWindow), slices per (message,
 index) before reassembly.
 
-Order. Under a stable view a producer's small events reach an agent along one path, and
-links are FIFO. Slices of a striped payload take several paths, so the root fences a
-striped payload: everything before it is acknowledged before its first slice leaves, and
-it is acknowledged before anything after it leaves.
+Order (FIFO per producer while the view is stable). Along one tree the path from the
+root to an agent is fixed and every hop is FIFO, so a producer's small events (always
+stripe 0) arrive in order. A sliced payload is delivered when its last slice arrives.
+If message B uses every stripe that an earlier message A still in flight uses, then on
+each of A's stripes B's slice arrives after A's slices, so B completes after A: no wait
+is needed. Otherwise the root fences: it waits until such predecessors are acknowledged
+(`_fence`). Consecutive bulk messages use the same schedule prefix and so never wait; a
+small event right after a striped payload waits for it.
 """
 
 from __future__ import annotations
@@ -103,7 +107,10 @@ class DataPlane:
         self.slice_bytes = slice_bytes
         self.holds: OrderedDict[tuple, Hold] = OrderedDict()
         self.reassembler = Reassembler()
-        self._open: set[asyncio.Future] = set()  # the root's messages not yet acknowledged
+        # The root's messages not yet acknowledged: producer -> {delivery future: stripes used}.
+        self._as_root = node.metrics.copies.labels("root")
+        self._as_relay = node.metrics.copies.labels("relay")
+        self._open: dict[str, dict[asyncio.Future, frozenset[int]]] = {}
 
     # -- holds -----------------------------------------------------------------------
 
@@ -147,7 +154,7 @@ class DataPlane:
             h.pending += 1
         member = self.trees.table.members[target]  # route() only names members of the view
         future = self.node.link(member).send(frame)
-        self.node.metrics.copies.labels("root" if frame.source == self.id else "relay").inc()
+        (self._as_root if frame.source == self.id else self._as_relay).inc()
         future.add_done_callback(lambda f: self._settled(frame, holds, f))
 
     def _settled(self, frame: rpb.RelayFrame, holds: list[Hold], future: asyncio.Future) -> None:
@@ -201,16 +208,29 @@ class DataPlane:
 
     # -- the root --------------------------------------------------------------------
 
-    def _root_job(self) -> tuple[Job, asyncio.Future]:
+    def _root_job(self, producer: str, stripes: frozenset[int]) -> tuple[Job, asyncio.Future]:
         future = asyncio.get_running_loop().create_future()
-        self._open.add(future)
+        open_ = self._open.setdefault(producer, {})
+        open_[future] = stripes
 
         def done():
-            self._open.discard(future)
+            open_.pop(future, None)
+            if not open_ and self._open.get(producer) is open_:
+                del self._open[producer]
             if not future.done():
                 future.set_result(True)
 
         return Job(done), future
+
+    async def _fence(self, producer: str, stripes: frozenset[int]) -> None:
+        """Keep FIFO per producer across trees (see the module doc): before a message on
+        `stripes` leaves, wait until no earlier message of `producer` still in flight
+        travels on a stripe outside `stripes`."""
+        while True:
+            open_ = self._open.get(producer, {})
+            if all(s <= stripes for s in open_.values()):
+                return
+            await asyncio.wait(list(open_))
 
     async def publish(self, items: list[tuple[pb.Event, bytes, list[str]]]) -> list[asyncio.Future]:
         """Send a matched batch as the root: (event without payload, payload, destination ids).
@@ -222,18 +242,25 @@ class DataPlane:
         small: list = []
         small_bytes = 0
         for event, payload, dests in items:
-            job, future = self._root_job()
-            futures.append(future)
+            producer = event.id.producer_id
             remote = [d for d in dests if d != self.id]
             if len(payload) > self.slice_bytes:
                 await self._flush(small)
                 small_bytes = 0
-                await self._publish_large(event, payload, remote, job, future)
+                futures.append(await self._publish_large(event, payload, remote))
                 continue
+            if producer in self._open:
+                # Wait for striped predecessors; fences are rare, so flush first to keep order.
+                if any(s != _STRIPE0 for s in self._open[producer].values()):
+                    await self._flush(small)
+                    small_bytes = 0
+                    await self._fence(producer, _STRIPE0)
+            job, future = self._root_job(producer, _STRIPE0)
+            futures.append(future)
             msg = rpb.RelayMessage(event=event)
             if payload:
                 msg.event.payload = payload
-            hold = self._hold((event.id.producer_id, event.id.sequence, 0))
+            hold = self._hold((producer, event.id.sequence, 0))
             hold.covered.update(remote)
             small.append((msg, remote, hold, job))
             small_bytes += len(payload) + 64
@@ -259,31 +286,26 @@ class DataPlane:
             if member is not None:
                 await self.node.link(member).room()
 
-    async def _publish_large(self, event: pb.Event, payload: bytes, remote: list[str], job: Job,
-                             future: asyncio.Future) -> None:
+    async def _publish_large(self, event: pb.Event, payload: bytes, remote: list[str]) -> asyncio.Future:
         count = slice_count(len(payload), self.slice_bytes)
         schedule = self.trees.schedule(event.topic, remote) if remote else (0,)
-        striped = any(schedule)
-        if striped:
-            await self._fence(exclude=future)
-        pid, seq = event.id.producer_id, event.id.sequence
-        for i in range(count):
+        stripes = [schedule[i % len(schedule)] for i in range(count)]
+        used = frozenset(stripes)
+        producer, seq = event.id.producer_id, event.id.sequence
+        await self._fence(producer, used)
+        job, future = self._root_job(producer, used)
+        for i, stripe in enumerate(stripes):
             if self.node.stopping:
-                return
+                return future
             msg = rpb.RelayMessage(event=slice_event(event, payload, i, self.slice_bytes), slice_index=i,
-                                   slice_count=count, payload_size=len(payload),
-                                   stripe=schedule[i % len(schedule)])
-            hold = self._hold((pid, seq, i))
+                                   slice_count=count, payload_size=len(payload), stripe=stripe)
+            hold = self._hold((producer, seq, i))
             hold.covered.update(remote)
             sent = self._forward(self.id, self.node.address, [(msg, remote, hold)])
             job.wait(hold)
             await self._room(sent)
         job.arm()
-        if striped:
-            await self._fence()
+        return future
 
-    async def _fence(self, exclude: asyncio.Future | None = None) -> None:
-        """Wait until every message this root sent so far is acknowledged."""
-        waiting = [f for f in self._open if f is not exclude]
-        if waiting:
-            await asyncio.wait(waiting)
+
+_STRIPE0 = frozenset((0,))

@@ -1,13 +1,19 @@
 """Outgoing relay links: one long-lived `Relay.Stream` per peer.
 
 A frame stays in the link until the peer acknowledges it, which the peer does once its
-whole subtree holds the frame's messages. Frames are queued without waiting (so the
-order in which they are queued is the order on the wire); the sender keeps at most
-`window_bytes` unacknowledged on the wire, which is the backpressure, and a producer
-that must not run ahead (the root) waits for `room()`. A broken stream is reopened and
-every unacknowledged frame sent again; the receiver drops duplicates by message id.
-Closing a link (the peer left the view) settles every pending frame as not delivered
-(False), so the caller re-routes it.
+whole subtree holds the frame's messages. Frames are queued without waiting, so the
+order in which they are queued is the order on the wire.
+
+Backpressure: a root waits for `room()` before it queues more, so at most
+`window_bytes` of its frames are unacknowledged per link. Because acks aggregate up
+the tree, that also bounds every copy of those frames anywhere below; so a relay
+forwards at once and never waits. (If relays also stopped at a full window, striped
+trees could deadlock: A's window to B full of stripe-1 frames waiting on B's subtree,
+which waits on a stripe-2 frame queued behind a full window back to A.)
+
+A broken stream is reopened and every unacknowledged frame sent again; the receiver
+drops duplicates by message id. Closing a link (the peer left the view) settles every
+pending frame as not delivered (False), so the caller re-routes it.
 
 The link counts what the congestion element needs (OctopiA: CE = enqueued / dequeued,
 and the queue length q) and the bytes it puts on the wire.
@@ -149,7 +155,7 @@ class Link:
     async def _frames(self):
         sent_bytes = self.metrics.sent_bytes
         while True:
-            while self.outbox and (self.in_flight < self.window_bytes or self.in_flight == 0):
+            while self.outbox:
                 seq, frame, size = self.outbox.popleft()
                 if seq not in self.unacked:
                     continue

@@ -276,7 +276,8 @@ class AgentNode(Node):
             del self.subs[sub.name]
         self.metrics.subscriptions.set(len(self.subs))
         self._advertise()
-        await self.matching.remove([sub.id])
+        if not self.stopping:  # stopping: the matcher channels are closed; matchers drop us with the view
+            await self.matching.remove([sub.id])
 
     def _advertise(self) -> None:
         self.membership.set_topics(set(), {s.topic for s in self.subs.values()})

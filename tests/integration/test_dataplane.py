@@ -1,0 +1,206 @@
+"""The LBDD data plane with real agents on loopback: 1 publisher and 8 subscriber agents.
+
+Every subscriber must get every message of a mixed stream (small events and a multi-MB
+payload) exactly once and in order; the root must send only what its tree prescribes;
+killing an inner relay mid-transfer must lose and duplicate nothing; p2p still works.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+
+import pytest
+import pytest_asyncio
+
+from echelon.client import DELIVERED
+from echelon.core import lbdd
+from echelon.v1 import membership_pb2 as mpb
+from tests.harness import Cluster, wait_for
+
+SUBSCRIBERS = range(1, 9)
+TOPIC = "t"
+
+
+class Collector:
+    """Reads one subscription, acks everything, keeps (producer, sequence, digest) in arrival order."""
+
+    def __init__(self, sub):
+        self.sub = sub
+        self.got: list[tuple[str, int, str]] = []
+        self.task = asyncio.create_task(self._run())
+
+    async def _run(self):
+        async for m in self.sub:
+            self.got.append((m.producer_id, m.sequence, hashlib.md5(m.payload).hexdigest()))
+            await m.ack()
+
+
+async def start(agent_kwargs: dict) -> tuple[Cluster, dict[int, Collector]]:
+    cluster = await Cluster(agents=9, agent_kwargs=agent_kwargs).start()
+    try:
+        await cluster.client(0).create_topic(TOPIC)
+        collectors = {}
+        for i in SUBSCRIBERS:
+            sub = cluster.client(i).subscribe(TOPIC, "", credits=1000)
+            await sub.start()
+            collectors[i] = Collector(sub)
+        ids = {cluster.agent_nodes[i].config.id for i in SUBSCRIBERS}
+        # Every agent's peer table lists the 8 subscribers: they all compute the same trees.
+        await wait_for(lambda: all(a.plane.trees.table.subscribers(TOPIC) == ids for a in cluster.agent_nodes),
+                       what="every peer table lists the subscribers")
+    except BaseException:
+        await cluster.stop()
+        raise
+    return cluster, collectors
+
+
+@pytest_asyncio.fixture
+async def lbdd_cluster(request):
+    cluster, collectors = await start(getattr(request, "param", {}))
+    try:
+        yield cluster, collectors
+    finally:
+        for c in collectors.values():
+            c.task.cancel()
+        await cluster.stop()
+
+
+def mixed_stream(big: bytes, n: int = 60) -> list[tuple[dict, bytes]]:
+    small = [({"i": i}, bytes([i % 256]) * (i * 37 % 500)) for i in range(n)]
+    return small[: n // 2] + [({"i": -1}, big)] + small[n // 2:]
+
+
+async def publish_all(pub, stream) -> None:
+    counts = await asyncio.gather(*(pub.publish_nowait(TOPIC, a, payload=p) for a, p in stream))
+    assert counts == [len(SUBSCRIBERS)] * len(stream)
+
+
+def expected(pub, stream) -> list[tuple[str, int, str]]:
+    return [(pub.producer_id, seq, hashlib.md5(p).hexdigest()) for seq, (_, p) in enumerate(stream, 1)]
+
+
+async def received_all(collectors, want, which=SUBSCRIBERS, settle: float = 0.3):
+    await wait_for(lambda: all(len(collectors[i].got) >= len(want) for i in which), timeout=15,
+                   what="every subscriber has the whole stream")
+    await asyncio.sleep(settle)  # a duplicate would arrive now
+    return {i: collectors[i].got for i in which}
+
+
+def sent_bytes(agent) -> dict[str, float]:
+    return {s.labels["peer"]: s.value for m in agent.registry.collect() if m.name == "echelon_relay_sent_bytes"
+            for s in m.samples if s.name.endswith("_total")}
+
+
+@pytest.mark.parametrize("lbdd_cluster", [{}], indirect=True)
+async def test_mixed_stream_reaches_every_subscriber_once_in_order(lbdd_cluster):
+    cluster, collectors = lbdd_cluster
+    big = bytes(range(256)) * (12 * 1024)  # 3 MiB: 48 slices, striped over 8 trees
+    stream = mixed_stream(big)
+    pub = cluster.client(0).publisher(ack_level=DELIVERED)
+    await publish_all(pub, stream)
+    got = await received_all(collectors, stream)
+    for i, messages in got.items():
+        assert messages == expected(pub, stream), f"agent-{i}"
+    # The subscribers carried most of the payload: the root sent far fewer than 8 copies.
+    root = cluster.agent_nodes[0]
+    assert sum(sent_bytes(root).values()) < 3 * len(big)
+    assert root.plane.reassembler.__len__() == 0
+    for a in cluster.agent_nodes:
+        assert len(a.plane.reassembler) == 0 and a.metrics.duplicates._value.get() == 0
+
+
+@pytest.mark.parametrize("lbdd_cluster", [{"stripes": 1}], indirect=True)
+async def test_root_sends_only_to_its_tree_targets(lbdd_cluster):
+    cluster, collectors = lbdd_cluster
+    root = cluster.agent_nodes[0]
+    big = bytes(2 << 20)
+    stream = mixed_stream(big, n=20)
+    pub = cluster.client(0).publisher(ack_level=DELIVERED)
+    await publish_all(pub, stream)
+    await received_all(collectors, stream)
+
+    by_key = {a.address: a.config.id for a in cluster.agent_nodes}
+    tree = lbdd.build_tree(root.address, [cluster.agent_nodes[i].address for i in SUBSCRIBERS])
+    targets = {by_key[k] for k in tree.children[root.address]}
+    assert 1 <= len(targets) < len(SUBSCRIBERS)
+    sent = sent_bytes(root)
+    assert set(sent) == targets  # no copy to anyone else
+    for t in targets:  # and about one copy of the stream each
+        assert len(big) < sent[t] < 1.1 * len(big)
+    # Every inner node forwards to its own children only, once each.
+    for a in cluster.agent_nodes[1:]:
+        kids = {by_key[k] for k in tree.children[a.address]}
+        assert set(sent_bytes(a)) == kids, a.config.id
+        assert a.metrics.copies.labels("root")._value.get() == 0
+    copies = root.metrics.copies.labels("root")._value.get()
+    frames = sum(a.metrics.copies.labels("relay")._value.get() for a in cluster.agent_nodes)
+    assert frames > copies  # the subscribers carried the rest
+
+
+def received_bytes(agent) -> float:
+    return sum(s.value for m in agent.registry.collect() if m.name == "echelon_relay_received_bytes"
+               for s in m.samples if s.name.endswith("_total"))
+
+
+@pytest.mark.parametrize("stripes", [1, 8])
+async def test_killing_an_inner_relay_mid_transfer_loses_and_duplicates_nothing(stripes):
+    cluster, collectors = await start({"stripes": stripes})
+    try:
+        root = cluster.agent_nodes[0]
+        subscribers = [cluster.agent_nodes[i] for i in SUBSCRIBERS]
+        if stripes == 1:
+            # The inner node with the largest subtree.
+            tree = lbdd.build_tree(root.address, [a.address for a in subscribers])
+            by_key = {a.address: a for a in subscribers}
+            victim = by_key[max(tree.parent, key=lambda k: len(tree.subtree(k)))]
+            assert len(tree.subtree(victim.address)) > 1, "the victim must relay to someone"
+        else:
+            # The subscriber that relays the most copies over the 8 striped trees.
+            trees = root.plane.trees
+            ids = [a.config.id for a in subscribers]
+            load = {a.config.id: 0 for a in subscribers}
+            for s in trees.schedule(TOPIC, ids):
+                for n, c in trees._loads(TOPIC, s, ids).items():
+                    load[n] = load.get(n, 0) + c
+            victim = next(a for a in subscribers if a.config.id == max(ids, key=load.get))
+        survivors = [i for i in SUBSCRIBERS if cluster.agent_nodes[i] is not victim]
+
+        big = bytes(range(256)) * (64 * 1024)  # 16 MiB: 256 slices
+        stream = mixed_stream(big, n=200)
+        pub = cluster.client(0).publisher(ack_level=DELIVERED)
+        done = asyncio.gather(*(pub.publish_nowait(TOPIC, a, payload=p) for a, p in stream))
+        await wait_for(lambda: received_bytes(victim) > len(big) // 8, timeout=10, what="the victim is mid-transfer")
+        assert received_bytes(victim) < len(big) // 2
+        await cluster.crash(victim)
+        await asyncio.wait_for(done, 15)  # DELIVERED: every surviving destination holds every message
+
+        want = expected(pub, stream)
+        result = await received_all(collectors, want, survivors)
+        for i, messages in result.items():
+            assert sorted(messages) == sorted(want), f"agent-{i} lost messages"
+            assert len(messages) == len(set(messages)), f"agent-{i} got duplicates"
+        # Path update: whoever held frames for the victim re-routed them.
+        assert sum(a.metrics.rerouted._value.get() for a in cluster.agent_nodes if a is not victim) > 0
+    finally:
+        for c in collectors.values():
+            c.task.cancel()
+        await cluster.stop()
+
+
+@pytest.mark.parametrize("lbdd_cluster", [{"dissemination": "p2p"}], indirect=True)
+async def test_p2p_mode_sends_every_copy_from_the_root(lbdd_cluster):
+    cluster, collectors = lbdd_cluster
+    root = cluster.agent_nodes[0]
+    big = bytes(1 << 20)
+    stream = mixed_stream(big, n=20)
+    pub = cluster.client(0).publisher(ack_level=DELIVERED)
+    await publish_all(pub, stream)
+    got = await received_all(collectors, stream)
+    for i, messages in got.items():
+        assert messages == expected(pub, stream), f"agent-{i}"
+    sent = sent_bytes(root)
+    assert set(sent) == {cluster.agent_nodes[i].config.id for i in SUBSCRIBERS}
+    assert all(v > len(big) for v in sent.values())
+    assert all(sum(sent_bytes(a).values()) == 0 for a in cluster.agent_nodes[1:])
