@@ -9,7 +9,7 @@ Small events to one target share a frame; a payload above the slice size goes as
 each forwarded the moment it arrives, striped over S trees (`trees`, `slices`).
 
 Holds: acks aggregate up the tree. A node keeps every message it forwards in a `Hold`,
-keyed by (producer, sequence, slice index), until each copy it produced is acknowledged;
+keyed by (root, producer, sequence, slice index), until each copy it produced is acknowledged;
 it acknowledges an incoming frame only once it has delivered locally and every hold the
 frame touched is settled. So an ack at the root means the whole subtree has the message.
 
@@ -23,7 +23,10 @@ Duplicates. A hold remembers the destinations it already took on (`covered`); a 
 copy of a message or slice (a re-route, a resend after a broken stream) is forwarded
 only to destinations not yet covered, and its ack waits for the first copy's hold. Local
 delivery is deduplicated per message id (the agent's DedupWindow), slices per (message,
-index) before reassembly.
+index) before reassembly. Holds are per root: within one root's tree every copy a node
+receives names only destinations in higher buckets than its own (buckets do not depend
+on the view), so no two holds can wait on each other; a client's retry through another
+agent is another root, hence another hold.
 
 Order (FIFO per producer while the view is stable). Along one tree the path from the
 root to an agent is fixed and every hop is FIFO, so a producer's small events (always
@@ -50,7 +53,7 @@ from echelon.v1 import relay_pb2 as rpb
 log = logging.getLogger("echelon.agent.dataplane")
 
 FRAME_BYTES = 1 << 20  # a root frame of small events is closed past this size
-MAX_HOLDS = 200_000  # settled holds remembered for duplicate suppression
+MAX_HOLDS = 65_536  # settled holds a relay remembers to suppress duplicate forwarding
 
 
 class Hold:
@@ -175,12 +178,12 @@ class DataPlane:
         """Deliver and forward one incoming frame; call `ack()` when its subtree holds it."""
         if self.node.stopping:
             return  # leaving: the sender re-routes once we are out of its view
-        me = self.id
+        me, source = self.id, frame.source
         job = Job(ack)
         items, touched = [], []
         for msg in frame.messages:
             ev = msg.event
-            hold = self._hold((ev.id.producer_id, ev.id.sequence, msg.slice_index))
+            hold = self._hold((source, ev.id.producer_id, ev.id.sequence, msg.slice_index))
             dests = msg.destinations
             fresh = [d for d in dests if d != me and d not in hold.covered]
             if fresh:
@@ -260,8 +263,7 @@ class DataPlane:
             msg = rpb.RelayMessage(event=event)
             if payload:
                 msg.event.payload = payload
-            hold = self._hold((producer, event.id.sequence, 0))
-            hold.covered.update(remote)
+            hold = Hold()  # the root forwards what it publishes once: no need to look it up again
             small.append((msg, remote, hold, job))
             small_bytes += len(payload) + 64
             if small_bytes >= FRAME_BYTES:
@@ -291,7 +293,7 @@ class DataPlane:
         schedule = self.trees.schedule(event.topic, remote) if remote else (0,)
         stripes = [schedule[i % len(schedule)] for i in range(count)]
         used = frozenset(stripes)
-        producer, seq = event.id.producer_id, event.id.sequence
+        producer = event.id.producer_id
         await self._fence(producer, used)
         job, future = self._root_job(producer, used)
         for i, stripe in enumerate(stripes):
@@ -299,8 +301,7 @@ class DataPlane:
                 return future
             msg = rpb.RelayMessage(event=slice_event(event, payload, i, self.slice_bytes), slice_index=i,
                                    slice_count=count, payload_size=len(payload), stripe=stripe)
-            hold = self._hold((producer, seq, i))
-            hold.covered.update(remote)
+            hold = Hold()
             sent = self._forward(self.id, self.node.address, [(msg, remote, hold)])
             job.wait(hold)
             await self._room(sent)

@@ -90,6 +90,7 @@ class AgentNode(Node):
         self.stripes = stripes
         self.stopping = False
         self.plane: DataPlane | None = None
+        self._ready = asyncio.Event()  # the data plane exists: frames may be taken
         self.metrics = AgentMetrics(self.registry)
         self.subs: dict[str, Subscription] = {}  # by name
         self.links: dict[str, Link] = {}
@@ -122,6 +123,7 @@ class AgentNode(Node):
         trees = Trees(self.config.id, self.address, self.dissemination, self.stripes)
         trees.update(self.membership.alive(mpb.ROLE_AGENT))
         self.plane = DataPlane(self, trees, self.slice_bytes)
+        self._ready.set()
         self.matching = MatchClient(self.membership)
         self.matching.on_view()
         self._dispatcher = asyncio.create_task(self._dispatch_loop(), name="dispatcher")
@@ -466,6 +468,7 @@ class RelayServicer(rgrpc.RelayServicer):
         node = self.node
         received = node.received_bytes.labels(peer if peer in node.membership.members else "unknown")
         acks: asyncio.Queue[int | None] = asyncio.Queue()
+        await node._ready.wait()
 
         async def read():
             async for frame in request_iterator:

@@ -1,0 +1,161 @@
+"""The data plane's routing and slicing without the network: every agent's `Trees` over
+one view must together deliver each copy exactly once, along the LBDD tree of each stripe;
+views that disagree must still reach everyone; striping must spread the upload."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from echelon.agent.slices import Reassembler, slice_count, slice_event
+from echelon.agent.trees import Trees, salted
+from echelon.core import lbdd
+from echelon.v1 import common_pb2 as pb
+from echelon.v1 import membership_pb2 as mpb
+from echelon.v1 import relay_pb2 as rpb
+
+PAPER = [f"10.3.17.{x}:7100" for x in (74, 97, 234, 90, 98, 64, 61, 184, 72, 88, 44, 68)]
+
+
+def view(keys, subscribers=None) -> list[mpb.Member]:
+    subscribers = range(1, len(keys)) if subscribers is None else subscribers
+    return [mpb.Member(id=f"a{i}", address=k, role=mpb.ROLE_AGENT, subscribes=["t"] if i in subscribers else [])
+            for i, k in enumerate(keys)]
+
+
+def agents(members, mode="lbdd", stripes=8) -> dict[str, Trees]:
+    out = {}
+    for m in members:
+        out[m.id] = Trees(m.id, m.address, mode, stripes)
+        out[m.id].update(members)
+    return out
+
+
+def disseminate(nodes: dict[str, Trees], root: str, stripe: int, dests: list[str]):
+    """Follow every node's own routing decisions; return (times each node received, copies sent per node)."""
+    source_key = nodes[root].self_key
+    received: dict[str, int] = {}
+    sent: dict[str, int] = {}
+    todo = [(root, dests)]
+    while todo:
+        at, ds = todo.pop()
+        routes, lost = nodes[at].route(source_key, "t", stripe, [d for d in ds if d != at])
+        assert not lost
+        for target, sub in routes.items():
+            sent[at] = sent.get(at, 0) + 1
+            received[target] = received.get(target, 0) + 1
+            todo.append((target, sub))
+    return received, sent
+
+
+@pytest.mark.parametrize("stripe", range(8))
+def test_every_destination_gets_one_copy_along_the_stripe_tree(stripe):
+    members = view(PAPER)
+    nodes = agents(members)
+    everyone = [m.id for m in members[1:]]
+    received, sent = disseminate(nodes, "a0", stripe, everyone)
+    assert received == {d: 1 for d in everyone}
+    # Exactly the edges of the LBDD tree over the salted keys.
+    by_key = {salted(m.address, stripe): m.id for m in members}
+    tree = lbdd.build_tree(salted(PAPER[0], stripe), [salted(k, stripe) for k in PAPER[1:]])
+    assert sent == {by_key[p]: len(c) for p, c in tree.children.items() if c}
+
+
+def test_only_subtrees_holding_a_destination_get_a_copy():
+    members = view(PAPER)
+    nodes = agents(members, stripes=1)
+    tree = lbdd.build_tree(PAPER[0], PAPER[1:])
+    leaf = next(k for k, c in tree.children.items() if not c)
+    by_key = {m.address: m.id for m in members}
+    received, sent = disseminate(nodes, "a0", 0, [by_key[leaf]])
+    path = []
+    k = leaf
+    while k != PAPER[0]:
+        path.append(by_key[k])
+        k = tree.parent[k]
+    assert received == {n: 1 for n in path}  # the leaf and the relays above it, once each
+    assert sum(sent.values()) == len(path)
+
+
+def test_p2p_sends_every_copy_from_the_root():
+    members = view(PAPER)
+    nodes = agents(members, mode="p2p")
+    everyone = [m.id for m in members[1:]]
+    received, sent = disseminate(nodes, "a0", 0, everyone)
+    assert received == {d: 1 for d in everyone} and sent == {"a0": 11}
+
+
+def test_disagreeing_views_still_reach_every_destination():
+    rng = random.Random(7)
+    keys = [f"198.18.0.{i}:7100" for i in range(2, 30)]
+    members = view(keys)
+    nodes = agents(members)
+    # Half the relays have not yet seen five of the subscribers in their peer tables.
+    late = set(rng.sample([m.id for m in members[1:]], 5))
+    for m in members[1:]:
+        if rng.random() < 0.5:
+            nodes[m.id].update(view(keys, [i for i in range(1, len(keys)) if f"a{i}" not in late]))
+    everyone = [m.id for m in members[1:]]
+    for stripe in range(8):
+        received, _ = disseminate(nodes, "a0", stripe, everyone)
+        assert set(received) == set(everyone)
+
+
+def test_a_failed_relay_is_routed_around_and_reported_lost():
+    members = view(PAPER)
+    nodes = agents(members, stripes=1)
+    tree = lbdd.build_tree(PAPER[0], PAPER[1:])
+    by_key = {m.address: m.id for m in members}
+    relay = next(k for k in tree.children[PAPER[0]] if tree.children[k])
+    dead = by_key[relay]
+    alive = [m for m in members if m.id != dead]
+    for n in nodes.values():
+        n.update(alive)
+    routes, lost = nodes["a0"].route(PAPER[0], "t", 0, [m.id for m in members[1:]])
+    assert lost == [dead] and dead not in routes
+    received, _ = disseminate({k: v for k, v in nodes.items() if k != dead}, "a0", 0,
+                              [m.id for m in alive[1:]])
+    assert received == {m.id: 1 for m in alive[1:]}
+
+
+@pytest.mark.parametrize("keys", [PAPER, [f"198.18.0.{x}:7100" for x in (74, 97, 234, 90, 98, 64, 61, 184, 72,
+                                                                           88, 44, 68)]])
+def test_striping_spreads_the_upload(keys):
+    """One tree's busiest node sends 3-5 copies of the payload; 8 stripes bring it near 1.5."""
+    members = view(keys)
+    everyone = [m.id for m in members[1:]]
+
+    def busiest(stripes: int, slices: int = 1024) -> float:
+        nodes = agents(members, stripes=stripes)
+        schedule = nodes["a0"].schedule("t", everyone)
+        load: dict[str, int] = {}
+        for i in range(slices):
+            _, sent = disseminate(nodes, "a0", schedule[i % len(schedule)], everyone)
+            for n, c in sent.items():
+                load[n] = load.get(n, 0) + c
+        assert sum(load.values()) == 11 * slices  # one copy per subscriber and slice, whoever sends it
+        return max(load.values()) / slices
+
+    plain, striped = busiest(1), busiest(8)
+    assert plain >= 3
+    assert striped <= 1.5  # 11 / 1.5 = 7.3x over point-to-point where equal uploads are the limit
+
+
+def test_slices_reassemble_in_any_order_and_ignore_duplicates():
+    payload = bytes(range(256)) * 1000
+    event = pb.Event(id=pb.MessageId(producer_id="p", sequence=3), topic="t", ordering_key="k")
+    event.attributes["x"].int_value = 1
+    n = slice_count(len(payload), 4096)
+    msgs = [rpb.RelayMessage(event=slice_event(event, payload, i, 4096), slice_index=i, slice_count=n,
+                             payload_size=len(payload)) for i in range(n)]
+    assert b"".join(m.event.payload for m in msgs) == payload
+    assert not msgs[1].event.attributes and msgs[0].event.attributes["x"].int_value == 1
+    order = list(range(n))
+    random.Random(1).shuffle(order)
+    r = Reassembler()
+    results = [r.add(msgs[i]) for i in order[:-1]] + [r.add(msgs[order[0]])]  # a duplicate slice
+    assert results == [None] * n and len(r) == 1
+    whole = r.add(msgs[order[-1]])
+    assert whole.payload == payload and whole.ordering_key == "k" and whole.attributes["x"].int_value == 1
+    assert len(r) == 0
