@@ -39,6 +39,8 @@ INCARNATION_KEY = "echelon-incarnation"  # trailing metadata of a refused (stale
 MAX_BACKOFF = 1.0  # between reconnects to one replica; PREFER_AFTER must exceed it
 PREFER_AFTER = 2.0
 WATCH_RETRY = 1.0  # a replica whose watch stream failed is skipped this long
+STALE_VIEW = 3.0  # no update or keepalive (sent every second) for this long: fail over
+SILENT_RETRY = 10.0  # a replica whose stream went silent (paused?) is skipped this long
 RPC_TIMEOUT = 2.0
 # gRPC backs off up to 120 s between connection attempts: a restarted replica would be
 # out of reach for minutes. Membership channels retry within a second.
@@ -202,11 +204,12 @@ class MemberClient:
 
     # -- the view: watched from one replica ------------------------------------------
 
-    def _target(self, failed: dict[str, float]) -> str | None:
-        """The first reachable replica; a healthy current one is left only for a replica
-        that has been up for PREFER_AFTER (a restarted replica is still being rejoined)."""
+    def _target(self, skip: dict[str, float]) -> str | None:
+        """The first reachable replica not skipped (`skip`: replica -> until when); a healthy
+        current one is left only for a replica that has been up for PREFER_AFTER (a
+        restarted replica is still being rejoined by the other members)."""
         now = time.monotonic()
-        usable = {a for a in self._up if now - failed.get(a, -WATCH_RETRY) >= WATCH_RETRY}
+        usable = {a for a in self._up if skip.get(a, 0.0) <= now}
         best = watch_target(self.replicas, usable)
         current = self.watching
         if current in usable and best != current:
@@ -215,9 +218,9 @@ class MemberClient:
         return best
 
     async def _watch_loop(self) -> None:
-        failed: dict[str, float] = {}
+        skip: dict[str, float] = {}
         while True:
-            target = self._target(failed)
+            target = self._target(skip)
             if target is None:
                 self._reach.clear()
                 try:
@@ -228,24 +231,33 @@ class MemberClient:
             if target != self.watching:
                 log.info("watching the view from %s", target)
             task = asyncio.create_task(self._watch(target))
+            started = time.monotonic()
             try:
                 while not task.done():
                     done, _ = await asyncio.wait({task}, timeout=0.25)
-                    if not done and self._target(failed) != target:
+                    if done:
+                        break
+                    if self._target(skip) != target:
                         break  # a preferred replica is back
+                    if time.monotonic() - max(started, self._last_view) > STALE_VIEW:
+                        # A silent stream: the replica is paused or cut off, though the
+                        # connection has not failed yet (gRPC keepalive takes 15 s).
+                        log.info("view stream from %s is silent: failing over", target)
+                        skip[target] = time.monotonic() + SILENT_RETRY
+                        break
                 if task.done():
                     task.result()  # a clean end (a gap): resynchronise from the same replica
                     await asyncio.sleep(0.05)
             except asyncio.CancelledError:
                 if asyncio.current_task().cancelling():
                     raise
-                failed[target] = time.monotonic()  # the call, not this loop, was cancelled
+                skip[target] = time.monotonic() + WATCH_RETRY  # the call, not this loop, was cancelled
             except grpc.aio.AioRpcError as e:
                 log.info("view stream from %s broke (%s): failing over", target, e.code().name)
-                failed[target] = time.monotonic()
+                skip[target] = time.monotonic() + WATCH_RETRY
             except Exception:  # noqa: BLE001 - the view must keep flowing
                 log.exception("view stream from %s failed", target)
-                failed[target] = time.monotonic()
+                skip[target] = time.monotonic() + WATCH_RETRY
             finally:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)

@@ -154,6 +154,17 @@ async def test_a_replica_crash_stops_nothing(c3):
         await m.ack()
 
 
+async def test_members_leave_a_replica_whose_view_stream_goes_silent(c3):
+    # A paused (SIGSTOPped) replica keeps its connections open: only the silence tells.
+    c3.membership_nodes[0].keepalive = 1000.0
+    start = time.monotonic()
+    for a in c3.agent_nodes:
+        await wait_for(lambda a=a: a.membership.watching == c3.replicas[1], 6, what="failover from the silent replica")
+    assert time.monotonic() - start < 5.0
+    await asyncio.sleep(1.5)  # and they stay away for a while instead of flapping back
+    assert all(a.membership.watching == c3.replicas[1] and a.membership.view_age() < 1.5 for a in c3.agent_nodes)
+
+
 async def test_a_restarted_replica_pulls_topics_and_plans_before_it_serves(c3):
     m0 = c3.membership_nodes[0]
     await admin(c3.replicas[0], "CreateTopic", ppb.CreateTopicRequest(name="kept"))

@@ -87,6 +87,6 @@ def test_the_watch_target_is_the_first_reachable_and_a_return_waits_to_settle():
     assert c._target({}) == R[1]
     c._up[R[0]] = now - member_mod.PREFER_AFTER
     assert c._target({}) == R[0]
-    assert c._target({R[0]: now}) == R[1]  # its watch just failed: skipped for a while
+    assert c._target({R[0]: now + 1}) == R[1]  # its watch just failed: skipped for a while
     c._up = {}
     assert c._target({}) is None  # nothing reachable: keep the last view
