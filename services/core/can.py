@@ -9,14 +9,18 @@ found by one vectorised scan over the zones (fine to ~10k zones), and a simulato
 counts propagation messages counts one per zone, the paper's duplicate suppression.
 
 Choices where the paper is vague:
-- split (4.1, subscription load): of every dimension, the cut nearest the median of the
-  zone's subscription coordinates (between two distinct values, at their midpoint) is
-  taken; the dimension whose cut balances the counts best wins, ties going to the zone's
-  widest side relative to the domain, then the lowest dimension. The tie-break matters:
-  a point subscription (s, s) balances equally on its l and h axes, and cutting only l
-  axes leaves every zone left of an event affected (its h range spans the domain), so
-  zones must stay roughly square as in CAN. With no cut (all points equal) the zone is
-  halved along its widest side relative to the domain. The lower half keeps the zone's id, owner and replicas; the upper half is new.
+- split (4.1, subscription load): in every dimension, the cut nearest the median of the
+  zone's subscription coordinates (between two distinct values, at their midpoint).
+  Among the cuts within 5% of k (at least 1) of the best balance, the winner is the one
+  on the attribute whose subscription ranges are narrowest on average (relative to the
+  domain), then on the zone's widest side relative to the domain, then the lowest
+  dimension. Both tie-breaks decide how many zones an event visits: cutting along an
+  attribute with narrow ranges (Symbol = P1) separates the events of the two halves,
+  cutting along a wide one (Low <= P2) mostly does not; and a point subscription (s, s)
+  balances equally on its l and h axes, where cutting only l axes leaves every zone left
+  of an event affected (its h range spans the domain), so zones stay roughly square as in
+  CAN. With no cut (all points equal) the zone is halved along its widest side relative
+  to the domain. The lower half keeps the zone's id, owner and replicas; the upper half is new.
 - replicas (4.1, event load): a zone's members are its owner and replicas, each holding
   all of the zone's subscriptions; `Replicas.pick` takes them round-robin per zone.
 - mirror (4.3): the copy goes to the zone holding the reflection (h1, l1, ..., hn, ln).
@@ -81,9 +85,11 @@ def adjacent(zone: Zone, lows: np.ndarray, highs: np.ndarray) -> np.ndarray:
 def _cut(zone: Zone, points: np.ndarray, extent: np.ndarray) -> tuple[int, float]:
     """The (dimension, value) splitting `zone`; see the module doc."""
     lo, hi = np.asarray(zone.low), np.asarray(zone.high)
-    best: tuple[float, float, int] | None = None
-    value = 0.0
     k = len(points)
+    scale = np.where(extent > 0, extent, 1)
+    options = []  # (imbalance, range width of the attribute, -relative side, dimension, value)
+    if k:
+        width = np.mean(np.clip(points[:, 1::2] - points[:, 0::2], 0, None), axis=0) / scale[0::2]
     for d in range(points.shape[1] if k else 0):
         v = np.sort(points[:, d])
         cuts = np.flatnonzero(v[1:] > v[:-1]) + 1
@@ -91,16 +97,14 @@ def _cut(zone: Zone, points: np.ndarray, extent: np.ndarray) -> tuple[int, float
         mids = np.where((v[cuts - 1] < mids) & (mids <= v[cuts]), mids, v[cuts])
         ok = mids < hi[d]
         cuts, mids = cuts[ok], mids[ok]
-        if not cuts.size:
-            continue
-        j = int(np.argmin(np.abs(cuts - k / 2)))
-        score = (abs(cuts[j] - k / 2), -(hi[d] - lo[d]) / extent[d], d)
-        if best is None or score < best:
-            best, value = score, float(mids[j])
-    if best is not None:
-        return best[2], value
-    widths = (hi - lo) / np.where(extent > 0, extent, 1)
-    for d in np.argsort(-widths, kind="stable"):
+        if cuts.size:
+            j = int(np.argmin(np.abs(cuts - k / 2)))
+            options.append((abs(cuts[j] - k / 2), width[d // 2], -(hi[d] - lo[d]) / scale[d], d, float(mids[j])))
+    if options:
+        slack = min(o[0] for o in options) + max(1, k // 20)
+        best = min(o[1:] for o in options if o[0] <= slack)
+        return best[2], best[3]
+    for d in np.argsort(-(hi - lo) / scale, kind="stable"):
         mid = lo[d] / 2 + hi[d] / 2
         if lo[d] < mid < hi[d]:
             return int(d), float(mid)
@@ -214,6 +218,7 @@ class ZoneMap:
         self._pos: dict[str, int] = {}
         self._lo = np.empty((max(16, len(zones)), space.dims))
         self._hi = np.empty_like(self._lo)
+        self._cut = np.zeros(space.dims, dtype=bool)
         self.points: dict[str, Point] = {}
         self.primary: dict[str, str] = {}
         self.mirror: dict[str, str] = {}
@@ -244,19 +249,32 @@ class ZoneMap:
                 self._hi = np.concatenate([self._hi, np.empty_like(self._hi)])
         self._zones[i] = z
         self._lo[i], self._hi[i] = z.low, z.high
+        # Only dimensions some zone does not span can tell zones apart: scan just those
+        # (zones only ever shrink, so the set only grows).
+        self._cut |= (self._lo[i] > self._low) | (self._hi[i] < self._top)
+        self._cols = np.flatnonzero(self._cut)
+
+    def index(self, zone_id: str) -> int:
+        """The zone's position in `zones` (positions never change; new zones append)."""
+        return self._pos[zone_id]
 
     def zone_of(self, point: Sequence[float]) -> Zone:
-        n = len(self._zones)
-        hits = np.flatnonzero(_inside(self._lo[:n], self._hi[:n], self._top, np.asarray(point)))
+        n, c = len(self._zones), self._cols
+        p = np.asarray(point)[c]
+        hits = np.flatnonzero(_inside(self._lo[:n, c], self._hi[:n, c], self._top[c], p))
         if not hits.size:
             raise ValueError(f"point {tuple(point)} lies outside the space")
         return self._zones[hits[0]]
 
+    def affected(self, event_point: Sequence[float]) -> np.ndarray:
+        """Positions of the zones intersecting the event's affected region (section 3.4)."""
+        a, b = (np.asarray(x)[self._cols] for x in self.space.affected_region(event_point))
+        n, c = len(self._zones), self._cols
+        return np.flatnonzero(_intersects(self._lo[:n, c], self._hi[:n, c], self._top[c], a, b))
+
     def zones_for_event(self, event_point: Sequence[float]) -> list[Zone]:
         """Section 3.4: the zones intersecting the event's affected region."""
-        a, b = (np.asarray(c) for c in self.space.affected_region(event_point))
-        n = len(self._zones)
-        return [self._zones[i] for i in np.flatnonzero(_intersects(self._lo[:n], self._hi[:n], self._top, a, b))]
+        return [self._zones[i] for i in self.affected(event_point)]
 
     def route(self, event_point: Sequence[float]) -> list[tuple[Zone, str]]:
         """Each zone the event must visit, with the member picked round-robin to match it."""
@@ -317,6 +335,10 @@ class ZoneMap:
             if m is not None:
                 self._mirrored[m].discard(sid)
             self._fallback.discard(sid)
+
+    def count(self, zone_id: str) -> int:
+        """The zone's subscription load: how many primary copies it stores."""
+        return len(self._held[zone_id])
 
     def subscriptions(self, zone_id: str) -> set[str]:
         """The subscriptions whose primary copy this zone stores."""

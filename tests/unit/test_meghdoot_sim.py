@@ -1,0 +1,23 @@
+"""Smoke test of loadtest/meghdoot_sim.py --quick: plots written, shares adding up."""
+
+from __future__ import annotations
+
+import pytest
+
+from loadtest import meghdoot_sim
+
+
+def test_quick_run_prints_the_tables_and_writes_the_plots(tmp_path, capsys):
+    results = meghdoot_sim.main(["--quick", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert "Fig. 9" in out and "Fig. 12" in out and "of events contact < 5% of peers" in out
+    for name in ("fig9_peers_contacted.png", "fig12_load_deciles.png"):
+        assert (tmp_path / name).stat().st_size > 0
+    for r in results:
+        assert sum(r.histogram()) == pytest.approx(100.0)
+        assert len(r.contacted) == len(r.affected) == 3000
+        assert all(0 < c <= 100 for c in r.contacted) and all(a <= c for a, c in zip(r.affected, r.contacted))
+        # each peer's share is of the messages sent since it joined: the first peer saw them all
+        assert 0 < r.loads[0] <= 100 and sum(r.loads) >= 100 - 1e-9
+        assert r.zones <= r.peers == int(r.peers)
+    assert [r.peers for r in results] == [20, 60]
