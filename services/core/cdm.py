@@ -134,7 +134,7 @@ class _Column:
                 self.floats = np.array(self.raw, dtype=np.float64)  # None becomes NaN
             except OverflowError:
                 return
-            if int in types and np.any(np.abs(self.floats) > _EXACT_INT):
+            if int in types and np.any(np.abs(self.floats) >= _EXACT_INT):
                 self.floats = None  # an int that float64 cannot hold exactly
             elif type(None) in types:
                 self.absent = np.fromiter((v is None for v in self.raw), bool, len(self.raw))

@@ -55,6 +55,7 @@ ODD_FILTERS = [
     "x >= 10000000000000000000000000000",
     "x between -1 and 3",
     "x = 9007199254740993",
+    "x = 9007199254740992.0",
     'x = "a"',
     'x > "a"',
     'x prefix "ab"',
@@ -114,3 +115,8 @@ def test_single_match_and_empty_index():
     assert CountingIndex().match_batch([{}, {"v": 1}]) == [[], []]
     index = CountingIndex([Subscription("all", "x", Filter())])
     assert index.match({}) == ["all"] and "all" in index and index.get("all").agent == "x"
+
+
+def test_ints_beyond_float_precision_are_compared_exactly():
+    index = CountingIndex([Subscription("f", "a", parse("x = 9007199254740992.0")), Subscription("g", "a", parse("x > 9007199254740992.0"))])
+    assert index.match_batch([{"x": 2**53 + 1}, {"x": 2**53}]) == [["g"], ["f"]]
