@@ -134,9 +134,10 @@ async def test_root_sends_only_to_its_tree_targets(lbdd_cluster):
         kids = {by_key[k] for k in tree.children[a.address]}
         assert set(sent_bytes(a)) == kids, a.config.id
         assert a.metrics.copies.labels("root")._value.get() == 0
-    copies = root.metrics.copies.labels("root")._value.get()
-    frames = sum(a.metrics.copies.labels("relay")._value.get() for a in cluster.agent_nodes)
-    assert frames > copies  # the subscribers carried the rest
+    # One copy per subscriber in all, the root sending only its targets' share.
+    total = sum(sum(sent_bytes(a).values()) for a in cluster.agent_nodes)
+    assert 8 * len(big) < total < 1.1 * 8 * len(big)
+    assert sum(sent.values()) / total == pytest.approx(len(targets) / 8, abs=0.02)
 
 
 def received_bytes(agent) -> float:
@@ -155,7 +156,8 @@ async def test_killing_an_inner_relay_mid_transfer_loses_and_duplicates_nothing(
             tree = lbdd.build_tree(root.address, [a.address for a in subscribers])
             by_key = {a.address: a for a in subscribers}
             victim = by_key[max(tree.parent, key=lambda k: len(tree.subtree(k)))]
-            assert len(tree.subtree(victim.address)) > 1, "the victim must relay to someone"
+            if len(tree.subtree(victim.address)) == 1:  # all 8 in one bucket: p ~ 0.4% over random ports
+                pytest.skip("this run's ports gave a tree without an inner node")
         else:
             # The subscriber that relays the most copies over the 8 striped trees.
             trees = root.plane.trees
