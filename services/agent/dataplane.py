@@ -110,10 +110,9 @@ class DataPlane:
         self.slice_bytes = slice_bytes
         self.holds: OrderedDict[tuple, Hold] = OrderedDict()
         self.reassembler = Reassembler()
-        # The root's messages not yet acknowledged: producer -> {delivery future: stripes used}.
         self._as_root = node.metrics.copies.labels("root")
         self._as_relay = node.metrics.copies.labels("relay")
-        self._open: dict[str, dict[asyncio.Future, frozenset[int]]] = {}
+        self._open: dict[str, _Producer] = {}  # the root's messages not yet acknowledged
 
     # -- holds -----------------------------------------------------------------------
 
@@ -213,12 +212,17 @@ class DataPlane:
 
     def _root_job(self, producer: str, stripes: frozenset[int]) -> tuple[Job, asyncio.Future]:
         future = asyncio.get_running_loop().create_future()
-        open_ = self._open.setdefault(producer, {})
-        open_[future] = stripes
+        p = self._open.get(producer)
+        if p is None:
+            p = self._open[producer] = _Producer()
+        p.open[future] = stripes
+        if stripes != _STRIPE0:
+            p.striped += 1
 
         def done():
-            open_.pop(future, None)
-            if not open_ and self._open.get(producer) is open_:
+            if p.open.pop(future) != _STRIPE0:
+                p.striped -= 1
+            if not p.open and self._open.get(producer) is p:
                 del self._open[producer]
             if not future.done():
                 future.set_result(True)
@@ -229,11 +233,13 @@ class DataPlane:
         """Keep FIFO per producer across trees (see the module doc): before a message on
         `stripes` leaves, wait until no earlier message of `producer` still in flight
         travels on a stripe outside `stripes`."""
-        while True:
-            open_ = self._open.get(producer, {})
-            if all(s <= stripes for s in open_.values()):
+        while (p := self._open.get(producer)) is not None:
+            if stripes == _STRIPE0 and not p.striped:
+                return  # the common case, O(1): small events after small events
+            behind = [f for f, s in p.open.items() if not s <= stripes]
+            if not behind:
                 return
-            await asyncio.wait(list(open_))
+            await asyncio.wait(behind)
 
     async def publish(self, items: list[tuple[pb.Event, bytes, list[str]]]) -> list[asyncio.Future]:
         """Send a matched batch as the root: (event without payload, payload, destination ids).
@@ -252,12 +258,12 @@ class DataPlane:
                 small_bytes = 0
                 futures.append(await self._publish_large(event, payload, remote))
                 continue
-            if producer in self._open:
-                # Wait for striped predecessors; fences are rare, so flush first to keep order.
-                if any(s != _STRIPE0 for s in self._open[producer].values()):
-                    await self._flush(small)
-                    small_bytes = 0
-                    await self._fence(producer, _STRIPE0)
+            p = self._open.get(producer)
+            if p is not None and p.striped:
+                # Striped predecessors in flight: flush what is queued (order), then wait.
+                await self._flush(small)
+                small_bytes = 0
+                await self._fence(producer, _STRIPE0)
             job, future = self._root_job(producer, _STRIPE0)
             futures.append(future)
             msg = rpb.RelayMessage(event=event)
@@ -310,3 +316,13 @@ class DataPlane:
 
 
 _STRIPE0 = frozenset((0,))
+
+
+class _Producer:
+    """A producer's messages in flight from this root, and how many of them are striped."""
+
+    __slots__ = ("open", "striped")
+
+    def __init__(self):
+        self.open: dict[asyncio.Future, frozenset[int]] = {}
+        self.striped = 0
