@@ -146,7 +146,8 @@ class Link:
                 call.cancel()
                 raise
             except grpc.aio.AioRpcError as e:
-                log.info("link to %s broke: %s", self.peer, e.code().name)
+                log.info("link to %s broke: %s %s (%d frames to resend)", self.peer, e.code().name, e.details(),
+                         len(self.unacked))
                 if self.on_break:
                     self.on_break(self.peer)
             await asyncio.sleep(backoff)
