@@ -4,6 +4,7 @@ views that disagree must still reach everyone; striping must spread the upload."
 
 from __future__ import annotations
 
+import asyncio
 import random
 
 import pytest
@@ -159,3 +160,109 @@ def test_slices_reassemble_in_any_order_and_ignore_duplicates():
     whole = r.add(msgs[order[-1]])
     assert whole.payload == payload and whole.ordering_key == "k" and whole.attributes["x"].int_value == 1
     assert len(r) == 0
+
+
+# --- one relay's data plane against fake links: cut-through, aggregated acks, path update ---
+
+
+class FakeLink:
+    def __init__(self, peer: str):
+        self.peer = peer
+        self.frames: list[tuple[rpb.RelayFrame, asyncio.Future]] = []
+
+    def send(self, frame):
+        future = asyncio.get_running_loop().create_future()
+        self.frames.append((frame, future))
+        return future
+
+    async def room(self):
+        return None
+
+    def settle(self, ok: bool = True) -> None:
+        for _, f in self.frames:
+            if not f.done():
+                f.set_result(ok)
+
+
+class FakeNode:
+    def __init__(self, member: mpb.Member, members):
+        from prometheus_client import CollectorRegistry
+
+        from echelon.agent.server import AgentMetrics
+        from echelon.core.dedup import DedupWindow
+
+        self.config = type("C", (), {"id": member.id})()
+        self.address = member.address
+        self.metrics = AgentMetrics(CollectorRegistry())
+        self.dedup = DedupWindow()
+        self.stopping = False
+        self.links: dict[str, FakeLink] = {}
+        self.delivered: list[pb.Event] = []
+        self.trees = Trees(member.id, member.address, "lbdd", 1)
+        self.trees.update(members)
+
+    def link(self, member):
+        return self.links.setdefault(member.id, FakeLink(member.id))
+
+    def deliver_local(self, event):
+        if self.dedup.first_time((event.id.producer_id, event.id.sequence), 0.0):
+            self.delivered.append(event)
+
+
+def relay_with_grandchildren(members):
+    """A relay (not the root) whose children have children of their own, in stripe 0."""
+    tree = lbdd.build_tree(PAPER[0], PAPER[1:])
+    by_key = {m.address: m for m in members}
+    key = next(k for k in tree.parent if any(tree.children[c] for c in tree.children[k]))
+    return by_key[key], tree, by_key
+
+
+async def test_a_relay_forwards_each_slice_on_arrival_and_acks_after_its_subtree():
+    from echelon.agent.dataplane import DataPlane
+
+    members = view(PAPER)
+    relay, tree, by_key = relay_with_grandchildren(members)
+    node = FakeNode(relay, members)
+    plane = DataPlane(node, node.trees)
+    below = [by_key[k].id for k in tree.subtree(relay.address)]  # the relay itself included
+    payload = bytes(range(256)) * 64
+    event = pb.Event(id=pb.MessageId(producer_id="p", sequence=1), topic="t")
+    n = slice_count(len(payload), 4096)
+    acks = []
+    for i in range(n):
+        msg = rpb.RelayMessage(event=slice_event(event, payload, i, 4096), destinations=below, slice_index=i,
+                               slice_count=n, payload_size=len(payload))
+        plane.receive(rpb.RelayFrame(source="a0", source_key=PAPER[0], messages=[msg]), lambda i=i: acks.append(i))
+        # Cut-through: slice i is already on its way to every child, before slice i + 1 exists.
+        assert {p: len(link.frames) for p, link in node.links.items()} == \
+            {by_key[c].id: i + 1 for c in tree.children[relay.address]}
+        assert node.delivered == [] if i < n - 1 else [e.payload for e in node.delivered] == [payload]
+    assert acks == []  # nothing is acknowledged before the subtree has it
+    # A child fails with every slice unacknowledged: the relay re-routes them to its grandchildren.
+    dead_key = next(c for c in tree.children[relay.address] if tree.children[c])
+    dead = by_key[dead_key]
+    node.trees.update([m for m in members if m.id != dead.id])
+    sent_before = {p: len(link.frames) for p, link in node.links.items()}
+    node.links.pop(dead.id).settle(False)
+    await asyncio.sleep(0)
+    assert acks == []
+    rerouted: dict[int, set[str]] = {}
+    for p, link in node.links.items():
+        for frame, _ in link.frames[sent_before.get(p, 0):]:
+            for m in frame.messages:
+                rerouted.setdefault(m.slice_index, set()).update(m.destinations)
+    orphans = {by_key[k].id for k in tree.subtree(dead_key)} - {dead.id}
+    assert rerouted == {i: orphans for i in range(n)}  # every slice, to every orphan, over the new view
+    for link in node.links.values():
+        link.settle(True)
+    await asyncio.sleep(0)
+    assert sorted(acks) == list(range(n))
+    assert node.metrics.rerouted._value.get() == n and node.metrics.lost._value.get() == n
+    # A duplicate (the grandparent's path update after this relay's parent died): nothing is
+    # forwarded again, nothing delivered twice, and it is acknowledged at once.
+    before = {p: len(link.frames) for p, link in node.links.items()}
+    msg = rpb.RelayMessage(event=slice_event(event, payload, 0, 4096), destinations=below, slice_count=n,
+                           payload_size=len(payload))
+    plane.receive(rpb.RelayFrame(source="a0", source_key=PAPER[0], messages=[msg]), lambda: acks.append("dup"))
+    assert {p: len(link.frames) for p, link in node.links.items()} == before
+    assert acks[-1] == "dup" and len(node.delivered) == 1
