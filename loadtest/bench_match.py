@@ -22,7 +22,6 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from echelon.core.cdm import CountingIndex, Subscription
-from echelon.core.filters import Filter
 from echelon.core.space import Space
 from loadtest import stock
 
