@@ -51,7 +51,7 @@ def values(attr: Attribute) -> st.SearchStrategy:
         lo, hi = float(attr.low), float(attr.high)
         lo = lo if lo >= attr.low else math.nextafter(lo, math.inf)
         hi = hi if hi <= attr.high else math.nextafter(hi, -math.inf)
-        if lo > hi:  # no float inside a domain between two adjacent floats
+        if not lo < hi:  # a one-value domain (or none between two adjacent floats)
             return st.sampled_from(pool)
         return st.sampled_from(pool) | st.floats(min_value=lo, max_value=hi, allow_nan=False)
     lo, hi = max(int(attr.low), -(2**63)), min(int(attr.high), 2**63 - 1)
