@@ -61,6 +61,7 @@ class Link:
         self.dequeued = 0
         self.sent_bytes = 0
         self.closed = False
+        self._stream = 0  # which stream `_frames` feeds: an old stream's generator must stop
         self._seq = 0
         self._wake = asyncio.Event()
         self._room = asyncio.Event()
@@ -137,7 +138,7 @@ class Link:
             # (Re)open: everything unacknowledged goes out again, in sequence order.
             self.outbox = deque((seq, f, size) for seq, (f, size, _) in sorted(self.unacked.items()))
             self.in_flight = 0
-            call = stub.Stream(self._frames(), metadata=(("x-echelon-member", self.self_id),))
+            call = stub.Stream(self._frames(self._stream), metadata=(("x-echelon-member", self.self_id),))
             try:
                 async for ack in call:
                     self._acked(ack.seqs)
@@ -150,13 +151,17 @@ class Link:
                          len(self.unacked))
                 if self.on_break:
                     self.on_break(self.peer)
+            finally:
+                self._stream += 1  # retire this stream's generator
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, 1.0)
 
-    async def _frames(self):
+    async def _frames(self, stream: int):
+        # grpc keeps polling a failed call's request iterator: a generator whose stream is
+        # gone must not take frames meant for the next one (they would never be sent).
         sent_bytes = self.metrics.sent_bytes
-        while True:
-            while self.outbox:
+        while stream == self._stream:
+            while self.outbox and stream == self._stream:
                 seq, frame, size = self.outbox.popleft()
                 if seq not in self.unacked:
                     continue
