@@ -141,6 +141,7 @@ class Link:
         self._channel = grpc.aio.insecure_channel(self.address, options=LINK_OPTIONS)
         stub = rgrpc.RelayStub(self._channel)
         backoff = 0.05
+        failures = 0  # consecutive streams that broke without a single ack
         while True:
             # (Re)open: everything unacknowledged goes out again, in sequence order.
             self.outbox = deque((seq, f, size) for seq, (f, size, _) in sorted(self.unacked.items()))
@@ -150,13 +151,17 @@ class Link:
                 async for ack in call:
                     self._acked(ack.seqs)
                     backoff = 0.05
+                    failures = 0
             except asyncio.CancelledError:
                 call.cancel()
                 raise
             except grpc.aio.AioRpcError as e:
                 log.info("link to %s broke: %s %s (%d frames to resend)", self.peer, e.code().name, e.details(),
                          len(self.unacked))
-                if self.on_break:
+                failures += 1
+                # A stream can break on a congested path; only a peer we cannot reach again is
+                # evidence against it (a false suspicion may get a live agent declared dead).
+                if failures >= 2 and self.on_break:
                     self.on_break(self.peer)
             finally:
                 self._stream += 1  # retire this stream's generator
