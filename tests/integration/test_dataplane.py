@@ -18,7 +18,6 @@ from prometheus_client import generate_latest
 
 from echelon.client import DELIVERED
 from echelon.core import lbdd
-from echelon.v1 import membership_pb2 as mpb
 from tests.harness import Cluster, wait_for
 
 SUBSCRIBERS = range(1, 9)
@@ -74,13 +73,17 @@ def mixed_stream(big: bytes, n: int = 60) -> list[tuple[dict, bytes]]:
     return small[: n // 2] + [({"i": -1}, big)] + small[n // 2:]
 
 
-async def publish_all(pub, stream) -> None:
-    counts = await asyncio.gather(*(pub.publish_nowait(TOPIC, a, payload=p) for a, p in stream))
-    assert counts == [len(SUBSCRIBERS)] * len(stream)
+def publish(cluster, stream) -> tuple[asyncio.Future, list[tuple[str, int, str]]]:
+    """Publish a stream from agent 0 at DELIVERED: (all acks, what every subscriber must get)."""
+    pub = cluster.client(0).publisher(ack_level=DELIVERED)
+    acks = asyncio.gather(*(pub.publish_nowait(TOPIC, a, payload=p) for a, p in stream))
+    return acks, [(pub.producer_id, seq, hashlib.md5(p).hexdigest()) for seq, (_, p) in enumerate(stream, 1)]
 
 
-def expected(pub, stream) -> list[tuple[str, int, str]]:
-    return [(pub.producer_id, seq, hashlib.md5(p).hexdigest()) for seq, (_, p) in enumerate(stream, 1)]
+async def publish_all(cluster, collectors, stream) -> tuple[list, dict[int, list]]:
+    acks, want = publish(cluster, stream)
+    assert await acks == [len(SUBSCRIBERS)] * len(stream)
+    return want, await received_all(collectors, want)
 
 
 async def received_all(collectors, want, which=SUBSCRIBERS, settle: float = 0.3):
@@ -99,12 +102,9 @@ def sent_bytes(agent) -> dict[str, float]:
 async def test_mixed_stream_reaches_every_subscriber_once_in_order(lbdd_cluster):
     cluster, collectors = lbdd_cluster
     big = bytes(range(256)) * (12 * 1024)  # 3 MiB: 48 slices, striped over 8 trees
-    stream = mixed_stream(big)
-    pub = cluster.client(0).publisher(ack_level=DELIVERED)
-    await publish_all(pub, stream)
-    got = await received_all(collectors, stream)
+    want, got = await publish_all(cluster, collectors, mixed_stream(big))
     for i, messages in got.items():
-        assert messages == expected(pub, stream), f"agent-{i}"
+        assert messages == want, f"agent-{i}"
     # The subscribers carried most of the payload: the root sent far fewer than 8 copies.
     root = cluster.agent_nodes[0]
     assert sum(sent_bytes(root).values()) < 3 * len(big)
@@ -126,10 +126,7 @@ async def test_root_sends_only_to_its_tree_targets(lbdd_cluster):
     cluster, collectors = lbdd_cluster
     root = cluster.agent_nodes[0]
     big = bytes(2 << 20)
-    stream = mixed_stream(big, n=20)
-    pub = cluster.client(0).publisher(ack_level=DELIVERED)
-    await publish_all(pub, stream)
-    await received_all(collectors, stream)
+    await publish_all(cluster, collectors, mixed_stream(big, n=20))
 
     by_key = {a.address: a.config.id for a in cluster.agent_nodes}
     tree = lbdd.build_tree(root.address, [cluster.agent_nodes[i].address for i in SUBSCRIBERS])
@@ -155,50 +152,41 @@ def received_bytes(agent) -> float:
                for s in m.samples if s.name.endswith("_total"))
 
 
-@pytest.mark.parametrize("stripes", [1, 8])
-async def test_killing_an_inner_relay_mid_transfer_loses_and_duplicates_nothing(stripes):
-    cluster, collectors = await start({"stripes": stripes})
-    try:
-        root = cluster.agent_nodes[0]
-        subscribers = [cluster.agent_nodes[i] for i in SUBSCRIBERS]
-        if stripes == 1:
-            # The inner node with the largest subtree.
-            tree = lbdd.build_tree(root.address, [a.address for a in subscribers])
-            by_key = {a.address: a for a in subscribers}
-            victim = by_key[max(tree.parent, key=lambda k: len(tree.subtree(k)))]
-            if len(tree.subtree(victim.address)) == 1:  # all 8 in one bucket: p ~ 0.4% over random ports
-                pytest.skip("this run's ports gave a tree without an inner node")
-        else:
-            # The subscriber that relays the most copies over the 8 striped trees.
-            trees = root.plane.trees
-            ids = [a.config.id for a in subscribers]
-            load = {a.config.id: 0 for a in subscribers}
-            for s in trees.schedule(TOPIC, ids):
-                for n, c in trees._loads(TOPIC, s, ids).items():
-                    load[n] = load.get(n, 0) + c
-            victim = next(a for a in subscribers if a.config.id == max(ids, key=load.get))
-        survivors = [i for i in SUBSCRIBERS if cluster.agent_nodes[i] is not victim]
+@pytest.mark.parametrize("lbdd_cluster", [{"stripes": 1}, {"stripes": 8}], indirect=True)
+async def test_killing_an_inner_relay_mid_transfer_loses_and_duplicates_nothing(lbdd_cluster):
+    cluster, collectors = lbdd_cluster
+    root = cluster.agent_nodes[0]
+    subscribers = [cluster.agent_nodes[i] for i in SUBSCRIBERS]
+    trees = root.plane.trees
+    ids = [a.config.id for a in subscribers]
+    if trees.stripes == 1:
+        # The inner node with the largest subtree.
+        tree = lbdd.build_tree(root.address, [a.address for a in subscribers])
+        by_key = {a.address: a for a in subscribers}
+        victim = by_key[max(tree.parent, key=lambda k: len(tree.subtree(k)))]
+        if len(tree.subtree(victim.address)) == 1:  # all 8 in one bucket: p ~ 0.4% over random ports
+            pytest.skip("this run's ports gave a tree without an inner node")
+    else:
+        # The subscriber that relays the most copies over the striped trees.
+        load = dict.fromkeys(ids, 0)
+        for s in trees.schedule(TOPIC, ids):
+            for n, c in trees._loads(TOPIC, s, ids).items():
+                load[n] = load.get(n, 0) + c
+        victim = subscribers[ids.index(max(ids, key=load.get))]
+    survivors = [i for i in SUBSCRIBERS if cluster.agent_nodes[i] is not victim]
 
-        big = bytes(range(256)) * (64 * 1024)  # 16 MiB: 256 slices
-        stream = mixed_stream(big, n=200)
-        pub = cluster.client(0).publisher(ack_level=DELIVERED)
-        done = asyncio.gather(*(pub.publish_nowait(TOPIC, a, payload=p) for a, p in stream))
-        await wait_for(lambda: received_bytes(victim) > len(big) // 8, timeout=10, what="the victim is mid-transfer")
-        assert received_bytes(victim) < len(big) // 2
-        await cluster.crash(victim)
-        await asyncio.wait_for(done, 15)  # DELIVERED: every surviving destination holds every message
+    big = bytes(range(256)) * (64 * 1024)  # 16 MiB: 256 slices
+    acks, want = publish(cluster, mixed_stream(big, n=200))
+    await wait_for(lambda: received_bytes(victim) > len(big) // 8, timeout=10, what="the victim is mid-transfer")
+    assert received_bytes(victim) < len(big) // 2
+    await cluster.crash(victim)
+    await asyncio.wait_for(acks, 15)  # DELIVERED: every surviving destination holds every message
 
-        want = expected(pub, stream)
-        result = await received_all(collectors, want, survivors)
-        for i, messages in result.items():
-            assert sorted(messages) == sorted(want), f"agent-{i} lost messages"
-            assert len(messages) == len(set(messages)), f"agent-{i} got duplicates"
-        # Path update: whoever held frames for the victim re-routed them.
-        assert sum(a.metrics.rerouted._value.get() for a in cluster.agent_nodes if a is not victim) > 0
-    finally:
-        for c in collectors.values():
-            c.task.cancel()
-        await cluster.stop()
+    for i, messages in (await received_all(collectors, want, survivors)).items():
+        assert sorted(messages) == sorted(want), f"agent-{i} lost messages"
+        assert len(messages) == len(set(messages)), f"agent-{i} got duplicates"
+    # Path update: whoever held frames for the victim re-routed them.
+    assert sum(a.metrics.rerouted._value.get() for a in cluster.agent_nodes if a is not victim) > 0
 
 
 @pytest.mark.parametrize("lbdd_cluster", [{"dissemination": "p2p"}], indirect=True)
@@ -206,12 +194,9 @@ async def test_p2p_mode_sends_every_copy_from_the_root(lbdd_cluster):
     cluster, collectors = lbdd_cluster
     root = cluster.agent_nodes[0]
     big = bytes(1 << 20)
-    stream = mixed_stream(big, n=20)
-    pub = cluster.client(0).publisher(ack_level=DELIVERED)
-    await publish_all(pub, stream)
-    got = await received_all(collectors, stream)
+    want, got = await publish_all(cluster, collectors, mixed_stream(big, n=20))
     for i, messages in got.items():
-        assert messages == expected(pub, stream), f"agent-{i}"
+        assert messages == want, f"agent-{i}"
     sent = sent_bytes(root)
     assert set(sent) == {cluster.agent_nodes[i].config.id for i in SUBSCRIBERS}
     assert all(v > len(big) for v in sent.values())
