@@ -34,12 +34,6 @@ from echelon.v1 import relay_pb2_grpc as rgrpc
 
 log = logging.getLogger("echelon.links")
 
-# gRPC turns the keepalive timeout into the socket's TCP_USER_TIMEOUT: with the cluster's
-# 5 s, a bulk stream through a congested uplink (tbf drops, retransmission backoff) is
-# killed by the kernel ("sendmsg: Connection timed out") and must resend its window.
-# Dead peers are the view's business (membership), so relay links are patient.
-LINK_OPTIONS = [(k, v) for k, v in CHANNEL_OPTIONS if k not in ("grpc.keepalive_time_ms", "grpc.keepalive_timeout_ms")]
-LINK_OPTIONS += [("grpc.keepalive_time_ms", 30_000), ("grpc.keepalive_timeout_ms", 120_000)]
 
 
 class LinkMetrics:
@@ -138,7 +132,7 @@ class Link:
             self._room.set()
 
     async def _run(self) -> None:
-        self._channel = grpc.aio.insecure_channel(self.address, options=LINK_OPTIONS)
+        self._channel = grpc.aio.insecure_channel(self.address, options=CHANNEL_OPTIONS)
         stub = rgrpc.RelayStub(self._channel)
         backoff = 0.05
         failures = 0  # consecutive streams that broke without a single ack

@@ -25,11 +25,14 @@ from echelon.runtime.metrics import RpcMetrics
 log = logging.getLogger("echelon.server")
 
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+# gRPC turns the keepalive timeout into the socket's TCP_USER_TIMEOUT, so a short one
+# kills healthy streams on a saturated uplink ("sendmsg: Connection timed out"). Who is
+# dead is membership's business (heartbeats); keepalive only clears half-open sockets.
 CHANNEL_OPTIONS = [
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.keepalive_time_ms", 10_000),
-    ("grpc.keepalive_timeout_ms", 5_000),
+    ("grpc.keepalive_time_ms", 30_000),
+    ("grpc.keepalive_timeout_ms", 120_000),
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.http2.max_pings_without_data", 0),
 ]
