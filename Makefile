@@ -46,3 +46,8 @@ bench: $(STAMP) $(SYSTEM)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis
+
+# The paper's bulk experiment in network namespaces (needs root; about 15 minutes): tables, out/bulk/*.png.
+.PHONY: bulk
+bulk: $(STAMP) $(SYSTEM)
+	$(PY) -m loadtest.bulk --out out/bulk
