@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 
 import click
-import grpc
 from rich.console import Console
 from rich.table import Table
 
@@ -132,7 +131,8 @@ def membership(log_level, peers, tombstone_ttl, **kw) -> None:
 @cli.command()
 @click.option("--agents", default=3, type=click.IntRange(1, 40), show_default=True)
 @click.option("--matchers", default=1, type=click.IntRange(1, 40), show_default=True)
-@click.option("--memberships", default=1, type=click.IntRange(1, 9), show_default=True)
+@click.option("--memberships", default=3, type=click.IntRange(1, 9), show_default=True,
+              help="Membership replicas (three: no single point of failure).")
 @click.option("--base-port", default=7100, type=click.IntRange(0, 60000), show_default=True,
               help="Ports are laid out above it; 0 picks free ports.")
 @click.option("--log-dir", default=None, type=click.Path(file_okay=False, path_type=Path))
@@ -180,8 +180,9 @@ def demo(agents, events, base_port, as_json) -> None:
     """Start a local cluster, publish stock quotes to filtered subscribers, show who got what."""
     from echelon.demo import run_demo
 
-    ok = asyncio.run(run_demo(agents=agents, events=events, base_port=base_port, as_json=as_json,
-                              console=console))
+    # Piped output (CI, `| tee`) would wrap the table at 80 columns.
+    out = console if console.is_terminal else Console(width=140)
+    ok = asyncio.run(run_demo(agents=agents, events=events, base_port=base_port, as_json=as_json, console=out))
     sys.exit(0 if ok else 1)
 
 

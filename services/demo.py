@@ -55,8 +55,8 @@ async def collect(sub, expected: int, idle: float = 3.0) -> list:
 async def run_demo(agents: int = 4, events: int = 200, base_port: int = 0, as_json: bool = False,
                    console: Console | None = None) -> bool:
     console = console or Console()
-    cluster = LocalCluster(agents=agents, matchers=1, base_port=base_port)
-    console.print(f"starting {agents} agents, 1 matcher, 1 membership replica (logs in {cluster.log_dir}) ...")
+    cluster = LocalCluster(agents=agents, matchers=1, memberships=3, base_port=base_port)
+    console.print(f"starting {agents} agents, 1 matcher, 3 membership replicas (logs in {cluster.log_dir}) ...")
     t0 = time.perf_counter()
     await cluster.start()
     console.print(f"cluster serving in {time.perf_counter() - t0:.1f}s")

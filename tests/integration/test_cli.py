@@ -40,7 +40,7 @@ def test_up_serves_then_sigterm_stops_every_process(tmp_path):
         ready = json.loads(line)
         procs = ready["processes"]
         pids = [p["pid"] for p in procs]
-        assert ready["ready"] and sorted(p["role"] for p in procs) == ["agent", "agent", "matcher", "membership"]
+        assert ready["ready"] and sorted(p["role"] for p in procs) == ["agent", "agent", "matcher"] + ["membership"] * 3
         assert all(alive(pid) for pid in pids)
         membership = next(p["address"] for p in procs if p["role"] == "membership")
         agents = [p["address"] for p in procs if p["role"] == "agent"]
