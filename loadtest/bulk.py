@@ -54,7 +54,7 @@ import asyncio
 import json
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import click
@@ -64,7 +64,7 @@ from loadtest import bulk_report
 from loadtest.bulk_client import SCHEMA, payload_sha256
 from loadtest.bulk_cluster import (AGENT_PORT, Cluster, Endpoint, Mode, agent_flags, agent_options, cpu_busy,
                                    cpu_times, modes, scrape_relay, tree_stats, uplink_drops)
-from loadtest.netns import Network, NetnsError, Unsupported, check_available, stop_process
+from loadtest.netns import Network, NetnsError, Unsupported, check_available, stop_process, wait_until
 
 PAPER_SUFFIXES = (74, 97, 234, 90, 98, 64, 61, 184, 72, 88, 44, 68)  # publisher first
 MB = 1 << 20
@@ -151,7 +151,8 @@ def run_round(net: Network, cluster: Cluster, s: Settings, n: int, size: int, ta
         subs = [Endpoint(net, h, [*client, "sub", "--agent", f"{h.address}:{AGENT_PORT}", *common],
                          s.log_dir / f"{tag}-sub-{h.index}.err") for h in sub_hosts]
         endpoints += subs
-        _wait(lambda: all(e.event("ready") or e.proc.poll() is not None for e in subs), 60, "subscribers ready")
+        wait_until(lambda: all(e.event("ready") or e.proc.poll() is not None for e in subs), 60, 0.1,
+                   "subscribers ready")
         if not all(e.event("ready") for e in subs):
             raise RuntimeError(f"a subscriber failed to open its subscription (logs {s.log_dir}/{tag}-sub-*.err)")
         subscribed = {f"{h.address}:{AGENT_PORT}" for h in sub_hosts}
@@ -238,14 +239,6 @@ async def _create_topic(membership: str, topic: str) -> None:
 
     async with Client(membership) as c:
         await c.create_topic(topic, SCHEMA)
-
-
-def _wait(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(0.1)
 
 
 @dataclass
@@ -354,36 +347,51 @@ def _brief(r: Round) -> str:
               help="Uplink queue of each host, in ms at the rate (tbf latency).")
 @click.option("--notsent-lowat-kb", type=click.IntRange(0, 1 << 20), default=128, show_default=True,
               help="Hosts' net.ipv4.tcp_notsent_lowat, KiB (0: the kernel's default, unlimited).")
+@click.option("--report-only", is_flag=True, help="Print the tables and draw the plots of --out/results.json again.")
 def main(payload_mb, rate_mbit, subscribers, mode_names, stripes, slice_bytes, chunk_mb, window_mb, sweep, sweep_mb,
-         out, subnet, seed, beat_interval, queue_ms, notsent_lowat_kb) -> None:
+         out, subnet, seed, beat_interval, queue_ms, notsent_lowat_kb, report_only) -> None:
     """Reproduce (and beat) the paper's bulk distribution experiment in network namespaces."""
     console = bulk_report.console
-    try:
-        check_available()
-    except Unsupported as e:
-        console.print(f"[red]cannot create network namespaces here: {e}[/]")
-        sys.exit(2)
-    chunk = int(chunk_mb * MB)
-    exp = Experiment(int(payload_mb * MB), rate_mbit, subscribers, modes(_names(mode_names), stripes, slice_bytes),
-                     sweep, int(sweep_mb * MB), chunk, max(chunk, int(window_mb * MB)), seed, out, subnet,
-                     beat_interval, queue_ms, notsent_lowat_kb << 10, console.print)
-    started = time.monotonic()
-    try:
-        results = exp.run()
-    except (NetnsError, Unsupported) as e:
-        console.print(f"[red]network setup failed: {e}[/]")
-        sys.exit(2)
-    except KeyboardInterrupt:
-        console.print("[yellow]interrupted: namespaces, qdiscs and processes removed[/]")
-        sys.exit(130)
-    bulk_report.report(results, out, time.monotonic() - started, {m.name: m.label for m in exp.modes})
-    (out / "results.json").write_text(json.dumps(_plain(results), indent=1))
+    if report_only:
+        results = _load(out / "results.json")
+    else:
+        try:
+            check_available()
+        except Unsupported as e:
+            console.print(f"[red]cannot create network namespaces here: {e}[/]")
+            sys.exit(2)
+        chunk = int(chunk_mb * MB)
+        exp = Experiment(int(payload_mb * MB), rate_mbit, subscribers,
+                         modes(_names(mode_names), stripes, slice_bytes), sweep, int(sweep_mb * MB), chunk,
+                         max(chunk, int(window_mb * MB)), seed, out, subnet, beat_interval, queue_ms,
+                         notsent_lowat_kb << 10, console.print)
+        started = time.monotonic()
+        try:
+            results = exp.run()
+        except (NetnsError, Unsupported) as e:
+            console.print(f"[red]network setup failed: {e}[/]")
+            sys.exit(2)
+        except KeyboardInterrupt:
+            console.print("[yellow]interrupted: namespaces, qdiscs and processes removed[/]")
+            sys.exit(130)
+        results["elapsed"] = time.monotonic() - started
+        results["labels"] = {m.name: m.label for m in exp.modes}
+        (out / "results.json").write_text(json.dumps(_plain(results), indent=1))
+    bulk_report.report(results, out)
     failed = [r for r in results["main"] + results["sweep"] if not r.ok]
     sys.exit(1 if failed or not results["main"] else 0)
 
 
 def _names(text: str) -> list[str]:
     return [n.strip() for n in text.split(",") if n.strip()]
+
+
+def _load(path: Path) -> dict:
+    """results.json back into Rounds (the derived fields are recomputed)."""
+    data = json.loads(path.read_text())
+    names = {f.name for f in fields(Round)}
+    rounds = {k: [Round(**{a: v for a, v in x.items() if a in names}) for x in data[k]] for k in ("main", "sweep")}
+    return {**data, **rounds}
 
 
 def _plain(results: dict) -> dict:

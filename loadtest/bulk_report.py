@@ -59,8 +59,9 @@ def mode_table(r, rounds: list, labels: dict[str, str]) -> Table:
         t.add_row("distribution rate", f"{r.rate:.2f} Mbit/s per subscriber  ({r.rate * n:.1f} Mbit/s delivered "
                                        f"in all, {100 * r.rate * n / u:.0f}% of one uplink)")
         t.add_row("speedup over p2p", f"[bold]{speedup:.2f}x[/]  ({how})")
-        t.add_row("ideal bounds", f"tree N/2 = {n / 2:.1f}x, swarm N = {n}x; these trees N / busiest node's "
-                                  f"copies = {bound:.2f}x (reached: {_pct(speedup / bound)})")
+        trees = "" if r.mode == "p2p" else (f"; these trees N / busiest node's copies = {bound:.2f}x "
+                                             f"(reached: {_pct(speedup / bound)})")
+        t.add_row("ideal bounds", f"tree N/2 = {n / 2:.1f}x, swarm N = {n}x{trees}")
         t.add_row("publisher's share of bytes sent",
                   f"{_pct(r.pub_share)} by interface counters, {_pct(r.pub_relay_share)} by the agents' "
                   f"echelon_relay_sent_bytes_total")
@@ -71,8 +72,11 @@ def mode_table(r, rounds: list, labels: dict[str, str]) -> Table:
         t.add_row("bytes on the wire / payload", f"{r.wire_copies:.2f} (all hosts' uploads; {n} copies are "
                                                  f"the minimum)")
     stripes = f"; {len(r.depths)} stripes, depths {min(r.depths)}-{max(r.depths)}" if len(r.depths) > 1 else ""
-    t.add_row("LBDD tree (build_tree)", f"depth {r.depth}{stripes}; copies of each slice sent by the publisher "
-                                        f"{r.root_copies:.2f}, by the busiest node {r.busiest_copies:.2f}")
+    if r.mode == "p2p":
+        t.add_row("LBDD tree (build_tree)", f"not used here; the same hosts' tree has depth {r.depth}")
+    else:
+        t.add_row("LBDD tree (build_tree)", f"depth {r.depth}{stripes}; copies of each slice sent by the publisher "
+                                            f"{r.root_copies:.2f}, by the busiest node {r.busiest_copies:.2f}")
     if r.incidents:
         t.add_row("view changes mid-transfer", "[yellow]" + ", ".join(r.incidents) + "[/]")
     t.add_row("payload verified", f"{r.verified}/{n} subscribers hold the exact payload (SHA-256); "
@@ -150,8 +154,9 @@ def plot(rounds: list, labels: dict[str, str], out: Path) -> list[Path]:
     return paths
 
 
-def report(results: dict, out: Path, elapsed: float, labels: dict[str, str]) -> None:
+def report(results: dict, out: Path) -> None:
     main, sweep = results["main"], results["sweep"]
+    labels = results.get("labels") or {}
     for r in main:
         console.print(mode_table(r, main, labels))
     if len(main) > 1:
@@ -162,4 +167,5 @@ def report(results: dict, out: Path, elapsed: float, labels: dict[str, str]) -> 
         console.print(sweep_table(sweep, labels))
         for p in plot(sweep, labels, out):
             console.print(f"wrote {p}")
-    console.print(f"total {elapsed / 60:.1f} min; results in {out / 'results.json'}")
+    elapsed = f"total {results['elapsed'] / 60:.1f} min; " if results.get("elapsed") else ""
+    console.print(f"{elapsed}results in {out / 'results.json'}")

@@ -328,7 +328,7 @@ class Network:
 
     def sysctl(self, host: Host, key: str, value: str | int) -> None:
         """Set a namespaced sysctl inside the host (e.g. net.ipv4.tcp_notsent_lowat)."""
-        run(["ip", "netns", "exec", host.name, "sysctl", "-qw", f"{key}={value}"])
+        _sysctl(host.name, key, value, check=True)
 
     # -- shaping ---------------------------------------------------------------------------
 
@@ -448,20 +448,23 @@ def stop_process(p: subprocess.Popen, timeout: float = 5.0) -> int | None:
     return p.returncode
 
 
-def _sysctl(ns: str | None, key: str, value: str) -> None:
-    path = "/proc/sys/" + key.replace(".", "/")
+def _sysctl(ns: str | None, key: str, value: str | int, check: bool = False) -> None:
+    """Set a sysctl in the root namespace (None) or in `ns`; best effort unless `check`."""
     if ns is None:
-        with contextlib.suppress(OSError):
-            Path(path).write_text(value)
+        try:
+            Path("/proc/sys/" + key.replace(".", "/")).write_text(str(value))
+        except OSError as e:
+            if check:
+                raise NetnsError(f"sysctl {key}={value}: {e}") from None
     else:
-        run(["ip", "netns", "exec", ns, "sysctl", "-qw", f"{key}={value}"], check=False)
+        run(["ip", "netns", "exec", ns, "sysctl", "-qw", f"{key}={value}"], check=check)
 
 
 _NETEM: bool | None = None
 
 
 def _has_netem() -> bool:
-    """Probe once: add a netem qdisc to a throwaway dummy-free namespace's loopback."""
+    """Probe once: add a netem qdisc to the loopback of a throwaway namespace."""
     global _NETEM
     if _NETEM is None:
         probe = f"ech-{os.getpid()}-netem"

@@ -60,6 +60,12 @@ def test_network_names_fit_and_suffixes_are_checked():
             Network(2, suffixes=bad)
 
 
+def test_not_root_is_unsupported_with_the_reason(monkeypatch):
+    monkeypatch.setattr("os.geteuid", lambda: 1000)
+    with pytest.raises(Unsupported, match="need root"):
+        check_available()
+
+
 def _available() -> None:
     try:
         check_available()
