@@ -15,30 +15,41 @@ Decisions (SWIM, Das et al. 2002; Lifeguard, Dadgar et al. 2018):
   "beat"). The service still pushes BeatReply(SUSPECT) on suspicion; the member's answer,
   incarnation + 1, refutes too (kind "incarnation") and outranks the suspicion in every
   view. Both kinds are counted.
+- A crash is not a pause. When a process dies its kernel closes its sockets, so the
+  replica sees the member's heartbeat stream END without a Leave (`stream_ended`): strong
+  evidence, DEAD after `crash_grace` (5 T = 1.0 s) unless a beat or a Join (the member
+  reconnecting) comes first. Plain silence on an OPEN stream is what a paused process
+  (SIGSTOP, GC, a swapped host), a partition or a lossy link looks like: SUSPECT after
+  `suspect_after` (5 T = 1.0 s), DEAD only after `suspect_after + suspicion_timeout`
+  (35 T = 7.0 s). So kill -9 is declared in about 1 s, and a member paused for 3 s or
+  behind a link with 5% loss is suspected at worst, never declared dead. A host that
+  vanishes without closing its connections (power, a cut cable) takes the 7 s path.
 - Evidence (a data-plane peer saw the stream break) makes an ALIVE member SUSPECT at once
-  but never kills: only silence does. Each distinct ALIVE reporter is a confirmation that
-  shortens the suspicion timeout by Lifeguard's rule t(k) = max(min, max - (max - min) *
-  log(k + 1) / log(K + 1)); DEAD when silence >= suspect_after + t(k), silence counted
-  from the last beat, so no evidence kills a member heard from within 1.2 s.
+  but never kills on its own: only silence or an ended stream does. Each distinct ALIVE
+  reporter is a confirmation that shortens the silence timeout by Lifeguard's rule
+  t(k) = max(min, max - (max - min) * log(k + 1) / log(K + 1)), down to DEAD at 4.0 s of
+  silence with K = 3 reporters: longer than a 3 s pause, so accusations from peers whose
+  streams stalled behind the paused member cannot kill it either.
 - Local health (Lifeguard's LHM) is the detector's own: a tick far later than its cadence
   means this replica was paused or starved, every member looks silent and their beats
   still sit unread in socket buffers. A late tick opens a 2-interval grace without silence
   transitions, so a SIGSTOPped replica does not kill the cluster on resume. A member
-  whose beats arrive late gets no longer timeout (a sick member would stretch the 2 s
-  target); late beats are counted so the routing job can move slow agents to the leaves.
+  whose beats arrive late gets no longer timeout; late beats are counted so the routing
+  job can move slow agents to the leaves.
 
-Defaults, in heartbeat intervals T = 0.2 s: SUSPECT after 5 T = 1.0 s of silence, DEAD a
-further 4 T later (1.8 s after the last beat, < 2 s with a T/4 tick), floor T reached with
-K = 3 reporters (DEAD at 1.2 s). A process paused 3 s is declared dead, as it should be.
+Defaults, in heartbeat intervals T = 0.2 s: crash (stream ended) DEAD 5 T = 1.0 s after
+the end, so < 2 s from the kill with a T/4 tick; silence SUSPECT after 5 T = 1.0 s, DEAD
+at 35 T = 7.0 s (20 T = 4.0 s with K = 3 reporters).
 
-Why an alive member is not declared dead, with beats every T lost independently with
-p = 0.05 and delayed by d in [0, D], D = 0.25 s: after an arrival at s + d, a silence S
-needs the next m beats lost with (m + 1) T + d' - d >= S, so m >= ceil((S - D) / T) - 1.
-DEAD (S = 1.8 s): m >= 7, P <= p^7 = 7.8e-10 per beat (sharper 0.02 p^7 + 0.5 p^8 + p^9
-= 3.8e-11: d' - d >= 0.2 has probability 0.02); 5 minutes are 1500 beats, so P(false
-DEAD) <= 1500 p^7 = 1.2e-6 per member (6e-8 sharper). SUSPECT (S = 1.0 s): m >= 3,
-about 6e-6 per beat, 0.01 per member per 5 min, refuted by the next beat. Three false
-reporters lower S to 1.2 s: m >= 4, p^4 = 6e-6 per accusation.
+Why an alive member is not declared dead. Beats travel on one TCP stream, so a lost
+segment holds every later beat until it is retransmitted: the silence after k
+consecutive losses of one segment is about RTO * (2^k - 1), RTO >= 0.2 s (Linux; 0.3-0.4
+s behind a 100 ms +- 50 ms link). With loss p = 0.05 per direction, SUSPECT (1.0 s)
+needs k >= 2 (p^2 = 2.5e-3 per beat: a few suspicions per member per 5 minutes, each
+refuted by the next beat), DEAD (7.0 s) needs k >= 5 (p^5 = 3e-7 per beat, about 1e-3
+per member per 5 minutes at 3 replicas). A 3 s pause stays 1 s short of the shortest
+DEAD silence (4.0 s, three accusers). A stream that ends while the process lives (a reset connection) is
+reconnected at once: Join refutes within a round trip or two, well inside the 1.0 s grace.
 """
 
 from __future__ import annotations
@@ -106,11 +117,12 @@ class MemberRecord:
     last_beat: float = 0.0
     suspect_since: float | None = None
     metrics_address: str = ""
+    stream_ended: float | None = None  # when its heartbeat stream ended without a Leave
 
 
-def _identity(r: MemberRecord) -> MemberRecord:
+def identity(r: MemberRecord) -> MemberRecord:
     """The record without its clock fields: what a view must carry when it changes."""
-    return replace(r, last_beat=0.0, suspect_since=None)
+    return replace(r, last_beat=0.0, suspect_since=None, stream_ended=None)
 
 
 @dataclass(frozen=True)
@@ -148,19 +160,22 @@ class Detector:
 
     def __init__(self, heartbeat_interval: float = 0.2, suspect_after: float | None = None,
                  suspicion_timeout: float | None = None, min_suspicion_timeout: float | None = None,
-                 confirmations: int = 3, max_tick_gap: float | None = None):
-        """Unset timings derive from the interval: 5, 4 and 1 beats; stall at 2.5 beats."""
+                 confirmations: int = 3, max_tick_gap: float | None = None, crash_grace: float | None = None):
+        """Unset timings derive from the interval T: suspect after 5 T of silence, dead 30 T
+        later (15 T with K reporters), dead 5 T after the stream ended; stall at 2.5 T."""
         t = heartbeat_interval
         self.heartbeat_interval = t
         self.suspect_after = 5 * t if suspect_after is None else suspect_after
-        self.suspicion_timeout = 4 * t if suspicion_timeout is None else suspicion_timeout
-        self.min_suspicion_timeout = t if min_suspicion_timeout is None else min_suspicion_timeout
+        self.suspicion_timeout = 30 * t if suspicion_timeout is None else suspicion_timeout
+        self.min_suspicion_timeout = 15 * t if min_suspicion_timeout is None else min_suspicion_timeout
+        self.crash_grace = 5 * t if crash_grace is None else crash_grace
         self.confirmations = confirmations
         self.max_tick_gap = 2.5 * t if max_tick_gap is None else max_tick_gap  # math.inf: off
         self.stall_grace = 2 * t
-        if not (t > 0 and self.suspect_after > 0 and confirmations >= 1
+        if not (t > 0 and self.suspect_after > 0 and confirmations >= 1 and self.crash_grace >= 0
                 and 0 <= self.min_suspicion_timeout <= self.suspicion_timeout):
-            raise ValueError("need interval > 0, suspect_after > 0, K >= 1, 0 <= min <= suspicion_timeout")
+            raise ValueError("need interval > 0, suspect_after > 0, K >= 1, crash_grace >= 0, "
+                             "0 <= min <= suspicion_timeout")
         self.stats = DetectorStats()
         self._table: dict[str, MemberRecord] = {}
         self._accusers: dict[str, set[str]] = {}
@@ -210,7 +225,7 @@ class Detector:
         self._accusers.pop(new.id, None)
         if old.state is State.SUSPECT:
             self.stats.refutations["join"] += 1
-        if old.state is State.ALIVE and _identity(old) == _identity(new):
+        if old.state is State.ALIVE and identity(old) == identity(new):
             return []  # a retried Join that changes nothing
         return [self._moved(new.id, old.state, State.ALIVE, now, "join retry" if retry else "rejoin")]
 
@@ -226,7 +241,8 @@ class Detector:
         if now - rec.last_beat > 2 * self.heartbeat_interval:  # a beat lost or badly late
             self.stats.late_beats += 1
         rec.last_beat = max(rec.last_beat, now)
-        before = _identity(rec)
+        rec.stream_ended = None  # a beat on a new stream: the member reconnected
+        before = identity(rec)
         bumped = incarnation > rec.incarnation
         rec.incarnation = incarnation
         if publishes is not None:
@@ -239,7 +255,7 @@ class Detector:
             rec.state, rec.suspect_since = State.ALIVE, None
             self._accusers.pop(member_id, None)
             return [self._moved(member_id, State.SUSPECT, State.ALIVE, now, f"refuted by {kind}")]
-        if _identity(rec) != before:
+        if identity(rec) != before:
             return [self._moved(member_id, State.ALIVE, State.ALIVE, now, "update")]
         return []
 
@@ -263,6 +279,18 @@ class Detector:
         rec.state, rec.suspect_since = State.SUSPECT, now
         return [self._moved(member_id, State.ALIVE, State.SUSPECT, now, f"evidence from {reporter}")]
 
+    def stream_ended(self, member_id: str, now: float, last_beat: float | None = None) -> list[Transition]:
+        """The member's heartbeat stream ended without a Leave: the connection closed, as
+        it does when the process dies. DEAD `crash_grace` later unless it beats or joins
+        again first. `last_beat`: the last beat seen on that stream; if the record holds a
+        newer one, a newer stream (or a Join) exists and this end means nothing."""
+        rec = self._table.get(member_id)
+        if rec is None or rec.state not in LIVE or (last_beat is not None and rec.last_beat > last_beat):
+            return []
+        if rec.stream_ended is None:
+            rec.stream_ended = now
+        return []
+
     def leave(self, member_id: str, incarnation: int, now: float) -> list[Transition]:
         """A graceful leave. Idempotent; a member already DEAD stays DEAD."""
         rec = self._get(member_id)
@@ -273,6 +301,7 @@ class Detector:
             return []
         old = rec.state
         rec.state, rec.suspect_since, rec.incarnation = State.LEFT, None, incarnation
+        rec.stream_ended = None
         self._accusers.pop(member_id, None)
         return [self._moved(member_id, old, State.LEFT, now, "leave")]
 
@@ -289,15 +318,17 @@ class Detector:
             if rec.state not in LIVE:
                 continue
             silence = now - rec.last_beat
-            if rec.state is State.ALIVE and silence >= self.suspect_after:
+            ended = rec.stream_ended is not None and now - rec.stream_ended >= self.crash_grace
+            if rec.state is State.ALIVE and (ended or silence >= self.suspect_after):
                 rec.state, rec.suspect_since = State.SUSPECT, now
-                out.append(self._moved(mid, State.ALIVE, State.SUSPECT, now, "silence"))
+                out.append(self._moved(mid, State.ALIVE, State.SUSPECT, now, "stream ended" if ended else "silence"))
             timeout = self.suspicion_timeout_for(len(self._accusers.get(mid, ())))
-            if rec.state is State.SUSPECT and silence >= self.suspect_after + timeout:
-                rec.state = State.DEAD
+            if rec.state is State.SUSPECT and (ended or silence >= self.suspect_after + timeout):
+                rec.state, rec.stream_ended = State.DEAD, None
                 self._accusers.pop(mid, None)
                 self.stats.detection_latencies.append(silence)
-                out.append(self._moved(mid, State.SUSPECT, State.DEAD, now, "silence", silence))
+                out.append(self._moved(mid, State.SUSPECT, State.DEAD, now, "stream ended" if ended else "silence",
+                                       silence))
         return out
 
     def _get(self, member_id: str) -> MemberRecord:

@@ -16,10 +16,10 @@ back into the view as an upsert.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
-from echelon.core.detector import LIVE, Detector, MemberRecord, State, Transition
+from echelon.core.detector import LIVE, Detector, MemberRecord, State, Transition, identity
 from echelon.core.replication import Entry, LwwMap, PlanRegister
 from echelon.core.view import ViewDelta, ViewLog
 
@@ -54,7 +54,7 @@ class MemberLog(ViewLog):
 
 def view_record(rec: MemberRecord) -> MemberRecord:
     """What the view holds of a record: no clock fields, so a beat changes no version."""
-    return replace(rec, last_beat=0.0, suspect_since=None)
+    return identity(rec)
 
 
 class Replica:
@@ -85,6 +85,9 @@ class Replica:
 
     def evidence(self, member_id: str, reporter: str, now: float, incarnation: int | None = None) -> list[Transition]:
         return self._apply(self.detector.evidence(member_id, reporter, now, incarnation), now)
+
+    def stream_ended(self, member_id: str, now: float, last_beat: float | None = None) -> list[Transition]:
+        return self._apply(self.detector.stream_ended(member_id, now, last_beat), now)
 
     def leave(self, member_id: str, incarnation: int, now: float) -> list[Transition]:
         return self._apply(self.detector.leave(member_id, incarnation, now), now)

@@ -55,12 +55,19 @@ class MembershipServicer(mgrpc.MembershipServicer):
                                 heartbeat_interval_ms=int(self.node.config.beat_interval * 1000))
 
     async def Heartbeat(self, request_iterator, context):
-        """Beats in; out, only prompts: SUSPECT (refute), DEAD or LEFT (rejoin)."""
+        """Beats in; out, only prompts: SUSPECT (refute), DEAD or LEFT (rejoin).
+
+        A stream that ends without the member being told it is gone (the connection
+        closed: a crashed process, or a reset the member will repair by reconnecting) is
+        reported to the detector, which declares the member DEAD after a short grace
+        unless it beats again (core/detector.py: a crash is not a pause)."""
         replies: asyncio.Queue = asyncio.Queue()
         member_id = ""
+        last_beat = 0.0
+        gone = False  # the member was told it is DEAD or LEFT: this end is expected
 
         async def read() -> None:
-            nonlocal member_id
+            nonlocal member_id, last_beat, gone
             try:
                 async for beat in request_iterator:
                     if not member_id:
@@ -69,10 +76,12 @@ class MembershipServicer(mgrpc.MembershipServicer):
                     elif beat.member_id != member_id:
                         raise InvalidArgument(f"one member per stream: {member_id!r}, then {beat.member_id!r}")
                     topics = (beat.publishes, beat.subscribes) if beat.has_topics else (None, None)
+                    last_beat = time.monotonic()
                     try:
                         with detector_errors():
-                            self.replica.beat(member_id, beat.incarnation, time.monotonic(), *topics)
+                            self.replica.beat(member_id, beat.incarnation, last_beat, *topics)
                     except MemberGone as e:
+                        gone = True
                         replies.put_nowait(mpb.BeatReply(state=STATES[e.state], incarnation=e.incarnation,
                                                          view_version=self.replica.log.version))
                         return
@@ -88,6 +97,8 @@ class MembershipServicer(mgrpc.MembershipServicer):
             reader.cancel()
             if self.node.beat_streams.get(member_id) is replies:
                 del self.node.beat_streams[member_id]
+                if not gone:
+                    self.replica.stream_ended(member_id, time.monotonic(), last_beat)
 
     async def Watch(self, request, context):
         """A snapshot (or the missed deltas), then deltas; keepalives while idle."""

@@ -167,9 +167,11 @@ class MemberClient:
         backoff = self.beat_interval
         while True:
             call = None
+            opened = 0.0
             try:
                 await stub.Join(mpb.JoinRequest(member=self.member), timeout=RPC_TIMEOUT)
                 call = stub.Heartbeat(self._beats())
+                opened = time.monotonic()
                 self._set_up(address, True)
                 backoff = self.beat_interval
                 async for reply in call:
@@ -191,9 +193,13 @@ class MemberClient:
             finally:
                 if call is not None:
                     call.cancel()
+                    if time.monotonic() - opened > 2 * self.beat_interval:
+                        # A stream that was up broke: reopen it at once. The replica reads
+                        # its end as a crash, DEAD unless we are back within a second.
+                        backoff = 0.0
                 self._set_up(address, False)
             await asyncio.sleep(backoff)
-            backoff = min(max(backoff, self.beat_interval) * 2, MAX_BACKOFF)
+            backoff = min(max(backoff * 2, self.beat_interval), MAX_BACKOFF)
 
     def _set_up(self, address: str, up: bool) -> None:
         if up:

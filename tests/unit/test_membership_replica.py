@@ -54,12 +54,23 @@ def test_a_join_is_one_version_and_beats_change_nothing():
     assert r.log.version == BASE + 1 and view_state(r, "a") is State.ALIVE
 
 
-def test_silence_suspects_then_kills_within_two_seconds_and_the_view_follows():
+def test_an_ended_stream_kills_within_two_seconds_and_the_view_follows():
     r, deltas = replica()
     r.join(rec("a"), 0.0)
+    r.stream_ended("a", 0.1, last_beat=0.0)
     out = run(r, 0.0, 3.0)
     assert [(t.old, t.new) for t in out] == [(State.ALIVE, State.SUSPECT), (State.SUSPECT, State.DEAD)]
-    assert out[1].at < 2.0 and out[1].silence == pytest.approx(1.8)
+    assert out[1].at < 2.0 and out[1].reason == "stream ended"
+    assert [d.upserted["a"].state for d in deltas[1:]] == [State.SUSPECT, State.DEAD]
+    assert r.counts()[State.DEAD] == 1 and r.alive() == set()
+
+
+def test_silence_suspects_early_kills_late_and_the_view_follows():
+    r, deltas = replica()
+    r.join(rec("a"), 0.0)
+    out = run(r, 0.0, 8.0)
+    assert [(t.old, t.new) for t in out] == [(State.ALIVE, State.SUSPECT), (State.SUSPECT, State.DEAD)]
+    assert out[0].at == pytest.approx(1.0) and out[1].silence == pytest.approx(7.0)
     assert [d.upserted["a"].state for d in deltas[1:]] == [State.SUSPECT, State.DEAD]
     assert r.counts()[State.DEAD] == 1 and r.alive() == set()
 
@@ -78,7 +89,7 @@ def test_evidence_suspects_and_the_next_beat_refutes():
 def test_a_dead_member_rejoins_only_with_a_higher_incarnation():
     r, _ = replica()
     r.join(rec("a", 5), 0.0)
-    run(r, 0.0, 2.0)
+    run(r, 0.0, 8.0)
     assert view_state(r, "a") is State.DEAD
     with pytest.raises(StaleIncarnation) as e:
         r.join(rec("a", 5), 2.1)
