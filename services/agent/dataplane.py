@@ -19,6 +19,19 @@ destinations those frames still owed (minus the ones gone from the view) over it
 view and sends them to its new targets. If the failed node was a relay, its orphaned
 children are among those destinations and get the message again from someone else.
 
+Parking. A destination whose member is DEAD in this node's view is not dropped: the
+message is parked for it here (bounded: `park_seconds`, `park_messages`, `park_bytes`).
+The ack upstream does not wait for it (acks mean "every destination in the view holds
+it", so a DELIVERED publish or a full window never waits on a dead member; a parked
+message is this node's to keep, as a frame is until acked). When the same member id
+is ALIVE again (a live agent that was falsely declared dead, or partitioned, and
+rejoined with a higher incarnation) the parked messages are sent to it in arrival order;
+past the bounds, or when the member LEFT or vanished from the view, they are dropped and
+counted (`echelon_agent_destinations_lost_total`). A restarted process (same id, new
+process) gets them too, but its subscriptions are new and take only messages published
+after they were opened (subscriptions.py): at-least-once covers the subscriptions that
+survive, and a rejoining node is sent no duplicate of what it delivered before it crashed.
+
 Duplicates. A hold remembers the destinations it already took on (`covered`); a second
 copy of a message or slice (a re-route, a resend after a broken stream) is forwarded
 only to destinations not yet covered, and its ack waits for the first copy's hold. Local
@@ -42,7 +55,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import OrderedDict
+import time
+from collections import OrderedDict, deque
 from typing import Callable
 
 from echelon.agent.slices import Reassembler, slice_count, slice_event
@@ -54,6 +68,9 @@ log = logging.getLogger("echelon.agent.dataplane")
 
 FRAME_BYTES = 1 << 20  # a root frame of small events is closed past this size
 MAX_HOLDS = 65_536  # settled holds a relay remembers to suppress duplicate forwarding
+PARK_SECONDS = 30.0  # a DEAD member's messages wait this long for it to come back
+PARK_MESSAGES = 50_000  # parked (message, destination) pairs per node
+PARK_BYTES = 64 << 20
 
 
 class Hold:
@@ -100,10 +117,12 @@ class DataPlane:
     """What the agent sends where, and when it may acknowledge; the node does the I/O.
 
     `node` provides: `config.id`, `address`, `link(member)` (a `links.Link`),
-    `deliver_local(event)`, `dedup`, `metrics` (copies, rerouted, lost), `stopping`.
+    `deliver_local(event)`, `dedup`, `metrics` (copies, rerouted, lost, parked,
+    unparked), `stopping`.
     """
 
-    def __init__(self, node, trees: Trees, slice_bytes: int = 65536):
+    def __init__(self, node, trees: Trees, slice_bytes: int = 65536, park_seconds: float = PARK_SECONDS,
+                 park_messages: int = PARK_MESSAGES, park_bytes: int = PARK_BYTES):
         self.node = node
         self.id = node.config.id
         self.trees = trees
@@ -113,6 +132,12 @@ class DataPlane:
         self._as_root = node.metrics.copies.labels("root")
         self._as_relay = node.metrics.copies.labels("relay")
         self._open: dict[str, _Producer] = {}  # the root's messages not yet acknowledged
+        self.park_seconds = park_seconds
+        self.park_messages = park_messages
+        self.park_bytes = park_bytes
+        self.parked: dict[str, deque[_Parked]] = {}  # member id -> its parked messages, oldest first
+        self.parked_count = 0
+        self.parked_bytes = 0
 
     # -- holds -----------------------------------------------------------------------
 
@@ -138,7 +163,7 @@ class DataPlane:
         for msg, dests, hold in items:
             routes, lost = self.trees.route(source_key, msg.event.topic, msg.stripe, dests)
             if lost:
-                self.node.metrics.lost.inc(len(lost))
+                self._park(source, source_key, msg, lost)
             for target, ds in routes.items():
                 entry = per_target.get(target)
                 if entry is None:
@@ -170,6 +195,76 @@ class DataPlane:
                           [(m, list(m.destinations), h) for m, h in zip(frame.messages, holds)])
         for h in holds:
             h.release()
+
+    # -- parking: destinations whose member is DEAD here --------------------------------
+
+    def _park(self, source: str, source_key: str, msg: rpb.RelayMessage, lost: list[str]) -> None:
+        dropped = 0
+        size = 0
+        now = time.monotonic()
+        for d in lost:
+            if d not in self.trees.dead or self.node.stopping:
+                dropped += 1  # LEFT, or never in the view: nobody to wait for
+                continue
+            size = size or msg.ByteSize()
+            if self.parked_count >= self.park_messages or self.parked_bytes + size > self.park_bytes:
+                dropped += 1
+                continue
+            self.parked.setdefault(d, deque()).append(_Parked(now, source, source_key, msg, size))
+            self.parked_count += 1
+            self.parked_bytes += size
+            self.node.metrics.parked.inc()
+        if dropped:
+            self.node.metrics.lost.inc(dropped)
+
+    def _unpark(self, member_id: str) -> deque[_Parked]:
+        entries = self.parked.pop(member_id, deque())
+        self.parked_count -= len(entries)
+        self.parked_bytes -= sum(e.size for e in entries)
+        return entries
+
+    def on_view(self) -> None:
+        """After `trees.update`: send the parked messages of members ALIVE again, drop
+        those of members that left or vanished from the view."""
+        for member_id in [m for m in self.parked if m not in self.trees.dead]:
+            entries = self._unpark(member_id)
+            if not self.trees.alive(member_id):
+                self._drop_parked(entries)
+                continue
+            self.node.metrics.unparked.inc(len(entries))
+            run: list = []
+            for e in entries:  # in arrival order, one _forward per run of one root's messages
+                if run and (run[-1].source, run[-1].source_key) != (e.source, e.source_key):
+                    self._send_parked(member_id, run)
+                    run = []
+                run.append(e)
+            if run:
+                self._send_parked(member_id, run)
+
+    def _send_parked(self, member_id: str, entries: list[_Parked]) -> None:
+        first = entries[0]
+        self._forward(first.source, first.source_key, [(e.msg, [member_id], Hold()) for e in entries])
+
+    def expire(self, now: float | None = None) -> None:
+        """Drop (and count as lost) what was parked longer than `park_seconds`."""
+        now = time.monotonic() if now is None else now
+        for member_id in list(self.parked):
+            queue = self.parked[member_id]
+            old = []
+            while queue and now - queue[0].at >= self.park_seconds:
+                old.append(queue.popleft())
+            if old:
+                self.parked_count -= len(old)
+                self.parked_bytes -= sum(e.size for e in old)
+                log.warning("%d messages parked for %s expired: it did not come back within %.0f s",
+                            len(old), member_id, self.park_seconds)
+                self._drop_parked(old)
+            if not queue:
+                del self.parked[member_id]
+
+    def _drop_parked(self, entries) -> None:
+        if entries:
+            self.node.metrics.lost.inc(len(entries))
 
     # -- receiving -------------------------------------------------------------------
 
@@ -316,6 +411,15 @@ class DataPlane:
 
 
 _STRIPE0 = frozenset((0,))
+
+
+class _Parked:
+    """One message waiting for one DEAD destination to come back."""
+
+    __slots__ = ("at", "source", "source_key", "msg", "size")
+
+    def __init__(self, at: float, source: str, source_key: str, msg: rpb.RelayMessage, size: int):
+        self.at, self.source, self.source_key, self.msg, self.size = at, source, source_key, msg, size
 
 
 class _Producer:

@@ -17,7 +17,7 @@ import time
 import grpc
 from prometheus_client import Counter, Gauge, Histogram
 
-from echelon.agent.dataplane import DataPlane
+from echelon.agent.dataplane import PARK_SECONDS, DataPlane
 from echelon.agent.links import Link, LinkMetrics
 from echelon.agent.matching import MatchClient
 from echelon.agent.subscriptions import Subscription
@@ -65,8 +65,14 @@ class AgentMetrics:
                                "acknowledging (their messages are re-routed).", registry=r)
         self.rerouted = Counter("echelon_agent_rerouted_messages_total", "Messages and slices re-routed by a "
                                 "path update after their target left the view.", registry=r)
-        self.lost = Counter("echelon_agent_destinations_lost_total", "Destinations dropped from a copy because "
-                            "they left the view before receiving it.", registry=r)
+        self.lost = Counter("echelon_agent_destinations_lost_total", "Destinations dropped from a copy: the "
+                            "member left the view, or stayed DEAD past the park time or bound.", registry=r)
+        self.parked = Counter("echelon_agent_destinations_parked_total", "Destinations parked because their "
+                              "member was DEAD in this agent's view.", registry=r)
+        self.unparked = Counter("echelon_agent_destinations_unparked_total", "Parked destinations sent on after "
+                                "their member came back ALIVE.", registry=r)
+        self.parked_now = Gauge("echelon_agent_parked_destinations", "Destinations parked now, waiting for a "
+                                "DEAD member to come back.", registry=r)
         self.reassembling = Gauge("echelon_agent_payloads_reassembling", "Sliced payloads partly received.",
                                   registry=r)
 
@@ -75,7 +81,8 @@ class AgentNode(Node):
     role = mpb.ROLE_AGENT
 
     def __init__(self, config: NodeConfig, max_backlog: int = 10_000, window_bytes: int = 8 << 20,
-                 dissemination: str = "lbdd", slice_bytes: int = 65536, stripes: int = 8):
+                 dissemination: str = "lbdd", slice_bytes: int = 65536, stripes: int = 8,
+                 park_seconds: float = PARK_SECONDS):
         super().__init__(config)
         if dissemination not in ("lbdd", "p2p"):
             raise ValueError(f"dissemination {dissemination!r}: lbdd or p2p")
@@ -88,6 +95,7 @@ class AgentNode(Node):
         self.dissemination = dissemination
         self.slice_bytes = slice_bytes
         self.stripes = stripes
+        self.park_seconds = park_seconds
         self.stopping = False
         self.plane: DataPlane | None = None
         self._ready = asyncio.Event()  # the data plane exists: frames may be taken
@@ -98,6 +106,7 @@ class AgentNode(Node):
         self.matching: MatchClient | None = None
         self._queue: asyncio.Queue[tuple[pb.Event, bytes, asyncio.Future]] = asyncio.Queue()
         self._dispatcher: asyncio.Task | None = None
+        self._expiry: asyncio.Task | None = None
         self._ephemeral = 0
         pubsub = PubSubServicer(self)
         self.server.add(pgrpc.add_PubSubServicer_to_server, pubsub, ppb.DESCRIPTOR.services_by_name["PubSub"].full_name)
@@ -116,22 +125,25 @@ class AgentNode(Node):
         self.received_bytes = Counter("echelon_relay_received_bytes_total", "Bytes received per peer.", ["peer"],
                                       registry=self.registry)
         self.metrics.reassembling.set_function(lambda: len(self.plane.reassembler) if self.plane else 0)
+        self.metrics.parked_now.set_function(lambda: self.plane.parked_count if self.plane else 0)
 
     # -- lifecycle -------------------------------------------------------------------
 
     async def on_start(self) -> None:
         trees = Trees(self.config.id, self.address, self.dissemination, self.stripes)
-        trees.update(self.membership.alive(mpb.ROLE_AGENT))
-        self.plane = DataPlane(self, trees, self.slice_bytes)
+        trees.update(self.membership.alive(mpb.ROLE_AGENT), self._dead_agents())
+        self.plane = DataPlane(self, trees, self.slice_bytes, park_seconds=self.park_seconds)
         self._ready.set()
         self.matching = MatchClient(self.membership)
         self.matching.on_view()
         self._dispatcher = asyncio.create_task(self._dispatch_loop(), name="dispatcher")
+        self._expiry = asyncio.create_task(self._expire_loop(), name="park-expiry")
 
     async def on_stop(self) -> None:
         self.stopping = True  # from here on nothing is acknowledged or re-routed
-        if self._dispatcher:
-            self._dispatcher.cancel()
+        for task in (self._dispatcher, self._expiry):
+            if task:
+                task.cancel()
         await asyncio.gather(*(link.close() for link in self.links.values()), return_exceptions=True)
         if self.matching:
             await self.matching.close()
@@ -141,10 +153,20 @@ class AgentNode(Node):
             self.matching.on_view()
         agents = self.membership.alive(mpb.ROLE_AGENT)
         if self.plane:
-            self.plane.trees.update(agents)  # Algorithm 3: every route from now on uses the new view
+            self.plane.trees.update(agents, self._dead_agents())  # Algorithm 3: every route uses the new view
+            self.plane.on_view()  # members back from DEAD get what was parked for them
         alive = {m.id for m in agents}
         for peer in [p for p in self.links if p not in alive]:
             self._drop_link(peer)
+
+    def _dead_agents(self) -> set[str]:
+        return {m.id for m in self.membership.members.values()
+                if m.role == mpb.ROLE_AGENT and m.state == mpb.MEMBER_STATE_DEAD}
+
+    async def _expire_loop(self) -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            self.plane.expire()
 
     def _drop_link(self, peer: str) -> None:
         """The peer left the view: its unacknowledged frames come back and are re-routed."""
@@ -223,10 +245,11 @@ class AgentNode(Node):
 
     async def _fan_out(self, batch, results: list[xpb.MatchResult]) -> None:
         """Local delivery here, the rest to the data plane as the root."""
-        alive = self.plane.trees.alive
+        alive, dead = self.plane.trees.alive, self.plane.trees.dead
         items = []
         for (event, payload, _), result in zip(batch, results):
-            dests = [a.agent for a in result.agents if a.agent == self.config.id or alive(a.agent)]
+            # A DEAD destination is parked by the data plane until it comes back (or the park ends).
+            dests = [a.agent for a in result.agents if a.agent == self.config.id or alive(a.agent) or a.agent in dead]
             if self.config.id in dests:
                 if payload:
                     whole = pb.Event()
@@ -255,7 +278,7 @@ class AgentNode(Node):
             if sub.topic != event.topic:
                 continue
             attrs = attrs if attrs is not None else attributes_from_pb(event.attributes)
-            if sub.filter.matches(attrs):
+            if sub.filter.matches(attrs) and sub.owes(event):
                 if sub.offer(event):
                     offered += 1
                 else:

@@ -5,16 +5,25 @@ Named subscriptions outlive their stream: on detach the unacknowledged deliverie
 back to the head of the backlog (redelivery count + 1) for the next stream. Past
 `max_backlog` messages the subscription overflows: its stream ends with
 RESOURCE_EXHAUSTED and the agent counts it.
+
+A subscription is owed the events published from its creation on (DESIGN.md: "every
+subscription that matched at publish time"). `owes` refuses older ones, allowing
+`CLOCK_SKEW` between the publishing agent's clock and ours: so a process restarted after
+a crash does not hand its new subscriptions what the dead process may already have
+delivered (messages parked for it, or resent by a peer's link, while it was down).
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import deque
 from dataclasses import dataclass
 
 from echelon.core.filters import Filter
 from echelon.v1 import common_pb2 as pb
+
+CLOCK_SKEW_NS = 500_000_000
 
 
 @dataclass
@@ -38,7 +47,13 @@ class Subscription:
         self.overflowed = False
         self.closed = False
         self.changed = asyncio.Event()
+        self.created_ns = time.time_ns()
         self._next_id = 1
+
+    def owes(self, event: pb.Event) -> bool:
+        """Was `event` published after this subscription existed (give or take the skew)?"""
+        t = event.publish_time_unix_nanos
+        return not t or t >= self.created_ns - CLOCK_SKEW_NS
 
     def offer(self, event: pb.Event) -> bool:
         """Queue an event for delivery; False (and overflowed) past the backlog bound."""

@@ -82,12 +82,15 @@ class Trees:
         self.mode = mode
         self.stripes = stripes if mode == "lbdd" else 1
         self.table = PeerTable(())
+        self.dead: frozenset[str] = frozenset()  # agents DEAD in the view: their messages are parked
         self._trees: dict[tuple, _Tree] = {}
         self._routes: dict[tuple, tuple[dict[str, list[str]], list[str]]] = {}
         self._schedules: dict[tuple, tuple[int, ...]] = {}
 
-    def update(self, members: Iterable[mpb.Member]) -> bool:
-        """Algorithm 3's trigger: a new view. Returns True if the peer table changed."""
+    def update(self, members: Iterable[mpb.Member], dead: Iterable[str] = ()) -> bool:
+        """Algorithm 3's trigger: a new view (`members` alive, `dead` the DEAD ones).
+        Returns True if the peer table changed."""
+        self.dead = frozenset(dead)
         table = PeerTable(members)
         if table.fingerprint == self.table.fingerprint:
             return False

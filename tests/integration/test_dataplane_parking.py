@@ -1,0 +1,103 @@
+"""Parking: a destination whose member is DEAD in the relay's view is held, not dropped
+(the upstream ack does not wait for it); it is sent when the same member is ALIVE again,
+and dropped (counted lost) when the park time ends or the member leaves."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from echelon.agent.dataplane import DataPlane
+from echelon.agent.subscriptions import CLOCK_SKEW_NS, Subscription
+from echelon.core.filters import parse
+from echelon.v1 import common_pb2 as pb
+from echelon.v1 import relay_pb2 as rpb
+from tests.integration.test_dataplane_routing import PAPER, FakeNode, relay_with_grandchildren, view
+
+
+def setup():
+    members = view(PAPER)
+    relay, tree, by_key = relay_with_grandchildren(members)
+    node = FakeNode(relay, members)
+    plane = DataPlane(node, node.trees, park_seconds=30.0)
+    child = by_key[next(c for c in tree.children[relay.address] if tree.children[c])]
+    return members, node, plane, child
+
+
+def receive(plane, seq: int, dests: list[str], acks: list) -> None:
+    msg = rpb.RelayMessage(event=pb.Event(id=pb.MessageId(producer_id="p", sequence=seq), topic="t"),
+                           destinations=dests)
+    plane.receive(rpb.RelayFrame(source="a0", source_key=PAPER[0], messages=[msg]), lambda: acks.append(seq))
+
+
+def sent_to(node, member_id: str) -> list[tuple[int, list[str]]]:
+    link = node.links.get(member_id)
+    return [(m.event.id.sequence, list(m.destinations)) for f, _ in (link.frames if link else []) for m in f.messages]
+
+
+def settle_all(node) -> None:
+    for link in node.links.values():
+        link.settle(True)
+
+
+def mark_dead(node, plane, members, child) -> None:
+    node.trees.update([m for m in members if m.id != child.id], dead=[child.id])
+    plane.on_view()
+
+
+async def test_a_dead_members_messages_wait_for_it_and_go_out_when_it_is_back():
+    members, node, plane, child = setup()
+    mark_dead(node, plane, members, child)
+    acks: list = []
+    for seq in (1, 2):
+        receive(plane, seq, [child.id], acks)
+    assert sent_to(node, child.id) == [] and plane.parked_count == 2
+    assert acks == [1, 2]  # every destination in the view holds them: the parked one is ours to keep
+    node.trees.update(members)  # the same member id, ALIVE again (it rejoined)
+    plane.on_view()
+    assert sent_to(node, child.id) == [(1, [child.id]), (2, [child.id])]  # in arrival order
+    assert plane.parked_count == 0 and plane.parked_bytes == 0
+    settle_all(node)
+    await asyncio.sleep(0)
+    m = node.metrics
+    assert (m.parked._value.get(), m.unparked._value.get(), m.lost._value.get()) == (2, 2, 0)
+
+
+async def test_orphans_of_a_dead_relay_are_rerouted_while_the_relay_itself_is_parked():
+    members, node, plane, child = setup()
+    below = [m.id for m in members if m.id not in ("a0", node.config.id)]
+    mark_dead(node, plane, members, child)
+    acks: list = []
+    receive(plane, 1, below, acks)
+    reached = {d for link in node.links.values() for f, _ in link.frames for m in f.messages for d in m.destinations}
+    assert child.id not in reached and plane.parked_count == 1
+    assert acks == []  # the orphans' copies are in flight
+    settle_all(node)
+    await asyncio.sleep(0)
+    assert acks == [1]
+
+
+async def test_parked_messages_expire_and_a_member_that_left_is_not_waited_for():
+    members, node, plane, child = setup()
+    mark_dead(node, plane, members, child)
+    acks: list = []
+    receive(plane, 1, [child.id], acks)
+    plane.expire(time.monotonic() + 10)
+    assert plane.parked_count == 1
+    plane.expire(time.monotonic() + 31)
+    assert plane.parked_count == 0 and node.metrics.lost._value.get() == 1
+    receive(plane, 2, [child.id], acks)
+    node.trees.update([m for m in members if m.id != child.id])  # LEFT: gone from the live set, not DEAD
+    plane.on_view()
+    assert plane.parked_count == 0 and acks == [1, 2] and node.metrics.lost._value.get() == 2
+    receive(plane, 3, [child.id], acks)  # not DEAD: nothing to wait for
+    assert acks == [1, 2, 3] and node.metrics.lost._value.get() == 3
+
+
+def test_a_subscription_is_owed_only_what_was_published_after_it_existed():
+    sub = Subscription("a/s", "s", "t", parse(""), 10)
+    at = lambda ns: pb.Event(publish_time_unix_nanos=ns)  # noqa: E731
+    assert sub.owes(at(time.time_ns()))
+    assert sub.owes(at(sub.created_ns - CLOCK_SKEW_NS // 2))  # the publisher's clock is a bit behind
+    assert not sub.owes(at(sub.created_ns - 3 * CLOCK_SKEW_NS))  # before a restart: for the old process
+    assert sub.owes(pb.Event())  # no publish time: no opinion
