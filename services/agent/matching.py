@@ -1,9 +1,16 @@
 """The agent's side of the matcher tier: registration of its subscriptions and batched
 `Match` calls over a long-lived stream.
 
-The agent is the owner of its subscriptions; matchers hold soft state. Every
-subscription is registered with every live matcher, and a matcher that appears in the
-view (new, or restarted with a new incarnation) is refilled with all of them.
+Any matcher is an entry to the whole tier: it stores each subscription in the zone
+holding its point and a mirror copy elsewhere, and answers `Match` by visiting only the
+zones each event's affected region meets (services/matcher). So every call goes to ONE
+matcher, failing over to the next when it cannot be reached.
+
+The agent is the owner of its subscriptions. Each registration carries a version (this
+agent's clock, increasing), so a re-registration replaces and a removal is not undone by
+an older copy still travelling between matchers. The safety net under the tier's own
+handoff and mirror recovery: a matcher that appears in the view (new, or restarted with
+a new incarnation) is sent every subscription again; the tier ignores copies it holds.
 """
 
 from __future__ import annotations
@@ -11,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import time
 
 import grpc
 
@@ -24,6 +32,10 @@ from echelon.v1 import membership_pb2 as mpb
 
 log = logging.getLogger("echelon.agent.matching")
 
+# A matcher that cannot answer is skipped for the next one; these codes mean "try another".
+RETRY_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED,
+               grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN)
+
 
 class MatchClient:
     def __init__(self, membership: MemberClient, timeout: float = 10.0):
@@ -36,6 +48,7 @@ class MatchClient:
         self._stream_matcher: str | None = None
         self._batch_ids = itertools.count(1)
         self._rr = 0
+        self._clock = 0
         self._refill: asyncio.Task | None = None
 
     def _stub(self, m: mpb.Member) -> xgrpc.MatcherStub:
@@ -47,29 +60,46 @@ class MatchClient:
     def matchers(self) -> list[mpb.Member]:
         return self.membership.alive(mpb.ROLE_MATCHER)
 
-    async def register(self, subs: list[xpb.Subscription]) -> None:
-        """Register with every live matcher; INVALID_ARGUMENT from a matcher propagates."""
+    def _version(self) -> int:
+        """Nanoseconds of this agent's clock, strictly increasing."""
+        self._clock = max(self._clock + 1, time.time_ns())
+        return self._clock
+
+    async def _call(self, method: str, request):
+        """One unary call on one matcher, failing over to the others (INVALID_ARGUMENT and
+        NOT_FOUND propagate: every matcher would say the same)."""
         matchers = self.matchers()
         if not matchers:
             raise Unavailable("no matcher is alive")
-        req = xpb.RegisterRequest(subscriptions=subs)
-        results = await asyncio.gather(*(self._stub(m).Register(req, timeout=self.timeout) for m in matchers),
-                                       return_exceptions=True)
-        errors = [r for r in results if isinstance(r, BaseException)]
-        for e in errors:
-            if isinstance(e, grpc.aio.AioRpcError) and e.code() == grpc.StatusCode.INVALID_ARGUMENT:
-                raise e
-        if len(errors) == len(results):
-            raise Unavailable(f"no matcher accepted the subscription: {errors[0]}")
+        error: Exception | None = None
+        for k in range(len(matchers)):
+            m = matchers[(self._rr + k) % len(matchers)]
+            try:
+                response = await getattr(self._stub(m), method)(request, timeout=self.timeout)
+                self._rr += k + 1
+                return response
+            except grpc.aio.AioRpcError as e:
+                if e.code() not in RETRY_CODES:
+                    raise
+                log.info("%s on %s failed (%s): trying the next matcher", method, m.id, e.code().name)
+                error = e
+        raise Unavailable(f"no matcher accepted {method}: {error}")
+
+    async def register(self, subs: list[xpb.Subscription]) -> None:
+        """Register (or replace) subscriptions; INVALID_ARGUMENT from the matcher propagates."""
+        for s in subs:
+            s.version = self._version()
+        await self._call("Register", xpb.RegisterRequest(subscriptions=subs))
         for s in subs:
             self.subscriptions[s.id] = s
 
     async def remove(self, ids: list[str]) -> None:
         for i in ids:
             self.subscriptions.pop(i, None)
-        req = xpb.RemoveRequest(ids=ids)
-        await asyncio.gather(*(self._stub(m).Remove(req, timeout=self.timeout) for m in self.matchers()),
-                             return_exceptions=True)
+        try:
+            await self._call("Remove", xpb.RemoveRequest(ids=ids, version=self._version()))
+        except Unavailable as e:
+            log.warning("removing %d subscriptions failed: %s", len(ids), e)
 
     def on_view(self) -> None:
         """Refill matchers that are new to us or came back with a new incarnation."""
@@ -85,7 +115,9 @@ class MatchClient:
                     await self._stub(m).Register(req, timeout=self.timeout)
                 self._known[m.id] = m.incarnation
             except grpc.aio.AioRpcError as e:
-                log.warning("refilling matcher %s failed: %s", m.id, e.code().name)
+                log.warning("refilling matcher %s failed: %s %s", m.id, e.code().name, e.details())
+                if e.code() not in RETRY_CODES:  # e.g. a topic deleted since: retrying would not help
+                    self._known[m.id] = m.incarnation
         if any(self._known.get(m.id) != m.incarnation for m in self.matchers()):
             await asyncio.sleep(0.2)
             self._refill = None
@@ -98,7 +130,7 @@ class MatchClient:
         while True:
             matchers = [m for m in self.matchers() if self._known.get(m.id) == m.incarnation]
             if matchers:
-                m = matchers[self._rr % len(matchers)]
+                m = next((x for x in matchers if x.id == self._stream_matcher), matchers[self._rr % len(matchers)])
                 try:
                     if self._stream is None or self._stream_matcher != m.id:
                         self._close_stream()
@@ -109,6 +141,9 @@ class MatchClient:
                         raise Unavailable("match stream closed")
                     return list(response.results)
                 except (grpc.aio.AioRpcError, Unavailable, asyncio.InvalidStateError) as e:
+                    if isinstance(e, grpc.aio.AioRpcError) and e.code() not in RETRY_CODES:
+                        self._close_stream()
+                        raise
                     log.info("match on %s failed (%s): failing over", m.id, e)
                     self._close_stream()
                     self._rr += 1

@@ -1,118 +1,296 @@
-"""The matcher service: holds subscriptions, answers `Match` for batches of events.
+"""The matcher service: the gRPC face of the tier protocol (tier.py) at one matcher.
 
-Agents own their subscriptions and register them here; a matcher that restarts is
-refilled by the agents when it reappears in the view, so the index is soft state.
+Agents call `Register`, `Remove` and `Match` on any matcher (the entry); matchers call
+each other's `Store`, `Drop`, `MatchZones` and `Sync`. Zones come from the routing plan
+when it names the topic, else from the default plan (layout.py). Agents remain the owners
+of their subscriptions and refill a matcher that comes back with a new incarnation
+(agent/matching.py), a safety net under the mirrors.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections import defaultdict
+from typing import Mapping
 
+import grpc
 from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
 
-from echelon.core.filters import Filter
-from echelon.core.schema import Schema, SchemaError
-from echelon.runtime.errors import InvalidArgument
+from echelon.core.can import Zone
+from echelon.core.schema import SchemaError
+from echelon.matcher.layout import Copy
+from echelon.matcher.tier import MatcherCore, Pairs, PeerUnavailable, StaleLayout, Status, TierView
+from echelon.runtime.errors import FailedPrecondition, InvalidArgument
+from echelon.runtime.member import RECONNECT_OPTIONS
 from echelon.runtime.metrics import LATENCY_BUCKETS
 from echelon.runtime.node import Node, NodeConfig
-from echelon.runtime.wire import attributes_from_pb, filter_from_pb, schema_from_pb
+from echelon.runtime.server import CHANNEL_OPTIONS
+from echelon.runtime.wire import attributes_from_pb, attributes_to_pb, filter_from_pb, schema_from_pb
+from echelon.v1 import common_pb2 as pb
 from echelon.v1 import matcher_pb2 as xpb
 from echelon.v1 import matcher_pb2_grpc as xgrpc
 from echelon.v1 import membership_pb2 as mpb
 
 log = logging.getLogger("echelon.matcher")
 
+TIMEOUTS = {"Store": 30.0, "Drop": 5.0, "MatchZones": 5.0, "Sync": 2.0}
 
-class BruteForceIndex:
-    """Every filter evaluated against every event of its topic: the reference index."""
 
-    def __init__(self) -> None:
-        self.by_topic: dict[str, dict[str, tuple[str, Filter]]] = defaultdict(dict)
-        self.topic_of: dict[str, str] = {}
+def copy_from_pb(s: xpb.Subscription) -> Copy:
+    return Copy(s.id, s.agent, s.topic, s.version, filter_from_pb(s.filter), s)
 
-    def __len__(self) -> int:
-        return len(self.topic_of)
 
-    def add(self, sub_id: str, agent: str, topic: str, flt: Filter) -> None:
-        self.remove(sub_id)
-        self.by_topic[topic][sub_id] = (agent, flt)
-        self.topic_of[sub_id] = topic
+def results_to_pb(results, out) -> None:
+    """Per event {sid: agent} (or (sid, agent) pairs) into MatchResults grouped by agent."""
+    for r in results:
+        by_agent: dict[str, list[str]] = defaultdict(list)
+        for sid, agent in sorted(r.items() if isinstance(r, dict) else r):
+            by_agent[agent].append(sid)
+        res = out.add()
+        for agent in sorted(by_agent):
+            res.agents.add(agent=agent, subscriptions=by_agent[agent])
 
-    def remove(self, sub_id: str) -> bool:
-        topic = self.topic_of.pop(sub_id, None)
-        if topic is None:
-            return False
-        del self.by_topic[topic][sub_id]
-        return True
 
-    def match(self, topic: str, attributes: dict) -> dict[str, list[str]]:
-        out: dict[str, list[str]] = defaultdict(list)
-        for sub_id, (agent, flt) in self.by_topic.get(topic, {}).items():
-            if flt.matches(attributes):
-                out[agent].append(sub_id)
-        return out
+def tier_view(member) -> TierView:
+    """What the layouts depend on, from the membership client."""
+    topics = {}
+    for name, t in member.topics.items():
+        try:
+            topics[name] = schema_from_pb(t.schema)
+        except InvalidArgument:
+            log.warning("topic %s has an invalid schema: ignored", name)
+    zones: dict[str, list[Zone]] = defaultdict(list)
+    for z in member.plan.zones if member.plan else ():
+        zones[z.topic].append(Zone(z.id, tuple(z.low), tuple(z.high), z.owner, tuple(z.replicas)))
+    return TierView({m.id: m.incarnation for m in member.alive(mpb.ROLE_MATCHER)}, topics, zones,
+                    member.plan_version)
+
+
+class GrpcTransport:
+    """tier.Transport over gRPC; every failure but FAILED_PRECONDITION is PeerUnavailable."""
+
+    def __init__(self, node: "MatcherNode"):
+        self.node = node
+        self.channels: dict[str, grpc.aio.Channel] = {}
+        self._reported: dict[str, float] = {}
+
+    async def _call(self, peer: str, method: str, request):
+        m = self.node.membership.members.get(peer) if self.node.membership else None
+        if m is None or not m.address:
+            raise PeerUnavailable(peer, "(not in the view)")
+        ch = self.channels.get(m.address)
+        if ch is None:  # reconnect fast: a restarted matcher comes back on its address
+            ch = self.channels[m.address] = grpc.aio.insecure_channel(m.address,
+                                                                      options=CHANNEL_OPTIONS + RECONNECT_OPTIONS)
+        try:
+            return await getattr(xgrpc.MatcherStub(ch), method)(request, timeout=TIMEOUTS[method])
+        except grpc.aio.AioRpcError as e:
+            if e.code() == grpc.StatusCode.FAILED_PRECONDITION:
+                raise StaleLayout(e.details()) from None
+            if e.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                self._report(peer, f"{method}: {e.code().name}")
+            raise PeerUnavailable(peer, f"({method}: {e.code().name} {e.details()})") from None
+
+    def _report(self, peer: str, reason: str) -> None:
+        """Evidence for the failure detector, at most once a second per peer."""
+        now = time.monotonic()
+        if now - self._reported.get(peer, 0.0) > 1.0 and self.node.membership:
+            self._reported[peer] = now
+            asyncio.get_running_loop().create_task(self.node.membership.report(peer, reason))
+
+    async def store(self, peer: str, topic: str, layouts: list[str], copies: list[Copy]) -> None:
+        await self._call(peer, "Store", xpb.StoreRequest(sender=self.node.config.id, topic=topic, layouts=layouts,
+                                                         subscriptions=[c.wire for c in copies]))
+
+    async def drop(self, peer: str, items: list[tuple[str, int]], sent_to: list[str]) -> list[str]:
+        r = await self._call(peer, "Drop", xpb.DropRequest(sender=self.node.config.id, ids=[i for i, _ in items],
+                                                           versions=[v for _, v in items], sent_to=sent_to))
+        return list(r.removed)
+
+    async def match_zones(self, peer: str, topic: str, layout: str, events: list[Mapping[str, object]],
+                          zones: dict[str, list[int]]) -> list[Pairs]:
+        req = xpb.MatchZonesRequest(topic=topic, layout=layout,
+                                    events=[pb.Event(attributes=attributes_to_pb(e)) for e in events],
+                                    zones=[xpb.ZoneEvents(zone=z, events=idxs) for z, idxs in zones.items()])
+        r = await self._call(peer, "MatchZones", req)
+        return [[(sid, a.agent) for a in res.agents for sid in a.subscriptions] for res in r.results]
+
+    async def sync(self, peer: str, seq: int, status: dict[str, Status]) -> None:
+        req = xpb.SyncRequest(member=self.node.config.id, incarnation=self.node.incarnation(), seq=seq,
+                              layouts=[xpb.LayoutStatus(topic=t, adopted=s.adopted, pushed=s.pushed, filled=s.filled,
+                                                        active=s.active) for t, s in status.items()])
+        await self._call(peer, "Sync", req)
+
+    async def close(self) -> None:
+        await asyncio.gather(*(ch.close() for ch in self.channels.values()), return_exceptions=True)
+
+
+class MatcherMetrics:
+    """Per-zone metrics (labels topic and zone: bounded by the plan) and the entry's."""
+
+    def __init__(self, registry, core: MatcherCore):
+        self.core = core
+        labels = ["topic", "zone"]
+        self.zone_events = Counter("echelon_matcher_zone_events_total", "Events matched in a zone.", labels,
+                                   registry=registry)
+        self.zone_matches = Counter("echelon_matcher_zone_matches_total", "(event, subscription) matches a zone "
+                                    "produced.", labels, registry=registry)
+        self.zone_latency = Histogram("echelon_matcher_zone_match_seconds", "Time to match one batch in a zone.",
+                                      labels, buckets=LATENCY_BUCKETS, registry=registry)
+        self.events = Counter("echelon_matcher_events_total", "Events answered as the entry matcher.",
+                              registry=registry)
+        self.batch = Histogram("echelon_matcher_batch_seconds", "Time to answer one Match batch as the entry.",
+                               buckets=LATENCY_BUCKETS, registry=registry)
+        self.copies = Gauge("echelon_matcher_copies", "Subscription copies held (primaries and mirrors).",
+                            registry=registry)
+        self.copies.set_function(lambda: len(core.copies))
+        registry.register(self)
+        self._labelled: set[tuple[str, str]] = set()
+        core.observe = self.observe
+        core.on_change = self.prune
+
+    def observe(self, topic: str, zone: str, events: int, matches: int, seconds: float) -> None:
+        self._labelled.add((topic, zone))
+        self.zone_events.labels(topic, zone).inc(events)
+        self.zone_matches.labels(topic, zone).inc(matches)
+        self.zone_latency.labels(topic, zone).observe(seconds)
+
+    def prune(self) -> None:
+        """Forget the label sets of zones this matcher holds no more."""
+        held = {(t, z) for t, ts in self.core.topics.items() for L in ts.layouts() for z in L.index}
+        for key in self._labelled - held:
+            for metric in (self.zone_events, self.zone_matches, self.zone_latency):
+                try:
+                    metric.remove(*key)
+                except KeyError:
+                    pass
+        self._labelled &= held
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        g = GaugeMetricFamily("echelon_matcher_zone_subscriptions", "Subscriptions stored in a zone (primary "
+                              "copies this matcher indexes, active layout).", labels=["topic", "zone"])
+        for topic, ts in sorted(self.core.topics.items()):
+            if ts.active is not None:
+                for zone, index in sorted(ts.active.index.items()):
+                    g.add_metric([topic, zone], len(index))
+        yield g
 
 
 class MatcherServicer(xgrpc.MatcherServicer):
     def __init__(self, node: "MatcherNode"):
         self.node = node
-        self.index = BruteForceIndex()
-        r = node.registry
-        self.subscriptions = Gauge("echelon_matcher_subscriptions", "Subscriptions held.", registry=r)
-        self.events = Counter("echelon_matcher_events_total", "Events matched.", registry=r)
-        self.matches = Counter("echelon_matcher_matches_total", "(event, subscription) matches produced.",
-                               registry=r)
-        self.latency = Histogram("echelon_matcher_batch_seconds", "Time to match one batch.",
-                                 buckets=LATENCY_BUCKETS, registry=r)
-
-    def _schema(self, topic: str) -> Schema | None:
-        t = self.node.membership.topics.get(topic) if self.node.membership else None
-        return schema_from_pb(t.schema) if t is not None else None
+        self.core = node.core
+        self.index = node.core  # len(): the copies held
 
     async def Register(self, request: xpb.RegisterRequest, context) -> xpb.RegisterResponse:
-        parsed = []
-        for s in request.subscriptions:  # validate all before changing anything
+        copies = []
+        stamp = time.time_ns()
+        for i, s in enumerate(request.subscriptions):  # validate all before changing anything
             if not s.id or not s.agent or not s.topic:
-                raise InvalidArgument(f"subscription {s.id!r}: id, agent and topic are required")
+                raise InvalidArgument(f"subscription #{i} {s.id!r}: id, agent and topic are required")
             flt = filter_from_pb(s.filter)
-            schema = self._schema(s.topic)
+            schema = await self.core.schema(s.topic)
             try:
-                flt.validate(schema or Schema())
+                flt.validate(schema)
             except SchemaError as e:
                 raise InvalidArgument(f"subscription {s.id!r}: {e}") from None
-            parsed.append((s.id, s.agent, s.topic, flt))
-        for args in parsed:
-            self.index.add(*args)
-        self.subscriptions.set(len(self.index))
-        return xpb.RegisterResponse(registered=len(parsed))
+            if not s.version:
+                s = xpb.Subscription(id=s.id, agent=s.agent, topic=s.topic, filter=s.filter, version=stamp + i)
+            copies.append(Copy(s.id, s.agent, s.topic, s.version, flt, s))
+        return xpb.RegisterResponse(registered=await self.core.register(copies))
 
     async def Remove(self, request: xpb.RemoveRequest, context) -> xpb.RemoveResponse:
-        removed = sum(self.index.remove(i) for i in request.ids)
-        self.subscriptions.set(len(self.index))
+        removed = await self.core.remove(list(request.ids), request.version or time.time_ns())
         return xpb.RemoveResponse(removed=removed)
 
     async def Match(self, request_iterator, context):
+        metrics = self.node.metrics
         async for batch in request_iterator:
             start = time.perf_counter()
+            results = await self.core.match([(e.topic, attributes_from_pb(e.attributes)) for e in batch.events])
             response = xpb.MatchResponse(batch_id=batch.batch_id)
-            for event in batch.events:
-                result = response.results.add()
-                matched = self.index.match(event.topic, attributes_from_pb(event.attributes))
-                for agent in sorted(matched):
-                    result.agents.add(agent=agent, subscriptions=matched[agent])
-                    self.matches.inc(len(matched[agent]))
-            self.events.inc(len(batch.events))
-            self.latency.observe(time.perf_counter() - start)
+            results_to_pb(results, response.results)
+            metrics.events.inc(len(batch.events))
+            metrics.batch.observe(time.perf_counter() - start)
             yield response
+
+    async def Store(self, request: xpb.StoreRequest, context) -> xpb.StoreResponse:
+        copies = [copy_from_pb(s) for s in request.subscriptions]
+        stored, _ = await self.core.accept(request.topic, copies, request.sender, list(request.layouts))
+        return xpb.StoreResponse(stored=stored)
+
+    async def Drop(self, request: xpb.DropRequest, context) -> xpb.DropResponse:
+        if len(request.ids) != len(request.versions):
+            raise InvalidArgument("one version per id")
+        removed = await self.core.drop(list(zip(request.ids, request.versions)), request.sender, list(request.sent_to))
+        return xpb.DropResponse(removed=removed)
+
+    async def MatchZones(self, request: xpb.MatchZonesRequest, context) -> xpb.MatchZonesResponse:
+        events = [attributes_from_pb(e.attributes) for e in request.events]
+        zones = {z.zone: list(z.events) for z in request.zones}
+        if any(i >= len(events) for idxs in zones.values() for i in idxs):
+            raise InvalidArgument("zone event positions out of range")
+        try:
+            results = self.core.match_zones(request.topic, request.layout, events, zones)
+        except StaleLayout as e:
+            raise FailedPrecondition(str(e)) from None
+        response = xpb.MatchZonesResponse()
+        results_to_pb(results, response.results)
+        return response
+
+    async def Sync(self, request: xpb.SyncRequest, context) -> xpb.SyncResponse:
+        status = {s.topic: Status(s.adopted, s.pushed, s.filled, s.active) for s in request.layouts}
+        self.core.on_status(request.member, request.incarnation, request.seq, status)
+        return xpb.SyncResponse()
+
+    async def ListZones(self, request: xpb.ListZonesRequest, context) -> xpb.ListZonesResponse:
+        core = self.core
+        out = xpb.ListZonesResponse(member=core.me, copies=len(core.copies))
+        for topic, ts in sorted(core.topics.items()):
+            if request.topic and topic != request.topic:
+                continue
+            t = out.topics.add(topic=topic, active=ts.active.key if ts.active else "",
+                               pending=ts.pending.key if ts.pending else "")
+            if ts.active is None:
+                continue
+            t.source = ts.active.source
+            held = core.held(topic, ts.active)
+            for z in ts.active.map.zones:
+                t.zones.add(topic=topic, id=z.id, low=z.low, high=z.high, members=z.members,
+                            subscriptions=held[z.id][0], mirrors=held[z.id][1])
+        return out
 
 
 class MatcherNode(Node):
     role = mpb.ROLE_MATCHER
 
-    def __init__(self, config: NodeConfig):
+    def __init__(self, config: NodeConfig, deadline: float = 8.0):
         super().__init__(config)
+        self.transport = GrpcTransport(self)
+        self.core = MatcherCore(config.id, self.transport, self.incarnation, deadline)
+        self.metrics = MatcherMetrics(self.registry, self.core)
         self.matcher = MatcherServicer(self)
         self.server.add(xgrpc.add_MatcherServicer_to_server, self.matcher,
                         xpb.DESCRIPTOR.services_by_name["Matcher"].full_name)
+
+    def incarnation(self) -> int:
+        return self.membership.member.incarnation if self.membership else 0
+
+    async def on_start(self) -> None:
+        self.core.start()
+        self.membership.on_plan(self.on_view)
+        self.on_view()
+
+    async def on_stop(self) -> None:
+        await self.core.stop()
+        await self.transport.close()
+
+    def on_view(self) -> None:
+        if self.membership is not None:
+            self.core.update_view(tier_view(self.membership))

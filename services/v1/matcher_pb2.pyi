@@ -8,16 +8,18 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class Subscription(_message.Message):
-    __slots__ = ("id", "agent", "topic", "filter")
+    __slots__ = ("id", "agent", "topic", "filter", "version")
     ID_FIELD_NUMBER: _ClassVar[int]
     AGENT_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     FILTER_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
     id: str
     agent: str
     topic: str
     filter: _common_pb2.Filter
-    def __init__(self, id: _Optional[str] = ..., agent: _Optional[str] = ..., topic: _Optional[str] = ..., filter: _Optional[_Union[_common_pb2.Filter, _Mapping]] = ...) -> None: ...
+    version: int
+    def __init__(self, id: _Optional[str] = ..., agent: _Optional[str] = ..., topic: _Optional[str] = ..., filter: _Optional[_Union[_common_pb2.Filter, _Mapping]] = ..., version: _Optional[int] = ...) -> None: ...
 
 class RegisterRequest(_message.Message):
     __slots__ = ("subscriptions",)
@@ -32,10 +34,12 @@ class RegisterResponse(_message.Message):
     def __init__(self, registered: _Optional[int] = ...) -> None: ...
 
 class RemoveRequest(_message.Message):
-    __slots__ = ("ids",)
+    __slots__ = ("ids", "version")
     IDS_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
     ids: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, ids: _Optional[_Iterable[str]] = ...) -> None: ...
+    version: int
+    def __init__(self, ids: _Optional[_Iterable[str]] = ..., version: _Optional[int] = ...) -> None: ...
 
 class RemoveResponse(_message.Message):
     __slots__ = ("removed",)
@@ -72,3 +76,143 @@ class MatchResponse(_message.Message):
     batch_id: int
     results: _containers.RepeatedCompositeFieldContainer[MatchResult]
     def __init__(self, batch_id: _Optional[int] = ..., results: _Optional[_Iterable[_Union[MatchResult, _Mapping]]] = ...) -> None: ...
+
+class StoreRequest(_message.Message):
+    __slots__ = ("sender", "topic", "layouts", "subscriptions")
+    SENDER_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    LAYOUTS_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTIONS_FIELD_NUMBER: _ClassVar[int]
+    sender: str
+    topic: str
+    layouts: _containers.RepeatedScalarFieldContainer[str]
+    subscriptions: _containers.RepeatedCompositeFieldContainer[Subscription]
+    def __init__(self, sender: _Optional[str] = ..., topic: _Optional[str] = ..., layouts: _Optional[_Iterable[str]] = ..., subscriptions: _Optional[_Iterable[_Union[Subscription, _Mapping]]] = ...) -> None: ...
+
+class StoreResponse(_message.Message):
+    __slots__ = ("stored",)
+    STORED_FIELD_NUMBER: _ClassVar[int]
+    stored: int
+    def __init__(self, stored: _Optional[int] = ...) -> None: ...
+
+class DropRequest(_message.Message):
+    __slots__ = ("sender", "ids", "versions", "sent_to")
+    SENDER_FIELD_NUMBER: _ClassVar[int]
+    IDS_FIELD_NUMBER: _ClassVar[int]
+    VERSIONS_FIELD_NUMBER: _ClassVar[int]
+    SENT_TO_FIELD_NUMBER: _ClassVar[int]
+    sender: str
+    ids: _containers.RepeatedScalarFieldContainer[str]
+    versions: _containers.RepeatedScalarFieldContainer[int]
+    sent_to: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, sender: _Optional[str] = ..., ids: _Optional[_Iterable[str]] = ..., versions: _Optional[_Iterable[int]] = ..., sent_to: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class DropResponse(_message.Message):
+    __slots__ = ("removed",)
+    REMOVED_FIELD_NUMBER: _ClassVar[int]
+    removed: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, removed: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ZoneEvents(_message.Message):
+    __slots__ = ("zone", "events")
+    ZONE_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    zone: str
+    events: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, zone: _Optional[str] = ..., events: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class MatchZonesRequest(_message.Message):
+    __slots__ = ("topic", "layout", "events", "zones")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    LAYOUT_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    ZONES_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    layout: str
+    events: _containers.RepeatedCompositeFieldContainer[_common_pb2.Event]
+    zones: _containers.RepeatedCompositeFieldContainer[ZoneEvents]
+    def __init__(self, topic: _Optional[str] = ..., layout: _Optional[str] = ..., events: _Optional[_Iterable[_Union[_common_pb2.Event, _Mapping]]] = ..., zones: _Optional[_Iterable[_Union[ZoneEvents, _Mapping]]] = ...) -> None: ...
+
+class MatchZonesResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[MatchResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[MatchResult, _Mapping]]] = ...) -> None: ...
+
+class LayoutStatus(_message.Message):
+    __slots__ = ("topic", "adopted", "pushed", "filled", "active")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    ADOPTED_FIELD_NUMBER: _ClassVar[int]
+    PUSHED_FIELD_NUMBER: _ClassVar[int]
+    FILLED_FIELD_NUMBER: _ClassVar[int]
+    ACTIVE_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    adopted: str
+    pushed: bool
+    filled: bool
+    active: str
+    def __init__(self, topic: _Optional[str] = ..., adopted: _Optional[str] = ..., pushed: _Optional[bool] = ..., filled: _Optional[bool] = ..., active: _Optional[str] = ...) -> None: ...
+
+class SyncRequest(_message.Message):
+    __slots__ = ("member", "incarnation", "seq", "layouts")
+    MEMBER_FIELD_NUMBER: _ClassVar[int]
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    LAYOUTS_FIELD_NUMBER: _ClassVar[int]
+    member: str
+    incarnation: int
+    seq: int
+    layouts: _containers.RepeatedCompositeFieldContainer[LayoutStatus]
+    def __init__(self, member: _Optional[str] = ..., incarnation: _Optional[int] = ..., seq: _Optional[int] = ..., layouts: _Optional[_Iterable[_Union[LayoutStatus, _Mapping]]] = ...) -> None: ...
+
+class SyncResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListZonesRequest(_message.Message):
+    __slots__ = ("topic",)
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    def __init__(self, topic: _Optional[str] = ...) -> None: ...
+
+class ZoneInfo(_message.Message):
+    __slots__ = ("topic", "id", "low", "high", "members", "subscriptions", "mirrors")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    ID_FIELD_NUMBER: _ClassVar[int]
+    LOW_FIELD_NUMBER: _ClassVar[int]
+    HIGH_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTIONS_FIELD_NUMBER: _ClassVar[int]
+    MIRRORS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    id: str
+    low: _containers.RepeatedScalarFieldContainer[float]
+    high: _containers.RepeatedScalarFieldContainer[float]
+    members: _containers.RepeatedScalarFieldContainer[str]
+    subscriptions: int
+    mirrors: int
+    def __init__(self, topic: _Optional[str] = ..., id: _Optional[str] = ..., low: _Optional[_Iterable[float]] = ..., high: _Optional[_Iterable[float]] = ..., members: _Optional[_Iterable[str]] = ..., subscriptions: _Optional[int] = ..., mirrors: _Optional[int] = ...) -> None: ...
+
+class TopicLayout(_message.Message):
+    __slots__ = ("topic", "active", "pending", "source", "zones")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    ACTIVE_FIELD_NUMBER: _ClassVar[int]
+    PENDING_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    ZONES_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    active: str
+    pending: str
+    source: str
+    zones: _containers.RepeatedCompositeFieldContainer[ZoneInfo]
+    def __init__(self, topic: _Optional[str] = ..., active: _Optional[str] = ..., pending: _Optional[str] = ..., source: _Optional[str] = ..., zones: _Optional[_Iterable[_Union[ZoneInfo, _Mapping]]] = ...) -> None: ...
+
+class ListZonesResponse(_message.Message):
+    __slots__ = ("member", "copies", "topics")
+    MEMBER_FIELD_NUMBER: _ClassVar[int]
+    COPIES_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    member: str
+    copies: int
+    topics: _containers.RepeatedCompositeFieldContainer[TopicLayout]
+    def __init__(self, member: _Optional[str] = ..., copies: _Optional[int] = ..., topics: _Optional[_Iterable[_Union[TopicLayout, _Mapping]]] = ...) -> None: ...

@@ -49,13 +49,42 @@ class MatcherStub:
                 request_serializer=echelon_dot_v1_dot_matcher__pb2.MatchRequest.SerializeToString,
                 response_deserializer=echelon_dot_v1_dot_matcher__pb2.MatchResponse.FromString,
                 _registered_method=True)
+        self.Store = channel.unary_unary(
+                '/echelon.v1.Matcher/Store',
+                request_serializer=echelon_dot_v1_dot_matcher__pb2.StoreRequest.SerializeToString,
+                response_deserializer=echelon_dot_v1_dot_matcher__pb2.StoreResponse.FromString,
+                _registered_method=True)
+        self.Drop = channel.unary_unary(
+                '/echelon.v1.Matcher/Drop',
+                request_serializer=echelon_dot_v1_dot_matcher__pb2.DropRequest.SerializeToString,
+                response_deserializer=echelon_dot_v1_dot_matcher__pb2.DropResponse.FromString,
+                _registered_method=True)
+        self.MatchZones = channel.unary_unary(
+                '/echelon.v1.Matcher/MatchZones',
+                request_serializer=echelon_dot_v1_dot_matcher__pb2.MatchZonesRequest.SerializeToString,
+                response_deserializer=echelon_dot_v1_dot_matcher__pb2.MatchZonesResponse.FromString,
+                _registered_method=True)
+        self.Sync = channel.unary_unary(
+                '/echelon.v1.Matcher/Sync',
+                request_serializer=echelon_dot_v1_dot_matcher__pb2.SyncRequest.SerializeToString,
+                response_deserializer=echelon_dot_v1_dot_matcher__pb2.SyncResponse.FromString,
+                _registered_method=True)
+        self.ListZones = channel.unary_unary(
+                '/echelon.v1.Matcher/ListZones',
+                request_serializer=echelon_dot_v1_dot_matcher__pb2.ListZonesRequest.SerializeToString,
+                response_deserializer=echelon_dot_v1_dot_matcher__pb2.ListZonesResponse.FromString,
+                _registered_method=True)
 
 
 class MatcherServicer:
     """Missing associated documentation comment in .proto file."""
 
     def Register(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Agents: register subscriptions with any matcher (the entry), which stores each in
+        the zone holding its point and a mirror copy in the zone holding its reflection.
+        INVALID_ARGUMENT names the predicate that does not fit the topic's schema; nothing
+        is stored then. Re-registering an id with a higher version replaces it.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -68,7 +97,46 @@ class MatcherServicer:
 
     def Match(self, request_iterator, context):
         """A stream of event batches; each batch is answered by one response with one
-        result per event, in order.
+        result per event, in order. The entry visits only the zones in each event's
+        affected region (matcher-to-matcher MatchZones, one call per matcher per batch).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Store(self, request, context):
+        """Matcher to matcher.
+        Copies to hold: a registration routed by an entry, or a handoff push after a layout
+        change. The receiver forwards them on under its own layouts not listed in `layouts`.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Drop(self, request, context):
+        """Removal (or replacement), sent to every matcher: drop the copies and keep a tombstone.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def MatchZones(self, request, context):
+        """Match events against the zones this matcher holds in the named layout;
+        FAILED_PRECONDITION when it no longer (or not yet) holds that layout.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Sync(self, request, context):
+        """The sender's handoff progress per topic: the barrier that switches layouts.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListZones(self, request, context):
+        """Introspection: the zones this matcher routes with and what it holds.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -91,6 +159,31 @@ def add_MatcherServicer_to_server(servicer, server):
                     servicer.Match,
                     request_deserializer=echelon_dot_v1_dot_matcher__pb2.MatchRequest.FromString,
                     response_serializer=echelon_dot_v1_dot_matcher__pb2.MatchResponse.SerializeToString,
+            ),
+            'Store': grpc.unary_unary_rpc_method_handler(
+                    servicer.Store,
+                    request_deserializer=echelon_dot_v1_dot_matcher__pb2.StoreRequest.FromString,
+                    response_serializer=echelon_dot_v1_dot_matcher__pb2.StoreResponse.SerializeToString,
+            ),
+            'Drop': grpc.unary_unary_rpc_method_handler(
+                    servicer.Drop,
+                    request_deserializer=echelon_dot_v1_dot_matcher__pb2.DropRequest.FromString,
+                    response_serializer=echelon_dot_v1_dot_matcher__pb2.DropResponse.SerializeToString,
+            ),
+            'MatchZones': grpc.unary_unary_rpc_method_handler(
+                    servicer.MatchZones,
+                    request_deserializer=echelon_dot_v1_dot_matcher__pb2.MatchZonesRequest.FromString,
+                    response_serializer=echelon_dot_v1_dot_matcher__pb2.MatchZonesResponse.SerializeToString,
+            ),
+            'Sync': grpc.unary_unary_rpc_method_handler(
+                    servicer.Sync,
+                    request_deserializer=echelon_dot_v1_dot_matcher__pb2.SyncRequest.FromString,
+                    response_serializer=echelon_dot_v1_dot_matcher__pb2.SyncResponse.SerializeToString,
+            ),
+            'ListZones': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListZones,
+                    request_deserializer=echelon_dot_v1_dot_matcher__pb2.ListZonesRequest.FromString,
+                    response_serializer=echelon_dot_v1_dot_matcher__pb2.ListZonesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -174,6 +267,141 @@ class Matcher:
             '/echelon.v1.Matcher/Match',
             echelon_dot_v1_dot_matcher__pb2.MatchRequest.SerializeToString,
             echelon_dot_v1_dot_matcher__pb2.MatchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Store(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/echelon.v1.Matcher/Store',
+            echelon_dot_v1_dot_matcher__pb2.StoreRequest.SerializeToString,
+            echelon_dot_v1_dot_matcher__pb2.StoreResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Drop(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/echelon.v1.Matcher/Drop',
+            echelon_dot_v1_dot_matcher__pb2.DropRequest.SerializeToString,
+            echelon_dot_v1_dot_matcher__pb2.DropResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def MatchZones(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/echelon.v1.Matcher/MatchZones',
+            echelon_dot_v1_dot_matcher__pb2.MatchZonesRequest.SerializeToString,
+            echelon_dot_v1_dot_matcher__pb2.MatchZonesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Sync(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/echelon.v1.Matcher/Sync',
+            echelon_dot_v1_dot_matcher__pb2.SyncRequest.SerializeToString,
+            echelon_dot_v1_dot_matcher__pb2.SyncResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListZones(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/echelon.v1.Matcher/ListZones',
+            echelon_dot_v1_dot_matcher__pb2.ListZonesRequest.SerializeToString,
+            echelon_dot_v1_dot_matcher__pb2.ListZonesResponse.FromString,
             options,
             channel_credentials,
             insecure,

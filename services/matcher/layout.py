@@ -1,0 +1,162 @@
+"""The zones a matcher tier uses for one topic, and one layout's placement and indexes.
+
+Every matcher computes the same zones from the same inputs (its view of the alive
+matchers, the topics, the adopted routing plan), so no coordinator is needed:
+
+- The plan names zones for the topic: those zones. Members (owner, replicas) the view
+  does not hold alive are left out; a zone left with none goes to the alive matcher at
+  crc32("topic/zone") mod M among the M alive matchers sorted by id, the "new owner"
+  that recovers it from the mirrors (Meghdoot 4.3).
+- Otherwise, a topic with a schema gets the default plan: its space cut into M slices of
+  equal width along the lowest dimension that can be cut (dimension 0, the l axis of
+  its first attribute, unless that attribute's domain is one value), slice k owned by
+  matcher (k + crc32(topic)) mod M, so topics start on different matchers. It is a
+  bootstrap: correct, but balanced only if subscriptions spread along that axis; the
+  routing job (or anyone through Control.PushPlan) replaces it with zones split by
+  subscription load (core.can.split).
+- A schemaless topic has a 0-dimensional space: one match-all zone, "all", held by the
+  matcher at crc32(topic) mod M and the next one as its replica, each with a CDM index
+  (which needs no schema).
+
+Holders of a subscription (its targets): the members of the zone holding its point and
+of the zone holding its mirror (core.can). When those are the same matchers (one
+matcher owning several zones of a plan, or the single schemaless zone), the next alive
+matcher after the primary zone's owner, in sorted order, holds one more copy, so losing
+any one matcher never loses a subscription.
+
+A layout is named by a key: a digest of the topic, its schema, the zones with their
+members, and the alive matchers with their incarnations (a restarted matcher is empty,
+so it must be refilled: a new layout).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import zlib
+from dataclasses import dataclass
+from typing import Iterable, Mapping, Sequence
+
+from echelon.core.can import Zone, ZoneMap
+from echelon.core.cdm import CountingIndex, Subscription
+from echelon.core.filters import Filter
+from echelon.core.schema import Schema
+from echelon.core.space import Point, Space
+
+
+@dataclass(frozen=True, eq=False)
+class Copy:
+    """One subscription as matchers hold it; `wire` is its protobuf form, kept for forwarding."""
+
+    id: str
+    agent: str
+    topic: str
+    version: int
+    filter: Filter
+    wire: object = None
+
+
+def _crc(s: str) -> int:
+    return zlib.crc32(s.encode())
+
+
+def default_zones(topic: str, space: Space, matchers: Sequence[str]) -> tuple[list[Zone], str]:
+    """The zones of a topic no plan names: (zones, source); see the module doc."""
+    m, h = sorted(matchers), _crc(topic)
+    if not space.dims:
+        replicas = (m[(h + 1) % len(m)],) if len(m) > 1 else ()
+        return [Zone("all", (), (), m[h % len(m)], replicas)], "schemaless"
+    for d in range(space.dims):
+        lo, hi = space.low[d], space.high[d]
+        cuts = sorted({lo + (hi - lo) * k / len(m) for k in range(1, len(m))} - {lo, hi})
+        if hi > lo:
+            bounds = [lo, *(c for c in cuts if lo < c < hi), hi]
+            zones = []
+            for k in range(len(bounds) - 1):
+                low = space.low[:d] + (bounds[k],) + space.low[d + 1:]
+                high = space.high[:d] + (bounds[k + 1],) + space.high[d + 1:]
+                zones.append(Zone(f"d{k}", low, high, m[(k + h) % len(m)]))
+            return zones, "default"
+    return [Zone("d0", space.low, space.high, m[h % len(m)])], "default"  # every domain is one value
+
+
+def effective_zones(topic: str, space: Space, plan_zones: Sequence[Zone], matchers: Sequence[str]) -> list[Zone]:
+    """The plan's zones with members that are not alive left out (and replaced when none is)."""
+    alive, order = set(matchers), sorted(matchers)
+    out = []
+    for z in plan_zones:
+        members = [p for p in z.members if p in alive]
+        if not members:
+            members = [order[_crc(f"{topic}/{z.id}") % len(order)]]
+        out.append(Zone(z.id, z.low, z.high, members[0], tuple(members[1:])))
+    return out
+
+
+def layout_key(topic: str, schema: Schema, zones: Iterable[Zone], matchers: Mapping[str, int]) -> str:
+    text = repr((topic, schema, [(z.id, z.low, z.high, z.members) for z in zones], sorted(matchers.items())))
+    return hashlib.sha1(text.encode()).hexdigest()[:16]
+
+
+class Layout:
+    """One topic's zones at one matcher: where each copy it holds belongs, and a counting
+    index (CDM) per zone this matcher is a member of, over the zone's primary copies."""
+
+    def __init__(self, topic: str, schema: Schema, zones: Sequence[Zone], me: str, matchers: Mapping[str, int],
+                 source: str):
+        self.topic, self.me, self.source = topic, me, source
+        self.space = Space.of(schema)
+        self.key = layout_key(topic, schema, zones, matchers)
+        self.incarnations = dict(matchers)
+        self.order = sorted(matchers)
+        self.map = ZoneMap(self.space, zones)
+        self.members = {z.id: z.members for z in zones}
+        self.index = {z.id: CountingIndex() for z in zones if me in z.members}
+        self._extra: dict[tuple[str, str], tuple[str, ...]] = {}
+
+    def point(self, c: Copy) -> Point:
+        return self.space.subscription_point(c.filter)
+
+    def add(self, copies: Iterable[Copy]) -> None:
+        """Place copies (primary and mirror zone) and index the primaries of this matcher's zones."""
+        by_zone: dict[str, list[Subscription]] = {}
+        for c in copies:
+            primary, _ = self.map.add(c.id, self.point(c))
+            if primary in self.index:
+                by_zone.setdefault(primary, []).append(Subscription(c.id, c.agent, c.filter))
+        for zone, subs in by_zone.items():
+            self.index[zone].insert_many(subs)
+
+    def remove(self, sid: str) -> None:
+        zone = self.map.primary.get(sid)
+        if zone in self.index:
+            self.index[zone].delete(sid)
+        self.map.remove(sid)
+
+    def targets(self, sid: str) -> tuple[str, ...]:
+        """The matchers that must hold `sid` in this layout (see the module doc)."""
+        primary, mirror = self.map.primary[sid], self.map.mirror.get(sid, self.map.primary[sid])
+        pair = (primary, mirror)
+        out = self._extra.get(pair)
+        if out is None:
+            p, m = self.members[primary], self.members[mirror]
+            out = tuple(dict.fromkeys((*p, *m)))
+            if set(m) <= set(p):
+                i = self.order.index(p[0]) if p[0] in self.order else 0
+                nxt = [x for x in self.order[i + 1:] + self.order[:i] if x not in p]
+                out += tuple(nxt[:1])
+            self._extra[pair] = out
+        return out
+
+    def holds(self, sid: str) -> bool:
+        return self.me in self.targets(sid)
+
+    def zones_of(self, sid: str) -> tuple[str, str]:
+        return self.map.primary[sid], self.map.mirror.get(sid, self.map.primary[sid])
+
+    def route(self, events: Sequence[Mapping[str, object]]) -> dict[str, list[int]]:
+        """Section 3.4: for each zone, the events whose affected region it intersects."""
+        zones = self.map.zones
+        out: dict[str, list[int]] = {}
+        for i, e in enumerate(events):
+            for j in self.map.affected(self.space.event_point(e)):
+                out.setdefault(zones[j].id, []).append(i)
+        return out
