@@ -28,12 +28,17 @@ from typing import Callable
 
 import grpc
 
+from echelon.runtime.member import RECONNECT_OPTIONS
 from echelon.runtime.server import CHANNEL_OPTIONS
 from echelon.v1 import relay_pb2 as rpb
 from echelon.v1 import relay_pb2_grpc as rgrpc
 
 log = logging.getLogger("echelon.links")
 
+# A link's own subchannel (gRPC shares them between channels to one address by default), so
+# a new link to a peer back from the dead does not inherit the old one's reconnect backoff
+# (up to 120 s) and fail at once with the old "connection refused"; retried within a second.
+LINK_OPTIONS = CHANNEL_OPTIONS + RECONNECT_OPTIONS + [("grpc.use_local_subchannel_pool", 1)]
 
 
 class LinkMetrics:
@@ -132,7 +137,7 @@ class Link:
             self._room.set()
 
     async def _run(self) -> None:
-        self._channel = grpc.aio.insecure_channel(self.address, options=CHANNEL_OPTIONS)
+        self._channel = grpc.aio.insecure_channel(self.address, options=LINK_OPTIONS)
         stub = rgrpc.RelayStub(self._channel)
         backoff = 0.05
         failures = 0  # consecutive streams that broke without a single ack
