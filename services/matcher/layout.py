@@ -36,6 +36,8 @@ import zlib
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
+import numpy as np
+
 from echelon.core.can import Zone, ZoneMap
 from echelon.core.cdm import CountingIndex, Subscription
 from echelon.core.filters import Filter
@@ -98,28 +100,35 @@ def layout_key(topic: str, schema: Schema, zones: Iterable[Zone], matchers: Mapp
 
 class Layout:
     """One topic's zones at one matcher: where each copy it holds belongs, and a counting
-    index (CDM) per zone this matcher is a member of, over the zone's primary copies."""
+    index (CDM) per zone this matcher is a member of, over the zone's primary copies.
+
+    `ready` is set once every copy held at adoption is placed (tier.py fills a new layout
+    in slices, so a million copies never stall the event loop)."""
 
     def __init__(self, topic: str, schema: Schema, zones: Sequence[Zone], me: str, matchers: Mapping[str, int],
-                 source: str):
-        self.topic, self.me, self.source = topic, me, source
-        self.space = Space.of(schema)
+                 source: str, space: Space | None = None):
+        self.topic, self.me, self.source, self.schema = topic, me, source, schema
+        self.space = space if space is not None else Space.of(schema)
         self.key = layout_key(topic, schema, zones, matchers)
         self.incarnations = dict(matchers)
         self.order = sorted(matchers)
         self.map = ZoneMap(self.space, zones)
         self.members = {z.id: z.members for z in zones}
         self.index = {z.id: CountingIndex() for z in zones if me in z.members}
+        self.ready = False
         self._extra: dict[tuple[str, str], tuple[str, ...]] = {}
+        self._ids = [z.id for z in zones]
+        self._lo = np.array([z.low for z in zones], dtype=np.float64).reshape(len(zones), -1)
+        self._hi = np.array([z.high for z in zones], dtype=np.float64).reshape(len(zones), -1)
 
-    def point(self, c: Copy) -> Point:
-        return self.space.subscription_point(c.filter)
+    def placed(self, sid: str) -> bool:
+        return sid in self.map.primary
 
-    def add(self, copies: Iterable[Copy]) -> None:
+    def add(self, copies: Iterable[Copy], points: Mapping[str, Point]) -> None:
         """Place copies (primary and mirror zone) and index the primaries of this matcher's zones."""
         by_zone: dict[str, list[Subscription]] = {}
         for c in copies:
-            primary, _ = self.map.add(c.id, self.point(c))
+            primary, _ = self.map.add(c.id, points[c.id])
             if primary in self.index:
                 by_zone.setdefault(primary, []).append(Subscription(c.id, c.agent, c.filter))
         for zone, subs in by_zone.items():
@@ -153,10 +162,23 @@ class Layout:
         return self.map.primary[sid], self.map.mirror.get(sid, self.map.primary[sid])
 
     def route(self, events: Sequence[Mapping[str, object]]) -> dict[str, list[int]]:
-        """Section 3.4: for each zone, the events whose affected region it intersects."""
-        zones = self.map.zones
+        """Section 3.4: for each zone, the events whose affected region it intersects.
+
+        `ZoneMap.affected` for a whole batch at once: the affected region of event point
+        (c1, c1, ..., cn, cn) is [L1, c1] x [c1, H1] x ...; a zone [lo, hi) (closed at the
+        top of the domain) meets it iff lo <= b and (a < hi, or a == hi == top)."""
+        if len(self._ids) == 1 or not events:
+            return {self._ids[0]: list(range(len(events)))} if events else {}
+        ep = np.array([self.space.event_point(e) for e in events], dtype=np.float64)
+        low, top = np.asarray(self.space.low), np.asarray(self.space.high)
+        a, b = np.empty_like(ep), np.empty_like(ep)
+        a[:, 0::2], a[:, 1::2] = low[0::2], ep[:, 0::2]
+        b[:, 0::2], b[:, 1::2] = ep[:, 1::2], top[1::2]
+        lo, hi = self._lo[None], self._hi[None]
+        step = max(1, (1 << 22) // self._lo.size)  # events per pass: bounded temporaries
+        hit = np.concatenate([np.all((lo <= b[i:i + step, None]) & ((a[i:i + step, None] < hi) | (
+            (a[i:i + step, None] == hi) & (hi == top))), axis=2) for i in range(0, len(ep), step)])  # (events, zones)
         out: dict[str, list[int]] = {}
-        for i, e in enumerate(events):
-            for j in self.map.affected(self.space.event_point(e)):
-                out.setdefault(zones[j].id, []).append(i)
+        for j in np.flatnonzero(hit.any(axis=0)):
+            out[self._ids[j]] = np.flatnonzero(hit[:, j]).tolist()
         return out

@@ -22,7 +22,7 @@ from prometheus_client.core import GaugeMetricFamily
 from echelon.core.can import Zone
 from echelon.core.schema import SchemaError
 from echelon.matcher.layout import Copy
-from echelon.matcher.tier import MatcherCore, Pairs, PeerUnavailable, StaleLayout, Status, TierView
+from echelon.matcher.tier import Matches, MatcherCore, PeerUnavailable, StaleLayout, Status, TierView
 from echelon.runtime.errors import FailedPrecondition, InvalidArgument
 from echelon.runtime.member import RECONNECT_OPTIONS
 from echelon.runtime.metrics import LATENCY_BUCKETS
@@ -43,15 +43,15 @@ def copy_from_pb(s: xpb.Subscription) -> Copy:
     return Copy(s.id, s.agent, s.topic, s.version, filter_from_pb(s.filter), s)
 
 
-def results_to_pb(results, out) -> None:
-    """Per event {sid: agent} (or (sid, agent) pairs) into MatchResults grouped by agent."""
+def results_to_pb(results: list[Matches], out) -> None:
+    """Per event {subscription: agent} into MatchResults, grouped by agent."""
     for r in results:
         by_agent: dict[str, list[str]] = defaultdict(list)
-        for sid, agent in sorted(r.items() if isinstance(r, dict) else r):
+        for sid, agent in r.items():
             by_agent[agent].append(sid)
         res = out.add()
-        for agent in sorted(by_agent):
-            res.agents.add(agent=agent, subscriptions=by_agent[agent])
+        for agent, sids in by_agent.items():
+            res.agents.add(agent=agent, subscriptions=sids)
 
 
 def tier_view(member) -> TierView:
@@ -111,12 +111,12 @@ class GrpcTransport:
         return list(r.removed)
 
     async def match_zones(self, peer: str, topic: str, layout: str, events: list[Mapping[str, object]],
-                          zones: dict[str, list[int]]) -> list[Pairs]:
+                          zones: dict[str, list[int]]) -> list[Matches]:
         req = xpb.MatchZonesRequest(topic=topic, layout=layout,
                                     events=[pb.Event(attributes=attributes_to_pb(e)) for e in events],
                                     zones=[xpb.ZoneEvents(zone=z, events=idxs) for z, idxs in zones.items()])
         r = await self._call(peer, "MatchZones", req)
-        return [[(sid, a.agent) for a in res.agents for sid in a.subscriptions] for res in r.results]
+        return [dict(zip(m.subscriptions, m.agents)) for m in r.results]
 
     async def sync(self, peer: str, seq: int, status: dict[str, Status]) -> None:
         req = xpb.SyncRequest(member=self.node.config.id, incarnation=self.node.incarnation(), seq=seq,
@@ -240,9 +240,8 @@ class MatcherServicer(xgrpc.MatcherServicer):
             results = self.core.match_zones(request.topic, request.layout, events, zones)
         except StaleLayout as e:
             raise FailedPrecondition(str(e)) from None
-        response = xpb.MatchZonesResponse()
-        results_to_pb(results, response.results)
-        return response
+        return xpb.MatchZonesResponse(results=[xpb.Matches(subscriptions=r.keys(), agents=r.values())
+                                               for r in results])
 
     async def Sync(self, request: xpb.SyncRequest, context) -> xpb.SyncResponse:
         status = {s.topic: Status(s.adopted, s.pushed, s.filled, s.active) for s in request.layouts}

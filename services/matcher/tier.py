@@ -47,12 +47,12 @@ from echelon.runtime.errors import NotFound, Unavailable
 
 log = logging.getLogger("echelon.matcher.tier")
 
-CHUNK = 2000  # copies per Store message of a handoff push
+CHUNK = 2000  # copies per Store message of a handoff push, and per slice of work between yields
 TOMBSTONE_TTL = 300.0
 RETRY = 0.2
 TOPIC_WAIT = 3.0  # how long a request waits for a topic this matcher has not seen yet
 
-Pairs = list[tuple[str, str]]  # (subscription id, agent)
+Matches = dict[str, str]  # the matching subscriptions of one event -> their agents
 
 
 async def _wait(event: asyncio.Event, timeout: float) -> None:
@@ -103,7 +103,7 @@ class Transport(Protocol):
     async def drop(self, peer: str, items: list[tuple[str, int]], sent_to: list[str]) -> list[str]: ...
 
     async def match_zones(self, peer: str, topic: str, layout: str, events: list[Mapping[str, object]],
-                          zones: dict[str, list[int]]) -> list[Pairs]: ...
+                          zones: dict[str, list[int]]) -> list[Matches]: ...
 
     async def sync(self, peer: str, seq: int, status: dict[str, Status]) -> None: ...
 
@@ -137,6 +137,8 @@ class MatcherCore:
         self.incarnation = incarnation
         self.deadline = deadline
         self.copies: dict[str, Copy] = {}
+        self.points: dict[str, tuple[Space, tuple]] = {}
+        self.agents: dict[str, str] = {}  # subscription id -> agent, for answers
         self.by_topic: dict[str, set[str]] = defaultdict(set)
         self.tombs: dict[str, tuple[int, float]] = {}
         self.topics: dict[str, TopicState] = {}
@@ -197,7 +199,8 @@ class MatcherCore:
         order = sorted(matchers)
         for topic, schema in view.topics.items():
             ts = self.topics.setdefault(topic, TopicState())
-            space = Space.of(schema)
+            latest = ts.latest
+            space = latest.space if latest is not None and latest.schema == schema else Space.of(schema)
             zones, source = self._zones(topic, space, view, order)
             key = layout_key(topic, schema, zones, matchers)
             if ts.latest is not None and ts.latest.key == key:
@@ -209,11 +212,10 @@ class MatcherCore:
                 ts.pending, ts.settled = None, False
                 continue
             try:
-                layout = Layout(topic, schema, zones, self.me, matchers, source)
+                layout = Layout(topic, schema, zones, self.me, matchers, source, space)
             except (TilingError, ValueError) as e:  # membership checked the plan: not expected
                 log.error("topic %s: zones of %s do not tile the space (%s)", topic, source, e)
                 continue
-            layout.add(self.copies[s] for s in self.by_topic.get(topic, ()))
             ts.pending = layout
             ts.push = self._spawn(self._push(topic, ts, layout))
             log.info("topic %s: adopted layout %s (%s, %d zones)", topic, layout.key, layout.source,
@@ -240,7 +242,15 @@ class MatcherCore:
             ts.push = None
 
     async def _push(self, topic: str, ts: TopicState, layout: Layout) -> None:
-        """Handoff: send each copy held to the layout's holders that did not hold it before."""
+        """Place the copies held in a new layout, in slices (copies installed meanwhile are
+        placed by `_install`); then the handoff: send each copy to the layout's holders that
+        did not hold it before."""
+        held = list(self.by_topic.get(topic, ()))
+        for i in range(0, len(held), CHUNK):
+            todo = [self.copies[s] for s in held[i:i + CHUNK] if s in self.copies and not layout.placed(s)]
+            layout.add(todo, self._points(todo, layout.space))
+            await asyncio.sleep(0)
+        layout.ready = True
         old = ts.active
         sends: dict[str, list[Copy]] = defaultdict(list)
         for sid in list(self.by_topic.get(topic, ())):
@@ -341,22 +351,44 @@ class MatcherCore:
 
     # -- copies ----------------------------------------------------------------------
 
-    def _install(self, c: Copy) -> bool:
-        tomb = self.tombs.get(c.id)
-        current = self.copies.get(c.id)
-        if (tomb is not None and tomb[0] >= c.version) or (current is not None and current.version >= c.version):
-            return False
-        if current is not None:
-            self._uninstall(c.id)
-        self.copies[c.id] = c
-        self.by_topic[c.topic].add(c.id)
-        ts = self.topics.get(c.topic)
-        for L in ts.layouts() if ts else ():
-            L.add([c])
-        return True
+    def _install(self, copies: Sequence[Copy]) -> list[Copy]:
+        """Hold the copies newer than what is held (and than any tombstone); place them in
+        every layout of their topic. Returns those installed."""
+        installed: dict[str, Copy] = {}
+        for c in copies:
+            tomb = self.tombs.get(c.id)
+            current = self.copies.get(c.id)
+            if (tomb is not None and tomb[0] >= c.version) or (current is not None and current.version >= c.version):
+                continue
+            if current is not None:
+                self._uninstall(c.id)
+                installed.pop(c.id, None)
+            self.copies[c.id] = installed[c.id] = c
+            self.agents[c.id] = c.agent
+            self.by_topic[c.topic].add(c.id)
+        by_topic: dict[str, list[Copy]] = defaultdict(list)
+        for c in installed.values():
+            by_topic[c.topic].append(c)
+        for topic, group in by_topic.items():
+            ts = self.topics.get(topic)
+            for L in ts.layouts() if ts else ():
+                L.add(group, self._points(group, L.space))
+        return list(installed.values())
+
+    def _points(self, copies: Sequence[Copy], space: Space) -> dict[str, tuple]:
+        """Subscription points in `space`, computed once per copy (layouts share the space)."""
+        out = {}
+        for c in copies:
+            cached = self.points.get(c.id)
+            if cached is None or cached[0] is not space:
+                cached = self.points[c.id] = (space, space.subscription_point(c.filter))
+            out[c.id] = cached[1]
+        return out
 
     def _uninstall(self, sid: str) -> None:
         c = self.copies.pop(sid)
+        self.points.pop(sid, None)
+        del self.agents[sid]
         self.by_topic[c.topic].discard(sid)
         ts = self.topics.get(c.topic)
         for L in ts.layouts() if ts else ():
@@ -366,13 +398,18 @@ class MatcherCore:
                      sender_layouts: Sequence[str] = ()) -> tuple[int, list[str]]:
         """Hold new copies and forward them under this matcher's layouts the sender did not
         route by. Returns (copies installed, ids no holder acknowledged)."""
-        installed = [c for c in copies if self._install(c)]
+        installed = []
+        for i in range(0, len(copies), CHUNK):
+            if i:
+                await asyncio.sleep(0)  # a refill of many copies must not stall the loop
+            installed += self._install(copies[i:i + CHUNK])
         ts = self.topics.get(topic)
         layouts = [L for L in (ts.active, ts.pending) if L is not None] if ts else []
         sends: dict[str, dict[str, Copy]] = defaultdict(dict)
         for L in layouts:
             if L.key not in sender_layouts:
-                for c in installed:
+                # (Copies a layout still being filled has not placed yet, it pushes itself.)
+                for c in (c for c in installed if L.placed(c.id)):
                     for p in L.targets(c.id):
                         if p not in (self.me, sender):
                             sends[p][c.id] = c
@@ -398,7 +435,7 @@ class MatcherCore:
         for c in installed:
             if self.copies.get(c.id) is not c:
                 continue  # replaced or removed meanwhile
-            held = any(L.holds(c.id) for L in layouts)
+            held = any(not L.placed(c.id) or L.holds(c.id) for L in layouts)
             if not held and not reached[c.id]:
                 missing.append(c.id)
             if layouts and known and not held and c.id not in failed:
@@ -477,7 +514,9 @@ class MatcherCore:
             c = self.copies.get(sid)
             if c is not None and c.version <= version:
                 ts = self.topics.get(c.topic)
-                holders = {p for L in (ts.active, ts.pending) if L is not None for p in L.targets(sid)} if ts else set()
+                # (A layout still being filled has not pushed the copy anywhere yet.)
+                layouts = [L for L in (ts.active, ts.pending) if L is not None and L.placed(sid)] if ts else []
+                holders = {p for L in layouts for p in L.targets(sid)}
                 for p in holders - skip:
                     tell[p].append((sid, version))
                 self._uninstall(sid)
@@ -523,8 +562,11 @@ class MatcherCore:
             errors = [r for r in results if isinstance(r, BaseException)]
             if not errors:
                 for part in results:
-                    for i, pairs in part.items():
-                        out[positions[i]].update(pairs)
+                    for i, found in part.items():
+                        if out[positions[i]]:
+                            out[positions[i]].update(found)
+                        else:
+                            out[positions[i]] = found
                 return
             for e in errors:
                 if not isinstance(e, (PeerUnavailable, StaleLayout)):
@@ -546,7 +588,7 @@ class MatcherCore:
         return plan
 
     async def _zones_at(self, peer: str, topic: str, key: str, events: list[Mapping[str, object]],
-                        zones: dict[str, list[int]]) -> dict[int, Pairs]:
+                        zones: dict[str, list[int]]) -> dict[int, Matches]:
         if peer == self.me:
             results = self.match_zones(topic, key, events, zones)
             return {i: results[i] for idxs in zones.values() for i in idxs}
@@ -557,20 +599,20 @@ class MatcherCore:
         return {i: results[at[i]] for i in needed}
 
     def match_zones(self, topic: str, key: str, events: Sequence[Mapping[str, object]],
-                    zones: Mapping[str, Sequence[int]]) -> list[Pairs]:
+                    zones: Mapping[str, Sequence[int]]) -> list[Matches]:
         """Match events against this matcher's indexes of some zones of one layout."""
         ts = self.topics.get(topic)
         layout = ts.find(key) if ts else None
-        if layout is None or any(z not in layout.index for z in zones):
+        if layout is None or not layout.ready or any(z not in layout.index for z in zones):
             raise StaleLayout(f"matcher {self.me} holds no layout {key} of topic {topic!r} with those zones")
-        out: list[Pairs] = [[] for _ in events]
+        out: list[Matches] = [{} for _ in events]
+        agent = self.agents.__getitem__
         for zone, idxs in zones.items():
-            index = layout.index[zone]
             start = time.perf_counter()
-            found = index.match_batch([events[i] for i in idxs])
+            found = layout.index[zone].match_batch([events[i] for i in idxs])
             n = 0
             for i, sids in zip(idxs, found):
-                out[i].extend((s, index.get(s).agent) for s in sids)
+                out[i].update(zip(sids, map(agent, sids)))
                 n += len(sids)
             if self.observe:
                 self.observe(topic, zone, len(idxs), n, time.perf_counter() - start)

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from echelon.v1 import common_pb2 as echelon_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x65\x63helon/v1/matcher.proto\x12\nechelon.v1\x1a\x17\x65\x63helon/v1/common.proto\"m\n\x0cSubscription\x12\n\n\x02id\x18\x01 \x01(\t\x12\r\n\x05\x61gent\x18\x02 \x01(\t\x12\r\n\x05topic\x18\x03 \x01(\t\x12\"\n\x06\x66ilter\x18\x04 \x01(\x0b\x32\x12.echelon.v1.Filter\x12\x0f\n\x07version\x18\x05 \x01(\x04\"B\n\x0fRegisterRequest\x12/\n\rsubscriptions\x18\x01 \x03(\x0b\x32\x18.echelon.v1.Subscription\"&\n\x10RegisterResponse\x12\x12\n\nregistered\x18\x01 \x01(\r\"-\n\rRemoveRequest\x12\x0b\n\x03ids\x18\x01 \x03(\t\x12\x0f\n\x07version\x18\x02 \x01(\x04\"!\n\x0eRemoveResponse\x12\x0f\n\x07removed\x18\x01 \x01(\r\"C\n\x0cMatchRequest\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\x04\x12!\n\x06\x65vents\x18\x02 \x03(\x0b\x32\x11.echelon.v1.Event\"4\n\x0c\x41gentMatches\x12\r\n\x05\x61gent\x18\x01 \x01(\t\x12\x15\n\rsubscriptions\x18\x02 \x03(\t\"7\n\x0bMatchResult\x12(\n\x06\x61gents\x18\x01 \x03(\x0b\x32\x18.echelon.v1.AgentMatches\"K\n\rMatchResponse\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\x04\x12(\n\x07results\x18\x02 \x03(\x0b\x32\x17.echelon.v1.MatchResult\"o\n\x0cStoreRequest\x12\x0e\n\x06sender\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x0f\n\x07layouts\x18\x03 \x03(\t\x12/\n\rsubscriptions\x18\x04 \x03(\x0b\x32\x18.echelon.v1.Subscription\"\x1f\n\rStoreResponse\x12\x0e\n\x06stored\x18\x01 \x01(\r\"M\n\x0b\x44ropRequest\x12\x0e\n\x06sender\x18\x01 \x01(\t\x12\x0b\n\x03ids\x18\x02 \x03(\t\x12\x10\n\x08versions\x18\x03 \x03(\x04\x12\x0f\n\x07sent_to\x18\x04 \x03(\t\"\x1f\n\x0c\x44ropResponse\x12\x0f\n\x07removed\x18\x01 \x03(\t\"*\n\nZoneEvents\x12\x0c\n\x04zone\x18\x01 \x01(\t\x12\x0e\n\x06\x65vents\x18\x02 \x03(\r\"|\n\x11MatchZonesRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x0e\n\x06layout\x18\x02 \x01(\t\x12!\n\x06\x65vents\x18\x03 \x03(\x0b\x32\x11.echelon.v1.Event\x12%\n\x05zones\x18\x04 \x03(\x0b\x32\x16.echelon.v1.ZoneEvents\">\n\x12MatchZonesResponse\x12(\n\x07results\x18\x01 \x03(\x0b\x32\x17.echelon.v1.MatchResult\"^\n\x0cLayoutStatus\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64opted\x18\x02 \x01(\t\x12\x0e\n\x06pushed\x18\x03 \x01(\x08\x12\x0e\n\x06\x66illed\x18\x04 \x01(\x08\x12\x0e\n\x06\x61\x63tive\x18\x05 \x01(\t\"j\n\x0bSyncRequest\x12\x0e\n\x06member\x18\x01 \x01(\t\x12\x13\n\x0bincarnation\x18\x02 \x01(\x04\x12\x0b\n\x03seq\x18\x03 \x01(\x04\x12)\n\x07layouts\x18\x04 \x03(\x0b\x32\x18.echelon.v1.LayoutStatus\"\x0e\n\x0cSyncResponse\"!\n\x10ListZonesRequest\x12\r\n\x05topic\x18\x01 \x01(\t\"y\n\x08ZoneInfo\x12\r\n\x05topic\x18\x01 \x01(\t\x12\n\n\x02id\x18\x02 \x01(\t\x12\x0b\n\x03low\x18\x03 \x03(\x01\x12\x0c\n\x04high\x18\x04 \x03(\x01\x12\x0f\n\x07members\x18\x05 \x03(\t\x12\x15\n\rsubscriptions\x18\x06 \x01(\r\x12\x0f\n\x07mirrors\x18\x07 \x01(\r\"r\n\x0bTopicLayout\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x0e\n\x06\x61\x63tive\x18\x02 \x01(\t\x12\x0f\n\x07pending\x18\x03 \x01(\t\x12\x0e\n\x06source\x18\x04 \x01(\t\x12#\n\x05zones\x18\x05 \x03(\x0b\x32\x14.echelon.v1.ZoneInfo\"\\\n\x11ListZonesResponse\x12\x0e\n\x06member\x18\x01 \x01(\t\x12\x0e\n\x06\x63opies\x18\x02 \x01(\r\x12\'\n\x06topics\x18\x03 \x03(\x0b\x32\x17.echelon.v1.TopicLayout2\x9e\x04\n\x07Matcher\x12\x45\n\x08Register\x12\x1b.echelon.v1.RegisterRequest\x1a\x1c.echelon.v1.RegisterResponse\x12?\n\x06Remove\x12\x19.echelon.v1.RemoveRequest\x1a\x1a.echelon.v1.RemoveResponse\x12@\n\x05Match\x12\x18.echelon.v1.MatchRequest\x1a\x19.echelon.v1.MatchResponse(\x01\x30\x01\x12<\n\x05Store\x12\x18.echelon.v1.StoreRequest\x1a\x19.echelon.v1.StoreResponse\x12\x39\n\x04\x44rop\x12\x17.echelon.v1.DropRequest\x1a\x18.echelon.v1.DropResponse\x12K\n\nMatchZones\x12\x1d.echelon.v1.MatchZonesRequest\x1a\x1e.echelon.v1.MatchZonesResponse\x12\x39\n\x04Sync\x12\x17.echelon.v1.SyncRequest\x1a\x18.echelon.v1.SyncResponse\x12H\n\tListZones\x12\x1c.echelon.v1.ListZonesRequest\x1a\x1d.echelon.v1.ListZonesResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x65\x63helon/v1/matcher.proto\x12\nechelon.v1\x1a\x17\x65\x63helon/v1/common.proto\"m\n\x0cSubscription\x12\n\n\x02id\x18\x01 \x01(\t\x12\r\n\x05\x61gent\x18\x02 \x01(\t\x12\r\n\x05topic\x18\x03 \x01(\t\x12\"\n\x06\x66ilter\x18\x04 \x01(\x0b\x32\x12.echelon.v1.Filter\x12\x0f\n\x07version\x18\x05 \x01(\x04\"B\n\x0fRegisterRequest\x12/\n\rsubscriptions\x18\x01 \x03(\x0b\x32\x18.echelon.v1.Subscription\"&\n\x10RegisterResponse\x12\x12\n\nregistered\x18\x01 \x01(\r\"-\n\rRemoveRequest\x12\x0b\n\x03ids\x18\x01 \x03(\t\x12\x0f\n\x07version\x18\x02 \x01(\x04\"!\n\x0eRemoveResponse\x12\x0f\n\x07removed\x18\x01 \x01(\r\"C\n\x0cMatchRequest\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\x04\x12!\n\x06\x65vents\x18\x02 \x03(\x0b\x32\x11.echelon.v1.Event\"4\n\x0c\x41gentMatches\x12\r\n\x05\x61gent\x18\x01 \x01(\t\x12\x15\n\rsubscriptions\x18\x02 \x03(\t\"7\n\x0bMatchResult\x12(\n\x06\x61gents\x18\x01 \x03(\x0b\x32\x18.echelon.v1.AgentMatches\"K\n\rMatchResponse\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\x04\x12(\n\x07results\x18\x02 \x03(\x0b\x32\x17.echelon.v1.MatchResult\"o\n\x0cStoreRequest\x12\x0e\n\x06sender\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x0f\n\x07layouts\x18\x03 \x03(\t\x12/\n\rsubscriptions\x18\x04 \x03(\x0b\x32\x18.echelon.v1.Subscription\"\x1f\n\rStoreResponse\x12\x0e\n\x06stored\x18\x01 \x01(\r\"M\n\x0b\x44ropRequest\x12\x0e\n\x06sender\x18\x01 \x01(\t\x12\x0b\n\x03ids\x18\x02 \x03(\t\x12\x10\n\x08versions\x18\x03 \x03(\x04\x12\x0f\n\x07sent_to\x18\x04 \x03(\t\"\x1f\n\x0c\x44ropResponse\x12\x0f\n\x07removed\x18\x01 \x03(\t\"*\n\nZoneEvents\x12\x0c\n\x04zone\x18\x01 \x01(\t\x12\x0e\n\x06\x65vents\x18\x02 \x03(\r\"|\n\x11MatchZonesRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x0e\n\x06layout\x18\x02 \x01(\t\x12!\n\x06\x65vents\x18\x03 \x03(\x0b\x32\x11.echelon.v1.Event\x12%\n\x05zones\x18\x04 \x03(\x0b\x32\x16.echelon.v1.ZoneEvents\"0\n\x07Matches\x12\x15\n\rsubscriptions\x18\x01 \x03(\t\x12\x0e\n\x06\x61gents\x18\x02 \x03(\t\":\n\x12MatchZonesResponse\x12$\n\x07results\x18\x01 \x03(\x0b\x32\x13.echelon.v1.Matches\"^\n\x0cLayoutStatus\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64opted\x18\x02 \x01(\t\x12\x0e\n\x06pushed\x18\x03 \x01(\x08\x12\x0e\n\x06\x66illed\x18\x04 \x01(\x08\x12\x0e\n\x06\x61\x63tive\x18\x05 \x01(\t\"j\n\x0bSyncRequest\x12\x0e\n\x06member\x18\x01 \x01(\t\x12\x13\n\x0bincarnation\x18\x02 \x01(\x04\x12\x0b\n\x03seq\x18\x03 \x01(\x04\x12)\n\x07layouts\x18\x04 \x03(\x0b\x32\x18.echelon.v1.LayoutStatus\"\x0e\n\x0cSyncResponse\"!\n\x10ListZonesRequest\x12\r\n\x05topic\x18\x01 \x01(\t\"y\n\x08ZoneInfo\x12\r\n\x05topic\x18\x01 \x01(\t\x12\n\n\x02id\x18\x02 \x01(\t\x12\x0b\n\x03low\x18\x03 \x03(\x01\x12\x0c\n\x04high\x18\x04 \x03(\x01\x12\x0f\n\x07members\x18\x05 \x03(\t\x12\x15\n\rsubscriptions\x18\x06 \x01(\r\x12\x0f\n\x07mirrors\x18\x07 \x01(\r\"r\n\x0bTopicLayout\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x0e\n\x06\x61\x63tive\x18\x02 \x01(\t\x12\x0f\n\x07pending\x18\x03 \x01(\t\x12\x0e\n\x06source\x18\x04 \x01(\t\x12#\n\x05zones\x18\x05 \x03(\x0b\x32\x14.echelon.v1.ZoneInfo\"\\\n\x11ListZonesResponse\x12\x0e\n\x06member\x18\x01 \x01(\t\x12\x0e\n\x06\x63opies\x18\x02 \x01(\r\x12\'\n\x06topics\x18\x03 \x03(\x0b\x32\x17.echelon.v1.TopicLayout2\x9e\x04\n\x07Matcher\x12\x45\n\x08Register\x12\x1b.echelon.v1.RegisterRequest\x1a\x1c.echelon.v1.RegisterResponse\x12?\n\x06Remove\x12\x19.echelon.v1.RemoveRequest\x1a\x1a.echelon.v1.RemoveResponse\x12@\n\x05Match\x12\x18.echelon.v1.MatchRequest\x1a\x19.echelon.v1.MatchResponse(\x01\x30\x01\x12<\n\x05Store\x12\x18.echelon.v1.StoreRequest\x1a\x19.echelon.v1.StoreResponse\x12\x39\n\x04\x44rop\x12\x17.echelon.v1.DropRequest\x1a\x18.echelon.v1.DropResponse\x12K\n\nMatchZones\x12\x1d.echelon.v1.MatchZonesRequest\x1a\x1e.echelon.v1.MatchZonesResponse\x12\x39\n\x04Sync\x12\x17.echelon.v1.SyncRequest\x1a\x18.echelon.v1.SyncResponse\x12H\n\tListZones\x12\x1c.echelon.v1.ListZonesRequest\x1a\x1d.echelon.v1.ListZonesResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -62,22 +62,24 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_ZONEEVENTS']._serialized_end=923
   _globals['_MATCHZONESREQUEST']._serialized_start=925
   _globals['_MATCHZONESREQUEST']._serialized_end=1049
-  _globals['_MATCHZONESRESPONSE']._serialized_start=1051
-  _globals['_MATCHZONESRESPONSE']._serialized_end=1113
-  _globals['_LAYOUTSTATUS']._serialized_start=1115
-  _globals['_LAYOUTSTATUS']._serialized_end=1209
-  _globals['_SYNCREQUEST']._serialized_start=1211
-  _globals['_SYNCREQUEST']._serialized_end=1317
-  _globals['_SYNCRESPONSE']._serialized_start=1319
-  _globals['_SYNCRESPONSE']._serialized_end=1333
-  _globals['_LISTZONESREQUEST']._serialized_start=1335
-  _globals['_LISTZONESREQUEST']._serialized_end=1368
-  _globals['_ZONEINFO']._serialized_start=1370
-  _globals['_ZONEINFO']._serialized_end=1491
-  _globals['_TOPICLAYOUT']._serialized_start=1493
-  _globals['_TOPICLAYOUT']._serialized_end=1607
-  _globals['_LISTZONESRESPONSE']._serialized_start=1609
-  _globals['_LISTZONESRESPONSE']._serialized_end=1701
-  _globals['_MATCHER']._serialized_start=1704
-  _globals['_MATCHER']._serialized_end=2246
+  _globals['_MATCHES']._serialized_start=1051
+  _globals['_MATCHES']._serialized_end=1099
+  _globals['_MATCHZONESRESPONSE']._serialized_start=1101
+  _globals['_MATCHZONESRESPONSE']._serialized_end=1159
+  _globals['_LAYOUTSTATUS']._serialized_start=1161
+  _globals['_LAYOUTSTATUS']._serialized_end=1255
+  _globals['_SYNCREQUEST']._serialized_start=1257
+  _globals['_SYNCREQUEST']._serialized_end=1363
+  _globals['_SYNCRESPONSE']._serialized_start=1365
+  _globals['_SYNCRESPONSE']._serialized_end=1379
+  _globals['_LISTZONESREQUEST']._serialized_start=1381
+  _globals['_LISTZONESREQUEST']._serialized_end=1414
+  _globals['_ZONEINFO']._serialized_start=1416
+  _globals['_ZONEINFO']._serialized_end=1537
+  _globals['_TOPICLAYOUT']._serialized_start=1539
+  _globals['_TOPICLAYOUT']._serialized_end=1653
+  _globals['_LISTZONESRESPONSE']._serialized_start=1655
+  _globals['_LISTZONESRESPONSE']._serialized_end=1747
+  _globals['_MATCHER']._serialized_start=1750
+  _globals['_MATCHER']._serialized_end=2292
 # @@protoc_insertion_point(module_scope)

@@ -133,11 +133,19 @@ class MatchZonesRequest(_message.Message):
     zones: _containers.RepeatedCompositeFieldContainer[ZoneEvents]
     def __init__(self, topic: _Optional[str] = ..., layout: _Optional[str] = ..., events: _Optional[_Iterable[_Union[_common_pb2.Event, _Mapping]]] = ..., zones: _Optional[_Iterable[_Union[ZoneEvents, _Mapping]]] = ...) -> None: ...
 
+class Matches(_message.Message):
+    __slots__ = ("subscriptions", "agents")
+    SUBSCRIPTIONS_FIELD_NUMBER: _ClassVar[int]
+    AGENTS_FIELD_NUMBER: _ClassVar[int]
+    subscriptions: _containers.RepeatedScalarFieldContainer[str]
+    agents: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, subscriptions: _Optional[_Iterable[str]] = ..., agents: _Optional[_Iterable[str]] = ...) -> None: ...
+
 class MatchZonesResponse(_message.Message):
     __slots__ = ("results",)
     RESULTS_FIELD_NUMBER: _ClassVar[int]
-    results: _containers.RepeatedCompositeFieldContainer[MatchResult]
-    def __init__(self, results: _Optional[_Iterable[_Union[MatchResult, _Mapping]]] = ...) -> None: ...
+    results: _containers.RepeatedCompositeFieldContainer[Matches]
+    def __init__(self, results: _Optional[_Iterable[_Union[Matches, _Mapping]]] = ...) -> None: ...
 
 class LayoutStatus(_message.Message):
     __slots__ = ("topic", "adopted", "pushed", "filled", "active")

@@ -147,7 +147,7 @@ def check_placement(net: Net, ref: Reference, topic: str) -> None:
     for mid, core in net.cores.items():
         layout = core.topics[topic].active
         whole = Layout(topic, net.topics[topic], layout.map.zones, mid, layout.incarnations, "reference")
-        whole.add(subs)
+        whole.add(subs, {c.id: whole.space.subscription_point(c.filter) for c in subs})
         want = {c.id for c in subs if whole.holds(c.id)}
         assert core.by_topic.get(topic, set()) == want, (mid, core.by_topic.get(topic, set()) - want, want - core.by_topic.get(topic, set()))
         for zone, index in layout.index.items():
@@ -192,32 +192,44 @@ async def scenario(data, schema: Schema, seed: int) -> None:
         net.plan[topic], net.plan_version = zm.zones, net.plan_version + 1
         return True
 
-    async def change(kind: str, victim: str) -> None:
+    def change(kind: str, victim: str):
+        """The change, its choices drawn now (draws must not race)."""
         if kind in ("split", "move", "replicate") and plan_change(kind):
-            await net.publish()
-        elif kind == "join" and len(net.cores) < 4:
-            await net.add(f"m{len(net.incarnation)}")
-        elif kind in ("crash", "restart") and len(net.cores) > 1:
-            await net.crash(victim)
-            if kind == "restart":
-                await net.add(victim)
+            return net.publish
+        if kind == "join" and len(net.cores) < 4:
+            return lambda: net.add(f"m{len(net.incarnation)}")
+        if kind in ("crash", "restart") and len(net.cores) > 1:
+            async def crash():
+                await net.crash(victim)
+                if kind == "restart":
+                    await net.add(victim)
+            return crash
+        return lambda: asyncio.sleep(0)
 
-    async def operate(op: str, entry: MatcherCore) -> None:
-        for _ in range(data.draw(st.integers(0, 4), label="delay")):
-            await asyncio.sleep(0)
+    def operate(op: str, entry: MatcherCore):
+        """The registration or removal, its choices drawn now."""
+        delay = data.draw(st.integers(0, 4), label="delay")
+        batch, gone = [], []
         if op == "register":
-            batch = []
             for _ in range(data.draw(st.integers(1, 6))):
                 sid = data.draw(ids)
                 ref.clock += 1
                 batch.append(Copy(sid, sid.split("/")[0], topic, ref.clock, data.draw(subs)))
-            await entry.register(batch)
-            ref.subs.update((c.id, c) for c in batch)
         elif op == "remove" and ref.subs:
-            sid = data.draw(st.sampled_from(sorted(ref.subs)))
+            gone = [data.draw(st.sampled_from(sorted(ref.subs)))]
             ref.clock += 1
-            await entry.remove([sid], ref.clock)
-            del ref.subs[sid]
+        version = ref.clock
+
+        async def run():
+            for _ in range(delay):
+                await asyncio.sleep(0)
+            if batch:
+                await entry.register(batch)
+                ref.subs.update((c.id, c) for c in batch)
+            if gone:
+                await entry.remove(gone, version)
+                del ref.subs[gone[0]]
+        return run
 
     try:
         for _ in range(data.draw(st.integers(1, 12), label="steps")):
@@ -229,7 +241,8 @@ async def scenario(data, schema: Schema, seed: int) -> None:
                                                          len(net.cores) == 1]), label="entry")]
             # A registration or removal racing the change; answers exact while it is under
             # way, and after it; then every copy where the layout puts it.
-            await asyncio.gather(change(kind, victim), operate(op, entry))
+            first, second = change(kind, victim), operate(op, entry)
+            await asyncio.gather(first(), second())
             await match_now(data.draw(st.lists(evs, max_size=3)))
             await net.settle(topic)
             check_placement(net, ref, topic)
