@@ -96,12 +96,15 @@ def agent(log_level, max_backlog, dissemination, slice_bytes, stripes, window_by
 @cli.command()
 @service_options
 @click.option("--membership", multiple=True, required=True, help="Membership replica addresses (comma list).")
-def matcher(log_level, **kw) -> None:
-    """Run a matcher: the subscription index."""
+@click.option("--deadline", default=8.0, type=click.FloatRange(0.5, 120), show_default=True,
+              help="Seconds a Register or Match may wait for the zones to settle (a matcher died, a plan "
+                   "switches) before UNAVAILABLE.")
+def matcher(log_level, deadline, **kw) -> None:
+    """Run a matcher: a share of the subscription index (content zones, CDM in each)."""
     from echelon.matcher.server import MatcherNode
 
     setup_logging("matcher", log_level)
-    _serve(lambda: MatcherNode(_config(**kw)))
+    _serve(lambda: MatcherNode(_config(**kw), deadline=deadline))
 
 
 @cli.command()

@@ -13,10 +13,14 @@ naming the predicate and leave no trace on any matcher.
 from __future__ import annotations
 
 import asyncio
+import shutil
+import subprocess
 from collections import Counter, defaultdict
 
 import grpc
 import pytest
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 from echelon.client import Client
 from echelon.core.can import ZoneMap
@@ -248,5 +252,40 @@ async def test_invalid_subscriptions_are_refused_naming_the_predicate_and_change
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and reason in err.value.details()
         assert all(len(m.core.copies) == 0 and not m.core.tombs for m in c.matcher_nodes)
         assert c.agent_nodes[0].subs == {}
+    finally:
+        await c.stop()
+
+
+async def test_per_zone_metrics_count_what_each_zone_stores_and_matches():
+    c = Cluster(agents=1, matchers=2)
+    try:
+        await c.start()
+        client = c.client(0)
+        await client.create_topic(TOPIC, stock.STOCK_SCHEMA)
+        filters = stock.subscriptions(40, seed=3)
+        subs = [client.subscribe(TOPIC, f, name=f"s{i}") for i, f in enumerate(filters)]
+        for s in subs:
+            await s.start()
+        pub = client.publisher()
+        for e in stock.events(50, seed=4):
+            await pub.publish(TOPIC, e)
+        await pub.close()
+        stored = events = 0.0
+        for m in c.matcher_nodes:
+            body = generate_latest(m.registry)
+            if shutil.which("promtool"):
+                check = subprocess.run(["promtool", "check", "metrics"], input=body, capture_output=True)
+                assert check.returncode == 0, check.stdout.decode() + check.stderr.decode()
+            for family in text_string_to_metric_families(body.decode()):
+                for sample in family.samples:
+                    if sample.name == "echelon_matcher_zone_subscriptions":
+                        assert set(sample.labels) == {"topic", "zone"} and sample.labels["topic"] == TOPIC
+                        stored += sample.value
+                    if sample.name == "echelon_matcher_zone_events_total":
+                        events += sample.value
+        assert stored == len(filters)  # default zones: one holder each
+        assert events >= 50  # every event visits at least the zone of its own point
+        for s in subs:
+            await s.close()
     finally:
         await c.stop()
