@@ -786,9 +786,8 @@ def detection(f: Fault, obs: Observer, t0: float) -> str:
     return "-"
 
 
-def build_report(cfg: Config, hosts: Hosts, cluster: Cluster, faults: list[Fault], obs: Observer,
-                 producers: list[Producer], subscribers: list[Subscriber], roles: dict, t0: float,
-                 metrics: dict) -> Result:
+def build_report(cfg: Config, hosts: Hosts, faults: list[Fault], obs: Observer, producers: list[Producer],
+                 subscribers: list[Subscriber], roles: dict, t0: float, metrics: dict) -> Result:
     starts = [f.start for f in faults]
 
     def window(t: float) -> int:  # -1: before the first fault
@@ -972,8 +971,8 @@ async def drive(cfg: Config, hosts: Hosts) -> Result:
         await asyncio.gather(*(p.close(20.0) for p in producers))
         await drain(producers, subscribers, schedule.faults, cfg.drain)
         metrics = cluster.metrics(METRICS)
-        return build_report(cfg, hosts, cluster, schedule.faults, observer, producers, subscribers, roles, t0,
-                            metrics)
+        dump(cfg.out / "deliveries.jsonl", producers, subscribers, t0)
+        return build_report(cfg, hosts, schedule.faults, observer, producers, subscribers, roles, t0, metrics)
     finally:
         for s in subscribers:
             s.stopping = True
@@ -983,6 +982,20 @@ async def drive(cfg: Config, hosts: Hosts) -> Result:
         for p in producers:
             await p.client.close()
         await observer.stop()
+
+
+def dump(path: Path, producers: list[Producer], subscribers: list[Subscriber], t0: float) -> None:
+    """What was sent and what every subscription received, one JSON line each, for a post-mortem."""
+    with open(path, "w") as out:
+        for p in producers:
+            for seq, s in p.sent.items():
+                out.write(json.dumps({"sent": p.id, "seq": seq, "t": round(s.at - t0, 4), "acked": s.acked,
+                                      "failed": s.failed, "attrs": s.attrs}) + "\n")
+        for sub in subscribers:
+            for x in sub.log:
+                out.write(json.dumps({"sub": sub.name, "agent": sub.agent, "producer": x.d.producer,
+                                      "seq": x.d.sequence, "key": x.d.ordering_key, "redelivery": x.d.redelivery,
+                                      "t": round(x.at - t0, 4)}) + "\n")
 
 
 async def wait_opened(subscribers: list[Subscriber], timeout: float) -> None:

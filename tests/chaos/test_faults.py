@@ -12,15 +12,20 @@ and a crash is declared within 2 s on every replica.
 - `test_full_schedule_meets_the_targets` (marker chaos, `make chaos`): the 5-minute run
   (ECHELON_CHAOS_MINUTES to change it); where namespaces cannot be created it runs the
   same faults on loopback processes, without partitions and delay/loss, and says so.
+- `test_the_report_attributes_what_the_checker_finds_to_the_faults`: the counting alone,
+  on made-up logs (no processes).
 """
 
 from __future__ import annotations
 
 import os
+from types import SimpleNamespace
 
 import pytest
 
-from loadtest.chaos import Config, Result, run
+from echelon.core.filters import parse
+from loadtest.chaos import DEAD, Change, Config, Fault, Observer, Received, Result, Sent, build_report, run
+from loadtest.checker import Delivered
 from loadtest.netns import Unsupported, check_available
 
 MINUTES = float(os.environ.get("ECHELON_CHAOS_MINUTES", "5"))
@@ -30,6 +35,44 @@ def assert_targets(result: Result) -> None:
     print(result.text)
     missed = {name: value for name, (ok, value) in result.targets.items() if not ok}
     assert not missed, f"targets missed in {result.mode} mode: {missed}"
+
+
+def test_the_report_attributes_what_the_checker_finds_to_the_faults():
+    """No processes: a kill and a pause, three subscriptions, verdicts from three replicas."""
+    t0 = 100.0
+    attrs = {"kind": "a", "v": 1.0, "n": 1}
+    producer = SimpleNamespace(id="p", sent={i: Sent(t0 + i, attrs, acked=True) for i in range(1, 7)})
+    kill = Fault("kill", ["agent-3"], start=t0 + 3.5, end=t0 + 4.5, expected_dead={"agent-3"})
+    pause = Fault("pause", ["agent-4"], start=t0 + 5.0, end=t0 + 5.5)
+
+    def sub(name, agent, seqs, opened=(t0,)):
+        log = [Received(t0 + 7, Delivered("p", q, r)) for q, r in seqs]
+        return SimpleNamespace(name=name, agent=agent, filter=parse('kind = "a"'), log=log, opened=list(opened))
+
+    subs = [sub("ok", "agent-1", [(i, 0) for i in range(1, 7)]),
+            # on the killed agent: had 1 and 2, reopened after the kill; 3..6 were not owed to it
+            sub("killed", "agent-3", [(1, 0), (2, 0)], opened=(t0, t0 + 6.5)),
+            # reordered 2 after 3, 3 twice (a duplicate, not a redelivery), 2 again redelivered,
+            # 4..6 lost, and one message nobody published
+            sub("bad", "agent-2", [(1, 0), (3, 0), (2, 0), (3, 0), (2, 1), (99, 0)])]
+    obs = Observer(["r0", "r1", "r2"])
+    obs.changes = [Change(t0 + 4.5, r, "agent-3", DEAD, 1) for r in range(3)]
+    obs.changes.append(Change(t0 + 5.3, 1, "agent-4", DEAD, 1))  # the paused agent: a false verdict
+    hosts = SimpleNamespace(mode="netns", reason="")
+    res = build_report(Config(), hosts, [kill, pause], obs, [producer], subs, {"producers": ["agent-0"], "tree": {}},
+                       t0, {})
+    base, k, p = res.rows
+    assert (base.sent, k.sent, p.sent) == (3, 1, 2)  # sent at +1..+3 | +4 | +5, +6
+    assert (base.lost, k.lost, p.lost) == (0, 1, 2)  # "bad" misses 4, 5, 6; "killed" is owed none of 3..6
+    assert (base.reordered, base.duplicated, base.redelivered) == (1, 1, 1)
+    assert base.unexpected == 1
+    assert k.detection == "1.00s (3/3, last 1.00s)" and k.dead_expected == 1 and k.dead_false == []
+    assert p.dead_false == ["agent-4"]
+    assert not res.ok
+    failed = {name for name, (ok, _) in res.targets.items() if not ok}
+    assert failed == {"0 lost", "0 unexpected", "0 duplicates to a client", "0 false dead (delay/loss, pause)",
+                      "0 false dead (whole run)"}
+    assert "killed on agent-3 died with the process" in res.text
 
 
 @pytest.mark.netns
@@ -44,8 +87,7 @@ def test_short_schedule_meets_the_targets(tmp_path):
     assert result.mode == "netns"
     assert [r.fault for r in result.rows] == ["baseline", "netem", "pause", "kill", "partition", "replica"]
     assert_targets(result)
-    kill = next(r for r in result.rows if r.fault == "kill")
-    assert kill.dead_expected == 1 and kill.target not in ",".join(r.target for r in result.rows if r.fault == "pause")
+    assert next(r for r in result.rows if r.fault == "kill").dead_expected == 1
     assert next(r for r in result.rows if r.fault == "partition").dead_expected == 1  # 9 s > the 7 s silence timeout
 
 
