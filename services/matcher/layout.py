@@ -102,8 +102,11 @@ class Layout:
     """One topic's zones at one matcher: where each copy it holds belongs, and a counting
     index (CDM) per zone this matcher is a member of, over the zone's primary copies.
 
-    `ready` is set once every copy held at adoption is placed (tier.py fills a new layout
-    in slices, so a million copies never stall the event loop)."""
+    Placement follows `core.can.ZoneMap` (section 3.3: the zone holding the point; 4.3:
+    the mirror at the zone holding the reflection), done for a batch in one numpy pass;
+    only a reflection that stays in its primary zone goes through `ZoneMap.add`, which
+    moves it out. `ready` is set once every copy held at adoption is placed (tier.py fills
+    a new layout in slices, so a million copies never stall the event loop)."""
 
     def __init__(self, topic: str, schema: Schema, zones: Sequence[Zone], me: str, matchers: Mapping[str, int],
                  source: str, space: Space | None = None):
@@ -112,37 +115,75 @@ class Layout:
         self.key = layout_key(topic, schema, zones, matchers)
         self.incarnations = dict(matchers)
         self.order = sorted(matchers)
-        self.map = ZoneMap(self.space, zones)
+        self.map = ZoneMap(self.space, zones)  # geometry only: it holds no subscription
+        self.zones = list(zones)
         self.members = {z.id: z.members for z in zones}
         self.index = {z.id: CountingIndex() for z in zones if me in z.members}
+        self.primary: dict[str, str] = {}
+        self.mirror: dict[str, str] = {}
         self.ready = False
         self._extra: dict[tuple[str, str], tuple[str, ...]] = {}
         self._ids = [z.id for z in zones]
         self._lo = np.array([z.low for z in zones], dtype=np.float64).reshape(len(zones), -1)
         self._hi = np.array([z.high for z in zones], dtype=np.float64).reshape(len(zones), -1)
+        low, top = np.asarray(self.space.low), np.asarray(self.space.high)
+        # Only dimensions some zone cuts tell zones apart.
+        self._cols = np.flatnonzero(np.any((self._lo > low) | (self._hi < top), axis=0))
 
     def placed(self, sid: str) -> bool:
-        return sid in self.map.primary
+        return sid in self.primary
+
+    def _locate(self, points: np.ndarray) -> np.ndarray:
+        """The zone (position) holding each point: lo <= p < hi, closed at the domain's top."""
+        c = self._cols
+        lo, hi, top = self._lo[None, :, c], self._hi[None, :, c], np.asarray(self.space.high)[c]
+        step = max(1, (1 << 22) // max(1, self._lo[:, c].size))
+        out = []
+        for i in range(0, len(points), step):
+            p = points[i:i + step, None, c]
+            inside = np.all((lo <= p) & ((p < hi) | ((p == hi) & (hi == top))), axis=2)
+            if not inside.any(axis=1).all():
+                raise ValueError("a point lies outside the space")
+            out.append(np.argmax(inside, axis=1))
+        return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
 
     def add(self, copies: Iterable[Copy], points: Mapping[str, Point]) -> None:
         """Place copies (primary and mirror zone) and index the primaries of this matcher's zones."""
-        by_zone: dict[str, list[Subscription]] = {}
+        copies = list(copies)
         for c in copies:
-            primary, _ = self.map.add(c.id, points[c.id])
-            if primary in self.index:
-                by_zone.setdefault(primary, []).append(Subscription(c.id, c.agent, c.filter))
+            if c.id in self.primary:
+                self.remove(c.id)
+        if not copies:
+            return
+        pts = np.array([points[c.id] for c in copies], dtype=np.float64).reshape(len(copies), -1)
+        if len(self._ids) == 1:
+            prim = mirr = np.zeros(len(copies), dtype=np.int64)
+        else:
+            prim = self._locate(pts)
+            mirr = self._locate(pts.reshape(len(copies), -1, 2)[:, :, ::-1].reshape(len(copies), -1))
+            for j in np.flatnonzero(mirr == prim):  # the reflection stays in the zone: moved out
+                sid = copies[j].id
+                _, m = self.map.add(sid, points[sid])
+                self.map.remove(sid)
+                mirr[j] = self._ids.index(m)
+        by_zone: dict[str, list[Subscription]] = {}
+        for c, p, m in zip(copies, prim.tolist(), mirr.tolist()):
+            zone = self.primary[c.id] = self._ids[p]
+            self.mirror[c.id] = self._ids[m]
+            if zone in self.index:
+                by_zone.setdefault(zone, []).append(Subscription(c.id, c.agent, c.filter))
         for zone, subs in by_zone.items():
             self.index[zone].insert_many(subs)
 
     def remove(self, sid: str) -> None:
-        zone = self.map.primary.get(sid)
+        zone = self.primary.pop(sid, None)
+        self.mirror.pop(sid, None)
         if zone in self.index:
             self.index[zone].delete(sid)
-        self.map.remove(sid)
 
     def targets(self, sid: str) -> tuple[str, ...]:
         """The matchers that must hold `sid` in this layout (see the module doc)."""
-        primary, mirror = self.map.primary[sid], self.map.mirror.get(sid, self.map.primary[sid])
+        primary, mirror = self.primary[sid], self.mirror[sid]
         pair = (primary, mirror)
         out = self._extra.get(pair)
         if out is None:
@@ -159,7 +200,7 @@ class Layout:
         return self.me in self.targets(sid)
 
     def zones_of(self, sid: str) -> tuple[str, str]:
-        return self.map.primary[sid], self.map.mirror.get(sid, self.map.primary[sid])
+        return self.primary[sid], self.mirror[sid]
 
     def route(self, events: Sequence[Mapping[str, object]]) -> dict[str, list[int]]:
         """Section 3.4: for each zone, the events whose affected region it intersects.

@@ -260,7 +260,7 @@ class MatcherServicer(xgrpc.MatcherServicer):
                 continue
             t.source = ts.active.source
             held = core.held(topic, ts.active)
-            for z in ts.active.map.zones:
+            for z in ts.active.zones:
                 t.zones.add(topic=topic, id=z.id, low=z.low, high=z.high, members=z.members,
                             subscriptions=held[z.id][0], mirrors=held[z.id][1])
         return out

@@ -77,3 +77,27 @@ def test_batch_routing_equals_zone_map_affected(data, schema):
     for i, e in enumerate(batch):
         want = {zm.zones[j].id for j in zm.affected(space.event_point(e))}
         assert {z for z, idxs in routed.items() if i in idxs} == want
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.data(), schemas())
+def test_batch_placement_equals_zone_map_add(data, schema):
+    space = Space.of(schema)
+    zm = ZoneMap(space, owner="m0")
+    subs = [Copy(f"s{i}", "a", "t", 1, f) for i, f in enumerate(data.draw(st.lists(filters(schema), max_size=30)))]
+    points = {c.id: space.subscription_point(c.filter) for c in subs}
+    for c in subs:
+        zm.add(c.id, points[c.id])
+    for k in range(data.draw(st.integers(0, 6))):
+        try:
+            zm.split(data.draw(st.sampled_from(zm.zones)).id, f"n{k}", "m0")
+        except ValueError:
+            pass
+    fresh = ZoneMap(space, zm.zones)  # placed from scratch, as a matcher adopting the zones does
+    for c in subs:
+        fresh.add(c.id, points[c.id])
+    layout = Layout("t", schema, zm.zones, "m0", {"m0": 1}, "test")
+    layout.add(subs, points)
+    assert layout.primary == fresh.primary and layout.mirror == fresh.mirror
+    assert {z: {s.id for s in idx.subscriptions()} for z, idx in layout.index.items()} == \
+        {z.id: fresh.subscriptions(z.id) for z in zm.zones}
