@@ -746,6 +746,7 @@ class Row:
     redelivered: int = 0
     reordered: int = 0
     publish_errors: int = 0
+    seconds: float | None = None  # detection's number: see `detection`
 
 
 @dataclass
@@ -763,27 +764,29 @@ class Result:
         return all(ok for ok, _ in self.targets.values())
 
 
-def detection(f: Fault, obs: Observer, t0: float) -> str:
+def detection(f: Fault, obs: Observer) -> tuple[str, float | None]:
+    """What the replicas made of the fault, and the one number that sums it up (seconds)."""
     target = f.targets[0]
+    dead = obs.first(target, DEAD, f.start, f.end + (30 if f.kind == "kill" else 5))
+    since = lambda d: sorted(t - f.start for t in d.values())  # noqa: E731
     if f.kind == "kill":
-        dead = obs.first(target, DEAD, f.start, f.end + 30)
         if not dead:
-            return "not declared"
-        ts = sorted(t - f.start for t in dead.values())
-        return f"{ts[0]:.2f}s ({len(ts)}/3, last {ts[-1]:.2f}s)"
-    if f.kind == "partition":
-        dead = obs.first(target, DEAD, f.start, f.end + 5)
-        sus = obs.first(target, SUSPECT, f.start, f.end + 5)
+            return "not declared", None
+        ts = since(dead)
+        return f"{ts[0]:.2f}s ({len(ts)}/3, last {ts[-1]:.2f}s)", ts[-1] if len(ts) == 3 else None
+    if f.kind in ("partition", "pause"):
         if dead:
-            return f"dead after {min(dead.values()) - f.start:.1f}s"
-        return f"suspect after {min(sus.values()) - f.start:.1f}s" if sus else "not suspected"
-    if f.kind == "pause":
+            return f"dead after {since(dead)[0]:.1f}s", since(dead)[0]
         sus = obs.first(target, SUSPECT, f.start, f.end + 2)
-        return f"suspect after {min(sus.values()) - f.start:.1f}s, not dead" if sus else "not suspected"
+        return (f"suspect after {since(sus)[0]:.1f}s, not dead", since(sus)[0]) if sus else ("not suspected", None)
     if f.kind == "replica":
-        back = f"all members back {f.rejoined:.1f}s later" if f.rejoined is not None else "members NOT back"
-        return f"served after {f.end - f.start:.1f}s, {back}"
-    return "-"
+        back = f"members back +{f.rejoined:.1f}s" if f.rejoined is not None else "members NOT back"
+        return f"served after {f.end - f.start:.1f}s, {back}", f.end - f.start
+    return "-", None
+
+
+SUMMARY = {"kill": "DEAD on all replicas in {}s", "partition": "DEAD after {}s of silence",
+           "pause": "suspected after {}s, never DEAD", "replica": "restarted, served in {}s", "netem": "never DEAD"}
 
 
 def build_report(cfg: Config, hosts: Hosts, faults: list[Fault], obs: Observer, producers: list[Producer],
@@ -795,7 +798,8 @@ def build_report(cfg: Config, hosts: Hosts, faults: list[Fault], obs: Observer, 
 
     rows = [Row("baseline", "-", 0.0, "-", 0, [], [], 0)]
     for f in faults:
-        rows.append(Row(f.kind, ",".join(f.targets), f.start - t0, detection(f, obs, t0), 0, [], [], 0))
+        text, seconds = detection(f, obs)
+        rows.append(Row(f.kind, ",".join(f.targets), f.start - t0, text, 0, [], [], 0, seconds=seconds))
     row = lambda t: rows[window(t) + 1]  # noqa: E731
 
     sent_at: dict[tuple[str, int], float] = {}
@@ -885,6 +889,12 @@ def build_report(cfg: Config, hosts: Hosts, faults: list[Fault], obs: Observer, 
     return res
 
 
+def columns(table: list[tuple[str, ...]]) -> list[str]:
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    fmt = lambda row: "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip()  # noqa: E731
+    return [fmt(table[0]), fmt(tuple("-" * w for w in widths)), *(fmt(row) for row in table[1:])]
+
+
 def render(cfg: Config, res: Result, roles: dict, metrics: dict, faults: list[Fault], t0: float) -> str:
     lines = []
     mode = ("network namespaces (each agent on its own host, 198.18.0.0/15)" if res.mode == "netns" else
@@ -901,13 +911,29 @@ def render(cfg: Config, res: Result, roles: dict, metrics: dict, faults: list[Fa
                       ",".join(r.dead_false) or "0", ",".join(r.suspects) or "-", str(r.sent), str(r.lost),
                       str(r.unexpected), str(r.duplicated), str(r.redelivered), str(r.reordered),
                       str(r.publish_errors)))
-    widths = [max(len(row[i]) for row in table) for i in range(len(head))]
-    fmt = lambda row: "  ".join(c.ljust(w) for c, w in zip(row, widths))  # noqa: E731
     lines.append("")
     lines.append("Per fault (messages counted in the window from the fault's start to the next fault):")
-    lines.append(fmt(head))
-    lines.append(fmt(tuple("-" * w for w in widths)))
-    lines += [fmt(row) for row in table[1:]]
+    lines += columns(table)
+    kinds = list(dict.fromkeys(r.fault for r in res.rows[1:]))
+    if len(kinds) < len(res.rows) - 1:
+        summary = [("fault", "runs", "detection", "dead ok", "false dead", "sent", "lost", "unexp", "dup",
+                    "redeliv", "reorder")]
+        for kind in kinds:
+            rs = [r for r in res.rows if r.fault == kind]
+            total = lambda k: str(sum(getattr(r, k) for r in rs))  # noqa: E731
+            secs = [r.seconds for r in rs if r.seconds is not None]
+            span = f"{min(secs):.2f}-{max(secs):.2f}" if secs else "?"
+            how = "with FALSE DEAD verdicts" if any(r.dead_false for r in rs) else SUMMARY[kind].format(span)
+            summary.append((kind, str(len(rs)), how,
+                            total("dead_expected"), str(sum(len(r.dead_false) for r in rs)), total("sent"),
+                            total("lost"), total("unexpected"), total("duplicated"), total("redelivered"),
+                            total("reordered")))
+        lines.append("")
+        lines.append("By fault:")
+        lines += columns(summary)
+    lines.append("")
+    lines.append("Faults as run:")
+    lines += [f"  +{f.start - t0:5.1f}s {f.kind:9} {','.join(f.targets)}: {f.note}" for f in faults]
     t = res.totals
     lines.append("")
     lines.append(f"Totals: sent {t['sent']}, acked {t['acked']}, deliveries {t['received']}, lost {t['lost']}, "
