@@ -250,6 +250,9 @@ class MatcherCore:
             todo = [self.copies[s] for s in held[i:i + CHUNK] if s in self.copies and not layout.placed(s)]
             layout.add(todo, self._points(todo, layout.space))
             await asyncio.sleep(0)
+        for index in layout.index.values():  # build the CDM runs now, not in the first match
+            index.match_batch([])
+            await asyncio.sleep(0)
         layout.ready = True
         old = ts.active
         sends: dict[str, list[Copy]] = defaultdict(list)
