@@ -9,34 +9,27 @@ of their subscriptions and refill a matcher that comes back with a new incarnati
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections import defaultdict
-from typing import Mapping
 
-import grpc
 from prometheus_client import Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 
 from echelon.core.can import Zone
 from echelon.core.schema import SchemaError
 from echelon.matcher.layout import Copy
-from echelon.matcher.tier import Matches, MatcherCore, PeerUnavailable, StaleLayout, Status, TierView
+from echelon.matcher.peers import GrpcTransport, Matches, StaleLayout, Status, TierView
+from echelon.matcher.tier import MatcherCore
 from echelon.runtime.errors import FailedPrecondition, InvalidArgument
-from echelon.runtime.member import RECONNECT_OPTIONS
 from echelon.runtime.metrics import LATENCY_BUCKETS
 from echelon.runtime.node import Node, NodeConfig
-from echelon.runtime.server import CHANNEL_OPTIONS
-from echelon.runtime.wire import attributes_from_pb, attributes_to_pb, filter_from_pb, schema_from_pb
-from echelon.v1 import common_pb2 as pb
+from echelon.runtime.wire import attributes_from_pb, filter_from_pb, schema_from_pb
 from echelon.v1 import matcher_pb2 as xpb
 from echelon.v1 import matcher_pb2_grpc as xgrpc
 from echelon.v1 import membership_pb2 as mpb
 
 log = logging.getLogger("echelon.matcher")
-
-TIMEOUTS = {"Store": 30.0, "Drop": 5.0, "MatchZones": 5.0, "Sync": 2.0}
 
 
 def copy_from_pb(s: xpb.Subscription) -> Copy:
@@ -67,65 +60,6 @@ def tier_view(member) -> TierView:
         zones[z.topic].append(Zone(z.id, tuple(z.low), tuple(z.high), z.owner, tuple(z.replicas)))
     return TierView({m.id: m.incarnation for m in member.alive(mpb.ROLE_MATCHER)}, topics, zones,
                     member.plan_version)
-
-
-class GrpcTransport:
-    """tier.Transport over gRPC; every failure but FAILED_PRECONDITION is PeerUnavailable."""
-
-    def __init__(self, node: "MatcherNode"):
-        self.node = node
-        self.channels: dict[str, grpc.aio.Channel] = {}
-        self._reported: dict[str, float] = {}
-
-    async def _call(self, peer: str, method: str, request):
-        m = self.node.membership.members.get(peer) if self.node.membership else None
-        if m is None or not m.address:
-            raise PeerUnavailable(peer, "(not in the view)")
-        ch = self.channels.get(m.address)
-        if ch is None:  # reconnect fast: a restarted matcher comes back on its address
-            ch = self.channels[m.address] = grpc.aio.insecure_channel(m.address,
-                                                                      options=CHANNEL_OPTIONS + RECONNECT_OPTIONS)
-        try:
-            return await getattr(xgrpc.MatcherStub(ch), method)(request, timeout=TIMEOUTS[method])
-        except grpc.aio.AioRpcError as e:
-            if e.code() == grpc.StatusCode.FAILED_PRECONDITION:
-                raise StaleLayout(e.details()) from None
-            if e.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
-                self._report(peer, f"{method}: {e.code().name}")
-            raise PeerUnavailable(peer, f"({method}: {e.code().name} {e.details()})") from None
-
-    def _report(self, peer: str, reason: str) -> None:
-        """Evidence for the failure detector, at most once a second per peer."""
-        now = time.monotonic()
-        if now - self._reported.get(peer, 0.0) > 1.0 and self.node.membership:
-            self._reported[peer] = now
-            asyncio.get_running_loop().create_task(self.node.membership.report(peer, reason))
-
-    async def store(self, peer: str, topic: str, layouts: list[str], copies: list[Copy]) -> None:
-        await self._call(peer, "Store", xpb.StoreRequest(sender=self.node.config.id, topic=topic, layouts=layouts,
-                                                         subscriptions=[c.wire for c in copies]))
-
-    async def drop(self, peer: str, items: list[tuple[str, int]], sent_to: list[str]) -> list[str]:
-        r = await self._call(peer, "Drop", xpb.DropRequest(sender=self.node.config.id, ids=[i for i, _ in items],
-                                                           versions=[v for _, v in items], sent_to=sent_to))
-        return list(r.removed)
-
-    async def match_zones(self, peer: str, topic: str, layout: str, events: list[Mapping[str, object]],
-                          zones: dict[str, list[int]]) -> list[Matches]:
-        req = xpb.MatchZonesRequest(topic=topic, layout=layout,
-                                    events=[pb.Event(attributes=attributes_to_pb(e)) for e in events],
-                                    zones=[xpb.ZoneEvents(zone=z, events=idxs) for z, idxs in zones.items()])
-        r = await self._call(peer, "MatchZones", req)
-        return [dict(zip(m.subscriptions, m.agents)) for m in r.results]
-
-    async def sync(self, peer: str, seq: int, status: dict[str, Status]) -> None:
-        req = xpb.SyncRequest(member=self.node.config.id, incarnation=self.node.incarnation(), seq=seq,
-                              layouts=[xpb.LayoutStatus(topic=t, adopted=s.adopted, pushed=s.pushed, filled=s.filled,
-                                                        active=s.active) for t, s in status.items()])
-        await self._call(peer, "Sync", req)
-
-    async def close(self) -> None:
-        await asyncio.gather(*(ch.close() for ch in self.channels.values()), return_exceptions=True)
 
 
 class MatcherMetrics:
@@ -271,7 +205,7 @@ class MatcherNode(Node):
 
     def __init__(self, config: NodeConfig, deadline: float = 8.0):
         super().__init__(config)
-        self.transport = GrpcTransport(self)
+        self.transport = GrpcTransport(config.id, lambda: self.membership, self.incarnation)
         self.core = MatcherCore(config.id, self.transport, self.incarnation, deadline)
         self.metrics = MatcherMetrics(self.registry, self.core)
         self.matcher = MatcherServicer(self)

@@ -36,13 +36,15 @@ import asyncio
 import logging
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
-from typing import Callable, Mapping, Protocol, Sequence
+from dataclasses import dataclass
+from typing import Callable, Mapping, Sequence
 
 from echelon.core.can import TilingError, Zone
 from echelon.core.schema import Schema
 from echelon.core.space import Space
+from echelon.matcher.fanout import TOPIC_WAIT, Fanout
 from echelon.matcher.layout import Copy, Layout, default_zones, effective_zones, layout_key
+from echelon.matcher.peers import Matches, PeerUnavailable, StaleLayout, Status, TierView, Transport, wait
 from echelon.runtime.errors import NotFound, Unavailable
 
 log = logging.getLogger("echelon.matcher.tier")
@@ -50,62 +52,6 @@ log = logging.getLogger("echelon.matcher.tier")
 CHUNK = 2000  # copies per Store message of a handoff push, and per slice of work between yields
 TOMBSTONE_TTL = 300.0
 RETRY = 0.2
-TOPIC_WAIT = 3.0  # how long a request waits for a topic this matcher has not seen yet
-
-Matches = dict[str, str]  # the matching subscriptions of one event -> their agents
-
-
-async def _wait(event: asyncio.Event, timeout: float) -> None:
-    """Wait for `event` at most `timeout` seconds. (asyncio.wait_for in 3.11 may swallow a
-    cancellation that arrives as the event fires; asyncio.timeout does not.)"""
-    try:
-        async with asyncio.timeout(timeout):
-            await event.wait()
-    except TimeoutError:
-        pass
-
-
-class PeerUnavailable(Exception):
-    def __init__(self, peer: str, reason: str = ""):
-        super().__init__(f"matcher {peer} unavailable {reason}".strip())
-        self.peer = peer
-
-
-class StaleLayout(Exception):
-    """The layout a MatchZones call names is not held here (retired, or from a dead incarnation)."""
-
-
-@dataclass(frozen=True)
-class Status:
-    """One topic's layout state at one matcher (the Sync message)."""
-
-    adopted: str
-    pushed: bool
-    filled: bool
-    active: str
-
-
-@dataclass(frozen=True)
-class TierView:
-    """What the layouts are computed from: the alive matchers, the topics, the plan."""
-
-    matchers: Mapping[str, int]  # alive matcher id -> incarnation
-    topics: Mapping[str, Schema]
-    plan_zones: Mapping[str, Sequence[Zone]] = field(default_factory=dict)
-    plan_version: int = 0
-
-
-class Transport(Protocol):
-    """Matcher-to-matcher calls; raise PeerUnavailable when the peer cannot be reached."""
-
-    async def store(self, peer: str, topic: str, layouts: list[str], copies: list[Copy]) -> None: ...
-
-    async def drop(self, peer: str, items: list[tuple[str, int]], sent_to: list[str]) -> list[str]: ...
-
-    async def match_zones(self, peer: str, topic: str, layout: str, events: list[Mapping[str, object]],
-                          zones: dict[str, list[int]]) -> list[Matches]: ...
-
-    async def sync(self, peer: str, seq: int, status: dict[str, Status]) -> None: ...
 
 
 @dataclass
@@ -150,7 +96,7 @@ class MatcherCore:
         self._changed = asyncio.Event()
         self._dirty = asyncio.Event()
         self._seq = 0
-        self._rr = 0
+        self.fanout = Fanout(self)
         self._tasks: set[asyncio.Task] = set()
 
     def __len__(self) -> int:
@@ -184,11 +130,11 @@ class MatcherCore:
         if self.on_change:
             self.on_change()
 
-    async def _wait_change(self, deadline: float, what: str, step: float = 0.5) -> None:
+    async def wait_change(self, deadline: float, what: str, step: float = 0.5) -> None:
         remaining = deadline - asyncio.get_running_loop().time()
         if remaining <= 0:
             raise Unavailable(f"matcher {self.me}: {what}")
-        await _wait(self._changed, min(remaining, step))
+        await wait(self._changed, min(remaining, step))
 
     # -- the view: layouts to adopt ----------------------------------------------------
 
@@ -344,7 +290,7 @@ class MatcherCore:
     async def _sync_loop(self) -> None:
         """Send this matcher's status to every peer on a change, and every second anyway."""
         while True:
-            await _wait(self._dirty, 1.0)
+            await wait(self._dirty, 1.0)
             self._dirty.clear()
             self._seq += 1
             status = self.status()
@@ -453,7 +399,7 @@ class MatcherCore:
             groups[c.topic].append(c)
         for topic, group in groups.items():
             while (ts := self.topics.get(topic)) is None or ts.latest is None:
-                await self._wait_change(deadline, f"no layout for topic {topic!r} yet")
+                await self.wait_change(deadline, f"no layout for topic {topic!r} yet")
             # Copies of an older version (another filter, so maybe elsewhere) go everywhere.
             superseded = [(c.id, c.version - 1) for c in group if c.version > 1]
             (_, missing), _ = await asyncio.gather(self.accept(topic, group), self._drop_everywhere(superseded))
@@ -466,7 +412,7 @@ class MatcherCore:
         deadline = asyncio.get_running_loop().time() + TOPIC_WAIT
         while topic not in self.view.topics:
             try:
-                await self._wait_change(deadline, "", 0.1)
+                await self.wait_change(deadline, "", 0.1)
             except Unavailable:
                 raise NotFound(f"topic {topic!r} does not exist") from None
         return self.view.topics[topic]
@@ -531,75 +477,9 @@ class MatcherCore:
 
     # -- matching --------------------------------------------------------------------
 
-    async def match(self, events: Sequence[tuple[str, Mapping[str, object]]]) -> list[dict[str, str]]:
-        """The entry's side of Match: per event, {subscription id: agent}."""
-        out: list[dict[str, str]] = [{} for _ in events]
-        groups: dict[str, list[int]] = defaultdict(list)
-        for i, (topic, _) in enumerate(events):
-            groups[topic].append(i)
-        deadline = asyncio.get_running_loop().time() + self.deadline
-        await asyncio.gather(*(self._match_topic(t, [events[i][1] for i in idxs], idxs, out, deadline)
-                               for t, idxs in groups.items()))
-        return out
-
-    async def _match_topic(self, topic: str, events: list[Mapping[str, object]], positions: list[int],
-                           out: list[dict[str, str]], deadline: float) -> None:
-        loop = asyncio.get_running_loop()
-        unknown_until = loop.time() + TOPIC_WAIT
-        failed: set[str] = set()
-        while True:
-            ts = self.topics.get(topic)
-            layout = ts.active if ts else None
-            if layout is None:
-                if topic not in self.view.topics and loop.time() > unknown_until:
-                    return  # a topic no matcher has seen holds no subscription
-                await self._wait_change(deadline, f"no active layout for topic {topic!r}", 0.1)
-                continue
-            plan = self._assign(layout, layout.route(events), failed)
-            if plan is None:  # a zone with no reachable member: wait for the layout to change
-                await self._wait_change(deadline, f"no member of some zone of topic {topic!r} is reachable")
-                failed.clear()
-                continue
-            results = await asyncio.gather(*(self._zones_at(p, topic, layout.key, events, z)
-                                             for p, z in plan.items()), return_exceptions=True)
-            errors = [r for r in results if isinstance(r, BaseException)]
-            if not errors:
-                for part in results:
-                    for i, found in part.items():
-                        if out[positions[i]]:
-                            out[positions[i]].update(found)
-                        else:
-                            out[positions[i]] = found
-                return
-            for e in errors:
-                if not isinstance(e, (PeerUnavailable, StaleLayout)):
-                    raise e
-            failed.update(e.peer for e in errors if isinstance(e, PeerUnavailable))
-            if any(isinstance(e, StaleLayout) for e in errors):  # a holder moved on: so will we, soon
-                await self._wait_change(deadline, f"layouts of topic {topic!r} do not settle", 0.05)
-
-    def _assign(self, layout: Layout, zones: dict[str, list[int]],
-                failed: set[str]) -> dict[str, dict[str, list[int]]] | None:
-        """A member for each zone: this matcher if it is one, else round-robin (replicas)."""
-        plan: dict[str, dict[str, list[int]]] = defaultdict(dict)
-        for zone, idxs in zones.items():
-            members = [p for p in layout.members[zone] if p not in failed]
-            if not members:
-                return None
-            self._rr += 1
-            plan[self.me if self.me in members else members[self._rr % len(members)]][zone] = idxs
-        return plan
-
-    async def _zones_at(self, peer: str, topic: str, key: str, events: list[Mapping[str, object]],
-                        zones: dict[str, list[int]]) -> dict[int, Matches]:
-        if peer == self.me:
-            results = self.match_zones(topic, key, events, zones)
-            return {i: results[i] for idxs in zones.values() for i in idxs}
-        needed = sorted({i for idxs in zones.values() for i in idxs})
-        at = {i: j for j, i in enumerate(needed)}
-        results = await self.transport.match_zones(peer, topic, key, [events[i] for i in needed],
-                                                   {z: [at[i] for i in idxs] for z, idxs in zones.items()})
-        return {i: results[at[i]] for i in needed}
+    async def match(self, events: Sequence[tuple[str, Mapping[str, object]]]) -> list[Matches]:
+        """The entry's side of Match (fanout.py): per event, {subscription id: agent}."""
+        return await self.fanout.match(events)
 
     def match_zones(self, topic: str, key: str, events: Sequence[Mapping[str, object]],
                     zones: Mapping[str, Sequence[int]]) -> list[Matches]:

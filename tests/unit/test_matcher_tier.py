@@ -24,7 +24,8 @@ from echelon.core.filters import Filter, Op, Predicate, parse
 from echelon.core.schema import Attribute, AttrType, Schema, SchemaError
 from echelon.core.space import Space
 from echelon.matcher.layout import Copy, default_zones
-from echelon.matcher.tier import MatcherCore, PeerUnavailable, TierView
+from echelon.matcher.peers import PeerUnavailable, TierView
+from echelon.matcher.tier import MatcherCore
 from tests.unit.test_space import events, filters, schemas
 
 

@@ -1,0 +1,97 @@
+"""The entry's side of Match (Meghdoot 3.4 over the tier): each event goes only to the
+zones its affected region meets, in the active layout; one MatchZones call per matcher
+per batch (the entry's own zones locally, a zone's replicas round-robin); answers
+merged by subscription id. A zone whose members cannot be reached, or a layout a holder
+has retired, makes the batch wait for the layouts to change (a dead matcher's zones
+recovered, a switch completed), up to the matcher's deadline, then UNAVAILABLE.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from typing import TYPE_CHECKING, Mapping, Sequence
+
+from echelon.matcher.layout import Layout
+from echelon.matcher.peers import Matches, PeerUnavailable, StaleLayout
+
+if TYPE_CHECKING:
+    from echelon.matcher.tier import MatcherCore
+
+TOPIC_WAIT = 3.0  # how long a batch waits for a topic this matcher has not seen yet
+
+
+class Fanout:
+    def __init__(self, core: "MatcherCore"):
+        self.core = core
+        self._rr = 0
+
+    async def match(self, events: Sequence[tuple[str, Mapping[str, object]]]) -> list[dict[str, str]]:
+        """The entry's side of Match: per event, {subscription id: agent}."""
+        out: list[dict[str, str]] = [{} for _ in events]
+        groups: dict[str, list[int]] = defaultdict(list)
+        for i, (topic, _) in enumerate(events):
+            groups[topic].append(i)
+        deadline = asyncio.get_running_loop().time() + self.core.deadline
+        await asyncio.gather(*(self._match_topic(t, [events[i][1] for i in idxs], idxs, out, deadline)
+                               for t, idxs in groups.items()))
+        return out
+
+    async def _match_topic(self, topic: str, events: list[Mapping[str, object]], positions: list[int],
+                           out: list[dict[str, str]], deadline: float) -> None:
+        loop = asyncio.get_running_loop()
+        unknown_until = loop.time() + TOPIC_WAIT
+        failed: set[str] = set()
+        while True:
+            ts = self.core.topics.get(topic)
+            layout = ts.active if ts else None
+            if layout is None:
+                if topic not in self.core.view.topics and loop.time() > unknown_until:
+                    return  # a topic no matcher has seen holds no subscription
+                await self.core.wait_change(deadline, f"no active layout for topic {topic!r}", 0.1)
+                continue
+            plan = self._assign(layout, layout.route(events), failed)
+            if plan is None:  # a zone with no reachable member: wait for the layout to change
+                await self.core.wait_change(deadline, f"no member of some zone of topic {topic!r} is reachable")
+                failed.clear()
+                continue
+            results = await asyncio.gather(*(self._zones_at(p, topic, layout.key, events, z)
+                                             for p, z in plan.items()), return_exceptions=True)
+            errors = [r for r in results if isinstance(r, BaseException)]
+            if not errors:
+                for part in results:
+                    for i, found in part.items():
+                        if out[positions[i]]:
+                            out[positions[i]].update(found)
+                        else:
+                            out[positions[i]] = found
+                return
+            for e in errors:
+                if not isinstance(e, (PeerUnavailable, StaleLayout)):
+                    raise e
+            failed.update(e.peer for e in errors if isinstance(e, PeerUnavailable))
+            if any(isinstance(e, StaleLayout) for e in errors):  # a holder moved on: so will we, soon
+                await self.core.wait_change(deadline, f"layouts of topic {topic!r} do not settle", 0.05)
+
+    def _assign(self, layout: Layout, zones: dict[str, list[int]],
+                failed: set[str]) -> dict[str, dict[str, list[int]]] | None:
+        """A member for each zone: this matcher if it is one, else round-robin (replicas)."""
+        plan: dict[str, dict[str, list[int]]] = defaultdict(dict)
+        for zone, idxs in zones.items():
+            members = [p for p in layout.members[zone] if p not in failed]
+            if not members:
+                return None
+            self._rr += 1
+            plan[self.core.me if self.core.me in members else members[self._rr % len(members)]][zone] = idxs
+        return plan
+
+    async def _zones_at(self, peer: str, topic: str, key: str, events: list[Mapping[str, object]],
+                        zones: dict[str, list[int]]) -> dict[int, Matches]:
+        if peer == self.core.me:
+            results = self.core.match_zones(topic, key, events, zones)
+            return {i: results[i] for idxs in zones.values() for i in idxs}
+        needed = sorted({i for idxs in zones.values() for i in idxs})
+        at = {i: j for j, i in enumerate(needed)}
+        results = await self.core.transport.match_zones(peer, topic, key, [events[i] for i in needed],
+                                                   {z: [at[i] for i in idxs] for z, idxs in zones.items()})
+        return {i: results[at[i]] for i in needed}
