@@ -26,6 +26,7 @@ from echelon.core.space import Space
 from echelon.matcher.layout import Copy, default_zones
 from echelon.matcher.peers import PeerUnavailable, TierView
 from echelon.matcher.tier import MatcherCore
+from loadtest import stock
 from tests.unit.test_space import events, filters, schemas
 
 
@@ -304,6 +305,34 @@ def test_a_match_waits_for_the_zones_of_a_dead_matcher_to_be_recovered():
         assert (await task)[0] == ref.expect("t", {"x": 50})
         await net.settle("t")
         check_placement(net, ref, "t")
+        for core in net.cores.values():
+            await core.stop()
+
+    asyncio.run(run())
+
+
+def test_one_batch_mixes_topics_and_one_register_mixes_topics():
+    async def run():
+        net = Net(3)
+        net.topics = {"quotes": stock.STOCK_SCHEMA, "free": Schema()}
+        for i in range(3):
+            await net.add(f"m{i}")
+        await net.settle("quotes")
+        await net.settle("free")
+        ref = Reference()
+        batch = [Copy(f"a/q{i}", "a", "quotes", 1, f) for i, f in enumerate(stock.subscriptions(60, seed=1))]
+        batch += [Copy(f"b/f{i}", "b", "free", 1, parse(text))
+                  for i, text in enumerate(["x = 1", 'x = "1"', "", "y prefix \"ab\"", "x >= 0"])]
+        await net.cores["m1"].register(batch)
+        ref.subs.update((c.id, c) for c in batch)
+        symbols = [p.value for c in batch for p in c.filter.predicates if p.attribute == "Symbol"]
+        events = [("quotes", {**e, "Symbol": symbols[j]}) for j, e in enumerate(stock.events(30, seed=2))]
+        events += [("free", e) for e in ({"x": 1}, {"x": "1"}, {"y": "abc", "x": -1}, {})]
+        events = events[::2] + events[1::2]  # interleaved
+        want = [ref.expect(t, e) for t, e in events]
+        assert sum(len(w) for (t, _), w in zip(events, want) if t == "quotes") > 10
+        for core in net.cores.values():
+            assert await core.match(events) == want
         for core in net.cores.values():
             await core.stop()
 
