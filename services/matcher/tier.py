@@ -11,15 +11,15 @@ Every matcher derives the layout from its view, so all agree once their views ag
   forwards it under its own layouts the sender did not route by, so a registration
   racing a layout change reaches the new holders too.
 - Match: the entry routes each event to the zones its affected region meets, in its
-  active layout, one MatchZones call per matcher per batch (itself locally); each zone
+  active layout, one MatchZones call per matcher per batch (fanout.py); each zone
   matches with match_batch on its CDM index. Subscription ids are deduplicated.
 - Handoff: when the layout of a topic changes (a plan splits, moves or replicates a
   zone; a matcher joins, restarts or dies), each matcher adopts the new layout as
   *pending* and pushes every copy it holds to the new layout's holders that did not
   hold it in the active one. The copies of a lost zone live on at the holders of their
   mirrors (and the mirrors' at their primaries), so the same push rebuilds it at its
-  new owner: recovery from the mirrors. A three-step barrier, carried by Sync
-  messages, keeps answers exact during the switch:
+  new owner: recovery from the mirrors. A barrier carried by Sync messages keeps
+  answers exact during the switch:
     pushed: this matcher has pushed everything it held when it adopted the layout;
     filled: every alive matcher reports pushed (so every holder holds its copies);
     switch: every alive matcher reports filled -> route with it (active);
@@ -27,7 +27,9 @@ Every matcher derives the layout from its view, so all agree once their views ag
             the copies this matcher no longer holds.
   Until the switch, entries route with the old layout, whose holders keep everything.
 - Remove: sent to every matcher; each drops the copy and keeps a tombstone, so an
-  older copy still in flight (a push) cannot bring it back.
+  older copy still in flight (a push) cannot bring it back, and tells the copy's
+  holders the sender did not know of. A re-registration (a new version) drops the
+  older copies the same way: another filter may have lived in another zone.
 """
 
 from __future__ import annotations
