@@ -524,7 +524,8 @@ class Producer:
             wait_until = start + seq / self.rate
             await asyncio.sleep(max(0.0, wait_until - time.monotonic()))
             if self.in_flight >= MAX_IN_FLIGHT:
-                continue  # the agent is stalled: hold off (the loop is bounded by `until`)
+                await asyncio.sleep(0.05)  # the agent is stalled: hold off (the loop is bounded by `until`)
+                continue
             seq += 1  # the Publisher numbers its messages 1, 2, ... in call order
             attrs = attributes(self.index, seq)
             self.sent[seq] = Sent(time.monotonic(), attrs)
@@ -707,21 +708,22 @@ class Schedule:
 
 
 def choose_roles(cluster: Cluster, producers: int) -> dict:
-    """Producer 0 on agent-0; the kill and pause targets inner relays of its LBDD tree; the
-    partition target and the netem pair elsewhere. Lists rotate over rounds."""
+    """Producer 0 on agent-0, the others on leaves of its LBDD tree. Kill and pause hit inner
+    relays of that tree (a different one each, where there are two); the partition a leaf
+    first, then relays; netem a producer's agent and a quiet one. Lists rotate over rounds."""
     agents = cluster.agents()
     key = {p.address: p.id for p in agents}
     tree = lbdd.build_tree(agents[0].address, [p.address for p in agents[1:]])
     inner = sorted((key[k] for k, c in tree.children.items() if c and k != agents[0].address),
                    key=lambda i: -len(tree.subtree(cluster.procs[i].address)))
     others = [p.id for p in agents[1:]]
-    kill = inner[:1] or others[:1]
-    rest = [a for a in others if a not in kill]
-    producer_agents = ["agent-0"] + [a for a in rest if a not in inner][:producers - 1]
-    producer_agents += [a for a in rest if a not in producer_agents][:producers - len(producer_agents)]
-    pause = [a for a in inner if a not in kill] or [a for a in rest if a not in producer_agents][:1] or rest[:1]
-    partition = [a for a in rest if a not in pause and a not in producer_agents] or rest[-1:]
-    quiet = [a for a in rest if a not in producer_agents and a not in partition] or rest
+    leaves = [a for a in others if a not in inner]
+    producer_agents = (["agent-0"] + leaves[:producers - 1] + inner)[:producers]
+    kill = [a for a in inner if a not in producer_agents] or [a for a in others if a not in producer_agents][:1]
+    pause = kill[1:] + kill[:1] if len(kill) > 1 else [a for a in others if a not in kill][:1]
+    spare = [a for a in leaves if a not in producer_agents]
+    partition = spare[:1] + [a for a in inner if a not in producer_agents] or others[-1:]
+    quiet = [a for a in spare if a not in partition[:1]] or spare or others
     return {"producers": producer_agents, "kill": kill, "pause": pause, "partition": partition,
             "netem": sorted({producer_agents[-1], quiet[0]}),
             "tree": {key[k]: sorted(key[x] for x in c) for k, c in tree.children.items() if c}}

@@ -14,7 +14,9 @@ it acknowledges an incoming frame only once it has delivered locally and every h
 frame touched is settled. So an ack at the root means the whole subtree has the message.
 
 Path update (Algorithm 3). When a target leaves the view, its link is closed and every
-unacknowledged frame on it comes back as not delivered; the node re-routes the
+unacknowledged frame on it comes back as not delivered, at once and in order, before
+anything is routed on the new view (so a re-routed copy is not overtaken by a newer
+message on the same path: FIFO holds across the update); the node re-routes the
 destinations those frames still owed (minus the ones gone from the view) over its new
 view and sends them to its new targets. If the failed node was a relay, its orphaned
 children are among those destinations and get the message again from someone else.
@@ -132,6 +134,7 @@ class DataPlane:
         self._as_root = node.metrics.copies.labels("root")
         self._as_relay = node.metrics.copies.labels("relay")
         self._open: dict[str, _Producer] = {}  # the root's messages not yet acknowledged
+        self._sent: dict[asyncio.Future, tuple[rpb.RelayFrame, list[Hold]]] = {}  # frames not yet settled
         self.park_seconds = park_seconds
         self.park_messages = park_messages
         self.park_bytes = park_bytes
@@ -182,7 +185,19 @@ class DataPlane:
         member = self.trees.table.members[target]  # route() only names members of the view
         future = self.node.link(member).send(frame)
         (self._as_root if frame.source == self.id else self._as_relay).inc()
-        future.add_done_callback(lambda f: self._settled(frame, holds, f))
+        self._sent[future] = (frame, holds)
+        future.add_done_callback(self._settle)
+
+    def settle(self, futures) -> None:
+        """Settle frames of a link just abandoned (its peer left the view) now, in order:
+        their re-routed copies go out before anything routed on the new view."""
+        for future in futures:
+            self._settle(future)
+
+    def _settle(self, future: asyncio.Future) -> None:
+        entry = self._sent.pop(future, None)
+        if entry is not None:  # settled once: by `settle`, or by the done callback
+            self._settled(*entry, future)
 
     def _settled(self, frame: rpb.RelayFrame, holds: list[Hold], future: asyncio.Future) -> None:
         ok = not future.cancelled() and future.result()

@@ -104,20 +104,27 @@ class Link:
             self._room.clear()
             await self._room.wait()
 
-    async def close(self) -> None:
+    def abandon(self) -> list[asyncio.Future]:
+        """Close now, without waiting for the stream: every unacknowledged frame's future
+        resolves False at once. Returns those futures in sequence order, so the caller can
+        re-route them before anything else is sent on the new view (`close()` finishes)."""
         self.closed = True
         self._room.set()
+        unacked, self.unacked = self.unacked, {}
+        self.outbox.clear()
+        self.pending_bytes = self.in_flight = 0
+        futures = [future for _, _, future in unacked.values() if not future.done()]
+        for future in futures:
+            future.set_result(False)
+        return futures
+
+    async def close(self) -> None:
+        self.abandon()
         if self._task:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
         if self._channel:
             await self._channel.close()
-        unacked, self.unacked = self.unacked, {}
-        self.outbox.clear()
-        self.pending_bytes = self.in_flight = 0
-        for _, _, future in unacked.values():
-            if not future.done():
-                future.set_result(False)
 
     def _acked(self, seqs) -> None:
         for seq in seqs:

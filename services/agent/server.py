@@ -177,6 +177,9 @@ class AgentNode(Node):
                 self.link_queue.remove(peer)
             except KeyError:
                 pass
+            futures = link.abandon()
+            if self.plane:
+                self.plane.settle(futures)  # re-routed now, ahead of anything routed on the new view
             asyncio.create_task(link.close())
 
     def link(self, peer: mpb.Member) -> Link:
