@@ -302,9 +302,10 @@ class MatcherCore:
 
     # -- copies ----------------------------------------------------------------------
 
-    def _install(self, copies: Sequence[Copy]) -> list[Copy]:
+    def _install(self, copies: Sequence[Copy], tell: dict[str, list[tuple[str, int]]]) -> list[Copy]:
         """Hold the copies newer than what is held (and than any tombstone); place them in
-        every layout of their topic. Returns those installed."""
+        every layout of their topic. Returns those installed; `tell` gets the holders of
+        the versions they replace (pushed there by this matcher, maybe still travelling)."""
         installed: dict[str, Copy] = {}
         for c in copies:
             tomb = self.tombs.get(c.id)
@@ -312,6 +313,8 @@ class MatcherCore:
             if (tomb is not None and tomb[0] >= c.version) or (current is not None and current.version >= c.version):
                 continue
             if current is not None:
+                for p in self._holders(c.id) - {self.me}:
+                    tell[p].append((c.id, c.version - 1))
                 self._uninstall(c.id)
                 installed.pop(c.id, None)
             self.copies[c.id] = installed[c.id] = c
@@ -350,10 +353,11 @@ class MatcherCore:
         """Hold new copies and forward them under this matcher's layouts the sender did not
         route by. Returns (copies installed, ids no holder acknowledged)."""
         installed = []
+        tell: dict[str, list[tuple[str, int]]] = defaultdict(list)
         for i in range(0, len(copies), CHUNK):
             if i:
                 await asyncio.sleep(0)  # a refill of many copies must not stall the loop
-            installed += self._install(copies[i:i + CHUNK])
+            installed += self._install(copies[i:i + CHUNK], tell)
         ts = self.topics.get(topic)
         layouts = [L for L in (ts.active, ts.pending) if L is not None] if ts else []
         sends: dict[str, dict[str, Copy]] = defaultdict(dict)
@@ -367,7 +371,7 @@ class MatcherCore:
         peers = list(sends)
         keys = [L.key for L in layouts]
         results = await asyncio.gather(*(self.transport.store(p, topic, keys, list(sends[p].values()))
-                                         for p in peers), return_exceptions=True)
+                                         for p in peers), self._tell(tell, []), return_exceptions=True)
         reached: dict[str, int] = defaultdict(int)
         failed: set[str] = set()
         for p, r in zip(peers, results):
@@ -464,18 +468,25 @@ class MatcherCore:
             self.tombs[sid] = (max(v, version), now + TOMBSTONE_TTL)
             c = self.copies.get(sid)
             if c is not None and c.version <= version:
-                ts = self.topics.get(c.topic)
-                # (A layout still being filled has not pushed the copy anywhere yet.)
-                layouts = [L for L in (ts.active, ts.pending) if L is not None and L.placed(sid)] if ts else []
-                holders = {p for L in layouts for p in L.targets(sid)}
-                for p in holders - skip:
+                for p in self._holders(sid) - skip:
                     tell[p].append((sid, version))
                 self._uninstall(sid)
                 out.append(sid)
-        peers = list(tell)
-        told = [*skip, *peers]
-        await asyncio.gather(*(self.transport.drop(p, tell[p], told) for p in peers), return_exceptions=True)
+        await self._tell(tell, list(skip))
         return out
+
+    def _holders(self, sid: str) -> set[str]:
+        """The holders of a copy under this matcher's layouts (those it pushes to). A layout
+        still being filled has not placed (or pushed) the copy yet."""
+        ts = self.topics.get(self.copies[sid].topic)
+        layouts = [L for L in (ts.active, ts.pending) if L is not None and L.placed(sid)] if ts else []
+        return {p for L in layouts for p in L.targets(sid)}
+
+    async def _tell(self, tell: dict[str, list[tuple[str, int]]], told: list[str]) -> None:
+        """Drops for holders the sender did not reach; best effort (their push may be gone)."""
+        peers = list(tell)
+        told = [*told, *peers]
+        await asyncio.gather(*(self.transport.drop(p, tell[p], told) for p in peers), return_exceptions=True)
 
     # -- matching --------------------------------------------------------------------
 
