@@ -28,6 +28,11 @@ schedule the publishers stop, the subscribers drain, and `loadtest.checker` comp
 acknowledged publishes with every subscription's log. Messages are attributed to the
 fault during (or after) which they were sent.
 
+Output (in --out, default out/chaos): report.txt (the tables printed at the end),
+report.json, deliveries.jsonl (every message sent and every delivery, for a post-mortem),
+timeline.png (delivery latency over the run, fault windows shaded, verdicts marked), and
+every process's log in logs/.
+
 Counting. A subscription on the killed agent dies with the process (subscriptions are
 in memory); its client reopens it on the restarted process. For it, messages sent from
 10 s before the kill until the reopened subscription exists are "maybe" (allowed, not
@@ -1000,6 +1005,7 @@ async def drive(cfg: Config, hosts: Hosts) -> Result:
         await drain(producers, subscribers, schedule.faults, cfg.drain)
         metrics = cluster.metrics(METRICS)
         dump(cfg.out / "deliveries.jsonl", producers, subscribers, t0)
+        plot(cfg.out / "timeline.png", schedule.faults, observer, producers, subscribers, t0)
         return build_report(cfg, hosts, schedule.faults, observer, producers, subscribers, roles, t0, metrics)
     finally:
         for s in subscribers:
@@ -1024,6 +1030,47 @@ def dump(path: Path, producers: list[Producer], subscribers: list[Subscriber], t
                 out.write(json.dumps({"sub": sub.name, "agent": sub.agent, "producer": x.d.producer,
                                       "seq": x.d.sequence, "key": x.d.ordering_key, "redelivery": x.d.redelivery,
                                       "t": round(x.at - t0, 4)}) + "\n")
+
+
+def plot(path: Path, faults: list[Fault], obs: Observer, producers: list[Producer],
+         subscribers: list[Subscriber], t0: float) -> Path | None:
+    """Delivery latency over time (by send time), fault windows shaded, verdicts marked."""
+    try:
+        import matplotlib
+    except ImportError:
+        return None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sent_at = {(p.id, seq): s.at for p in producers for seq, s in p.sent.items()}
+    xs, ys = [], []
+    for sub in subscribers:
+        for x in sub.log:
+            at = sent_at.get((x.d.producer, x.d.sequence))
+            if at is not None:
+                xs.append(at - t0)
+                ys.append(max(x.at - at, 1e-3))
+    fig, ax = plt.subplots(figsize=(11, 4.2))
+    ax.scatter(xs, ys, s=2, color="0.3", label="a delivery (to any subscription)")
+    colours = {"netem": "tab:blue", "pause": "tab:orange", "kill": "tab:red", "partition": "tab:purple",
+               "replica": "tab:green"}
+    for f in faults:
+        ax.axvspan(f.start - t0, f.end - t0, color=colours.get(f.kind, "0.8"), alpha=0.15)
+        ax.text(f.start - t0, 1.02, f"{f.kind} {','.join(f.targets)}", transform=ax.get_xaxis_transform(),
+                fontsize=7, rotation=20)
+    for state, marker, colour in ((SUSPECT, "|", "orange"), (DEAD, "x", "red")):
+        ts = [c.at - t0 for c in obs.changes if c.state == state and c.at >= t0]
+        ax.scatter(ts, [max(ys, default=1) * 1.5] * len(ts), marker=marker, color=colour,
+                   label=f"{STATE[state].upper()} on a replica")
+    ax.set_yscale("log")
+    ax.set_xlabel("seconds into the run (when the message was sent)")
+    ax.set_ylabel("publish to delivery (s)")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 async def wait_opened(subscribers: list[Subscriber], timeout: float) -> None:
@@ -1092,7 +1139,8 @@ def main(minutes, agents, producers, rate, partition_seconds, short, loopback, o
     cfg = Config.short(**kw) if short else Config(minutes=minutes, partition_seconds=partition_seconds, **kw)
     result = run(cfg)
     print(result.text)
-    print(f"\nreport: {cfg.out / 'report.txt'}, {cfg.out / 'report.json'}; logs: {cfg.out / 'logs'}")
+    print(f"\nreport: {cfg.out / 'report.txt'}, {cfg.out / 'report.json'}, {cfg.out / 'timeline.png'}; "
+          f"logs: {cfg.out / 'logs'}")
     sys.exit(0 if result.ok else 1)
 
 
