@@ -226,6 +226,10 @@ class Network:
         if self.handle_signals and threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGHUP):
                 self._old_handlers[sig] = signal.signal(sig, _raise_exit)
+            # Python leaves SIGINT ignored when it started ignored (a background job of a
+            # non-interactive shell, as under CI): Ctrl-C must still tear down.
+            if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+                self._old_handlers[signal.SIGINT] = signal.signal(signal.SIGINT, signal.default_int_handler)
         try:
             self.create()
         except BaseException:
