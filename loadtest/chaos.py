@@ -15,7 +15,8 @@ every agent is in the topic's LBDD tree) and a second on some, with varied filte
 A subscriber whose stream breaks reopens the same named subscription on the same agent.
 
 Faults, one at a time, each followed by a settle period, repeated while time remains:
-  netem      delay 100 ms +- 50 ms, 5 % loss, both directions of two agents' links
+  netem      delay 100 ms +- 50 ms, 5 % loss, both directions of two agents' links (tc
+             netem; on a kernel without it, a tc redirect into a userspace delayer)
   pause      SIGSTOP of an inner relay for 3 s, then SIGCONT
   kill       kill -9 of an inner relay of producer 0's tree; restarted (new process,
              new incarnation) after `restart_after`
