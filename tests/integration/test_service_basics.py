@@ -15,6 +15,7 @@ from echelon.agent.server import AgentNode
 from echelon.client import PublishError
 from echelon.runtime.node import NodeConfig
 from echelon.v1 import pubsub_pb2, pubsub_pb2_grpc
+from tests.harness import wait_for
 
 EXPECTED = {
     "agent": {"echelon.v1.PubSub", "echelon.v1.Admin", "echelon.v1.Relay"},
@@ -72,12 +73,18 @@ async def test_metrics_exposition_passes_promtool(cluster):
             with pytest.raises(grpc.aio.AioRpcError) as err:
                 await pubsub_pb2_grpc.AdminStub(ch).GetTopic(pubsub_pb2.GetTopicRequest(name="absent"))
             assert err.value.code() == grpc.StatusCode.NOT_FOUND
-        body = urllib.request.urlopen(f"http://{agent.metrics_address}/metrics", timeout=5).read()
+        want = ('grpc_server_handled_total{grpc_code="NOT_FOUND",grpc_method="GetTopic",'
+                'grpc_service="echelon.v1.Admin",grpc_type="unary"} 1.0')
+
+        def scrape() -> bytes | None:
+            # The server counts a call after its status is sent: the client may be first.
+            body = urllib.request.urlopen(f"http://{agent.metrics_address}/metrics", timeout=5).read()
+            return body if want in body.decode() else None
+
+        body = await wait_for(scrape, what="the NOT_FOUND call to be counted")
         check = subprocess.run(["promtool", "check", "metrics"], input=body, capture_output=True)
         assert check.returncode == 0, check.stdout.decode() + check.stderr.decode()
         text = body.decode()
-        assert ('grpc_server_handled_total{grpc_code="NOT_FOUND",grpc_method="GetTopic",'
-                'grpc_service="echelon.v1.Admin",grpc_type="unary"} 1.0') in text
         assert "echelon_membership_view_age_seconds" in text
     finally:
         await agent.stop(0.2)
