@@ -41,8 +41,10 @@ test: $(STAMP) $(SYSTEM)
 chaos: $(STAMP) $(SYSTEM)
 	$(PY) -m pytest -q -m chaos tests/chaos
 
-bench: $(STAMP) $(SYSTEM)
-	$(PY) -m pytest -q -m bench
+# Benchmarks print tables of ratios measured side by side in one run, and write plots.
+bench: $(STAMP)
+	$(PY) -m loadtest.bench_match --out out/bench_match
+	$(PY) -m loadtest.lbdd_sim --out out/lbdd
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis
