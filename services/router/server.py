@@ -6,17 +6,11 @@ answers `Relay` with UNIMPLEMENTED, so nothing is acknowledged that is not carri
 
 from __future__ import annotations
 
-import grpc
-
-from echelon.runtime.errors import EchelonError, InvalidArgument
+from echelon.runtime.errors import InvalidArgument, Unimplemented
 from echelon.runtime.node import Node, NodeConfig
 from echelon.v1 import membership_pb2 as mpb
 from echelon.v1 import router_pb2 as opb
 from echelon.v1 import router_pb2_grpc as ogrpc
-
-
-class Unimplemented(EchelonError):
-    code = grpc.StatusCode.UNIMPLEMENTED
 
 
 class RouterServicer(ogrpc.RouterServicer):

@@ -36,6 +36,10 @@ class ResourceExhausted(EchelonError):
     code = grpc.StatusCode.RESOURCE_EXHAUSTED
 
 
+class Unimplemented(EchelonError):
+    code = grpc.StatusCode.UNIMPLEMENTED
+
+
 class Unavailable(EchelonError):
     code = grpc.StatusCode.UNAVAILABLE
 
