@@ -64,7 +64,7 @@ import click
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from echelon.client import ACCEPTED, Client, PublishError
+from echelon.client import AckLevel, Client, EchelonError
 from echelon.core import lbdd
 from echelon.core.filters import parse
 from echelon.runtime.member import RECONNECT_OPTIONS, membership_channel
@@ -507,7 +507,7 @@ class Producer:
         self.index = index
         self.id = f"producer-{index}"
         self.client = Client(address)
-        self.pub = self.client.publisher(self.id, ACCEPTED)
+        self.pub = self.client.publisher(self.id, AckLevel.ACCEPTED)
         self.rate = rate
         self.keys = keys
         self.sent: dict[int, Sent] = {}
@@ -519,7 +519,7 @@ class Producer:
             self.sent[seq].failed = "cancelled"
         elif future.exception() is not None:
             e = future.exception()
-            self.sent[seq].failed = e.code.name if isinstance(e, PublishError) else type(e).__name__
+            self.sent[seq].failed = e.code.name if isinstance(e, EchelonError) else type(e).__name__
         else:
             self.sent[seq].acked = True
 
@@ -573,7 +573,7 @@ class Subscriber:
             # A channel of its own: a shared subchannel would keep the dead process's backoff.
             client._channels[self.address] = grpc.aio.insecure_channel(  # noqa: SLF001
                 self.address, options=CHANNEL_OPTIONS + RECONNECT_OPTIONS + [("grpc.use_local_subchannel_pool", 1)])
-            sub = client.subscribe(TOPIC, self.text, name=self.name, credits=64)
+            sub = client.subscribe(TOPIC, self.text, name=self.name, max_outstanding=64)
             try:
                 await asyncio.wait_for(sub.start(), 5.0)
                 self.opened.append(time.monotonic())

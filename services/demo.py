@@ -13,7 +13,7 @@ import time
 from rich.console import Console
 from rich.table import Table
 
-from echelon.client import DELIVERED, Client
+from echelon.client import AckLevel, Client
 from echelon.core.filters import parse
 from echelon.local import LocalCluster
 
@@ -65,14 +65,14 @@ async def run_demo(agents: int = 4, events: int = 200, base_port: int = 0, as_js
         async with Client(addrs[0]) as admin:
             await admin.create_topic("quotes", SCHEMA)
         clients = [Client(a) for a in addrs]
-        subs = [clients[i].subscribe("quotes", f, credits=256) for i, f in SUBSCRIBERS]
+        subs = [clients[i].subscribe("quotes", f, max_outstanding=256) for i, f in SUBSCRIBERS]
         for s in subs:
             await s.start()
         await asyncio.sleep(0.5)  # registration reaches the matcher before the burst
 
         burst = quotes(events)
         big = bytes(random.Random(1).randbytes(1 << 20))
-        publisher = clients[0].publisher(ack_level=DELIVERED)
+        publisher = clients[0].publisher(ack_level=AckLevel.DELIVERED)
         t0 = time.perf_counter()
         futures = [publisher.publish_nowait("quotes", q) for q in burst]
         futures.append(publisher.publish_nowait("quotes", {"Symbol": "aapl", "High": 99.0, "Low": 90.0,

@@ -442,6 +442,8 @@ class PubSubServicer(pgrpc.PubSubServicer):
             async for req in request_iterator:
                 if req.HasField("ack"):
                     sub.ack(req.ack.delivery_ids, req.ack.credits)
+                elif req.HasField("nack"):
+                    sub.nack(req.nack.delivery_ids, req.nack.delay_ms / 1000, req.nack.credits)
                 else:
                     raise InvalidArgument("`open` may only be sent once")
 
