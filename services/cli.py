@@ -12,9 +12,13 @@ import signal
 import sys
 from pathlib import Path
 
-import click
-from rich.console import Console
-from rich.table import Table
+try:
+    import click
+    from rich.console import Console
+    from rich.table import Table
+except ModuleNotFoundError as e:  # `pip install echelon-pubsub` is the client alone
+    raise SystemExit(f"the echelon command needs the server extra ({e.name} is missing): "
+                     "pip install 'echelon-pubsub[server]'") from None
 
 from echelon.runtime.log import setup_logging
 from echelon.runtime.node import NodeConfig
