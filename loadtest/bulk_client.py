@@ -28,7 +28,7 @@ import time
 
 import click
 
-from echelon.client import AckLevel, Client
+from echelon.client import DELIVERED, Client
 
 SCHEMA = ["chunk:int:0:100000000"]
 PROGRESS_EVERY = 1.0  # seconds between a subscriber's progress lines
@@ -115,7 +115,7 @@ async def publish(agent: str, topic: str, size: int, chunk: int, window: int, se
             in_flight.release()
 
     async with Client(agent) as client:
-        pub = client.publisher(ack_level=AckLevel.DELIVERED)
+        pub = client.publisher(ack_level=DELIVERED)
         tasks = []
         start = time.time()
         emit(event="start", t=start, chunks=total)

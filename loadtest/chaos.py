@@ -64,7 +64,7 @@ import click
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from echelon.client import AckLevel, Client, EchelonError
+from echelon.client import ACCEPTED, Client, EchelonError
 from echelon.core import lbdd
 from echelon.core.filters import parse
 from echelon.runtime.member import RECONNECT_OPTIONS, membership_channel
@@ -507,7 +507,7 @@ class Producer:
         self.index = index
         self.id = f"producer-{index}"
         self.client = Client(address)
-        self.pub = self.client.publisher(self.id, AckLevel.ACCEPTED)
+        self.pub = self.client.publisher(self.id, ACCEPTED)
         self.rate = rate
         self.keys = keys
         self.sent: dict[int, Sent] = {}

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from echelon.client import AckLevel, Client, EchelonError
+from echelon.client import ACCEPTED, DELIVERED, Client, EchelonError
 from echelon.runtime.server import channel
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import membership_pb2 as mpb
@@ -122,7 +122,7 @@ def pub(agent, topic_name, attrs, payload, payload_file, count, delivered, as_js
 
     async def run():
         async with Client(agent) as c:
-            p = c.publisher(ack_level=AckLevel.DELIVERED if delivered else AckLevel.ACCEPTED)
+            p = c.publisher(ack_level=DELIVERED if delivered else ACCEPTED)
             start = time.perf_counter()
             results = await p.publish_batch(topic_name, [(attributes, body)] * count, return_exceptions=True)
             await p.close()

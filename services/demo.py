@@ -13,7 +13,7 @@ import time
 from rich.console import Console
 from rich.table import Table
 
-from echelon.client import AckLevel, Client
+from echelon.client import DELIVERED, Client
 from echelon.core.filters import parse
 from echelon.local import LocalCluster
 
@@ -72,7 +72,7 @@ async def run_demo(agents: int = 4, events: int = 200, base_port: int = 0, as_js
 
         burst = quotes(events)
         big = bytes(random.Random(1).randbytes(1 << 20))
-        publisher = clients[0].publisher(ack_level=AckLevel.DELIVERED)
+        publisher = clients[0].publisher(ack_level=DELIVERED)
         t0 = time.perf_counter()
         futures = [publisher.publish_nowait("quotes", q) for q in burst]
         futures.append(publisher.publish_nowait("quotes", {"Symbol": "aapl", "High": 99.0, "Low": 90.0,

@@ -32,4 +32,7 @@ from echelon.client.errors import EchelonError
 from echelon.client.publisher import AckLevel, Publisher, PublishResult
 from echelon.client.subscription import Message, Subscription
 
-__all__ = ["AckLevel", "Client", "EchelonError", "Message", "PublishResult", "Publisher", "Subscription", "errors"]
+ACCEPTED, DELIVERED = AckLevel.ACCEPTED, AckLevel.DELIVERED  # shorthands: `publisher(ack_level=DELIVERED)`
+
+__all__ = ["ACCEPTED", "DELIVERED", "AckLevel", "Client", "EchelonError", "Message", "PublishResult", "Publisher",
+           "Subscription", "errors"]

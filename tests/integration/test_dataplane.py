@@ -16,7 +16,7 @@ import pytest
 import pytest_asyncio
 from prometheus_client import generate_latest
 
-from echelon.client import AckLevel
+from echelon.client import DELIVERED
 from echelon.core import lbdd
 from tests.harness import Cluster, wait_for
 
@@ -75,7 +75,7 @@ def mixed_stream(big: bytes, n: int = 60) -> list[tuple[dict, bytes]]:
 
 def publish(cluster, stream) -> tuple[asyncio.Future, list[tuple[str, int, str]]]:
     """Publish a stream from agent 0 at DELIVERED: (all acks, what every subscriber must get)."""
-    pub = cluster.client(0).publisher(ack_level=AckLevel.DELIVERED)
+    pub = cluster.client(0).publisher(ack_level=DELIVERED)
     acks = asyncio.gather(*(pub.publish_nowait(TOPIC, a, payload=p) for a, p in stream))
     return acks, [(pub.producer_id, seq, hashlib.md5(p).hexdigest()) for seq, (_, p) in enumerate(stream, 1)]
 

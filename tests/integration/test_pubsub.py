@@ -7,7 +7,7 @@ import asyncio
 import grpc
 import pytest
 
-from echelon.client import AckLevel, errors
+from echelon.client import DELIVERED, errors
 from echelon.core.filters import parse
 from tests.harness import wait_for
 
@@ -44,7 +44,7 @@ async def test_matching_subscribers_on_other_agents_receive_once(cluster):
         {"Symbol": "msft", "High": 99.5, "Low": 1.0, "Volume": 1000},
         {"Symbol": "aapl", "High": 45},  # ints are accepted for float attributes
     ]
-    pub = c0.publisher(ack_level=AckLevel.DELIVERED)
+    pub = c0.publisher(ack_level=DELIVERED)
     payloads = [bytes([i]) * (1000 * i) for i in range(len(events))]
     for e, p in zip(events, payloads):
         await pub.publish("quotes", e, payload=p)
@@ -108,7 +108,7 @@ async def test_credits_bound_deliveries_in_flight(cluster):
     await c0.create_topic("t")
     sub = c1.subscribe("t", "", max_outstanding=3)
     await sub.start()
-    pub = c0.publisher(ack_level=AckLevel.DELIVERED)
+    pub = c0.publisher(ack_level=DELIVERED)
     for i in range(10):
         await pub.publish("t", {"i": i})
     first = [await sub.next(timeout=5) for _ in range(3)]
@@ -129,7 +129,7 @@ async def test_named_subscription_redelivers_unacked_after_reconnect(cluster):
     await c0.create_topic("t")
     sub = c1.subscribe("t", "", name="durable", max_outstanding=10)
     await sub.start()
-    pub = c0.publisher(ack_level=AckLevel.DELIVERED)
+    pub = c0.publisher(ack_level=DELIVERED)
     for i in range(4):
         await pub.publish("t", {"i": i})
     got = [await sub.next(timeout=5) for _ in range(4)]
@@ -154,7 +154,7 @@ async def test_backlog_overflow_ends_the_stream_with_resource_exhausted(cluster)
     await c0.create_topic("t")
     sub = c1.subscribe("t", "", max_outstanding=1)
     await sub.start()
-    pub = c0.publisher(ack_level=AckLevel.DELIVERED)
+    pub = c0.publisher(ack_level=DELIVERED)
     for i in range(8):
         await pub.publish("t", {"i": i})
     await sub.next(timeout=5)
@@ -168,8 +168,8 @@ async def test_retry_through_another_agent_is_delivered_once(cluster):
     c0, c1, c2 = (cluster.client(i) for i in range(3))
     await c0.create_topic("t")
     async with c2.subscribe("t", "") as sub:
-        a = c0.publisher(producer_id="retrying", ack_level=AckLevel.DELIVERED)
-        b = c1.publisher(producer_id="retrying", ack_level=AckLevel.DELIVERED)
+        a = c0.publisher(producer_id="retrying", ack_level=DELIVERED)
+        b = c1.publisher(producer_id="retrying", ack_level=DELIVERED)
         await a.publish("t", {"n": 1})
         await b.publish("t", {"n": 1})  # same (producer, sequence 1): a retry after a lost ack
         got = await drain(sub)
@@ -197,6 +197,6 @@ async def test_large_payload_is_sliced_and_reassembled(cluster):
     await c0.create_topic("bulk")
     payload = bytes(range(256)) * (9 * 4096 + 7)  # ~9.4 MB: three 4 MiB slices from the client
     async with c1.subscribe("bulk", "") as sub:
-        await c0.publisher(ack_level=AckLevel.DELIVERED).publish("bulk", {"name": "blob"}, payload=payload)
+        await c0.publisher(ack_level=DELIVERED).publish("bulk", {"name": "blob"}, payload=payload)
         m = await sub.next(timeout=20)
     assert m.payload == payload and m.attributes == {"name": "blob"}
