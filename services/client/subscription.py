@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Awaitable, Callable
 import grpc
 
 from echelon.client.errors import (ClientClosed, EchelonError, FailedPrecondition, InvalidArgument, Timeout,
-                                   Unavailable, from_rpc_error, translating)
+                                   Unavailable, from_rpc_error, from_status, translating)
 from echelon.core.filters import Filter
 from echelon.core.schema import Value
 from echelon.runtime.wire import attributes_from_pb, filter_to_pb
@@ -132,15 +132,20 @@ class Subscription:
             self._tasks.append(asyncio.create_task(self._dispatch(), name="subscription callbacks"))
 
     async def _open_stream(self) -> None:
-        with translating():
-            self._call = pgrpc.PubSubStub(self.client._channel()).Subscribe()
-            await self._call.write(ppb.SubscribeRequest(open=self._open))
-            # The agent sends headers once the subscription is registered; a refusal
-            # (bad filter, unknown topic) ends the call without them.
-            metadata = await self._call.initial_metadata()
-            if not any(k == "x-echelon-subscription" for k, _ in metadata or ()):
-                await self._call.read()  # raises the refusal
-                raise Unavailable("subscription stream ended before it was opened")
+        call = self._call = pgrpc.PubSubStub(self.client._channel()).Subscribe()
+        try:
+            await call.write(ppb.SubscribeRequest(open=self._open))
+        except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
+            pass  # refused before our write went out: the call's status says why
+        # The agent sends headers once the subscription is registered; a refusal
+        # (bad filter, unknown topic) ends the call without them.
+        metadata = await call.initial_metadata()
+        if any(k == "x-echelon-subscription" for k, _ in metadata or ()):
+            return
+        code = await call.code()
+        if code == grpc.StatusCode.OK:
+            raise Unavailable("subscription stream ended before it was opened")
+        raise from_status(code, await call.details() or "", {k: v for k, v in await call.trailing_metadata() or ()})
 
     async def next(self, timeout: float | None = None) -> Message:
         """The next message; Timeout after `timeout` seconds (the stream stays open).
@@ -258,7 +263,8 @@ class Subscription:
             async with self._write:
                 with translating():
                     await self._call.write(req)
-        except asyncio.InvalidStateError:
+        except (EchelonError, asyncio.InvalidStateError):
+            # The stream ended under us: next() and wait_closed() report how.
             raise ClientClosed("subscription stream ended: the message is redelivered to a named subscription") \
                 from None
         finally:
