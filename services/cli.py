@@ -142,10 +142,10 @@ def membership(log_level, peers, tombstone_ttl, **kw) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the endpoints as one JSON line.")
 def up(agents, matchers, memberships, base_port, log_dir, as_json) -> None:
     """Start a local cluster as processes; Ctrl-C or SIGTERM stops it."""
-    from echelon.local import LocalCluster
+    from echelon.launch import Cluster, Loopback
 
     kw = {"log_dir": log_dir} if log_dir else {}
-    cluster = LocalCluster(agents=agents, matchers=matchers, memberships=memberships, base_port=base_port, **kw)
+    cluster = Cluster(agents=agents, matchers=matchers, memberships=memberships, placement=Loopback(base_port), **kw)
     stop = asyncio.Event()
 
     async def main() -> None:
@@ -158,10 +158,10 @@ def up(agents, matchers, memberships, base_port, log_dir, as_json) -> None:
             print(json.dumps({"ready": True, "processes": rows}), flush=True)
         else:
             t = Table(title="Echelon local cluster")
-            for col in ("role", "id", "address", "metrics", "pid"):
+            for col in ("role", "id", "region", "address", "metrics", "pid"):
                 t.add_column(col)
             for r in rows:
-                t.add_row(r["role"], r["id"], r["address"], r["metrics"], str(r["pid"]))
+                t.add_row(r["role"], r["id"], r["region"], r["address"], r["metrics"], str(r["pid"]))
             console.print(t)
             console.print(f"logs in {cluster.log_dir}; Ctrl-C stops the cluster")
         await stop.wait()
