@@ -59,10 +59,10 @@ from pathlib import Path
 
 import click
 
+from echelon.launch import stop_processes
 from echelon.v1 import membership_pb2 as mpb
 from loadtest import bulk_report
 from loadtest.bulk_client import SCHEMA, payload_sha256
-from echelon.launch import stop_processes
 from loadtest.bulk_cluster import (Cluster, Endpoint, Mode, agent_flags, agent_options, cpu_busy, cpu_times, modes,
                                    scrape_relay, tree_stats, uplink_drops)
 from loadtest.netns import Network, NetnsError, Unsupported, check_available, wait_until

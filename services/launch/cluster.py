@@ -27,6 +27,7 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Sequence
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -116,7 +117,7 @@ class Cluster:
 
     # -- the plan ------------------------------------------------------------------------
 
-    def plan(self, role: str, region: str = "local", id: str | None = None, extra: list[str] = ()) -> Process:
+    def plan(self, role: str, region: str = "local", id: str | None = None, extra: Sequence[str] = ()) -> Process:
         """Add a service process (before `start`, or later and `launch` it). The
         membership replicas must all be planned before any other role."""
         if role not in WAVES:
