@@ -34,14 +34,20 @@ class Observer:
         self.changes: list[Change] = []
         self.views: list[dict[str, mpb.Member]] = [{} for _ in replicas]
         self._tasks: list[asyncio.Task] = []
+        self._calls: dict[int, grpc.aio.UnaryStreamCall] = {}
 
     def start(self) -> None:
         self._tasks = [asyncio.create_task(self._watch(i)) for i in range(len(self.replicas))]
 
-    async def stop(self) -> None:
+    async def stop(self, timeout: float = 5.0) -> None:
+        """Cancel the calls, then the tasks. A cancelled task alone can wait in grpc's
+        read until the next view change, which on a quiet cluster never comes."""
+        for call in self._calls.values():
+            call.cancel()
         for t in self._tasks:
             t.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._tasks:
+            await asyncio.wait(self._tasks, timeout=timeout)
 
     def _set(self, i: int, members: dict[str, mpb.Member]) -> None:
         now = time.monotonic()
@@ -56,7 +62,7 @@ class Observer:
         while True:
             ch = membership_channel(self.replicas[i])
             try:
-                call = mgrpc.MembershipStub(ch).Watch(mpb.WatchRequest(member_id="chaos-observer"))
+                call = self._calls[i] = mgrpc.MembershipStub(ch).Watch(mpb.WatchRequest(member_id="chaos-observer"))
                 while True:
                     u = await asyncio.wait_for(call.read(), 3.0)
                     if u is grpc.aio.EOF:

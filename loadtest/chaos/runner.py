@@ -34,10 +34,8 @@ def agent_counters(cluster: Cluster) -> dict[str, float]:
     return out
 
 
-async def drive(cfg: Config, hosts: Hosts) -> Result:
+async def drive(cfg: Config, hosts: Hosts, cluster: Cluster) -> Result:
     log = cfg.log
-    cluster = Cluster(agents=cfg.agents, matchers=1, memberships=3, placement=hosts.placement,
-                      log_dir=cfg.out / "logs", common=SERVICE_FLAGS)
     observer = Observer(cluster.replicas)
     producers: list[Producer] = []
     subscribers: list[Subscriber] = []
@@ -84,7 +82,6 @@ async def drive(cfg: Config, hosts: Hosts) -> Result:
         for p in producers:
             await p.client.close()
         await observer.stop()
-        cluster.stop()
 
 
 def run(cfg: Config) -> Result:
@@ -93,9 +90,14 @@ def run(cfg: Config) -> Result:
     hosts = make_hosts(cfg.agents, cfg.loopback)
     own = hosts.net is None and threading.current_thread() is threading.main_thread()
     old = signal.signal(signal.SIGTERM, _exit) if own else None  # netns.Network handles its own
+    cluster = None
     try:
-        result = asyncio.run(drive(cfg, hosts))
+        cluster = Cluster(agents=cfg.agents, matchers=1, memberships=3, placement=hosts.placement,
+                          log_dir=cfg.out / "logs", common=SERVICE_FLAGS)
+        result = asyncio.run(drive(cfg, hosts, cluster))
     finally:
+        if cluster is not None:  # also when the run was cut short: no process outlives it
+            cluster.stop()
         hosts.close()
         if own:
             signal.signal(signal.SIGTERM, old)
