@@ -1,6 +1,11 @@
 """The shape every service shares: a gRPC server, a `/metrics` endpoint, and (for all
 but membership itself) a membership client. A service subclasses `Node`, adds its
-servicers in `__init__`, and its own work in `on_start` / `on_stop`."""
+servicers in `__init__`, and its own work in `on_start` / `on_stop`.
+
+Shutdown runs in the order Kubernetes expects: not serving (health NOT_SERVING, so
+readiness fails and no new traffic is sent), drain (in-flight calls finish their work
+within the grace while the service still runs), stop (the service's own work, then
+leaving membership)."""
 
 from __future__ import annotations
 
@@ -85,10 +90,12 @@ class Node:
 
     async def stop(self, grace: float | None = None) -> None:
         grace = self.config.grace if grace is None else grace
+        await self.server.health.enter_graceful_shutdown()  # for every service and overall
+        # Still a member and still running: deliveries already routed here arrive.
+        await self.server.stop(grace)
         await self.on_stop()
         if self.membership:
             await self.membership.stop(leave=True)
-        await self.server.stop(grace)
         if self._metrics_http:
             self._metrics_http.shutdown()
             self._metrics_http.server_close()
@@ -97,7 +104,7 @@ class Node:
         """Service-specific start, after the server is up and the first view arrived."""
 
     async def on_stop(self) -> None:
-        """Service-specific drain, before leaving membership."""
+        """Service-specific stop, after the drain and before leaving membership."""
 
     def on_view(self) -> None:
         """Called after every view change."""
