@@ -319,15 +319,13 @@ class MemberClient:
             d = update.delta
             local = View(self.version, self.members, self.topics)
             view = merge(local, ViewDelta(d.from_version, d.version, {m.id: m for m in d.upserted},
-                                          {t.name: t for t in d.topics_upserted}, tuple(d.topics_deleted)))
+                                          {t.name: t for t in d.topics_upserted}, tuple(d.topics_deleted),
+                                          tuple(d.removed)))
             if view is None:
                 return False
             if view is local:
                 return True  # a replay
-            members = dict(view.members)
-            for member_id in d.removed:
-                members.pop(member_id, None)
-            self.members, self.topics, self.version = members, dict(view.topics), view.version
+            self.members, self.topics, self.version = dict(view.members), dict(view.topics), view.version
         self._adopt_plan()
         for callback in self._listeners:
             callback()
