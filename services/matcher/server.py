@@ -31,6 +31,8 @@ from echelon.v1 import membership_pb2 as mpb
 
 log = logging.getLogger("echelon.matcher")
 
+QUIET = 1.5  # seconds without a call from another matcher (they Sync every second): drained
+
 
 def copy_from_pb(s: xpb.Subscription) -> Copy:
     return Copy(s.id, s.agent, s.topic, s.version, filter_from_pb(s.filter), s)
@@ -218,6 +220,13 @@ class MatcherNode(Node):
         self.tier.start()
         self.membership.on_plan(self.on_view)
         self.on_view()
+
+    async def on_drain(self, deadline: float) -> None:
+        # Leave first: the other matchers adopt layouts without this one (its zones
+        # recovered from the mirrors) while it still answers those routing by the old one.
+        if self.membership is not None:
+            await self.membership.stop(leave=True)
+        await self.tier.quiet(QUIET, deadline)
 
     async def on_stop(self) -> None:
         await self.tier.stop()

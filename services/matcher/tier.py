@@ -66,6 +66,7 @@ class Tier:
         self.on_change: Callable[[], None] | None = None
         self._changed = asyncio.Event()
         self._tasks: set[asyncio.Task] = set()
+        self._peer_call = 0.0  # loop time of the last request from another matcher
         self.store = CopyStore(lambda topic: self.layouts.of(topic))
         self.layouts = Layouts(me, incarnation, self.store, transport, self._spawn, lambda: self.barrier.moved())
         self.barrier = Barrier(self.layouts, self.store, transport, self._notify)
@@ -107,6 +108,16 @@ class Tier:
             raise Unavailable(f"matcher {self.me}: {what}")
         await wait(self._changed, min(remaining, step))
 
+    def _called(self) -> None:
+        self._peer_call = asyncio.get_running_loop().time()
+
+    async def quiet(self, period: float, deadline: float) -> None:
+        """Until no matcher has called this one for `period` seconds (they all route
+        around it), or `deadline` (loop time)."""
+        loop = asyncio.get_running_loop()
+        while (now := loop.time()) < deadline and now - self._peer_call < period:
+            await asyncio.sleep(min(deadline, self._peer_call + period) - now)
+
     def update_view(self, view: TierView) -> None:
         """Adopt the layouts `view` implies (adoption.py); the barrier takes it from there."""
         self.layouts.update(view)
@@ -120,6 +131,8 @@ class Tier:
                      sender_layouts: Sequence[str] = ()) -> tuple[int, list[str]]:
         """Hold new copies and forward them under this matcher's layouts the sender did not
         route by. Returns (copies installed, ids no holder acknowledged)."""
+        if sender:
+            self._called()
         installed = []
         tell: Drops = defaultdict(list)
 
@@ -202,6 +215,7 @@ class Tier:
         return len(await self.removal.everywhere([(sid, version) for sid in ids]))
 
     async def drop(self, items: Sequence[tuple[str, int]], sender: str = "", sent_to: Sequence[str] = ()) -> list[str]:
+        self._called()
         return await self.removal.drop(items, sender, sent_to)
 
     async def match(self, events: Sequence[tuple[str, Mapping[str, object]]]) -> list[Matches]:
@@ -210,7 +224,9 @@ class Tier:
 
     def match_zones(self, topic: str, key: str, events: Sequence[Mapping[str, object]],
                     zones: Mapping[str, Sequence[int]]) -> list[Matches]:
+        self._called()
         return self.zones.match(topic, key, events, zones)
 
     def on_status(self, peer: str, incarnation: int, seq: int, status: dict[str, Status]) -> None:
+        self._called()
         self.barrier.on_status(peer, incarnation, seq, status)

@@ -76,6 +76,7 @@ class MemberClient:
         self._listeners: list[Callable[[], None]] = []
         self._plan_listeners: list[Callable[[], None]] = []
         self._tasks: list[asyncio.Task] = []
+        self._stopped = False
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._topics_gen = 0
         self._up: dict[str, float] = {}  # replica -> when its heartbeat stream came up
@@ -125,6 +126,10 @@ class MemberClient:
         await asyncio.wait_for(self._has_view.wait(), timeout)
 
     async def stop(self, leave: bool = True) -> None:
+        """Stop beating and watching, and (`leave`) tell the replicas; once."""
+        if self._stopped:
+            return
+        self._stopped = True
         for t in self._tasks:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
