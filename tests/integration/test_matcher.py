@@ -250,7 +250,7 @@ async def test_invalid_subscriptions_are_refused_naming_the_predicate_and_change
         with pytest.raises(grpc.aio.AioRpcError) as err:  # through an agent
             await client.subscribe(TOPIC, text, name="bad").start()
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and reason in err.value.details()
-        assert all(len(m.core.copies) == 0 and not m.core.tombs for m in c.matcher_nodes)
+        assert all(len(m.tier.store.copies) == 0 and not m.tier.store.tombs for m in c.matcher_nodes)
         assert c.agent_nodes[0].subs == {}
     finally:
         await c.stop()
