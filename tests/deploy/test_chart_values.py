@@ -44,6 +44,7 @@ OTHER = {
     ("routingJob", "sparkOperator", "driver", "memory"): "3g",
     ("routingJob", "sparkOperator", "executor", "memory"): "3g",
     ("metrics", "serviceMonitor", "interval"): "17s", ("routingJob", "mainApplicationFile"): "/x.py",
+    ("routingJob", "prometheusUrl"): "http://prometheus:9090",
     ("agent", "kind"): "Deployment", ("agent", "dissemination"): "p2p", ("logLevel",): "debug",
     ("agent", "service", "type"): "NodePort", ("agent", "service", "internalTrafficPolicy"): "Cluster",
     ("image", "pullPolicy"): "Always", ("routingJob", "image", "pullPolicy"): "Always",
