@@ -110,3 +110,13 @@ def test_build_context_is_an_allow_list():
     assert {"pyproject.toml", "README.md", "services"} <= allowed
     copied = set(re.findall(r"^COPY (?!--from)(\S+)", DOCKERFILE.read_text(), re.M))
     assert {c.rstrip("/") for c in copied} <= allowed | {"pyproject.toml"}
+
+
+def test_every_package_directory_is_copied_into_the_build():
+    """`pip install .` in the build stage needs every package-dir pyproject.toml names."""
+    import tomllib
+
+    dirs = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"].values())
+    build = "\n".join(stages()["build"]["lines"])
+    for d in dirs:
+        assert re.search(rf"^COPY {d} \./{d}$", build, re.M), f"{d}/ is not copied into the build stage"
