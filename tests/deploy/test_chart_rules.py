@@ -134,10 +134,12 @@ def test_agent_service_keeps_clients_on_their_node():
     (ds,) = of_kind(objs, "DaemonSet")
     client = [s for s in of_kind(objs, "Service") if s["metadata"]["name"] == ds["metadata"]["name"]]
     assert client[0]["spec"]["internalTrafficPolicy"] == "Local"
+    assert "topologySpreadConstraints" not in ds["spec"]["template"]["spec"]  # one per node already
     assert [p["name"] for p in client[0]["spec"]["ports"]] == ["grpc"]
     minimal = objects(ci_values(CHART / "ci" / "minimal-values.yaml"))
     (dep,) = of_kind(minimal, "Deployment")
     client = [s for s in of_kind(minimal, "Service") if s["metadata"]["name"] == dep["metadata"]["name"]]
+    assert dep["spec"]["template"]["spec"]["topologySpreadConstraints"][0]["topologyKey"] == "kubernetes.io/hostname"
     assert client[0]["spec"]["internalTrafficPolicy"] == "Cluster"  # agents are not on every node
 
 

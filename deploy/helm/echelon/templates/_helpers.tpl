@@ -151,7 +151,7 @@ tolerations:
 affinity:
   {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- if .values.topologySpreadKey }}
+{{- if and .values.topologySpreadKey (not .onEveryNode) }}
 topologySpreadConstraints:
   - maxSkew: 1
     topologyKey: {{ .values.topologySpreadKey }}
