@@ -201,3 +201,12 @@ def test_routing_job_arguments_parse_with_the_job_parser():
     assert job.__file__.endswith("spark/main.py")
     (app,) = of_kind(objects(ci_values(CHART / "ci" / "spark-operator-values.yaml")), "ScheduledSparkApplication")
     job.parser().parse_args(app["spec"]["template"]["arguments"])
+
+
+def test_packaged_chart_renders_the_same(tmp_path):
+    """`helm package` follows the files/ symlinks: the .tgz a user installs renders alike."""
+    h = helm()
+    tgz = h.package(str(CHART), destination=str(tmp_path))
+    values = ci_values(CHART / "ci" / "prometheus-operator-values.yaml")
+    packaged = h.Chart.load(tgz).render(values, name="echelon", namespace="pubsub")
+    assert packaged == render(values)
