@@ -20,7 +20,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from echelon.local import free_port
+from echelon.launch.placement import free_port
 from tests.deploy.chart import CHART, ci_values, objects, of_kind, service_containers
 
 ROLES = ("membership", "matcher", "agent")
