@@ -166,7 +166,13 @@ def test_the_launcher_placement_puts_each_agent_in_a_host_of_its_own():
         with pytest.raises(ValueError, match="2 hosts"):
             cluster.plan("agent")
         procs = {p.id: placement.popen(p.site, ["sleep", "30"]) for p in cluster.processes}
-        inside = {h.name: set(subprocess.run(["ip", "netns", "pids", h.name], capture_output=True,
-                                             text=True).stdout.split()) for h in net.hosts}
-        assert {name: {str(procs[f"agent-{h.index}"].pid)} for name, h in zip(inside, net.hosts)} == inside
+        expected = {h.name: {str(procs[f"agent-{h.index}"].pid)} for h in net.hosts}
+
+        def inside():  # a child enters its namespace a moment after popen returns
+            return {h.name: set(subprocess.run(["ip", "netns", "pids", h.name], capture_output=True,
+                                               text=True).stdout.split()) for h in net.hosts}
+        deadline = time.monotonic() + 10
+        while (seen := inside()) != expected and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert seen == expected
     assert all(p.poll() is not None for p in procs.values())  # teardown stopped them
