@@ -20,16 +20,17 @@ from prometheus_client import Counter, Gauge, Histogram
 from echelon.agent.dataplane import PARK_SECONDS, DataPlane
 from echelon.agent.links import Link, LinkMetrics
 from echelon.agent.matching import MatchClient
+from echelon.agent.reconcile import PERIOD, Reconciler
 from echelon.agent.subscriptions import Subscription
 from echelon.agent.trees import Trees
-from echelon.core.dedup import DedupWindow
+from echelon.core.dedup import DedupWindow, Entry, Seen
 from echelon.core.schema import Schema
 from echelon.runtime.errors import (AlreadyExists, EchelonError, FailedPrecondition, InvalidArgument, NotFound,
                                     ResourceExhausted, Unavailable, status_of)
 from echelon.runtime.metrics import LATENCY_BUCKETS
 from echelon.runtime.node import Node, NodeConfig
 from echelon.runtime.server import channel
-from echelon.runtime.wire import attributes_from_pb, filter_from_request, filter_to_pb, schema_from_pb
+from echelon.runtime.wire import attributes_from_pb, event_digest, filter_from_request, filter_to_pb, schema_from_pb
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import matcher_pb2 as xpb
 from echelon.v1 import membership_pb2 as mpb
@@ -57,6 +58,12 @@ class AgentMetrics:
         self.overflows = Counter("echelon_agent_backlog_overflows_total", "Subscriptions closed past their "
                                  "backlog bound (RESOURCE_EXHAUSTED).", registry=r)
         self.subscriptions = Gauge("echelon_agent_subscriptions", "Subscriptions held.", registry=r)
+        self.reconciled = Counter("echelon_agent_subscriptions_reconciled_total", "Differences reconciliation "
+                                  "fixed: tier (held by the matchers, not here: removed there), agent (held here, "
+                                  "lost by the matchers: registered again), stream (ephemeral, no stream: closed "
+                                  "here).", ["direction"], registry=r)
+        self.removals_queued = Gauge("echelon_agent_subscription_removals_queued", "Subscription removals not "
+                                     "yet acknowledged by a matcher (retried).", registry=r)
         self.latency = Histogram("echelon_agent_delivery_latency_seconds", "Publish to local enqueue.",
                                  buckets=LATENCY_BUCKETS, registry=r)
         self.copies = Counter("echelon_agent_copies_sent_total", "Frames sent, as tree root or as relay.",
@@ -82,7 +89,7 @@ class AgentNode(Node):
 
     def __init__(self, config: NodeConfig, max_backlog: int = 10_000, window_bytes: int = 8 << 20,
                  dissemination: str = "lbdd", slice_bytes: int = 65536, stripes: int = 8,
-                 park_seconds: float = PARK_SECONDS):
+                 park_seconds: float = PARK_SECONDS, reconcile_seconds: float = PERIOD):
         super().__init__(config)
         if dissemination not in ("lbdd", "p2p"):
             raise ValueError(f"dissemination {dissemination!r}: lbdd or p2p")
@@ -96,17 +103,21 @@ class AgentNode(Node):
         self.slice_bytes = slice_bytes
         self.stripes = stripes
         self.park_seconds = park_seconds
+        self.reconcile_seconds = reconcile_seconds
         self.stopping = False
         self.plane: DataPlane | None = None
         self._ready = asyncio.Event()  # the data plane exists: frames may be taken
         self.metrics = AgentMetrics(self.registry)
         self.subs: dict[str, Subscription] = {}  # by name
         self.links: dict[str, Link] = {}
-        self.dedup = DedupWindow()
+        self.dedup = DedupWindow()  # message ids delivered here
+        self.accepted = DedupWindow(capacity=200_000)  # message ids published here, with digests
         self.matching: MatchClient | None = None
+        self.reconciler: Reconciler | None = None
         self._queue: asyncio.Queue[tuple[pb.Event, bytes, asyncio.Future]] = asyncio.Queue()
         self._dispatcher: asyncio.Task | None = None
         self._expiry: asyncio.Task | None = None
+        self._reconcile: asyncio.Task | None = None
         self._ephemeral = 0
         pubsub = PubSubServicer(self)
         self.server.add(pgrpc.add_PubSubServicer_to_server, pubsub, ppb.DESCRIPTOR.services_by_name["PubSub"].full_name)
@@ -135,15 +146,23 @@ class AgentNode(Node):
         self.plane = DataPlane(self, trees, self.slice_bytes, park_seconds=self.park_seconds)
         self._ready.set()
         self.matching = MatchClient(self.membership)
+        self.metrics.removals_queued.set_function(lambda: self.matching.removals_queued)
+        self.matching.start()
         self.matching.on_view()
+        self.reconciler = Reconciler(self.config.id, self.matching, self._close_orphans, self.metrics.reconciled,
+                                     self.reconcile_seconds)
         self._dispatcher = asyncio.create_task(self._dispatch_loop(), name="dispatcher")
         self._expiry = asyncio.create_task(self._expire_loop(), name="park-expiry")
+        self._reconcile = asyncio.create_task(self.reconciler.run(), name="reconcile")
 
     async def on_stop(self) -> None:
         self.stopping = True  # from here on nothing is acknowledged or re-routed
-        for task in (self._dispatcher, self._expiry):
+        for task in (self._dispatcher, self._expiry, self._reconcile):
             if task:
                 task.cancel()
+        # Ephemeral subscriptions end with this process: their removals go out with the flush.
+        for sub in [s for s in self.subs.values() if not s.named]:
+            self.close_subscription(sub)
         await asyncio.gather(*(link.close() for link in self.links.values()), return_exceptions=True)
         if self.matching:
             await self.matching.close()
@@ -295,22 +314,39 @@ class AgentNode(Node):
             return
         self.metrics.overflows.inc()
         log.warning("subscription %s overflowed its backlog of %d", sub.id, sub.max_backlog)
-        asyncio.create_task(self.close_subscription(sub))
+        self.close_subscription(sub)
 
-    async def close_subscription(self, sub: Subscription) -> None:
+    def close_subscription(self, sub: Subscription) -> asyncio.Future:
+        """Remove a subscription here at once (no await: a cancelled caller cannot stop
+        half-way) and queue its removal from the tier; the future says when a matcher
+        acknowledged it."""
+        if sub.closed:
+            done = asyncio.get_running_loop().create_future()
+            done.set_result(None)
+            return done
         sub.closed = True
         sub.changed.set()
         if self.subs.get(sub.name) is sub:
             del self.subs[sub.name]
         self.metrics.subscriptions.set(len(self.subs))
         self._advertise()
-        if not self.stopping:  # stopping: the matcher channels are closed; matchers drop us with the view
-            await self.matching.remove([sub.id])
+        return self.matching.unregister([sub.id])
+
+    def _close_orphans(self) -> int:
+        """Ephemeral subscriptions no stream holds (none can attach again): closed."""
+        orphans = [s for s in self.subs.values() if not s.named and not s.attached]
+        for sub in orphans:
+            log.warning("subscription %s had no stream: closed", sub.id)
+            self.close_subscription(sub)
+        return len(orphans)
 
     def _advertise(self) -> None:
         self.membership.set_topics(set(), {s.topic for s in self.subs.values()})
 
     async def open_subscription(self, open_: ppb.SubscriptionOpen) -> Subscription:
+        """Open (or resume) a subscription attached to the caller's stream, registered on the
+        tier. From the moment it is held here every way out (an error, the caller
+        cancelled) closes it again, so neither this agent nor the tier keeps a ghost."""
         topic = await self.topic(open_.topic)
         flt = filter_from_request(open_.filter, open_.filter_text)
         flt.validate(self.schema(topic))
@@ -324,24 +360,36 @@ class AgentNode(Node):
                     raise AlreadyExists(f"subscription {name!r} is attached to another stream")
                 if sub.topic != topic.name:
                     raise FailedPrecondition(f"subscription {name!r} is on topic {sub.topic!r}")
+                sub.attach(open_.credits)
                 if sub.filter != flt:
-                    await self._register(sub.id, topic.name, flt)
+                    # The new filter is wanted from here; if the tier cannot be reached now,
+                    # reconciliation registers it later.
                     sub.filter = flt
+                    try:
+                        await self._register(sub)
+                    except BaseException:
+                        sub.detach()
+                        raise
                 return sub
         else:
             self._ephemeral += 1
             name = f"~{self._ephemeral}"
         sub = Subscription(f"{self.config.id}/{name}", name, topic.name, flt, self.max_backlog)
-        await self._register(sub.id, topic.name, flt)
+        sub.attach(open_.credits)
         self.subs[name] = sub
         self.metrics.subscriptions.set(len(self.subs))
         self._advertise()
+        try:
+            await self._register(sub)
+        except BaseException:  # refused, unreachable, or the client went away meanwhile
+            self.close_subscription(sub)
+            raise
         return sub
 
-    async def _register(self, sid: str, topic: str, flt) -> None:
+    async def _register(self, sub: Subscription) -> None:
         try:
-            await self.matching.register([xpb.Subscription(id=sid, agent=self.config.id, topic=topic,
-                                                           filter=filter_to_pb(flt))])
+            await self.matching.register([xpb.Subscription(id=sub.id, agent=self.config.id, topic=sub.topic,
+                                                           filter=filter_to_pb(sub.filter))])
         except grpc.aio.AioRpcError as e:
             raise InvalidArgument(e.details()) if e.code() == grpc.StatusCode.INVALID_ARGUMENT \
                 else Unavailable(e.details()) from None
@@ -358,16 +406,39 @@ class PubSubServicer(pgrpc.PubSubServicer):
         topic = await node.topic(req.topic)
         attrs = attributes_from_pb(req.attributes)
         node.schema(topic).validate_event(attrs)
+        key = (producer, seq)
+        digest = event_digest(topic.name, req.attributes, req.ordering_key, payload)
+        seen, entry = node.accepted.offer(key, time.monotonic(), digest)
+        if seen is Seen.DIFFERENT:
+            raise AlreadyExists(f"message id {producer}:{seq} was already used for a different event (within the "
+                                f"dedup window): publish it under a new sequence")
+        if seen is Seen.SAME:
+            return entry  # a duplicate: answered as the first copy, not published again
         event = pb.Event(id=pb.MessageId(producer_id=producer, sequence=seq), topic=topic.name,
                          attributes=req.attributes, ordering_key=req.ordering_key,
                          publish_time_unix_nanos=time.time_ns())
-        return node.submit(event, payload)
+        future = entry.outcome = node.submit(event, payload)
+
+        def settled(f: asyncio.Future) -> None:
+            if f.cancelled() or f.exception() is not None:
+                node.accepted.forget(key)  # not published: a retry may publish it
+            else:
+                entry.outcome = f.result()[0]  # the destinations, for duplicates to come
+
+        future.add_done_callback(settled)
+        return future
 
     async def _ack(self, req: ppb.PublishRequest, producer: str, seq: int, accepted) -> ppb.PublishAck:
         ack = ppb.PublishAck(producer_id=producer, sequence=seq)
         try:
             if isinstance(accepted, BaseException):
                 raise accepted
+            if isinstance(accepted, Entry):
+                ack.duplicate = True
+                first = accepted.outcome
+                ack.destinations = first if isinstance(first, int) else (await asyncio.shield(first))[0]
+                self.node.metrics.published.labels("duplicate").inc()
+                return ack
             destinations, deliveries = await accepted
             ack.destinations = destinations
             if req.ack_level == ppb.ACK_LEVEL_DELIVERED and deliveries:
@@ -433,10 +504,8 @@ class PubSubServicer(pgrpc.PubSubServicer):
         first = await anext(request_iterator.__aiter__(), None)
         if first is None or not first.HasField("open"):
             raise InvalidArgument("the first request of a subscription must be `open`")
+        # Attached and registered; if this await is cancelled, the open closes it itself.
         sub = await node.open_subscription(first.open)
-        sub.attach(first.open.credits)
-        # Headers now: the client's `start()` returns once the subscription is registered.
-        await context.send_initial_metadata((("x-echelon-subscription", sub.id),))
 
         async def read():
             async for req in request_iterator:
@@ -445,8 +514,11 @@ class PubSubServicer(pgrpc.PubSubServicer):
                 else:
                     raise InvalidArgument("`open` may only be sent once")
 
-        reader = asyncio.create_task(read())
-        try:
+        reader = None
+        try:  # entered with no await since the open: every way out below runs the cleanup
+            # Headers now: the client's `start()` returns once the subscription is registered.
+            await context.send_initial_metadata((("x-echelon-subscription", sub.id),))
+            reader = asyncio.create_task(read())
             while True:
                 if sub.overflowed:
                     raise ResourceExhausted(f"subscription {sub.name!r} passed its backlog bound of "
@@ -469,17 +541,21 @@ class PubSubServicer(pgrpc.PubSubServicer):
                     node.metrics.redeliveries.inc()
                 yield ppb.Delivery(delivery_id=delivery_id, subscription=sub.name, event=pending.event,
                                    redelivery_count=pending.redeliveries)
-        finally:
-            reader.cancel()
+        finally:  # no await here: a cancelled stream runs it to the end
+            if reader is not None:
+                reader.cancel()
             sub.detach()
-            if not sub.named and not sub.closed:
-                await node.close_subscription(sub)
+            if not sub.named:
+                node.close_subscription(sub)
 
     async def Unsubscribe(self, request, context):
+        """Gone from this agent at once; the answer waits (up to the matcher timeout) for the
+        tier to acknowledge the removal, which is retried after that if it must be."""
         sub = self.node.subs.get(request.subscription)
         if sub is None:
             raise NotFound(f"subscription {request.subscription!r} does not exist on this agent")
-        await self.node.close_subscription(sub)
+        removed = self.node.close_subscription(sub)
+        await asyncio.wait([removed], timeout=self.node.matching.timeout)
         return ppb.UnsubscribeResponse()
 
 
