@@ -59,7 +59,7 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict, deque
-from typing import Callable
+from typing import Callable, Protocol
 
 from echelon.agent.slices import Reassembler, slice_count, slice_event
 from echelon.agent.trees import Trees
@@ -115,18 +115,29 @@ class Job:
     arm = tick
 
 
+class Host(Protocol):
+    """What the data plane needs of its agent, and nothing more (server.PlaneHost)."""
+
+    id: str
+    address: str
+    metrics: object  # counters: copies (labelled "as"), rerouted, lost, parked, unparked
+    dedup: object  # `key in dedup`: a message id already delivered here
+    stopping: bool  # from then on nothing is acknowledged or re-routed
+
+    def link(self, member) -> object:
+        """The `links.Link` to a member (made on first use)."""
+
+    def deliver_local(self, event: pb.Event) -> int:
+        """Offer an event to the local subscriptions, once per message id."""
+
+
 class DataPlane:
-    """What the agent sends where, and when it may acknowledge; the node does the I/O.
+    """What the agent sends where, and when it may acknowledge; the host does the I/O."""
 
-    `node` provides: `config.id`, `address`, `link(member)` (a `links.Link`),
-    `deliver_local(event)`, `dedup`, `metrics` (copies, rerouted, lost, parked,
-    unparked), `stopping`.
-    """
-
-    def __init__(self, node, trees: Trees, slice_bytes: int = 65536, park_seconds: float = PARK_SECONDS,
+    def __init__(self, node: Host, trees: Trees, slice_bytes: int = 65536, park_seconds: float = PARK_SECONDS,
                  park_messages: int = PARK_MESSAGES, park_bytes: int = PARK_BYTES):
         self.node = node
-        self.id = node.config.id
+        self.id = node.id
         self.trees = trees
         self.slice_bytes = slice_bytes
         self.holds: OrderedDict[tuple, Hold] = OrderedDict()

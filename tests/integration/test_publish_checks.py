@@ -94,3 +94,17 @@ async def test_attribute_sizes_are_bounded(cluster):
         with pytest.raises(grpc.aio.AioRpcError) as err:
             await pgrpc.AdminStub(ch).CreateTopic(ppb.CreateTopicRequest(name="bad", schema=pb.Schema(attributes=[spec])))
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "max_length 1048576: 1 to 65536" in err.value.details()
+
+
+async def test_a_recreated_topic_is_validated_with_its_new_schema(cluster):
+    """The agent caches parsed schemas by topic version (creation time): a topic deleted and
+    created again with another schema is checked against the new one."""
+    c0 = cluster.client(0)
+    address = cluster.agent_nodes[0].address
+    await c0.create_topic("t", ["n:int:0:9"])
+    assert [a.code for a in await publish_raw(address, [request(1, {"n": 1})])] == [0]
+    await c0.delete_topic("t")
+    await c0.create_topic("t", ["s:string"])
+    acks = await publish_raw(address, [request(2, {"s": "x"}), request(3, {"n": 1})])
+    assert acks[0].code == 0
+    assert acks[1].code == grpc.StatusCode.INVALID_ARGUMENT.value[0] and "'n': unknown attribute" in acks[1].error
