@@ -51,6 +51,11 @@ each of A's stripes B's slice arrives after A's slices, so B completes after A: 
 is needed. Otherwise the root fences: it waits until such predecessors are acknowledged
 (`_fence`). Consecutive bulk messages use the same schedule prefix and so never wait; a
 small event right after a striped payload waits for it.
+
+Why one module past 400 lines: holds, frames, the path update and parking are one
+bookkeeping (a parked destination is a re-route that waits; a frame settles holds that
+the root's fences and a relay's acks both read); split apart, each part would reach
+into the others' state. The agent sees it through `Host` only.
 """
 
 from __future__ import annotations

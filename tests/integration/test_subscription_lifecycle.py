@@ -32,9 +32,7 @@ from echelon.v1 import pubsub_pb2_grpc as pgrpc
 from tests.harness import Cluster, wait_for
 
 SCHEMA = ["x:int:0:999"]
-CHURN = 300  # subscriptions opened and cancelled by the test itself
-KILLED = 3  # subscriber processes, each opening SUB_PER_PROCESS, killed at a random moment
-SUB_PER_PROCESS = 25
+SUB_PER_PROCESS = 25  # subscriptions a subscriber process opens before it is killed
 
 # A subscriber process: opens subscriptions one after another, reading what arrives,
 # until it is killed. It prints a line per opened subscription.
@@ -135,11 +133,12 @@ async def churn_one(client: Client, rng: random.Random, deliveries: int) -> str:
     return when
 
 
-async def test_cancelled_and_killed_subscriptions_leave_no_trace():
-    """CHURN subscriptions cancelled right after the open request, after the headers, or
-    during their first deliveries, while a matcher joins (a handoff) and subscriber
-    processes are killed. Reconciliation is kept out of it (one round at start only), so
-    the lifecycle alone must leave nothing behind."""
+@pytest.mark.parametrize("churn, killed", [(300, 3), pytest.param(3000, 12, marks=pytest.mark.slow)])
+async def test_cancelled_and_killed_subscriptions_leave_no_trace(churn, killed):
+    """`churn` subscriptions cancelled right after the open request, after the headers, or
+    during their first deliveries, while a matcher joins (a handoff) and `killed`
+    subscriber processes are killed. Reconciliation is kept out of it (one round at start
+    only), so the lifecycle alone must leave nothing behind. (The 3000 run: `-m slow`.)"""
     cluster = Cluster(agents=2, matchers=2, agent_kwargs={"reconcile_seconds": 3600})
     await cluster.start()
     procs: list[subprocess.Popen] = []
@@ -156,7 +155,7 @@ async def test_cancelled_and_killed_subscriptions_leave_no_trace():
                 await asyncio.sleep(0.005)
 
         publisher = asyncio.create_task(publish_forever())
-        for i in range(KILLED):
+        for i in range(killed):
             procs.append(spawn_subscriber(cluster.agent_nodes[i % 2].address, SUB_PER_PROCESS))
         rng = random.Random(8)
         kills = [kill_after(p, rng.randrange(3, SUB_PER_PROCESS)) for p in procs]
@@ -166,10 +165,10 @@ async def test_cancelled_and_killed_subscriptions_leave_no_trace():
         handing_off = 0
         started = asyncio.Event()
 
-        async def churn(k: int):
+        async def churn_at(k: int):
             nonlocal handing_off
             async with gate:
-                if k == CHURN // 3:
+                if k == churn // 3:
                     started.set()
                 if any(m.core.topics.get("t") and m.core.topics["t"].pending for m in cluster.matcher_nodes):
                     handing_off += 1
@@ -179,10 +178,10 @@ async def test_cancelled_and_killed_subscriptions_leave_no_trace():
             await started.wait()
             await cluster.add_matcher(2)  # a new layout: the topic is handed off meanwhile
 
-        await asyncio.gather(*(churn(k) for k in range(CHURN)), handoff(), *kills)
+        await asyncio.gather(*(churn_at(k) for k in range(churn)), handoff(), *kills)
         stop.set()
         await publisher
-        assert len(moments) == CHURN and {"after-open", "headers", "deliveries"} <= set(moments)
+        assert len(moments) == churn and {"after-open", "headers", "deliveries"} <= set(moments)
         assert handing_off > 0, "no subscription was opened during the handoff"
         matchers = [m.address for m in cluster.matcher_nodes]
 
