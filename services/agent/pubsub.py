@@ -39,8 +39,10 @@ class PubSubServicer(pgrpc.PubSubServicer):
         self._producers = 0
         self.accepted = DedupWindow(capacity=200_000)  # message ids published here, with digests
 
-    async def _accept(self, req: ppb.PublishRequest, producer: str, seq: int, payload: bytes) -> asyncio.Future:
-        """Validate and queue; raises a domain error for a bad request (nothing queued)."""
+    async def _accept(self, req: ppb.PublishRequest, producer: str, seq: int,
+                      payload: bytes) -> asyncio.Future | Entry:
+        """Validate and queue (the future of its dispatch), or the window's entry of the first
+        copy for a duplicate; raises a domain error for a bad request (nothing queued)."""
         node = self.node
         topic = await node.topics.get(req.topic)
         attrs = attributes_from_pb(req.attributes)

@@ -44,7 +44,6 @@ class Reconciler:
         self.orphans = orphans  # closes ephemeral subscriptions without a stream; returns how many
         self.counter = counter  # labels(direction)
         self.period = period
-        self.rounds = 0
 
     async def run(self) -> None:
         while True:
@@ -63,7 +62,6 @@ class Reconciler:
         except (EchelonError, grpc.aio.AioRpcError) as e:
             log.info("reconciliation skipped: %s", e)
             return False
-        self.rounds += 1
         if not response.buckets:
             return True
         d = diff(ours, [(h.id, h.version) for h in response.holdings], response.buckets, BUCKETS)

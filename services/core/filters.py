@@ -156,8 +156,8 @@ class Filter:
 
 @dataclass
 class _Range:
-    """The values one attribute may take: from `lo` to `hi` (None: unbounded), each end
-    open or closed, minus the points in `excluded`."""
+    """The range one attribute may take: from `lo` to `hi` (None: unbounded), each end
+    open or closed (the points `!=` removes are kept apart)."""
 
     lo: Value | None = None
     lo_open: bool = False

@@ -17,6 +17,7 @@ from typing import Iterable, Mapping
 
 BUCKETS = 64
 MAX_BUCKETS = 4096
+DIGEST_BYTES = 8
 
 Holding = tuple[str, int]  # (subscription id, version)
 
@@ -30,7 +31,8 @@ def digests(holdings: Iterable[Holding], n: int = BUCKETS) -> list[bytes]:
     lines: dict[int, list[str]] = defaultdict(list)
     for sid, version in holdings:
         lines[bucket_of(sid, n)].append(f"{sid}\0{version}\n")
-    return [hashlib.blake2b("".join(sorted(lines.get(b, ()))).encode(), digest_size=8).digest() for b in range(n)]
+    return [hashlib.blake2b("".join(sorted(lines.get(b, ()))).encode(), digest_size=DIGEST_BYTES).digest()
+            for b in range(n)]
 
 
 def differing(ours: list[bytes], theirs: Iterable[Holding]) -> tuple[list[int], list[Holding]]:

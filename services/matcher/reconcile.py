@@ -20,15 +20,13 @@ import logging
 import time
 
 from echelon.agent.dataplane import PARK_SECONDS
-from echelon.core.holdings import MAX_BUCKETS, Holding, differing
+from echelon.core.holdings import DIGEST_BYTES, MAX_BUCKETS, Holding, differing
 from echelon.matcher.peers import GrpcTransport, PeerUnavailable
 from echelon.matcher.tier import MatcherCore
 from echelon.runtime.errors import InvalidArgument, Unavailable
 from echelon.v1 import matcher_pb2 as xpb
 
 log = logging.getLogger("echelon.matcher.reconcile")
-
-DIGEST_BYTES = 8
 
 
 def holdings(core: MatcherCore, agent: str) -> list[Holding]:
