@@ -33,21 +33,25 @@ from tests.harness import Cluster, wait_for
 SCHEMA = ["x:int:0:999"]
 SUB_PER_PROCESS = 25  # subscriptions a subscriber process opens before it is killed
 
-# A subscriber process: opens subscriptions one after another, reading what arrives,
-# until it is killed. It prints a line per opened subscription.
+# A subscriber process: starts opening a subscription every 10 ms without waiting for
+# the last (so some are always in flight) until it is killed; prints a line per
+# subscription the agent has confirmed.
 SUBSCRIBER = """
 import asyncio, sys
 from echelon.client import Client
+
+def opened(task):
+    if not task.cancelled() and task.exception() is None:
+        print("opened", flush=True)
 
 async def main(address, n):
     client = Client(address)
     subs = []
     for i in range(n):
         sub = client.subscribe("t", f"x >= {i}")
-        asyncio.ensure_future(sub.start())
+        asyncio.ensure_future(sub.start()).add_done_callback(opened)
         subs.append(sub)
         await asyncio.sleep(0.01)
-        print("opened", i, flush=True)
     await asyncio.sleep(3600)
 
 asyncio.run(main(sys.argv[1], int(sys.argv[2])))
@@ -100,15 +104,22 @@ def spawn_subscriber(address: str, n: int) -> subprocess.Popen:
                             stderr=subprocess.DEVNULL, env=env, start_new_session=True)
 
 
-async def kill_after(proc: subprocess.Popen, opened: int) -> None:
-    """SIGKILL once the process has opened `opened` subscriptions (others are in flight)."""
+async def read_lines(proc: subprocess.Popen, n: int) -> None:
+    """Wait for `n` lines from a subscriber process (or its end)."""
     loop = asyncio.get_running_loop()
-    for _ in range(opened):
-        line = await loop.run_in_executor(None, proc.stdout.readline)
-        if not line:
-            break
+    for _ in range(n):
+        if not await loop.run_in_executor(None, proc.stdout.readline):
+            return
+
+
+async def kill_after(proc: subprocess.Popen, opened: int) -> None:
+    """SIGKILL once `opened` of the process's subscriptions are confirmed (others are in flight)."""
+    try:
+        await asyncio.wait_for(read_lines(proc, opened), 20)
+    except asyncio.TimeoutError:
+        pass  # killed all the same; the test checks what is left, not how many opened
     proc.send_signal(signal.SIGKILL)
-    await loop.run_in_executor(None, proc.wait)
+    await asyncio.get_running_loop().run_in_executor(None, proc.wait)
 
 
 async def churn_one(client: Client, rng: random.Random, deliveries: int) -> str:
@@ -213,13 +224,6 @@ def reconciled(metrics_text: str) -> dict[str, float]:
     return out
 
 
-async def read_lines(proc: subprocess.Popen, n: int) -> None:
-    loop = asyncio.get_running_loop()
-    for _ in range(n):
-        if not await loop.run_in_executor(None, proc.stdout.readline):
-            return
-
-
 async def test_an_agent_killed_and_restarted_clears_what_it_left_in_the_tier(tmp_path):
     """Real processes: subscriber processes open subscriptions on agent-1 while it is
     killed (SIGKILL, registrations in flight); the tier still holds them. The restarted
@@ -235,11 +239,11 @@ async def test_an_agent_killed_and_restarted_clears_what_it_left_in_the_tier(tmp
         async with Client(a0.address) as c0:
             await c0.create_topic("t", SCHEMA)
             procs = [spawn_subscriber(a1.address, 60) for _ in range(2)]
-            await asyncio.gather(*(read_lines(p, 15) for p in procs))
+            await asyncio.wait_for(asyncio.gather(*(read_lines(p, 15) for p in procs)), 30)
             a1.popen.send_signal(signal.SIGKILL)
             a1.popen.wait()
             left = await tier_holdings(matchers[0], "agent-1")
-            assert len(left) >= 20, left  # the ghosts of the dead process
+            assert len(left) >= 30, left  # the ghosts of the dead process
             for p in procs:
                 p.kill()
                 p.wait()
