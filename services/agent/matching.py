@@ -47,6 +47,7 @@ RETRY = 0.1  # first pause between rounds of retries (doubling up to MAX_RETRY)
 MAX_RETRY = 2.0
 REMOVE_BATCH = 1000
 FLUSH_SECONDS = 2.0  # at stop, queued removals are sent for at most this long
+FRESH_SECONDS = 30.0  # a matcher this agent refilled this recently is sent removals directly too
 
 
 class MatchClient:
@@ -61,6 +62,7 @@ class MatchClient:
         self._remover: asyncio.Task | None = None
         self._tokens = itertools.count(1)
         self._known: dict[str, int] = {}  # matcher id -> incarnation already filled
+        self._filled_at: dict[str, float] = {}  # matcher id -> when this agent refilled it
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._stream = None
         self._stream_matcher: str | None = None
@@ -183,8 +185,10 @@ class MatchClient:
                 await asyncio.gather(*pending, return_exceptions=True)
             batch = {i: t for i, t in batch.items() if self._removals.get(i) == t}  # not registered again
             if batch:
+                request = xpb.RemoveRequest(ids=list(batch), version=self._version())
                 try:
-                    await self.call("Remove", xpb.RemoveRequest(ids=list(batch), version=self._version()))
+                    await self.call("Remove", request)
+                    await self._tell_fresh(request)
                 except (Unavailable, grpc.aio.AioRpcError) as e:
                     log.warning("removing %d subscriptions failed (%s): retrying in %.1f s", len(batch), e, delay)
                     await asyncio.sleep(delay)
@@ -195,6 +199,18 @@ class MatchClient:
                 if self._removals.get(i) == t:
                     del self._removals[i]
             self._settle_waiters()
+
+    async def _tell_fresh(self, request: xpb.RemoveRequest) -> None:
+        """A matcher refilled lately may not be in the entry's view yet, so the entry's drop
+        would miss the copies the refill gave it: it gets the removal directly (best effort:
+        the same version, so the order with any registration stays right)."""
+        now = time.monotonic()
+        fresh = [m for m in self.matchers() if now - self._filled_at.get(m.id, -FRESH_SECONDS) < FRESH_SECONDS]
+        results = await asyncio.gather(*(self._stub(m).Remove(request, timeout=self.timeout) for m in fresh),
+                                       return_exceptions=True)
+        for m, r in zip(fresh, results):
+            if isinstance(r, BaseException):
+                log.info("removal sent to the fresh matcher %s failed: %s", m.id, r)
 
     def _settle_waiters(self) -> None:
         still = []
@@ -216,6 +232,7 @@ class MatchClient:
             try:
                 if self.subscriptions:
                     req = xpb.RegisterRequest(subscriptions=list(self.subscriptions.values()))
+                    self._filled_at[m.id] = time.monotonic()
                     await self._stub(m).Register(req, timeout=self.timeout)
                 self._known[m.id] = m.incarnation
             except grpc.aio.AioRpcError as e:

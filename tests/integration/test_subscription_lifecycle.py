@@ -198,8 +198,15 @@ async def test_cancelled_and_killed_subscriptions_leave_no_trace(churn, killed):
         async def destinations():
             return await pub.publish("t", {"x": 999})
 
-        await wait_for(lambda: nothing_left(matchers, destinations), timeout=30, interval=0.3,
-                       what="no subscription left in the matcher tier")
+        try:
+            await wait_for(lambda: nothing_left(matchers, destinations), timeout=30, interval=0.3,
+                           what="no subscription left in the matcher tier")
+        except AssertionError as e:  # say what was left, and where, for whoever debugs it
+            left = {m.config.id: {k: (c.agent, c.version) for k, c in m.core.copies.items()}
+                    for m in cluster.matcher_nodes}
+            agents = {a.config.id: (list(a.subs), dict(a.matching._removals), list(a.matching.registering))
+                      for a in cluster.agent_nodes}
+            raise AssertionError(f"{e}: copies {left}; agents (subs, removals queued, registering) {agents}")
         for agent in cluster.agent_nodes:
             assert agent.subs == {} and agent.metrics.subscriptions._value.get() == 0
             assert await tier_holdings(matchers[0], agent.config.id) == []
