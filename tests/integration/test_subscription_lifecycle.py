@@ -21,7 +21,7 @@ from echelon.agent.subscriptions import Subscription
 from echelon.client import Client
 from echelon.core.filters import parse
 from echelon.core.holdings import BUCKETS, digests
-from echelon.local import LocalCluster
+from echelon.launch import Cluster as ProcessCluster, Loopback
 from echelon.runtime.wire import attributes_to_pb, filter_to_pb
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import matcher_pb2 as xpb
@@ -236,8 +236,8 @@ async def test_an_agent_killed_and_restarted_clears_what_it_left_in_the_tier(tmp
     killed (SIGKILL, registrations in flight); the tier still holds them. The restarted
     agent reconciles at its start: the tier ends up holding nothing, a publish reaches no
     destination, and the agent counted what it removed."""
-    cluster = LocalCluster(agents=2, matchers=2, memberships=1, base_port=0, log_dir=tmp_path,
-                           extra={"agent": ["--reconcile-seconds", "1"]})
+    cluster = ProcessCluster(agents=2, matchers=2, memberships=1, placement=Loopback(0), log_dir=tmp_path,
+                             extra={"agent": ["--reconcile-seconds", "1"]})
     await cluster.start()
     procs: list[subprocess.Popen] = []
     try:
@@ -254,13 +254,12 @@ async def test_an_agent_killed_and_restarted_clears_what_it_left_in_the_tier(tmp
             for p in procs:
                 p.kill()
                 p.wait()
-            cluster.spawn(a1)
-            await cluster.wait_serving(a1, 60)
+            await cluster.launch(a1)
             pub = c0.publisher()
             await wait_for(lambda: nothing_left(matchers, lambda: pub.publish("t", {"x": 999})), timeout=30,
                            interval=0.3, what="the restarted agent's ghosts removed")
             assert await tier_holdings(matchers[1], "agent-1") == []
-        page = urllib.request.urlopen(f"http://127.0.0.1:{a1.metrics_port}/metrics", timeout=5).read().decode()
+        page = urllib.request.urlopen(f"http://{a1.metrics}/metrics", timeout=5).read().decode()
         assert reconciled(page).get("tier", 0) >= len(left)
     finally:
         for p in procs:
