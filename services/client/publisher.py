@@ -52,11 +52,14 @@ class PublishResult:
     """The agent's ack of one publish.
 
     `destinations`: agents that held a matching subscription at publish time (0: nobody
-    was subscribed to it)."""
+    was subscribed to it). `duplicate`: the agent had already accepted this (producer id,
+    sequence) for the same event (a retry after a lost ack): it was not published again,
+    and `destinations` are the first copy's."""
 
     producer_id: str
     sequence: int
     destinations: int
+    duplicate: bool = False
 
 
 class Publisher:
@@ -225,7 +228,7 @@ class Publisher:
                     if ack.code:
                         entry[1].set_exception(from_status(ack.code, ack.error))
                     else:
-                        entry[1].set_result(PublishResult(ack.producer_id, ack.sequence, ack.destinations))
+                        entry[1].set_result(PublishResult(ack.producer_id, ack.sequence, ack.destinations, ack.duplicate))
                 if self._closed and not self._pending:
                     return  # our half-close ended the stream
             except grpc.aio.AioRpcError as e:

@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from echelon.client import AckLevel, PublishResult, errors
+from echelon.client import DELIVERED, AckLevel, PublishResult, errors
 from tests.harness import wait_for
 
 SCHEMA = ["Symbol:string", "High:float:0:500"]
@@ -124,3 +124,19 @@ async def test_drain_with_publishes_in_flight_loses_none_and_lets_none_after(clu
     assert len(acked) == sum(map(len, accepted.values()))  # every accepted publish was acked: none lost
     received = [(m.producer_id, m.sequence) for m in got]
     assert len(received) == len(set(received)) and set(received) == acked  # exactly those, once each
+
+
+async def test_a_retry_of_an_accepted_publish_is_marked_duplicate(cluster):
+    c0, c1 = cluster.client(0), cluster.client(1)
+    await c0.create_topic("t")
+    async with c1.subscribe("t", "") as sub:
+        # Three publishers with one producer id: each numbers from 1, as a restarted producer would.
+        first, again, other = (c0.publisher("retrying", DELIVERED) for _ in range(3))
+        assert await first.publish("t", {"n": 1}) == PublishResult("retrying", 1, 1, duplicate=False)
+        # The same (producer, sequence) and event: a retry after a lost ack.
+        assert await again.publish("t", {"n": 1}) == PublishResult("retrying", 1, 1, duplicate=True)
+        with pytest.raises(errors.AlreadyExists):  # the same id for another event
+            await other.publish("t", {"n": 2})
+        assert (await sub.next(timeout=5)).attributes == {"n": 1}
+        with pytest.raises(errors.Timeout):
+            await sub.next(timeout=0.3)  # delivered once

@@ -1,4 +1,4 @@
-"""The programs in examples/ run against a real local cluster (processes, as `echelon up`)."""
+"""The programs in examples/ run against a real local cluster (processes from the launcher, as `echelon up`)."""
 
 from __future__ import annotations
 
@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from echelon.local import LocalCluster
+from echelon.launch import Cluster, Loopback
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def agents(tmp_path_factory):
-    cluster = LocalCluster(agents=3, matchers=1, memberships=1, base_port=0,
-                           log_dir=tmp_path_factory.mktemp("logs"))
+    cluster = Cluster(agents=3, matchers=1, memberships=1, placement=Loopback(0),
+                      log_dir=tmp_path_factory.mktemp("logs"))
     try:
         asyncio.run(cluster.start())
         yield [f"--agent={a}" for a in cluster.agent_addresses()]

@@ -38,6 +38,7 @@ def test_the_distribution_declares_only_grpcio_and_protobuf():
     server = {requirement_name(r) for r in extras["server"]}
     assert server >= {"grpcio-health-checking", "grpcio-reflection", "prometheus-client", "numpy", "click", "rich"}
     assert "server" in (ROOT / "Makefile").read_text().split("pip install -q -e '.[", 1)[1].split("]'")[0]
+    assert 'pip install --no-cache-dir ".[server]"' in (ROOT / "Dockerfile").read_text()  # the services' image
 
 
 def module_file(name: str) -> Path | None:
