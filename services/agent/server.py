@@ -46,10 +46,17 @@ MAX_ACKS_IN_FLIGHT = 1024  # per Publish stream: past it we stop reading (HTTP/2
 
 class AgentMetrics:
     def __init__(self, r):
-        self.published = Counter("echelon_agent_published_total", "Publish requests, by result.", ["result"],
-                                 registry=r)
+        # `topic` only on accepted publishes (a refused one may name any topic: unbounded).
+        self.published = Counter("echelon_agent_published_total", "Publish requests, by topic and result.",
+                                 ["topic", "result"], registry=r)
         self.deliveries = Counter("echelon_agent_deliveries_total", "Deliveries sent to subscriber streams.",
-                                  registry=r)
+                                  ["topic"], registry=r)
+        self.acks = Counter("echelon_agent_acks_total", "Deliveries acknowledged by subscribers.", ["topic"],
+                            registry=r)
+        self.backlog_max = Gauge("echelon_agent_subscription_backlog_max", "The deepest backlog (queued and "
+                                 "unacknowledged messages) of any subscription held.", registry=r)
+        self.backlog_bound = Gauge("echelon_agent_subscription_backlog_bound", "The backlog bound past which a "
+                                   "subscription is closed with RESOURCE_EXHAUSTED.", registry=r)
         self.redeliveries = Counter("echelon_agent_redeliveries_total", "Deliveries sent again after a stream "
                                     "ended unacknowledged.", registry=r)
         self.duplicates = Counter("echelon_agent_duplicates_dropped_total", "Messages dropped by the dedup window.",
@@ -126,6 +133,8 @@ class AgentNode(Node):
                                       registry=self.registry)
         self.metrics.reassembling.set_function(lambda: len(self.plane.reassembler) if self.plane else 0)
         self.metrics.parked_now.set_function(lambda: self.plane.parked_count if self.plane else 0)
+        self.metrics.backlog_max.set_function(lambda: max((s.depth for s in list(self.subs.values())), default=0))
+        self.metrics.backlog_bound.set(max_backlog)
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -372,13 +381,13 @@ class PubSubServicer(pgrpc.PubSubServicer):
             ack.destinations = destinations
             if req.ack_level == ppb.ACK_LEVEL_DELIVERED and deliveries:
                 await asyncio.gather(*deliveries)
-            self.node.metrics.published.labels("ok").inc()
+            self.node.metrics.published.labels(req.topic, "ok").inc()
         except Exception as e:  # noqa: BLE001 - reported in the ack, the stream goes on
             code, message = status_of(e) or (grpc.StatusCode.INTERNAL, f"internal error: {type(e).__name__}")
             if status_of(e) is None:
                 log.exception("publish failed")
             ack.code, ack.error = code.value[0], message
-            self.node.metrics.published.labels(code.name.lower()).inc()
+            self.node.metrics.published.labels("", code.name.lower()).inc()
         return ack
 
     async def Publish(self, request_iterator, context):
@@ -441,7 +450,7 @@ class PubSubServicer(pgrpc.PubSubServicer):
         async def read():
             async for req in request_iterator:
                 if req.HasField("ack"):
-                    sub.ack(req.ack.delivery_ids, req.ack.credits)
+                    node.metrics.acks.labels(sub.topic).inc(sub.ack(req.ack.delivery_ids, req.ack.credits))
                 else:
                     raise InvalidArgument("`open` may only be sent once")
 
@@ -464,7 +473,7 @@ class PubSubServicer(pgrpc.PubSubServicer):
                     waiter.cancel()
                     continue
                 delivery_id, pending = item
-                node.metrics.deliveries.inc()
+                node.metrics.deliveries.labels(sub.topic).inc()
                 if pending.redeliveries:
                     node.metrics.redeliveries.inc()
                 yield ppb.Delivery(delivery_id=delivery_id, subscription=sub.name, event=pending.event,

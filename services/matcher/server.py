@@ -81,16 +81,25 @@ class MatcherMetrics:
         self.copies = Gauge("echelon_matcher_copies", "Subscription copies held (primaries and mirrors).",
                             registry=registry)
         self.copies.set_function(lambda: len(core.copies))
+        self.handoffs = Counter("echelon_matcher_handoffs_total", "Layouts this matcher finished pushing (a "
+                                "plan or membership change moved zones).", registry=registry)
+        self.handoff_copies = Counter("echelon_matcher_handoff_copies_total", "Subscription copies sent to their "
+                                      "new holders in hand-offs.", registry=registry)
         registry.register(self)
         self._labelled: set[tuple[str, str]] = set()
         core.observe = self.observe
         core.on_change = self.prune
+        core.on_handoff = self.handoff
 
     def observe(self, topic: str, zone: str, events: int, matches: int, seconds: float) -> None:
         self._labelled.add((topic, zone))
         self.zone_events.labels(topic, zone).inc(events)
         self.zone_matches.labels(topic, zone).inc(matches)
         self.zone_latency.labels(topic, zone).observe(seconds)
+
+    def handoff(self, copies: int) -> None:
+        self.handoffs.inc()
+        self.handoff_copies.inc(copies)
 
     def prune(self) -> None:
         """Forget the label sets of zones this matcher holds no more."""

@@ -95,6 +95,7 @@ class MatcherCore:
         # Hooks for the service: per-zone match stats, and layout changes (metric labels).
         self.observe: Callable[[str, str, int, int, float], None] | None = None
         self.on_change: Callable[[], None] | None = None
+        self.on_handoff: Callable[[int], None] | None = None  # a layout pushed: copies sent
         self._changed = asyncio.Event()
         self._dirty = asyncio.Event()
         self._seq = 0
@@ -214,7 +215,10 @@ class MatcherCore:
         await asyncio.gather(*(self._send(topic, p, keys, copies, ts, layout) for p, copies in sends.items()))
         if ts.pending is layout:
             ts.pushed = layout.key
-            log.info("topic %s: pushed %d copies for layout %s", topic, sum(map(len, sends.values())), layout.key)
+            sent = sum(map(len, sends.values()))
+            log.info("topic %s: pushed %d copies for layout %s", topic, sent, layout.key)
+            if self.on_handoff:
+                self.on_handoff(sent)
             self._dirty.set()
             self._advance()
 
