@@ -206,9 +206,10 @@ def demo(agents, events, base_port, as_json) -> None:
 
 
 from echelon.commands import pub, status, sub, topic  # noqa: E402 - subcommands register below
+from echelon.observe.commands import top, topology  # noqa: E402
 from echelon.tools.tree_cmd import tree  # noqa: E402
 
-for command in (pub, sub, status, topic, tree):
+for command in (pub, sub, status, topic, top, topology, tree):
     cli.add_command(command)
 
 

@@ -35,6 +35,7 @@ REPLAN_PENDING = "the routing job (issue 10) exports these series once it runs"
 class Query:
     expr: str
     legend: str = ""
+    unit: str = ""  # when not the panel's
 
 
 @dataclass(frozen=True)
@@ -73,8 +74,8 @@ class Alert:
     labels: dict[str, str] = field(default_factory=dict)
 
 
-def q(expr: str, legend: str = "") -> Query:
-    return Query(" ".join(expr.split()), legend)
+def q(expr: str, legend: str = "", unit: str = "") -> Query:
+    return Query(" ".join(expr.split()), legend, unit)
 
 
 # -- recording rules: evaluated once by Prometheus, read by panels, alerts and the routing job
@@ -150,20 +151,20 @@ DATA_PLANE = Dashboard("echelon-data-plane", "Echelon / Data plane",
     Panel("Copies sent as root vs relay", (
         q(f'sum by (as) (rate(echelon_agent_copies_sent_total{{{R}}}[{RATE}]))', "{{as}}"),
         q(f'sum(rate(echelon_agent_copies_sent_total{{as="relay", {R}}}[{RATE}])) '
-          f'/ sum(rate(echelon_agent_copies_sent_total{{{R}}}[{RATE}]))', "share carried by subscribers")),
+          f'/ sum(rate(echelon_agent_copies_sent_total{{{R}}}[{RATE}]))', "share carried by subscribers", "percentunit")),
           "ops", "Frames sent by publishers' agents as LBDD tree roots and by subscribers' agents as relays; "
                  "the share is how much of the fan-out the subscribers carry."),
     Panel("Parked, re-routed and lost destinations", (
         q(f"sum(rate(echelon_agent_destinations_parked_total{{{R}}}[{RATE}]))", "parked"),
         q(f"sum(rate(echelon_agent_rerouted_messages_total{{{R}}}[{RATE}]))", "re-routed"),
         q(f"sum(rate(echelon_agent_destinations_lost_total{{{R}}}[{RATE}]))", "lost"),
-        q(f"sum(echelon_agent_parked_destinations{{{R}}})", "parked now")),
+        q(f"sum(echelon_agent_parked_destinations{{{R}}})", "parked now", "short")),
           "ops", "Destinations parked while their member is DEAD, messages re-routed by a path update, and "
                  "destinations dropped for good (left the view, or DEAD past the park time)."),
     Panel("Slow-subscriber backlog", (
         q(f"echelon_agent_subscription_backlog_max{{{R}}} / echelon_agent_subscription_backlog_bound{{{R}}}",
           "{{member}}"),
-        q(f"sum by (member) (rate(echelon_agent_backlog_overflows_total{{{R}}}[{RATE}]))", "overflows {{member}}")),
+        q(f"sum by (member) (rate(echelon_agent_backlog_overflows_total{{{R}}}[{RATE}]))", "overflows {{member}}", "ops")),
           "percentunit", f"The deepest subscription backlog on each agent as a fraction of the bound (past "
                          f"{BACKLOG_NEAR:.0%} it alerts; at 100% the stream ends RESOURCE_EXHAUSTED), and such "
                          f"overflows per second."),

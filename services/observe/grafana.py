@@ -34,8 +34,11 @@ def _panel(p: Panel, index: int):
     builder = (builder.id(index + 1).title(p.title).description(p.description).unit(p.unit).datasource(DATASOURCE)
                .grid_pos(dm.GridPos(h=HEIGHT, w=WIDTH, x=(index % 2) * WIDTH, y=(index // 2) * HEIGHT)))
     for i, query in enumerate(p.queries):
+        ref = chr(ord("A") + i)
         builder = builder.with_target(gp.Dataquery().expr(query.expr).legend_format(query.legend or "__auto")
-                                      .ref_id(chr(ord("A") + i)).datasource(DATASOURCE))
+                                      .ref_id(ref).datasource(DATASOURCE))
+        if query.unit and query.unit != p.unit:
+            builder = builder.override_by_query(ref, [dm.DynamicConfigValue(id_val="unit", value=query.unit)])
     return builder
 
 

@@ -94,7 +94,7 @@ class Prometheus:
         self.binary = shutil.which(binary) or binary
         self.retention = retention
         self._tmp = None if data_dir else tempfile.TemporaryDirectory(prefix="echelon-prometheus-")
-        self.dir = Path(data_dir or self._tmp.name)
+        self.dir = Path(data_dir or self._tmp.name).resolve()  # the config names its files absolutely
         self.popen: subprocess.Popen | None = None
 
     @property
@@ -206,6 +206,13 @@ class PrometheusAPI:
         data = self._get("query", query=expr)
         if data["resultType"] in ("scalar", "string"):
             return [{"metric": {}, "value": data["result"]}]
+        return data["result"]
+
+    def query_range(self, expr: str, start: float, end: float, step: float) -> list[dict]:
+        """`[{"metric": {...}, "values": [[t, "1.5"], ...]}, ...]`"""
+        data = self._get("query_range", query=expr, start=f"{start:.3f}", end=f"{end:.3f}", step=f"{max(step, 0.001):g}")
+        if data["resultType"] == "scalar":
+            return [{"metric": {}, "values": data["result"]}]
         return data["result"]
 
     def label_values(self, label: str, match: str) -> list[str]:

@@ -11,7 +11,9 @@ are skipped by name, with the reason their description gives.
 from __future__ import annotations
 
 import asyncio
+import io
 import math
+import re
 import shutil
 import time
 from dataclasses import dataclass
@@ -163,3 +165,34 @@ def test_a_killed_member_shows_in_detection_latency_and_fires_member_dead(live):
     assert not math.isnan(p99) and 0 < p99 <= 10, p99
     dead = live.api.query('max(echelon_membership_members{job="membership", state="dead"})')
     assert float(dead[0]["value"][1]) == 1
+
+
+def test_top_shows_every_terminal_panel_with_data(live):
+    from rich.console import Console
+
+    from echelon.observe.top import screen
+
+    console = Console(record=True, width=200, file=io.StringIO())
+    console.print(screen(live.api))
+    text = console.export_text()
+    for board in (d for d in catalog.DASHBOARDS if d.terminal):
+        for panel in board.panels:
+            assert panel.title in text
+    assert "no series yet" not in text and "bad_data" not in text and "execution" not in text
+    assert "quotes" in text  # the per-topic rows
+
+
+def test_topology_draws_members_and_measured_links(live, tmp_path):
+    from click.testing import CliRunner
+
+    from echelon.observe.commands import topology
+
+    out = tmp_path / "topo.png"
+    membership = live.cluster.by_role("membership")[0].address
+    result = CliRunner().invoke(topology, ["--prometheus", live.api.url, "--membership", membership,
+                                           "--topic", steady.TOPIC, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    members = int(re.search(r"\((\d+) members", result.output).group(1))
+    links = int(re.search(r"(\d+) measured links", result.output).group(1))
+    assert members == len(live.cluster.processes) and links > 0, result.output

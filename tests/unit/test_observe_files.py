@@ -46,6 +46,9 @@ def test_dashboard_round_trips_through_the_grafana_model(board):
         assert panel.datasource.uid == "${datasource}"
         assert [t.ref_id for t in panel.targets] == ["A", "B", "C", "D"][:len(spec.queries)]
         assert [t.expr for t in panel.targets] == [q.expr for q in spec.queries]
+        overrides = {o.matcher.options: o.properties[0].value for o in panel.field_config.overrides}
+        assert overrides == {chr(ord("A") + i): q.unit for i, q in enumerate(spec.queries)
+                             if q.unit and q.unit != spec.unit}
 
 
 def test_catalog_names_are_unique_and_pending_says_why():
