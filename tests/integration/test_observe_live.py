@@ -26,6 +26,9 @@ from echelon.client import Client
 from echelon.local import LocalCluster
 from echelon.observe import catalog
 from echelon.observe.prometheus import Prometheus, PrometheusAPI, cluster_targets
+from echelon.runtime.server import channel
+from echelon.v1 import membership_pb2 as mpb
+from echelon.v1 import membership_pb2_grpc as mgrpc
 from loadtest import steady
 
 pytestmark = pytest.mark.skipif(shutil.which("prometheus") is None,
@@ -77,11 +80,16 @@ def all_answer(api: PrometheusAPI) -> bool:
     return all(api.query(e) for e in exprs)
 
 
-async def refused_request(agent: str) -> None:
+async def refused_requests(agent: str, membership: str) -> None:
+    """An unknown topic (an error by gRPC code) and a stale routing plan (a refused plan)."""
     async with Client(agent) as c:
         with pytest.raises(grpc.aio.AioRpcError) as e:
             await c.get_topic("no-such-topic")
         assert e.value.code() == grpc.StatusCode.NOT_FOUND
+    async with channel(membership) as ch:
+        with pytest.raises(grpc.aio.AioRpcError) as e:
+            await mgrpc.ControlStub(ch).PushPlan(mpb.RoutingPlan(version=0), timeout=10)
+        assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +106,7 @@ def live(tmp_path_factory):
         agents = cluster.agent_addresses()
         counts = asyncio.run(steady.run(agents[:4], seconds=6.0, rate=40.0, slow=True))
         assert counts.published and counts.received and counts.refused, counts
-        asyncio.run(refused_request(agents[0]))
+        asyncio.run(refused_requests(agents[0], cluster.by_role("membership")[0].address))
         victim = cluster.by_role("agent")[-1]
         victim.popen.kill()  # a member dies: detection, the DEAD state, the alert
         try:
@@ -154,12 +162,17 @@ def test_every_rule_evaluates_without_error(live):
     assert not bad, bad
 
 
-def test_a_killed_member_shows_in_detection_latency_and_fires_member_dead(live):
-    def firing():
-        return [a for a in live.api.alerts() if a["labels"]["alertname"] == "EchelonMemberDead"
-                and a["state"] == "firing"]
+def firing(api: PrometheusAPI, name: str) -> list[dict]:
+    return [a for a in api.alerts() if a["labels"]["alertname"] == name and a["state"] == "firing"]
 
-    wait(firing, 30, "EchelonMemberDead firing")
+
+def test_a_refused_plan_fires_plan_refused(live):
+    alerts = wait(lambda: firing(live.api, "EchelonPlanRefused"), 30, "EchelonPlanRefused firing")
+    assert [a["labels"]["result"] for a in alerts] == ["stale"]
+
+
+def test_a_killed_member_shows_in_detection_latency_and_fires_member_dead(live):
+    wait(lambda: firing(live.api, "EchelonMemberDead"), 30, "EchelonMemberDead firing")
     panel = next(p for p in catalog.MEMBERSHIP.panels if p.title == "Detection latency")
     p99 = float(live.api.query(queries_of(panel)[1])[0]["value"][1])
     assert not math.isnan(p99) and 0 < p99 <= 10, p99
