@@ -3,8 +3,9 @@ recording rules for the expensive queries, and alerts.
 
 Grafana JSON, the Prometheus rules file, `echelon top` and the live test of every query
 all read these lists; nothing else holds a query. Series carry the scrape target's
-labels `job` (the role), `member` and `region` (see `prometheus.scrape_config`), so
-every panel filters on `$region`; series with a `topic` label filter on `$topic`.
+labels `job` (the role), `member` and `region` (see `prometheus.scrape_config`; on
+Kubernetes the ServiceMonitor's relabelings must set the same three), so every panel
+filters on `$region`; series with a `topic` label filter on `$topic`.
 
 Congestion follows OctopiA (ALGORITHMS.md, "Congestion of an output queue"): CE =
 enqueued / dequeued over an interval; a link is congested when CE >= 1 and its queue is
