@@ -4,12 +4,12 @@ membership, matchers and agents, all in the test's event loop."""
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 from dataclasses import dataclass, field
 
 from echelon.agent.server import AgentNode
 from echelon.client import Client
+from echelon.launch import free_port
 from echelon.matcher.server import MatcherNode
 from echelon.membership.server import MembershipNode
 from echelon.runtime.node import Node, NodeConfig
@@ -30,19 +30,13 @@ async def wait_for(predicate, timeout: float = 10.0, interval: float = 0.02, wha
         await asyncio.sleep(interval)
 
 
-def free_port() -> int:
-    """A loopback port free right now (the OS picks it; the server binds it soon after)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @dataclass
 class Cluster:
     agents: int = 3
     matchers: int = 1
     memberships: int = 1
     agent_kwargs: dict = field(default_factory=dict)
+    matcher_kwargs: dict = field(default_factory=dict)
     membership_kwargs: dict = field(default_factory=dict)
     membership_nodes: list[MembershipNode] = field(default_factory=list)
     matcher_nodes: list[MatcherNode] = field(default_factory=list)
@@ -95,7 +89,7 @@ class Cluster:
         await node.on_stop()  # only to release its tasks: nothing it does reaches anyone now
 
     async def add_matcher(self, i: int) -> MatcherNode:
-        node = MatcherNode(self.config(f"matcher-{i}"))
+        node = MatcherNode(self.config(f"matcher-{i}"), **self.matcher_kwargs)
         await node.start()
         self.matcher_nodes.append(node)
         return node

@@ -15,6 +15,7 @@ import io
 import math
 import re
 import shutil
+import signal
 import time
 from dataclasses import dataclass
 
@@ -23,7 +24,7 @@ import promql_parser
 import pytest
 
 from echelon.client import Client
-from echelon.local import LocalCluster
+from echelon.launch import Cluster, Loopback
 from echelon.observe import catalog
 from echelon.observe.prometheus import Prometheus, PrometheusAPI, cluster_targets
 from echelon.runtime.server import channel
@@ -40,7 +41,7 @@ RATE_INTERVAL = "10s"  # what Grafana's $__rate_interval is at a 1 s scrape, wit
 @dataclass
 class Live:
     api: PrometheusAPI
-    cluster: LocalCluster
+    cluster: Cluster
     counts: steady.Counts
     victim: str
 
@@ -96,7 +97,7 @@ async def refused_requests(agent: str, membership: str) -> None:
 def live(tmp_path_factory):
     base = tmp_path_factory.mktemp("observe")
     # Five agents: four carry the workload, the fifth (in no tree, so no link changes) dies.
-    cluster = LocalCluster(agents=5, matchers=2, memberships=1, base_port=0, log_dir=base / "logs")
+    cluster = Cluster(agents=5, matchers=2, memberships=1, placement=Loopback(0), log_dir=base / "logs")
     asyncio.run(cluster.start())
     prom = Prometheus(cluster_targets([p.as_dict() for p in cluster.processes]), interval=1.0, data_dir=base / "prometheus")
     try:
@@ -108,7 +109,7 @@ def live(tmp_path_factory):
         assert counts.published and counts.received and counts.refused, counts
         asyncio.run(refused_requests(agents[0], cluster.by_role("membership")[0].address))
         victim = cluster.by_role("agent")[-1]
-        victim.popen.kill()  # a member dies: detection, the DEAD state, the alert
+        cluster.signal(victim.id, signal.SIGKILL)  # a member dies: detection, the DEAD state, the alert
         try:
             wait(lambda: all_answer(api), 60, "every panel answers")
         except TimeoutError:
