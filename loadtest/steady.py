@@ -46,12 +46,12 @@ async def run(agents: list[str], seconds: float, rate: float = 50.0, slow: bool 
             await clients[0].create_topic(TOPIC, SCHEMA)
         for c in clients:
             for flt in ("", FILTER):
-                s = c.subscribe(TOPIC, flt, credits=256)
+                s = c.subscribe(TOPIC, flt, max_outstanding=256)
                 await s.start()
                 subs.append(s)
                 tasks.append(asyncio.create_task(_drain(s, counts)))
         if slow:  # never acks: 8 in flight, the rest waits in its backlog
-            s = clients[-1].subscribe(TOPIC, "", credits=8)
+            s = clients[-1].subscribe(TOPIC, "", max_outstanding=8)
             await s.start()
             subs.append(s)
         publisher = clients[0].publisher(ack_level=DELIVERED)
