@@ -110,12 +110,21 @@ def matcher(log_level, deadline, **kw) -> None:
 @cli.command()
 @service_options
 @click.option("--membership", multiple=True, required=True, help="Membership replica addresses (comma list).")
-def router(log_level, **kw) -> None:
-    """Run a router: the region's gateway on the inter-region overlay."""
+@click.option("--routing", default="idr", type=click.Choice(["snr", "idr"]), show_default=True,
+              help="OctopiA's static routing (one copy per region over its iLink) or IDR (around congested iLinks).")
+@click.option("--delta", default=10, type=click.IntRange(0), show_default=True,
+              help="A link is congested when its CE >= 1 and more than this many frames are queued.")
+@click.option("--interval", default=0.5, type=click.FloatRange(0.01, 60), show_default=True,
+              help="Seconds between measurements of each link's CE and queue length.")
+@click.option("--window-bytes", default=8 << 20, type=click.IntRange(64 << 10), show_default=True,
+              help="Unacknowledged bytes per outgoing link an agent may hand over (backpressure).")
+def router(log_level, routing, delta, interval, window_bytes, **kw) -> None:
+    """Run a router: the region's gateway on the inter-region overlay (set --region)."""
     from echelon.router.server import RouterNode
 
     setup_logging("router", log_level)
-    _serve(lambda: RouterNode(_config(**kw)))
+    _serve(lambda: RouterNode(_config(**kw), routing=routing, delta=delta, interval=interval,
+                              window_bytes=window_bytes))
 
 
 @cli.command()

@@ -18,6 +18,7 @@ import grpc
 from prometheus_client import Counter, Gauge, Histogram
 
 from echelon.agent.dataplane import PARK_SECONDS, DataPlane
+from echelon.agent.gateway import Gateway, region_view
 from echelon.agent.links import Link, LinkMetrics
 from echelon.agent.matching import MatchClient
 from echelon.agent.subscriptions import Subscription
@@ -98,6 +99,7 @@ class AgentNode(Node):
         self.park_seconds = park_seconds
         self.stopping = False
         self.plane: DataPlane | None = None
+        self.gateway: DataPlane | None = None  # to the region's router, for other regions
         self._ready = asyncio.Event()  # the data plane exists: frames may be taken
         self.metrics = AgentMetrics(self.registry)
         self.subs: dict[str, Subscription] = {}  # by name
@@ -131,8 +133,9 @@ class AgentNode(Node):
 
     async def on_start(self) -> None:
         trees = Trees(self.config.id, self.address, self.dissemination, self.stripes)
-        trees.update(self.membership.alive(mpb.ROLE_AGENT), self._dead_agents())
         self.plane = DataPlane(self, trees, self.slice_bytes, park_seconds=self.park_seconds)
+        self.gateway = DataPlane(self, Gateway(self.config.id, self.config.region), self.slice_bytes)
+        self._update_routes()
         self._ready.set()
         self.matching = MatchClient(self.membership)
         self.matching.on_view()
@@ -151,17 +154,21 @@ class AgentNode(Node):
     def on_view(self) -> None:
         if self.matching:
             self.matching.on_view()
-        agents = self.membership.alive(mpb.ROLE_AGENT)
         if self.plane:
-            self.plane.trees.update(agents, self._dead_agents())  # Algorithm 3: every route uses the new view
+            alive = self._update_routes()
             self.plane.on_view()  # members back from DEAD get what was parked for them
-        alive = {m.id for m in agents}
-        for peer in [p for p in self.links if p not in alive]:
-            self._drop_link(peer)
+            for peer in [p for p in self.links if p not in alive]:
+                self._drop_link(peer)
 
-    def _dead_agents(self) -> set[str]:
-        return {m.id for m in self.membership.members.values()
+    def _update_routes(self) -> set[str]:
+        """Algorithm 3: every route uses the new view (trees over this region's agents,
+        the hand-off to its router). Returns the ids this agent may hold links to."""
+        agents = region_view(self.membership.alive(mpb.ROLE_AGENT), self.config.region)
+        dead = {m.id for m in region_view(self.membership.members.values(), self.config.region)
                 if m.role == mpb.ROLE_AGENT and m.state == mpb.MEMBER_STATE_DEAD}
+        self.plane.trees.update(agents, dead)
+        self.gateway.trees.update(self.membership.alive(mpb.ROLE_ROUTER))
+        return {m.id for m in agents} | set(self.gateway.trees.table.members)
 
     async def _expire_loop(self) -> None:
         while True:
@@ -178,8 +185,9 @@ class AgentNode(Node):
             except KeyError:
                 pass
             futures = link.abandon()
-            if self.plane:
-                self.plane.settle(futures)  # re-routed now, ahead of anything routed on the new view
+            for plane in (self.plane, self.gateway):
+                if plane:
+                    plane.settle(futures)  # re-routed now, ahead of anything routed on the new view
             asyncio.create_task(link.close())
 
     def link(self, peer: mpb.Member) -> Link:
@@ -249,10 +257,13 @@ class AgentNode(Node):
     async def _fan_out(self, batch, results: list[xpb.MatchResult]) -> None:
         """Local delivery here, the rest to the data plane as the root."""
         alive, dead = self.plane.trees.alive, self.plane.trees.dead
-        items = []
+        members, region = self.membership.members, self.config.region
+        items, remote = [], []
         for (event, payload, _), result in zip(batch, results):
             # A DEAD destination is parked by the data plane until it comes back (or the park ends).
             dests = [a.agent for a in result.agents if a.agent == self.config.id or alive(a.agent) or a.agent in dead]
+            elsewhere = [a.agent for a in result.agents if a.agent in members and members[a.agent].region != region]
+            remote.append((event, payload, elsewhere))
             if self.config.id in dests:
                 if payload:
                     whole = pb.Event()
@@ -264,9 +275,10 @@ class AgentNode(Node):
             items.append((event, payload, dests))
         # Accepted: held here. The futures report delivery once every destination has it.
         delivered = await self.plane.publish(items)
-        for (*_, future), (_, _, dests), done in zip(batch, items, delivered):
+        handed = await self.gateway.publish(remote) if any(r[2] for r in remote) else [None] * len(items)
+        for (*_, future), (_, _, dests), (_, _, far), done, far_done in zip(batch, items, remote, delivered, handed):
             if not future.done():
-                future.set_result((len(dests), [done]))
+                future.set_result((len(dests) + len(far), [done] + ([far_done] if far else [])))
 
     # -- local delivery --------------------------------------------------------------
 

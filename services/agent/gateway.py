@@ -1,0 +1,63 @@
+"""The agent's hand-off to its region's router (DESIGN.md "The path of one event", step 4;
+OctopiA's mapping in core/scot.py).
+
+With regions, an agent's LBDD trees span the agents of its own region only
+(`region_view`); destinations in other regions go to one router of its region, which
+carries them over the SCOT overlay. The hand-off is a second `DataPlane` whose routes
+(`Gateway`) send every destination to that router: so it gets the root's frames,
+slices, byte window, holds and FIFO fences, and a publish counts as delivered when the
+router acknowledges, which it does once every region it serves holds the message.
+
+The agent attaches to the router of its region at index md5(agent id) mod n among the
+live routers sorted by id; when that router leaves the view the data plane's path update
+re-routes its unacknowledged frames to the next one. No router in the region: the
+destinations are lost and counted (`echelon_agent_destinations_lost_total`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+
+from echelon.v1 import membership_pb2 as mpb
+
+
+def region_view(members: Iterable[mpb.Member], region: str) -> list[mpb.Member]:
+    """The members of `region`: an agent's trees span only its own region."""
+    return [m for m in members if m.region == region]
+
+
+class _Table:
+    def __init__(self, members: dict[str, mpb.Member]):
+        self.members = members
+
+
+class Gateway:
+    """Routes for the hand-off data plane (the interface `DataPlane` uses of `Trees`)."""
+
+    def __init__(self, self_id: str, region: str):
+        self.self_id = self_id
+        self.region = region
+        self.table = _Table({})
+        self.dead: frozenset[str] = frozenset()  # the router parks for DEAD agents of its region
+        self.router: str | None = None
+        self._rank = int.from_bytes(hashlib.md5(self_id.encode()).digest()[:8], "big")
+
+    def update(self, routers: Iterable[mpb.Member]) -> None:
+        mine = sorted(region_view(routers, self.region), key=lambda m: m.id)
+        self.table = _Table({m.id: m for m in mine})
+        self.router = mine[self._rank % len(mine)].id if mine else None
+
+    def alive(self, member_id: str) -> bool:
+        return member_id in self.table.members
+
+    def schedule(self, topic: str, destinations: Sequence[str]) -> tuple[int, ...]:
+        return (0,)
+
+    def route(self, source_key: str, topic: str, stripe: int,
+              destinations: Sequence[str]) -> tuple[dict[str, list[str]], list[str]]:
+        if not destinations:
+            return {}, []
+        if self.router is None:
+            return {}, list(destinations)
+        return {self.router: list(destinations)}, []
