@@ -147,14 +147,26 @@ def membership(log_level, peers, tombstone_ttl, **kw) -> None:
               help="Membership replicas (three: no single point of failure).")
 @click.option("--base-port", default=7100, type=click.IntRange(0, 60000), show_default=True,
               help="Ports are laid out above it; 0 picks free ports.")
+@click.option("--regions", default=1, type=click.IntRange(1, 8), show_default=True,
+              help="Regions (region-0, ...): agents spread over them, joined by routers (OctopiA SCOT).")
+@click.option("--routers-per-region", default=0, type=click.IntRange(0, 13), show_default=True,
+              help="Routers B(a, c) in each region (the tree T); needed with --regions > 1.")
+@click.option("--routing", default="idr", type=click.Choice(["snr", "idr"]), show_default=True)
 @click.option("--log-dir", default=None, type=click.Path(file_okay=False, path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print the endpoints as one JSON line.")
-def up(agents, matchers, memberships, base_port, log_dir, as_json) -> None:
+def up(agents, matchers, memberships, base_port, regions, routers_per_region, routing, log_dir, as_json) -> None:
     """Start a local cluster as processes; Ctrl-C or SIGTERM stops it."""
     from echelon.local import LocalCluster
 
     kw = {"log_dir": log_dir} if log_dir else {}
-    cluster = LocalCluster(agents=agents, matchers=matchers, memberships=memberships, base_port=base_port, **kw)
+    if regions > 1 and not routers_per_region:
+        raise click.BadParameter("--regions > 1 needs --routers-per-region >= 1")
+    try:
+        cluster = LocalCluster(agents=agents, matchers=matchers, memberships=memberships, base_port=base_port,
+                               regions=regions, routers=routers_per_region,
+                               extra={"router": ["--routing", routing]}, **kw)
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
     stop = asyncio.Event()
 
     async def main() -> None:
@@ -187,14 +199,17 @@ def up(agents, matchers, memberships, base_port, log_dir, as_json) -> None:
 @click.option("--agents", default=4, type=click.IntRange(4, 40), show_default=True)
 @click.option("--events", default=200, type=click.IntRange(1, 1_000_000), show_default=True)
 @click.option("--base-port", default=0, type=click.IntRange(0, 60000), show_default=True)
+@click.option("--regions", default=1, type=click.IntRange(1, 4), show_default=True,
+              help="The multi-region act: agents spread over regions joined by 2 routers each.")
 @click.option("--json", "as_json", is_flag=True)
-def demo(agents, events, base_port, as_json) -> None:
+def demo(agents, events, base_port, regions, as_json) -> None:
     """Start a local cluster, publish stock quotes to filtered subscribers, show who got what."""
     from echelon.demo import run_demo
 
     # Piped output (CI, `| tee`) would wrap the table at 80 columns.
     out = console if console.is_terminal else Console(width=140)
-    ok = asyncio.run(run_demo(agents=agents, events=events, base_port=base_port, as_json=as_json, console=out))
+    ok = asyncio.run(run_demo(agents=agents, events=events, base_port=base_port, as_json=as_json, console=out,
+                              regions=regions))
     sys.exit(0 if ok else 1)
 
 

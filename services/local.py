@@ -57,7 +57,8 @@ class LocalCluster:
     agents: int = 3
     matchers: int = 1
     memberships: int = 1
-    routers: int = 0
+    routers: int = 0  # per region
+    regions: int = 1  # > 1: agents spread over regions region-0.., `routers` routers in each
     base_port: int = 7100  # 0: pick free ports
     log_dir: Path = field(default_factory=lambda: Path("out") / "logs" / time.strftime("%Y%m%d-%H%M%S"))
     extra: dict[str, list[str]] = field(default_factory=dict)  # role -> extra CLI args
@@ -65,11 +66,14 @@ class LocalCluster:
 
     def __post_init__(self) -> None:
         for name, n, low in (("agents", self.agents, 1), ("matchers", self.matchers, 1),
-                             ("memberships", self.memberships, 1), ("routers", self.routers, 0)):
+                             ("memberships", self.memberships, 1), ("routers", self.routers * self.regions, 0),
+                             ("regions", self.regions, 1)):
             if not low <= n <= 40:
                 raise ValueError(f"{name}: {n} is not in [{low}, 40]")
+        if self.regions > 1 and not self.routers:
+            raise ValueError("regions need routers: give at least one router per region")
         self.log_dir = Path(self.log_dir)
-        counts = {"membership": self.memberships, "matcher": self.matchers, "router": self.routers,
+        counts = {"membership": self.memberships, "matcher": self.matchers, "router": self.routers * self.regions,
                   "agent": self.agents}
         for role, n in counts.items():
             for i in range(n):
@@ -85,8 +89,14 @@ class LocalCluster:
         else:
             port, metrics = free_port(), free_port()
         pid = f"{role}-{i}"
+        region = []
+        if self.regions > 1 and role in ("router", "agent"):
+            # routers: `routers` per region, in order; agents: round robin over the regions
+            c = i // self.routers if role == "router" else i % self.regions
+            pid = f"{role}-{c}-{i % self.routers}" if role == "router" else pid
+            region = ["--region", f"region-{c}"]
         args = [sys.executable, "-m", "echelon", role, "--id", pid, "--host", "127.0.0.1", "--port", str(port),
-                "--metrics-port", str(metrics), *self.extra.get(role, [])]
+                "--metrics-port", str(metrics), *region, *self.extra.get(role, [])]
         return Process(role, pid, port, metrics, args, self.log_dir / f"{pid}.log")
 
     def by_role(self, role: str) -> list[Process]:
