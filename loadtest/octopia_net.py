@@ -103,7 +103,8 @@ class RegionsCluster(Cluster):
     def gateway_of(self, agent: str) -> str:
         """The router of region-0 that `agent` hands over to (the agent's own choice)."""
         g = Gateway(agent, "region-0")
-        g.update(mpb.Member(id=r, region=f"region-{r.split('-')[1]}") for r in self.routers)
+        g.update([mpb.Member(id=r) for r in self.routers], {r: f"region-{r.split('-')[1]}" for r in self.routers},
+                 "region-0")
         return g.router
 
     def throttle(self, router: str, far: list[str], kbit: int) -> None:

@@ -1,8 +1,9 @@
 """The agent's hand-off to its region's router (DESIGN.md "The path of one event", step 4;
 OctopiA's mapping in core/scot.py).
 
-With regions, an agent's LBDD trees span the agents of its own region only
-(`region_view`); destinations in other regions go to one router of its region, which
+A member's region is its Kyra clique when the adopted routing plan puts it in one
+(`region_map`; the plan switches every member at the same epoch), else its `--region`.
+With regions, an agent's LBDD trees span the agents of its own region only; destinations in other regions go to one router of its region, which
 carries them over the SCOT overlay. The hand-off is a second `DataPlane` whose routes
 (`Gateway`) send every destination to that router: so it gets the root's frames,
 slices, byte window, holds and FIFO fences, and a publish counts as delivered when the
@@ -22,9 +23,11 @@ from collections.abc import Iterable, Sequence
 from echelon.v1 import membership_pb2 as mpb
 
 
-def region_view(members: Iterable[mpb.Member], region: str) -> list[mpb.Member]:
-    """The members of `region`: an agent's trees span only its own region."""
-    return [m for m in members if m.region == region]
+def region_map(members: Iterable[mpb.Member], plan: mpb.RoutingPlan | None) -> dict[str, str]:
+    """Member id -> region: "clique-<id>" for a member of one of the plan's cliques, else
+    the region it joined with."""
+    cliques = {m: f"clique-{c.id}" for c in (plan.cliques if plan else ()) for m in c.members}
+    return {m.id: cliques.get(m.id, m.region) for m in members}
 
 
 class _Table:
@@ -38,15 +41,21 @@ class Gateway:
     def __init__(self, self_id: str, region: str):
         self.self_id = self_id
         self.region = region
+        self.regions: dict[str, str] = {}  # member id -> region, from the view and the plan
         self.table = _Table({})
         self.dead: frozenset[str] = frozenset()  # the router parks for DEAD agents of its region
         self.router: str | None = None
         self._rank = int.from_bytes(hashlib.md5(self_id.encode()).digest()[:8], "big")
 
-    def update(self, routers: Iterable[mpb.Member]) -> None:
-        mine = sorted(region_view(routers, self.region), key=lambda m: m.id)
+    def update(self, routers: Iterable[mpb.Member], regions: dict[str, str], region: str) -> None:
+        self.regions, self.region = regions, region
+        mine = sorted((m for m in routers if regions.get(m.id) == region), key=lambda m: m.id)
         self.table = _Table({m.id: m for m in mine})
         self.router = mine[self._rank % len(mine)].id if mine else None
+
+    def elsewhere(self, destinations: Iterable[str]) -> list[str]:
+        """The destinations in other regions (for the router)."""
+        return [d for d in destinations if self.regions.get(d, self.region) != self.region]
 
     def alive(self, member_id: str) -> bool:
         return member_id in self.table.members

@@ -18,7 +18,7 @@ import grpc
 from prometheus_client import Counter, Gauge, Histogram
 
 from echelon.agent.dataplane import PARK_SECONDS, DataPlane
-from echelon.agent.gateway import Gateway, region_view
+from echelon.agent.gateway import Gateway, region_map
 from echelon.agent.links import Link, LinkMetrics
 from echelon.agent.matching import MatchClient
 from echelon.agent.subscriptions import Subscription
@@ -139,6 +139,7 @@ class AgentNode(Node):
         self._ready.set()
         self.matching = MatchClient(self.membership)
         self.matching.on_view()
+        self.membership.on_plan(self.on_view)  # a plan's cliques may move members between regions
         self._dispatcher = asyncio.create_task(self._dispatch_loop(), name="dispatcher")
         self._expiry = asyncio.create_task(self._expire_loop(), name="park-expiry")
 
@@ -163,11 +164,13 @@ class AgentNode(Node):
     def _update_routes(self) -> set[str]:
         """Algorithm 3: every route uses the new view (trees over this region's agents,
         the hand-off to its router). Returns the ids this agent may hold links to."""
-        agents = region_view(self.membership.alive(mpb.ROLE_AGENT), self.config.region)
-        dead = {m.id for m in region_view(self.membership.members.values(), self.config.region)
-                if m.role == mpb.ROLE_AGENT and m.state == mpb.MEMBER_STATE_DEAD}
+        regions = region_map(self.membership.members.values(), self.membership.plan)
+        mine = regions.get(self.config.id, self.config.region)
+        agents = [m for m in self.membership.alive(mpb.ROLE_AGENT) if regions[m.id] == mine]
+        dead = {m.id for m in self.membership.members.values() if m.role == mpb.ROLE_AGENT
+                and m.state == mpb.MEMBER_STATE_DEAD and regions[m.id] == mine}
         self.plane.trees.update(agents, dead)
-        self.gateway.trees.update(self.membership.alive(mpb.ROLE_ROUTER))
+        self.gateway.trees.update(self.membership.alive(mpb.ROLE_ROUTER), regions, mine)
         return {m.id for m in agents} | set(self.gateway.trees.table.members)
 
     async def _expire_loop(self) -> None:
@@ -257,13 +260,11 @@ class AgentNode(Node):
     async def _fan_out(self, batch, results: list[xpb.MatchResult]) -> None:
         """Local delivery here, the rest to the data plane as the root."""
         alive, dead = self.plane.trees.alive, self.plane.trees.dead
-        members, region = self.membership.members, self.config.region
         items, remote = [], []
         for (event, payload, _), result in zip(batch, results):
             # A DEAD destination is parked by the data plane until it comes back (or the park ends).
             dests = [a.agent for a in result.agents if a.agent == self.config.id or alive(a.agent) or a.agent in dead]
-            elsewhere = [a.agent for a in result.agents if a.agent in members and members[a.agent].region != region]
-            remote.append((event, payload, elsewhere))
+            remote.append((event, payload, self.gateway.trees.elsewhere(a.agent for a in result.agents)))
             if self.config.id in dests:
                 if payload:
                     whole = pb.Event()

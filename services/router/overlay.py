@@ -6,8 +6,9 @@ It offers the routing interface the agent's `DataPlane` uses (`route`, `table.me
 aggregated acks and path update are the agents' own code, with SCOT routes instead of
 LBDD trees.
 
-Regions are the `region` of the live routers in the view, sorted: region index c is the
-name's place in that list, so every router computes the same overlay from the same view.
+Regions (`agent.gateway.region_map`: a member's Kyra clique in the plan, else its
+`--region`) of the live routers, sorted: region index c is the name's place in that
+list, so every router computes the same overlay from the same view and plan.
 Positions are places in the region's live routers sorted by id (so after a crash the
 region's tree re-forms over the survivors and the iLinks into it land on B(a mod n, c)).
 An event's CIV has the bits of the regions of its destination agents (known from the
@@ -48,24 +49,28 @@ class Overlay:
         self.at: dict[Router, str] = {}  # position -> router id
         self.position: dict[str, Router] = {}  # router id -> position
         self.region_of: dict[str, int] = {}  # agent id -> region index
+        self.region_name: dict[str, str] = {}  # member id -> region
         self.states: dict[Router, LinkState] = {}  # this router's output queues, by far end
         self.came_from: tuple[Router, ...] | None = NO_ALINK
 
-    def update(self, routers: Iterable[mpb.Member], agents: Iterable[mpb.Member]) -> None:
+    def update(self, routers: Iterable[mpb.Member], agents: Iterable[mpb.Member], regions: dict[str, str]) -> None:
+        """A new view: `regions` maps every member id to its region."""
         routers = sorted(routers, key=lambda m: m.id)
-        self.regions = sorted({m.region for m in routers})
+        self.region_name = regions
+        self.region = regions.get(self.self_id, self.region)
+        self.regions = sorted({regions[m.id] for m in routers})
         index = {r: c for c, r in enumerate(self.regions)}
         self.at, self.position = {}, {}
         sizes = [0] * len(self.regions)
         for m in routers:
-            c = index[m.region]
+            c = index[regions[m.id]]
             self.at[(sizes[c], c)] = m.id
             self.position[m.id] = (sizes[c], c)
             sizes[c] += 1
         self.scot = Scot(tuple(sizes)) if sizes else None
         self.here = self.position.get(self.self_id)
         self.table = Table({m.id: m for m in routers if m.id != self.self_id})
-        self.region_of = {m.id: index[m.region] for m in agents if m.region in index}
+        self.region_of = {m.id: index[regions[m.id]] for m in agents if regions[m.id] in index}
         self.states = {p: s for p, s in self.states.items() if p in self.at}
 
     def alive(self, member_id: str) -> bool:

@@ -26,6 +26,7 @@ import math
 from prometheus_client import Counter, Gauge
 
 from echelon.agent.dataplane import DataPlane
+from echelon.agent.gateway import region_map
 from echelon.agent.links import Link, LinkMetrics
 from echelon.agent.trees import Trees
 from echelon.core.dedup import DedupWindow
@@ -114,6 +115,7 @@ class RouterNode(Node):
         self.local = DataPlane(self, Trees(self.config.id, self.address), park_seconds=self.park_seconds)
         self.relay = DataPlane(self, self.overlay)
         self.on_view()
+        self.membership.on_plan(self.on_view)  # a plan's cliques may move members between regions
         self._ready.set()
         self._tasks = [asyncio.create_task(self._measure_loop(), name="measure"),
                        asyncio.create_task(self._expire_loop(), name="park-expiry")]
@@ -127,14 +129,16 @@ class RouterNode(Node):
     def on_view(self) -> None:
         if self.local is None:
             return
+        regions = region_map(self.membership.members.values(), self.membership.plan)
+        here = regions.get(self.config.id, self.config.region)
         agents = self.membership.alive(mpb.ROLE_AGENT)
         routers = self.membership.alive(mpb.ROLE_ROUTER)
-        mine = [m for m in agents if m.region == self.config.region]
+        mine = [m for m in agents if regions[m.id] == here]
         dead = {m.id for m in self.membership.members.values() if m.role == mpb.ROLE_AGENT
-                and m.state == mpb.MEMBER_STATE_DEAD and m.region == self.config.region}
+                and m.state == mpb.MEMBER_STATE_DEAD and regions[m.id] == here}
         self.local.trees.update(mine, dead)
         self.local.on_view()
-        self.overlay.update(routers, agents)
+        self.overlay.update(routers, agents, regions)
         alive = {m.id for m in mine} | {m.id for m in routers}
         for peer in [p for p in self.links if p not in alive]:
             self._drop_link(peer)
@@ -207,12 +211,11 @@ class RouterNode(Node):
         here, the rest goes on over the SCOT; `ack()` once both parts are acknowledged."""
         if self.stopping:
             return
-        here = self.config.region
-        members = self.membership.members
+        region_of, here = self.overlay.region_name, self.overlay.region
         local = rpb.RelayFrame(source=self.config.id, source_key=self.address)
         remote = rpb.RelayFrame(source=frame.source, source_key=frame.source_key)
         for msg in frame.messages:
-            mine = [d for d in msg.destinations if d in members and members[d].region == here]
+            mine = [d for d in msg.destinations if region_of.get(d) == here]
             rest = [d for d in msg.destinations if d not in mine]
             for part, ds in ((local, mine), (remote, rest)):
                 if ds:
@@ -285,7 +288,7 @@ class RouterServicer(ogrpc.RouterServicer):
     async def Describe(self, request, context):
         node, ov = self.node, self.node.overlay
         here = ov.here or (0, 0)
-        out = opb.DescribeResponse(router_id=node.config.id, region=node.config.region, position=here[0],
+        out = opb.DescribeResponse(router_id=node.config.id, region=ov.region, position=here[0],
                                    region_index=here[1], regions=ov.regions, routing=node.routing)
         for peer, link in sorted(node.links.items()):
             s = ov.state(peer)

@@ -13,12 +13,14 @@ import urllib.request
 import grpc
 import pytest
 
+from echelon.agent.gateway import region_map
 from echelon.agent.server import AgentNode
 from echelon.client import DELIVERED
 from echelon.core.filters import parse
 from echelon.router.server import RouterNode
 from echelon.runtime.node import NodeConfig
 from echelon.v1 import membership_pb2 as mpb
+from echelon.v1 import membership_pb2_grpc as mgrpc
 from echelon.v1 import router_pb2, router_pb2_grpc
 from tests.harness import Cluster, wait_for
 from tests.integration.test_pubsub import drain
@@ -136,6 +138,40 @@ async def test_a_router_crash_loses_nothing_acknowledged(regions):
     for s in subs:
         got = {m.attributes["r"] for m in await drain(s)}
         assert set(acked) <= got  # at least once: nothing acknowledged is lost
+
+
+async def test_a_plans_cliques_become_the_regions(regions):
+    """Kyra cliques in the routing plan override --region: eu and us become one region."""
+    west = [n.config.id for n in (*regions.routers, *regions.agents) if n.config.region in ("eu", "us")]
+    plan = mpb.RoutingPlan(version=1, cliques=[mpb.Clique(id="west", members=west)], origin="test")
+    async with grpc.aio.insecure_channel(regions.cluster.replicas[0]) as ch:
+        await mgrpc.ControlStub(ch).PushPlan(plan)
+    nodes = (*regions.routers, *regions.agents)
+    await wait_for(lambda: all(n.membership.plan_version == 1 for n in nodes), what="every member on the plan")
+    assert all(r.overlay.regions == ["ap", "clique-west"] for r in regions.routers)
+    eu0 = regions.agents[0]
+    assert {m.id for m in eu0.plane.trees.table.members.values()} == {"agent-eu-0", "agent-eu-1", "agent-us-0",
+                                                                      "agent-us-1"}
+    clients = [client(regions, i) for i in range(len(regions.agents))]
+    await clients[0].create_topic("t", SCHEMA)
+    subs = [c.subscribe("t", "x < 50") for c in clients[1:]]
+    for s in subs:
+        await s.start()
+    events = [{"x": k, "r": f"e{k}"} for k in range(0, 100, 7)]
+    pub = clients[0].publisher(ack_level=DELIVERED)
+    for e in events:
+        await pub.publish("t", e)
+    for s in subs:
+        assert sorted(m.attributes["r"] for m in await drain(s)) == sorted(e["r"] for e in events if e["x"] < 50)
+    handed = sum(r.metrics.events._value.get() for r in regions.routers)
+    assert handed == sum(e["x"] < 50 for e in events)  # only the ap destinations went through a router
+
+
+def test_region_map_takes_cliques_over_flags():
+    members = [mpb.Member(id="a", region="eu"), mpb.Member(id="b", region="us"), mpb.Member(id="c", region="us")]
+    assert region_map(members, None) == {"a": "eu", "b": "us", "c": "us"}
+    plan = mpb.RoutingPlan(cliques=[mpb.Clique(id="k", members=["a", "b"])])
+    assert region_map(members, plan) == {"a": "clique-k", "b": "clique-k", "c": "us"}
 
 
 async def test_describe_and_metrics(regions):

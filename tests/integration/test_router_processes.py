@@ -45,10 +45,10 @@ async def test_three_regions_of_three_routers_deliver_brute_force_and_survive_a_
             assert got == sorted(e["r"] for e in events if parse(f).matches(e)), name
 
         # agent-0 (region-0) hands region-1 and region-2 to one router of region-0: kill it.
-        routers = [mpb.Member(id=p.id, role=mpb.ROLE_ROUTER, region=p.id.rsplit("-", 1)[0].replace("router", "region"),
-                              address=p.address) for p in cluster.by_role("router")]
+        routers = [mpb.Member(id=p.id, role=mpb.ROLE_ROUTER, address=p.address) for p in cluster.by_role("router")]
         gateway = Gateway("agent-0", "region-0")
-        gateway.update(routers)
+        regions = {p.id: p.id.rsplit("-", 1)[0].replace("router", "region") for p in routers}
+        gateway.update(routers, regions, "region-0")
         victim = next(p for p in cluster.by_role("router") if p.id == gateway.router)
         far = {n: subs[n] for n in ("s1", "s2", "all")}  # agents 1 and 2: regions 1 and 2
         acked: list[str] = []
