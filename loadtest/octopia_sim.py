@@ -29,6 +29,7 @@ from __future__ import annotations
 import heapq
 import math
 import random
+from array import array
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -109,23 +110,32 @@ class Link:
 @dataclass
 class Result:
     routing: str
-    delays: list[tuple[float, float, int]] = field(default_factory=list)  # (delivered at, delay, subscribers)
+    at: array = field(default_factory=lambda: array("d"))  # per delivery to a cluster: when,
+    delay: array = field(default_factory=lambda: array("d"))  # how late,
+    weight: array = field(default_factory=lambda: array("i"))  # to how many subscribers
     messages: int = 0
     rules: dict[str, int] = field(default_factory=dict)
     burst_end: float = 0.0
 
+    def deliver(self, at: float, delay: float, subscribers: int) -> None:
+        self.at.append(at)
+        self.delay.append(delay)
+        self.weight.append(subscribers)
+
+    def __len__(self) -> int:
+        return len(self.at)
+
     def average_delay(self) -> float:
-        w = sum(n for *_, n in self.delays)
-        return sum(d * n for _, d, n in self.delays) / w
+        return float(np.average(self.delay, weights=self.weight))
 
     def share_under(self, limit: float = 1.0) -> float:
-        w = sum(n for *_, n in self.delays)
-        return sum(n for _, d, n in self.delays if d < limit) / w
+        d, w = np.asarray(self.delay), np.asarray(self.weight)
+        return float(w[d < limit].sum() / w.sum())
 
     def stabilised_after(self, limit: float = 1.0) -> float:
         """Seconds from the end of the burst to the last delivery later than `limit`."""
-        late = [at for at, d, _ in self.delays if d > limit]
-        return max(0.0, max(late) - self.burst_end) if late else 0.0
+        late = np.asarray(self.at)[np.asarray(self.delay) > limit]
+        return max(0.0, float(late.max()) - self.burst_end) if len(late) else 0.0
 
 
 def workload(s: Setting):
@@ -177,7 +187,7 @@ def simulate(s: Setting, routing: str) -> Result:
         if v & (1 << here[1]) or here == host:
             n = subs.get(here[1], 0)
             if n:
-                res.delays.append((now, now - published, n))
+                res.deliver(now, now - published, n)
         if routing == "snr":
             sends = snr(scot, here, v)
         else:
@@ -212,10 +222,11 @@ def plot(runs: dict[int, tuple[Result, Result]], out: Path) -> Path:
     fig, axes = plt.subplots(len(runs), 1, figsize=(8, 3 * len(runs)), squeeze=False)
     for ax, (rate, pair) in zip(axes[:, 0], runs.items()):
         for r in pair:
-            pts = sorted(r.delays)
-            window = max(1, len(pts) // 400)
-            xs = [pts[k][0] for k in range(0, len(pts), window)]
-            ys = [max(d for _, d, _ in pts[k:k + window]) for k in range(0, len(pts), window)]
+            order = np.argsort(r.at)
+            at, delay = np.asarray(r.at)[order], np.asarray(r.delay)[order]
+            window = max(1, len(at) // 400)
+            xs = at[::window]
+            ys = [delay[k:k + window].max() for k in range(0, len(at), window)]
             ax.plot(xs, ys, label=r.routing.upper())
         ax.axvline(pair[0].burst_end, color="grey", ls=":", label="burst ends")
         ax.set_title(f"HRP at {rate:,} notifications/min: max delay per window")

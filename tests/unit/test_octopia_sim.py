@@ -19,7 +19,7 @@ def test_short_burst_reproduces_the_direction_of_the_paper():
     copies = sum(len([c for c in subs if c != host[1]]) for _, host, subs in notes)
     runs = {r: simulate(s, r) for r in ("snr", "idr")}
     for r in runs.values():
-        assert len(r.delays) == deliveries, r.routing  # each target cluster served once
+        assert len(r) == deliveries, r.routing  # each target cluster served once
     snr_r, idr_r = runs["snr"], runs["idr"]
     assert snr_r.messages == copies  # SNR: one iLink copy per target cluster other than the host's
     assert idr_r.average_delay() < snr_r.average_delay()
