@@ -116,15 +116,12 @@ def matcher(log_level, deadline, **kw) -> None:
               help="A link is congested when its CE >= 1 and more than this many frames are queued.")
 @click.option("--interval", default=0.5, type=click.FloatRange(0.01, 60), show_default=True,
               help="Seconds between measurements of each link's CE and queue length.")
-@click.option("--window-bytes", default=8 << 20, type=click.IntRange(64 << 10), show_default=True,
-              help="Unacknowledged bytes per outgoing link an agent may hand over (backpressure).")
-def router(log_level, routing, delta, interval, window_bytes, **kw) -> None:
+def router(log_level, routing, delta, interval, **kw) -> None:
     """Run a router: the region's gateway on the inter-region overlay (set --region)."""
     from echelon.router.server import RouterNode
 
     setup_logging("router", log_level)
-    _serve(lambda: RouterNode(_config(**kw), routing=routing, delta=delta, interval=interval,
-                              window_bytes=window_bytes))
+    _serve(lambda: RouterNode(_config(**kw), routing=routing, delta=delta, interval=interval))
 
 
 @cli.command()

@@ -15,14 +15,18 @@ destinations (from the view):
 An incoming frame is acknowledged once both parts are: so an ack means every region it
 serves holds it, the agents' guarantee. Every `interval` the router measures each
 router link's output queue (`core.idr.CongestionMeter`: CE and q) for IDR's decisions.
+
+Flow control: like an agent relay, a router forwards at once and never waits for room
+(links.py says why); what bounds its queues is the publishing agent's byte window on its
+link to the router, since the router acknowledges only what every region holds.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import math
 
+import grpc
 from prometheus_client import Counter, Gauge
 
 from echelon.agent.dataplane import DataPlane
@@ -82,8 +86,8 @@ class RouterMetrics:
 class RouterNode(Node):
     role = mpb.ROLE_ROUTER
 
-    def __init__(self, config: NodeConfig, routing: str = "idr", window_bytes: int = 8 << 20, delta: int = 10,
-                 interval: float = 0.5, park_seconds: float = 30.0):
+    def __init__(self, config: NodeConfig, routing: str = "idr", delta: int = 10, interval: float = 0.5,
+                 park_seconds: float = 30.0):
         super().__init__(config)
         if routing not in ("snr", "idr"):
             raise ValueError(f"routing {routing!r}: snr or idr")
@@ -92,7 +96,6 @@ class RouterNode(Node):
         if not 0.01 <= interval <= 60:
             raise ValueError(f"interval {interval}: 0.01 to 60 s")
         self.routing = routing
-        self.window_bytes = window_bytes
         self.delta = delta
         self.interval = interval
         self.park_seconds = park_seconds
@@ -152,7 +155,7 @@ class RouterNode(Node):
                 self._drop_link(peer.id)
             m = self.metrics
             link = self.links[peer.id] = Link(
-                self.config.id, peer.id, peer.address, self.window_bytes, on_break=self._peer_broke,
+                self.config.id, peer.id, peer.address, on_break=self._peer_broke,
                 metrics=LinkMetrics(m.link_enqueued.labels(peer.id), m.link_dequeued.labels(peer.id),
                                     m.sent_bytes.labels(peer.id)))
             m.link_queue.labels(peer.id).set_function(lambda: link.queue_length)
@@ -277,6 +280,9 @@ class RelayServicer(rgrpc.RelayServicer):
                 yield rpb.RelayAck(seqs=seqs)
                 if seq is None:
                     break
+            error = reader.exception() if reader.done() and not reader.cancelled() else None
+            if error is not None and not isinstance(error, grpc.aio.AioRpcError):
+                log.error("relay stream from %s failed", peer, exc_info=error)
         finally:
             reader.cancel()
 
@@ -293,5 +299,5 @@ class RouterServicer(ogrpc.RouterServicer):
         for peer, link in sorted(node.links.items()):
             s = ov.state(peer)
             out.links.add(peer=peer, kind=ov.kind(peer), queue_length=link.queue_length,
-                          congestion_element=s.ce if not math.isnan(s.ce) else 0.0, congested=s.congested)
+                          congestion_element=s.ce, congested=s.congested)
         return out
