@@ -42,12 +42,12 @@ from rich.table import Table
 from echelon.agent.gateway import Gateway
 from echelon.client import Client
 from echelon.v1 import membership_pb2 as mpb
-from loadtest.bulk_cluster import METRICS_OFFSET, Cluster, Mode
+from echelon import launch
+from echelon.launch.placement import layout
 from loadtest.netns import Network, used_subnets
 
 RANGE = ipaddress.ip_network("198.18.64.0/18")
 REGIONS, ROUTERS = 3, 2
-ROUTER_PORT, AGENT_PORT = 7060, 7100
 THROTTLE_CLASS = "1:30"
 
 
@@ -72,39 +72,53 @@ class Run:
         return max(0.0, max(late) - self.burst_end) if late else 0.0
 
 
-class RegionsCluster(Cluster):
-    """bulk_cluster's processes, with regions: host i < 6 runs router B(i % 2, i // 2), the
-    last three hosts run agent-0..2 of region-0..2."""
+@dataclass
+class RegionsPlacement:
+    """The launcher's placement for this layout: router i in host i, agent c in host
+    6 + c, membership and matcher in the root namespace on the bridge."""
+
+    net: Network
+    base_port: int = 7000
+    kind: str = "netns"
+
+    def site(self, role: str, index: int) -> launch.Site:
+        host = {"router": index, "agent": REGIONS * ROUTERS + index}.get(role)
+        if host is None:
+            return launch.Site(self.net.gateway)
+        return launch.Site(self.net.hosts[host].address, self.net.hosts[host])
+
+    def ports(self, role: str, index: int) -> tuple[int, int]:
+        return layout(self.base_port, role, 0 if role in ("router", "agent") else index)
+
+    def popen(self, site: launch.Site, argv, **kw) -> subprocess.Popen:
+        return self.net.popen(site.host, argv, **kw)
+
+
+class RegionsCluster:
+    """The launcher's cluster (`echelon.launch`) with 3 regions of 2 routers, one agent per
+    region, each router and agent in a namespace of its own; tc on the routers' hosts."""
 
     def __init__(self, net: Network, routing: str, log_dir: Path, delta: int, interval: float):
-        super().__init__(net, Mode("regions", "regions", (), ()), [], log_dir, beat_interval=0.2)
-        self.routing, self.delta, self.interval = routing, delta, interval
-        self.routers = {f"router-{i // ROUTERS}-{i % ROUTERS}": net.hosts[i] for i in range(REGIONS * ROUTERS)}
-        self.agents = {f"agent-{c}": net.hosts[REGIONS * ROUTERS + c] for c in range(REGIONS)}
+        self.net = net
+        self.services = launch.Cluster(agents=REGIONS, matchers=1, memberships=1, regions=REGIONS, routers=ROUTERS,
+                                       placement=RegionsPlacement(net), log_dir=log_dir,
+                                       common=["--grace", "1", "--beat-interval", "0.2"],
+                                       extra={"router": ["--routing", routing, "--delta", str(delta),
+                                                         "--interval", str(interval)]})
+        self.routers = {p.id: p.site.host for p in self.services.by_role("router")}
+        self.agents = {p.id: p for p in self.services.by_role("agent")}
 
     def start(self, timeout: float = 90.0) -> None:
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        gw = self.net.gateway
-        self._spawn(None, "membership", "membership-0", gw, 7000, [])
-        self._wait_serving(timeout)
-        self._spawn(None, "matcher", "matcher-0", gw, 7020, ["--membership", self.membership])
-        for rid, h in self.routers.items():
-            self._spawn(h, "router", rid, h.address, ROUTER_PORT,
-                        ["--membership", self.membership, "--region", f"region-{rid.split('-')[1]}",
-                         "--routing", self.routing, "--delta", str(self.delta), "--interval", str(self.interval)])
-        for aid, h in self.agents.items():
-            self._spawn(h, "agent", aid, h.address, AGENT_PORT,
-                        ["--membership", self.membership, "--region", f"region-{aid.split('-')[1]}"])
-        self._wait_serving(timeout)
-        want = len(self.routers) + len(self.agents)
-        self.wait_view(lambda v: sum(m.state == mpb.MEMBER_STATE_ALIVE and m.role in (mpb.ROLE_AGENT, mpb.ROLE_ROUTER)
-                                     for m in v.members) == want, timeout, "every router and agent alive")
+        asyncio.run(self.services.start(timeout))
+
+    def stop(self) -> None:
+        self.services.stop()
 
     def gateway_of(self, agent: str) -> str:
         """The router of region-0 that `agent` hands over to (the agent's own choice)."""
         g = Gateway(agent, "region-0")
-        g.update([mpb.Member(id=r) for r in self.routers], {r: f"region-{r.split('-')[1]}" for r in self.routers},
-                 "region-0")
+        routers = self.services.by_role("router")
+        g.update([mpb.Member(id=p.id) for p in routers], {p.id: p.region for p in routers}, "region-0")
         return g.router
 
     def throttle(self, router: str, far: list[str], kbit: int) -> None:
@@ -125,9 +139,8 @@ class RegionsCluster(Cluster):
 
     def scrape(self) -> tuple[float, dict[str, float]]:
         messages, rules = 0.0, {}
-        for h in self.routers.values():
-            body = urllib.request.urlopen(f"http://{h.address}:{ROUTER_PORT + METRICS_OFFSET}/metrics",
-                                          timeout=5).read().decode()
+        for p in self.services.by_role("router"):
+            body = urllib.request.urlopen(f"http://{p.metrics}/metrics", timeout=5).read().decode()
             for fam in text_string_to_metric_families(body):
                 for s in fam.samples:
                     if s.name == "echelon_router_messages_total":
@@ -141,7 +154,7 @@ async def workload(cl: RegionsCluster, routing: str, burst: float, rate: float, 
                    throttle_kbit: int, two: bool, seed: int) -> Run:
     run = Run(routing)
     rng = random.Random(seed)
-    addr = {a: f"{h.address}:{AGENT_PORT}" for a, h in cl.agents.items()}
+    addr = {a: p.address for a, p in cl.agents.items()}
     clients = {a: Client(x) for a, x in addr.items()}
     t0 = time.time()
     try:

@@ -153,15 +153,14 @@ def membership(log_level, peers, tombstone_ttl, **kw) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the endpoints as one JSON line.")
 def up(agents, matchers, memberships, base_port, regions, routers_per_region, routing, log_dir, as_json) -> None:
     """Start a local cluster as processes; Ctrl-C or SIGTERM stops it."""
-    from echelon.local import LocalCluster
+    from echelon.launch import Cluster, Loopback
 
     kw = {"log_dir": log_dir} if log_dir else {}
     if regions > 1 and not routers_per_region:
         raise click.BadParameter("--regions > 1 needs --routers-per-region >= 1")
     try:
-        cluster = LocalCluster(agents=agents, matchers=matchers, memberships=memberships, base_port=base_port,
-                               regions=regions, routers=routers_per_region,
-                               extra={"router": ["--routing", routing]}, **kw)
+        cluster = Cluster(agents=agents, matchers=matchers, memberships=memberships, placement=Loopback(base_port),
+                          regions=regions, routers=routers_per_region, extra={"router": ["--routing", routing]}, **kw)
     except ValueError as e:
         raise click.BadParameter(str(e)) from None
     stop = asyncio.Event()
@@ -176,10 +175,10 @@ def up(agents, matchers, memberships, base_port, regions, routers_per_region, ro
             print(json.dumps({"ready": True, "processes": rows}), flush=True)
         else:
             t = Table(title="Echelon local cluster")
-            for col in ("role", "id", "address", "metrics", "pid"):
+            for col in ("role", "id", "region", "address", "metrics", "pid"):
                 t.add_column(col)
             for r in rows:
-                t.add_row(r["role"], r["id"], r["address"], r["metrics"], str(r["pid"]))
+                t.add_row(r["role"], r["id"], r["region"], r["address"], r["metrics"], str(r["pid"]))
             console.print(t)
             console.print(f"logs in {cluster.log_dir}; Ctrl-C stops the cluster")
         await stop.wait()

@@ -16,7 +16,7 @@ from rich.table import Table
 
 from echelon.client import DELIVERED, Client
 from echelon.core.filters import parse
-from echelon.local import LocalCluster
+from echelon.launch import Cluster, Loopback
 
 SCHEMA = ["Symbol:string", "Open:float:0:500", "High:float:0:500", "Low:float:0:500", "Close:float:0:500",
           "Volume:int:0:310000000"]
@@ -56,8 +56,8 @@ async def collect(sub, expected: int, idle: float = 3.0) -> list:
 async def run_demo(agents: int = 4, events: int = 200, base_port: int = 0, as_json: bool = False,
                    console: Console | None = None, regions: int = 1, routers: int = 2) -> bool:
     console = console or Console()
-    cluster = LocalCluster(agents=agents, matchers=1, memberships=3, base_port=base_port, regions=regions,
-                           routers=routers if regions > 1 else 0)
+    cluster = Cluster(agents=agents, matchers=1, memberships=3, placement=Loopback(base_port), regions=regions,
+                      routers=routers if regions > 1 else 0)
     where = f" in {regions} regions with {routers} routers each" if regions > 1 else ""
     console.print(f"starting {agents} agents{where}, 1 matcher, 3 membership replicas (logs in {cluster.log_dir}) ...")
     t0 = time.perf_counter()

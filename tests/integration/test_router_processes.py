@@ -1,4 +1,4 @@
-"""The router tier as real processes (`LocalCluster`, what `echelon up --regions 3
+"""The router tier as real processes (`echelon.launch.Cluster`, what `echelon up --regions 3
 --routers-per-region 3 --agents 6` runs): subscriptions in every region, events published
 from every region; every delivery equals brute force. Then the router that one agent
 hands over to is killed with SIGKILL mid-stream: nothing acknowledged is lost."""
@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import random
+import signal
 
 import pytest
 
 from echelon.agent.gateway import Gateway
 from echelon.client import DELIVERED, Client
 from echelon.core.filters import parse
-from echelon.local import LocalCluster
+from echelon.launch import Cluster, Loopback
 from echelon.v1 import membership_pb2 as mpb
 from tests.harness import wait_for
 from tests.integration.test_pubsub import drain
@@ -21,8 +22,8 @@ from tests.integration.test_pubsub import drain
 
 @pytest.mark.timeout(240)
 async def test_three_regions_of_three_routers_deliver_brute_force_and_survive_a_router_kill(tmp_path):
-    cluster = LocalCluster(agents=6, matchers=1, memberships=1, regions=3, routers=3, base_port=0,
-                           log_dir=tmp_path, extra={"router": ["--interval", "0.1"]})
+    cluster = Cluster(agents=6, matchers=1, memberships=1, regions=3, routers=3, placement=Loopback(0),
+                      log_dir=tmp_path, extra={"router": ["--interval", "0.1"]})
     clients: list[Client] = []
     await cluster.start()
     try:
@@ -47,8 +48,7 @@ async def test_three_regions_of_three_routers_deliver_brute_force_and_survive_a_
         # agent-0 (region-0) hands region-1 and region-2 to one router of region-0: kill it.
         routers = [mpb.Member(id=p.id, role=mpb.ROLE_ROUTER, address=p.address) for p in cluster.by_role("router")]
         gateway = Gateway("agent-0", "region-0")
-        regions = {p.id: p.id.rsplit("-", 1)[0].replace("router", "region") for p in routers}
-        gateway.update(routers, regions, "region-0")
+        gateway.update(routers, {p.id: p.region for p in cluster.by_role("router")}, "region-0")
         victim = next(p for p in cluster.by_role("router") if p.id == gateway.router)
         far = {n: subs[n] for n in ("s1", "s2", "all")}  # agents 1 and 2: regions 1 and 2
         acked: list[str] = []
@@ -60,7 +60,7 @@ async def test_three_regions_of_three_routers_deliver_brute_force_and_survive_a_
 
         task = asyncio.create_task(publish())
         await wait_for(lambda: len(acked) >= 30, timeout=30, what="30 acknowledged publishes")
-        victim.popen.kill()
+        cluster.signal(victim.id, signal.SIGKILL)
         await asyncio.wait_for(task, 90)
         for name, s in far.items():
             got = {m.attributes["r"] for m in await drain(s, idle=1.0)}
