@@ -3,8 +3,9 @@ OctopiA's mapping in core/scot.py).
 
 A member's region is its Kyra clique when the adopted routing plan puts it in one
 (`region_map`; the plan switches every member at the same epoch), else its `--region`.
-With regions, an agent's LBDD trees span the agents of its own region only; destinations in other regions go to one router of its region, which
-carries them over the SCOT overlay. The hand-off is a second `DataPlane` whose routes
+With regions, an agent's LBDD trees span the agents of its own region only (`region_view`,
+which the router's trees use too); destinations in other regions go to one router of its
+region, which carries them over the SCOT overlay. The hand-off is a second `DataPlane` whose routes
 (`Gateway`) send every destination to that router: so it gets the root's frames,
 slices, byte window, holds and FIFO fences, and a publish counts as delivered when the
 router acknowledges, which it does once every region it serves holds the message.
@@ -28,6 +29,18 @@ def region_map(members: Iterable[mpb.Member], plan: mpb.RoutingPlan | None) -> d
     the region it joined with."""
     cliques = {m: f"clique-{c.id}" for c in (plan.cliques if plan else ()) for m in c.members}
     return {m.id: cliques.get(m.id, m.region) for m in members}
+
+
+def region_view(membership, me: str, region: str) -> tuple[dict[str, str], str, list[mpb.Member], set[str]]:
+    """From a membership view: (member id -> region, this member's region, the live agents
+    of that region, the DEAD agents of that region) - an agent's trees and a router's
+    LBDD trees span only these."""
+    regions = region_map(membership.members.values(), membership.plan)
+    here = regions.get(me, region)
+    agents = [m for m in membership.alive(mpb.ROLE_AGENT) if regions[m.id] == here]
+    dead = {m.id for m in membership.members.values() if m.role == mpb.ROLE_AGENT
+            and m.state == mpb.MEMBER_STATE_DEAD and regions[m.id] == here}
+    return regions, here, agents, dead
 
 
 class _Table:

@@ -1,16 +1,17 @@
 """The router: a region's gateway on the inter-region overlay (OctopiA SCOT; DESIGN.md
 "The path of one event", step 4; core/scot.py for the mapping of clusters to regions).
 
-Frames arrive on the shared `Relay.Stream`, from the region's agents (events for other
+Frames arrive on the agents' `Relay.Stream` servicer (`agent.relay`), from the region's agents (events for other
 regions) and from other routers. Each message is split by the regions of its
 destinations (from the view):
 
 - the router's own region: it roots the LBDD tree over those destination agents, with
   the agents' own data plane (`agent.dataplane.DataPlane` over `agent.trees.Trees`);
 - other regions: SNR or IDR over the SCOT (`overlay.Overlay`), again through a
-  `DataPlane`, so per-link output queues (`agent.links.Link`, byte windows, resend on a
-  broken stream), holds, acks aggregated back to the sender, dedup of re-sent copies
-  and path update after a router's crash are the code the agents run.
+  `DataPlane`, so per-link output queues (`agent.linkset.LinkSet`, byte windows, resend
+  on a broken stream), holds, acks aggregated back to the sender, dedup of re-sent
+  copies and path update after a router's crash are the code the agents run; both
+  planes see the router through the agents' `PlaneHost`.
 
 An incoming frame is acknowledged once both parts are: so an ack means every region it
 serves holds it, the agents' guarantee. Every `interval` the router measures each
@@ -24,14 +25,14 @@ link to the router, since the router acknowledges only what every region holds.
 from __future__ import annotations
 
 import asyncio
-import logging
 
-import grpc
 from prometheus_client import Counter, Gauge
 
 from echelon.agent.dataplane import DataPlane
-from echelon.agent.gateway import region_map
-from echelon.agent.links import Link, LinkMetrics
+from echelon.agent.gateway import region_view
+from echelon.agent.links import Link
+from echelon.agent.linkset import LinkSet, PlaneHost
+from echelon.agent.relay import RelayServicer
 from echelon.agent.trees import Trees
 from echelon.core.dedup import DedupWindow
 from echelon.core.idr import CongestionMeter
@@ -43,12 +44,12 @@ from echelon.v1 import relay_pb2_grpc as rgrpc
 from echelon.v1 import router_pb2 as opb
 from echelon.v1 import router_pb2_grpc as ogrpc
 
-log = logging.getLogger("echelon.router")
 
 
 class RouterMetrics:
     """What `DataPlane` counts (copies, rerouted, lost, parked, unparked), the overlay's
-    decisions, and the per-link families the agents export (same names, label `peer`)."""
+    decisions and the congestion of each link (the per-link queue, enqueued, dequeued and
+    byte families are the `LinkSet`'s, as on the agents)."""
 
     def __init__(self, r):
         self.copies = Counter("echelon_router_frames_sent_total", "Frames sent: as the root of a region's "
@@ -67,20 +68,13 @@ class RouterMetrics:
                                 "next hop), by link kind.", ["link"], registry=r)
         self.events = Counter("echelon_router_events_total", "Messages handed over by this region's agents "
                               "(so messages_total / events_total = inter-router copies per event).", registry=r)
-        self.link_queue = Gauge("echelon_link_queue_length", "Unacknowledged frames per outgoing link.", ["peer"],
-                                registry=r)
-        self.link_enqueued = Counter("echelon_link_enqueued_total", "Frames enqueued per outgoing link.", ["peer"],
-                                     registry=r)
-        self.link_dequeued = Counter("echelon_link_dequeued_total", "Frames acknowledged per outgoing link.",
-                                     ["peer"], registry=r)
+        self.undelivered = Counter("echelon_router_frames_undelivered_total", "Frames whose peer left before "
+                                   "acknowledging them (re-routed by the path update).", registry=r)
         self.link_ce = Gauge("echelon_link_congestion_element", "OctopiA's CE of an outgoing link over the last "
                              "interval (enqueued / dequeued; +Inf when nothing left a non-empty queue).", ["peer"],
                              registry=r)
         self.link_congested = Gauge("echelon_link_congested", "1 when the link's CE >= 1 and its queue is "
                                     "longer than delta.", ["peer"], registry=r)
-        self.sent_bytes = Counter("echelon_relay_sent_bytes_total", "Bytes sent per peer.", ["peer"], registry=r)
-        self.received_bytes = Counter("echelon_relay_received_bytes_total", "Bytes received per peer.", ["peer"],
-                                      registry=r)
 
 
 class RouterNode(Node):
@@ -99,83 +93,60 @@ class RouterNode(Node):
         self.delta = delta
         self.interval = interval
         self.park_seconds = park_seconds
-        self.stopping = False
         self.metrics = RouterMetrics(self.registry)
-        self.dedup = DedupWindow()  # DataPlane's; a router is never a destination itself
-        self.links: dict[str, Link] = {}
-        self.meters: dict[str, CongestionMeter] = {}
+        # The Link's default window: a router never waits for room (see above).
+        self.links = LinkSet(config.id, 8 << 20, self.registry, self.metrics.undelivered, self._peer_broke,
+                             self._settle)
+        self.meters: dict[str, tuple[Link, CongestionMeter]] = {}  # by peer, for the link it measures
+        self.host: PlaneHost | None = None
         self.overlay = Overlay(config.id, config.region, routing, self.metrics)
         self.local: DataPlane | None = None  # roots LBDD trees over this region's agents
         self.relay: DataPlane | None = None  # SNR / IDR to other regions
         self._ready = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
-        self.server.add(rgrpc.add_RelayServicer_to_server, RelayServicer(self),
+        self.server.add(rgrpc.add_RelayServicer_to_server, RelayServicer(
+            self._ready, lambda peer: self.links.received(peer, peer in self.membership.members), self.receive),
                         rpb.DESCRIPTOR.services_by_name["Relay"].full_name)
         self.server.add(ogrpc.add_RouterServicer_to_server, RouterServicer(self),
                         opb.DESCRIPTOR.services_by_name["Router"].full_name)
 
     async def on_start(self) -> None:
-        self.local = DataPlane(self, Trees(self.config.id, self.address), park_seconds=self.park_seconds)
-        self.relay = DataPlane(self, self.overlay)
+        # A router holds no subscriptions and is never a destination: nothing to deliver here.
+        self.host = PlaneHost(self.config.id, self.address, self.metrics, self.links, DedupWindow(), lambda _: 0)
+        self.local = DataPlane(self.host, Trees(self.config.id, self.address), park_seconds=self.park_seconds)
+        self.relay = DataPlane(self.host, self.overlay)
         self.on_view()
         self.membership.on_plan(self.on_view)  # a plan's cliques may move members between regions
         self._ready.set()
         self._tasks = [asyncio.create_task(self._measure_loop(), name="measure"),
                        asyncio.create_task(self._expire_loop(), name="park-expiry")]
 
+    @property
+    def stopping(self) -> bool:
+        return self.host is not None and self.host.stopping
+
     async def on_stop(self) -> None:
-        self.stopping = True
+        if self.host:
+            self.host.stopping = True  # from here on nothing is acknowledged or re-routed
         for task in self._tasks:
             task.cancel()
-        await asyncio.gather(*(link.close() for link in self.links.values()), return_exceptions=True)
+        await self.links.close()
 
     def on_view(self) -> None:
         if self.local is None:
             return
-        regions = region_map(self.membership.members.values(), self.membership.plan)
-        here = regions.get(self.config.id, self.config.region)
-        agents = self.membership.alive(mpb.ROLE_AGENT)
+        regions, _, mine, dead = region_view(self.membership, self.config.id, self.config.region)
         routers = self.membership.alive(mpb.ROLE_ROUTER)
-        mine = [m for m in agents if regions[m.id] == here]
-        dead = {m.id for m in self.membership.members.values() if m.role == mpb.ROLE_AGENT
-                and m.state == mpb.MEMBER_STATE_DEAD and regions[m.id] == here}
         self.local.trees.update(mine, dead)
         self.local.on_view()
-        self.overlay.update(routers, agents, regions)
-        alive = {m.id for m in mine} | {m.id for m in routers}
-        for peer in [p for p in self.links if p not in alive]:
-            self._drop_link(peer)
+        self.overlay.update(routers, self.membership.alive(mpb.ROLE_AGENT), regions)
+        self.links.keep({m.id for m in mine} | {m.id for m in routers})
 
-    # -- links (the agents' Link: one Relay.Stream per peer) --------------------------
-
-    def link(self, peer: mpb.Member) -> Link:
-        link = self.links.get(peer.id)
-        if link is None or link.address != peer.address:
-            if link is not None:
-                self._drop_link(peer.id)
-            m = self.metrics
-            link = self.links[peer.id] = Link(
-                self.config.id, peer.id, peer.address, on_break=self._peer_broke,
-                metrics=LinkMetrics(m.link_enqueued.labels(peer.id), m.link_dequeued.labels(peer.id),
-                                    m.sent_bytes.labels(peer.id)))
-            m.link_queue.labels(peer.id).set_function(lambda: link.queue_length)
-        return link
-
-    def _drop_link(self, peer: str) -> None:
-        """The peer left the view: its unacknowledged frames are re-routed now (path update)."""
-        link = self.links.pop(peer, None)
-        if link is None:
-            return
-        self.meters.pop(peer, None)
-        for family in (self.metrics.link_queue, self.metrics.link_ce, self.metrics.link_congested):
-            try:
-                family.remove(peer)
-            except KeyError:
-                pass
-        futures = link.abandon()
+    def _settle(self, futures) -> None:
+        """A dropped link's unacknowledged frames: each plane re-routes those it sent (path update)."""
         for plane in (self.local, self.relay):
-            plane.settle(futures)  # each settles only the frames it sent
-        asyncio.create_task(link.close())
+            if plane:
+                plane.settle(futures)
 
     def _peer_broke(self, peer: str) -> None:
         if not self.stopping:
@@ -183,13 +154,20 @@ class RouterNode(Node):
 
     def measure(self) -> None:
         """One interval of OctopiA's link status table: CE and q of every router link."""
-        for peer, link in self.links.items():
+        links = self.links.links
+        for peer in [p for p, (link, _) in self.meters.items() if links.get(p) is not link]:
+            del self.meters[peer]  # dropped (or re-made on a new address: its counters start over)
+            for family in (self.metrics.link_ce, self.metrics.link_congested):
+                try:
+                    family.remove(peer)
+                except KeyError:
+                    pass
+        for peer, link in links.items():
             if self.overlay.kind(peer) == "agent":
                 continue
-            meter = self.meters.get(peer)
-            if meter is None:
-                meter = self.meters[peer] = CongestionMeter(self.delta)
-            state = meter.sample(link.enqueued, link.dequeued, link.queue_length)
+            if peer not in self.meters:
+                self.meters[peer] = (link, CongestionMeter(self.delta))
+            state = self.meters[peer][1].sample(link.enqueued, link.dequeued, link.queue_length)
             self.overlay.states[self.overlay.position[peer]] = state
             self.metrics.link_ce.labels(peer).set(state.ce)
             self.metrics.link_congested.labels(peer).set(int(state.congested))
@@ -203,9 +181,6 @@ class RouterNode(Node):
         while True:
             await asyncio.sleep(1.0)
             self.local.expire()
-
-    def deliver_local(self, event) -> int:
-        return 0  # a router holds no subscriptions; it never names itself a destination
 
     # -- one incoming frame ------------------------------------------------------------
 
@@ -252,41 +227,6 @@ class RouterNode(Node):
                 self.overlay.came_from = NO_ALINK
 
 
-class RelayServicer(rgrpc.RelayServicer):
-    """Frames from agents and routers; each acknowledged once `RouterNode.receive` says so."""
-
-    def __init__(self, node: RouterNode):
-        self.node = node
-
-    async def Stream(self, request_iterator, context):
-        peer = dict(context.invocation_metadata()).get("x-echelon-member", "?")
-        node = self.node
-        received = node.metrics.received_bytes.labels(peer if peer in node.membership.members else "unknown")
-        acks: asyncio.Queue[int | None] = asyncio.Queue()
-        await node._ready.wait()
-
-        async def read():
-            async for frame in request_iterator:
-                received.inc(frame.ByteSize())
-                node.receive(peer, frame, lambda seq=frame.seq: acks.put_nowait(seq))
-
-        reader = asyncio.create_task(read())
-        reader.add_done_callback(lambda _: acks.put_nowait(None))
-        try:
-            while (seq := await acks.get()) is not None:
-                seqs = [seq]
-                while not acks.empty() and (seq := acks.get_nowait()) is not None:
-                    seqs.append(seq)
-                yield rpb.RelayAck(seqs=seqs)
-                if seq is None:
-                    break
-            error = reader.exception() if reader.done() and not reader.cancelled() else None
-            if error is not None and not isinstance(error, grpc.aio.AioRpcError):
-                log.error("relay stream from %s failed", peer, exc_info=error)
-        finally:
-            reader.cancel()
-
-
 class RouterServicer(ogrpc.RouterServicer):
     def __init__(self, node: RouterNode):
         self.node = node
@@ -296,7 +236,7 @@ class RouterServicer(ogrpc.RouterServicer):
         here = ov.here or (0, 0)
         out = opb.DescribeResponse(router_id=node.config.id, region=ov.region, position=here[0],
                                    region_index=here[1], regions=ov.regions, routing=node.routing)
-        for peer, link in sorted(node.links.items()):
+        for peer, link in sorted(node.links.links.items()):
             s = ov.state(peer)
             out.links.add(peer=peer, kind=ov.kind(peer), queue_length=link.queue_length,
                           congestion_element=s.ce, congested=s.congested)
