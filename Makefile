@@ -53,6 +53,14 @@ bench: $(STAMP)
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis
 
+# OctopiA (router tier): the paper's burst simulation (70 routers, a few minutes), then the
+# real-router run in network namespaces with throttled iLinks (needs root): tables and plots in out/.
+.PHONY: octopia
+octopia: $(STAMP) $(SYSTEM)
+	$(PY) -m loadtest.octopia_sim --out out/octopia
+	$(PY) -m loadtest.octopia_net --out out/octopia_net
+	$(PY) -m pytest -q -m netns tests/chaos/test_octopia_net.py
+
 # The paper's bulk experiment in network namespaces (needs root; about 15 minutes): tables, out/bulk/*.png.
 .PHONY: bulk
 bulk: $(STAMP) $(SYSTEM)

@@ -120,12 +120,18 @@ def matcher(log_level, deadline, park_seconds, **kw) -> None:
 @cli.command()
 @service_options
 @click.option("--membership", multiple=True, required=True, help="Membership replica addresses (comma list).")
-def router(log_level, **kw) -> None:
-    """Run a router: the region's gateway on the inter-region overlay."""
+@click.option("--routing", default="idr", type=click.Choice(["snr", "idr"]), show_default=True,
+              help="OctopiA's static routing (one copy per region over its iLink) or IDR (around congested iLinks).")
+@click.option("--delta", default=10, type=click.IntRange(0), show_default=True,
+              help="A link is congested when its CE >= 1 and more than this many frames are queued.")
+@click.option("--interval", default=0.5, type=click.FloatRange(0.01, 60), show_default=True,
+              help="Seconds between measurements of each link's CE and queue length.")
+def router(log_level, routing, delta, interval, **kw) -> None:
+    """Run a router: the region's gateway on the inter-region overlay (set --region)."""
     from echelon.router.server import RouterNode
 
     setup_logging("router", log_level)
-    _serve(lambda: RouterNode(_config(**kw)))
+    _serve(lambda: RouterNode(_config(**kw), routing=routing, delta=delta, interval=interval))
 
 
 @cli.command()
@@ -148,17 +154,29 @@ def membership(log_level, peers, tombstone_ttl, **kw) -> None:
               help="Membership replicas (three: no single point of failure).")
 @click.option("--base-port", default=7100, type=click.IntRange(0, 60000), show_default=True,
               help="Ports are laid out above it; 0 picks free ports.")
+@click.option("--regions", default=1, type=click.IntRange(1, 8), show_default=True,
+              help="Regions (region-0, ...): agents spread over them, joined by routers (OctopiA SCOT).")
+@click.option("--routers-per-region", default=0, type=click.IntRange(0, 13), show_default=True,
+              help="Routers B(a, c) in each region (the tree T); needed with --regions > 1.")
+@click.option("--routing", default="idr", type=click.Choice(["snr", "idr"]), show_default=True)
 @click.option("--log-dir", default=None, type=click.Path(file_okay=False, path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print the endpoints as one JSON line.")
 @click.option("--no-prometheus", is_flag=True, help="Do not start a Prometheus scraping the cluster.")
 @click.option("--prometheus-port", default=None, type=click.IntRange(0, 65535),
               help="Prometheus' port on 127.0.0.1 (default 9090; a free one with --base-port 0).")
-def up(agents, matchers, memberships, base_port, log_dir, as_json, no_prometheus, prometheus_port) -> None:
+def up(agents, matchers, memberships, base_port, regions, routers_per_region, routing, log_dir, as_json,
+       no_prometheus, prometheus_port) -> None:
     """Start a local cluster as processes; Ctrl-C or SIGTERM stops it."""
     from echelon.launch import Cluster, Loopback
 
     kw = {"log_dir": log_dir} if log_dir else {}
-    cluster = Cluster(agents=agents, matchers=matchers, memberships=memberships, placement=Loopback(base_port), **kw)
+    if regions > 1 and not routers_per_region:
+        raise click.BadParameter("--regions > 1 needs --routers-per-region >= 1")
+    try:
+        cluster = Cluster(agents=agents, matchers=matchers, memberships=memberships, placement=Loopback(base_port),
+                          regions=regions, routers=routers_per_region, extra={"router": ["--routing", routing]}, **kw)
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
     stop = asyncio.Event()
     prometheus = None
 
@@ -204,14 +222,17 @@ def up(agents, matchers, memberships, base_port, log_dir, as_json, no_prometheus
 @click.option("--agents", default=4, type=click.IntRange(4, 40), show_default=True)
 @click.option("--events", default=200, type=click.IntRange(1, 1_000_000), show_default=True)
 @click.option("--base-port", default=0, type=click.IntRange(0, 60000), show_default=True)
+@click.option("--regions", default=1, type=click.IntRange(1, 4), show_default=True,
+              help="The multi-region act: agents spread over regions joined by 2 routers each.")
 @click.option("--json", "as_json", is_flag=True)
-def demo(agents, events, base_port, as_json) -> None:
+def demo(agents, events, base_port, regions, as_json) -> None:
     """Start a local cluster, publish stock quotes to filtered subscribers, show who got what."""
     from echelon.demo import run_demo
 
     # Piped output (CI, `| tee`) would wrap the table at 80 columns.
     out = console if console.is_terminal else Console(width=140)
-    ok = asyncio.run(run_demo(agents=agents, events=events, base_port=base_port, as_json=as_json, console=out))
+    ok = asyncio.run(run_demo(agents=agents, events=events, base_port=base_port, as_json=as_json, console=out,
+                              regions=regions))
     sys.exit(0 if ok else 1)
 
 

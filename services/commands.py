@@ -205,7 +205,11 @@ def view_table(view: mpb.View, source: str = "", unreachable_for: float | None =
     for col in ("id", "role", "state", "incarnation", "last beat", "address", *(["region"] if regions else [])):
         t.add_column(col, no_wrap=True, justify="right" if col in ("incarnation", "last beat") else "left")
     t.add_column("topics", overflow="fold")
-    for m in sorted(view.members, key=lambda m: (m.role, m.id)):
+    last_region = None
+    for m in sorted(view.members, key=lambda m: ((m.region,) if regions else ()) + (m.role, m.id)):
+        if regions and last_region is not None and m.region != last_region:
+            t.add_section()  # grouped by region
+        last_region = m.region
         state = _state(m.state)
         age = f"{max(now - m.last_beat_unix_ms, 0) / 1000:.1f}s" if m.last_beat_unix_ms else "-"
         topics = " ".join([*(f"pub:{x}" for x in m.publishes), *(f"sub:{x}" for x in m.subscribes)])

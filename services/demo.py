@@ -1,6 +1,7 @@
 """`echelon demo`: a local cluster, a stock-quotes topic, filtered subscribers on three
 agents, a burst of quotes from a fourth — and a check of who received what against
-brute-force evaluation of every filter."""
+brute-force evaluation of every filter. With `--regions N` the agents are spread over N
+regions joined by routers (OctopiA SCOT), so the quotes cross regions."""
 
 from __future__ import annotations
 
@@ -53,10 +54,12 @@ async def collect(sub, expected: int, idle: float = 3.0) -> list:
 
 
 async def run_demo(agents: int = 4, events: int = 200, base_port: int = 0, as_json: bool = False,
-                   console: Console | None = None) -> bool:
+                   console: Console | None = None, regions: int = 1, routers: int = 2) -> bool:
     console = console or Console()
-    cluster = Cluster(agents=agents, matchers=1, memberships=3, placement=Loopback(base_port))
-    console.print(f"starting {agents} agents, 1 matcher, 3 membership replicas (logs in {cluster.log_dir}) ...")
+    cluster = Cluster(agents=agents, matchers=1, memberships=3, placement=Loopback(base_port), regions=regions,
+                      routers=routers if regions > 1 else 0)
+    where = f" in {regions} regions with {routers} routers each" if regions > 1 else ""
+    console.print(f"starting {agents} agents{where}, 1 matcher, 3 membership replicas (logs in {cluster.log_dir}) ...")
     t0 = time.perf_counter()
     await cluster.start()
     console.print(f"cluster serving in {time.perf_counter() - t0:.1f}s")
@@ -90,7 +93,8 @@ async def run_demo(agents: int = 4, events: int = 200, base_port: int = 0, as_js
             payload_ok = all(hashlib.sha256(m.payload).digest() == hashlib.sha256(big).digest()
                              for m in got if m.payload)
             ok &= exact and payload_ok
-            rows.append({"agent": f"agent-{agent}", "filter": f, "expected": len(exp), "received": len(got),
+            rows.append({"agent": f"agent-{agent}" + (f" (region-{agent % regions})" if regions > 1 else ""),
+                         "filter": f, "expected": len(exp), "received": len(got),
                          "in_order_exact": exact, "payload_intact": payload_ok,
                          "first": got_attrs[0] if got_attrs else None})
         for s in subs:

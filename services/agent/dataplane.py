@@ -121,7 +121,7 @@ class Job:
 
 
 class Host(Protocol):
-    """What the data plane needs of its agent, and nothing more (server.PlaneHost)."""
+    """What the data plane needs of its agent, and nothing more (linkset.PlaneHost)."""
 
     id: str
     address: str

@@ -1,8 +1,9 @@
 """Batching and dispatch of publishes: validated events queue here; one task takes them
 in batches of up to MAX_BATCH, matches each batch at once on the matcher tier
-(attributes only: payloads stay here), delivers locally what is for this agent and hands
-the rest to the data plane as the root of their trees (DESIGN.md, "The path of one
-event", steps 2-3)."""
+(attributes only: payloads stay here), delivers locally what is for this agent, hands
+this region's destinations to the data plane as the root of their trees and other
+regions' to the gateway plane, for a router of this region (DESIGN.md, "The path of one
+event", steps 2-4; gateway.py)."""
 
 from __future__ import annotations
 
@@ -22,10 +23,12 @@ MAX_BATCH = 512
 
 
 class Dispatcher:
-    def __init__(self, me: str, matching: MatchClient, plane: DataPlane, deliver: Callable[[pb.Event], int]):
+    def __init__(self, me: str, matching: MatchClient, plane: DataPlane, gateway: DataPlane,
+                 deliver: Callable[[pb.Event], int]):
         self.me = me
         self.matching = matching
         self.plane = plane
+        self.gateway = gateway
         self.deliver = deliver
         self._queue: asyncio.Queue[tuple[pb.Event, bytes, asyncio.Future]] = asyncio.Queue()
 
@@ -56,12 +59,14 @@ class Dispatcher:
                         future.set_exception(Unavailable(f"dispatch failed: {e}"))
 
     async def _fan_out(self, batch, results: list[xpb.MatchResult]) -> None:
-        """Local delivery here, the rest to the data plane as the root."""
+        """Local delivery here, this region's destinations to the data plane as the root,
+        other regions' to the gateway."""
         alive, dead = self.plane.trees.alive, self.plane.trees.dead
-        items = []
+        items, remote = [], []
         for (event, payload, _), result in zip(batch, results):
             # A DEAD destination is parked by the data plane until it comes back (or the park ends).
             dests = [a.agent for a in result.agents if a.agent == self.me or alive(a.agent) or a.agent in dead]
+            remote.append((event, payload, self.gateway.trees.elsewhere(a.agent for a in result.agents)))
             if self.me in dests:
                 if payload:
                     whole = pb.Event()
@@ -73,6 +78,7 @@ class Dispatcher:
             items.append((event, payload, dests))
         # Accepted: held here. The futures report delivery once every destination has it.
         delivered = await self.plane.publish(items)
-        for (*_, future), (_, _, dests), done in zip(batch, items, delivered):
+        handed = await self.gateway.publish(remote) if any(r[2] for r in remote) else [None] * len(items)
+        for (*_, future), (_, _, dests), (_, _, far), done, far_done in zip(batch, items, remote, delivered, handed):
             if not future.done():
-                future.set_result((len(dests), [done]))
+                future.set_result((len(dests) + len(far), [done] + ([far_done] if far else [])))

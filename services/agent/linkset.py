@@ -1,18 +1,22 @@
-"""The agent's outgoing relay links, one per peer (links.py), with their per-peer series.
+"""A node's outgoing relay links, one per peer (links.py), with their per-peer series; and
+`PlaneHost`, the node as its data planes see it (agents and routers alike).
 
 A link is made on first use and dropped when its peer leaves the view (or comes back on
 another address): its unacknowledged frames come back at once to `on_abandon`, the data
-plane's path update, ahead of anything routed on the new view.
+planes' path update, ahead of anything routed on the new view.
 """
 
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from typing import Callable
 
 from prometheus_client import Counter, Gauge
 
 from echelon.agent.links import Link, LinkMetrics
+from echelon.core.dedup import DedupWindow
+from echelon.v1 import common_pb2 as pb
 from echelon.v1 import membership_pb2 as mpb
 
 
@@ -74,3 +78,20 @@ class LinkSet:
 
     async def close(self) -> None:
         await asyncio.gather(*(link.close() for link in self.links.values()), return_exceptions=True)
+
+
+@dataclass
+class PlaneHost:
+    """A node as its data planes see it (dataplane.Host): who it is, its links, local
+    delivery and the data plane's counters; not the node."""
+
+    id: str
+    address: str
+    metrics: object  # copies (labelled "as"), rerouted, lost, parked, unparked
+    links: LinkSet
+    dedup: DedupWindow  # message ids delivered here
+    deliver_local: Callable[[pb.Event], int]
+    stopping: bool = False  # from then on nothing is acknowledged or re-routed
+
+    def link(self, member: mpb.Member) -> Link:
+        return self.links.link(member)

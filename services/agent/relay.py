@@ -1,40 +1,43 @@
-"""The `Relay` service: frames from peers go to the data plane, which delivers, forwards
-and says when each may be acknowledged; acks go back batched."""
+"""The `Relay` service, of agents and routers alike: frames from peers go to the node's
+`receive` (its data plane: delivers, forwards and says when each may be acknowledged);
+acks go back batched."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
+from typing import Callable
 
 import grpc
+from prometheus_client import Counter
 
 from echelon.v1 import relay_pb2 as rpb
 from echelon.v1 import relay_pb2_grpc as rgrpc
 
-if TYPE_CHECKING:
-    from echelon.agent.server import AgentNode
-
-log = logging.getLogger("echelon.agent")
+log = logging.getLogger("echelon.relay")
 
 
 class RelayServicer(rgrpc.RelayServicer):
-    """Receives frames from peers; acknowledges each once the data plane says its subtree holds it."""
+    """Receives frames from peers; acknowledges each once `receive(peer, frame, ack)` calls
+    `ack` (the data plane says its subtree holds it). Frames wait for `ready` (the data
+    plane exists); `received(peer)` is the peer's received-bytes series."""
 
-    def __init__(self, node: AgentNode):
-        self.node = node
+    def __init__(self, ready: asyncio.Event, received: Callable[[str], Counter],
+                 receive: Callable[[str, rpb.RelayFrame, Callable[[], None]], None]):
+        self.ready = ready
+        self.received = received
+        self.receive = receive
 
     async def Stream(self, request_iterator, context):
         peer = dict(context.invocation_metadata()).get("x-echelon-member", "?")
-        node = self.node
-        received = node.links.received(peer, peer in node.membership.members)
+        received = self.received(peer)
         acks: asyncio.Queue[int | None] = asyncio.Queue()
-        await node.ready.wait()
+        await self.ready.wait()
 
         async def read():
             async for frame in request_iterator:
                 received.inc(frame.ByteSize())
-                node.plane.receive(frame, lambda seq=frame.seq: acks.put_nowait(seq))
+                self.receive(peer, frame, lambda seq=frame.seq: acks.put_nowait(seq))
 
         reader = asyncio.create_task(read())
         reader.add_done_callback(lambda _: acks.put_nowait(None))

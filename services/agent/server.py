@@ -8,8 +8,9 @@ The node wires parts with one job each:
 | `registry.Registry` | the subscriptions held here, registered on (and removed from) the tier |
 | `delivery.LocalDelivery` | an event to the matching local subscriptions, once per message id |
 | `dispatch.Dispatcher` | publishes in batches: matched on the tier, handed to the data plane |
-| `dataplane.DataPlane` | LBDD dissemination; sees the agent only through `PlaneHost` |
-| `linkset.LinkSet` | the outgoing relay links and their per-peer series |
+| `dataplane.DataPlane` | LBDD dissemination; sees the agent only through `linkset.PlaneHost` |
+| `gateway.Gateway` | a second `DataPlane`'s routes: other regions' destinations to a router of this region |
+| `linkset.LinkSet` | the outgoing relay links (of both planes) and their per-peer series |
 | `matching.MatchClient`, `reconcile.Reconciler` | the matcher tier's client; reconciliation |
 | `pubsub`, `relay`, `admin` | the gRPC services |
 """
@@ -18,13 +19,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
 
 from echelon.agent.admin import AdminProxy
 from echelon.agent.dataplane import PARK_SECONDS, DataPlane
 from echelon.agent.delivery import LocalDelivery
 from echelon.agent.dispatch import Dispatcher
-from echelon.agent.linkset import LinkSet
+from echelon.agent.gateway import Gateway, region_view
+from echelon.agent.linkset import LinkSet, PlaneHost
 from echelon.agent.matching import MatchClient
 from echelon.agent.metrics import AgentMetrics
 from echelon.agent.pubsub import PubSubServicer
@@ -34,9 +35,7 @@ from echelon.agent.relay import RelayServicer
 from echelon.agent.subscriptions import Subscription
 from echelon.agent.topics import Topics
 from echelon.agent.trees import Trees
-from echelon.core.dedup import DedupWindow
 from echelon.runtime.node import Node, NodeConfig
-from echelon.v1 import common_pb2 as pb
 from echelon.v1 import membership_pb2 as mpb
 from echelon.v1 import pubsub_pb2 as ppb
 from echelon.v1 import pubsub_pb2_grpc as pgrpc
@@ -44,29 +43,6 @@ from echelon.v1 import relay_pb2 as rpb
 from echelon.v1 import relay_pb2_grpc as rgrpc
 
 log = logging.getLogger("echelon.agent")
-
-
-@dataclass
-class PlaneHost:
-    """The agent as its data plane sees it (dataplane.Host): who it is, its links, local
-    delivery and the data plane's counters; not the node."""
-
-    id: str
-    address: str
-    metrics: AgentMetrics
-    links: LinkSet
-    delivery: LocalDelivery
-    stopping: bool = False
-
-    @property
-    def dedup(self) -> DedupWindow:
-        return self.delivery.dedup
-
-    def link(self, member: mpb.Member):
-        return self.links.link(member)
-
-    def deliver_local(self, event: pb.Event) -> int:
-        return self.delivery.deliver(event)
 
 
 class AgentNode(Node):
@@ -91,11 +67,12 @@ class AgentNode(Node):
         self.ready = asyncio.Event()  # the data plane exists: frames may be taken
         self.metrics = AgentMetrics(self.registry)
         self.links = LinkSet(config.id, window_bytes, self.registry, self.metrics.dropped, self._peer_broke,
-                             lambda futures: self.plane.settle(futures) if self.plane else None)
+                             self._settle)
         self.admin = AdminProxy(config.membership, lambda: self.membership)
         self.topics = Topics(lambda: self.membership, self.admin.call)
         # Made in on_start, once the membership view is there.
         self.plane: DataPlane | None = None
+        self.gateway: DataPlane | None = None  # to the region's router, for other regions
         self.host: PlaneHost | None = None
         self.matching: MatchClient | None = None
         self.subscriptions: Registry | None = None
@@ -106,7 +83,9 @@ class AgentNode(Node):
                         ppb.DESCRIPTOR.services_by_name["PubSub"].full_name)
         self.server.add(pgrpc.add_AdminServicer_to_server, self.admin,
                         ppb.DESCRIPTOR.services_by_name["Admin"].full_name)
-        self.server.add(rgrpc.add_RelayServicer_to_server, RelayServicer(self),
+        self.server.add(rgrpc.add_RelayServicer_to_server, RelayServicer(
+            self.ready, lambda peer: self.links.received(peer, peer in self.membership.members),
+            lambda peer, frame, ack: self.plane.receive(frame, ack)),
                         rpb.DESCRIPTOR.services_by_name["Relay"].full_name)
         self.metrics.reassembling.set_function(lambda: len(self.plane.reassembler) if self.plane else 0)
         self.metrics.parked_now.set_function(lambda: self.plane.parked_count if self.plane else 0)
@@ -142,16 +121,18 @@ class AgentNode(Node):
         self.subscriptions = Registry(me, self.topics, self.matching, self.metrics,
                                       lambda topics: self.membership.set_topics(set(), topics), self._max_backlog)
         delivery = LocalDelivery(lambda: self.subscriptions.subs, self.metrics, self.subscriptions.close)
-        self.host = PlaneHost(me, self.address, self.metrics, self.links, delivery)
+        self.host = PlaneHost(me, self.address, self.metrics, self.links, delivery.dedup, delivery.deliver)
         trees = Trees(me, self.address, self.dissemination, self.stripes)
-        trees.update(self.membership.alive(mpb.ROLE_AGENT), self._dead_agents())
         self.plane = DataPlane(self.host, trees, self.slice_bytes, park_seconds=self.park_seconds)
+        self.gateway = DataPlane(self.host, Gateway(me, self.config.region), self.slice_bytes)
+        self._update_routes()
         self.ready.set()
-        self.dispatcher = Dispatcher(me, self.matching, self.plane, delivery.deliver)
+        self.dispatcher = Dispatcher(me, self.matching, self.plane, self.gateway, delivery.deliver)
         self.reconciler = Reconciler(me, self.matching, self.subscriptions.close_orphans, self.metrics.reconciled,
                                      self.reconcile_seconds)
         self.matching.start()
         self.matching.on_view()
+        self.membership.on_plan(self.on_view)  # a plan's cliques may move members between regions
         self._tasks = [asyncio.create_task(self.dispatcher.run(), name="dispatcher"),
                        asyncio.create_task(self._expire_loop(), name="park-expiry"),
                        asyncio.create_task(self.reconciler.run(), name="reconcile")]
@@ -171,15 +152,24 @@ class AgentNode(Node):
     def on_view(self) -> None:
         if self.matching:
             self.matching.on_view()
-        agents = self.membership.alive(mpb.ROLE_AGENT)
         if self.plane:
-            self.plane.trees.update(agents, self._dead_agents())  # Algorithm 3: every route uses the new view
+            alive = self._update_routes()
             self.plane.on_view()  # members back from DEAD get what was parked for them
-        self.links.keep({m.id for m in agents})
+            self.links.keep(alive)
 
-    def _dead_agents(self) -> set[str]:
-        return {m.id for m in self.membership.members.values()
-                if m.role == mpb.ROLE_AGENT and m.state == mpb.MEMBER_STATE_DEAD}
+    def _update_routes(self) -> set[str]:
+        """Algorithm 3: every route uses the new view (trees over this region's agents,
+        the hand-off to its router). Returns the ids this agent may hold links to."""
+        regions, here, agents, dead = region_view(self.membership, self.config.id, self.config.region)
+        self.plane.trees.update(agents, dead)
+        self.gateway.trees.update(self.membership.alive(mpb.ROLE_ROUTER), regions, here)
+        return {m.id for m in agents} | set(self.gateway.trees.table.members)
+
+    def _settle(self, futures) -> None:
+        """A dropped link's unacknowledged frames: each plane re-routes those it sent."""
+        for plane in (self.plane, self.gateway):
+            if plane:
+                plane.settle(futures)
 
     async def _expire_loop(self) -> None:
         while True:

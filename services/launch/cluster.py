@@ -97,7 +97,9 @@ class Cluster:
     agents: int = 3
     matchers: int = 1
     memberships: int = 3
-    routers: int = 0
+    routers: int = 0  # per region
+    regions: int = 1  # > 1: regions region-0.. (OctopiA SCOT): `routers` routers router-<c>-<a> in
+    # each, agents dealt round robin over them
     placement: Placement = field(default_factory=Loopback)
     log_dir: Path = field(default_factory=lambda: Path("out") / "logs" / time.strftime("%Y%m%d-%H%M%S"))
     common: list[str] = field(default_factory=list)  # flags for every service
@@ -106,14 +108,24 @@ class Cluster:
 
     def __post_init__(self) -> None:
         for name, n, low in (("agents", self.agents, 1), ("matchers", self.matchers, 1),
-                             ("memberships", self.memberships, 1), ("routers", self.routers, 0)):
+                             ("memberships", self.memberships, 1), ("routers", self.routers * self.regions, 0),
+                             ("regions", self.regions, 1)):
             if not low <= n <= 40:
                 raise ValueError(f"{name}: {n} is not in [{low}, 40]")
+        if self.regions > 1 and not self.routers:
+            raise ValueError("regions are joined by routers: give at least one router per region")
         self.log_dir = Path(self.log_dir)
-        for role, n in (("membership", self.memberships), ("matcher", self.matchers), ("router", self.routers),
-                        ("agent", self.agents)):
+        for role, n in (("membership", self.memberships), ("matcher", self.matchers)):
             for _ in range(n):
                 self.plan(role)
+        if self.regions == 1:
+            for _ in range(self.routers):
+                self.plan("router")
+        for c in range(self.regions if self.regions > 1 else 0):
+            for a in range(self.routers):
+                self.plan("router", region=f"region-{c}", id=f"router-{c}-{a}")
+        for i in range(self.agents):
+            self.plan("agent", region=f"region-{i % self.regions}" if self.regions > 1 else "local")
 
     # -- the plan ------------------------------------------------------------------------
 

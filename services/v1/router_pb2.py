@@ -22,20 +22,21 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
-from echelon.v1 import relay_pb2 as echelon_dot_v1_dot_relay__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x65\x63helon/v1/router.proto\x12\nechelon.v1\x1a\x16\x65\x63helon/v1/relay.proto\"2\n\rAttachRequest\x12\x11\n\tmember_id\x18\x01 \x01(\t\x12\x0e\n\x06region\x18\x02 \x01(\t\"#\n\x0e\x41ttachResponse\x12\x11\n\trouter_id\x18\x01 \x01(\t2\x84\x01\n\x06Router\x12?\n\x06\x41ttach\x12\x19.echelon.v1.AttachRequest\x1a\x1a.echelon.v1.AttachResponse\x12\x39\n\x05Relay\x12\x16.echelon.v1.RelayFrame\x1a\x14.echelon.v1.RelayAck(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x65\x63helon/v1/router.proto\x12\nechelon.v1\"\x11\n\x0f\x44\x65scribeRequest\"m\n\nLinkStatus\x12\x0c\n\x04peer\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x14\n\x0cqueue_length\x18\x03 \x01(\r\x12\x1a\n\x12\x63ongestion_element\x18\x04 \x01(\x01\x12\x11\n\tcongested\x18\x05 \x01(\x08\"\xa6\x01\n\x10\x44\x65scribeResponse\x12\x11\n\trouter_id\x18\x01 \x01(\t\x12\x0e\n\x06region\x18\x02 \x01(\t\x12\x10\n\x08position\x18\x03 \x01(\r\x12\x14\n\x0cregion_index\x18\x04 \x01(\r\x12\x0f\n\x07regions\x18\x05 \x03(\t\x12\x0f\n\x07routing\x18\x06 \x01(\t\x12%\n\x05links\x18\x07 \x03(\x0b\x32\x16.echelon.v1.LinkStatus2O\n\x06Router\x12\x45\n\x08\x44\x65scribe\x12\x1b.echelon.v1.DescribeRequest\x1a\x1c.echelon.v1.DescribeResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'echelon.v1.router_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_ATTACHREQUEST']._serialized_start=63
-  _globals['_ATTACHREQUEST']._serialized_end=113
-  _globals['_ATTACHRESPONSE']._serialized_start=115
-  _globals['_ATTACHRESPONSE']._serialized_end=150
-  _globals['_ROUTER']._serialized_start=153
-  _globals['_ROUTER']._serialized_end=285
+  _globals['_DESCRIBEREQUEST']._serialized_start=39
+  _globals['_DESCRIBEREQUEST']._serialized_end=56
+  _globals['_LINKSTATUS']._serialized_start=58
+  _globals['_LINKSTATUS']._serialized_end=167
+  _globals['_DESCRIBERESPONSE']._serialized_start=170
+  _globals['_DESCRIBERESPONSE']._serialized_end=336
+  _globals['_ROUTER']._serialized_start=338
+  _globals['_ROUTER']._serialized_end=417
 # @@protoc_insertion_point(module_scope)

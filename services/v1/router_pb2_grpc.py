@@ -3,7 +3,6 @@
 import grpc
 import warnings
 
-from echelon.v1 import relay_pb2 as echelon_dot_v1_dot_relay__pb2
 from echelon.v1 import router_pb2 as echelon_dot_v1_dot_router__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
@@ -35,32 +34,18 @@ class RouterStub:
         Args:
             channel: A grpc.Channel.
         """
-        self.Attach = channel.unary_unary(
-                '/echelon.v1.Router/Attach',
-                request_serializer=echelon_dot_v1_dot_router__pb2.AttachRequest.SerializeToString,
-                response_deserializer=echelon_dot_v1_dot_router__pb2.AttachResponse.FromString,
-                _registered_method=True)
-        self.Relay = channel.stream_stream(
-                '/echelon.v1.Router/Relay',
-                request_serializer=echelon_dot_v1_dot_relay__pb2.RelayFrame.SerializeToString,
-                response_deserializer=echelon_dot_v1_dot_relay__pb2.RelayAck.FromString,
+        self.Describe = channel.unary_unary(
+                '/echelon.v1.Router/Describe',
+                request_serializer=echelon_dot_v1_dot_router__pb2.DescribeRequest.SerializeToString,
+                response_deserializer=echelon_dot_v1_dot_router__pb2.DescribeResponse.FromString,
                 _registered_method=True)
 
 
 class RouterServicer:
     """Missing associated documentation comment in .proto file."""
 
-    def Attach(self, request, context):
-        """A region's agents attach to their router; it learns which of them hold
-        subscriptions for traffic arriving from other regions.
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-    def Relay(self, request_iterator, context):
-        """Router to router and agent to router: the same frames as agent relays.
-        """
+    def Describe(self, request, context):
+        """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -68,15 +53,10 @@ class RouterServicer:
 
 def add_RouterServicer_to_server(servicer, server):
     rpc_method_handlers = {
-            'Attach': grpc.unary_unary_rpc_method_handler(
-                    servicer.Attach,
-                    request_deserializer=echelon_dot_v1_dot_router__pb2.AttachRequest.FromString,
-                    response_serializer=echelon_dot_v1_dot_router__pb2.AttachResponse.SerializeToString,
-            ),
-            'Relay': grpc.stream_stream_rpc_method_handler(
-                    servicer.Relay,
-                    request_deserializer=echelon_dot_v1_dot_relay__pb2.RelayFrame.FromString,
-                    response_serializer=echelon_dot_v1_dot_relay__pb2.RelayAck.SerializeToString,
+            'Describe': grpc.unary_unary_rpc_method_handler(
+                    servicer.Describe,
+                    request_deserializer=echelon_dot_v1_dot_router__pb2.DescribeRequest.FromString,
+                    response_serializer=echelon_dot_v1_dot_router__pb2.DescribeResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -90,7 +70,7 @@ class Router:
     """Missing associated documentation comment in .proto file."""
 
     @staticmethod
-    def Attach(request,
+    def Describe(request,
             target,
             options=(),
             channel_credentials=None,
@@ -103,36 +83,9 @@ class Router:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/echelon.v1.Router/Attach',
-            echelon_dot_v1_dot_router__pb2.AttachRequest.SerializeToString,
-            echelon_dot_v1_dot_router__pb2.AttachResponse.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def Relay(request_iterator,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.stream_stream(
-            request_iterator,
-            target,
-            '/echelon.v1.Router/Relay',
-            echelon_dot_v1_dot_relay__pb2.RelayFrame.SerializeToString,
-            echelon_dot_v1_dot_relay__pb2.RelayAck.FromString,
+            '/echelon.v1.Router/Describe',
+            echelon_dot_v1_dot_router__pb2.DescribeRequest.SerializeToString,
+            echelon_dot_v1_dot_router__pb2.DescribeResponse.FromString,
             options,
             channel_credentials,
             insecure,

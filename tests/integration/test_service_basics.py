@@ -89,23 +89,3 @@ async def test_metrics_exposition_passes_promtool(cluster):
     finally:
         await agent.stop(0.2)
 
-
-async def test_router_skeleton_refuses_to_relay_rather_than_ack(cluster):
-    from echelon.router.server import RouterNode
-    from echelon.v1 import relay_pb2, router_pb2, router_pb2_grpc
-
-    router = RouterNode(NodeConfig(id="router-0", membership=cluster.replicas, grace=0.2))
-    await router.start()
-    try:
-        async with grpc.aio.insecure_channel(router.address) as ch:
-            stub = router_pb2_grpc.RouterStub(ch)
-            assert (await stub.Attach(router_pb2.AttachRequest(member_id="agent-0"))).router_id == "router-0"
-            with pytest.raises(grpc.aio.AioRpcError) as err:
-                async for _ in stub.Relay(iter([relay_pb2.RelayFrame(seq=1)])):
-                    pass
-            assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED
-            with pytest.raises(grpc.aio.AioRpcError) as err:
-                await stub.Attach(router_pb2.AttachRequest())
-            assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    finally:
-        await router.stop(0.2)

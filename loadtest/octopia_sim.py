@@ -1,0 +1,279 @@
+"""OctopiA's burst experiment (papers/octopia-*.txt section VIII, "Burst Scenario";
+ALGORITHMS.md section 4) as a discrete-event simulation on the same `core.scot` /
+`core.idr` functions the routers run.
+
+The paper's setting: a SCOT of a 14-broker tree x 5 clusters (70 brokers); 2000
+subscribers and 100 publishers spread at random over the brokers; every subscriber
+matches each notification with probability 2% (selectivity); each publisher sends 2000
+notifications at 60 per minute; a high-rate publisher (HRP) whose 40 subscribers sit in
+every cluster but never on its broker sends 100k notifications at 100k, 80k or 60k per
+minute, starting once the subscriptions are in. SNR and IDR run the same workload
+(same seed) side by side.
+
+Model (what is simplified, said here): every directed overlay link is a FIFO output queue
+served at a fixed rate (`ilink_rate` messages/s for iLinks, `alink_rate` for aLinks) plus a
+propagation latency; the broker measures each queue every `interval` s (CE over the
+interval, q at its end, delta) and routes with `core.idr.idr` / `core.scot.snr`. A
+notification is delivered to a cluster's subscribers when it reaches the broker that
+serves that cluster (the paper's in-cluster RPF hops are the same for both algorithms and
+left out); the publisher's own cluster is served at publish time. Figures, as the paper's:
+average delivery delay (weighted by subscribers), share of deliveries under 1 s, the time
+from the end of the burst until the last delivery later than 1 s (stabilisation), and
+inter-broker messages.
+
+Run: python -m loadtest.octopia_sim [--scale 1.0] [--out out/octopia]
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+from array import array
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import click
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from echelon.core.idr import CongestionMeter, idr
+from echelon.core.scot import Scot, bits, snr
+
+PAPER = {"avg_delay_lower": {100_000: 17.5, 80_000: 17.7, 60_000: 21.0}, "under_1s": {"idr": 53.8, "snr": 44.1},
+         "more_messages": 0.3, "stabilised_earlier_s": 239}
+
+
+@dataclass
+class Setting:
+    t: int = 14
+    regions: int = 5
+    subscribers: int = 2000
+    publishers: int = 100
+    per_publisher: int = 2000
+    publisher_rate: float = 1.0  # notifications/s each (60 per minute)
+    selectivity: float = 0.02
+    hrp_total: int = 100_000
+    hrp_per_minute: int = 100_000
+    hrp_start: float = 30.0
+    ilink_rate: float = 1000.0  # messages/s an iLink's output queue sends
+    alink_rate: float = 4000.0
+    ilink_latency: float = 0.020
+    alink_latency: float = 0.001
+    interval: float = 0.05  # the paper's t: 50 ms
+    delta: int = 10  # the paper's delta
+    seed: int = 1
+
+    def scaled(self, scale: float) -> Setting:
+        """A shorter run with the same rates (CI): fewer notifications, same congestion."""
+        s = Setting(**self.__dict__)
+        s.per_publisher = max(10, int(self.per_publisher * scale))
+        s.hrp_total = max(100, int(self.hrp_total * scale))
+        return s
+
+
+class Link:
+    """A directed link's output queue: deterministic service, FIFO."""
+
+    __slots__ = ("rate", "latency", "free_at", "departures", "enqueued", "dequeued", "meter", "measured_at")
+
+    def __init__(self, rate: float, latency: float, delta: int):
+        self.rate, self.latency = rate, latency
+        self.free_at = 0.0
+        self.departures: deque[float] = deque()
+        self.enqueued = self.dequeued = 0
+        self.meter = CongestionMeter(delta)
+        self.measured_at = 0.0
+
+    def advance(self, now: float, interval: float) -> None:
+        """Take the measurement of the last interval boundary before `now` (lazily)."""
+        b = math.floor(now / interval) * interval
+        if b <= self.measured_at:
+            return
+        while self.departures and self.departures[0] <= b:
+            self.departures.popleft()
+            self.dequeued += 1
+        self.meter.sample(self.enqueued, self.dequeued, len(self.departures))
+        self.measured_at = b
+
+    def send(self, now: float) -> float:
+        """Enqueue at `now`; returns the arrival time at the far end."""
+        start = max(now, self.free_at)
+        self.free_at = start + 1.0 / self.rate
+        self.departures.append(self.free_at)
+        self.enqueued += 1
+        return self.free_at + self.latency
+
+
+@dataclass
+class Result:
+    routing: str
+    at: array = field(default_factory=lambda: array("d"))  # per delivery to a cluster: when,
+    delay: array = field(default_factory=lambda: array("d"))  # how late,
+    weight: array = field(default_factory=lambda: array("i"))  # to how many subscribers
+    messages: int = 0
+    rules: dict[str, int] = field(default_factory=dict)
+    burst_end: float = 0.0
+
+    def deliver(self, at: float, delay: float, subscribers: int) -> None:
+        self.at.append(at)
+        self.delay.append(delay)
+        self.weight.append(subscribers)
+
+    def __len__(self) -> int:
+        return len(self.at)
+
+    def average_delay(self) -> float:
+        return float(np.average(self.delay, weights=self.weight))
+
+    def share_under(self, limit: float = 1.0) -> float:
+        d, w = np.asarray(self.delay), np.asarray(self.weight)
+        return float(w[d < limit].sum() / w.sum())
+
+    def stabilised_after(self, limit: float = 1.0) -> float:
+        """Seconds from the end of the burst to the last delivery later than `limit`."""
+        late = np.asarray(self.at)[np.asarray(self.delay) > limit]
+        return max(0.0, float(late.max()) - self.burst_end) if len(late) else 0.0
+
+
+def workload(s: Setting):
+    """(publish time, host broker, {region: subscribers}) for every notification, and the
+    HRP's burst end. The same for both algorithms."""
+    rng = random.Random(s.seed)
+    nrng = np.random.default_rng(s.seed)
+    scot = Scot.uniform(s.t, s.regions)
+    brokers = scot.routers()
+    sub_region = nrng.integers(0, s.regions, s.subscribers)
+    per_region = np.bincount(sub_region, minlength=s.regions)
+    out = []
+    for p in range(s.publishers):
+        host = rng.choice(brokers)
+        phase = rng.random()
+        for k in range(s.per_publisher):
+            out.append([(phase + k) / s.publisher_rate, host, None])
+    hits = nrng.binomial(per_region, s.selectivity, size=(len(out), s.regions))
+    for row, h in zip(out, hits):
+        row[2] = {c: int(n) for c, n in enumerate(h) if n}
+    hrp = rng.choice(brokers)
+    hrp_subs = {c: n for c, n in enumerate(np.bincount(np.arange(int(s.subscribers * s.selectivity)) % s.regions,
+                                                       minlength=s.regions)) if n}
+    gap = 60.0 / s.hrp_per_minute
+    for k in range(s.hrp_total):
+        out.append([s.hrp_start + k * gap, hrp, hrp_subs])
+    out.sort(key=lambda r: r[0])
+    return scot, out, s.hrp_start + s.hrp_total * gap
+
+
+def simulate(s: Setting, routing: str) -> Result:
+    scot, notes, burst_end = workload(s)
+    links: dict = {}
+    for a, c in scot.routers():
+        for r in scot.alink(a, c):
+            links[((a, c), r)] = Link(s.alink_rate, s.alink_latency, s.delta)
+        for r in scot.ilinks(a, c):
+            links[((a, c), r)] = Link(s.ilink_rate, s.ilink_latency, s.delta)
+    res = Result(routing, burst_end=burst_end)
+    heap: list = []
+    seq = 0
+    for i, (at, host, subs) in enumerate(notes):
+        heap.append((at, seq, host, i, sum(1 << c for c in subs), ()))
+        seq += 1
+    heapq.heapify(heap)
+    while heap:
+        now, _, here, i, v, came = heapq.heappop(heap)
+        published, host, subs = notes[i]
+        if v & (1 << here[1]) or here == host:
+            n = subs.get(here[1], 0)
+            if n:
+                res.deliver(now, now - published, n)
+        if routing == "snr":
+            sends = snr(scot, here, v)
+        else:
+            states = {}
+            for r in scot.alink(*here) + scot.ilinks(*here):
+                link = links[(here, r)]
+                link.advance(now, s.interval)
+                states[r] = link.meter.state
+            d = idr(scot, here, v, states, came)
+            sends = d.sends
+            res.rules[d.rule] = res.rules.get(d.rule, 0) + 1
+        for send in sends:
+            link = links[(here, send.to)]
+            link.advance(now, s.interval)
+            arrive = link.send(now)
+            res.messages += 1
+            heapq.heappush(heap, (arrive, seq, send.to, i, send.civ, (here,) if send.to[1] == here[1] else ()))
+            seq += 1
+    return res
+
+
+def compare(s: Setting) -> tuple[Result, Result]:
+    return simulate(s, "snr"), simulate(s, "idr")
+
+
+def plot(runs: dict[int, tuple[Result, Result]], out: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(runs), 1, figsize=(8, 3 * len(runs)), squeeze=False)
+    for ax, (rate, pair) in zip(axes[:, 0], runs.items()):
+        for r in pair:
+            order = np.argsort(r.at)
+            at, delay = np.asarray(r.at)[order], np.asarray(r.delay)[order]
+            window = max(1, len(at) // 400)
+            xs = at[::window]
+            ys = [delay[k:k + window].max() for k in range(0, len(at), window)]
+            ax.plot(xs, ys, label=r.routing.upper())
+        ax.axvline(pair[0].burst_end, color="grey", ls=":", label="burst ends")
+        ax.set_title(f"HRP at {rate:,} notifications/min: max delay per window")
+        ax.set_xlabel("delivered at (s)")
+        ax.set_ylabel("delay (s)")
+        ax.legend()
+    fig.tight_layout()
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "octopia_delay.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def table(runs: dict[int, tuple[Result, Result]]) -> Table:
+    t = Table(title="OctopiA burst: IDR vs SNR, same workload (paper's figures in brackets)")
+    for col in ("HRP /min", "avg delay SNR s", "avg delay IDR s", "IDR lower by", "<1 s SNR", "<1 s IDR",
+                "stabilised SNR s", "stabilised IDR s", "IDR earlier by s", "messages IDR/SNR", "IDR rules"):
+        t.add_column(col, justify="right")
+    for rate, (snr_r, idr_r) in runs.items():
+        lower = 100 * (1 - idr_r.average_delay() / snr_r.average_delay())
+        paper = PAPER["avg_delay_lower"].get(rate)
+        t.add_row(f"{rate:,}", f"{snr_r.average_delay():.3f}", f"{idr_r.average_delay():.3f}",
+                  f"{lower:.1f}%" + (f" [{paper}%]" if paper else ""),
+                  f"{100 * snr_r.share_under():.1f}% [44.1%]", f"{100 * idr_r.share_under():.1f}% [53.8%]",
+                  f"{snr_r.stabilised_after():.1f}", f"{idr_r.stabilised_after():.1f}",
+                  f"{snr_r.stabilised_after() - idr_r.stabilised_after():.1f} [239]",
+                  f"{idr_r.messages / snr_r.messages:.4f} [1.003]",
+                  " ".join(f"{k}:{v}" for k, v in sorted(idr_r.rules.items())))
+    return t
+
+
+@click.command()
+@click.option("--scale", default=1.0, type=click.FloatRange(0.001, 1.0), show_default=True,
+              help="Share of the paper's notification counts (same rates); 1.0 is the paper's run.")
+@click.option("--rates", default="100000,80000,60000", show_default=True, help="HRP rates per minute.")
+@click.option("--out", default="out/octopia", type=click.Path(file_okay=False, path_type=Path))
+def main(scale: float, rates: str, out: Path) -> None:
+    """IDR against SNR on the paper's burst scenario; prints the table, writes the plot."""
+    runs = {}
+    for rate in (int(r) for r in rates.split(",") if r):
+        s = Setting(hrp_per_minute=rate).scaled(scale)
+        runs[rate] = compare(s)
+    console = Console(width=200)
+    console.print(table(runs))
+    console.print(f"plot: {plot(runs, out)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,85 @@
+"""The agent's hand-off to its region's router (DESIGN.md "The path of one event", step 4;
+OctopiA's mapping in core/scot.py).
+
+A member's region is its Kyra clique when the adopted routing plan puts it in one
+(`region_map`; the plan switches every member at the same epoch), else its `--region`.
+With regions, an agent's LBDD trees span the agents of its own region only (`region_view`,
+which the router's trees use too); destinations in other regions go to one router of its
+region, which carries them over the SCOT overlay. The hand-off is a second `DataPlane` whose routes
+(`Gateway`) send every destination to that router: so it gets the root's frames,
+slices, byte window, holds and FIFO fences, and a publish counts as delivered when the
+router acknowledges, which it does once every region it serves holds the message.
+
+The agent attaches to the router of its region at index md5(agent id) mod n among the
+live routers sorted by id; when that router leaves the view the data plane's path update
+re-routes its unacknowledged frames to the next one. No router in the region: the
+destinations are lost and counted (`echelon_agent_destinations_lost_total`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+
+from echelon.v1 import membership_pb2 as mpb
+
+
+def region_map(members: Iterable[mpb.Member], plan: mpb.RoutingPlan | None) -> dict[str, str]:
+    """Member id -> region: "clique-<id>" for a member of one of the plan's cliques, else
+    the region it joined with."""
+    cliques = {m: f"clique-{c.id}" for c in (plan.cliques if plan else ()) for m in c.members}
+    return {m.id: cliques.get(m.id, m.region) for m in members}
+
+
+def region_view(membership, me: str, region: str) -> tuple[dict[str, str], str, list[mpb.Member], set[str]]:
+    """From a membership view: (member id -> region, this member's region, the live agents
+    of that region, the DEAD agents of that region) - an agent's trees and a router's
+    LBDD trees span only these."""
+    regions = region_map(membership.members.values(), membership.plan)
+    here = regions.get(me, region)
+    agents = [m for m in membership.alive(mpb.ROLE_AGENT) if regions[m.id] == here]
+    dead = {m.id for m in membership.members.values() if m.role == mpb.ROLE_AGENT
+            and m.state == mpb.MEMBER_STATE_DEAD and regions[m.id] == here}
+    return regions, here, agents, dead
+
+
+class _Table:
+    def __init__(self, members: dict[str, mpb.Member]):
+        self.members = members
+
+
+class Gateway:
+    """Routes for the hand-off data plane (the interface `DataPlane` uses of `Trees`)."""
+
+    def __init__(self, self_id: str, region: str):
+        self.self_id = self_id
+        self.region = region
+        self.regions: dict[str, str] = {}  # member id -> region, from the view and the plan
+        self.table = _Table({})
+        self.dead: frozenset[str] = frozenset()  # the router parks for DEAD agents of its region
+        self.router: str | None = None
+        self._rank = int.from_bytes(hashlib.md5(self_id.encode()).digest()[:8], "big")
+
+    def update(self, routers: Iterable[mpb.Member], regions: dict[str, str], region: str) -> None:
+        self.regions, self.region = regions, region
+        mine = sorted((m for m in routers if regions.get(m.id) == region), key=lambda m: m.id)
+        self.table = _Table({m.id: m for m in mine})
+        self.router = mine[self._rank % len(mine)].id if mine else None
+
+    def elsewhere(self, destinations: Iterable[str]) -> list[str]:
+        """The destinations in other regions (for the router)."""
+        return [d for d in destinations if self.regions.get(d, self.region) != self.region]
+
+    def alive(self, member_id: str) -> bool:
+        return member_id in self.table.members
+
+    def schedule(self, topic: str, destinations: Sequence[str]) -> tuple[int, ...]:
+        return (0,)
+
+    def route(self, source_key: str, topic: str, stripe: int,
+              destinations: Sequence[str]) -> tuple[dict[str, list[str]], list[str]]:
+        if not destinations:
+            return {}, []
+        if self.router is None:
+            return {}, list(destinations)
+        return {self.router: list(destinations)}, []
