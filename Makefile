@@ -5,13 +5,13 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 SYSTEM := $(VENV)/.system
 
-.PHONY: install proto demo up test chaos bench clean
+.PHONY: install proto dashboards demo up test chaos bench clean
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) on PATH"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[server,dev]'
 	touch $(STAMP)
 
 # Machine packages the tests use: promtool/prometheus (metrics), iproute2 (namespaces).
@@ -28,6 +28,10 @@ install: $(STAMP) $(SYSTEM)
 
 proto: $(STAMP)
 	$(PY) -m echelon.tools.genproto
+
+# Grafana dashboards and Prometheus rules from services/observe/catalog.py (a test checks they are fresh).
+dashboards: $(STAMP)
+	$(PY) -m echelon.observe.generate
 
 demo: $(STAMP)
 	$(VENV)/bin/echelon demo

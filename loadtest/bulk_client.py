@@ -64,7 +64,7 @@ async def subscribe(agent: str, topic: str, size: int, chunk: int, credits: int,
     nxt = received = duplicates = reordered = 0
     first = last = None
     reported = 0.0
-    async with Client(agent) as client, client.subscribe(topic, "", credits=credits) as sub:
+    async with Client(agent) as client, client.subscribe(topic, "", max_outstanding=credits) as sub:
         emit(event="ready", t=time.time())
         while nxt < total:
             left = deadline - time.monotonic()
@@ -107,7 +107,8 @@ async def publish(agent: str, topic: str, size: int, chunk: int, window: int, se
 
     async def one(pub, i: int) -> None:
         try:
-            destinations.append(await pub.publish(topic, {"chunk": i}, payload=chunk_bytes(seed, i, size, chunk)))
+            result = await pub.publish(topic, {"chunk": i}, payload=chunk_bytes(seed, i, size, chunk))
+            destinations.append(result.destinations)
         except Exception as e:  # noqa: BLE001 - reported, the run fails
             errors.append(f"chunk {i}: {e}")
         finally:

@@ -12,9 +12,13 @@ import signal
 import sys
 from pathlib import Path
 
-import click
-from rich.console import Console
-from rich.table import Table
+try:
+    import click
+    from rich.console import Console
+    from rich.table import Table
+except ModuleNotFoundError as e:  # `pip install echelon-pubsub` is the client alone
+    raise SystemExit(f"the echelon command needs the server extra ({e.name} is missing): "
+                     "pip install 'echelon-pubsub[server]'") from None
 
 from echelon.runtime.log import setup_logging
 from echelon.runtime.node import NodeConfig
@@ -146,22 +150,34 @@ def membership(log_level, peers, tombstone_ttl, **kw) -> None:
               help="Ports are laid out above it; 0 picks free ports.")
 @click.option("--log-dir", default=None, type=click.Path(file_okay=False, path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print the endpoints as one JSON line.")
-def up(agents, matchers, memberships, base_port, log_dir, as_json) -> None:
+@click.option("--no-prometheus", is_flag=True, help="Do not start a Prometheus scraping the cluster.")
+@click.option("--prometheus-port", default=None, type=click.IntRange(0, 65535),
+              help="Prometheus' port on 127.0.0.1 (default 9090; a free one with --base-port 0).")
+def up(agents, matchers, memberships, base_port, log_dir, as_json, no_prometheus, prometheus_port) -> None:
     """Start a local cluster as processes; Ctrl-C or SIGTERM stops it."""
     from echelon.launch import Cluster, Loopback
 
     kw = {"log_dir": log_dir} if log_dir else {}
     cluster = Cluster(agents=agents, matchers=matchers, memberships=memberships, placement=Loopback(base_port), **kw)
     stop = asyncio.Event()
+    prometheus = None
 
     async def main() -> None:
+        nonlocal prometheus
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         await cluster.start()
         rows = [p.as_dict() for p in cluster.processes]
+        if not no_prometheus:
+            from echelon.observe.prometheus import start_for_cluster
+
+            port = (9090 if base_port else 0) if prometheus_port is None else prometheus_port
+            prometheus = start_for_cluster(rows, port, cluster.log_dir / "prometheus")
+        url = prometheus.url if prometheus else None
         if as_json:
-            print(json.dumps({"ready": True, "processes": rows}), flush=True)
+            print(json.dumps({"ready": True, "processes": rows, "prometheus": prometheus and prometheus.as_dict()}),
+                  flush=True)
         else:
             t = Table(title="Echelon local cluster")
             for col in ("role", "id", "region", "address", "metrics", "pid"):
@@ -169,12 +185,16 @@ def up(agents, matchers, memberships, base_port, log_dir, as_json) -> None:
             for r in rows:
                 t.add_row(r["role"], r["id"], r["region"], r["address"], r["metrics"], str(r["pid"]))
             console.print(t)
+            if url:
+                console.print(f"Prometheus at {url} (`echelon top --prometheus {url}`)")
             console.print(f"logs in {cluster.log_dir}; Ctrl-C stops the cluster")
         await stop.wait()
 
     try:
         asyncio.run(main())
     finally:
+        if prometheus:
+            prometheus.stop()
         cluster.stop()
     if not as_json:
         console.print("stopped")
@@ -196,9 +216,10 @@ def demo(agents, events, base_port, as_json) -> None:
 
 
 from echelon.commands import pub, status, sub, topic  # noqa: E402 - subcommands register below
+from echelon.observe.commands import top, topology  # noqa: E402
 from echelon.tools.tree_cmd import tree  # noqa: E402
 
-for command in (pub, sub, status, topic, tree):
+for command in (pub, sub, status, topic, top, topology, tree):
     cli.add_command(command)
 
 

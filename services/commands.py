@@ -12,8 +12,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from echelon.client import ACCEPTED, DELIVERED, Client, PublishError
-from echelon.core.schema import SchemaError
+from echelon.client import ACCEPTED, DELIVERED, Client, EchelonError
 from echelon.runtime.server import channel
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import membership_pb2 as mpb
@@ -57,7 +56,7 @@ def topic_create(agent, name, attrs) -> None:
 
     try:
         t = asyncio.run(run())
-    except (grpc.aio.AioRpcError, SchemaError) as e:
+    except EchelonError as e:
         _fail(e)
     console.print(f"topic {t.name} ({len(t.schema.attributes)} attributes)")
 
@@ -72,7 +71,7 @@ def topic_list(agent, as_json) -> None:
 
     try:
         topics = asyncio.run(run())
-    except grpc.aio.AioRpcError as e:
+    except EchelonError as e:
         _fail(e)
     from google.protobuf.json_format import MessageToDict
 
@@ -97,7 +96,7 @@ def topic_delete(agent, name) -> None:
 
     try:
         asyncio.run(run())
-    except grpc.aio.AioRpcError as e:
+    except EchelonError as e:
         _fail(e)
     console.print(f"deleted {name}")
 
@@ -125,8 +124,7 @@ def pub(agent, topic_name, attrs, payload, payload_file, count, delivered, as_js
         async with Client(agent) as c:
             p = c.publisher(ack_level=DELIVERED if delivered else ACCEPTED)
             start = time.perf_counter()
-            futures = [p.publish_nowait(topic_name, attributes, body) for _ in range(count)]
-            results = await asyncio.gather(*futures, return_exceptions=True)
+            results = await p.publish_batch(topic_name, [(attributes, body)] * count, return_exceptions=True)
             await p.close()
             return results, time.perf_counter() - start
 
@@ -140,7 +138,7 @@ def pub(agent, topic_name, attrs, payload, payload_file, count, delivered, as_js
         for e in errors[:10]:
             console.print(f"[red]{e}[/red]")
     if errors:
-        raise SystemExit(1 if isinstance(errors[0], PublishError) else 2)
+        raise SystemExit(1 if isinstance(errors[0], EchelonError) else 2)
 
 
 @click.command()
@@ -155,7 +153,7 @@ def sub(agent, topic_name, filter_text, name, count, timeout, as_json) -> None:
     """Subscribe and print deliveries (acked as printed)."""
     async def run():
         n = 0
-        async with Client(agent) as c, c.subscribe(topic_name, filter_text, name) as s:
+        async with Client(agent) as c, c.subscribe(topic_name, filter_text, name=name) as s:
             while not count or n < count:
                 try:
                     m = await s.next(timeout=timeout or None)
@@ -173,7 +171,7 @@ def sub(agent, topic_name, filter_text, name, count, timeout, as_json) -> None:
 
     try:
         asyncio.run(run())
-    except grpc.aio.AioRpcError as e:
+    except EchelonError as e:
         _fail(e)
     except KeyboardInterrupt:
         pass

@@ -65,7 +65,7 @@ async def run_demo(agents: int = 4, events: int = 200, base_port: int = 0, as_js
         async with Client(addrs[0]) as admin:
             await admin.create_topic("quotes", SCHEMA)
         clients = [Client(a) for a in addrs]
-        subs = [clients[i].subscribe("quotes", f, credits=256) for i, f in SUBSCRIBERS]
+        subs = [clients[i].subscribe("quotes", f, max_outstanding=256) for i, f in SUBSCRIBERS]
         for s in subs:
             await s.start()
         await asyncio.sleep(0.5)  # registration reaches the matcher before the burst

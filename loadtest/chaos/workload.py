@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import grpc
 
-from echelon.client import ACCEPTED, Client, PublishError
+from echelon.client import ACCEPTED, Client, EchelonError
 from echelon.core.filters import parse
 from echelon.runtime.member import RECONNECT_OPTIONS
 from echelon.runtime.server import CHANNEL_OPTIONS
@@ -52,7 +52,7 @@ class Producer:
             self.sent[seq].failed = "cancelled"
         elif future.exception() is not None:
             e = future.exception()
-            self.sent[seq].failed = e.code.name if isinstance(e, PublishError) else type(e).__name__
+            self.sent[seq].failed = e.code.name if isinstance(e, EchelonError) else type(e).__name__
         else:
             self.sent[seq].acked = True
 
@@ -106,7 +106,7 @@ class Subscriber:
             # A channel of its own: a shared subchannel would keep the dead process's backoff.
             client._channels[self.address] = grpc.aio.insecure_channel(  # noqa: SLF001
                 self.address, options=CHANNEL_OPTIONS + RECONNECT_OPTIONS + [("grpc.use_local_subchannel_pool", 1)])
-            sub = client.subscribe(TOPIC, self.text, name=self.name, credits=64)
+            sub = client.subscribe(TOPIC, self.text, name=self.name, max_outstanding=64)
             try:
                 await asyncio.wait_for(sub.start(), 5.0)
                 self.opened.append(time.monotonic())

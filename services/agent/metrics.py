@@ -10,10 +10,17 @@ from echelon.runtime.metrics import LATENCY_BUCKETS
 
 class AgentMetrics:
     def __init__(self, r):
-        self.published = Counter("echelon_agent_published_total", "Publish requests, by result.", ["result"],
-                                 registry=r)
+        # `topic` only on accepted publishes (a refused one may name any topic: unbounded).
+        self.published = Counter("echelon_agent_published_total", "Publish requests, by topic and result.",
+                                 ["topic", "result"], registry=r)
         self.deliveries = Counter("echelon_agent_deliveries_total", "Deliveries sent to subscriber streams.",
-                                  registry=r)
+                                  ["topic"], registry=r)
+        self.acks = Counter("echelon_agent_acks_total", "Deliveries acknowledged by subscribers.", ["topic"],
+                            registry=r)
+        self.backlog_max = Gauge("echelon_agent_subscription_backlog_max", "The deepest backlog (queued and "
+                                 "unacknowledged messages) of any subscription held.", registry=r)
+        self.backlog_bound = Gauge("echelon_agent_subscription_backlog_bound", "The backlog bound past which a "
+                                   "subscription is closed with RESOURCE_EXHAUSTED.", registry=r)
         self.redeliveries = Counter("echelon_agent_redeliveries_total", "Deliveries sent again after a stream "
                                     "ended unacknowledged.", registry=r)
         self.duplicates = Counter("echelon_agent_duplicates_dropped_total", "Messages dropped by the dedup window.",

@@ -78,19 +78,19 @@ class PubSubServicer(pgrpc.PubSubServicer):
                 ack.duplicate = True
                 first = accepted.outcome
                 ack.destinations = first if isinstance(first, int) else (await asyncio.shield(first))[0]
-                self.node.metrics.published.labels("duplicate").inc()
+                self.node.metrics.published.labels(req.topic, "duplicate").inc()
                 return ack
             destinations, deliveries = await accepted
             ack.destinations = destinations
             if req.ack_level == ppb.ACK_LEVEL_DELIVERED and deliveries:
                 await asyncio.gather(*deliveries)
-            self.node.metrics.published.labels("ok").inc()
+            self.node.metrics.published.labels(req.topic, "ok").inc()
         except Exception as e:  # noqa: BLE001 - reported in the ack, the stream goes on
             code, message = status_of(e) or (grpc.StatusCode.INTERNAL, f"internal error: {type(e).__name__}")
             if status_of(e) is None:
                 log.exception("publish failed")
             ack.code, ack.error = code.value[0], message
-            self.node.metrics.published.labels(code.name.lower()).inc()
+            self.node.metrics.published.labels("", code.name.lower()).inc()
         return ack
 
     async def Publish(self, request_iterator, context):
@@ -151,7 +151,9 @@ class PubSubServicer(pgrpc.PubSubServicer):
         async def read():
             async for req in request_iterator:
                 if req.HasField("ack"):
-                    sub.ack(req.ack.delivery_ids, req.ack.credits)
+                    node.metrics.acks.labels(sub.topic).inc(sub.ack(req.ack.delivery_ids, req.ack.credits))
+                elif req.HasField("nack"):
+                    sub.nack(req.nack.delivery_ids, req.nack.delay_ms / 1000, req.nack.credits)
                 else:
                     raise InvalidArgument("`open` may only be sent once")
 
@@ -177,7 +179,7 @@ class PubSubServicer(pgrpc.PubSubServicer):
                     waiter.cancel()
                     continue
                 delivery_id, pending = item
-                node.metrics.deliveries.inc()
+                node.metrics.deliveries.labels(sub.topic).inc()
                 if pending.redeliveries:
                     node.metrics.redeliveries.inc()
                 yield ppb.Delivery(delivery_id=delivery_id, subscription=sub.name, event=pending.event,

@@ -111,6 +111,9 @@ class AgentNode(Node):
         self.metrics.reassembling.set_function(lambda: len(self.plane.reassembler) if self.plane else 0)
         self.metrics.parked_now.set_function(lambda: self.plane.parked_count if self.plane else 0)
         self.metrics.removals_queued.set_function(lambda: self.matching.removals_queued if self.matching else 0)
+        self.metrics.backlog_max.set_function(
+            lambda: max((s.depth for s in list(self.subs.values())), default=0) if self.subscriptions else 0)
+        self.metrics.backlog_bound.set_function(lambda: self.max_backlog)
 
     @property
     def subs(self) -> dict[str, Subscription]:

@@ -4,7 +4,9 @@ A subscription never has more deliveries in flight than the client granted credi
 Named subscriptions outlive their stream: on detach the unacknowledged deliveries go
 back to the head of the backlog (redelivery count + 1) for the next stream. Past
 `max_backlog` messages the subscription overflows: its stream ends with
-RESOURCE_EXHAUSTED and the agent counts it.
+RESOURCE_EXHAUSTED and the agent counts it. A nacked delivery comes back to the head of
+the backlog after the client's delay (redelivery count + 1), counting against the bound
+while it waits.
 
 A subscription is owed the events published from its creation on (DESIGN.md: "every
 subscription that matched at publish time"). `owes` refuses older ones, allowing
@@ -21,9 +23,11 @@ from collections import deque
 from dataclasses import dataclass
 
 from echelon.core.filters import Filter
+from echelon.runtime.errors import InvalidArgument
 from echelon.v1 import common_pb2 as pb
 
 CLOCK_SKEW_NS = 500_000_000
+MAX_NACK_DELAY = 600.0  # seconds, as Google Pub/Sub's longest retry backoff
 
 
 @dataclass
@@ -43,6 +47,7 @@ class Subscription:
         self.backlog: deque[Pending] = deque()
         self.unacked: dict[int, Pending] = {}
         self.credits = 0
+        self.delayed = 0  # nacked, waiting for their delay
         self.attached = False
         self.overflowed = False
         self.closed = False
@@ -59,7 +64,7 @@ class Subscription:
         """Queue an event for delivery; False (and overflowed) past the backlog bound."""
         if self.closed:
             return False
-        if len(self.backlog) + len(self.unacked) >= self.max_backlog:
+        if self.depth >= self.max_backlog:
             self.overflowed = True
             self.changed.set()
             return False
@@ -84,6 +89,29 @@ class Subscription:
         self.changed.set()
         return acked
 
+    def nack(self, delivery_ids, delay: float, credits: int) -> int:
+        """Give deliveries back unprocessed: redelivered after `delay` seconds."""
+        if not 0 <= delay <= MAX_NACK_DELAY:
+            raise InvalidArgument(f"nack delay {delay:g}s: 0 to {MAX_NACK_DELAY:g}s")
+        nacked = [self.unacked.pop(i) for i in delivery_ids if i in self.unacked]
+        for pending in nacked:
+            pending.redeliveries += 1
+        if delay and nacked:
+            self.delayed += len(nacked)
+            asyncio.get_running_loop().call_later(delay, self._requeue, nacked, True)
+        else:
+            self._requeue(nacked, False)
+        self.credits += credits
+        self.changed.set()
+        return len(nacked)
+
+    def _requeue(self, nacked: list[Pending], delayed: bool) -> None:
+        if delayed:
+            self.delayed -= len(nacked)
+        if not self.closed:  # a removed subscription drops them with the rest of its backlog
+            self.backlog.extendleft(reversed(nacked))
+            self.changed.set()
+
     def attach(self, credits: int) -> None:
         self.attached = True
         self.credits = credits
@@ -99,4 +127,4 @@ class Subscription:
 
     @property
     def depth(self) -> int:
-        return len(self.backlog) + len(self.unacked)
+        return len(self.backlog) + len(self.unacked) + self.delayed

@@ -67,6 +67,7 @@ class Layouts:
         self.transport = transport
         self.spawn = spawn
         self.pushed = pushed
+        self.on_handoff: Callable[[int], None] | None = None  # the service's metric: copies sent
         self.topics: dict[str, TopicState] = {}
         self.view = TierView({me: incarnation()}, {})
 
@@ -157,7 +158,10 @@ class Layouts:
         await asyncio.gather(*(self._send(topic, p, keys, copies, ts, layout) for p, copies in sends.items()))
         if ts.pending is layout:
             ts.pushed = layout.key
-            log.info("topic %s: pushed %d copies for layout %s", topic, sum(map(len, sends.values())), layout.key)
+            sent = sum(map(len, sends.values()))
+            log.info("topic %s: pushed %d copies for layout %s", topic, sent, layout.key)
+            if self.on_handoff:
+                self.on_handoff(sent)
             self.pushed()
 
     async def _send(self, topic: str, peer: str, keys: list[str], copies: list[Copy], ts: TopicState,

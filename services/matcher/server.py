@@ -90,16 +90,25 @@ class MatcherMetrics:
         self.reaped = Counter("echelon_matcher_copies_reaped_total", "Subscription copies dropped because "
                               "their agent was DEAD, LEFT or out of the view for the park time.", registry=registry)
         self.copies.set_function(lambda: len(tier.store))
+        self.handoffs = Counter("echelon_matcher_handoffs_total", "Layouts this matcher finished pushing (a "
+                                "plan or membership change moved zones).", registry=registry)
+        self.handoff_copies = Counter("echelon_matcher_handoff_copies_total", "Subscription copies sent to their "
+                                      "new holders in hand-offs.", registry=registry)
         registry.register(self)
         self._labelled: set[tuple[str, str]] = set()
         tier.zones.observe = self.observe
         tier.on_change = self.prune
+        tier.layouts.on_handoff = self.handoff
 
     def observe(self, topic: str, zone: str, events: int, matches: int, seconds: float) -> None:
         self._labelled.add((topic, zone))
         self.zone_events.labels(topic, zone).inc(events)
         self.zone_matches.labels(topic, zone).inc(matches)
         self.zone_latency.labels(topic, zone).observe(seconds)
+
+    def handoff(self, copies: int) -> None:
+        self.handoffs.inc()
+        self.handoff_copies.inc(copies)
 
     def prune(self) -> None:
         """Forget the label sets of zones this matcher holds no more."""

@@ -55,6 +55,11 @@ class Metrics:
         self.evidence = Counter("echelon_membership_evidence_total",
                                 "Stream breaks reported by peers, by outcome (suspected, confirmed, ignored).",
                                 ["outcome"], registry=r)
+        self.beats = Counter("echelon_membership_heartbeats_total", "Heartbeats received.", registry=r)
+        self.plan_pushes = Counter("echelon_membership_plan_pushes_total", "Routing plans pushed to Control, by "
+                                   "result (accepted, invalid, stale).", ["result"], registry=r)
+        for result in ("accepted", "invalid", "stale"):
+            self.plan_pushes.labels(result)
         for kind in ("beat", "incarnation", "join"):
             self.refuted.labels(kind)
         for outcome in ("suspected", "confirmed", "ignored"):

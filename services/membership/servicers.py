@@ -76,6 +76,7 @@ class MembershipServicer(mgrpc.MembershipServicer):
                                               f"then {beat.member_id!r}")
                     topics = (beat.publishes, beat.subscribes) if beat.has_topics else (None, None)
                     last_beat = time.monotonic()
+                    self.node.metrics.beats.inc()
                     try:
                         with detector_errors():
                             self.replica.beat(replies.member_id, beat.incarnation, last_beat, *topics)
@@ -178,12 +179,14 @@ class ControlServicer(mgrpc.ControlServicer):
         await self.node.peers.ready.wait()
         rejection = plans.check(plan, self.replica.plans.version, self.replica.alive(), self.replica.topics.live())
         if rejection is not None:
+            self.node.metrics.plan_pushes.labels("stale" if rejection.stale else "invalid").inc()
             raise (FailedPrecondition if rejection.stale else InvalidArgument)(str(rejection))
         stored = mpb.RoutingPlan()
         stored.CopyFrom(plan)
         if not stored.created_unix_ms:
             stored.created_unix_ms = int(time.time() * 1000)
         self.node.peers.push(plan=self.replica.accept_plan(plan.version, stored))
+        self.node.metrics.plan_pushes.labels("accepted").inc()
         return mpb.PushPlanResponse(version=plan.version)
 
     async def WatchPlan(self, request, context):

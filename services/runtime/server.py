@@ -20,29 +20,14 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import CollectorRegistry
 
+# The channel settings live with the client's light modules; services import them from here too.
+from echelon.runtime.channel import CHANNEL_OPTIONS, channel  # noqa: F401 - re-exported
 from echelon.runtime.errors import status_of
 from echelon.runtime.metrics import RpcMetrics
 
 log = logging.getLogger("echelon.server")
 
-MAX_MESSAGE_BYTES = 64 * 1024 * 1024
-# gRPC turns the keepalive timeout into the socket's TCP_USER_TIMEOUT, so a short one
-# kills healthy streams on a saturated uplink ("sendmsg: Connection timed out"). Who is
-# dead is membership's business (heartbeats); keepalive only clears half-open sockets.
-CHANNEL_OPTIONS = [
-    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.keepalive_time_ms", 30_000),
-    ("grpc.keepalive_timeout_ms", 120_000),
-    ("grpc.keepalive_permit_without_calls", 1),
-    ("grpc.http2.max_pings_without_data", 0),
-]
 SERVER_OPTIONS = CHANNEL_OPTIONS + [("grpc.http2.min_ping_interval_without_data_ms", 5_000)]
-
-
-def channel(address: str) -> grpc.aio.Channel:
-    """An insecure channel with the cluster's message-size and keepalive settings."""
-    return grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
 
 
 class StatusInterceptor(grpc.aio.ServerInterceptor):

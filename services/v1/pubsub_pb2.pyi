@@ -65,12 +65,14 @@ class PublishAck(_message.Message):
     def __init__(self, producer_id: _Optional[str] = ..., sequence: _Optional[int] = ..., code: _Optional[int] = ..., error: _Optional[str] = ..., destinations: _Optional[int] = ..., duplicate: _Optional[bool] = ...) -> None: ...
 
 class SubscribeRequest(_message.Message):
-    __slots__ = ("open", "ack")
+    __slots__ = ("open", "ack", "nack")
     OPEN_FIELD_NUMBER: _ClassVar[int]
     ACK_FIELD_NUMBER: _ClassVar[int]
+    NACK_FIELD_NUMBER: _ClassVar[int]
     open: SubscriptionOpen
     ack: SubscriberAck
-    def __init__(self, open: _Optional[_Union[SubscriptionOpen, _Mapping]] = ..., ack: _Optional[_Union[SubscriberAck, _Mapping]] = ...) -> None: ...
+    nack: SubscriberNack
+    def __init__(self, open: _Optional[_Union[SubscriptionOpen, _Mapping]] = ..., ack: _Optional[_Union[SubscriberAck, _Mapping]] = ..., nack: _Optional[_Union[SubscriberNack, _Mapping]] = ...) -> None: ...
 
 class SubscriptionOpen(_message.Message):
     __slots__ = ("topic", "filter", "filter_text", "subscription", "credits")
@@ -93,6 +95,16 @@ class SubscriberAck(_message.Message):
     delivery_ids: _containers.RepeatedScalarFieldContainer[int]
     credits: int
     def __init__(self, delivery_ids: _Optional[_Iterable[int]] = ..., credits: _Optional[int] = ...) -> None: ...
+
+class SubscriberNack(_message.Message):
+    __slots__ = ("delivery_ids", "delay_ms", "credits")
+    DELIVERY_IDS_FIELD_NUMBER: _ClassVar[int]
+    DELAY_MS_FIELD_NUMBER: _ClassVar[int]
+    CREDITS_FIELD_NUMBER: _ClassVar[int]
+    delivery_ids: _containers.RepeatedScalarFieldContainer[int]
+    delay_ms: int
+    credits: int
+    def __init__(self, delivery_ids: _Optional[_Iterable[int]] = ..., delay_ms: _Optional[int] = ..., credits: _Optional[int] = ...) -> None: ...
 
 class Delivery(_message.Message):
     __slots__ = ("delivery_id", "subscription", "event", "redelivery_count")

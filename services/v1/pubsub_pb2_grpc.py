@@ -64,8 +64,8 @@ class PubSubServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Subscribe(self, request_iterator, context):
-        """The first request opens (or resumes) a subscription; later ones carry acks
-        and flow credits. The agent never has more deliveries in flight than granted.
+        """The first request opens (or resumes) a subscription; later ones carry acks,
+        nacks and flow credits. The agent never has more deliveries in flight than granted.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -1,4 +1,5 @@
-"""`echelon up` as a user runs it: real processes, then SIGTERM leaves nothing behind."""
+"""`echelon up` as a user runs it: real processes and the Prometheus scraping them, then
+SIGTERM leaves nothing behind."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import sys
 import time
 
 import pytest
+
+from echelon.observe.prometheus import PrometheusAPI
 
 
 def alive(pid: int) -> bool:
@@ -39,9 +42,15 @@ def test_up_serves_then_sigterm_stops_every_process(tmp_path):
         assert line, up.stderr.read()
         ready = json.loads(line)
         procs = ready["processes"]
-        pids = [p["pid"] for p in procs]
+        pids = [p["pid"] for p in procs] + [ready["prometheus"]["pid"]]
         assert ready["ready"] and sorted(p["role"] for p in procs) == ["agent", "agent", "matcher"] + ["membership"] * 3
         assert all(alive(pid) for pid in pids)
+        prometheus = PrometheusAPI(ready["prometheus"]["url"])
+        deadline = time.time() + 30
+        while len(prometheus.query("up == 1")) < len(procs) and time.time() < deadline:
+            time.sleep(0.5)
+        scraped = {(s["metric"]["job"], s["metric"]["member"]) for s in prometheus.query("up == 1")}
+        assert scraped == {(p["role"], p["id"]) for p in procs}
         membership = next(p["address"] for p in procs if p["role"] == "membership")
         agents = [p["address"] for p in procs if p["role"] == "agent"]
 

@@ -12,7 +12,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from echelon.agent.server import AgentNode
-from echelon.client import PublishError
+from echelon.client import errors
 from echelon.runtime.node import NodeConfig
 from echelon.v1 import pubsub_pb2, pubsub_pb2_grpc
 from tests.harness import wait_for
@@ -65,9 +65,9 @@ async def test_metrics_exposition_passes_promtool(cluster):
     try:
         client = cluster.client(0)
         await client.create_topic("m", ["x:int:0:10"])
-        with pytest.raises(PublishError):
+        with pytest.raises(errors.InvalidArgument):
             await client.publisher().publish("m", {"x": 11})
-        with pytest.raises(grpc.aio.AioRpcError):
+        with pytest.raises(errors.NotFound):
             await client.get_topic("absent")
         async with grpc.aio.insecure_channel(agent.address) as ch:  # one RPC on the metered agent itself
             with pytest.raises(grpc.aio.AioRpcError) as err:

@@ -33,7 +33,7 @@ async def test_a_stopping_agent_is_not_serving_while_its_last_deliveries_still_a
     stop: asyncio.Task | None = None
     try:
         await c.client(1).create_topic("t", ["x:int:0:100"])
-        async with c.client(0).subscribe("t", "x >= 0", name="s", credits=100) as sub:
+        async with c.client(0).subscribe("t", "x >= 0", name="s", max_outstanding=100) as sub:
             publisher = c.client(1).publisher()
             await publisher.publish("t", {"x": 0})  # through the other agent: a relayed delivery
             assert (await sub.next(timeout=10)).attributes == {"x": 0}
@@ -95,7 +95,7 @@ async def test_a_stopping_matcher_leaves_first_and_answers_until_the_other_match
 
     try:
         await c.client(1).create_topic("t", ["x:int:0:100"])
-        async with c.client(0).subscribe("t", "x >= 50", name="s", credits=1000) as sub:
+        async with c.client(0).subscribe("t", "x >= 50", name="s", max_outstanding=1000) as sub:
             ping.set()
             pinger = asyncio.create_task(peer_still_calling())
             stop = asyncio.create_task(draining.stop(GRACE * 5))

@@ -22,6 +22,7 @@ from echelon.client import Client
 from echelon.core.filters import parse
 from echelon.core.holdings import BUCKETS, digests
 from echelon.launch import Cluster as ProcessCluster, Loopback
+from echelon.runtime.channel import channel
 from echelon.runtime.wire import attributes_to_pb, filter_to_pb
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import matcher_pb2 as xpb
@@ -95,7 +96,7 @@ async def nothing_left(matchers: list[str], publish) -> bool:
             return False
     except grpc.aio.AioRpcError:
         return False
-    return await publish() == 0
+    return (await publish()).destinations == 0
 
 
 def spawn_subscriber(address: str, n: int) -> subprocess.Popen:
@@ -122,9 +123,9 @@ async def kill_after(proc: subprocess.Popen, opened: int) -> None:
     await asyncio.get_running_loop().run_in_executor(None, proc.wait)
 
 
-async def churn_one(client: Client, rng: random.Random, deliveries: int) -> str:
-    """Open one subscription and cancel it at a random moment; returns the moment."""
-    stub = pgrpc.PubSubStub(client.channel())
+async def churn_one(ch: grpc.aio.Channel, rng: random.Random, deliveries: int) -> str:
+    """Open one subscription on a raw stream and cancel it at a random moment; returns the moment."""
+    stub = pgrpc.PubSubStub(ch)
     call = stub.Subscribe()
     when = rng.choice(["after-open", "after-open", "headers", "deliveries"])
     try:
@@ -154,6 +155,7 @@ async def test_cancelled_and_killed_subscriptions_leave_no_trace(churn, killed):
     procs: list[subprocess.Popen] = []
     try:
         clients = [cluster.client(0), cluster.client(1)]
+        raw = [channel(a.address) for a in cluster.agent_nodes[:2]]  # the client hides its channels
         await clients[0].create_topic("t", SCHEMA)
         pub = clients[0].publisher()
         stop = asyncio.Event()
@@ -182,7 +184,7 @@ async def test_cancelled_and_killed_subscriptions_leave_no_trace(churn, killed):
                     started.set()
                 if any(m.tier.layouts.topics.get("t") and m.tier.layouts.topics["t"].pending for m in cluster.matcher_nodes):
                     handing_off += 1
-                moments.append(await churn_one(clients[k % 2], random.Random(k), deliveries=3))
+                moments.append(await churn_one(raw[k % 2], random.Random(k), deliveries=3))
 
         async def handoff():
             await started.wait()
@@ -191,6 +193,8 @@ async def test_cancelled_and_killed_subscriptions_leave_no_trace(churn, killed):
         await asyncio.gather(*(churn_at(k) for k in range(churn)), handoff(), *kills)
         stop.set()
         await publisher
+        for ch in raw:
+            await ch.close()
         assert len(moments) == churn and {"after-open", "headers", "deliveries"} <= set(moments)
         assert handing_off > 0, "no subscription was opened during the handoff"
         matchers = [m.address for m in cluster.matcher_nodes]
@@ -325,7 +329,7 @@ async def test_reconciliation_fixes_each_direction_and_counts_it():
             await wait_for(lambda: tier_holdings(entry, "agent-0"), what="the lost one registered again")
             assert await tier_holdings(entry, "agent-0") == [sid]
             assert list(agent.subs) == [live_name(agent)]
-            assert await client.publisher().publish("t", {"x": 700}) == 1
+            assert (await client.publisher().publish("t", {"x": 700})).destinations == 1
             assert (await live.next(timeout=5)).attributes == {"x": 700}
     finally:
         await cluster.stop()

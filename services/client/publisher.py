@@ -1,0 +1,239 @@
+"""Publishing: one stream per `Publisher`, numbered messages, acks as `PublishResult`s.
+
+    async with client.publisher(ack_level=AckLevel.DELIVERED) as pub:
+        result = await pub.publish("quotes", {"Symbol": "aapl", "High": 50.0})
+        print(result.sequence, result.destinations)
+        results = await pub.publish_batch("quotes", [{"Symbol": "msft"}, ({"Symbol": "ibm"}, b"payload")])
+    # leaving the block flushed every publish and closed the stream
+
+A `Publisher` keeps one stream open and numbers its messages (producer id, sequence).
+On a broken stream it reconnects (to the next address, if several) and resends every
+unacknowledged message with the same (producer id, sequence), so receivers drop the
+second copy (DESIGN.md, "Guarantees"). Payloads above `SLICE_BYTES` go as slices.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import itertools
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Iterable, Mapping
+
+import grpc
+
+from echelon.client.errors import ClientClosed, EchelonError, Timeout, from_rpc_error, from_status, translating
+from echelon.core.schema import Value
+from echelon.runtime.wire import attributes_to_pb
+from echelon.v1 import pubsub_pb2 as ppb
+from echelon.v1 import pubsub_pb2_grpc as pgrpc
+
+if TYPE_CHECKING:
+    from echelon.client.client import Client
+
+SLICE_BYTES = 4 << 20  # larger payloads are published as slices
+# Stream failures worth a reconnect and a resend; anything else fails the pending publishes.
+RETRIED = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.DEADLINE_EXCEEDED,
+           grpc.StatusCode.INTERNAL)
+
+Event = Mapping[str, Value] | tuple[Mapping[str, Value], bytes]
+
+
+class AckLevel(enum.IntEnum):
+    """When a publish is acknowledged."""
+
+    ACCEPTED = ppb.ACK_LEVEL_ACCEPTED  # validated and held by the agent
+    DELIVERED = ppb.ACK_LEVEL_DELIVERED  # every destination agent holds it
+
+
+@dataclass(frozen=True)
+class PublishResult:
+    """The agent's ack of one publish.
+
+    `destinations`: agents that held a matching subscription at publish time (0: nobody
+    was subscribed to it). `duplicate`: the agent had already accepted this (producer id,
+    sequence) for the same event (a retry after a lost ack): it was not published again,
+    and `destinations` are the first copy's."""
+
+    producer_id: str
+    sequence: int
+    destinations: int
+    duplicate: bool = False
+
+
+class Publisher:
+    """Publishes on one stream; an async context manager that flushes and closes on exit.
+
+    Made by `Client.publisher()`. Many publishes may be in flight at once
+    (`publish_nowait`); acks come back in order."""
+
+    def __init__(self, client: "Client", producer_id: str, ack_level: AckLevel, max_retries: int = 20):
+        self.client = client
+        self.producer_id = producer_id
+        self.ack_level = AckLevel(ack_level)
+        self.max_retries = max_retries
+        self._seq = itertools.count(1)
+        self._pending: OrderedDict[int, tuple[list[ppb.PublishRequest], asyncio.Future]] = OrderedDict()
+        self._outbox: asyncio.Queue = asyncio.Queue()
+        self._task: asyncio.Task | None = None
+        self._closed = False
+
+    async def __aenter__(self) -> "Publisher":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    async def publish(self, topic: str, attributes: Mapping[str, Value] | None = None, payload: bytes = b"",
+                      ordering_key: str = "") -> PublishResult:
+        """Publish one event and wait for its ack.
+
+            result = await pub.publish("quotes", {"Symbol": "aapl", "High": 50.0}, payload=b"...")
+
+        Raises InvalidArgument (unknown attribute, wrong type, out of range: the message
+        names the attribute), NotFound (no such topic), ClientClosed, or Unavailable."""
+        return await self.publish_nowait(topic, attributes, payload, ordering_key)
+
+    def publish_nowait(self, topic: str, attributes: Mapping[str, Value] | None = None, payload: bytes = b"",
+                       ordering_key: str = "") -> asyncio.Future:
+        """Queue one event; returns the future of its PublishResult, so many may be in flight.
+
+            futures = [pub.publish_nowait("quotes", q) for q in quotes]
+            results = await asyncio.gather(*futures)"""
+        (future,) = self._enqueue([self._requests(topic, attributes or {}, payload, ordering_key)])
+        return future
+
+    async def publish_batch(self, topic: str, events: Iterable[Event], ordering_key: str = "",
+                            return_exceptions: bool = False) -> list:
+        """Publish many events in one go; their PublishResults in order.
+
+            await pub.publish_batch("files", [({"name": "a"}, data_a), ({"name": "b"}, data_b)])
+
+        Each event is its attributes, or (attributes, payload). Every event is checked
+        before any is sent. Like asyncio.gather: the first rejection is raised once all
+        are settled, or with `return_exceptions=True` each rejection takes its event's place."""
+        batch = []
+        for e in events:
+            attrs, payload = e if isinstance(e, tuple) else (e, b"")
+            batch.append(self._requests(topic, attrs, payload, ordering_key))
+        results = await asyncio.gather(*self._enqueue(batch), return_exceptions=True)
+        if not return_exceptions:
+            for r in results:
+                if isinstance(r, BaseException):
+                    raise r
+        return results
+
+    async def flush(self, timeout: float | None = None) -> None:
+        """Wait until every queued publish is acknowledged or failed; Timeout after `timeout` s."""
+        futures = [f for _, f in self._pending.values()]
+        if not futures:
+            return
+        _, late = await asyncio.wait(futures, timeout=timeout)
+        if late:
+            raise Timeout(f"{len(late)} publishes unacknowledged after {timeout}s")
+
+    async def close(self, timeout: float | None = None) -> None:
+        """No more publishes; flush, then end the stream. Publishes still unacknowledged
+        after `timeout` seconds fail with Timeout, and so does this call."""
+        self._closed = True
+        self.client._forget(self)
+        try:
+            await self.flush(timeout)
+        except Timeout as e:
+            self._fail_pending(e)
+            raise
+        finally:
+            await self._end_stream()
+
+    # -- internals ---------------------------------------------------------------------
+
+    def _requests(self, topic: str, attributes: Mapping[str, Value], payload: bytes,
+                  ordering_key: str) -> list[ppb.PublishRequest]:
+        """The request(s) of one event; raises InvalidArgument for an unsupported value."""
+        with translating():
+            attrs = attributes_to_pb(attributes)
+        slices = [payload[i:i + SLICE_BYTES] for i in range(0, len(payload), SLICE_BYTES)] or [b""]
+        requests = []
+        for i, chunk in enumerate(slices):
+            req = ppb.PublishRequest(topic=topic, payload=chunk, ordering_key=ordering_key,
+                                     producer_id=self.producer_id, ack_level=self.ack_level)
+            if i == 0:
+                for k, v in attrs.items():
+                    req.attributes[k].CopyFrom(v)
+            if len(slices) > 1:
+                req.slice_index, req.slice_count, req.payload_size = i, len(slices), len(payload)
+            requests.append(req)
+        return requests
+
+    def _enqueue(self, events: list[list[ppb.PublishRequest]]) -> list[asyncio.Future]:
+        """Number the events and put them on the stream as one write burst."""
+        if self._closed:
+            raise ClientClosed(f"publisher {self.producer_id} is closed")
+        loop = asyncio.get_running_loop()
+        futures, burst = [], []
+        for requests in events:
+            seq = next(self._seq)
+            for req in requests:
+                req.sequence = seq
+            future = loop.create_future()
+            self._pending[seq] = (requests, future)
+            futures.append(future)
+            burst.extend(requests)
+        self._outbox.put_nowait(burst)
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name=f"publisher {self.producer_id}")
+        return futures
+
+    def _fail_pending(self, error: EchelonError) -> None:
+        for _, future in self._pending.values():
+            if not future.done():
+                future.set_exception(error)
+        self._pending.clear()
+
+    async def _end_stream(self) -> None:
+        """Half-close the stream (the agent ends it once every ack is sent), then wait for it."""
+        if self._task is None:
+            return
+        self._outbox.put_nowait(None)
+        try:
+            await asyncio.wait_for(asyncio.shield(self._task), 5.0)
+        except asyncio.TimeoutError:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    async def _run(self) -> None:
+        attempt = 0
+        while self._pending or not self._closed:
+            stub = pgrpc.PubSubStub(self.client._channel(attempt))
+            # A fresh stream: resend whatever is unacknowledged, in order, then the rest.
+            self._outbox = asyncio.Queue()
+            for requests, _ in self._pending.values():
+                self._outbox.put_nowait(requests)
+            if self._closed:
+                self._outbox.put_nowait(None)
+
+            async def requests(outbox=self._outbox):
+                while (burst := await outbox.get()) is not None:
+                    for req in burst:
+                        yield req
+
+            call = stub.Publish(requests())
+            try:
+                async for ack in call:
+                    attempt = 0
+                    entry = self._pending.pop(ack.sequence, None)
+                    if entry is None or entry[1].done():
+                        continue
+                    if ack.code:
+                        entry[1].set_exception(from_status(ack.code, ack.error))
+                    else:
+                        entry[1].set_result(PublishResult(ack.producer_id, ack.sequence, ack.destinations, ack.duplicate))
+                if self._closed and not self._pending:
+                    return  # our half-close ended the stream
+            except grpc.aio.AioRpcError as e:
+                attempt += 1
+                if attempt > self.max_retries or e.code() not in RETRIED:
+                    self._fail_pending(from_rpc_error(e))
+                    attempt = 0
+                await asyncio.sleep(min(0.05 * 2 ** attempt, 2.0))

@@ -1,0 +1,301 @@
+"""Subscribing: an async iterator of `Message`s, or a callback with flow control.
+
+    async with client.subscribe("quotes", 'Symbol = "aapl" and High >= 45') as sub:
+        async for msg in sub:
+            print(msg.attributes)
+            await msg.ack()                 # or: await msg.nack(delay=5.0)
+
+    async def handle(msg):                  # returns: acked; raises: nacked
+        await store(msg.payload)
+
+    async with client.subscribe("quotes", "", name="store", callback=handle, max_outstanding=16) as sub:
+        await sub.wait_closed()             # until client.drain() or an error
+
+Flow control (as Google Pub/Sub's): the agent never has more than `max_outstanding`
+deliveries unsettled (the stream's credits: one comes back per ack or nack), and the
+callback form never runs more than `max_outstanding` callbacks at once. A named
+subscription (`name=`) outlives its stream: whatever was not acked when it closed is
+redelivered to the next stream with that name (`redelivery_count` + 1).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Awaitable, Callable
+
+import grpc
+
+from echelon.client.errors import (ClientClosed, EchelonError, FailedPrecondition, InvalidArgument, Timeout,
+                                   Unavailable, from_rpc_error, from_status, translating)
+from echelon.core.filters import Filter
+from echelon.core.schema import Value
+from echelon.runtime.wire import attributes_from_pb, filter_to_pb
+from echelon.v1 import pubsub_pb2 as ppb
+from echelon.v1 import pubsub_pb2_grpc as pgrpc
+
+if TYPE_CHECKING:
+    from echelon.client.client import Client
+
+log = logging.getLogger("echelon.client")
+
+MAX_NACK_DELAY = 600.0  # seconds; the agent refuses more
+_END = object()  # in the inbox: nothing more will be handed out
+
+Callback = Callable[["Message"], "Awaitable[None] | None"]
+
+
+@dataclass
+class Message:
+    """One delivery. Settle it with `ack()` or `nack(delay=...)`; the first settles, later calls do nothing."""
+
+    topic: str
+    attributes: dict[str, Value]
+    payload: bytes
+    producer_id: str
+    sequence: int
+    ordering_key: str
+    redelivery_count: int
+    delivery_id: int
+    publish_time_ns: int
+    _subscription: "Subscription" = field(repr=False, default=None)  # type: ignore[assignment]
+    settled: bool = field(default=False, init=False)
+
+    async def ack(self) -> None:
+        """Processed: the agent forgets it and may send one more."""
+        await self._subscription._settle(self, None)
+
+    async def nack(self, delay: float = 0.0) -> None:
+        """Not processed: the agent redelivers it after `delay` seconds (0 to 600)."""
+        if not 0 <= delay <= MAX_NACK_DELAY:
+            raise InvalidArgument(f"nack delay {delay}s: 0 to {MAX_NACK_DELAY:g}s")
+        await self._subscription._settle(self, delay)
+
+
+class Subscription:
+    """A subscription stream, made by `Client.subscribe()`; `async with` opens and closes it."""
+
+    def __init__(self, client: "Client", topic: str, flt: str | Filter, name: str, max_outstanding: int,
+                 callback: Callback | None):
+        if max_outstanding < 1:
+            raise InvalidArgument(f"max_outstanding {max_outstanding}: at least 1")
+        self.client = client
+        self.name = name
+        self.max_outstanding = max_outstanding
+        self.callback_errors = 0  # callbacks that raised (their messages were nacked)
+        open_ = ppb.SubscriptionOpen(topic=topic, subscription=name, credits=max_outstanding)
+        if isinstance(flt, Filter):
+            open_.filter.CopyFrom(filter_to_pb(flt))
+        else:
+            open_.filter_text = flt
+        self._open = open_
+        self._callback = callback
+        self._state = "new"  # new -> open -> draining -> closed
+        self._write = asyncio.Lock()  # one write at a time on a stream
+        self._inbox: asyncio.Queue = asyncio.Queue()
+        self._handed: dict[int, Message] = {}  # given to the application, not yet settled
+        self._settled = asyncio.Event()
+        self._callbacks: set[asyncio.Task] = set()
+        self._call = None
+        self._half_closed = False
+        self._tasks: list[asyncio.Task] = []
+        self._ended = asyncio.Event()
+        self._error: EchelonError | None = None
+
+    async def __aenter__(self) -> "Subscription":
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    async def start(self) -> None:
+        """Open the stream; raises InvalidArgument (bad filter), NotFound (no such topic), ..."""
+        if self._state != "new":
+            raise FailedPrecondition(f"subscription is {self._state}")
+        self.client._check_open()
+        self.client._track(self)
+        self._state = "open"
+        try:
+            await self._open_stream()
+        except BaseException:
+            self._state = "closed"
+            self._ended.set()
+            self.client._forget(self)
+            raise
+        # Reads run in their own task: cancelling a pending read would cancel the RPC,
+        # so `next(timeout=...)` waits on the inbox instead.
+        self._tasks.append(asyncio.create_task(self._read(), name="subscription reader"))
+        if self._callback is not None:
+            self._tasks.append(asyncio.create_task(self._dispatch(), name="subscription callbacks"))
+
+    async def _open_stream(self) -> None:
+        call = self._call = pgrpc.PubSubStub(self.client._channel()).Subscribe()
+        try:
+            await call.write(ppb.SubscribeRequest(open=self._open))
+        except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
+            pass  # refused before our write went out: the call's status says why
+        # The agent sends headers once the subscription is registered; a refusal
+        # (bad filter, unknown topic) ends the call without them.
+        metadata = await call.initial_metadata()
+        if any(k == "x-echelon-subscription" for k, _ in metadata or ()):
+            return
+        code = await call.code()
+        if code == grpc.StatusCode.OK:
+            raise Unavailable("subscription stream ended before it was opened")
+        raise from_status(code, await call.details() or "", {k: v for k, v in await call.trailing_metadata() or ()})
+
+    async def next(self, timeout: float | None = None) -> Message:
+        """The next message; Timeout after `timeout` seconds (the stream stays open).
+        Raises ClientClosed once the subscription is draining or closed, or the error
+        the stream ended with (e.g. ResourceExhausted past the agent's backlog bound)."""
+        if self._callback is not None:
+            raise FailedPrecondition("this subscription hands its messages to its callback")
+        try:
+            item = await asyncio.wait_for(self._inbox.get(), timeout)
+        except asyncio.TimeoutError:
+            raise Timeout(f"no message within {timeout}s") from None
+        return self._hand(item)
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self) -> Message:
+        try:
+            return await self.next()
+        except ClientClosed:
+            raise StopAsyncIteration from None
+
+    async def wait_closed(self) -> None:
+        """Until the stream ends; raises the error it ended with, if any."""
+        await self._ended.wait()
+        if self._error is not None:
+            raise self._error
+
+    async def drain(self, timeout: float | None = None) -> None:
+        """Hand out nothing more, wait until every message handed out is settled (and every
+        callback returned), then close. What was received but not handed out goes back to
+        the agent (a named subscription redelivers it). Timeout if `timeout` runs out first."""
+        if self._state != "open":
+            await self.close()
+            return
+        self._state = "draining"  # from here on acks give no credit back
+        self._inbox.put_nowait(_END)
+        waits = [asyncio.ensure_future(self._settled.wait()) if self._handed else None, *self._callbacks]
+        waits = [w for w in waits if w is not None]
+        late = set()
+        if waits:
+            _, late = await asyncio.wait(waits, timeout=timeout)
+            for w in late:
+                w.cancel()
+        await self.close()
+        if late:
+            raise Timeout(f"subscription {self.name or self._open.topic!r}: {len(self._handed)} messages "
+                          f"unsettled after {timeout}s (they will be redelivered to a named subscription)")
+
+    async def close(self) -> None:
+        """End the stream now: callbacks are cancelled, acks already sent are applied, and
+        every unacked message goes back to the agent."""
+        if self._state == "closed":
+            return
+        self._state = "closed"
+        self.client._forget(self)
+        self._inbox.put_nowait(_END)
+        for task in list(self._callbacks):
+            task.cancel()
+        await asyncio.gather(*self._callbacks, return_exceptions=True)
+        if self._call is not None and not self._ended.is_set():
+            async with self._write:
+                self._half_closed = True
+                try:
+                    await self._call.done_writing()
+                except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
+                    pass  # already ended
+            try:  # the agent ends the stream once it has read the half-close
+                await asyncio.wait_for(self._ended.wait(), 5.0)
+            except asyncio.TimeoutError:
+                self._call.cancel()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    # -- internals ---------------------------------------------------------------------
+
+    async def _read(self) -> None:
+        try:
+            async for delivery in self._call:
+                self._inbox.put_nowait(delivery)
+        except grpc.aio.AioRpcError as e:
+            if self._state != "closed":
+                self._error = from_rpc_error(e)
+        finally:
+            self._ended.set()
+            self._inbox.put_nowait(_END)
+
+    def _hand(self, item) -> Message:
+        if item is _END or self._state != "open":
+            self._inbox.put_nowait(_END)  # every later call ends too
+            if self._error is not None:
+                raise self._error
+            raise ClientClosed(f"subscription is {'closed' if self._state != 'open' else 'ended'}")
+        e = item.event
+        msg = Message(e.topic, attributes_from_pb(e.attributes), e.payload, e.id.producer_id, e.id.sequence,
+                      e.ordering_key, item.redelivery_count, item.delivery_id, e.publish_time_unix_nanos, self)
+        self._handed[msg.delivery_id] = msg
+        self._settled.clear()
+        return msg
+
+    async def _settle(self, msg: Message, nack_delay: float | None) -> None:
+        if msg.settled:
+            return
+        if self._half_closed or self._ended.is_set():
+            raise ClientClosed("subscription is closed: the agent redelivers this message to a named subscription")
+        msg.settled = True
+        credits = 1 if self._state == "open" else 0  # draining: let nothing new in
+        if nack_delay is None:
+            req = ppb.SubscribeRequest(ack=ppb.SubscriberAck(delivery_ids=[msg.delivery_id], credits=credits))
+        else:
+            req = ppb.SubscribeRequest(nack=ppb.SubscriberNack(delivery_ids=[msg.delivery_id], credits=credits,
+                                                               delay_ms=round(nack_delay * 1000)))
+        try:
+            async with self._write:
+                with translating():
+                    await self._call.write(req)
+        except (EchelonError, asyncio.InvalidStateError):
+            # The stream ended under us: next() and wait_closed() report how.
+            raise ClientClosed("subscription stream ended: the message is redelivered to a named subscription") \
+                from None
+        finally:
+            self._handed.pop(msg.delivery_id, None)
+            if not self._handed:
+                self._settled.set()
+
+    async def _dispatch(self) -> None:
+        """Hand each message to the callback in its own task, at most max_outstanding at once."""
+        slots = asyncio.Semaphore(self.max_outstanding)
+        while True:
+            await slots.acquire()
+            try:
+                msg = self._hand(await self._inbox.get())
+            except EchelonError:
+                return
+            task = asyncio.create_task(self._run_callback(msg))
+            self._callbacks.add(task)
+            task.add_done_callback(lambda t: (self._callbacks.discard(t), slots.release()))
+
+    async def _run_callback(self, msg: Message) -> None:
+        try:
+            result = self._callback(msg)
+            if inspect.isawaitable(result):
+                await result
+            settle = msg.ack()
+        except Exception:  # noqa: BLE001 - the message is redelivered; the error is logged and counted
+            self.callback_errors += 1
+            log.exception("subscription callback failed on %s:%d; nacked", msg.producer_id, msg.sequence)
+            settle = msg.nack()
+        try:
+            await settle
+        except ClientClosed:
+            pass  # the stream ended meanwhile: the agent redelivers it (named subscriptions)
