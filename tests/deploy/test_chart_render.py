@@ -87,7 +87,7 @@ def check_prometheus_operator(obj: dict) -> None:
 def test_prometheus_operator_resources():
     objs = objects(ci_values(CHART / "ci" / "prometheus-operator-values.yaml"))
     kinds = {o["kind"] for o in objs}
-    assert "ServiceMonitor" in kinds
+    assert {"ServiceMonitor", "PrometheusRule"} <= kinds
     for obj in of_kind(objs, "ServiceMonitor", "PrometheusRule"):
         check_prometheus_operator(obj)
 
