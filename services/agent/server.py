@@ -21,7 +21,7 @@ from echelon.agent.dataplane import PARK_SECONDS, DataPlane
 from echelon.agent.links import Link, LinkMetrics
 from echelon.agent.matching import MatchClient
 from echelon.agent.subscriptions import Subscription
-from echelon.agent.trees import Trees
+from echelon.agent.trees import Trees, hinted
 from echelon.core.dedup import DedupWindow
 from echelon.core.schema import Schema
 from echelon.runtime.errors import (AlreadyExists, EchelonError, FailedPrecondition, InvalidArgument, NotFound,
@@ -131,7 +131,8 @@ class AgentNode(Node):
 
     async def on_start(self) -> None:
         trees = Trees(self.config.id, self.address, self.dissemination, self.stripes)
-        trees.update(self.membership.alive(mpb.ROLE_AGENT), self._dead_agents())
+        trees.update(self.membership.alive(mpb.ROLE_AGENT), self._dead_agents(), hinted(self.membership.plan))
+        self.membership.on_plan(self.on_view)
         self.plane = DataPlane(self, trees, self.slice_bytes, park_seconds=self.park_seconds)
         self._ready.set()
         self.matching = MatchClient(self.membership)
@@ -153,7 +154,7 @@ class AgentNode(Node):
             self.matching.on_view()
         agents = self.membership.alive(mpb.ROLE_AGENT)
         if self.plane:
-            self.plane.trees.update(agents, self._dead_agents())  # Algorithm 3: every route uses the new view
+            self.plane.trees.update(agents, self._dead_agents(), hinted(self.membership.plan))  # Algorithm 3
             self.plane.on_view()  # members back from DEAD get what was parked for them
         alive = {m.id for m in agents}
         for peer in [p for p in self.links if p not in alive]:
