@@ -195,6 +195,11 @@ from echelon.tools.tree_cmd import tree  # noqa: E402
 for command in (pub, sub, status, topic, tree):
     cli.add_command(command)
 
+from spark.commands import metrics, replan  # noqa: E402 - the routing job's commands
+
+cli.add_command(replan)
+cli.add_command(metrics)
+
 
 def main() -> None:
     cli()

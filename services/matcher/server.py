@@ -20,6 +20,7 @@ from echelon.core.can import Zone
 from echelon.core.schema import SchemaError
 from echelon.matcher.layout import Copy
 from echelon.matcher.peers import GrpcTransport, Matches, StaleLayout, Status, TierView
+from echelon.matcher.sample import EventSampler, sample
 from echelon.matcher.tier import MatcherCore
 from echelon.runtime.errors import FailedPrecondition, InvalidArgument
 from echelon.runtime.metrics import LATENCY_BUCKETS
@@ -147,7 +148,9 @@ class MatcherServicer(xgrpc.MatcherServicer):
         metrics = self.node.metrics
         async for batch in request_iterator:
             start = time.perf_counter()
-            results = await self.core.match([(e.topic, attributes_from_pb(e.attributes)) for e in batch.events])
+            events = [(e.topic, attributes_from_pb(e.attributes)) for e in batch.events]
+            self.node.events.add(events)
+            results = await self.core.match(events)
             response = xpb.MatchResponse(batch_id=batch.batch_id)
             results_to_pb(results, response.results)
             metrics.events.inc(len(batch.events))
@@ -200,6 +203,10 @@ class MatcherServicer(xgrpc.MatcherServicer):
         return out
 
 
+    async def Sample(self, request: xpb.SampleRequest, context) -> xpb.SampleResponse:
+        return sample(self.core, self.node.events, request)
+
+
 class MatcherNode(Node):
     role = mpb.ROLE_MATCHER
 
@@ -208,6 +215,7 @@ class MatcherNode(Node):
         self.transport = GrpcTransport(config.id, lambda: self.membership, self.incarnation)
         self.core = MatcherCore(config.id, self.transport, self.incarnation, deadline)
         self.metrics = MatcherMetrics(self.registry, self.core)
+        self.events = EventSampler()  # for Sample: the routing job's event points
         self.matcher = MatcherServicer(self)
         self.server.add(xgrpc.add_MatcherServicer_to_server, self.matcher,
                         xpb.DESCRIPTOR.services_by_name["Matcher"].full_name)

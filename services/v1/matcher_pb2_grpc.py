@@ -74,6 +74,11 @@ class MatcherStub:
                 request_serializer=echelon_dot_v1_dot_matcher__pb2.ListZonesRequest.SerializeToString,
                 response_deserializer=echelon_dot_v1_dot_matcher__pb2.ListZonesResponse.FromString,
                 _registered_method=True)
+        self.Sample = channel.unary_unary(
+                '/echelon.v1.Matcher/Sample',
+                request_serializer=echelon_dot_v1_dot_matcher__pb2.SampleRequest.SerializeToString,
+                response_deserializer=echelon_dot_v1_dot_matcher__pb2.SampleResponse.FromString,
+                _registered_method=True)
 
 
 class MatcherServicer:
@@ -142,6 +147,15 @@ class MatcherServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Sample(self, request, context):
+        """The routing job: a bounded, deterministic sample of the subscription points in the
+        zones this matcher owns and of the event points it answered as the entry, per topic
+        (services/matcher/sample.py says why an RPC and not a metric family).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MatcherServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -184,6 +198,11 @@ def add_MatcherServicer_to_server(servicer, server):
                     servicer.ListZones,
                     request_deserializer=echelon_dot_v1_dot_matcher__pb2.ListZonesRequest.FromString,
                     response_serializer=echelon_dot_v1_dot_matcher__pb2.ListZonesResponse.SerializeToString,
+            ),
+            'Sample': grpc.unary_unary_rpc_method_handler(
+                    servicer.Sample,
+                    request_deserializer=echelon_dot_v1_dot_matcher__pb2.SampleRequest.FromString,
+                    response_serializer=echelon_dot_v1_dot_matcher__pb2.SampleResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -402,6 +421,33 @@ class Matcher:
             '/echelon.v1.Matcher/ListZones',
             echelon_dot_v1_dot_matcher__pb2.ListZonesRequest.SerializeToString,
             echelon_dot_v1_dot_matcher__pb2.ListZonesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Sample(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/echelon.v1.Matcher/Sample',
+            echelon_dot_v1_dot_matcher__pb2.SampleRequest.SerializeToString,
+            echelon_dot_v1_dot_matcher__pb2.SampleResponse.FromString,
             options,
             channel_credentials,
             insecure,
