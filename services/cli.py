@@ -140,10 +140,21 @@ def membership(log_level, peers, tombstone_ttl, **kw) -> None:
               help="Ports are laid out above it; 0 picks free ports.")
 @click.option("--log-dir", default=None, type=click.Path(file_okay=False, path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print the endpoints as one JSON line.")
-def up(agents, matchers, memberships, base_port, log_dir, as_json) -> None:
+@click.option("--replan-every", default=None, help="Run the routing job (echelon replan) this often, e.g. 60s.")
+def up(agents, matchers, memberships, base_port, log_dir, as_json, replan_every) -> None:
     """Start a local cluster as processes; Ctrl-C or SIGTERM stops it."""
     from echelon.local import LocalCluster
 
+    interval = None
+    if replan_every:
+        from argparse import ArgumentTypeError
+
+        from spark.main import duration
+
+        try:
+            interval = duration(replan_every)
+        except ArgumentTypeError as e:
+            raise click.BadParameter(str(e), param_hint="--replan-every") from None
     kw = {"log_dir": log_dir} if log_dir else {}
     cluster = LocalCluster(agents=agents, matchers=matchers, memberships=memberships, base_port=base_port, **kw)
     stop = asyncio.Event()
@@ -164,6 +175,12 @@ def up(agents, matchers, memberships, base_port, log_dir, as_json) -> None:
                 t.add_row(r["role"], r["id"], r["address"], r["metrics"], str(r["pid"]))
             console.print(t)
             console.print(f"logs in {cluster.log_dir}; Ctrl-C stops the cluster")
+        if interval:
+            from spark.schedule import replan_every as every
+
+            replicas = ",".join(p.address for p in cluster.by_role("membership"))
+            await every(interval, replicas, cluster.log_dir / "replan.log", stop,
+                        lambda line: print(line, flush=True) if as_json else console.print(line))
         await stop.wait()
 
     try:

@@ -26,7 +26,7 @@ from typing import Sequence
 
 import numpy as np
 
-from echelon.core.can import Zone, ZoneMap, check_tiling, split
+from echelon.core.can import Zone, _inside, _intersects, check_tiling, split
 from echelon.core.space import Space
 
 
@@ -39,25 +39,36 @@ class Load:
 
 
 def zone_positions(zones: Sequence[Zone], space: Space, points: np.ndarray) -> np.ndarray:
-    """The zone (index into `zones`) holding each point (section 3.3)."""
-    zm = ZoneMap(space, zones, mirrors=False)
-    return np.array([zm.index(zm.zone_of(p).id) for p in points], dtype=np.int64)
+    """The zone (index into `zones`) holding each point (section 3.3); one pass per zone."""
+    pts = np.asarray(points, dtype=np.float64).reshape(-1, space.dims)
+    top = np.asarray(space.high)
+    out = np.full(len(pts), -1, dtype=np.int64)
+    for i, z in enumerate(zones):
+        out[(out < 0) & _inside(np.asarray(z.low), np.asarray(z.high), top, pts)] = i
+    if (out < 0).any():
+        raise ValueError("a point lies outside the zones")
+    return out
 
 
 def zone_event_hits(zones: Sequence[Zone], space: Space, events: np.ndarray) -> np.ndarray:
     """Per zone: how many sampled events' affected regions it intersects (section 3.4)."""
-    zm = ZoneMap(space, zones, mirrors=False)
-    hits = np.zeros(len(zones), dtype=np.int64)
-    for e in events:
-        hits[zm.affected(e)] += 1
-    return hits
+    if not len(events):
+        return np.zeros(len(zones), dtype=np.int64)
+    corners = [space.affected_region(e) for e in events]
+    a = np.array([c[0] for c in corners], dtype=np.float64)
+    b = np.array([c[1] for c in corners], dtype=np.float64)
+    top = np.asarray(space.high)
+    return np.array([int(_intersects(np.asarray(z.low), np.asarray(z.high), top, a, b).sum()) for z in zones],
+                    dtype=np.int64)
 
 
 def loads(zones: Sequence[Zone], space: Space, points: np.ndarray, events: np.ndarray,
-          matchers: Sequence[str]) -> dict[str, Load]:
-    """Every matcher's subscription and event load under `zones`, on the sample."""
-    subs = np.bincount(zone_positions(zones, space, points), minlength=len(zones))
-    hits = zone_event_hits(zones, space, events) if len(events) else np.zeros(len(zones))
+          matchers: Sequence[str], *, counts: np.ndarray | None = None, hits: np.ndarray | None = None
+          ) -> dict[str, Load]:
+    """Every matcher's subscription and event load under `zones`, on the sample
+    (`counts`/`hits`: per zone, when already known for this geometry)."""
+    subs = np.bincount(zone_positions(zones, space, points), minlength=len(zones)) if counts is None else counts
+    hits = zone_event_hits(zones, space, events) if hits is None else hits
     out = {m: [0.0, 0.0] for m in matchers}
     for z, s, h in zip(zones, subs, hits):
         for m in z.members:
@@ -163,7 +174,7 @@ def replicate_hot(zones: Sequence[Zone], space: Space, points: np.ndarray, event
     subs = np.bincount(zone_positions(zones, space, points), minlength=len(zones)).astype(float)
     hits = zone_event_hits(zones, space, events).astype(float)
     for _ in range(len(zones) * len(matchers)):
-        load = loads(zones, space, points, events, matchers)
+        load = loads(zones, space, points, events, matchers, counts=subs, hits=hits)
         ev = {m: x.events for m, x in load.items()}
         if _ratio(list(ev.values())) <= replicate_above:
             break
@@ -179,7 +190,7 @@ def replicate_hot(zones: Sequence[Zone], space: Space, points: np.ndarray, event
         peer = min(room, key=lambda m: (ev[m], m))
         before = max(ev.values())
         trial = zones[:i] + [replace(zones[i], replicas=(*zones[i].replicas, peer))] + zones[i + 1:]
-        if max(x.events for x in loads(trial, space, points, events, matchers).values()) >= before:
+        if max(x.events for x in loads(trial, space, points, events, matchers, counts=subs, hits=hits).values()) >= before:
             break
         zones = trial
     return zones
