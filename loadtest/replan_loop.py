@@ -107,7 +107,11 @@ class Load:
 
 
 async def measure(args) -> dict:
-    c = LocalCluster(agents=1, matchers=4, memberships=1, base_port=0, log_dir=args.out / "logs")
+    # A 1 s heartbeat (DEAD after 35 s of silence): the load saturates the machine's cores,
+    # and a starved process declared dead would rejoin as a new incarnation, a new layout.
+    slow = ["--beat-interval", "1.0"]
+    c = LocalCluster(agents=1, matchers=4, memberships=1, base_port=0, log_dir=args.out / "logs",
+                     extra={"membership": slow, "matcher": slow, "agent": slow})
     samples: list[dict] = []
     marks: dict[str, float] = {}
     try:

@@ -19,6 +19,8 @@ import pytest
 
 from echelon.client import Client
 from echelon.local import LocalCluster
+from echelon.runtime.wire import attributes_to_pb, filter_to_pb
+from echelon.v1 import common_pb2 as pb
 from echelon.v1 import matcher_pb2 as xpb
 from echelon.v1 import matcher_pb2_grpc as xgrpc
 from echelon.v1 import membership_pb2 as mpb
@@ -137,3 +139,52 @@ async def test_replan_balances_the_stock_workload_without_losing_a_delivery(tmp_
         for cl in clients:
             await cl.close()
         c.stop()
+
+
+async def test_sample_is_bounded_deterministic_validated_and_peers_measure_round_trips():
+    """Matcher.Sample (matcher/sample.py) on an in-process cluster, and the round trips
+    every node measures to its peers (runtime/rtt.py) for Kyra's cliques."""
+    from loadtest import stock
+    from tests.harness import Cluster
+
+    c = Cluster(agents=1, matchers=2)
+    try:
+        await c.start()
+        client = c.client(0)
+        await client.create_topic(TOPIC, stock.STOCK_SCHEMA)
+        filters = stock.subscriptions(300, seed=2)
+        entry = c.matcher_nodes[0].address
+        async with grpc.aio.insecure_channel(entry) as ch:
+            stub = xgrpc.MatcherStub(ch)
+            await stub.Register(xpb.RegisterRequest(subscriptions=[
+                xpb.Subscription(id=f"agent-0/s{i}", agent="agent-0", topic=TOPIC, filter=filter_to_pb(f))
+                for i, f in enumerate(filters)]))
+            events = [pb.Event(topic=TOPIC, attributes=attributes_to_pb(e)) for e in stock.events(30, seed=3)]
+            call = stub.Match()
+            await call.write(xpb.MatchRequest(batch_id=1, events=events))
+            await call.read()
+            await call.done_writing()
+        await wait_for(lambda: settled([m.address for m in c.matcher_nodes], "default"), 10, what="settled")
+        totals, points = 0, 0
+        for m in c.matcher_nodes:
+            async with grpc.aio.insecure_channel(m.address) as ch:
+                stub = xgrpc.MatcherStub(ch)
+                one = await stub.Sample(xpb.SampleRequest(max_points=50))
+                assert one == await stub.Sample(xpb.SampleRequest(max_points=50))  # deterministic
+                with pytest.raises(grpc.aio.AioRpcError) as err:
+                    await stub.Sample(xpb.SampleRequest(max_points=70_000))
+                assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            for t in one.topics:
+                totals += sum(p.total for p in t.subscriptions)
+                n = sum(len(p.coordinates) for p in t.subscriptions) // t.dims
+                assert n <= 50 + len(t.subscriptions)  # the cap, rounded up per zone
+                points += n
+                if m.address == entry:  # the entry answered the events
+                    assert t.events.total == 30 and len(t.events.coordinates) == 30 * t.dims
+        assert totals == len(filters) and points > 0
+        # Every node measures a round trip to every other data-plane member.
+        nodes = [*c.matcher_nodes, *c.agent_nodes]
+        await wait_for(lambda: all(len(n.rtt.rtt) == len(nodes) - 1 for n in nodes), 15, what="round trips")
+        assert all(0 < v < 5 for n in nodes for v in n.rtt.rtt.values())
+    finally:
+        await c.stop()
