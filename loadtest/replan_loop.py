@@ -49,9 +49,9 @@ async def register(address: str, n: int) -> None:
     filters = stock.subscriptions(n, seed=5)
     async with grpc.aio.insecure_channel(address) as ch:
         stub = xgrpc.MatcherStub(ch)
-        for start in range(0, n, 5000):
+        for start in range(0, n, 2000):
             subs = [xpb.Subscription(id=f"load/s{i}", agent="agent-0", topic=TOPIC, filter=filter_to_pb(filters[i]))
-                    for i in range(start, min(n, start + 5000))]
+                    for i in range(start, min(n, start + 2000))]
             await stub.Register(xpb.RegisterRequest(subscriptions=subs), timeout=120)
 
 
@@ -109,9 +109,11 @@ class Load:
 async def measure(args) -> dict:
     # A 1 s heartbeat (DEAD after 35 s of silence): the load saturates the machine's cores,
     # and a starved process declared dead would rejoin as a new incarnation, a new layout.
+    # A long matcher deadline too: a peer call timing out reports the peer as suspect, and
+    # its refutation (a new incarnation) starts yet another layout.
     slow = ["--beat-interval", "1.0"]
     c = LocalCluster(agents=1, matchers=4, memberships=1, base_port=0, log_dir=args.out / "logs",
-                     extra={"membership": slow, "matcher": slow, "agent": slow})
+                     extra={"membership": slow, "matcher": [*slow, "--deadline", "60"], "agent": slow})
     samples: list[dict] = []
     marks: dict[str, float] = {}
     try:

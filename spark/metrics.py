@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import astuple, dataclass
@@ -103,7 +104,13 @@ def prometheus(url: str, window: float, step: float, instances: Mapping[str, str
     end = time.time() if end is None else end
     query = "{__name__=~\"" + "|".join(sorted(FAMILIES)) + "\"}"
     params = urllib.parse.urlencode({"query": query, "start": end - window, "end": end, "step": step})
-    body = json.loads(_get(f"{url.rstrip('/')}/api/v1/query_range?{params}", timeout))
+    try:
+        body = json.loads(_get(f"{url.rstrip('/')}/api/v1/query_range?{params}", timeout))
+    except urllib.error.HTTPError as e:  # 400/422: Prometheus says why in a JSON body
+        try:
+            body = json.loads(e.read().decode())
+        except ValueError:
+            raise RuntimeError(f"prometheus: HTTP {e.code}") from None
     if body.get("status") != "success":
         raise RuntimeError(f"prometheus: {body.get('errorType')}: {body.get('error')}")
     rows = []
