@@ -9,7 +9,9 @@ uniform stock events back to back. Every second the run records each matcher pro
 CPU seconds (/proc/<pid>/stat) and the events answered. Phases: `before` on the default
 plan; then `echelon replan` runs as a child process (the real CLI, scraping the cluster's
 /metrics while the load goes on) and the matchers hand off; `after` starts once every
-matcher routes with the new plan. Prints matched events/s of the tier and the largest
+matcher routes with the new plan (the load pauses during the handoff: on this shared 2-core
+machine a starved matcher misses Sync deadlines, is reported suspect, refutes with a new
+incarnation, and that starts another layout). Prints matched events/s of the tier and the largest
 matcher's share of the tier's CPU, before and after, with ratios; writes
 replan_loop.png (per-matcher CPU over time, the push and the settled switch marked).
 """
@@ -79,13 +81,16 @@ async def wait_source(addresses: list[str], prefix: str, timeout: float) -> None
 
 
 class Load:
-    """One Match stream per matcher entry, batches back to back; counts events answered."""
+    """One Match stream per matcher entry, batches back to back; counts events answered.
+    Cleared `running` holds the streams between batches (while the matchers hand off)."""
 
     def __init__(self, addresses: list[str]):
         self.addresses = addresses
         self.answered = 0
         self.matches = 0
         self.stop = asyncio.Event()
+        self.running = asyncio.Event()
+        self.running.set()
         events = stock.events(4000, seed=9)
         self.batches = [[pb.Event(topic=TOPIC, attributes=attributes_to_pb(e)) for e in events[i:i + BATCH]]
                         for i in range(0, len(events), BATCH)]
@@ -95,6 +100,7 @@ class Load:
             call = xgrpc.MatcherStub(ch).Match()
             k = 0
             while not self.stop.is_set():
+                await self.running.wait()
                 await call.write(xpb.MatchRequest(batch_id=k + 1, events=self.batches[k % len(self.batches)]))
                 r = await call.read()
                 self.answered += len(r.results)
@@ -150,7 +156,9 @@ async def measure(args) -> dict:
         print(out.decode(), flush=True)
         if proc.returncode != 0:
             raise RuntimeError(f"replan exited with {proc.returncode}")
+        load.running.clear()  # the handoff gets the cores; see the module doc
         await wait_source(addresses, "plan", 900)
+        load.running.set()
         marks["settled"] = time.monotonic() - start
         await asyncio.sleep(args.phase)
         marks["end"] = time.monotonic() - start

@@ -202,7 +202,6 @@ class MatcherServicer(xgrpc.MatcherServicer):
                             subscriptions=held[z.id][0], mirrors=held[z.id][1])
         return out
 
-
     async def Sample(self, request: xpb.SampleRequest, context) -> xpb.SampleResponse:
         return sample(self.core, self.node.events, request)
 
