@@ -1,18 +1,18 @@
 """The control loop measured end to end: 4 matcher processes, 150k stock subscriptions
 (Meghdoot section 5), the default plan, then `echelon replan`, under a steady Match load.
 
-    python -m loadtest.replan_loop [--subscriptions 150000] [--phase 30] [--out DIR]
+    python -m loadtest.replan_loop [--subscriptions 150000] [--phase 30] [--streams 4] [--out DIR]
 
 Subscriptions are registered with the matcher tier directly (Matcher.Register through one
-entry, as agents do); the load is one Match stream per matcher, each sending batches of
-uniform stock events back to back. Every second the run records each matcher process's
+entry, as agents do); the load is `--streams` Match streams per matcher, each sending
+batches of uniform stock events back to back (one batch in flight per stream). Every second the run records each matcher process's
 CPU seconds (/proc/<pid>/stat) and the events answered. Phases: `before` on the default
 plan; then `echelon replan` runs as a child process (the real CLI, scraping the cluster's
 /metrics while the load goes on) and the matchers hand off; `after` starts once every
 matcher routes with the new plan (the load pauses during the handoff: on this shared 2-core
 machine a starved matcher misses Sync deadlines, is reported suspect, refutes with a new
-incarnation, and that starts another layout). Prints matched events/s of the tier and the largest
-matcher's share of the tier's CPU, before and after, with ratios; writes
+incarnation, and that starts another layout). Prints matched events/s of the tier and the
+largest matcher's share of the tier's CPU, before and after, with ratios; writes
 replan_loop.png (per-matcher CPU over time, the push and the settled switch marked).
 """
 
@@ -22,7 +22,6 @@ import argparse
 import asyncio
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -81,11 +80,11 @@ async def wait_source(addresses: list[str], prefix: str, timeout: float) -> None
 
 
 class Load:
-    """One Match stream per matcher entry, batches back to back; counts events answered.
+    """`streams` Match streams per matcher entry, batches back to back; counts events answered.
     Cleared `running` holds the streams between batches (while the matchers hand off)."""
 
-    def __init__(self, addresses: list[str]):
-        self.addresses = addresses
+    def __init__(self, addresses: list[str], streams: int):
+        self.addresses = addresses * streams
         self.answered = 0
         self.matches = 0
         self.stop = asyncio.Event()
@@ -134,7 +133,7 @@ async def measure(args) -> dict:
         await register(addresses[0], args.subscriptions)
         await wait_source(addresses, "default", 600)
         print(f"registered {args.subscriptions} subscriptions in {time.monotonic() - t0:.0f}s", flush=True)
-        load = Load(addresses)
+        load = Load(addresses, args.streams)
         runner = asyncio.create_task(load.run())
         start = time.monotonic()
 
@@ -215,6 +214,7 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--subscriptions", type=int, default=150_000)
     p.add_argument("--phase", type=float, default=30.0, help="seconds of load before and after")
+    p.add_argument("--streams", type=int, default=4, help="Match streams per matcher entry (batches in flight)")
     p.add_argument("--out", type=Path, default=Path("out/replan_loop"))
     args = p.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)

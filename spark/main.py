@@ -140,7 +140,7 @@ def run(args: argparse.Namespace, spark=None) -> Result:
     inputs = planning.Inputs(
         matchers=[m.id for m in matchers], members=members, agents=[m.id for m in cluster.alive(v, mpb.ROLE_AGENT)],
         spaces=spaces, current=current, zones=layouts.zones, sources=layouts.sources,
-        points={t: np.asarray(p, dtype=np.float64) for t, p in points.items()}, events=events, load=measured,
+        points={t: np.asarray(p, dtype=np.float64) for t, p in points.items()}, events=events,
         congested=congested, rtt=rtt)
     settings = planning.Settings(margin=args.margin, max_distance=args.max_distance, max_servers=args.max_servers,
                                  delta=args.delta)

@@ -55,7 +55,6 @@ class Inputs:
     sources: dict[str, str]  # each topic's layout source ("default", "plan 3", ...)
     points: dict[str, np.ndarray]  # equal-rate subscription sample per topic
     events: dict[str, np.ndarray]  # recent event points per topic
-    load: dict[str, tuple[float, float, float]]  # matcher -> (subscriptions, events, event rate) measured
     congested: dict[str, float] = field(default_factory=dict)  # agent -> share of congested intervals
     rtt: dict[tuple[str, str], float] = field(default_factory=dict)  # (member, peer) -> seconds
 
