@@ -59,12 +59,13 @@ from pathlib import Path
 
 import click
 
+from echelon.launch import stop_processes
 from echelon.v1 import membership_pb2 as mpb
 from loadtest import bulk_report
 from loadtest.bulk_client import SCHEMA, payload_sha256
-from loadtest.bulk_cluster import (AGENT_PORT, Cluster, Endpoint, Mode, agent_flags, agent_options, cpu_busy,
-                                   cpu_times, modes, scrape_relay, tree_stats, uplink_drops)
-from loadtest.netns import Network, NetnsError, Unsupported, check_available, stop_process, wait_until
+from loadtest.bulk_cluster import (Cluster, Endpoint, Mode, agent_flags, agent_options, cpu_busy, cpu_times, modes,
+                                   scrape_relay, tree_stats, uplink_drops)
+from loadtest.netns import Network, NetnsError, Unsupported, check_available, wait_until
 
 PAPER_SUFFIXES = (74, 97, 234, 90, 98, 64, 61, 184, 72, 88, 44, 68)  # publisher first
 MB = 1 << 20
@@ -138,8 +139,9 @@ class Settings:
 
 def run_round(net: Network, cluster: Cluster, s: Settings, n: int, size: int, tag: str) -> Round:
     pub_host, sub_hosts = net.hosts[0], net.hosts[1:1 + n]
+    pub_agent, sub_agents = cluster.agent(pub_host), [cluster.agent(h) for h in sub_hosts]
     r = Round(cluster.mode.name, n, size, s.rate_mbit, publisher=pub_host.address,
-              **tree_stats(pub_host, sub_hosts, cluster.stripes))
+              **tree_stats(pub_agent, sub_agents, cluster.stripes))
     topic = f"bulk-{tag}"
     # Generous: three times the point-to-point bound, plus start-up.
     timeout = 3 * n * size * 8 / (s.rate_mbit * 1e6) + 90
@@ -148,22 +150,23 @@ def run_round(net: Network, cluster: Cluster, s: Settings, n: int, size: int, ta
     common = ["--topic", topic, "--size", str(size), "--chunk", str(s.chunk), "--timeout", f"{timeout:.0f}"]
     endpoints: list[Endpoint] = []
     try:
-        subs = [Endpoint(net, h, [*client, "sub", "--agent", f"{h.address}:{AGENT_PORT}", *common],
+        subs = [Endpoint(net, h, [*client, "sub", "--agent", cluster.agent(h).address, *common],
                          s.log_dir / f"{tag}-sub-{h.index}.err") for h in sub_hosts]
         endpoints += subs
         wait_until(lambda: all(e.event("ready") or e.proc.poll() is not None for e in subs), 60, 0.1,
                    "subscribers ready")
         if not all(e.event("ready") for e in subs):
             raise RuntimeError(f"a subscriber failed to open its subscription (logs {s.log_dir}/{tag}-sub-*.err)")
-        subscribed = {f"{h.address}:{AGENT_PORT}" for h in sub_hosts}
+        subscribed = {a.address for a in sub_agents}
         cluster.wait_view(lambda v: {m.address for m in v.members if topic in m.subscribes} >= subscribed, 30,
                           f"{n} agents advertising {topic}")
         time.sleep(2 * cluster.beat_interval)  # the view reaches every agent
-        before, relay_before = {h.address: net.counters(h) for h in net.hosts}, scrape_relay(net.hosts)
+        agents = [cluster.agent(h) for h in net.hosts]
+        before, relay_before = {h.address: net.counters(h) for h in net.hosts}, scrape_relay(agents)
         cpu_before, procs_before = cpu_times(), cluster.cpu_seconds()
         drops_before, breaks_before = uplink_drops(net), cluster.link_breaks()
         t0 = time.monotonic()
-        pub = Endpoint(net, pub_host, [*client, "pub", "--agent", f"{pub_host.address}:{AGENT_PORT}", *common,
+        pub = Endpoint(net, pub_host, [*client, "pub", "--agent", pub_agent.address, *common,
                                        "--window", str(s.window), "--seed", str(s.seed)],
                        s.log_dir / f"{tag}-pub.err")
         endpoints.append(pub)
@@ -174,15 +177,14 @@ def run_round(net: Network, cluster: Cluster, s: Settings, n: int, size: int, ta
         r.link_breaks = cluster.link_breaks() - breaks_before
         wall = time.monotonic() - t0
         r.cpu = {k: (v - procs_before.get(k, 0.0)) / wall for k, v in cluster.cpu_seconds().items()}
-        after, relay_after = {h.address: net.counters(h) for h in net.hosts}, scrape_relay(net.hosts)
+        after, relay_after = {h.address: net.counters(h) for h in net.hosts}, scrape_relay(agents)
         r.host_tx = {a: after[a]["tx_bytes"] - before[a]["tx_bytes"] for a in before}
         r.relay_tx = {a: relay_after[a] - relay_before[a] for a in relay_before}
         _judge(r, pub, subs, payload_sha256(s.seed, size, s.chunk))
     except (TimeoutError, RuntimeError) as e:
         r.errors.append(str(e))
     finally:
-        for e in endpoints:
-            stop_process(e.proc)
+        stop_processes([e.proc for e in endpoints])
     return r
 
 

@@ -3,9 +3,9 @@ flags they need, the cluster of real processes across the hosts' namespaces, the
 bulk_client endpoints, and the probes read around each transfer -- kernel interface and
 qdisc counters, the agents' relay metrics, CPU per process, the trees the agents build.
 
-Membership and the matcher run in the root namespace on the bridge address; agent i
-runs in host i's namespace bound to its address. Ports are fixed (the addresses are
-per run), metrics ports sit METRICS_OFFSET above them.
+The cluster is the launcher's (`echelon.launch`) on `loadtest.netns.NetnsPlacement`:
+membership and the matcher in the root namespace on the bridge address, agent i in host
+i's namespace bound to its address.
 """
 
 from __future__ import annotations
@@ -17,24 +17,17 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
 import click
-import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-from prometheus_client.parser import text_string_to_metric_families
 
+from echelon import launch
 from echelon.agent.trees import Trees, salted
 from echelon.commands import fetch_view
 from echelon.core.lbdd import build_tree
 from echelon.v1 import membership_pb2 as mpb
-from loadtest.netns import Host, Network, stop_process
-
-MEMBERSHIP_PORT, MATCHER_PORT, AGENT_PORT = 7000, 7020, 7100
-METRICS_OFFSET = 2000
-SERVING = health_pb2.HealthCheckResponse.SERVING
+from loadtest.netns import Host, Network, NetnsPlacement
 
 
 @dataclass(frozen=True)
@@ -102,54 +95,25 @@ class Endpoint:
 
 
 class Cluster:
-    """Membership and matcher in the root namespace, one agent per host."""
+    """The launcher's cluster on the hosts (`NetnsPlacement`: membership and matcher in the
+    root namespace, agent i in host i), with the probes a transfer reads."""
 
     def __init__(self, net: Network, mode: Mode, flags: list[str], log_dir: Path, beat_interval: float = 0.5):
         self.net, self.mode, self.flags, self.log_dir = net, mode, flags, log_dir
         self.beat_interval = beat_interval
-        self.membership = f"{net.gateway}:{MEMBERSHIP_PORT}"
         self.stripes = int(flags[flags.index("--stripes") + 1]) if "--stripes" in flags else 1
-        self.procs: list[tuple[str, str, subprocess.Popen]] = []  # (id, address, process)
-
-    def _spawn(self, host: Host | None, role: str, member_id: str, address: str, port: int, extra: list[str]):
-        argv = [sys.executable, "-m", "echelon", role, "--id", member_id, "--host", address, "--port", str(port),
-                "--metrics-port", str(port + METRICS_OFFSET), "--grace", "1",
-                "--beat-interval", str(self.beat_interval), *extra]
-        with open(self.log_dir / f"{member_id}.log", "w") as log:
-            p = self.net.popen(host, argv, stdout=log, stderr=subprocess.STDOUT)
-        self.procs.append((member_id, f"{address}:{port}", p))
+        self.services = launch.Cluster(agents=len(net.hosts), matchers=1, memberships=1,
+                                       placement=NetnsPlacement(net), log_dir=log_dir,
+                                       common=["--grace", "1", "--beat-interval", str(beat_interval)],
+                                       extra={"agent": flags})
+        self.membership = self.services.replicas[0]
 
     def start(self, timeout: float = 90.0) -> None:
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        gw = self.net.gateway
-        self._spawn(None, "membership", "membership-0", gw, MEMBERSHIP_PORT, [])
-        self._wait_serving(timeout)
-        self._spawn(None, "matcher", "matcher-0", gw, MATCHER_PORT, ["--membership", self.membership])
-        for i, h in enumerate(self.net.hosts):
-            self._spawn(h, "agent", f"agent-{i}", h.address, AGENT_PORT, ["--membership", self.membership,
-                                                                           *self.flags])
-        self._wait_serving(timeout)
-        n = len(self.net.hosts)
-        self.wait_view(lambda v: sum(m.role == mpb.ROLE_AGENT and m.state == mpb.MEMBER_STATE_ALIVE
-                                     for m in v.members) == n, timeout, "every agent alive in the view")
+        """Every process serving and every member ALIVE in the view."""
+        asyncio.run(self.services.start(timeout))
 
-    def _wait_serving(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        for member_id, address, p in self.procs:
-            with grpc.insecure_channel(address) as ch:
-                stub = health_pb2_grpc.HealthStub(ch)
-                while True:
-                    if p.poll() is not None:
-                        tail = (self.log_dir / f"{member_id}.log").read_text(errors="replace")[-1500:]
-                        raise RuntimeError(f"{member_id} exited with {p.returncode}:\n{tail}")
-                    try:
-                        if stub.Check(health_pb2.HealthCheckRequest(), timeout=1).status == SERVING:
-                            break
-                    except grpc.RpcError:
-                        pass
-                    if time.monotonic() > deadline:
-                        raise TimeoutError(f"{member_id} not serving on {address} after {timeout:.0f}s")
-                    time.sleep(0.1)
+    def agent(self, host: Host) -> launch.Process:
+        return self.services.by_role("agent")[host.index]
 
     def wait_view(self, predicate, timeout: float, what: str) -> None:
         deadline = time.monotonic() + timeout
@@ -173,33 +137,30 @@ class Cluster:
 
     def cpu_seconds(self) -> dict[str, float]:
         """CPU seconds (user + system) each service process has used so far."""
-        return {member_id: process_cpu_seconds(p.pid) for member_id, _, p in self.procs if p.poll() is None}
+        return {p.id: process_cpu_seconds(p.pid) for p in self.services.processes if p.running()}
 
     def link_breaks(self) -> int:
         """Relay streams that broke so far (the agents log each one)."""
-        return sum((self.log_dir / f"{member_id}.log").read_text(errors="replace").count("broke:")
-                   for member_id, _, _ in self.procs if member_id.startswith("agent-"))
+        return sum(p.log.read_text(errors="replace").count("broke:") for p in self.services.by_role("agent")
+                   if p.log.exists())
 
     def crashed(self) -> list[str]:
-        return [member_id for member_id, _, p in self.procs if p.poll() is not None]
+        return self.services.exited()
 
     def stop(self) -> None:
-        for _, _, p in reversed(self.procs):  # agents first, membership last
-            stop_process(p)
-        self.procs.clear()
+        self.services.stop()
 
 
-def tree_stats(pub: Host, subs: list[Host], stripes: int) -> dict:
+def tree_stats(pub: launch.Process, subs: list[launch.Process], stripes: int) -> dict:
     """The trees the agents build (keys are advertised host:port, stripe s salts them with
     "#s") and the copies per slice each node sends under the root's stripe schedule: the
     busiest node bounds the speedup at N / its copies."""
-    key = lambda h: f"{h.address}:{AGENT_PORT}"  # noqa: E731
-    trees = [build_tree(salted(key(pub), s), [salted(key(h), s) for h in subs]) for s in range(stripes)]
+    trees = [build_tree(salted(pub.address, s), [salted(p.address, s) for p in subs]) for s in range(stripes)]
     schedule: tuple[int, ...] = (0,)
     if stripes > 1:
-        members = [mpb.Member(id=f"agent-{h.index}", address=key(h), role=mpb.ROLE_AGENT,
-                              state=mpb.MEMBER_STATE_ALIVE, subscribes=["t"]) for h in subs]
-        planner = Trees(f"agent-{pub.index}", key(pub), "lbdd", stripes)
+        members = [mpb.Member(id=p.id, address=p.address, role=mpb.ROLE_AGENT, state=mpb.MEMBER_STATE_ALIVE,
+                              subscribes=["t"]) for p in subs]
+        planner = Trees(pub.id, pub.address, "lbdd", stripes)
         planner.update(members)
         schedule = planner.schedule("t", [m.id for m in members])
     copies: dict[str, float] = {}
@@ -207,24 +168,14 @@ def tree_stats(pub: Host, subs: list[Host], stripes: int) -> dict:
         for node, children in trees[s].children.items():
             k = node.split("#")[0]
             copies[k] = copies.get(k, 0.0) + len(children) / len(schedule)
-    return {"depth": trees[0].depth, "depths": [t.depth for t in trees], "root_copies": copies.get(key(pub), 0.0),
+    return {"depth": trees[0].depth, "depths": [t.depth for t in trees], "root_copies": copies.get(pub.address, 0.0),
             "busiest_copies": max(copies.values())}
 
 
-def scrape_relay(hosts: list[Host]) -> dict[str, float]:
-    """echelon_relay_sent_bytes_total summed over peers, per agent (0 where unreachable)."""
-    out = {}
-    for h in hosts:
-        total = 0.0
-        try:
-            with urllib.request.urlopen(f"http://{h.address}:{AGENT_PORT + METRICS_OFFSET}/metrics", timeout=5) as r:
-                for fam in text_string_to_metric_families(r.read().decode()):
-                    if fam.name == "echelon_relay_sent_bytes":
-                        total += sum(s.value for s in fam.samples if s.name.endswith("_total"))
-        except OSError:
-            pass
-        out[h.address] = total
-    return out
+def scrape_relay(agents: list[launch.Process]) -> dict[str, float]:
+    """echelon_relay_sent_bytes_total summed over peers, per agent's host address (0 where unreachable)."""
+    name = "echelon_relay_sent_bytes_total"
+    return {p.site.ip: p.scrape((name,), timeout=5).get(name, 0.0) for p in agents}
 
 
 def uplink_drops(net: Network) -> int:

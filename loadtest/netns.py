@@ -7,6 +7,9 @@
         net.heal()
     # namespaces, links, qdiscs and every process started through `net` are gone
 
+`NetnsPlacement(net)` is where the launcher (`echelon.launch.Cluster`) runs a cluster on
+the hosts: agent i in host i, the rest in the root namespace on the bridge's address.
+
 Layout. Host i is the namespace `ech-<pid>-<i>` holding `eth0`, one end of a veth pair
 whose other end (`ech<pid>v<i>`) is a port of the bridge `ech<pid>br` in the root
 namespace. The bridge holds the subnet's .1, so services in the root namespace bound to
@@ -49,6 +52,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
+
+from echelon.launch.placement import Site, layout, stop_processes
 
 SPACE = ipaddress.ip_network("198.18.0.0/15")
 LOCK = Path("/run/lock/echelon-netns.lock")
@@ -297,8 +302,7 @@ class Network:
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, held)
 
     def _remove_all(self) -> None:
-        for p in self.processes:
-            stop_process(p)
+        stop_processes(self.processes)
         for name in self._created:
             leftovers = run(["ip", "netns", "pids", name], check=False).stdout.split()
             for pid in leftovers:
@@ -437,19 +441,30 @@ class Network:
         return run(["ip", "netns", "exec", ns, *cmd] if ns else cmd, check=check)
 
 
-def stop_process(p: subprocess.Popen, timeout: float = 5.0) -> int | None:
-    """SIGTERM, wait up to `timeout`, then SIGKILL: only this pid."""
-    if p.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            p.send_signal(signal.SIGTERM)
-        try:
-            p.wait(timeout)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                p.kill()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                p.wait(timeout)
-    return p.returncode
+@dataclass
+class NetnsPlacement:
+    """Where the launcher (`echelon.launch.Cluster`) runs a cluster on a Network: agent i
+    in host i's namespace on its address, every other process in the root namespace on
+    the bridge's. Ports follow the launcher's layout above `base_port`; each agent has
+    an address of its own, so every agent takes the layout's first agent port."""
+
+    net: Network
+    base_port: int = 7000
+    kind: str = "netns"
+
+    def site(self, role: str, index: int) -> Site:
+        if role != "agent":
+            return Site(self.net.gateway)
+        if index >= len(self.net.hosts):
+            raise ValueError(f"agent {index}: the network has {len(self.net.hosts)} hosts")
+        host = self.net.hosts[index]
+        return Site(host.address, host)
+
+    def ports(self, role: str, index: int) -> tuple[int, int]:
+        return layout(self.base_port, role, 0 if role == "agent" else index)
+
+    def popen(self, site: Site, argv: Sequence[str], **kw) -> subprocess.Popen:
+        return self.net.popen(site.host, argv, **kw)
 
 
 def _sysctl(ns: str | None, key: str, value: str | int, check: bool = False) -> None:

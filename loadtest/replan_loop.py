@@ -29,7 +29,7 @@ from pathlib import Path
 import grpc
 
 from echelon.client import Client
-from echelon.local import LocalCluster
+from echelon import launch
 from echelon.runtime.wire import attributes_to_pb, filter_to_pb
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import matcher_pb2 as xpb
@@ -117,8 +117,8 @@ async def measure(args) -> dict:
     # A long matcher deadline too: a peer call timing out reports the peer as suspect, and
     # its refutation (a new incarnation) starts yet another layout.
     slow = ["--beat-interval", "1.0"]
-    c = LocalCluster(agents=1, matchers=4, memberships=1, base_port=0, log_dir=args.out / "logs",
-                     extra={"membership": slow, "matcher": [*slow, "--deadline", "60"], "agent": slow})
+    c = launch.Cluster(agents=1, matchers=4, memberships=1, placement=launch.Loopback(0), log_dir=args.out / "logs",
+                       extra={"membership": slow, "matcher": [*slow, "--deadline", "60"], "agent": slow})
     samples: list[dict] = []
     marks: dict[str, float] = {}
     try:
@@ -140,7 +140,7 @@ async def measure(args) -> dict:
         async def sampler() -> None:
             while not load.stop.is_set():
                 samples.append({"t": time.monotonic() - start, "answered": load.answered,
-                                "cpu": {m.id: cpu_seconds(m.popen.pid) for m in matchers}})
+                                "cpu": {m.id: cpu_seconds(m.pid) for m in matchers}})
                 await asyncio.sleep(1.0)
 
         sampling = asyncio.create_task(sampler())

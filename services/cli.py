@@ -143,7 +143,7 @@ def membership(log_level, peers, tombstone_ttl, **kw) -> None:
 @click.option("--replan-every", default=None, help="Run the routing job (echelon replan) this often, e.g. 60s.")
 def up(agents, matchers, memberships, base_port, log_dir, as_json, replan_every) -> None:
     """Start a local cluster as processes; Ctrl-C or SIGTERM stops it."""
-    from echelon.local import LocalCluster
+    from echelon.launch import Cluster, Loopback
 
     interval = None
     if replan_every:
@@ -156,7 +156,11 @@ def up(agents, matchers, memberships, base_port, log_dir, as_json, replan_every)
         except ArgumentTypeError as e:
             raise click.BadParameter(str(e), param_hint="--replan-every") from None
     kw = {"log_dir": log_dir} if log_dir else {}
-    cluster = LocalCluster(agents=agents, matchers=matchers, memberships=memberships, base_port=base_port, **kw)
+    cluster = Cluster(agents=agents, matchers=matchers, memberships=memberships, placement=Loopback(base_port), **kw)
+    if interval:  # the routing job, a periodic child (its runs in replan.log); window: half the period, <= 30 s
+        window = f"{min(30.0, max(2.0, interval / 2)):.0f}s"
+        cluster.add_aux("replan", [sys.executable, "-m", "spark", "--membership", ",".join(cluster.replicas),
+                                   "--window", window], every=interval)
     stop = asyncio.Event()
 
     async def main() -> None:
@@ -169,18 +173,12 @@ def up(agents, matchers, memberships, base_port, log_dir, as_json, replan_every)
             print(json.dumps({"ready": True, "processes": rows}), flush=True)
         else:
             t = Table(title="Echelon local cluster")
-            for col in ("role", "id", "address", "metrics", "pid"):
+            for col in ("role", "id", "region", "address", "metrics", "pid"):
                 t.add_column(col)
             for r in rows:
-                t.add_row(r["role"], r["id"], r["address"], r["metrics"], str(r["pid"]))
+                t.add_row(r["role"], r["id"], r["region"], r["address"], r["metrics"], str(r["pid"]))
             console.print(t)
             console.print(f"logs in {cluster.log_dir}; Ctrl-C stops the cluster")
-        if interval:
-            from spark.schedule import replan_every as every
-
-            replicas = ",".join(p.address for p in cluster.by_role("membership"))
-            await every(interval, replicas, cluster.log_dir / "replan.log", stop,
-                        lambda line: print(line, flush=True) if as_json else console.print(line))
         await stop.wait()
 
     try:

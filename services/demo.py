@@ -15,7 +15,7 @@ from rich.table import Table
 
 from echelon.client import DELIVERED, Client
 from echelon.core.filters import parse
-from echelon.local import LocalCluster
+from echelon.launch import Cluster, Loopback
 
 SCHEMA = ["Symbol:string", "Open:float:0:500", "High:float:0:500", "Low:float:0:500", "Close:float:0:500",
           "Volume:int:0:310000000"]
@@ -55,7 +55,7 @@ async def collect(sub, expected: int, idle: float = 3.0) -> list:
 async def run_demo(agents: int = 4, events: int = 200, base_port: int = 0, as_json: bool = False,
                    console: Console | None = None) -> bool:
     console = console or Console()
-    cluster = LocalCluster(agents=agents, matchers=1, memberships=3, base_port=base_port)
+    cluster = Cluster(agents=agents, matchers=1, memberships=3, placement=Loopback(base_port))
     console.print(f"starting {agents} agents, 1 matcher, 3 membership replicas (logs in {cluster.log_dir}) ...")
     t0 = time.perf_counter()
     await cluster.start()

@@ -11,7 +11,7 @@ Pure (no Spark, no I/O); the planners themselves are in `echelon.core`:
   a re-clustering on jitter would move regions for nothing;
 - bucket hints: an agent whose most congested uplink was congested (OctopiA's CE >= 1 with
   a queue above delta) in at least half the intervals, or whose median round trip is
-  above `slow` times the cluster's median (and above 5 ms), gets weight 1; a hinted agent
+  above `slow` times the cluster's median (and above 50 ms), gets weight 1; a hinted agent
   keeps its hint until that share falls below a quarter (hysteresis).
 
 A plan is pushed when some topic's zones change, or the cliques or the hint set change.
@@ -30,7 +30,7 @@ from echelon.core.can import Zone
 from echelon.core.space import Space
 from echelon.v1 import membership_pb2 as mpb
 
-SLOW_FLOOR = 0.005  # seconds: below this no member counts as slow
+SLOW_FLOOR = 0.05  # seconds: below this no member counts as slow (loopback jitter under load reaches ms)
 
 
 @dataclass

@@ -4,12 +4,12 @@ membership, matchers and agents, all in the test's event loop."""
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 from dataclasses import dataclass, field
 
 from echelon.agent.server import AgentNode
 from echelon.client import Client
+from echelon.launch import free_port
 from echelon.matcher.server import MatcherNode
 from echelon.membership.server import MembershipNode
 from echelon.runtime.node import Node, NodeConfig
@@ -28,13 +28,6 @@ async def wait_for(predicate, timeout: float = 10.0, interval: float = 0.02, wha
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         await asyncio.sleep(interval)
-
-
-def free_port() -> int:
-    """A loopback port free right now (the OS picks it; the server binds it soon after)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass

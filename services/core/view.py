@@ -1,8 +1,8 @@
 """Versioned views: the membership log a replica streams to its watchers, and plan checks.
 
 A view is (version, members, topics). Every change a replica makes -- member upserts from
-its detector, topic upserts and deletes -- becomes one new version and one `ViewDelta`
-from the version before. A watcher that knows version v gets the deltas after v if the
+its detector, removals of members whose tombstone expired, topic upserts and deletes --
+becomes one new version and one `ViewDelta` from the version before. A watcher that knows version v gets the deltas after v if the
 log still holds them all (`ViewLog.since`), else a snapshot: the `Watch` contract
 ("a snapshot first, then deltas; a watcher that falls behind gets a snapshot").
 
@@ -51,6 +51,7 @@ class ViewDelta:
     upserted: Mapping[str, Any] = field(default_factory=dict)
     topics_upserted: Mapping[str, Any] = field(default_factory=dict)
     topics_deleted: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()  # member ids that left the view (expired tombstones)
 
 
 class ViewLog:
@@ -74,19 +75,25 @@ class ViewLog:
         members: Mapping[str, Any] | None = None,
         topics: Mapping[str, Any] | None = None,
         topics_deleted: Iterable[str] = (),
+        removed: Iterable[str] = (),
     ) -> ViewDelta | None:
-        """Apply one batch as one version; None when nothing actually changed."""
-        members, topics, deleted = members or {}, topics or {}, tuple(topics_deleted)
-        both = set(topics) & set(deleted)
-        if both:
-            raise ValueError(f"topics both upserted and deleted: {sorted(both)}")
+        """Apply one batch as one version; None when nothing actually changed.
+        `removed`: member ids that leave the view (not an upsert to a state)."""
+        members, topics = members or {}, topics or {}
+        deleted, removed = tuple(topics_deleted), tuple(removed)
+        for what, both in (("topics", set(topics) & set(deleted)), ("members", set(members) & set(removed))):
+            if both:
+                raise ValueError(f"{what} both upserted and removed in one change: {sorted(both)}")
         up_m = {k: v for k, v in members.items() if k not in self._members or self._members[k] != v}
+        del_m = tuple(dict.fromkeys(k for k in removed if k in self._members))
         up_t = {k: v for k, v in topics.items() if k not in self._topics or self._topics[k] != v}
         del_t = tuple(dict.fromkeys(k for k in deleted if k in self._topics))
-        if not (up_m or up_t or del_t):
+        if not (up_m or del_m or up_t or del_t):
             return None
-        delta = ViewDelta(self._version, self._version + 1, up_m, up_t, del_t)
+        delta = ViewDelta(self._version, self._version + 1, up_m, up_t, del_t, del_m)
         self._members.update(up_m)
+        for k in del_m:
+            del self._members[k]
         self._topics.update(up_t)
         for k in del_t:
             del self._topics[k]
@@ -96,6 +103,9 @@ class ViewLog:
 
     def upsert_member(self, member_id: str, member: Any) -> ViewDelta | None:
         return self.change(members={member_id: member})
+
+    def remove_members(self, member_ids: Iterable[str]) -> ViewDelta | None:
+        return self.change(removed=member_ids)
 
     def upsert_topic(self, name: str, topic: Any) -> ViewDelta | None:
         return self.change(topics={name: topic})
@@ -127,6 +137,8 @@ def merge(local: View, delta: ViewDelta) -> View | None:
     if delta.from_version != local.version:
         return None
     members = {**local.members, **delta.upserted}
+    for member_id in delta.removed:
+        members.pop(member_id, None)
     topics = {**local.topics, **delta.topics_upserted}
     for name in delta.topics_deleted:
         topics.pop(name, None)

@@ -10,20 +10,28 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import Awaitable, Callable, Mapping, Sequence
 
+from echelon.matcher.adoption import Layouts
 from echelon.matcher.layout import Layout
-from echelon.matcher.peers import Matches, PeerUnavailable, StaleLayout
-
-if TYPE_CHECKING:
-    from echelon.matcher.tier import MatcherCore
+from echelon.matcher.peers import Matches, PeerUnavailable, StaleLayout, Transport
+from echelon.matcher.zones import Zones
 
 TOPIC_WAIT = 3.0  # how long a batch waits for a topic this matcher has not seen yet
 
+# wait_change(deadline, what, step): until the layouts change, or Unavailable(what) past the deadline
+WaitChange = Callable[..., Awaitable[None]]
+
 
 class Fanout:
-    def __init__(self, core: "MatcherCore"):
-        self.core = core
+    def __init__(self, layouts: Layouts, zones: Zones, transport: Transport, wait_change: WaitChange,
+                 deadline: float):
+        self.me = layouts.me
+        self.layouts = layouts
+        self.zones = zones
+        self.transport = transport
+        self.wait_change = wait_change
+        self.deadline = deadline
         self._rr = 0
 
     async def match(self, events: Sequence[tuple[str, Mapping[str, object]]]) -> list[dict[str, str]]:
@@ -32,7 +40,7 @@ class Fanout:
         groups: dict[str, list[int]] = defaultdict(list)
         for i, (topic, _) in enumerate(events):
             groups[topic].append(i)
-        deadline = asyncio.get_running_loop().time() + self.core.deadline
+        deadline = asyncio.get_running_loop().time() + self.deadline
         await asyncio.gather(*(self._match_topic(t, [events[i][1] for i in idxs], idxs, out, deadline)
                                for t, idxs in groups.items()))
         return out
@@ -43,16 +51,16 @@ class Fanout:
         unknown_until = loop.time() + TOPIC_WAIT
         failed: set[str] = set()
         while True:
-            ts = self.core.topics.get(topic)
+            ts = self.layouts.topics.get(topic)
             layout = ts.active if ts else None
             if layout is None:
-                if topic not in self.core.view.topics and loop.time() > unknown_until:
+                if topic not in self.layouts.view.topics and loop.time() > unknown_until:
                     return  # a topic no matcher has seen holds no subscription
-                await self.core.wait_change(deadline, f"no active layout for topic {topic!r}", 0.1)
+                await self.wait_change(deadline, f"no active layout for topic {topic!r}", 0.1)
                 continue
             plan = self._assign(layout, layout.route(events), failed)
             if plan is None:  # a zone with no reachable member: wait for the layout to change
-                await self.core.wait_change(deadline, f"no member of some zone of topic {topic!r} is reachable")
+                await self.wait_change(deadline, f"no member of some zone of topic {topic!r} is reachable")
                 failed.clear()
                 continue
             results = await asyncio.gather(*(self._zones_at(p, topic, layout.key, events, z)
@@ -71,7 +79,7 @@ class Fanout:
                     raise e
             failed.update(e.peer for e in errors if isinstance(e, PeerUnavailable))
             if any(isinstance(e, StaleLayout) for e in errors):  # a holder moved on: so will we, soon
-                await self.core.wait_change(deadline, f"layouts of topic {topic!r} do not settle", 0.05)
+                await self.wait_change(deadline, f"layouts of topic {topic!r} do not settle", 0.05)
 
     def _assign(self, layout: Layout, zones: dict[str, list[int]],
                 failed: set[str]) -> dict[str, dict[str, list[int]]] | None:
@@ -82,16 +90,16 @@ class Fanout:
             if not members:
                 return None
             self._rr += 1
-            plan[self.core.me if self.core.me in members else members[self._rr % len(members)]][zone] = idxs
+            plan[self.me if self.me in members else members[self._rr % len(members)]][zone] = idxs
         return plan
 
     async def _zones_at(self, peer: str, topic: str, key: str, events: list[Mapping[str, object]],
                         zones: dict[str, list[int]]) -> dict[int, Matches]:
-        if peer == self.core.me:
-            results = self.core.match_zones(topic, key, events, zones)
+        if peer == self.me:
+            results = self.zones.match(topic, key, events, zones)
             return {i: results[i] for idxs in zones.values() for i in idxs}
         needed = sorted({i for idxs in zones.values() for i in idxs})
         at = {i: j for j, i in enumerate(needed)}
-        results = await self.core.transport.match_zones(peer, topic, key, [events[i] for i in needed],
+        results = await self.transport.match_zones(peer, topic, key, [events[i] for i in needed],
                                                    {z: [at[i] for i in idxs] for z, idxs in zones.items()})
         return {i: results[at[i]] for i in needed}

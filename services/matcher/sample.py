@@ -22,7 +22,7 @@ import zlib
 from collections import OrderedDict, deque
 from typing import Mapping, Sequence
 
-from echelon.matcher.tier import MatcherCore
+from echelon.matcher.tier import Tier
 from echelon.runtime.errors import InvalidArgument
 from echelon.v1 import matcher_pb2 as xpb
 
@@ -54,18 +54,18 @@ class EventSampler:
             self.seen[topic] = self.seen.get(topic, 0) + 1
 
 
-def sample(core: MatcherCore, events: EventSampler, request: xpb.SampleRequest) -> xpb.SampleResponse:
+def sample(tier: Tier, events: EventSampler, request: xpb.SampleRequest) -> xpb.SampleResponse:
     """The Sample RPC's answer (see the module doc)."""
     if request.max_points > MAX_POINTS:
         raise InvalidArgument(f"max_points {request.max_points} is above {MAX_POINTS}")
     cap = request.max_points or DEFAULT_POINTS
-    out = xpb.SampleResponse(member=core.me)
-    for topic, ts in sorted(core.topics.items()):
+    out = xpb.SampleResponse(member=tier.me)
+    for topic, ts in sorted(tier.layouts.topics.items()):
         if (request.topic and topic != request.topic) or ts.active is None:
             continue
         layout = ts.active
         t = out.topics.add(topic=topic, dims=layout.space.dims, layout=layout.key, source=layout.source)
-        owned = {z.id: [] for z in layout.zones if z.owner == core.me}
+        owned = {z.id: [] for z in layout.zones if z.owner == tier.me}
         for sid, zone in layout.primary.items():
             if zone in owned:
                 owned[zone].append(sid)
@@ -73,7 +73,8 @@ def sample(core: MatcherCore, events: EventSampler, request: xpb.SampleRequest) 
         rate = min(1.0, cap / total) if total else 1.0
         for zone, sids in sorted(owned.items()):
             keep = sorted(sids, key=lambda s: (zlib.crc32(s.encode()), s))[:math.ceil(len(sids) * rate)]
-            coords = [x for s in keep for x in core.points[s][1]]
+            points = tier.store.points([tier.store.copies[s] for s in keep], layout.space)
+            coords = [x for s in keep for x in points[s]]
             t.subscriptions.add(zone=zone, total=len(sids), coordinates=coords)
         recent = list(events.recent.get(topic, ()))[-cap:]
         t.events.total = events.seen.get(topic, 0)

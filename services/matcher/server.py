@@ -21,7 +21,7 @@ from echelon.core.schema import SchemaError
 from echelon.matcher.layout import Copy
 from echelon.matcher.peers import GrpcTransport, Matches, StaleLayout, Status, TierView
 from echelon.matcher.sample import EventSampler, sample
-from echelon.matcher.tier import MatcherCore
+from echelon.matcher.tier import Tier
 from echelon.runtime.errors import FailedPrecondition, InvalidArgument
 from echelon.runtime.metrics import LATENCY_BUCKETS
 from echelon.runtime.node import Node, NodeConfig
@@ -31,6 +31,8 @@ from echelon.v1 import matcher_pb2_grpc as xgrpc
 from echelon.v1 import membership_pb2 as mpb
 
 log = logging.getLogger("echelon.matcher")
+
+QUIET = 1.5  # seconds without a call from another matcher (they Sync every second): drained
 
 
 def copy_from_pb(s: xpb.Subscription) -> Copy:
@@ -66,8 +68,8 @@ def tier_view(member) -> TierView:
 class MatcherMetrics:
     """Per-zone metrics (labels topic and zone: bounded by the plan) and the entry's."""
 
-    def __init__(self, registry, core: MatcherCore):
-        self.core = core
+    def __init__(self, registry, tier: Tier):
+        self.tier = tier
         labels = ["topic", "zone"]
         self.zone_events = Counter("echelon_matcher_zone_events_total", "Events matched in a zone.", labels,
                                    registry=registry)
@@ -81,11 +83,11 @@ class MatcherMetrics:
                                buckets=LATENCY_BUCKETS, registry=registry)
         self.copies = Gauge("echelon_matcher_copies", "Subscription copies held (primaries and mirrors).",
                             registry=registry)
-        self.copies.set_function(lambda: len(core.copies))
+        self.copies.set_function(lambda: len(tier.store))
         registry.register(self)
         self._labelled: set[tuple[str, str]] = set()
-        core.observe = self.observe
-        core.on_change = self.prune
+        tier.zones.observe = self.observe
+        tier.on_change = self.prune
 
     def observe(self, topic: str, zone: str, events: int, matches: int, seconds: float) -> None:
         self._labelled.add((topic, zone))
@@ -95,7 +97,7 @@ class MatcherMetrics:
 
     def prune(self) -> None:
         """Forget the label sets of zones this matcher holds no more."""
-        held = {(t, z) for t, ts in self.core.topics.items() for L in ts.layouts() for z in L.index}
+        held = {(t, z) for t, ts in self.tier.layouts.topics.items() for L in ts.layouts() for z in L.index}
         for key in self._labelled - held:
             for metric in (self.zone_events, self.zone_matches, self.zone_latency):
                 try:
@@ -110,7 +112,7 @@ class MatcherMetrics:
     def collect(self):
         g = GaugeMetricFamily("echelon_matcher_zone_subscriptions", "Subscriptions stored in a zone (primary "
                               "copies this matcher indexes, active layout).", labels=["topic", "zone"])
-        for topic, ts in sorted(self.core.topics.items()):
+        for topic, ts in sorted(self.tier.layouts.topics.items()):
             if ts.active is not None:
                 for zone, index in sorted(ts.active.index.items()):
                     g.add_metric([topic, zone], len(index))
@@ -120,8 +122,7 @@ class MatcherMetrics:
 class MatcherServicer(xgrpc.MatcherServicer):
     def __init__(self, node: "MatcherNode"):
         self.node = node
-        self.core = node.core
-        self.index = node.core  # len(): the copies held
+        self.tier = node.tier
 
     async def Register(self, request: xpb.RegisterRequest, context) -> xpb.RegisterResponse:
         copies = []
@@ -130,7 +131,7 @@ class MatcherServicer(xgrpc.MatcherServicer):
             if not s.id or not s.agent or not s.topic:
                 raise InvalidArgument(f"subscription #{i} {s.id!r}: id, agent and topic are required")
             flt = filter_from_pb(s.filter)
-            schema = await self.core.schema(s.topic)
+            schema = await self.tier.schema(s.topic)
             try:
                 flt.validate(schema)
             except SchemaError as e:
@@ -138,10 +139,10 @@ class MatcherServicer(xgrpc.MatcherServicer):
             if not s.version:
                 s = xpb.Subscription(id=s.id, agent=s.agent, topic=s.topic, filter=s.filter, version=stamp + i)
             copies.append(Copy(s.id, s.agent, s.topic, s.version, flt, s))
-        return xpb.RegisterResponse(registered=await self.core.register(copies))
+        return xpb.RegisterResponse(registered=await self.tier.register(copies))
 
     async def Remove(self, request: xpb.RemoveRequest, context) -> xpb.RemoveResponse:
-        removed = await self.core.remove(list(request.ids), request.version or time.time_ns())
+        removed = await self.tier.remove(list(request.ids), request.version or time.time_ns())
         return xpb.RemoveResponse(removed=removed)
 
     async def Match(self, request_iterator, context):
@@ -150,7 +151,7 @@ class MatcherServicer(xgrpc.MatcherServicer):
             start = time.perf_counter()
             events = [(e.topic, attributes_from_pb(e.attributes)) for e in batch.events]
             self.node.events.add(events)
-            results = await self.core.match(events)
+            results = await self.tier.match(events)
             response = xpb.MatchResponse(batch_id=batch.batch_id)
             results_to_pb(results, response.results)
             metrics.events.inc(len(batch.events))
@@ -159,13 +160,13 @@ class MatcherServicer(xgrpc.MatcherServicer):
 
     async def Store(self, request: xpb.StoreRequest, context) -> xpb.StoreResponse:
         copies = [copy_from_pb(s) for s in request.subscriptions]
-        stored, _ = await self.core.accept(request.topic, copies, request.sender, list(request.layouts))
+        stored, _ = await self.tier.accept(request.topic, copies, request.sender, list(request.layouts))
         return xpb.StoreResponse(stored=stored)
 
     async def Drop(self, request: xpb.DropRequest, context) -> xpb.DropResponse:
         if len(request.ids) != len(request.versions):
             raise InvalidArgument("one version per id")
-        removed = await self.core.drop(list(zip(request.ids, request.versions)), request.sender, list(request.sent_to))
+        removed = await self.tier.drop(list(zip(request.ids, request.versions)), request.sender, list(request.sent_to))
         return xpb.DropResponse(removed=removed)
 
     async def MatchZones(self, request: xpb.MatchZonesRequest, context) -> xpb.MatchZonesResponse:
@@ -174,7 +175,7 @@ class MatcherServicer(xgrpc.MatcherServicer):
         if any(i >= len(events) for idxs in zones.values() for i in idxs):
             raise InvalidArgument("zone event positions out of range")
         try:
-            results = self.core.match_zones(request.topic, request.layout, events, zones)
+            results = self.tier.match_zones(request.topic, request.layout, events, zones)
         except StaleLayout as e:
             raise FailedPrecondition(str(e)) from None
         return xpb.MatchZonesResponse(results=[xpb.Matches(subscriptions=r.keys(), agents=r.values())
@@ -182,13 +183,13 @@ class MatcherServicer(xgrpc.MatcherServicer):
 
     async def Sync(self, request: xpb.SyncRequest, context) -> xpb.SyncResponse:
         status = {s.topic: Status(s.adopted, s.pushed, s.filled, s.active) for s in request.layouts}
-        self.core.on_status(request.member, request.incarnation, request.seq, status)
+        self.tier.on_status(request.member, request.incarnation, request.seq, status)
         return xpb.SyncResponse()
 
     async def ListZones(self, request: xpb.ListZonesRequest, context) -> xpb.ListZonesResponse:
-        core = self.core
-        out = xpb.ListZonesResponse(member=core.me, copies=len(core.copies))
-        for topic, ts in sorted(core.topics.items()):
+        tier = self.tier
+        out = xpb.ListZonesResponse(member=tier.me, copies=len(tier.store))
+        for topic, ts in sorted(tier.layouts.topics.items()):
             if request.topic and topic != request.topic:
                 continue
             t = out.topics.add(topic=topic, active=ts.active.key if ts.active else "",
@@ -196,14 +197,14 @@ class MatcherServicer(xgrpc.MatcherServicer):
             if ts.active is None:
                 continue
             t.source = ts.active.source
-            held = core.held(topic, ts.active)
+            held = tier.zones.held(topic, ts.active)
             for z in ts.active.zones:
                 t.zones.add(topic=topic, id=z.id, low=z.low, high=z.high, members=z.members,
                             subscriptions=held[z.id][0], mirrors=held[z.id][1])
         return out
 
     async def Sample(self, request: xpb.SampleRequest, context) -> xpb.SampleResponse:
-        return sample(self.core, self.node.events, request)
+        return sample(self.tier, self.node.events, request)
 
 
 class MatcherNode(Node):
@@ -212,8 +213,8 @@ class MatcherNode(Node):
     def __init__(self, config: NodeConfig, deadline: float = 8.0):
         super().__init__(config)
         self.transport = GrpcTransport(config.id, lambda: self.membership, self.incarnation)
-        self.core = MatcherCore(config.id, self.transport, self.incarnation, deadline)
-        self.metrics = MatcherMetrics(self.registry, self.core)
+        self.tier = Tier(config.id, self.transport, self.incarnation, deadline)
+        self.metrics = MatcherMetrics(self.registry, self.tier)
         self.events = EventSampler()  # for Sample: the routing job's event points
         self.matcher = MatcherServicer(self)
         self.server.add(xgrpc.add_MatcherServicer_to_server, self.matcher,
@@ -223,14 +224,21 @@ class MatcherNode(Node):
         return self.membership.member.incarnation if self.membership else 0
 
     async def on_start(self) -> None:
-        self.core.start()
+        self.tier.start()
         self.membership.on_plan(self.on_view)
         self.on_view()
 
+    async def on_drain(self, deadline: float) -> None:
+        # Leave first: the other matchers adopt layouts without this one (its zones
+        # recovered from the mirrors) while it still answers those routing by the old one.
+        if self.membership is not None:
+            await self.membership.stop(leave=True)
+        await self.tier.quiet(QUIET, deadline)
+
     async def on_stop(self) -> None:
-        await self.core.stop()
+        await self.tier.stop()
         await self.transport.close()
 
     def on_view(self) -> None:
         if self.membership is not None:
-            self.core.update_view(tier_view(self.membership))
+            self.tier.update_view(tier_view(self.membership))

@@ -7,7 +7,7 @@ runs under a fake clock in unit tests. Every change becomes at most one view ver
 listeners (the Watch streams, the heartbeat prompts, the metrics) are called with it.
 
 Tombstones. A DEAD or LEFT member stays in the view for `tombstone_ttl` seconds, so every
-watcher sees the verdict (path update), then one `Removal` delta drops it: views do not
+watcher sees the verdict (path update), then one delta removes it: views do not
 grow with every process that ever lived. The detector keeps its record (one small row
 per id), which still refuses a stale incarnation; a member that rejoins later comes
 back into the view as an upsert.
@@ -16,7 +16,6 @@ back into the view as an upsert.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from echelon.core.detector import LIVE, Detector, MemberRecord, State, Transition, identity
@@ -24,32 +23,6 @@ from echelon.core.replication import Entry, LwwMap, PlanRegister
 from echelon.core.view import ViewDelta, ViewLog
 
 GONE = frozenset({State.DEAD, State.LEFT})
-
-
-@dataclass(frozen=True)
-class Removal(ViewDelta):
-    """A delta that drops expired tombstones (`ViewDelta.removed` on the wire)."""
-
-    removed: tuple[str, ...] = ()
-
-
-class MemberLog(ViewLog):
-    """A `ViewLog` that can also drop members.
-
-    TODO(core/view.py): a `members_removed` argument to `ViewLog.change` would make this
-    subclass (which reaches into the log's private fields) unnecessary.
-    """
-
-    def remove_members(self, ids: Iterable[str]) -> Removal | None:
-        gone = tuple(dict.fromkeys(i for i in ids if i in self._members))
-        if not gone:
-            return None
-        delta = Removal(self._version, self._version + 1, removed=gone)
-        for i in gone:
-            del self._members[i]
-        self._version = delta.version
-        self._deltas.append(delta)
-        return delta
 
 
 def view_record(rec: MemberRecord) -> MemberRecord:
@@ -64,7 +37,7 @@ class Replica:
                  tombstone_ttl: float = 300.0, keep: int = 1024, **detector_options: Any):
         self.origin = f"{replica_id}@{started_us}"
         self.detector = Detector(heartbeat_interval, **detector_options)
-        self.log = MemberLog(keep=keep, base=started_us)
+        self.log = ViewLog(keep=keep, base=started_us)
         self.topics = LwwMap(self.origin)
         self.plans = PlanRegister(self.origin)
         self.plan_epoch = 0  # this replica's view version when the current plan won here

@@ -6,8 +6,8 @@ enough): every member beats to all of them and each judges liveness itself with 
 `core.detector.Detector`; each numbers its own view (`core.view.ViewLog`, based at the
 process start so a stale known_version gets a snapshot); topics and plans are
 last-writer-wins and pushed to the peers, with periodic anti-entropy. This module is
-the glue: the state lives in `replica.Replica`, the handlers in `servicers`, the peers
-in `sync`.
+the glue: the state lives in `replica.Replica`, the handlers in `servicers`, the
+outgoing streams in `streams`, the peers in `sync`.
 """
 
 from __future__ import annotations
@@ -21,17 +21,10 @@ from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
 from echelon.core.detector import State, Transition
-from echelon.core.view import ViewDelta
 from echelon.membership.replica import Replica
-from echelon.membership.servicers import (
-    RESYNC,
-    AdminServicer,
-    ControlServicer,
-    MembershipServicer,
-    ReplicationServicer,
-)
+from echelon.membership.servicers import AdminServicer, ControlServicer, MembershipServicer, ReplicationServicer
+from echelon.membership.streams import Streams
 from echelon.membership.sync import Peers
-from echelon.membership.wire import STATES, delta_to_pb, unix_ms, view_to_pb
 from echelon.runtime.node import Node, NodeConfig
 from echelon.v1 import membership_pb2 as mpb
 from echelon.v1 import membership_pb2_grpc as mgrpc
@@ -106,15 +99,9 @@ class MembershipNode(Node):
         super().__init__(config)
         self.replica = Replica(config.id, time.time_ns() // 1000, config.beat_interval, tombstone_ttl)
         self.peers = Peers(self.replica, list(peers), self.registry, sync_interval)
-        self.keepalive = keepalive
-        self.watch_queue = watch_queue
-        self.watchers: set[asyncio.Queue] = set()
-        self.plan_watchers: set[asyncio.Queue] = set()
-        self.beat_streams: dict[str, asyncio.Queue] = {}
+        self.streams = Streams(self.replica, keepalive, watch_queue)
         self.metrics = Metrics(self)
-        self.replica.on_delta.append(self._broadcast)
         self.replica.on_transitions.append(self._transitions)
-        self.replica.on_plan.append(self._broadcast_plan)
         for add, servicer, service in (
             (mgrpc.add_MembershipServicer_to_server, MembershipServicer(self),
              mpb.DESCRIPTOR.services_by_name["Membership"]),
@@ -142,43 +129,6 @@ class MembershipNode(Node):
             await asyncio.sleep(period)
             self.replica.tick(time.monotonic())
 
-    # -- what the streams carry ------------------------------------------------------
-
-    def _last_beat_ms(self, member_id: str) -> int:
-        return unix_ms(self.replica.detector.get(member_id).last_beat)
-
-    def snapshot(self) -> mpb.View:
-        return view_to_pb(self.replica.log.snapshot(), self._last_beat_ms)
-
-    def delta(self, d: ViewDelta) -> mpb.ViewDelta:
-        return delta_to_pb(d, self._last_beat_ms)
-
-    def plan(self) -> mpb.RoutingPlan:
-        """The current plan, its epoch this replica's view version when it won here."""
-        out = mpb.RoutingPlan()
-        if self.replica.plans.plan is not None:
-            out.CopyFrom(self.replica.plans.plan)
-            out.epoch = self.replica.plan_epoch
-        return out
-
-    def _broadcast(self, d: ViewDelta) -> None:
-        if not self.watchers:
-            return
-        delta = self.delta(d)
-        for q in self.watchers:
-            if q.full():  # the watcher fell behind: a snapshot replaces what it missed
-                while not q.empty():
-                    q.get_nowait()
-                q.put_nowait(RESYNC)
-            else:
-                q.put_nowait(delta)
-
-    def _broadcast_plan(self) -> None:
-        plan = self.plan()
-        log.info("plan %d adopted at epoch %d", plan.version, plan.epoch)
-        for q in self.plan_watchers:
-            q.put_nowait(plan)
-
     def _transitions(self, transitions: list[Transition]) -> None:
         self.metrics.record(transitions)
         for t in transitions:
@@ -186,8 +136,3 @@ class MembershipNode(Node):
                 continue
             log.info("member %s: %s -> %s (%s)", t.member_id, t.old.value if t.old else "new", t.new.value,
                      t.reason)
-            if t.new is State.SUSPECT and t.member_id in self.beat_streams:
-                # Prompt the member to refute with a higher incarnation (its next beat refutes anyway).
-                rec = self.replica.detector.get(t.member_id)
-                self.beat_streams[t.member_id].put_nowait(mpb.BeatReply(
-                    state=STATES[State.SUSPECT], incarnation=rec.incarnation, view_version=self.replica.log.version))

@@ -1,13 +1,13 @@
 """The gRPC face of a membership replica: Membership, Admin (topics), Control (plans)
 and Replication (peers). Each handler validates, calls the `Replica`, and answers;
-the node (server.py) fans the resulting deltas and plans out to the streams."""
+a streaming handler reads what `streams.Streams` queues for it."""
 
 from __future__ import annotations
 
 import asyncio
 import re
 import time
-from contextlib import contextmanager
+from contextlib import aclosing, contextmanager
 from typing import TYPE_CHECKING
 
 from echelon.core.detector import MemberGone, StaleIncarnation, UnknownMember
@@ -26,7 +26,6 @@ if TYPE_CHECKING:
 
 TOPIC_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 INCARNATION_KEY = "echelon-incarnation"
-RESYNC = object()  # in a watcher's queue: it fell behind, send a snapshot
 
 
 @contextmanager
@@ -46,12 +45,13 @@ class MembershipServicer(mgrpc.MembershipServicer):
     def __init__(self, node: MembershipNode):
         self.node = node
         self.replica = node.replica
+        self.streams = node.streams
 
     async def Join(self, request, context):
         record = record_from_pb(request.member)
         with detector_errors(context):
             self.replica.join(record, time.monotonic())
-        return mpb.JoinResponse(view=self.node.snapshot(),
+        return mpb.JoinResponse(view=self.streams.snapshot(),
                                 heartbeat_interval_ms=int(self.node.config.beat_interval * 1000))
 
     async def Heartbeat(self, request_iterator, context):
@@ -61,69 +61,48 @@ class MembershipServicer(mgrpc.MembershipServicer):
         closed: a crashed process, or a reset the member will repair by reconnecting) is
         reported to the detector, which declares the member DEAD after a short grace
         unless it beats again (core/detector.py: a crash is not a pause)."""
-        replies: asyncio.Queue = asyncio.Queue()
-        member_id = ""
+        replies = self.streams.heartbeat()
         last_beat = 0.0
         gone = False  # the member was told it is DEAD or LEFT: this end is expected
 
         async def read() -> None:
-            nonlocal member_id, last_beat, gone
+            nonlocal last_beat, gone
             try:
                 async for beat in request_iterator:
-                    if not member_id:
-                        member_id = beat.member_id
-                        self.node.beat_streams[member_id] = replies
-                    elif beat.member_id != member_id:
-                        raise InvalidArgument(f"one member per stream: {member_id!r}, then {beat.member_id!r}")
+                    if not replies.member_id:
+                        replies.bind(beat.member_id)
+                    elif beat.member_id != replies.member_id:
+                        raise InvalidArgument(f"one member per stream: {replies.member_id!r}, "
+                                              f"then {beat.member_id!r}")
                     topics = (beat.publishes, beat.subscribes) if beat.has_topics else (None, None)
                     last_beat = time.monotonic()
                     try:
                         with detector_errors():
-                            self.replica.beat(member_id, beat.incarnation, last_beat, *topics)
+                            self.replica.beat(replies.member_id, beat.incarnation, last_beat, *topics)
                     except MemberGone as e:
                         gone = True
-                        replies.put_nowait(mpb.BeatReply(state=STATES[e.state], incarnation=e.incarnation,
-                                                         view_version=self.replica.log.version))
+                        replies.send(mpb.BeatReply(state=STATES[e.state], incarnation=e.incarnation,
+                                                   view_version=self.replica.log.version))
                         return
             finally:
-                replies.put_nowait(None)
+                replies.end()
 
         reader = asyncio.create_task(read())
         try:
-            while (reply := await replies.get()) is not None:
+            async for reply in replies:
                 yield reply
             await reader  # its error, if any, becomes the stream's status
         finally:
             reader.cancel()
-            if self.node.beat_streams.get(member_id) is replies:
-                del self.node.beat_streams[member_id]
-                if not gone:
-                    self.replica.stream_ended(member_id, time.monotonic(), last_beat)
+            if replies.release() and not gone:
+                self.replica.stream_ended(replies.member_id, time.monotonic(), last_beat)
 
     async def Watch(self, request, context):
         """A snapshot (or the missed deltas), then deltas; keepalives while idle."""
         await self.node.peers.ready.wait()
-        log = self.replica.log
-        queue: asyncio.Queue = asyncio.Queue(self.node.watch_queue)
-        deltas = log.since(request.known_version) if request.known_version else None
-        self.node.watchers.add(queue)
-        try:
-            if deltas is None:
-                yield mpb.ViewUpdate(snapshot=self.node.snapshot())
-            for d in deltas or ():
-                yield mpb.ViewUpdate(delta=self.node.delta(d))
-            while True:
-                try:
-                    item = await asyncio.wait_for(queue.get(), self.node.keepalive)
-                except asyncio.TimeoutError:
-                    yield mpb.ViewUpdate(keepalive=log.version)
-                    continue
-                if item is RESYNC:
-                    yield mpb.ViewUpdate(snapshot=self.node.snapshot())
-                else:
-                    yield mpb.ViewUpdate(delta=item)
-        finally:
-            self.node.watchers.discard(queue)
+        async with aclosing(self.streams.views(request.known_version)) as updates:
+            async for update in updates:
+                yield update
 
     async def Leave(self, request, context):
         with detector_errors():
@@ -193,7 +172,7 @@ class ControlServicer(mgrpc.ControlServicer):
 
     async def GetPlan(self, request, context):
         await self.node.peers.ready.wait()
-        return self.node.plan()
+        return self.node.streams.plan()
 
     async def PushPlan(self, plan, context):
         await self.node.peers.ready.wait()
@@ -209,17 +188,9 @@ class ControlServicer(mgrpc.ControlServicer):
 
     async def WatchPlan(self, request, context):
         await self.node.peers.ready.wait()
-        queue: asyncio.Queue = asyncio.Queue()
-        self.node.plan_watchers.add(queue)
-        try:
-            # The current plan even at known_version: two replicas that accepted different
-            # plans of one version settle on one, and the member must learn which.
-            if self.replica.plans.version and self.replica.plans.version >= request.known_version:
-                yield self.node.plan()
-            while True:
-                yield await queue.get()
-        finally:
-            self.node.plan_watchers.discard(queue)
+        async with aclosing(self.node.streams.plans(request.known_version)) as adopted:
+            async for plan in adopted:
+                yield plan
 
 
 class ReplicationServicer(mgrpc.ReplicationServicer):

@@ -8,7 +8,6 @@ from collections.abc import Callable, Mapping
 from echelon.core.detector import MemberRecord, State
 from echelon.core.replication import Entry, Stamp
 from echelon.core.view import View, ViewDelta
-from echelon.membership.replica import Removal
 from echelon.runtime.errors import InvalidArgument
 from echelon.v1 import membership_pb2 as mpb
 
@@ -52,7 +51,7 @@ def delta_to_pb(d: ViewDelta, last_beat_ms: Callable[[str], int]) -> mpb.ViewDel
                          upserted=[member_to_pb(r, last_beat_ms(i)) for i, r in sorted(d.upserted.items())],
                          topics_upserted=[t for _, t in sorted(d.topics_upserted.items())],
                          topics_deleted=list(d.topics_deleted),
-                         removed=list(d.removed) if isinstance(d, Removal) else [])
+                         removed=list(d.removed))
 
 
 def _stamp(s: Stamp) -> mpb.Stamp:

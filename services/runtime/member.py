@@ -76,6 +76,7 @@ class MemberClient:
         self._listeners: list[Callable[[], None]] = []
         self._plan_listeners: list[Callable[[], None]] = []
         self._tasks: list[asyncio.Task] = []
+        self._stopped = False
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._topics_gen = 0
         self._up: dict[str, float] = {}  # replica -> when its heartbeat stream came up
@@ -125,6 +126,10 @@ class MemberClient:
         await asyncio.wait_for(self._has_view.wait(), timeout)
 
     async def stop(self, leave: bool = True) -> None:
+        """Stop beating and watching, and (`leave`) tell the replicas; once."""
+        if self._stopped:
+            return
+        self._stopped = True
         for t in self._tasks:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -319,15 +324,13 @@ class MemberClient:
             d = update.delta
             local = View(self.version, self.members, self.topics)
             view = merge(local, ViewDelta(d.from_version, d.version, {m.id: m for m in d.upserted},
-                                          {t.name: t for t in d.topics_upserted}, tuple(d.topics_deleted)))
+                                          {t.name: t for t in d.topics_upserted}, tuple(d.topics_deleted),
+                                          tuple(d.removed)))
             if view is None:
                 return False
             if view is local:
                 return True  # a replay
-            members = dict(view.members)
-            for member_id in d.removed:
-                members.pop(member_id, None)
-            self.members, self.topics, self.version = members, dict(view.topics), view.version
+            self.members, self.topics, self.version = dict(view.members), dict(view.topics), view.version
         self._adopt_plan()
         for callback in self._listeners:
             callback()

@@ -1,10 +1,16 @@
 """The shape every service shares: a gRPC server, a `/metrics` endpoint, and (for all
 but membership itself) a membership client. A service subclasses `Node`, adds its
-servicers in `__init__`, and its own work in `on_start` / `on_stop`."""
+servicers in `__init__`, and its own work in `on_start` / `on_stop`.
+
+Shutdown runs in the order Kubernetes expects: not serving (health NOT_SERVING, so
+readiness fails and no new traffic is sent), drain (the service's own `on_drain`, then
+new calls are refused and in-flight ones finish their work, all within the grace, while
+the service still runs), stop (the service's own work, then leaving membership)."""
 
 from __future__ import annotations
 
 import logging
+import asyncio
 from dataclasses import dataclass, field
 
 from prometheus_client import Gauge
@@ -89,12 +95,17 @@ class Node:
 
     async def stop(self, grace: float | None = None) -> None:
         grace = self.config.grace if grace is None else grace
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace
+        await self.server.health.enter_graceful_shutdown()  # for every service and overall
+        await self.on_drain(deadline)
+        # Still running (and a member, unless on_drain left): what is already routed here arrives.
+        await self.server.stop(max(0.0, deadline - loop.time()))
         await self.on_stop()
         if self.rtt:
             await self.rtt.stop()
         if self.membership:
             await self.membership.stop(leave=True)
-        await self.server.stop(grace)
         if self._metrics_http:
             self._metrics_http.shutdown()
             self._metrics_http.server_close()
@@ -102,8 +113,12 @@ class Node:
     async def on_start(self) -> None:
         """Service-specific start, after the server is up and the first view arrived."""
 
+    async def on_drain(self, deadline: float) -> None:
+        """Service-specific drain after NOT_SERVING, while new calls are still taken; return
+        by `deadline` (loop time)."""
+
     async def on_stop(self) -> None:
-        """Service-specific drain, before leaving membership."""
+        """Service-specific stop, after the drain and before leaving membership."""
 
     def on_view(self) -> None:
         """Called after every view change."""

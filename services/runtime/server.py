@@ -9,6 +9,7 @@ health NOT_SERVING, lets in-flight calls drain for `grace` seconds, and stops.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import signal
 import time
@@ -81,8 +82,12 @@ class StatusInterceptor(grpc.aio.ServerInterceptor):
             async def streaming(request, context):
                 m.started.labels(*labels).inc()
                 try:
-                    async for response in behavior(request, context):
-                        yield response
+                    responses = behavior(request, context)
+                    if inspect.isawaitable(responses):  # a handler that writes with context.write (Health.Watch)
+                        await responses
+                    else:
+                        async for response in responses:
+                            yield response
                 except (asyncio.CancelledError, grpc.aio.AbortError):
                     finish(context, code_of(context) if context.code() else grpc.StatusCode.CANCELLED)
                     raise

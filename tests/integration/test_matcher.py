@@ -26,7 +26,7 @@ from echelon.client import Client
 from echelon.core.can import ZoneMap
 from echelon.core.filters import Filter, Predicate, parse
 from echelon.core.space import Space
-from echelon.local import LocalCluster
+from echelon import launch
 from echelon.runtime.wire import attributes_to_pb, filter_to_pb
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import matcher_pb2 as xpb
@@ -122,7 +122,7 @@ def balanced_plan(version: int, filters: list[Filter], owners: list[str]) -> mpb
 @pytest.mark.timeout(120)
 async def test_three_matcher_processes_deliver_exactly_what_brute_force_says(tmp_path):
     filters, phases = workload()
-    cluster = LocalCluster(agents=AGENTS, matchers=3, memberships=1, base_port=0, log_dir=tmp_path)
+    cluster = launch.Cluster(agents=AGENTS, matchers=3, memberships=1, placement=launch.Loopback(0), log_dir=tmp_path)
     clients: list[Client] = []
     readers: list[asyncio.Task] = []
     try:
@@ -250,7 +250,7 @@ async def test_invalid_subscriptions_are_refused_naming_the_predicate_and_change
         with pytest.raises(grpc.aio.AioRpcError) as err:  # through an agent
             await client.subscribe(TOPIC, text, name="bad").start()
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and reason in err.value.details()
-        assert all(len(m.core.copies) == 0 and not m.core.tombs for m in c.matcher_nodes)
+        assert all(len(m.tier.store.copies) == 0 and not m.tier.store.tombs for m in c.matcher_nodes)
         assert c.agent_nodes[0].subs == {}
     finally:
         await c.stop()

@@ -156,7 +156,7 @@ async def test_a_replica_crash_stops_nothing(c3):
 
 async def test_members_leave_a_replica_whose_view_stream_goes_silent(c3):
     # A paused (SIGSTOPped) replica keeps its connections open: only the silence tells.
-    c3.membership_nodes[0].keepalive = 1000.0
+    c3.membership_nodes[0].streams.keepalive = 1000.0
     start = time.monotonic()
     for a in c3.agent_nodes:
         await wait_for(lambda a=a: a.membership.watching == c3.replicas[1], 6, what="failover from the silent replica")

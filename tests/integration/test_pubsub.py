@@ -97,7 +97,7 @@ async def test_invalid_subscriptions_change_nothing(cluster, text, code, needle)
         await c.subscribe("quotes", text, name="bad").start()
     assert err.value.code() == code and needle in err.value.details()
     agent, matcher = cluster.agent_nodes[1], cluster.matcher_nodes[0]
-    assert agent.subs == {} and len(matcher.matcher.index) == 0
+    assert agent.subs == {} and len(matcher.tier.store) == 0
 
 
 async def test_unknown_topic_is_not_found(cluster):

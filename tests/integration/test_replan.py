@@ -18,7 +18,7 @@ import grpc
 import pytest
 
 from echelon.client import Client
-from echelon.local import LocalCluster
+from echelon import launch
 from echelon.runtime.wire import attributes_to_pb, filter_to_pb
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import matcher_pb2 as xpb
@@ -47,7 +47,8 @@ async def shares(addresses: list[str]) -> dict[str, int]:
 @pytest.mark.timeout(240)
 async def test_replan_balances_the_stock_workload_without_losing_a_delivery(tmp_path, spark):
     filters, phases = workload()
-    c = LocalCluster(agents=AGENTS, matchers=MATCHERS, memberships=1, base_port=0, log_dir=tmp_path)
+    c = launch.Cluster(agents=AGENTS, matchers=MATCHERS, memberships=1, placement=launch.Loopback(0),
+                       log_dir=tmp_path)
     clients: list[Client] = []
     readers: list[asyncio.Task] = []
     try:

@@ -25,7 +25,7 @@ from echelon.core.schema import Attribute, AttrType, Schema, SchemaError
 from echelon.core.space import Space
 from echelon.matcher.layout import Copy, default_zones
 from echelon.matcher.peers import PeerUnavailable, TierView
-from echelon.matcher.tier import MatcherCore
+from echelon.matcher.tier import Tier
 from loadtest import stock
 from tests.unit.test_space import events, filters, schemas
 
@@ -58,7 +58,7 @@ class Net:
 
     def __init__(self, seed: int):
         self.rng = random.Random(seed)
-        self.cores: dict[str, MatcherCore] = {}
+        self.cores: dict[str, Tier] = {}
         self.incarnation: dict[str, int] = {}
         self.topics: dict[str, Schema] = {}
         self.plan: dict[str, list] = {}
@@ -67,10 +67,10 @@ class Net:
     def transport(self, me: str) -> "Wire":
         return Wire(self, me)
 
-    async def add(self, mid: str) -> MatcherCore:
+    async def add(self, mid: str) -> Tier:
         self.incarnation[mid] = self.incarnation.get(mid, 0) + 1
         inc = self.incarnation[mid]
-        core = MatcherCore(mid, self.transport(mid), lambda: inc, deadline=5.0)
+        core = Tier(mid, self.transport(mid), lambda: inc, deadline=5.0)
         self.cores[mid] = core
         core.start()
         await self.publish()
@@ -93,7 +93,7 @@ class Net:
                 await asyncio.sleep(0)
 
     def settled(self, topic: str) -> bool:
-        states = [c.topics.get(topic) for c in self.cores.values()]
+        states = [c.layouts.topics.get(topic) for c in self.cores.values()]
         keys = {s.active.key if s and s.active else None for s in states}
         return len(keys) == 1 and None not in keys and all(s.pending is None and s.settled for s in states)
 
@@ -110,7 +110,7 @@ class Wire:
         self.net, self.me = net, me
         self.incarnation = net.incarnation[me]
 
-    async def _hop(self, peer: str) -> MatcherCore:
+    async def _hop(self, peer: str) -> Tier:
         for _ in range(self.net.rng.randint(0, 3)):
             await asyncio.sleep(0)
         core = self.net.cores.get(peer)
@@ -159,13 +159,13 @@ def check_placement(net: Net, ref: Reference, topic: str) -> None:
     subs = [c for c in ref.subs.values() if c.topic == topic]
     space = Space.of(net.topics[topic])
     for mid, core in net.cores.items():
-        layout = core.topics[topic].active
+        layout = core.layouts.topics[topic].active
         zm = ZoneMap(space, layout.zones)
         for c in subs:
             zm.add(c.id, space.subscription_point(c.filter))
         order = sorted(net.cores)
         want = {c.id for c in subs if mid in holders(zm, c.id, order)}
-        have = core.by_topic.get(topic, set())
+        have = core.store.by_topic.get(topic, set())
         assert have == want, (mid, have - want, want - have)
         for zone, index in layout.index.items():
             assert {s.id for s in index.subscriptions()} == set(zm.subscriptions(zone))
@@ -223,7 +223,7 @@ async def scenario(data, schema: Schema, seed: int) -> None:
             return crash
         return lambda: asyncio.sleep(0)
 
-    def operate(op: str, entry: MatcherCore):
+    def operate(op: str, entry: Tier):
         """The registration or removal, its choices drawn now."""
         delay = data.draw(st.integers(0, 4), label="delay")
         batch, gone = [], []
@@ -295,7 +295,7 @@ def test_a_match_waits_for_the_zones_of_a_dead_matcher_to_be_recovered():
         ref.subs.update((c.id, c) for c in batch)
         # The owner of the lowest zone (every event of x visits it) dies, but the others'
         # views still hold it: a match must wait, not answer short.
-        victim = ZoneMap(Space.of(schema), net.cores["m0"].topics["t"].active.zones).zone_of((0.0, 99.0)).owner
+        victim = ZoneMap(Space.of(schema), net.cores["m0"].layouts.topics["t"].active.zones).zone_of((0.0, 99.0)).owner
         entry = next(c for m, c in net.cores.items() if m != victim)
         await net.cores.pop(victim).stop()
         task = asyncio.create_task(entry.match([("t", {"x": 50})]))

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from echelon.core.detector import MemberRecord, State, StaleIncarnation
-from echelon.membership.replica import Removal, Replica
+from echelon.core.view import ViewDelta
+from echelon.membership.replica import Replica
 from echelon.membership.wire import delta_to_pb, member_to_pb, record_from_pb, state_from_pb, state_to_pb
 from echelon.runtime.errors import InvalidArgument
 from echelon.v1 import common_pb2 as pb
@@ -108,7 +109,7 @@ def test_tombstones_leave_the_view_after_their_time_and_a_return_is_an_upsert():
     run(r, 10.5, 12.0, {"a": 1})
     assert "b" not in r.log.snapshot().members and view_state(r, "a") is State.ALIVE
     removal = deltas[-1]
-    assert isinstance(removal, Removal) and removal.removed == ("b",)
+    assert isinstance(removal, ViewDelta) and removal.removed == ("b",)
     assert r.log.since(removal.from_version) == [removal]  # the log serves it like any delta
     assert delta_to_pb(removal, lambda _: 0).removed == ["b"]
     r.join(rec("b", 2), 12.1)

@@ -35,4 +35,4 @@ async def test_a_watcher_that_falls_behind_gets_a_snapshot_and_replays_are_harml
         assert idle.WhichOneof("kind") == "keepalive" and member._apply(idle)
     finally:
         await stream.aclose()
-    assert not node.watchers
+    assert not node.streams.watching

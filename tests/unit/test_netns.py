@@ -145,3 +145,34 @@ def test_a_signal_tears_everything_down(sig):
     listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert not any(n in listed.split() for n in names)
     assert subprocess.run(["ip", "link", "show", bridge], capture_output=True).returncode != 0
+
+
+
+@pytest.mark.netns
+def test_the_launcher_placement_puts_each_agent_in_a_host_of_its_own():
+    """`NetnsPlacement`: agent i bound to host i's address inside its namespace, every
+    other process in the root namespace on the bridge (the launcher itself is tested on
+    loopback in tests/integration/test_launch.py; chaos and bulk run it on this placement)."""
+    from echelon.launch import Cluster
+    from loadtest.netns import NetnsPlacement
+
+    _available()
+    with Network(2) as net:
+        placement = NetnsPlacement(net)
+        cluster = Cluster(agents=2, matchers=1, memberships=1, placement=placement)
+        assert [p.address for p in cluster.processes] == [
+            f"{net.gateway}:7000", f"{net.gateway}:7020", f"{net.hosts[0].address}:7100",
+            f"{net.hosts[1].address}:7100"]
+        with pytest.raises(ValueError, match="2 hosts"):
+            cluster.plan("agent")
+        procs = {p.id: placement.popen(p.site, ["sleep", "30"]) for p in cluster.processes}
+        expected = {h.name: {str(procs[f"agent-{h.index}"].pid)} for h in net.hosts}
+
+        def inside():  # a child enters its namespace a moment after popen returns
+            return {h.name: set(subprocess.run(["ip", "netns", "pids", h.name], capture_output=True,
+                                               text=True).stdout.split()) for h in net.hosts}
+        deadline = time.monotonic() + 10
+        while (seen := inside()) != expected and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert seen == expected
+    assert all(p.poll() is not None for p in procs.values())  # teardown stopped them

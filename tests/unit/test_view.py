@@ -32,6 +32,28 @@ def test_upsert_and_delete_of_one_topic_in_one_change_is_refused():
         ViewLog().change(topics={"t": topic("t")}, topics_deleted=["t"])
 
 
+def test_removing_members_is_one_version_that_watchers_merge():
+    log = ViewLog()
+    log.change(members={"a": 1, "b": 2, "c": 3})
+    watcher = log.snapshot()
+    assert log.remove_members(["x"]) is None  # not in the view: no version
+    d = log.remove_members(["b", "c", "b"])
+    assert (d.from_version, d.version, d.removed, dict(d.upserted)) == (1, 2, ("b", "c"), {})
+    assert log.snapshot() == View(2, {"a": 1}, {})
+    assert merge(watcher, d) == log.snapshot() and watcher.members == {"a": 1, "b": 2, "c": 3}
+    assert log.since(1) == [d]
+    d2 = log.upsert_member("b", 4)  # a member back after its removal is an upsert
+    assert d2.removed == () and log.snapshot().members == {"a": 1, "b": 4}
+
+
+def test_upsert_and_removal_of_one_member_in_one_change_is_refused():
+    log = ViewLog()
+    log.upsert_member("a", 1)
+    with pytest.raises(ValueError, match="both"):
+        log.change(members={"a": 2}, removed=["a"])
+    assert log.snapshot() == View(1, {"a": 1}, {})
+
+
 def test_since_gives_deltas_while_the_log_holds_them_else_none():
     log = ViewLog(keep=3)
     for i in range(5):
@@ -70,7 +92,7 @@ def test_merge_applies_in_order_ignores_replays_and_refuses_gaps():
 @settings(max_examples=200, deadline=None)
 @given(
     ops=st.lists(
-        st.tuples(st.sampled_from(["m", "t", "del"]), st.sampled_from("abcd"), st.integers(0, 3)),
+        st.tuples(st.sampled_from(["m", "t", "del", "rm"]), st.sampled_from("abcd"), st.integers(0, 3)),
         max_size=40,
     ),
     keep=st.integers(1, 8),
@@ -103,6 +125,8 @@ def _apply(log: ViewLog, kind: str, key: str, val: int) -> None:
         log.upsert_member(key, val)
     elif kind == "t":
         log.upsert_topic(key, topic(key, val))
+    elif kind == "rm":
+        log.remove_members([key])
     else:
         log.delete_topic(key)
 

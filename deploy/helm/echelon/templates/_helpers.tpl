@@ -1,0 +1,229 @@
+{{/* Names, labels and the pieces every workload shares. */}}
+
+{{- define "echelon.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* "<release>-<chart>", or the release alone when it already contains the chart name. */}}
+{{- define "echelon.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "echelon.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* A component's object name: (dict "root" $ "component" "membership"). */}}
+{{- define "echelon.componentName" -}}
+{{- printf "%s-%s" (include "echelon.fullname" .root) .component | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Selector labels never change after install: name, instance, component. */}}
+{{- define "echelon.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "echelon.name" .root }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "echelon.labels" -}}
+{{ include "echelon.selectorLabels" . }}
+helm.sh/chart: {{ include "echelon.chart" .root }}
+app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .root.Release.Service }}
+app.kubernetes.io/part-of: echelon
+{{- with .root.Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* registry/repository:tag[@digest] from an image block; the tag defaults to appVersion. */}}
+{{- define "echelon.image" -}}
+{{- $registry := .image.registry | default .root.Values.image.registry -}}
+{{- $ref := printf "%s:%s" .image.repository (.image.tag | default .root.Chart.AppVersion) -}}
+{{- if $registry }}{{ $ref = printf "%s/%s" $registry $ref }}{{ end -}}
+{{- if .image.digest }}{{ $ref = printf "%s@%s" $ref .image.digest }}{{ end -}}
+{{- $ref -}}
+{{- end -}}
+
+{{/* Every membership replica's stable DNS name and port, comma separated: the
+     --peers of membership and the --membership of every other service. */}}
+{{- define "echelon.membershipAddresses" -}}
+{{- $name := include "echelon.componentName" (dict "root" . "component" "membership") -}}
+{{- $addresses := list -}}
+{{- range $i := until (int .Values.membership.replicas) -}}
+{{- $addresses = append $addresses (printf "%s-%d.%s.%s.svc.%s:%d" $name $i $name $.Release.Namespace $.Values.clusterDomain (int $.Values.membership.port)) -}}
+{{- end -}}
+{{- join "," $addresses -}}
+{{- end -}}
+
+{{/* Flags every service shares (services/cli.py service_options); the id and the
+     advertised address come from the pod through the downward API. */}}
+{{- define "echelon.serviceArgs" -}}
+- --id
+- {{ .id | quote }}
+- --host
+- {{ .root.Values.bindHost | quote }}
+- --port
+- {{ .values.port | int | quote }}
+- --advertise
+- {{ .advertise | quote }}
+- --metrics-port
+- {{ .values.metricsPort | int | quote }}
+- --grace
+- {{ .values.grace | quote }}
+- --log-level
+- {{ .root.Values.logLevel | quote }}
+{{- end -}}
+
+{{/* The downward API variables the arguments above refer to as $(VAR). */}}
+{{- define "echelon.podEnv" -}}
+- name: POD_NAME
+  valueFrom: {fieldRef: {fieldPath: metadata.name}}
+- name: POD_NAMESPACE
+  valueFrom: {fieldRef: {fieldPath: metadata.namespace}}
+- name: POD_IP
+  valueFrom: {fieldRef: {fieldPath: status.podIP}}
+- name: NODE_NAME
+  valueFrom: {fieldRef: {fieldPath: spec.nodeName}}
+{{- end -}}
+
+{{/* Named ports, native gRPC probes on the standard health service, security context. */}}
+{{- define "echelon.serviceContainer" -}}
+image: {{ include "echelon.image" (dict "root" .root "image" .root.Values.image) }}
+imagePullPolicy: {{ .root.Values.image.pullPolicy }}
+ports:
+  - {name: grpc, containerPort: {{ .values.port }}, protocol: TCP}
+  - {name: metrics, containerPort: {{ .values.metricsPort }}, protocol: TCP}
+startupProbe:
+  grpc: {port: {{ .values.port }}}
+  periodSeconds: 2
+  failureThreshold: 60
+readinessProbe:
+  grpc: {port: {{ .values.port }}}
+  periodSeconds: 5
+  failureThreshold: 2
+livenessProbe:
+  grpc: {port: {{ .values.port }}}
+  periodSeconds: 10
+  timeoutSeconds: 5
+  failureThreshold: 3
+resources:
+  {{- toYaml .values.resources | nindent 2 }}
+securityContext:
+  {{- toYaml .root.Values.containerSecurityContext | nindent 2 }}
+volumeMounts:
+  - {name: tmp, mountPath: /tmp}
+{{- end -}}
+
+{{/* Pod settings every workload shares; refuses a termination period the drain does not fit in. */}}
+{{- define "echelon.podSpec" -}}
+{{- if le (float64 .values.terminationGracePeriodSeconds) (float64 .values.grace) -}}
+{{- fail (printf "%s.terminationGracePeriodSeconds (%v) must exceed %s.grace (%v): Kubernetes would SIGKILL mid-drain" .component .values.terminationGracePeriodSeconds .component .values.grace) -}}
+{{- end -}}
+serviceAccountName: {{ include "echelon.componentName" (dict "root" .root "component" (.serviceAccount | default .component)) }}
+automountServiceAccountToken: {{ .automountToken | default false }}
+terminationGracePeriodSeconds: {{ .values.terminationGracePeriodSeconds }}
+enableServiceLinks: false
+securityContext:
+  {{- toYaml .root.Values.podSecurityContext | nindent 2 }}
+{{- with .root.Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .values.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .values.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .values.affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- if and .values.topologySpreadKey (not .onEveryNode) }}
+topologySpreadConstraints:
+  - maxSkew: 1
+    topologyKey: {{ .values.topologySpreadKey }}
+    whenUnsatisfiable: ScheduleAnyway
+    labelSelector:
+      matchLabels:
+        {{- include "echelon.selectorLabels" . | nindent 8 }}
+{{- end }}
+{{- end -}}
+
+{{/* Pod annotations: the component's own, and prometheus.io/* for a Prometheus without the operator. */}}
+{{- define "echelon.podAnnotations" -}}
+{{- $a := dict -}}
+{{- if and .root.Values.metrics.podAnnotations (not .root.Values.metrics.serviceMonitor.enabled) -}}
+{{- $_ := set $a "prometheus.io/scrape" "true" -}}
+{{- $_ := set $a "prometheus.io/port" (toString .values.metricsPort) -}}
+{{- $_ := set $a "prometheus.io/path" "/metrics" -}}
+{{- end -}}
+{{- $a = merge (deepCopy (.values.podAnnotations | default dict)) $a -}}
+{{- with $a -}}
+annotations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* A headless Service: stable DNS names for a StatefulSet's pods, and the scrape target. */}}
+{{- define "echelon.headlessService" -}}
+apiVersion: v1
+kind: Service
+metadata:
+  name: {{ .name }}
+  namespace: {{ .root.Release.Namespace }}
+  labels:
+    {{- include "echelon.labels" . | nindent 4 }}
+spec:
+  clusterIP: None
+  {{- if .publishNotReady }}
+  # Replicas resolve each other before they are ready: they sync with their peers first.
+  publishNotReadyAddresses: true
+  {{- end }}
+  selector:
+    {{- include "echelon.selectorLabels" . | nindent 4 }}
+  ports:
+    - {name: grpc, port: {{ .values.port }}, targetPort: grpc, protocol: TCP, appProtocol: grpc}
+    - {name: metrics, port: {{ .values.metricsPort }}, targetPort: metrics, protocol: TCP, appProtocol: http}
+{{- end -}}
+
+{{/* A ServiceAccount per component, so RBAC can be granted to one component only. */}}
+{{- define "echelon.serviceAccount" -}}
+apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: {{ include "echelon.componentName" . }}
+  namespace: {{ .root.Release.Namespace }}
+  labels:
+    {{- include "echelon.labels" . | nindent 4 }}
+automountServiceAccountToken: false
+{{- end -}}
+
+{{- define "echelon.pdb" -}}
+{{- if .values.pdb.enabled -}}
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata:
+  name: {{ include "echelon.componentName" . }}
+  namespace: {{ .root.Release.Namespace }}
+  labels:
+    {{- include "echelon.labels" . | nindent 4 }}
+spec:
+  maxUnavailable: {{ .values.pdb.maxUnavailable }}
+  selector:
+    matchLabels:
+      {{- include "echelon.selectorLabels" . | nindent 6 }}
+{{- end }}
+{{- end -}}

@@ -1,0 +1,56 @@
+"""Fault injection against a real cluster, and what the clients saw (issue 4, DESIGN.md
+"Guarantees"): `python -m loadtest.chaos --minutes 5`.
+
+Topology. The cluster is started by the launcher (`echelon.launch`) with
+`loadtest.netns.NetnsPlacement`: each agent in its own network namespace on a bridge
+(198.18.K.0/24); the three membership replicas and the matcher in the root namespace on
+the bridge address, as is this runner, whose clients reach the agents over the bridge.
+Where namespaces cannot be created every process runs on loopback and the faults that
+need a network of their own (partition, netem) are not run: the report says which mode
+ran.
+
+Workload. `producers` publishers on different agents, each numbering its messages
+(producer id, sequence) at `rate` per second over `keys` ordering keys, attributes
+chosen so the filters match some; one named, acking subscription on every agent (so
+every agent is in the topic's LBDD tree) and a second on some, with varied filters.
+A subscriber whose stream breaks reopens the same named subscription on the same agent.
+
+Faults, one at a time, each followed by a settle period, repeated while time remains:
+  netem      delay 100 ms +- 50 ms, 5 % loss, both directions of two agents' links (tc
+             netem; on a kernel without it, a tc redirect into a userspace delayer)
+  pause      SIGSTOP of an inner relay for 3 s, then SIGCONT
+  kill       kill -9 of an inner relay of producer 0's tree; restarted (new process,
+             new incarnation) after `restart_after`
+  partition  every packet to and from one agent dropped (tc filters), then healed
+  replica    kill -9 of membership replica 0 (the one every member watches), restarted
+
+Measured. Watch streams on all three replicas time every state change, so a DEAD
+verdict's detection time is from the fault to the verdict on each replica. After the
+schedule the publishers stop, the subscribers drain, and `loadtest.checker` compares the
+acknowledged publishes with every subscription's log. Messages are attributed to the
+fault during (or after) which they were sent.
+
+Output (in --out, default out/chaos): report.txt (the tables printed at the end),
+report.json, deliveries.jsonl (every message sent and every delivery, for a post-mortem),
+timeline.png (delivery latency over the run, fault windows shaded, verdicts marked), and
+every process's log in logs/.
+
+Counting: see `loadtest.chaos.report`.
+
+The parts, one job each: `config` (the settings), `network` (the placement, and
+delay/loss and partitions on a host's link; `loadtest.delayer` where the kernel has no
+netem), `observer` (the replicas' verdicts, timed), `workload` (producers, subscribers,
+the drain), `schedule` (the faults and their targets), `report` (counting and the
+tables), `artifacts` (deliveries.jsonl, timeline.png), `runner` (one run, start to
+teardown), `__main__` (the command).
+"""
+
+
+from loadtest.chaos.config import Config
+from loadtest.chaos.observer import DEAD, Change, Observer
+from loadtest.chaos.report import Result, build_report
+from loadtest.chaos.runner import run
+from loadtest.chaos.schedule import Fault
+from loadtest.chaos.workload import Received, Sent
+
+__all__ = ["DEAD", "Change", "Config", "Fault", "Observer", "Received", "Result", "Sent", "build_report", "run"]

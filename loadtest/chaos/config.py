@@ -1,0 +1,33 @@
+"""The run's settings: the schedule's durations, the workload's size, where output goes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+KILL_MAYBE_BEFORE = 10.0  # seconds before a kill whose messages a dying subscription may miss
+
+
+@dataclass
+class Config:
+    minutes: float = 5.0
+    agents: int = 6
+    producers: int = 3
+    rate: float = 20.0  # messages per second per producer
+    keys: int = 4
+    netem_seconds: float = 30.0
+    pause_seconds: float = 3.0
+    partition_seconds: float = 10.0
+    restart_after: float = 6.0
+    settle: float = 12.0
+    warmup: float = 8.0
+    drain: float = 60.0
+    loopback: bool = False  # force loopback even where namespaces work
+    out: Path = Path("out/chaos")
+    log: object = print
+
+    @classmethod
+    def short(cls, **kw) -> "Config":
+        """One of each fault, about 75 s of faults: the CI version."""
+        return cls(**{"minutes": 1.4, "netem_seconds": 10.0, "partition_seconds": 9.0, "restart_after": 4.0,
+                      "settle": 6.0, "warmup": 5.0, "drain": 45.0, **kw})

@@ -1,0 +1,113 @@
+"""The run: a cluster through the launcher on the chosen placement, the observer, the
+workload, the schedule, the drain, and the report (also on Ctrl-C everything is torn down)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import threading
+import time
+
+from echelon.client import Client
+from echelon.launch import Cluster
+from loadtest.chaos.artifacts import dump, plot
+from loadtest.chaos.config import Config
+from loadtest.chaos.network import Hosts, make_hosts
+from loadtest.chaos.observer import Observer
+from loadtest.chaos.report import Result, build_report
+from loadtest.chaos.schedule import Schedule, choose_roles
+from loadtest.chaos.workload import FILTERS, SCHEMA, TOPIC, Producer, Subscriber, drain, wait_opened
+
+METRICS = ("echelon_agent_destinations_lost_total", "echelon_agent_destinations_parked_total",
+           "echelon_agent_destinations_unparked_total", "echelon_agent_rerouted_messages_total",
+           "echelon_agent_duplicates_dropped_total", "echelon_agent_redeliveries_total")
+SERVICE_FLAGS = ["--grace", "1", "--beat-interval", "0.2"]
+
+
+def agent_counters(cluster: Cluster) -> dict[str, float]:
+    """METRICS summed over the agents now running (best effort)."""
+    out = dict.fromkeys(METRICS, 0.0)
+    for p in cluster.by_role("agent"):
+        for name, value in p.scrape(METRICS).items():
+            out[name] += value
+    return out
+
+
+async def drive(cfg: Config, hosts: Hosts, cluster: Cluster) -> Result:
+    log = cfg.log
+    observer = Observer(cluster.replicas)
+    producers: list[Producer] = []
+    subscribers: list[Subscriber] = []
+    tasks: list[asyncio.Task] = []
+    try:
+        log(f"starting {len(cluster.processes)} processes ({hosts.mode}); logs in {cluster.log_dir}")
+        await cluster.start()
+        observer.start()
+        roles = choose_roles(cluster, cfg.producers)
+        log(f"roles: {json.dumps({k: v for k, v in roles.items() if k != 'tree'})}")
+        agents = {p.id: p for p in cluster.by_role("agent")}
+        admin = Client(agents["agent-0"].address)
+        await admin.create_topic(TOPIC, SCHEMA)
+        await admin.close()
+        n = 0
+        for i, a in enumerate(agents.values()):
+            for j in range(2 if i % 2 else 1):
+                subscribers.append(Subscriber(f"s{i}-{j}", a.id, a.address, FILTERS[n % len(FILTERS)]))
+                n += 1
+        tasks += [asyncio.create_task(s.run()) for s in subscribers]
+        await wait_opened(subscribers, 30.0)
+        producers = [Producer(i, agents[a].address, cfg.rate, cfg.keys) for i, a in enumerate(roles["producers"])]
+        t0 = time.monotonic()
+        until = t0 + cfg.minutes * 60
+        tasks += [asyncio.create_task(p.run(until)) for p in producers]
+        await asyncio.sleep(cfg.warmup)
+        schedule = Schedule(cfg, cluster, observer, hosts, roles)
+        log(f"faults ({', '.join(schedule.plan())}), until +{cfg.minutes * 60:.0f}s:")
+        await schedule.run(until - cfg.settle / 2, t0)
+        await asyncio.sleep(max(0.0, until - time.monotonic()))
+        log("publishing stopped; draining")
+        await asyncio.gather(*(p.close(20.0) for p in producers))
+        await drain(producers, subscribers, schedule.faults, cfg.drain)
+        metrics = agent_counters(cluster)
+        dump(cfg.out / "deliveries.jsonl", producers, subscribers, t0)
+        plot(cfg.out / "timeline.png", schedule.faults, observer, producers, subscribers, t0)
+        return build_report(cfg, hosts, schedule.faults, observer, producers, subscribers, roles, t0, metrics)
+    finally:
+        for s in subscribers:
+            s.stopping = True
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for p in producers:
+            await p.client.close()
+        await observer.stop()
+
+
+def run(cfg: Config) -> Result:
+    """Start the cluster, run the schedule, check, tear everything down (also on Ctrl-C)."""
+    cfg.out.mkdir(parents=True, exist_ok=True)
+    hosts = make_hosts(cfg.agents, cfg.loopback)
+    own = hosts.net is None and threading.current_thread() is threading.main_thread()
+    old = signal.signal(signal.SIGTERM, _exit) if own else None  # netns.Network handles its own
+    cluster = None
+    try:
+        cluster = Cluster(agents=cfg.agents, matchers=1, memberships=3, placement=hosts.placement,
+                          log_dir=cfg.out / "logs", common=SERVICE_FLAGS)
+        result = asyncio.run(drive(cfg, hosts, cluster))
+    finally:
+        if cluster is not None:  # also when the run was cut short: no process outlives it
+            cluster.stop()
+        hosts.close()
+        if own:
+            signal.signal(signal.SIGTERM, old)
+    (cfg.out / "report.txt").write_text(result.text + "\n")
+    (cfg.out / "report.json").write_text(json.dumps({
+        "mode": result.mode, "reason": result.reason, "rows": [r.__dict__ for r in result.rows],
+        "totals": result.totals, "targets": {k: {"ok": ok, "value": v} for k, (ok, v) in result.targets.items()},
+        "notes": result.notes}, indent=2))
+    return result
+
+
+def _exit(signum, frame) -> None:
+    raise SystemExit(128 + signum)
