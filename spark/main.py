@@ -211,12 +211,17 @@ def report(result: Result, as_json: bool = False) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from spark.session import session
+
     args = parser().parse_args(argv)
+    spark = session(args.master)
     try:
-        result = run(args)
+        result = run(args, spark)
     except (RuntimeError, ValueError, OSError, grpc.RpcError) as e:
         print(f"replan failed: {e}", file=sys.stderr)
         return 1
+    finally:
+        spark.stop()  # before the interpreter exits: the JVM's last tasks still talk to it
     print(report(result, args.json))
     return 2 if result.refused else 0
 
