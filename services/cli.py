@@ -84,13 +84,17 @@ def cli() -> None:
               help="LBDD trees a sliced payload is striped over (1: plain LBDD).")
 @click.option("--window-bytes", default=8 << 20, type=click.IntRange(64 << 10), show_default=True,
               help="Unacknowledged bytes per outgoing relay link (backpressure).")
-def agent(log_level, max_backlog, dissemination, slice_bytes, stripes, window_bytes, **kw) -> None:
+@click.option("--reconcile-seconds", default=30.0, type=click.FloatRange(0.1, 3600), show_default=True,
+              help="How often the agent compares its subscriptions with what the matchers hold for it.")
+def agent(log_level, max_backlog, dissemination, slice_bytes, stripes, window_bytes, reconcile_seconds,
+          **kw) -> None:
     """Run an agent: the client API, local delivery, relaying."""
     from echelon.agent.server import AgentNode
 
     setup_logging("agent", log_level)
     _serve(lambda: AgentNode(_config(**kw), max_backlog=max_backlog, window_bytes=window_bytes,
-                             dissemination=dissemination, slice_bytes=slice_bytes, stripes=stripes))
+                             dissemination=dissemination, slice_bytes=slice_bytes, stripes=stripes,
+                             reconcile_seconds=reconcile_seconds))
 
 
 @cli.command()
@@ -99,12 +103,14 @@ def agent(log_level, max_backlog, dissemination, slice_bytes, stripes, window_by
 @click.option("--deadline", default=8.0, type=click.FloatRange(0.5, 120), show_default=True,
               help="Seconds a Register or Match may wait for the zones to settle (a matcher died, a plan "
                    "switches) before UNAVAILABLE.")
-def matcher(log_level, deadline, **kw) -> None:
+@click.option("--park-seconds", default=30.0, type=click.FloatRange(0.1, 3600), show_default=True,
+              help="An agent DEAD or LEFT this long loses its subscriptions (the agents' park time).")
+def matcher(log_level, deadline, park_seconds, **kw) -> None:
     """Run a matcher: a share of the subscription index (content zones, CDM in each)."""
     from echelon.matcher.server import MatcherNode
 
     setup_logging("matcher", log_level)
-    _serve(lambda: MatcherNode(_config(**kw), deadline=deadline))
+    _serve(lambda: MatcherNode(_config(**kw), deadline=deadline, park_seconds=park_seconds))
 
 
 @cli.command()

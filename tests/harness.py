@@ -36,6 +36,7 @@ class Cluster:
     matchers: int = 1
     memberships: int = 1
     agent_kwargs: dict = field(default_factory=dict)
+    matcher_kwargs: dict = field(default_factory=dict)
     membership_kwargs: dict = field(default_factory=dict)
     membership_nodes: list[MembershipNode] = field(default_factory=list)
     matcher_nodes: list[MatcherNode] = field(default_factory=list)
@@ -90,7 +91,7 @@ class Cluster:
         await node.on_stop()  # only to release its tasks: nothing it does reaches anyone now
 
     async def add_matcher(self, i: int) -> MatcherNode:
-        node = MatcherNode(self.config(f"matcher-{i}"))
+        node = MatcherNode(self.config(f"matcher-{i}"), **self.matcher_kwargs)
         await node.start()
         self.matcher_nodes.append(node)
         return node

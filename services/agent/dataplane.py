@@ -51,6 +51,11 @@ each of A's stripes B's slice arrives after A's slices, so B completes after A: 
 is needed. Otherwise the root fences: it waits until such predecessors are acknowledged
 (`_fence`). Consecutive bulk messages use the same schedule prefix and so never wait; a
 small event right after a striped payload waits for it.
+
+Why one module past 400 lines: holds, frames, the path update and parking are one
+bookkeeping (a parked destination is a re-route that waits; a frame settles holds that
+the root's fences and a relay's acks both read); split apart, each part would reach
+into the others' state. The agent sees it through `Host` only.
 """
 
 from __future__ import annotations
@@ -59,7 +64,7 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict, deque
-from typing import Callable
+from typing import Callable, Protocol
 
 from echelon.agent.slices import Reassembler, slice_count, slice_event
 from echelon.agent.trees import Trees
@@ -115,18 +120,29 @@ class Job:
     arm = tick
 
 
+class Host(Protocol):
+    """What the data plane needs of its agent, and nothing more (server.PlaneHost)."""
+
+    id: str
+    address: str
+    metrics: object  # counters: copies (labelled "as"), rerouted, lost, parked, unparked
+    dedup: object  # `key in dedup`: a message id already delivered here
+    stopping: bool  # from then on nothing is acknowledged or re-routed
+
+    def link(self, member) -> object:
+        """The `links.Link` to a member (made on first use)."""
+
+    def deliver_local(self, event: pb.Event) -> int:
+        """Offer an event to the local subscriptions, once per message id."""
+
+
 class DataPlane:
-    """What the agent sends where, and when it may acknowledge; the node does the I/O.
+    """What the agent sends where, and when it may acknowledge; the host does the I/O."""
 
-    `node` provides: `config.id`, `address`, `link(member)` (a `links.Link`),
-    `deliver_local(event)`, `dedup`, `metrics` (copies, rerouted, lost, parked,
-    unparked), `stopping`.
-    """
-
-    def __init__(self, node, trees: Trees, slice_bytes: int = 65536, park_seconds: float = PARK_SECONDS,
+    def __init__(self, node: Host, trees: Trees, slice_bytes: int = 65536, park_seconds: float = PARK_SECONDS,
                  park_messages: int = PARK_MESSAGES, park_bytes: int = PARK_BYTES):
         self.node = node
-        self.id = node.config.id
+        self.id = node.id
         self.trees = trees
         self.slice_bytes = slice_bytes
         self.holds: OrderedDict[tuple, Hold] = OrderedDict()

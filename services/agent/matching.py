@@ -11,6 +11,14 @@ agent's clock, increasing), so a re-registration replaces and a removal is not u
 an older copy still travelling between matchers. The safety net under the tier's own
 handoff and mirror recovery: a matcher that appears in the view (new, or restarted with
 a new incarnation) is sent every subscription again; the tier ignores copies it holds.
+
+Registering and removing must complete whoever waits for them (a client that cancels its
+stream cancels the handler that opened the subscription): a registration runs in a task
+of its own, retried until a matcher acknowledges or `timeout` passes; a removal is
+queued (synchronously, so a cancelled caller cannot lose it) and sent by one task,
+batched, after any registration of the same id still on its way, and retried until a
+matcher acknowledges. What is left over either way is found by reconciliation
+(reconcile.py).
 """
 
 from __future__ import annotations
@@ -35,14 +43,26 @@ log = logging.getLogger("echelon.agent.matching")
 # A matcher that cannot answer is skipped for the next one; these codes mean "try another".
 RETRY_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED,
                grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN)
+RETRY = 0.1  # first pause between rounds of retries (doubling up to MAX_RETRY)
+MAX_RETRY = 2.0
+REMOVE_BATCH = 1000
+FLUSH_SECONDS = 2.0  # at stop, queued removals are sent for at most this long
+FRESH_SECONDS = 30.0  # a matcher this agent refilled this recently is sent removals directly too
 
 
 class MatchClient:
     def __init__(self, membership: MemberClient, timeout: float = 10.0):
         self.membership = membership
         self.timeout = timeout
-        self.subscriptions: dict[str, xpb.Subscription] = {}
+        self.subscriptions: dict[str, xpb.Subscription] = {}  # wanted: registered, or being registered
+        self.registering: dict[str, asyncio.Task] = {}
+        self._removals: dict[str, int] = {}  # id -> token of the unregister that queued it
+        self._waiters: list[tuple[asyncio.Future, dict[str, int]]] = []
+        self._removal_queued = asyncio.Event()
+        self._remover: asyncio.Task | None = None
+        self._tokens = itertools.count(1)
         self._known: dict[str, int] = {}  # matcher id -> incarnation already filled
+        self._filled_at: dict[str, float] = {}  # matcher id -> when this agent refilled it
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._stream = None
         self._stream_matcher: str | None = None
@@ -65,7 +85,10 @@ class MatchClient:
         self._clock = max(self._clock + 1, time.time_ns())
         return self._clock
 
-    async def _call(self, method: str, request):
+    def start(self) -> None:
+        self._remover = asyncio.create_task(self._remove_loop(), name="matcher-removals")
+
+    async def call(self, method: str, request):
         """One unary call on one matcher, failing over to the others (INVALID_ARGUMENT and
         NOT_FOUND propagate: every matcher would say the same)."""
         matchers = self.matchers()
@@ -86,20 +109,117 @@ class MatchClient:
         raise Unavailable(f"no matcher accepted {method}: {error}")
 
     async def register(self, subs: list[xpb.Subscription]) -> None:
-        """Register (or replace) subscriptions; INVALID_ARGUMENT from the matcher propagates."""
+        """Register (or replace) subscriptions until a matcher acknowledges; Unavailable after
+        `timeout`, INVALID_ARGUMENT / NOT_FOUND from the matcher propagate (nothing stored).
+        The registration runs on if the caller is cancelled; a caller that gives up
+        unregisters, and the removal is sent after it."""
         for s in subs:
             s.version = self._version()
-        await self._call("Register", xpb.RegisterRequest(subscriptions=subs))
-        for s in subs:
             self.subscriptions[s.id] = s
+            self._removals.pop(s.id, None)  # superseded: this version replaces what is there
+        task = asyncio.create_task(self._register(subs))
+        for s in subs:
+            self.registering[s.id] = task
+        task.add_done_callback(lambda t: self._registered(t, subs))
+        await asyncio.shield(task)
 
-    async def remove(self, ids: list[str]) -> None:
+    def _registered(self, task: asyncio.Task, subs: list[xpb.Subscription]) -> None:
+        for s in subs:
+            if self.registering.get(s.id) is task:
+                del self.registering[s.id]
+        if not task.cancelled() and task.exception() is not None:
+            log.info("registering %d subscriptions failed: %s", len(subs), task.exception())
+
+    async def _register(self, subs: list[xpb.Subscription]) -> None:
+        loop = asyncio.get_running_loop()
+        deadline, delay = loop.time() + self.timeout, RETRY
+        while True:
+            live = [s for s in subs if self.subscriptions.get(s.id) is s]
+            if not live:
+                return  # unregistered meanwhile: the removal follows
+            try:
+                await self.call("Register", xpb.RegisterRequest(subscriptions=live))
+            except grpc.aio.AioRpcError:
+                for s in live:  # refused before anything was stored
+                    if self.subscriptions.get(s.id) is s:
+                        del self.subscriptions[s.id]
+                raise
+            except Unavailable:
+                if loop.time() + delay > deadline:
+                    raise
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, MAX_RETRY)
+                continue
+            return
+
+    def unregister(self, ids: list[str]) -> asyncio.Future:
+        """Forget `ids` now and queue their removal from the tier; the future is done when a
+        matcher has acknowledged it (or when they were registered again meanwhile)."""
+        waiting = {}
         for i in ids:
             self.subscriptions.pop(i, None)
-        try:
-            await self._call("Remove", xpb.RemoveRequest(ids=ids, version=self._version()))
-        except Unavailable as e:
-            log.warning("removing %d subscriptions failed: %s", len(ids), e)
+            waiting[i] = self._removals[i] = next(self._tokens)
+        future = asyncio.get_running_loop().create_future()
+        self._waiters.append((future, waiting))
+        self._removal_queued.set()
+        return future
+
+    @property
+    def removals_queued(self) -> int:
+        return len(self._removals)
+
+    def removing(self, sid: str) -> bool:
+        """Is a removal of `sid` queued and not yet acknowledged?"""
+        return sid in self._removals
+
+    async def _remove_loop(self) -> None:
+        delay = RETRY
+        while True:
+            if not self._removals:
+                self._removal_queued.clear()
+                await self._removal_queued.wait()
+            batch = dict(itertools.islice(self._removals.items(), REMOVE_BATCH))
+            # A registration of one of these ids still on its way finishes first.
+            pending = {self.registering[i] for i in batch if i in self.registering}
+            if pending:
+                await asyncio.gather(*pending, return_exceptions=True)
+            batch = {i: t for i, t in batch.items() if self._removals.get(i) == t}  # not registered again
+            if batch:
+                request = xpb.RemoveRequest(ids=list(batch), version=self._version())
+                try:
+                    await self.call("Remove", request)
+                    await self._tell_fresh(request)
+                except (Unavailable, grpc.aio.AioRpcError) as e:
+                    log.warning("removing %d subscriptions failed (%s): retrying in %.1f s", len(batch), e, delay)
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, MAX_RETRY)
+                    continue
+            delay = RETRY
+            for i, t in batch.items():
+                if self._removals.get(i) == t:
+                    del self._removals[i]
+            self._settle_waiters()
+
+    async def _tell_fresh(self, request: xpb.RemoveRequest) -> None:
+        """A matcher refilled lately may not be in the entry's view yet, so the entry's drop
+        would miss the copies the refill gave it: it gets the removal directly (best effort:
+        the same version, so the order with any registration stays right)."""
+        now = time.monotonic()
+        fresh = [m for m in self.matchers() if now - self._filled_at.get(m.id, -FRESH_SECONDS) < FRESH_SECONDS]
+        results = await asyncio.gather(*(self._stub(m).Remove(request, timeout=self.timeout) for m in fresh),
+                                       return_exceptions=True)
+        for m, r in zip(fresh, results):
+            if isinstance(r, BaseException):
+                log.info("removal sent to the fresh matcher %s failed: %s", m.id, r)
+
+    def _settle_waiters(self) -> None:
+        still = []
+        for future, waiting in self._waiters:
+            if any(self._removals.get(i) == t for i, t in waiting.items()):
+                still.append((future, waiting))
+            elif not future.done():
+                future.set_result(None)
+        self._waiters = still
 
     def on_view(self) -> None:
         """Refill matchers that are new to us or came back with a new incarnation."""
@@ -112,6 +232,7 @@ class MatchClient:
             try:
                 if self.subscriptions:
                     req = xpb.RegisterRequest(subscriptions=list(self.subscriptions.values()))
+                    self._filled_at[m.id] = time.monotonic()
                     await self._stub(m).Register(req, timeout=self.timeout)
                 self._known[m.id] = m.incarnation
             except grpc.aio.AioRpcError as e:
@@ -157,7 +278,13 @@ class MatchClient:
         self._stream = self._stream_matcher = None
 
     async def close(self) -> None:
+        """Send the queued removals (for at most FLUSH_SECONDS), then stop."""
+        if self._removals and self._remover is not None:
+            waiters = [f for f, _ in self._waiters]
+            if waiters:
+                await asyncio.wait(waiters, timeout=FLUSH_SECONDS)
         self._close_stream()
-        if self._refill:
-            self._refill.cancel()
+        for task in (self._refill, self._remover):
+            if task:
+                task.cancel()
         await asyncio.gather(*(ch.close() for ch in self._channels.values()), return_exceptions=True)

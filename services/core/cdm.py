@@ -47,7 +47,6 @@ from typing import Iterable, Mapping, NamedTuple, Sequence
 import numpy as np
 
 from echelon.core.filters import Filter, Op
-from echelon.core.schema import Schema
 
 ABSENT, NAN, BOTTOM, NO_EXCL = -4, -3, -1, -5
 TOP = 2**62
@@ -55,7 +54,6 @@ _EXACT_INT = 2.0**53
 BATCH = 4096  # events matched per numpy pass; < 2**16 keeps the event sort a radix sort
 
 Dim = tuple[str, str]  # (attribute, "num" | "str")
-_SCHEMALESS = Schema()
 
 
 @contextmanager
@@ -102,7 +100,7 @@ def successor(p: str) -> str | None:
 
 def _rows(f: Filter) -> tuple[_Row, ...] | None:
     """The predicates of `f` as rows; None when some predicate can never hold."""
-    f.validate(_SCHEMALESS)  # malformed predicates (between with one bound, ...) are refused
+    f.check_shape()  # malformed predicates (between with one bound, ...) are refused
     rows = []
     for p in f.predicates:
         v = p.value

@@ -1,31 +1,62 @@
-"""The dedup window: receivers drop a second copy of a message id.
+"""The dedup window: a second copy of a message id is recognised, and told apart from a
+different event reusing the id.
 
 A client that retries after a lost ack (even through another agent) resends the same
 (producer id, sequence); every receiver remembers the ids it has seen for `horizon`
 seconds and at most `capacity` of them, oldest forgotten first. Time comes in as `now`.
+
+An offer may carry a digest of the event's content: a later offer of the id with
+another digest is `Seen.DIFFERENT` (the publishing agent refuses it rather than drop it
+as a duplicate). Each entry also keeps what its first copy came to (`outcome`), so a
+duplicate can be answered as the first was.
 """
 
 from __future__ import annotations
 
+import enum
 from collections import OrderedDict
-from typing import Hashable
+from dataclasses import dataclass
+from typing import Any, Hashable
+
+
+class Seen(enum.Enum):
+    FIRST = "first"  # recorded now
+    SAME = "same"  # seen before, same digest: a duplicate
+    DIFFERENT = "different"  # seen before with another digest: another event under a used id
+
+
+@dataclass
+class Entry:
+    seen_at: float
+    digest: bytes = b""
+    outcome: Any = None  # set by the owner: what the first copy came to
 
 
 class DedupWindow:
     def __init__(self, capacity: int = 1_000_000, horizon: float = 600.0):
         self.capacity = capacity
         self.horizon = horizon
-        self._seen: OrderedDict[Hashable, float] = OrderedDict()
+        self._seen: OrderedDict[Hashable, Entry] = OrderedDict()
+
+    def offer(self, key: Hashable, now: float, digest: bytes = b"") -> tuple[Seen, Entry]:
+        """Record `key` the first time it is offered within the window; else say whether
+        the content matches the first offer's."""
+        self._expire(now)
+        entry = self._seen.get(key)
+        if entry is not None:
+            return (Seen.SAME if entry.digest == digest else Seen.DIFFERENT), entry
+        entry = self._seen[key] = Entry(now, digest)
+        if len(self._seen) > self.capacity:
+            self._seen.popitem(last=False)
+        return Seen.FIRST, entry
 
     def first_time(self, key: Hashable, now: float) -> bool:
         """True the first time `key` is offered within the window; records it."""
-        self._expire(now)
-        if key in self._seen:
-            return False
-        self._seen[key] = now
-        if len(self._seen) > self.capacity:
-            self._seen.popitem(last=False)
-        return True
+        return self.offer(key, now)[0] is Seen.FIRST
+
+    def forget(self, key: Hashable) -> None:
+        """The first copy was not published after all: the id may be used again."""
+        self._seen.pop(key, None)
 
     def __contains__(self, key: Hashable) -> bool:
         return key in self._seen
@@ -35,7 +66,7 @@ class DedupWindow:
 
     def _expire(self, now: float) -> None:
         while self._seen:
-            key, seen_at = next(iter(self._seen.items()))
-            if now - seen_at <= self.horizon:
+            key, entry = next(iter(self._seen.items()))
+            if now - entry.seen_at <= self.horizon:
                 return
             self._seen.popitem(last=False)

@@ -13,11 +13,13 @@ attribute to the whole domain [L, H], which only an unconstrained subscription c
 from __future__ import annotations
 
 import enum
+import math
 import re
 from dataclasses import dataclass
 from typing import Mapping
 
-from echelon.core.schema import AttrType, Schema, SchemaError, Value, fmt_number, type_fits, type_name
+from echelon.core.schema import (Attribute, AttrType, Schema, SchemaError, Value, fmt_number, type_fits, type_name,
+                                 utf8_length)
 
 
 class Op(enum.Enum):
@@ -85,14 +87,16 @@ class Filter:
         return " and ".join(map(str, self.predicates))
 
     def validate(self, schema: Schema) -> None:
-        """Raise SchemaError naming the predicate that cannot fit `schema`.
+        """Raise SchemaError naming the attribute whose predicates cannot fit `schema`.
 
         Unknown attribute, a value of the wrong type or outside the domain, `prefix` on
-        a number, and an empty range (`between 5 and 3`, or `< min`) are rejected, so a
+        a number, a string longer than the attribute's `max_length` under `=` or
+        `prefix`, an empty range (`between 5 and 3`, or `< min`), and predicates on one
+        attribute with no value in common (`High > 10 and High < 5`) are rejected, so a
         subscription that can never match is refused instead of silently kept.
         """
+        self.check_shape()
         for p in self.predicates:
-            self._validate_shape(p)
             if schema.empty:
                 continue
             try:
@@ -106,6 +110,9 @@ class Filter:
             if p.op is Op.PREFIX and attr.type is not AttrType.STRING:
                 raise SchemaError(p.attribute, f"predicate `{p}`: prefix needs a string attribute")
             if attr.type is AttrType.STRING:
+                if p.op in (Op.EQ, Op.PREFIX) and utf8_length(p.value) > attr.length_limit:  # type: ignore[arg-type]
+                    raise SchemaError(p.attribute, f"predicate `{p}`: no string of at most {attr.length_limit} "
+                                                   "bytes satisfies it")
                 continue
             lo, hi = attr.low, attr.high
             empty = {
@@ -118,6 +125,19 @@ class Filter:
             }.get(p.op, False)
             if empty:
                 raise SchemaError(p.attribute, f"predicate `{p}`: no value in [{fmt_number(lo)}, {fmt_number(hi)}] satisfies it")
+        by_attribute: dict[str, list[Predicate]] = {}
+        for p in self.predicates:
+            by_attribute.setdefault(p.attribute, []).append(p)
+        for name, preds in by_attribute.items():
+            if len(preds) > 1 and not _satisfiable(preds, None if schema.empty else schema.get(name)):
+                together = " and ".join(map(str, preds))
+                raise SchemaError(name, f"predicates `{together}` have no value in common")
+
+    def check_shape(self) -> None:
+        """Raise SchemaError for a malformed predicate (between with one bound, prefix on a
+        number...); a well-formed filter that can never match passes (CDM indexes it)."""
+        for p in self.predicates:
+            self._validate_shape(p)
 
     @staticmethod
     def _validate_shape(p: Predicate) -> None:
@@ -132,6 +152,76 @@ class Filter:
             raise SchemaError(p.attribute, f"predicate `{p}`: only between takes an upper bound")
         if p.op is Op.PREFIX and not isinstance(p.value, str):
             raise SchemaError(p.attribute, f"predicate `{p}`: prefix needs a string")
+
+
+@dataclass
+class _Range:
+    """The range one attribute may take: from `lo` to `hi` (None: unbounded), each end
+    open or closed (the points `!=` removes are kept apart)."""
+
+    lo: Value | None = None
+    lo_open: bool = False
+    hi: Value | None = None
+    hi_open: bool = False
+
+    def above(self, v: Value, open_: bool) -> None:
+        if self.lo is None or v > self.lo or (v == self.lo and open_):  # type: ignore[operator]
+            self.lo, self.lo_open = v, open_
+
+    def below(self, v: Value, open_: bool) -> None:
+        if self.hi is None or v < self.hi or (v == self.hi and open_):  # type: ignore[operator]
+            self.hi, self.hi_open = v, open_
+
+
+def _prefix_end(p: str) -> str | None:
+    """The least string above every string that starts with `p` (None: there is none)."""
+    while p and ord(p[-1]) == 0x10FFFF:
+        p = p[:-1]
+    return p[:-1] + chr(ord(p[-1]) + 1) if p else None
+
+
+def _satisfiable(preds: list[Predicate], attr: Attribute | None) -> bool:
+    """Do the predicates on one attribute (`attr` from the schema; None: schemaless) have a
+    value in common? Each predicate is a range (`!=` a removed point, `prefix p` the
+    range [p, p's successor)); their intersection with the domain must hold a value."""
+    if len({isinstance(p.value, str) for p in preds}) > 1:
+        return False  # no value is both a string and a number
+    r = _Range()
+    if attr is not None and attr.type is not AttrType.STRING:
+        r.above(attr.low, False)
+        r.below(attr.high, False)
+    excluded = set()
+    for p in preds:
+        v = p.value
+        if p.op is Op.EQ:
+            r.above(v, False)
+            r.below(v, False)
+        elif p.op is Op.NE:
+            excluded.add(v)
+        elif p.op in (Op.LT, Op.LE):
+            r.below(v, p.op is Op.LT)
+        elif p.op in (Op.GT, Op.GE):
+            r.above(v, p.op is Op.GT)
+        elif p.op is Op.BETWEEN:
+            r.above(v, False)
+            r.below(p.upper, False)  # type: ignore[arg-type]
+        else:  # PREFIX
+            r.above(v, False)
+            end = _prefix_end(v)  # type: ignore[arg-type]
+            if end is not None:
+                r.below(end, True)
+    if r.lo is None or r.hi is None:
+        return True
+    if attr is not None and attr.type is AttrType.INT:
+        lo = math.floor(r.lo) + 1 if r.lo_open else math.ceil(r.lo)  # type: ignore[arg-type]
+        hi = math.ceil(r.hi) - 1 if r.hi_open else math.floor(r.hi)  # type: ignore[arg-type]
+        return lo <= hi and (hi - lo + 1 > len(excluded) or any(x not in excluded for x in range(lo, hi + 1)))
+    if r.lo > r.hi:  # type: ignore[operator]
+        return False
+    if r.lo == r.hi:
+        return not (r.lo_open or r.hi_open) and r.lo not in excluded
+    # Between two strings s and s + "\0" there is no third.
+    return not (r.lo_open and r.hi_open and isinstance(r.lo, str) and r.hi == r.lo + "\0")
 
 
 def _lit(v: Value) -> str:

@@ -21,7 +21,7 @@ from echelon.v1 import common_pb2 as pb
 from echelon.v1 import matcher_pb2 as xpb
 from echelon.v1 import matcher_pb2_grpc as xgrpc
 
-TIMEOUTS = {"Store": 30.0, "Drop": 5.0, "MatchZones": 5.0, "Sync": 2.0}
+TIMEOUTS = {"Store": 30.0, "Drop": 5.0, "MatchZones": 5.0, "Sync": 2.0, "Holdings": 5.0}
 
 Matches = dict[str, str]  # the matching subscriptions of one event -> their agents
 
@@ -137,6 +137,10 @@ class GrpcTransport:
                               layouts=[xpb.LayoutStatus(topic=t, adopted=s.adopted, pushed=s.pushed, filled=s.filled,
                                                         active=s.active) for t, s in status.items()])
         await self._call(peer, "Sync", req)
+
+    async def holdings(self, peer: str, agent: str) -> list[tuple[str, int]]:
+        r = await self._call(peer, "Holdings", xpb.HoldingsRequest(agent=agent))
+        return [(h.id, h.version) for h in r.holdings]
 
     async def close(self) -> None:
         await asyncio.gather(*(ch.close() for ch in self.channels.values()), return_exceptions=True)

@@ -1,14 +1,17 @@
 """The matcher service: the gRPC face of the tier protocol (tier.py) at one matcher.
 
-Agents call `Register`, `Remove` and `Match` on any matcher (the entry); matchers call
-each other's `Store`, `Drop`, `MatchZones` and `Sync`. Zones come from the routing plan
-when it names the topic, else from the default plan (layout.py). Agents remain the owners
-of their subscriptions and refill a matcher that comes back with a new incarnation
-(agent/matching.py), a safety net under the mirrors.
+Agents call `Register`, `Remove`, `Match` and `Reconcile` on any matcher (the entry);
+matchers call each other's `Store`, `Drop`, `MatchZones`, `Sync` and `Holdings`. Zones
+come from the routing plan when it names the topic, else from the default plan
+(layout.py). Agents remain the owners of their subscriptions: they refill a matcher that
+comes back with a new incarnation (agent/matching.py), a safety net under the mirrors,
+and reconcile what the tier holds for them (reconcile.py); the copies of an agent gone
+for the park time are reaped.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections import defaultdict
@@ -18,8 +21,10 @@ from prometheus_client.core import GaugeMetricFamily
 
 from echelon.core.can import Zone
 from echelon.core.schema import SchemaError
+from echelon.agent.dataplane import PARK_SECONDS
 from echelon.matcher.layout import Copy
 from echelon.matcher.peers import GrpcTransport, Matches, StaleLayout, Status, TierView
+from echelon.matcher.reconcile import Reaper, holdings, reconcile
 from echelon.matcher.sample import EventSampler, sample
 from echelon.matcher.tier import Tier
 from echelon.runtime.errors import FailedPrecondition, InvalidArgument
@@ -83,6 +88,8 @@ class MatcherMetrics:
                                buckets=LATENCY_BUCKETS, registry=registry)
         self.copies = Gauge("echelon_matcher_copies", "Subscription copies held (primaries and mirrors).",
                             registry=registry)
+        self.reaped = Counter("echelon_matcher_copies_reaped_total", "Subscription copies dropped because "
+                              "their agent was DEAD, LEFT or out of the view for the park time.", registry=registry)
         self.copies.set_function(lambda: len(tier.store))
         registry.register(self)
         self._labelled: set[tuple[str, str]] = set()
@@ -186,6 +193,13 @@ class MatcherServicer(xgrpc.MatcherServicer):
         self.tier.on_status(request.member, request.incarnation, request.seq, status)
         return xpb.SyncResponse()
 
+    async def Reconcile(self, request: xpb.ReconcileRequest, context) -> xpb.ReconcileResponse:
+        return await reconcile(self.tier, self.node.transport, request)
+
+    async def Holdings(self, request: xpb.HoldingsRequest, context) -> xpb.HoldingsResponse:
+        return xpb.HoldingsResponse(holdings=[xpb.Holding(id=i, version=v)
+                                              for i, v in holdings(self.tier, request.agent)])
+
     async def ListZones(self, request: xpb.ListZonesRequest, context) -> xpb.ListZonesResponse:
         tier = self.tier
         out = xpb.ListZonesResponse(member=tier.me, copies=len(tier.store))
@@ -210,11 +224,14 @@ class MatcherServicer(xgrpc.MatcherServicer):
 class MatcherNode(Node):
     role = mpb.ROLE_MATCHER
 
-    def __init__(self, config: NodeConfig, deadline: float = 8.0):
+    def __init__(self, config: NodeConfig, deadline: float = 8.0, park_seconds: float = PARK_SECONDS):
         super().__init__(config)
         self.transport = GrpcTransport(config.id, lambda: self.membership, self.incarnation)
         self.tier = Tier(config.id, self.transport, self.incarnation, deadline)
         self.metrics = MatcherMetrics(self.registry, self.tier)
+        self.reaper = Reaper(self.tier, lambda: [m.id for m in self.membership.alive(mpb.ROLE_AGENT)],
+                             self.metrics.reaped, park_seconds)
+        self._reaping: asyncio.Task | None = None
         self.events = EventSampler()  # for Sample: the routing job's event points
         self.matcher = MatcherServicer(self)
         self.server.add(xgrpc.add_MatcherServicer_to_server, self.matcher,
@@ -227,6 +244,7 @@ class MatcherNode(Node):
         self.tier.start()
         self.membership.on_plan(self.on_view)
         self.on_view()
+        self._reaping = asyncio.create_task(self.reaper.run(), name="reaper")
 
     async def on_drain(self, deadline: float) -> None:
         # Leave first: the other matchers adopt layouts without this one (its zones
@@ -236,6 +254,8 @@ class MatcherNode(Node):
         await self.tier.quiet(QUIET, deadline)
 
     async def on_stop(self) -> None:
+        if self._reaping:
+            self._reaping.cancel()
         await self.tier.stop()
         await self.transport.close()
 

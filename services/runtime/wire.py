@@ -6,6 +6,7 @@ raises InvalidArgument naming the field, before any state changes.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from typing import Mapping
 
@@ -85,19 +86,30 @@ def schema_from_pb(s: pb.Schema) -> Schema:
         if a.type not in _TYPES:
             raise InvalidArgument(f"attribute {a.name!r}: type not set")
         attrs.append(Attribute(a.name, _TYPES[a.type], a.min if a.HasField("min") else None,
-                               a.max if a.HasField("max") else None))
+                               a.max if a.HasField("max") else None, a.max_length or None))
     try:
-        return Schema(tuple(attrs))
+        return Schema(tuple(attrs), s.max_attribute_bytes or None)
     except SchemaError as e:
         raise InvalidArgument(str(e)) from None
 
 
 def schema_to_pb(s: Schema) -> pb.Schema:
-    out = pb.Schema()
+    out = pb.Schema(max_attribute_bytes=s.max_attribute_bytes or 0)
     for a in s.attributes:
-        spec = out.attributes.add(name=a.name, type=_TYPES_BACK[a.type])
+        spec = out.attributes.add(name=a.name, type=_TYPES_BACK[a.type], max_length=a.max_length or 0)
         if a.min is not None:
             spec.min = a.min
         if a.max is not None:
             spec.max = a.max
     return out
+
+
+def event_digest(topic: str, attributes: Mapping[str, pb.Value], ordering_key: str, payload: bytes) -> bytes:
+    """A digest of what a publish carries (not its id or time): tells a retry of an event
+    from a different event under the same id (core/dedup.py)."""
+    content = pb.Event(topic=topic, attributes=attributes, ordering_key=ordering_key).SerializeToString(
+        deterministic=True)
+    h = hashlib.blake2b(len(content).to_bytes(8, "big"), digest_size=16)
+    h.update(content)
+    h.update(payload)
+    return h.digest()

@@ -50,22 +50,26 @@ class Value(_message.Message):
     def __init__(self, int_value: _Optional[int] = ..., float_value: _Optional[float] = ..., string_value: _Optional[str] = ...) -> None: ...
 
 class AttributeSpec(_message.Message):
-    __slots__ = ("name", "type", "min", "max")
+    __slots__ = ("name", "type", "min", "max", "max_length")
     NAME_FIELD_NUMBER: _ClassVar[int]
     TYPE_FIELD_NUMBER: _ClassVar[int]
     MIN_FIELD_NUMBER: _ClassVar[int]
     MAX_FIELD_NUMBER: _ClassVar[int]
+    MAX_LENGTH_FIELD_NUMBER: _ClassVar[int]
     name: str
     type: AttributeType
     min: float
     max: float
-    def __init__(self, name: _Optional[str] = ..., type: _Optional[_Union[AttributeType, str]] = ..., min: _Optional[float] = ..., max: _Optional[float] = ...) -> None: ...
+    max_length: int
+    def __init__(self, name: _Optional[str] = ..., type: _Optional[_Union[AttributeType, str]] = ..., min: _Optional[float] = ..., max: _Optional[float] = ..., max_length: _Optional[int] = ...) -> None: ...
 
 class Schema(_message.Message):
-    __slots__ = ("attributes",)
+    __slots__ = ("attributes", "max_attribute_bytes")
     ATTRIBUTES_FIELD_NUMBER: _ClassVar[int]
+    MAX_ATTRIBUTE_BYTES_FIELD_NUMBER: _ClassVar[int]
     attributes: _containers.RepeatedCompositeFieldContainer[AttributeSpec]
-    def __init__(self, attributes: _Optional[_Iterable[_Union[AttributeSpec, _Mapping]]] = ...) -> None: ...
+    max_attribute_bytes: int
+    def __init__(self, attributes: _Optional[_Iterable[_Union[AttributeSpec, _Mapping]]] = ..., max_attribute_bytes: _Optional[int] = ...) -> None: ...
 
 class Topic(_message.Message):
     __slots__ = ("name", "schema", "created_unix_ms")

@@ -225,6 +225,44 @@ class ListZonesResponse(_message.Message):
     topics: _containers.RepeatedCompositeFieldContainer[TopicLayout]
     def __init__(self, member: _Optional[str] = ..., copies: _Optional[int] = ..., topics: _Optional[_Iterable[_Union[TopicLayout, _Mapping]]] = ...) -> None: ...
 
+class Holding(_message.Message):
+    __slots__ = ("id", "version")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    version: int
+    def __init__(self, id: _Optional[str] = ..., version: _Optional[int] = ...) -> None: ...
+
+class ReconcileRequest(_message.Message):
+    __slots__ = ("agent", "digests")
+    AGENT_FIELD_NUMBER: _ClassVar[int]
+    DIGESTS_FIELD_NUMBER: _ClassVar[int]
+    agent: str
+    digests: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, agent: _Optional[str] = ..., digests: _Optional[_Iterable[bytes]] = ...) -> None: ...
+
+class ReconcileResponse(_message.Message):
+    __slots__ = ("buckets", "holdings", "matchers")
+    BUCKETS_FIELD_NUMBER: _ClassVar[int]
+    HOLDINGS_FIELD_NUMBER: _ClassVar[int]
+    MATCHERS_FIELD_NUMBER: _ClassVar[int]
+    buckets: _containers.RepeatedScalarFieldContainer[int]
+    holdings: _containers.RepeatedCompositeFieldContainer[Holding]
+    matchers: int
+    def __init__(self, buckets: _Optional[_Iterable[int]] = ..., holdings: _Optional[_Iterable[_Union[Holding, _Mapping]]] = ..., matchers: _Optional[int] = ...) -> None: ...
+
+class HoldingsRequest(_message.Message):
+    __slots__ = ("agent",)
+    AGENT_FIELD_NUMBER: _ClassVar[int]
+    agent: str
+    def __init__(self, agent: _Optional[str] = ...) -> None: ...
+
+class HoldingsResponse(_message.Message):
+    __slots__ = ("holdings",)
+    HOLDINGS_FIELD_NUMBER: _ClassVar[int]
+    holdings: _containers.RepeatedCompositeFieldContainer[Holding]
+    def __init__(self, holdings: _Optional[_Iterable[_Union[Holding, _Mapping]]] = ...) -> None: ...
+
 class SampleRequest(_message.Message):
     __slots__ = ("topic", "max_points")
     TOPIC_FIELD_NUMBER: _ClassVar[int]

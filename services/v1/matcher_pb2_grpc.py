@@ -74,6 +74,16 @@ class MatcherStub:
                 request_serializer=echelon_dot_v1_dot_matcher__pb2.ListZonesRequest.SerializeToString,
                 response_deserializer=echelon_dot_v1_dot_matcher__pb2.ListZonesResponse.FromString,
                 _registered_method=True)
+        self.Reconcile = channel.unary_unary(
+                '/echelon.v1.Matcher/Reconcile',
+                request_serializer=echelon_dot_v1_dot_matcher__pb2.ReconcileRequest.SerializeToString,
+                response_deserializer=echelon_dot_v1_dot_matcher__pb2.ReconcileResponse.FromString,
+                _registered_method=True)
+        self.Holdings = channel.unary_unary(
+                '/echelon.v1.Matcher/Holdings',
+                request_serializer=echelon_dot_v1_dot_matcher__pb2.HoldingsRequest.SerializeToString,
+                response_deserializer=echelon_dot_v1_dot_matcher__pb2.HoldingsResponse.FromString,
+                _registered_method=True)
         self.Sample = channel.unary_unary(
                 '/echelon.v1.Matcher/Sample',
                 request_serializer=echelon_dot_v1_dot_matcher__pb2.SampleRequest.SerializeToString,
@@ -147,6 +157,22 @@ class MatcherServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Reconcile(self, request, context):
+        """Agents: compare what the tier holds for an agent with what the agent holds (a
+        digest per bucket, then the entries of the buckets that differ). The entry gathers
+        the copies of every alive matcher (Holdings); UNAVAILABLE if one cannot answer.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Holdings(self, request, context):
+        """Matcher to matcher: the copies this matcher holds for one agent.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Sample(self, request, context):
         """The routing job: a bounded, deterministic sample of the subscription points in the
         zones this matcher owns and of the event points it answered as the entry, per topic
@@ -198,6 +224,16 @@ def add_MatcherServicer_to_server(servicer, server):
                     servicer.ListZones,
                     request_deserializer=echelon_dot_v1_dot_matcher__pb2.ListZonesRequest.FromString,
                     response_serializer=echelon_dot_v1_dot_matcher__pb2.ListZonesResponse.SerializeToString,
+            ),
+            'Reconcile': grpc.unary_unary_rpc_method_handler(
+                    servicer.Reconcile,
+                    request_deserializer=echelon_dot_v1_dot_matcher__pb2.ReconcileRequest.FromString,
+                    response_serializer=echelon_dot_v1_dot_matcher__pb2.ReconcileResponse.SerializeToString,
+            ),
+            'Holdings': grpc.unary_unary_rpc_method_handler(
+                    servicer.Holdings,
+                    request_deserializer=echelon_dot_v1_dot_matcher__pb2.HoldingsRequest.FromString,
+                    response_serializer=echelon_dot_v1_dot_matcher__pb2.HoldingsResponse.SerializeToString,
             ),
             'Sample': grpc.unary_unary_rpc_method_handler(
                     servicer.Sample,
@@ -421,6 +457,60 @@ class Matcher:
             '/echelon.v1.Matcher/ListZones',
             echelon_dot_v1_dot_matcher__pb2.ListZonesRequest.SerializeToString,
             echelon_dot_v1_dot_matcher__pb2.ListZonesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Reconcile(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/echelon.v1.Matcher/Reconcile',
+            echelon_dot_v1_dot_matcher__pb2.ReconcileRequest.SerializeToString,
+            echelon_dot_v1_dot_matcher__pb2.ReconcileResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Holdings(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/echelon.v1.Matcher/Holdings',
+            echelon_dot_v1_dot_matcher__pb2.HoldingsRequest.SerializeToString,
+            echelon_dot_v1_dot_matcher__pb2.HoldingsResponse.FromString,
             options,
             channel_credentials,
             insecure,

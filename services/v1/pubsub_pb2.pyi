@@ -49,18 +49,20 @@ class PublishRequest(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., attributes: _Optional[_Mapping[str, _common_pb2.Value]] = ..., payload: _Optional[bytes] = ..., ordering_key: _Optional[str] = ..., producer_id: _Optional[str] = ..., sequence: _Optional[int] = ..., ack_level: _Optional[_Union[AckLevel, str]] = ..., slice_index: _Optional[int] = ..., slice_count: _Optional[int] = ..., payload_size: _Optional[int] = ...) -> None: ...
 
 class PublishAck(_message.Message):
-    __slots__ = ("producer_id", "sequence", "code", "error", "destinations")
+    __slots__ = ("producer_id", "sequence", "code", "error", "destinations", "duplicate")
     PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     CODE_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     DESTINATIONS_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATE_FIELD_NUMBER: _ClassVar[int]
     producer_id: str
     sequence: int
     code: int
     error: str
     destinations: int
-    def __init__(self, producer_id: _Optional[str] = ..., sequence: _Optional[int] = ..., code: _Optional[int] = ..., error: _Optional[str] = ..., destinations: _Optional[int] = ...) -> None: ...
+    duplicate: bool
+    def __init__(self, producer_id: _Optional[str] = ..., sequence: _Optional[int] = ..., code: _Optional[int] = ..., error: _Optional[str] = ..., destinations: _Optional[int] = ..., duplicate: _Optional[bool] = ...) -> None: ...
 
 class SubscribeRequest(_message.Message):
     __slots__ = ("open", "ack")

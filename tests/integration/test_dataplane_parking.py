@@ -65,7 +65,7 @@ async def test_a_dead_members_messages_wait_for_it_and_go_out_when_it_is_back():
 
 async def test_orphans_of_a_dead_relay_are_rerouted_while_the_relay_itself_is_parked():
     members, node, plane, child = setup()
-    below = [m.id for m in members if m.id not in ("a0", node.config.id)]
+    below = [m.id for m in members if m.id not in ("a0", node.id)]
     mark_dead(node, plane, members, child)
     acks: list = []
     receive(plane, 1, below, acks)

@@ -188,10 +188,10 @@ class FakeNode:
     def __init__(self, member: mpb.Member, members):
         from prometheus_client import CollectorRegistry
 
-        from echelon.agent.server import AgentMetrics
+        from echelon.agent.metrics import AgentMetrics
         from echelon.core.dedup import DedupWindow
 
-        self.config = type("C", (), {"id": member.id})()
+        self.id = member.id
         self.address = member.address
         self.metrics = AgentMetrics(CollectorRegistry())
         self.dedup = DedupWindow()

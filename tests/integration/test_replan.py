@@ -70,7 +70,7 @@ async def test_replan_balances_the_stock_workload_without_losing_a_delivery(tmp_
                     await msg.ack()
 
             readers.append(asyncio.create_task(read()))
-        await wait_for(lambda: settled(matchers, "default"), 20, what="default zones settled")
+        await wait_for(lambda: settled(matchers, "default"), 60, what="default zones settled")
         before = await shares(matchers)
         assert max(before.values()) == len(filters)  # the default plan: one matcher holds them all
         expected: dict[str, list[tuple[str, int]]] = defaultdict(list)
@@ -93,7 +93,7 @@ async def test_replan_balances_the_stock_workload_without_losing_a_delivery(tmp_
         print(report(first))
         assert first.pushed and not first.refused, report(first)
         await publish(1)  # while the matchers hand off to the new zones
-        await wait_for(lambda: settled(matchers, f"plan {first.pushed}"), 30, what="the new zones settled")
+        await wait_for(lambda: settled(matchers, f"plan {first.pushed}"), 90, what="the new zones settled")
         after = await shares(matchers)
         assert sum(after.values()) == len(filters)
         mean = len(filters) / MATCHERS
@@ -129,7 +129,7 @@ async def test_replan_balances_the_stock_workload_without_losing_a_delivery(tmp_
         def complete() -> bool:
             return all(len(got[s]) >= len(v) for s, v in expected.items())
 
-        await wait_for(complete, 30, interval=0.1, what="every expected delivery")
+        await wait_for(complete, 90, interval=0.1, what="every expected delivery")
         await asyncio.sleep(0.5)  # anything extra would show up now
         for i in range(len(filters)):
             assert sorted(got[f"s{i}"]) == sorted(expected[f"s{i}"]), f"s{i}: {filters[i]}"

@@ -97,3 +97,83 @@ def test_text_and_proto_forms_round_trip(preds):
 def test_matches_is_the_conjunction_of_predicates(preds, event):
     f = Filter(tuple(preds))
     assert f.matches(event) == all(p.holds(event.get(p.attribute)) for p in preds)
+
+
+@pytest.mark.parametrize("text", [
+    "High > 10 and High < 5",
+    "High >= 5 and High < 5",
+    "High = 3 and High != 3",
+    "High between 1 and 9 and High > 9",
+    "Volume > 1 and Volume < 2",  # no int strictly between 1 and 2
+    "Volume >= 1 and Volume <= 2 and Volume != 1 and Volume != 2",
+    'Symbol prefix "ab" and Symbol prefix "ac"',
+    'Symbol = "b" and Symbol prefix "a"',
+    'Symbol > "b" and Symbol <= "a"',
+])
+def test_predicates_without_a_common_value_are_refused_naming_the_attribute(text):
+    with pytest.raises(SchemaError) as err:
+        parse(text).validate(SCHEMA)
+    name = text.split()[0]
+    assert err.value.attribute == name and "have no value in common" in str(err.value)
+
+
+@pytest.mark.parametrize("text", [
+    "High >= 5 and High <= 5", "High > 1 and High < 2", "Volume >= 1 and Volume <= 3 and Volume != 2",
+    'Symbol prefix "ab" and Symbol prefix "abc"', 'Symbol prefix "a" and Symbol = "abc"', 'Symbol > "a" and Symbol < "b"',
+])
+def test_predicates_with_a_common_value_are_kept(text):
+    parse(text).validate(SCHEMA)
+
+
+def test_schemaless_predicates_of_two_kinds_on_one_attribute_are_refused():
+    with pytest.raises(SchemaError, match="'x'"):
+        parse('x = 1 and x = "a"').validate(Schema())
+    parse("x > 1 and x < 2").validate(Schema())  # 1.5 fits: nothing says x is an int
+
+
+def test_strings_longer_than_the_attribute_allows_are_refused():
+    schema = Schema((Attribute("s", AttrType.STRING, max_length=4),))
+    for text in ('s = "abcde"', 's prefix "abcde"'):
+        with pytest.raises(SchemaError, match="at most 4 bytes"):
+            parse(text).validate(schema)
+    parse('s = "abcd" and s < "abcdefgh"').validate(schema)
+
+
+INTS = Attribute("n", AttrType.INT, 0, 20)
+FLOATS = Attribute("n", AttrType.FLOAT, 0, 20)
+NUM_OPS = [Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE, Op.BETWEEN]
+
+
+@st.composite
+def number_predicates(draw, values):
+    op = draw(st.sampled_from(NUM_OPS))
+    if op is Op.BETWEEN:
+        lo, hi = sorted([draw(values), draw(values)])
+        return Predicate("n", op, lo, hi)
+    return Predicate("n", op, draw(values))
+
+
+@given(st.lists(number_predicates(st.integers(-2, 22)), min_size=2, max_size=4))
+def test_int_intersection_equals_brute_force(preds):
+    """Refused exactly when no int of the domain satisfies every predicate."""
+    f = Filter(tuple(preds))
+    expected = any(f.matches({"n": v}) for v in range(0, 21))
+    assert _accepted(f, Schema((INTS,))) == expected
+
+
+@given(st.lists(number_predicates(st.sampled_from([-1.0, 0.0, 2.5, 3.0, 7.0, 20.0, 21.5])), min_size=2, max_size=4))
+def test_float_intersection_equals_brute_force(preds):
+    """The oracle tries every bound and a point between each two: exact for ranges."""
+    f = Filter(tuple(preds))
+    points = sorted({0.0, 20.0, *(p.value for p in preds), *(p.upper for p in preds if p.upper is not None)})
+    candidates = [*points, *((a + b) / 2 for a, b in zip(points, points[1:]))]
+    expected = any(f.matches({"n": v}) for v in candidates if 0 <= v <= 20)
+    assert _accepted(f, Schema((FLOATS,))) == expected
+
+
+def _accepted(f: Filter, schema: Schema) -> bool:
+    try:
+        f.validate(schema)
+        return True
+    except SchemaError:
+        return False

@@ -37,3 +37,29 @@ def test_event_validation():
             s.validate_event(event)
         assert err.value.attribute == name
     assert Attribute("i", AttrType.INT).low == -(2**63) and Attribute("f", AttrType.FLOAT).high == math.inf
+
+
+def test_string_length_limit_default_and_declared():
+    s = Schema((Attribute("s", AttrType.STRING), Attribute("t", AttrType.STRING, max_length=3)))
+    s.validate_event({"s": "x" * 1024, "t": "abc"})
+    for event, name, n in [({"s": "x" * 1025}, "s", 1025), ({"t": "abcd"}, "t", 4), ({"t": "é" * 2}, "t", 4)]:
+        with pytest.raises(SchemaError, match=f"string of {n} bytes is longer than the limit") as err:
+            s.validate_event(event)
+        assert err.value.attribute == name
+    with pytest.raises(SchemaError, match="string attributes only"):
+        Schema((Attribute("n", AttrType.INT, max_length=3),))
+    with pytest.raises(SchemaError, match="max_length 0"):
+        Schema((Attribute("s", AttrType.STRING, max_length=0),))
+    assert parse_attribute("Symbol:string:16") == Attribute("Symbol", AttrType.STRING, max_length=16)
+
+
+def test_total_attribute_size_is_bounded_on_schemaless_topics_too():
+    small = Schema((Attribute("s", AttrType.STRING, max_length=100), Attribute("n", AttrType.INT)), 20)
+    small.validate_event({"s": "x" * 10, "n": 1})  # names and strings in UTF-8, 8 bytes a number: 20
+    with pytest.raises(SchemaError, match="take 21 bytes, over the topic's limit of 20"):
+        small.validate_event({"s": "x" * 11, "n": 1})
+    Schema().validate_event({"k": "x" * 65535})
+    with pytest.raises(SchemaError, match="take 65537 bytes, over the topic's limit of 65536"):
+        Schema().validate_event({"k": "x" * 65536})
+    with pytest.raises(SchemaError, match="max_attribute_bytes 0"):
+        Schema((), 0)

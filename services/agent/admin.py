@@ -1,0 +1,53 @@
+"""Topic administration: stored by membership; the agent forwards, failing over."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import grpc
+
+from echelon.runtime.member import MemberClient
+from echelon.runtime.server import channel
+from echelon.v1 import pubsub_pb2_grpc as pgrpc
+
+
+class AdminProxy(pgrpc.AdminServicer):
+    def __init__(self, replicas: list[str], membership: Callable[[], MemberClient]):
+        self.replicas = replicas
+        self.membership = membership  # whose topics a change updates at once
+
+    async def call(self, method: str, request):
+        last = None
+        for address in self.replicas:
+            async with channel(address) as ch:
+                try:
+                    return await getattr(pgrpc.AdminStub(ch), method)(request, timeout=5.0)
+                except grpc.aio.AioRpcError as e:
+                    if e.code() != grpc.StatusCode.UNAVAILABLE:
+                        raise
+                    last = e
+        raise last
+
+    async def _forward(self, method: str, request, context):
+        try:
+            response = await self.call(method, request)
+        except grpc.aio.AioRpcError as e:
+            await context.abort(e.code(), e.details())
+        member = self.membership()
+        if method == "CreateTopic":
+            member.topics[response.name] = response
+        elif method == "DeleteTopic":
+            member.topics.pop(request.name, None)
+        return response
+
+    async def CreateTopic(self, request, context):
+        return await self._forward("CreateTopic", request, context)
+
+    async def GetTopic(self, request, context):
+        return await self._forward("GetTopic", request, context)
+
+    async def ListTopics(self, request, context):
+        return await self._forward("ListTopics", request, context)
+
+    async def DeleteTopic(self, request, context):
+        return await self._forward("DeleteTopic", request, context)

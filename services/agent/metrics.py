@@ -1,0 +1,47 @@
+"""The agent's metrics (prometheus.io naming); the per-peer link series are with the
+links (linkset.py)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+from echelon.runtime.metrics import LATENCY_BUCKETS
+
+
+class AgentMetrics:
+    def __init__(self, r):
+        self.published = Counter("echelon_agent_published_total", "Publish requests, by result.", ["result"],
+                                 registry=r)
+        self.deliveries = Counter("echelon_agent_deliveries_total", "Deliveries sent to subscriber streams.",
+                                  registry=r)
+        self.redeliveries = Counter("echelon_agent_redeliveries_total", "Deliveries sent again after a stream "
+                                    "ended unacknowledged.", registry=r)
+        self.duplicates = Counter("echelon_agent_duplicates_dropped_total", "Messages dropped by the dedup window.",
+                                  registry=r)
+        self.overflows = Counter("echelon_agent_backlog_overflows_total", "Subscriptions closed past their "
+                                 "backlog bound (RESOURCE_EXHAUSTED).", registry=r)
+        self.subscriptions = Gauge("echelon_agent_subscriptions", "Subscriptions held.", registry=r)
+        self.reconciled = Counter("echelon_agent_subscriptions_reconciled_total", "Differences reconciliation "
+                                  "fixed: tier (held by the matchers, not here: removed there), agent (held here, "
+                                  "lost by the matchers: registered again), stream (ephemeral, no stream: closed "
+                                  "here).", ["direction"], registry=r)
+        self.removals_queued = Gauge("echelon_agent_subscription_removals_queued", "Subscription removals not "
+                                     "yet acknowledged by a matcher (retried).", registry=r)
+        self.latency = Histogram("echelon_agent_delivery_latency_seconds", "Publish to local enqueue.",
+                                 buckets=LATENCY_BUCKETS, registry=r)
+        self.copies = Counter("echelon_agent_copies_sent_total", "Frames sent, as tree root or as relay.",
+                              ["as"], registry=r)
+        self.dropped = Counter("echelon_agent_frames_undelivered_total", "Frames whose peer left before "
+                               "acknowledging (their messages are re-routed).", registry=r)
+        self.rerouted = Counter("echelon_agent_rerouted_messages_total", "Messages and slices re-routed by a "
+                                "path update after their target left the view.", registry=r)
+        self.lost = Counter("echelon_agent_destinations_lost_total", "Destinations dropped from a copy: the "
+                            "member left the view, or stayed DEAD past the park time or bound.", registry=r)
+        self.parked = Counter("echelon_agent_destinations_parked_total", "Destinations parked because their "
+                              "member was DEAD in this agent's view.", registry=r)
+        self.unparked = Counter("echelon_agent_destinations_unparked_total", "Parked destinations sent on after "
+                                "their member came back ALIVE.", registry=r)
+        self.parked_now = Gauge("echelon_agent_parked_destinations", "Destinations parked now, waiting for a "
+                                "DEAD member to come back.", registry=r)
+        self.reassembling = Gauge("echelon_agent_payloads_reassembling", "Sliced payloads partly received.",
+                                  registry=r)

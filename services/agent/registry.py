@@ -1,0 +1,123 @@
+"""The subscriptions this agent holds, and their registration on the matcher tier.
+
+A subscription is opened attached to the stream that asked for it and registered on
+the tier (matching.py); from the moment it is held here every way out of the open (a
+refusal, the tier unreachable, the client gone meanwhile) closes it again, and closing
+never awaits: it is removed here at once and its removal from the tier is queued (and
+retried). So neither this agent nor the tier keeps a ghost; what is left over anyway is
+found by reconciliation (reconcile.py), which also closes ephemeral subscriptions no
+stream holds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Callable
+
+import grpc
+
+from echelon.agent.matching import MatchClient
+from echelon.agent.metrics import AgentMetrics
+from echelon.agent.subscriptions import Subscription
+from echelon.agent.topics import Topics
+from echelon.runtime.errors import AlreadyExists, FailedPrecondition, InvalidArgument, Unavailable
+from echelon.runtime.wire import filter_from_request, filter_to_pb
+from echelon.v1 import matcher_pb2 as xpb
+from echelon.v1 import pubsub_pb2 as ppb
+
+log = logging.getLogger("echelon.agent.registry")
+
+
+class Registry:
+    def __init__(self, me: str, topics: Topics, matching: MatchClient, metrics: AgentMetrics,
+                 advertise: Callable[[set[str]], None], max_backlog: int):
+        self.me = me
+        self.topics = topics
+        self.matching = matching
+        self.metrics = metrics
+        self.advertise = advertise  # the topics subscribed here, for the LBDD peer table
+        self.max_backlog = max_backlog
+        self.subs: dict[str, Subscription] = {}  # by name
+        self._ephemeral = 0
+
+    async def open(self, open_: ppb.SubscriptionOpen) -> Subscription:
+        """Open (or resume) a subscription attached to the caller's stream, registered on the
+        tier; if this is cancelled or fails, the subscription is closed again."""
+        topic = await self.topics.get(open_.topic)
+        flt = filter_from_request(open_.filter, open_.filter_text)
+        flt.validate(self.topics.schema(topic))
+        name = open_.subscription
+        if name:
+            if name.startswith("~") or "/" in name:
+                raise InvalidArgument(f"subscription name {name!r}: no leading '~' and no '/'")
+            sub = self.subs.get(name)
+            if sub is not None:
+                if sub.attached:
+                    raise AlreadyExists(f"subscription {name!r} is attached to another stream")
+                if sub.topic != topic.name:
+                    raise FailedPrecondition(f"subscription {name!r} is on topic {sub.topic!r}")
+                sub.attach(open_.credits)
+                if sub.filter != flt:
+                    # The new filter is wanted from here; if the tier cannot be reached now,
+                    # reconciliation registers it later.
+                    sub.filter = flt
+                    try:
+                        await self._register(sub)
+                    except BaseException:
+                        sub.detach()
+                        raise
+                return sub
+        else:
+            self._ephemeral += 1
+            name = f"~{self._ephemeral}"
+        sub = Subscription(f"{self.me}/{name}", name, topic.name, flt, self.max_backlog)
+        sub.attach(open_.credits)
+        self.subs[name] = sub
+        self._changed()
+        try:
+            await self._register(sub)
+        except BaseException:  # refused, unreachable, or the client went away meanwhile
+            self.close(sub)
+            raise
+        return sub
+
+    async def _register(self, sub: Subscription) -> None:
+        try:
+            await self.matching.register([xpb.Subscription(id=sub.id, agent=self.me, topic=sub.topic,
+                                                           filter=filter_to_pb(sub.filter))])
+        except grpc.aio.AioRpcError as e:
+            raise InvalidArgument(e.details()) if e.code() == grpc.StatusCode.INVALID_ARGUMENT \
+                else Unavailable(e.details()) from None
+
+    def close(self, sub: Subscription) -> asyncio.Future:
+        """Remove a subscription here at once (no await: a cancelled caller cannot stop
+        half-way) and queue its removal from the tier; the future says when a matcher
+        acknowledged it."""
+        if sub.closed:
+            done = asyncio.get_running_loop().create_future()
+            done.set_result(None)
+            return done
+        sub.closed = True
+        sub.changed.set()
+        if self.subs.get(sub.name) is sub:
+            del self.subs[sub.name]
+        self._changed()
+        return self.matching.unregister([sub.id])
+
+    def close_orphans(self) -> int:
+        """Ephemeral subscriptions no stream holds (none can attach again): closed."""
+        orphans = [s for s in self.subs.values() if not s.named and not s.attached]
+        for sub in orphans:
+            log.warning("subscription %s had no stream: closed", sub.id)
+            self.close(sub)
+        return len(orphans)
+
+    def close_ephemeral(self) -> None:
+        """The agent stops: its ephemeral subscriptions end with it."""
+        for sub in [s for s in self.subs.values() if not s.named]:
+            self.close(sub)
+
+    def _changed(self) -> None:
+        self.metrics.subscriptions.set(len(self.subs))
+        self.advertise({s.topic for s in self.subs.values()})
