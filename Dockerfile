@@ -18,6 +18,7 @@ WORKDIR /src
 RUN python -m venv /opt/echelon
 COPY pyproject.toml README.md ./
 COPY services ./services
+COPY spark ./spark
 RUN /opt/echelon/bin/pip install --no-cache-dir ".[server]" \
  && /opt/echelon/bin/python -c "import echelon.cli, echelon.v1.pubsub_pb2"
 

@@ -5,13 +5,13 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 SYSTEM := $(VENV)/.system
 
-.PHONY: install proto dashboards demo up test chaos bench clean
+.PHONY: install proto dashboards demo up test chaos bench bench-replan replan-loop clean
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) on PATH"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[server,dev]'
+	$(PY) -m pip install -q -e '.[server,dev,spark]'
 	touch $(STAMP)
 
 # Machine packages the tests use: promtool/prometheus (metrics), iproute2 (namespaces).
@@ -49,6 +49,14 @@ chaos: $(STAMP) $(SYSTEM)
 bench: $(STAMP)
 	$(PY) -m loadtest.bench_match --out out/bench_match
 	$(PY) -m loadtest.lbdd_sim --out out/lbdd
+
+# The routing job on 10M metric rows (Spark local[2] beside pandas), and the control loop
+# measured on 4 matcher processes with 150k subscriptions (a table and out/replan_loop/*.png).
+bench-replan: $(STAMP)
+	$(PY) -m loadtest.bench_replan --out out/bench_replan
+
+replan-loop: $(STAMP)
+	$(PY) -m loadtest.replan_loop --out out/replan_loop
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis

@@ -161,14 +161,25 @@ def membership(log_level, peers, tombstone_ttl, **kw) -> None:
 @click.option("--routing", default="idr", type=click.Choice(["snr", "idr"]), show_default=True)
 @click.option("--log-dir", default=None, type=click.Path(file_okay=False, path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print the endpoints as one JSON line.")
+@click.option("--replan-every", default=None, help="Run the routing job (echelon replan) this often, e.g. 60s.")
 @click.option("--no-prometheus", is_flag=True, help="Do not start a Prometheus scraping the cluster.")
 @click.option("--prometheus-port", default=None, type=click.IntRange(0, 65535),
               help="Prometheus' port on 127.0.0.1 (default 9090; a free one with --base-port 0).")
 def up(agents, matchers, memberships, base_port, regions, routers_per_region, routing, log_dir, as_json,
-       no_prometheus, prometheus_port) -> None:
+       no_prometheus, prometheus_port, replan_every) -> None:
     """Start a local cluster as processes; Ctrl-C or SIGTERM stops it."""
     from echelon.launch import Cluster, Loopback
 
+    interval = None
+    if replan_every:
+        from argparse import ArgumentTypeError
+
+        from spark.main import duration
+
+        try:
+            interval = duration(replan_every)
+        except ArgumentTypeError as e:
+            raise click.BadParameter(str(e), param_hint="--replan-every") from None
     kw = {"log_dir": log_dir} if log_dir else {}
     if regions > 1 and not routers_per_region:
         raise click.BadParameter("--regions > 1 needs --routers-per-region >= 1")
@@ -177,6 +188,10 @@ def up(agents, matchers, memberships, base_port, regions, routers_per_region, ro
                           regions=regions, routers=routers_per_region, extra={"router": ["--routing", routing]}, **kw)
     except ValueError as e:
         raise click.BadParameter(str(e)) from None
+    if interval:  # the routing job, a periodic child (its runs in replan.log); window: half the period, <= 30 s
+        window = f"{min(30.0, max(2.0, interval / 2)):.0f}s"
+        cluster.add_aux("replan", [sys.executable, "-m", "spark", "--membership", ",".join(cluster.replicas),
+                                   "--window", window], every=interval)
     stop = asyncio.Event()
     prometheus = None
 
@@ -242,6 +257,11 @@ from echelon.tools.tree_cmd import tree  # noqa: E402
 
 for command in (pub, sub, status, topic, top, topology, tree):
     cli.add_command(command)
+
+from spark.commands import metrics, replan  # noqa: E402 - the routing job's commands
+
+cli.add_command(replan)
+cli.add_command(metrics)
 
 
 def main() -> None:

@@ -1,3 +1,4 @@
+import pytest
 import pytest_asyncio
 
 from tests.harness import Cluster
@@ -11,3 +12,15 @@ async def cluster():
         yield await c.start()
     finally:
         await c.stop()
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One local[*] SparkSession for every Spark test of the run (a JVM start costs ~10 s)."""
+    from spark.session import session
+
+    s = session("local[*]")
+    try:
+        yield s
+    finally:
+        s.stop()

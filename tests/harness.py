@@ -86,6 +86,8 @@ class Cluster:
         await node.server.grpc.stop(0)
         if node.membership:
             await node.membership.stop(leave=False)
+        if node.rtt:  # its round-trip probes die with it
+            await node.rtt.stop()
         await node.on_stop()  # only to release its tasks: nothing it does reaches anyone now
 
     async def add_matcher(self, i: int) -> MatcherNode:

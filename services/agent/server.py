@@ -34,7 +34,7 @@ from echelon.agent.registry import Registry
 from echelon.agent.relay import RelayServicer
 from echelon.agent.subscriptions import Subscription
 from echelon.agent.topics import Topics
-from echelon.agent.trees import Trees
+from echelon.agent.trees import Trees, hinted
 from echelon.runtime.node import Node, NodeConfig
 from echelon.v1 import membership_pb2 as mpb
 from echelon.v1 import pubsub_pb2 as ppb
@@ -132,7 +132,7 @@ class AgentNode(Node):
                                      self.reconcile_seconds)
         self.matching.start()
         self.matching.on_view()
-        self.membership.on_plan(self.on_view)  # a plan's cliques may move members between regions
+        self.membership.on_plan(self.on_view)  # cliques move members between regions; bucket hints change the trees
         self._tasks = [asyncio.create_task(self.dispatcher.run(), name="dispatcher"),
                        asyncio.create_task(self._expire_loop(), name="park-expiry"),
                        asyncio.create_task(self.reconciler.run(), name="reconcile")]
@@ -161,7 +161,7 @@ class AgentNode(Node):
         """Algorithm 3: every route uses the new view (trees over this region's agents,
         the hand-off to its router). Returns the ids this agent may hold links to."""
         regions, here, agents, dead = region_view(self.membership, self.config.id, self.config.region)
-        self.plane.trees.update(agents, dead)
+        self.plane.trees.update(agents, dead, hinted(self.membership.plan))  # bucket hints: the leaves
         self.gateway.trees.update(self.membership.alive(mpb.ROLE_ROUTER), regions, here)
         return {m.id for m in agents} | set(self.gateway.trees.table.members)
 

@@ -21,6 +21,10 @@ a swarm's bound is one copy each). S = 1 is plain LBDD. Small events always use 
 so a producer's events to one agent all follow one path (FIFO); a striped payload is
 fenced by the sender instead (see dataplane).
 
+Bucket hints. Agents the routing plan hints (weight > 0) are leaves of every tree: they
+join LEAF_BUCKET, the last bucket, so they relay nothing (core/lbdd.py says exactly how
+the buckets change). `update` takes the hinted ids with the view.
+
 A destination that this node's tree does not place below it (the views differ for a
 moment, or this node is not in the tree) is sent directly: nothing falls between two
 views. Along tree edges bucket numbers strictly increase and direct copies carry only
@@ -41,6 +45,11 @@ MAX_CACHED = 4096  # routes per peer table; past it the cache starts over
 def salted(key: str, stripe: int) -> str:
     """The node key of `key` in stripe `stripe`'s tree."""
     return key if stripe == 0 else f"{key}#{stripe}"
+
+
+def hinted(plan: mpb.RoutingPlan | None) -> frozenset[str]:
+    """The agents a routing plan moves to the leaves: bucket hints with weight > 0."""
+    return frozenset(h.member_id for h in plan.bucket_hints if h.weight > 0) if plan else frozenset()
 
 
 class PeerTable:
@@ -83,18 +92,20 @@ class Trees:
         self.stripes = stripes if mode == "lbdd" else 1
         self.table = PeerTable(())
         self.dead: frozenset[str] = frozenset()  # agents DEAD in the view: their messages are parked
+        self.hinted: frozenset[str] = frozenset()  # agents the plan moves to the leaves
         self._trees: dict[tuple, _Tree] = {}
         self._routes: dict[tuple, tuple[dict[str, list[str]], list[str]]] = {}
         self._schedules: dict[tuple, tuple[int, ...]] = {}
 
-    def update(self, members: Iterable[mpb.Member], dead: Iterable[str] = ()) -> bool:
-        """Algorithm 3's trigger: a new view (`members` alive, `dead` the DEAD ones).
-        Returns True if the peer table changed."""
+    def update(self, members: Iterable[mpb.Member], dead: Iterable[str] = (), hinted: Iterable[str] = ()) -> bool:
+        """Algorithm 3's trigger: a new view (`members` alive, `dead` the DEAD ones) or new
+        bucket hints. Returns True if the peer table or the hints changed."""
         self.dead = frozenset(dead)
         table = PeerTable(members)
-        if table.fingerprint == self.table.fingerprint:
+        hinted = frozenset(hinted)
+        if table.fingerprint == self.table.fingerprint and hinted == self.hinted:
             return False
-        self.table = table
+        self.table, self.hinted = table, hinted
         self._trees.clear()
         self._routes.clear()
         self._schedules.clear()
@@ -109,7 +120,8 @@ class Trees:
         if tree is None:
             key = self.table.key
             ids = {salted(key[i], stripe): i for i in self.table.subscribers(topic) | extra}
-            tree = self._trees[k] = _Tree(lbdd.buckets(salted(source_key, stripe), ids), ids)
+            leaves = [salted(key[i], stripe) for i in self.hinted if i in key]
+            tree = self._trees[k] = _Tree(lbdd.buckets(salted(source_key, stripe), ids, leaves), ids)
         return tree
 
     def route(self, source_key: str, topic: str, stripe: int,

@@ -11,6 +11,18 @@ Choices where the paper is silent:
 - a member whose digest equals the source's (distance 0) joins bucket 1, so the source is
   alone in bucket 0 and bucket numbers strictly increase along every edge;
 - a node that is neither the source nor a member is not in the tree: it has no targets.
+
+Bucket hints (load-aware LBDD, from the routing plan's `bucket_hints`): a member named in
+`leaves` (a congested or slow agent) leaves its digest bucket and joins one extra bucket,
+number LEAF_BUCKET = 33, above every XOR bucket (distances have at most 32 bits). Inside it
+members keep the (digest, key) order. That bucket is always the last non-empty one, so its
+members have no targets: they receive but relay nothing. Algorithm 2 is unchanged: the
+bucket below it (or the source, when every member is hinted) splits it into disjoint,
+covering slices, so every member still has exactly one parent and bucket numbers still
+strictly increase along every edge. The other members keep their buckets; only the slice
+boundaries of the bucket just below the leaves move. Every agent applies the same plan,
+so they all derive the same tree; during the switch a relay whose view differs sends the
+destinations outside its subtree directly (agent/trees.py), so nothing is lost.
 """
 
 from __future__ import annotations
@@ -20,6 +32,8 @@ from bisect import bisect_right
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from itertools import groupby
+
+LEAF_BUCKET = 33  # above every XOR bucket: the hinted members' bucket
 
 
 def digest(key: str) -> int:
@@ -160,13 +174,15 @@ class Tree:
         return out
 
 
-def buckets(source_key: str, member_keys: Iterable[str]) -> Buckets:
-    """Algorithm 1 over a whole view; sorts once, O(n log n)."""
+def buckets(source_key: str, member_keys: Iterable[str], leaves: Iterable[str] = ()) -> Buckets:
+    """Algorithm 1 over a whole view; sorts once, O(n log n). Members in `leaves` go to
+    LEAF_BUCKET (bucket hints, see the module doc)."""
     s = digest(source_key)
+    leaves = frozenset(leaves)
     keyed = []
     for k in set(member_keys) - {source_key}:
         d = digest(k)
-        keyed.append((max(1, bucket(s, d)), d, k))
+        keyed.append((LEAF_BUCKET if k in leaves else max(1, bucket(s, d)), d, k))
     keyed.sort()
     groups = [(b, tuple(k for _, _, k in g)) for b, g in groupby(keyed, key=lambda t: t[0])]
     members = tuple(ks for _, ks in groups)
@@ -214,6 +230,6 @@ def path_update(
     return [t for t in new if t not in old], [t for t in old if t not in new]
 
 
-def build_tree(source_key: str, member_keys: Iterable[str]) -> Tree:
+def build_tree(source_key: str, member_keys: Iterable[str], leaves: Iterable[str] = ()) -> Tree:
     """The tree every node's local view implies (Theorem 1), for tools, simulation and tests."""
-    return buckets(source_key, member_keys).tree()
+    return buckets(source_key, member_keys, leaves).tree()

@@ -25,6 +25,7 @@ from echelon.agent.dataplane import PARK_SECONDS
 from echelon.matcher.layout import Copy
 from echelon.matcher.peers import GrpcTransport, Matches, StaleLayout, Status, TierView
 from echelon.matcher.reconcile import Reaper, holdings, reconcile
+from echelon.matcher.sample import EventSampler, sample
 from echelon.matcher.tier import Tier
 from echelon.runtime.errors import FailedPrecondition, InvalidArgument
 from echelon.runtime.metrics import LATENCY_BUCKETS
@@ -164,7 +165,9 @@ class MatcherServicer(xgrpc.MatcherServicer):
         metrics = self.node.metrics
         async for batch in request_iterator:
             start = time.perf_counter()
-            results = await self.tier.match([(e.topic, attributes_from_pb(e.attributes)) for e in batch.events])
+            events = [(e.topic, attributes_from_pb(e.attributes)) for e in batch.events]
+            self.node.events.add(events)
+            results = await self.tier.match(events)
             response = xpb.MatchResponse(batch_id=batch.batch_id)
             results_to_pb(results, response.results)
             metrics.events.inc(len(batch.events))
@@ -223,6 +226,9 @@ class MatcherServicer(xgrpc.MatcherServicer):
                             subscriptions=held[z.id][0], mirrors=held[z.id][1])
         return out
 
+    async def Sample(self, request: xpb.SampleRequest, context) -> xpb.SampleResponse:
+        return sample(self.tier, self.node.events, request)
+
 
 class MatcherNode(Node):
     role = mpb.ROLE_MATCHER
@@ -235,6 +241,7 @@ class MatcherNode(Node):
         self.reaper = Reaper(self.tier, lambda: [m.id for m in self.membership.alive(mpb.ROLE_AGENT)],
                              self.metrics.reaped, park_seconds)
         self._reaping: asyncio.Task | None = None
+        self.events = EventSampler()  # for Sample: the routing job's event points
         self.matcher = MatcherServicer(self)
         self.server.add(xgrpc.add_MatcherServicer_to_server, self.matcher,
                         xpb.DESCRIPTOR.services_by_name["Matcher"].full_name)

@@ -17,6 +17,7 @@ from prometheus_client import Gauge
 
 from echelon.runtime.member import MemberClient
 from echelon.runtime.metrics import serve_metrics
+from echelon.runtime.rtt import RttProber
 from echelon.runtime.server import Server
 from echelon.v1 import membership_pb2 as mpb
 
@@ -56,6 +57,7 @@ class Node:
         self.registry = self.server.registry
         self.membership: MemberClient | None = None
         self._metrics_http = None
+        self.rtt: RttProber | None = None
         self.view_age = Gauge("echelon_membership_view_age_seconds",
                               "Seconds since the last view arrived from membership.", registry=self.registry)
         self.view_age.set_function(lambda: self.membership.view_age() if self.membership else 0.0)
@@ -85,6 +87,8 @@ class Node:
             self.membership = MemberClient(me, self.config.membership, self.config.beat_interval)
             self.membership.on_change(self.on_view)
             await self.membership.start()
+            self.rtt = RttProber(self.config.id, self.membership, self.registry)
+            self.rtt.start()
         await self.on_start()
         log.info("started", extra={"member": self.config.id, "address": self.address,
                                    "metrics": self.metrics_address})
@@ -98,6 +102,8 @@ class Node:
         # Still running (and a member, unless on_drain left): what is already routed here arrives.
         await self.server.stop(max(0.0, deadline - loop.time()))
         await self.on_stop()
+        if self.rtt:
+            await self.rtt.stop()
         if self.membership:
             await self.membership.stop(leave=True)
         if self._metrics_http:

@@ -262,3 +262,45 @@ class HoldingsResponse(_message.Message):
     HOLDINGS_FIELD_NUMBER: _ClassVar[int]
     holdings: _containers.RepeatedCompositeFieldContainer[Holding]
     def __init__(self, holdings: _Optional[_Iterable[_Union[Holding, _Mapping]]] = ...) -> None: ...
+
+class SampleRequest(_message.Message):
+    __slots__ = ("topic", "max_points")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    MAX_POINTS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    max_points: int
+    def __init__(self, topic: _Optional[str] = ..., max_points: _Optional[int] = ...) -> None: ...
+
+class PointSample(_message.Message):
+    __slots__ = ("zone", "total", "coordinates")
+    ZONE_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
+    COORDINATES_FIELD_NUMBER: _ClassVar[int]
+    zone: str
+    total: int
+    coordinates: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, zone: _Optional[str] = ..., total: _Optional[int] = ..., coordinates: _Optional[_Iterable[float]] = ...) -> None: ...
+
+class TopicSample(_message.Message):
+    __slots__ = ("topic", "dims", "layout", "source", "subscriptions", "events")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    DIMS_FIELD_NUMBER: _ClassVar[int]
+    LAYOUT_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTIONS_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    dims: int
+    layout: str
+    source: str
+    subscriptions: _containers.RepeatedCompositeFieldContainer[PointSample]
+    events: PointSample
+    def __init__(self, topic: _Optional[str] = ..., dims: _Optional[int] = ..., layout: _Optional[str] = ..., source: _Optional[str] = ..., subscriptions: _Optional[_Iterable[_Union[PointSample, _Mapping]]] = ..., events: _Optional[_Union[PointSample, _Mapping]] = ...) -> None: ...
+
+class SampleResponse(_message.Message):
+    __slots__ = ("member", "topics")
+    MEMBER_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    member: str
+    topics: _containers.RepeatedCompositeFieldContainer[TopicSample]
+    def __init__(self, member: _Optional[str] = ..., topics: _Optional[_Iterable[_Union[TopicSample, _Mapping]]] = ...) -> None: ...

@@ -84,6 +84,11 @@ class MatcherStub:
                 request_serializer=echelon_dot_v1_dot_matcher__pb2.HoldingsRequest.SerializeToString,
                 response_deserializer=echelon_dot_v1_dot_matcher__pb2.HoldingsResponse.FromString,
                 _registered_method=True)
+        self.Sample = channel.unary_unary(
+                '/echelon.v1.Matcher/Sample',
+                request_serializer=echelon_dot_v1_dot_matcher__pb2.SampleRequest.SerializeToString,
+                response_deserializer=echelon_dot_v1_dot_matcher__pb2.SampleResponse.FromString,
+                _registered_method=True)
 
 
 class MatcherServicer:
@@ -168,6 +173,15 @@ class MatcherServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Sample(self, request, context):
+        """The routing job: a bounded, deterministic sample of the subscription points in the
+        zones this matcher owns and of the event points it answered as the entry, per topic
+        (services/matcher/sample.py says why an RPC and not a metric family).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MatcherServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -220,6 +234,11 @@ def add_MatcherServicer_to_server(servicer, server):
                     servicer.Holdings,
                     request_deserializer=echelon_dot_v1_dot_matcher__pb2.HoldingsRequest.FromString,
                     response_serializer=echelon_dot_v1_dot_matcher__pb2.HoldingsResponse.SerializeToString,
+            ),
+            'Sample': grpc.unary_unary_rpc_method_handler(
+                    servicer.Sample,
+                    request_deserializer=echelon_dot_v1_dot_matcher__pb2.SampleRequest.FromString,
+                    response_serializer=echelon_dot_v1_dot_matcher__pb2.SampleResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -492,6 +511,33 @@ class Matcher:
             '/echelon.v1.Matcher/Holdings',
             echelon_dot_v1_dot_matcher__pb2.HoldingsRequest.SerializeToString,
             echelon_dot_v1_dot_matcher__pb2.HoldingsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Sample(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/echelon.v1.Matcher/Sample',
+            echelon_dot_v1_dot_matcher__pb2.SampleRequest.SerializeToString,
+            echelon_dot_v1_dot_matcher__pb2.SampleResponse.FromString,
             options,
             channel_credentials,
             insecure,

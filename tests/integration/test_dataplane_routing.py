@@ -10,7 +10,7 @@ import random
 import pytest
 
 from echelon.agent.slices import Reassembler, slice_count, slice_event
-from echelon.agent.trees import Trees, salted
+from echelon.agent.trees import Trees, hinted, salted
 from echelon.core import lbdd
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import membership_pb2 as mpb
@@ -266,3 +266,26 @@ async def test_a_relay_forwards_each_slice_on_arrival_and_acks_after_its_subtree
     plane.receive(rpb.RelayFrame(source="a0", source_key=PAPER[0], messages=[msg]), lambda: acks.append("dup"))
     assert {p: len(link.frames) for p, link in node.links.items()} == before
     assert acks[-1] == "dup" and len(node.delivered) == 1
+
+
+@pytest.mark.parametrize("stripe", [0, 3])
+def test_bucket_hints_make_the_hinted_agents_leaves_and_still_reach_everyone(stripe):
+    """A plan's bucket hints: every agent routes with them, the hinted relays send nothing,
+    every destination still gets exactly one copy, and the other agents relay instead."""
+    members = view(PAPER)
+    nodes = agents(members)
+    everyone = [m.id for m in members[1:]]
+    _, plain = disseminate(nodes, "a0", stripe, everyone)
+    relays = sorted(k for k in plain if k != "a0")
+    plan = mpb.RoutingPlan(version=1, bucket_hints=[mpb.BucketHint(member_id=r, weight=1.0) for r in relays[:2]])
+    leaves = hinted(plan)
+    assert leaves == set(relays[:2])
+    for t in nodes.values():
+        assert t.update(members, (), leaves)  # the hints alone change the routes
+    received, sent = disseminate(nodes, "a0", stripe, everyone)
+    assert received == {d: 1 for d in everyone}
+    assert not set(sent) & leaves
+    by_key = {salted(m.address, stripe): m.id for m in members}
+    tree = lbdd.build_tree(salted(PAPER[0], stripe), [salted(k, stripe) for k in PAPER[1:]],
+                           [salted(members[int(h[1:])].address, stripe) for h in leaves])
+    assert sent == {by_key[p]: len(c) for p, c in tree.children.items() if c}

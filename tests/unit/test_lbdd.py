@@ -29,12 +29,13 @@ def _digest(key: str) -> int:
 class Oracle:
     """The tree spelled out rule by rule, quadratic and obvious."""
 
-    def __init__(self, source: str, members) -> None:
+    def __init__(self, source: str, members, leaves=()) -> None:
         self.source = source
         self.members = sorted(set(members) - {source})
         sd = _digest(source)
-        # A member at distance 0 from the source joins bucket 1 (documented choice).
-        self.bucket = {k: max(1, (_digest(k) ^ sd).bit_length()) for k in self.members}
+        # A member at distance 0 from the source joins bucket 1 (documented choice);
+        # a hinted member joins bucket 33, above all 32 XOR buckets.
+        self.bucket = {k: 33 if k in leaves else max(1, (_digest(k) ^ sd).bit_length()) for k in self.members}
         self.bucket[source] = 0
         by_bucket: dict[int, list[str]] = {}
         for k in self.members:
@@ -279,3 +280,22 @@ def test_mean_out_degree_of_inner_nodes_is_about_two():
         inner = [d for d in tree.out_degree.values() if d]
         means.append(statistics.mean(inner))
     assert all(1.5 <= m <= 3 for m in means), means
+
+
+@settings(max_examples=200, deadline=None)
+@given(views, st.data())
+def test_bucket_hints_make_leaves_and_keep_the_tree_one_way_and_complete(view, data):
+    """Hinted members (bucket hints) sit in the last bucket: no children, one parent
+    each, bucket numbers still increasing along every edge; the rest keep their buckets."""
+    source, members = view
+    others = sorted(set(members) - {source})
+    leaves = set(data.draw(st.lists(st.sampled_from(others), unique=True))) if others else set()
+    oracle = Oracle(source, members, leaves)
+    tree = lbdd.build_tree(source, members, leaves | {"not-a-member"})
+    check_tree(tree, oracle)
+    assert all(tree.children[k] == [] for k in leaves)
+    plain = Oracle(source, members)
+    assert all(tree.bucket[k] == plain.bucket[k] for k in others if k not in leaves)
+    if others:  # routing from the source still reaches every member exactly once
+        full = lbdd.buckets(source, members, leaves).route(source, others)
+        assert sorted(d for ds in full.values() for d in ds) == others

@@ -1,0 +1,5 @@
+import sys
+
+from spark.main import main
+
+sys.exit(main())

@@ -1,0 +1,146 @@
+"""Metric rows: one schema for the three sources the routing job reads.
+
+A row is one sample of one series at one time:
+
+    ts (unix seconds), member, name, topic, zone, peer, value
+
+`name` is the sample name (`echelon_link_enqueued_total`), `topic`/`zone`/`peer` its
+labels ("" when the family has none). Only the families in FAMILIES are kept, so every
+row has one of these label sets and no other label is dropped by accident.
+
+Sources:
+- `scrape`: the services' own `/metrics` (their addresses come from the membership view),
+  read every `step` seconds for `window` seconds;
+- `prometheus`: `query_range` over the window on Prometheus' HTTP API; the member is the
+  series' `member` label, else its `instance` looked up among the view's metrics addresses;
+- `read_jsonl` / `write_jsonl`: snapshot files written by `echelon metrics dump` (Parquet
+  is written and read through Spark, in main.py, with the same columns).
+
+No Spark here: the dump command runs without a JVM.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import astuple, dataclass
+from pathlib import Path
+from typing import Iterable, Iterator, Mapping
+
+from prometheus_client.parser import text_string_to_metric_families
+
+# name -> the labels the job reads
+FAMILIES: dict[str, tuple[str, ...]] = {
+    "echelon_matcher_zone_events_total": ("topic", "zone"),
+    "echelon_matcher_zone_subscriptions": ("topic", "zone"),
+    "echelon_link_queue_length": ("peer",),
+    "echelon_link_enqueued_total": ("peer",),
+    "echelon_link_dequeued_total": ("peer",),
+    "echelon_relay_sent_bytes_total": ("peer",),
+    "echelon_peer_rtt_seconds": ("peer",),
+}
+COLUMNS = ("ts", "member", "name", "topic", "zone", "peer", "value")
+
+
+@dataclass(frozen=True)
+class Row:
+    ts: float
+    member: str
+    name: str
+    topic: str
+    zone: str
+    peer: str
+    value: float
+
+
+def parse_exposition(text: str, member: str, ts: float) -> list[Row]:
+    """The rows of one `/metrics` body (Prometheus text format) for the kept families."""
+    out = []
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name in FAMILIES:
+                out.append(Row(ts, member, s.name, s.labels.get("topic", ""), s.labels.get("zone", ""),
+                               s.labels.get("peer", ""), float(s.value)))
+    return out
+
+
+def _get(url: str, timeout: float) -> str:
+    with urllib.request.urlopen(url, timeout=timeout) as r:  # noqa: S310 (cluster-internal http)
+        return r.read().decode()
+
+
+def scrape(endpoints: Mapping[str, str], window: float, step: float, timeout: float = 2.0) -> tuple[list[Row], int]:
+    """Scrape `{member: host:port}` every `step` s for `window` s (at least two rounds).
+
+    Returns (rows, failed scrapes): an endpoint that does not answer is counted, not fatal.
+    """
+    rows: list[Row] = []
+    failed = 0
+    rounds = max(2, int(window / step) + 1)
+    start = time.monotonic()
+    for k in range(rounds):
+        for member, address in sorted(endpoints.items()):
+            try:
+                text = _get(f"http://{address}/metrics", timeout)
+            except OSError:
+                failed += 1
+                continue
+            rows += parse_exposition(text, member, time.time())
+        if k + 1 < rounds:
+            time.sleep(max(0.0, start + (k + 1) * step - time.monotonic()))
+    return rows, failed
+
+
+def prometheus(url: str, window: float, step: float, instances: Mapping[str, str] | None = None,
+               end: float | None = None, timeout: float = 10.0) -> list[Row]:
+    """`query_range` for the kept families over [end - window, end] at `step`.
+
+    `instances` maps a scrape address (the `instance` label) to a member id, for series
+    without a `member` label. Raises RuntimeError with Prometheus' error on a bad answer.
+    """
+    end = time.time() if end is None else end
+    query = "{__name__=~\"" + "|".join(sorted(FAMILIES)) + "\"}"
+    params = urllib.parse.urlencode({"query": query, "start": end - window, "end": end, "step": step})
+    try:
+        body = json.loads(_get(f"{url.rstrip('/')}/api/v1/query_range?{params}", timeout))
+    except urllib.error.HTTPError as e:  # 400/422: Prometheus says why in a JSON body
+        try:
+            body = json.loads(e.read().decode())
+        except ValueError:
+            raise RuntimeError(f"prometheus: HTTP {e.code}") from None
+    if body.get("status") != "success":
+        raise RuntimeError(f"prometheus: {body.get('errorType')}: {body.get('error')}")
+    rows = []
+    for series in body["data"]["result"]:
+        labels = series["metric"]
+        member = labels.get("member") or (instances or {}).get(labels.get("instance", ""), labels.get("instance", ""))
+        for ts, value in series["values"]:
+            rows.append(Row(float(ts), member, labels["__name__"], labels.get("topic", ""), labels.get("zone", ""),
+                            labels.get("peer", ""), float(value)))
+    return rows
+
+
+def write_jsonl(rows: Iterable[Row], path: Path) -> int:
+    n = 0
+    with open(path, "w") as f:
+        for r in rows:
+            f.write(json.dumps(dict(zip(COLUMNS, astuple(r)))) + "\n")
+            n += 1
+    return n
+
+
+def read_jsonl(path: Path) -> Iterator[Row]:
+    """Rows of a snapshot; a line that is not a row raises ValueError naming it."""
+    with open(path) as f:
+        for i, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                d = json.loads(line)
+                yield Row(float(d["ts"]), str(d["member"]), str(d["name"]), str(d.get("topic", "")),
+                          str(d.get("zone", "")), str(d.get("peer", "")), float(d["value"]))
+            except (ValueError, KeyError, TypeError) as e:
+                raise ValueError(f"{path}:{i}: not a metric row ({e})") from None
