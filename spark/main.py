@@ -185,6 +185,7 @@ def report(result: Result, as_json: bool = False) -> str:
         "cliques": d.cliques, "cliques_changed": d.cliques_changed,
         "hints": d.hints, "hints_changed": d.hints_changed,
         "pushed": result.pushed, "refused": result.refused, "seconds": result.seconds,
+        "predicted_gain": d.plan.predicted_gain if d.plan else 0.0,
     }
     if as_json:
         return json.dumps(out, indent=2)
@@ -201,7 +202,7 @@ def report(result: Result, as_json: bool = False) -> str:
     if result.refused:
         lines.append(f"REFUSED by membership: {result.refused} (the cluster keeps plan {d.plan.version - 1 if d.plan else 0})")
     elif result.pushed:
-        lines.append(f"pushed plan version {result.pushed}")
+        lines.append(f"pushed plan version {result.pushed} (predicted gain {d.plan.predicted_gain:.0%})")
     elif d.plan is None:
         lines.append("nothing to push: no plan beats the current one by the margin")
     else:

@@ -15,6 +15,15 @@ Pure (no Spark, no I/O); the planners themselves are in `echelon.core`:
   keeps its hint until that share falls below a quarter (hysteresis).
 
 A plan is pushed when some topic's zones change, or the cliques or the hint set change.
+It carries its `predicted_gain` (the largest relative fall of a changed topic's
+imbalance, 0 when only cliques or hints change).
+
+What the job exports: nothing of its own. It is a batch (one run, then exit), so a
+scrape would miss it; every plan it pushes lands in membership (`Control.PushPlan`),
+which exports `echelon_membership_plan_pushes_total{result}` and
+`echelon_membership_plan_predicted_gain` (the current plan's). A run that pushes nothing
+says so in its log (`nothing to push: ...`) and its exit code (0; 2 refused, 1 failed),
+which the launcher's periodic runner logs per run.
 """
 
 from __future__ import annotations
@@ -142,6 +151,11 @@ def decide_hints(inputs: Inputs, s: Settings) -> tuple[dict[str, float], bool]:
     return hints, set(hints) != set(current)
 
 
+def predicted_gain(changed: Sequence[TopicDecision]) -> float:
+    """The largest relative fall of a changed topic's imbalance (0 when no zones change)."""
+    return max((1 - t.after / t.before for t in changed if t.before > 0), default=0.0)
+
+
 def decide(inputs: Inputs, s: Settings, version: int, origin: str = "echelon replan",
            created_unix_ms: int = 0) -> Decision:
     topics = [d for t in sorted(inputs.spaces) if (d := decide_topic(t, inputs, s)) is not None]
@@ -150,8 +164,9 @@ def decide(inputs: Inputs, s: Settings, version: int, origin: str = "echelon rep
     decision = Decision(topics, cliques, cliques_changed, hints, hints_changed, None)
     if not (any(t.change for t in topics) or cliques_changed or hints_changed):
         return decision
-    plan = mpb.RoutingPlan(version=version, origin=origin, created_unix_ms=created_unix_ms)
     changed = {t.topic: t for t in topics if t.change}
+    plan = mpb.RoutingPlan(version=version, origin=origin, created_unix_ms=created_unix_ms,
+                           predicted_gain=predicted_gain(list(changed.values())))
     for z in inputs.current.zones:  # topics not changed keep the zones the current plan names
         if z.topic not in changed and z.topic in inputs.spaces:
             plan.zones.append(z)

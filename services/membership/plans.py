@@ -26,6 +26,8 @@ from echelon.v1 import membership_pb2 as mpb
 
 def shape_error(plan: mpb.RoutingPlan, topics: Mapping[str, pb.Topic]) -> str | None:
     """Why the plan is malformed, or None."""
+    if not 0 <= plan.predicted_gain <= 1:  # NaN fails too: the gauge would show nonsense
+        return f"predicted_gain must be in [0, 1], got {plan.predicted_gain}"
     ids: set[str] = set()
     for i, z in enumerate(plan.zones):
         where = f"zone {z.id!r}" if z.id else f"zone #{i}"

@@ -60,6 +60,10 @@ class Metrics:
                                    "result (accepted, invalid, stale).", ["result"], registry=r)
         for result in ("accepted", "invalid", "stale"):
             self.plan_pushes.labels(result)
+        # Where the routing job's gain is recorded: every push lands here (the job itself is a batch).
+        Gauge("echelon_membership_plan_predicted_gain", "What the current routing plan's pusher predicted it "
+              "gains over the plan it replaced (largest relative fall of a topic's zone imbalance).",
+              registry=r).set_function(lambda: replica.plans.plan.predicted_gain if replica.plans.plan else 0.0)
         for kind in ("beat", "incarnation", "join"):
             self.refuted.labels(kind)
         for outcome in ("suspected", "confirmed", "ignored"):

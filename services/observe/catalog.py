@@ -10,6 +10,13 @@ filters on `$region`; series with a `topic` label filter on `$topic`.
 Congestion follows OctopiA (ALGORITHMS.md, "Congestion of an output queue"): CE =
 enqueued / dequeued over an interval; a link is congested when CE >= 1 and its queue is
 longer than delta, or when nothing was dequeued while the queue is not empty.
+
+Routers export the agents' link families (`echelon_link_*{peer}`, `echelon_relay_*`; one
+LinkSet) under `job="router"`, plus the CE they measure themselves for IDR
+(`echelon_link_congestion_element`, iLinks only). The routing job is a batch process (a run,
+then exit) that a scrape would miss, so it exports nothing: every plan it pushes lands in
+membership's `Control.PushPlan`, which counts pushes by result and exports the current
+plan's `predicted_gain`; the control-loop panels read those.
 """
 
 from __future__ import annotations
@@ -28,9 +35,6 @@ MATCHER_SHARE_FACTOR = 2
 MATCHER_SHARE_FLOOR = 1000  # subscriptions in the tier below which imbalance is not worth a page
 VIEW_AGE_STALE = 10  # seconds; membership sends a keepalive every second
 
-ROUTER_PENDING = "the router tier (issue 11) exports these series once it carries traffic"
-REPLAN_PENDING = "the routing job (issue 10) exports these series once it runs"
-
 
 @dataclass(frozen=True)
 class Query:
@@ -45,7 +49,6 @@ class Panel:
     queries: tuple[Query, ...]
     unit: str  # a Grafana unit id: ops, s, Bps, short, percentunit, none
     description: str
-    pending: str = ""  # why the series may not exist yet (a service not built)
     kind: str = "timeseries"  # or "stat"
 
 
@@ -169,11 +172,22 @@ DATA_PLANE = Dashboard("echelon-data-plane", "Echelon / Data plane",
           "percentunit", f"The deepest subscription backlog on each agent as a fraction of the bound (past "
                          f"{BACKLOG_NEAR:.0%} it alerts; at 100% the stream ends RESOURCE_EXHAUSTED), and such "
                          f"overflows per second."),
+    Panel("Router link bandwidth", (
+        q(f'sum by (member, peer) (rate(echelon_relay_sent_bytes_total{{job="router", {R}}}[{RATE}]))',
+          "{{member}} -> {{peer}}"),),
+          "Bps", "Bytes per second each router sends to each peer: routers of other regions (iLinks) and "
+                 "its own region's agents (aLinks)."),
     Panel("Router link queue length", (q(f'echelon_link_queue_length{{job="router", {R}}}', "{{member}} -> {{peer}}"),),
-          "short", f"Frames waiting per router link (aLinks and iLinks); {ROUTER_PENDING}.", pending=ROUTER_PENDING),
+          "short", "Unacknowledged frames per outgoing router link (iLinks and aLinks)."),
     Panel("Router link congestion element CE", (
-        q(f'link:echelon_link_congestion_element:ratio1m{{job="router", {R}}}', "{{member}} -> {{peer}}"),),
-          "none", f"CE per router link, the input of IDR's rerouting; {ROUTER_PENDING}.", pending=ROUTER_PENDING),
+        q(f'echelon_link_congestion_element{{job="router", {R}}}', "{{member}} -> {{peer}}"),),
+          "none", "The CE each router measures per iLink every interval (OctopiA's link status table), the "
+                  "input of IDR's rerouting; 0 while idle, +Inf when nothing was dequeued with frames queued."),
+    Panel("IDR decisions", (
+        q(f'sum by (rule) (rate(echelon_router_idr_decisions_total{{{R}}}[{RATE}]))', "{{rule}}"),
+        q(f'sum by (link) (rate(echelon_router_messages_total{{{R}}}[{RATE}]))', "messages on {{link}}")),
+          "ops", "Routers' routing decisions by IDR rule (none: no target iLink congested, the same sends as "
+                 "SNR), and the messages they send per link kind."),
 ), terminal=True)
 
 MATCHING = Dashboard("echelon-matching", "Echelon / Matching",
@@ -229,11 +243,15 @@ MEMBERSHIP = Dashboard("echelon-membership", "Echelon / Membership and control l
     Panel("Plan pushes", (q(f"sum by (result) (rate(echelon_membership_plan_pushes_total{{{R}}}[{RATE}]))",
                             "{{result}}"),),
           "ops", "Routing plans pushed to Control: accepted, refused as invalid, refused as stale."),
-    Panel("Routing-job runs", (q("sum by (result) (increase(echelon_replan_runs_total[1h]))", "{{result}}"),),
-          "short", f"Recompute runs in the last hour by result; {REPLAN_PENDING}.", pending=REPLAN_PENDING),
-    Panel("Routing-job predicted gain", (q("echelon_replan_predicted_gain", "gain"),),
-          "percentunit", f"The improvement the last plan predicted over the one it replaced; {REPLAN_PENDING}.",
-          pending=REPLAN_PENDING),
+    Panel("Routing-job pushes", (
+        q(f"sum by (result) (increase(echelon_membership_plan_pushes_total{{{R}}}[1h]))", "{{result}}"),),
+          "short", "Plans pushed in the last hour by result, as membership counted them (the routing job is a "
+                   "batch with no metrics of its own; its runs that push nothing are in its log).", kind="stat"),
+    Panel("Routing-job predicted gain", (
+        q('max(echelon_membership_plan_predicted_gain{job="membership"})', "current plan"),),
+          "percentunit", "What the pusher of the current plan predicted it gains over the plan it replaced: the "
+                         "largest relative fall of a topic's zone imbalance (0 for a clique or hint change).",
+          kind="stat"),
 ))
 
 DASHBOARDS = (OVERVIEW, DATA_PLANE, MATCHING, MEMBERSHIP)

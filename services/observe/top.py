@@ -98,8 +98,7 @@ def panel_view(api: PrometheusAPI, panel: catalog.Panel, variables: dict[str, st
                           Text(sparkline(history.get(_key(s["metric"]), [])), style="cyan"))
             rows += 1
     if not rows:
-        why = panel.pending or "no series yet"
-        table.add_row(Text(why, style="dim"), "", "")
+        table.add_row(Text("no series yet", style="dim"), "", "")
     return Box(table, title=panel.title, title_align="left", border_style="blue" if rows else "dim", expand=True)
 
 

@@ -25,17 +25,17 @@ _sym_db = _symbol_database.Default()
 from echelon.v1 import common_pb2 as echelon_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x65\x63helon/v1/membership.proto\x12\nechelon.v1\x1a\x17\x65\x63helon/v1/common.proto\"\xff\x01\n\x06Member\x12\n\n\x02id\x18\x01 \x01(\t\x12\x1e\n\x04role\x18\x02 \x01(\x0e\x32\x10.echelon.v1.Role\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\x12\x0e\n\x06region\x18\x04 \x01(\t\x12\x10\n\x08\x63\x61pacity\x18\x05 \x01(\r\x12\x13\n\x0bincarnation\x18\x06 \x01(\x04\x12&\n\x05state\x18\x07 \x01(\x0e\x32\x17.echelon.v1.MemberState\x12\x11\n\tpublishes\x18\x08 \x03(\t\x12\x12\n\nsubscribes\x18\t \x03(\t\x12\x19\n\x11last_beat_unix_ms\x18\n \x01(\x03\x12\x17\n\x0fmetrics_address\x18\x0b \x01(\t\"_\n\x04View\x12\x0f\n\x07version\x18\x01 \x01(\x04\x12#\n\x07members\x18\x02 \x03(\x0b\x32\x12.echelon.v1.Member\x12!\n\x06topics\x18\x03 \x03(\x0b\x32\x11.echelon.v1.Topic\"\xad\x01\n\tViewDelta\x12\x14\n\x0c\x66rom_version\x18\x01 \x01(\x04\x12\x0f\n\x07version\x18\x02 \x01(\x04\x12$\n\x08upserted\x18\x03 \x03(\x0b\x32\x12.echelon.v1.Member\x12*\n\x0ftopics_upserted\x18\x04 \x03(\x0b\x32\x11.echelon.v1.Topic\x12\x16\n\x0etopics_deleted\x18\x05 \x03(\t\x12\x0f\n\x07removed\x18\x06 \x03(\t\"w\n\nViewUpdate\x12$\n\x08snapshot\x18\x01 \x01(\x0b\x32\x10.echelon.v1.ViewH\x00\x12&\n\x05\x64\x65lta\x18\x02 \x01(\x0b\x32\x15.echelon.v1.ViewDeltaH\x00\x12\x13\n\tkeepalive\x18\x03 \x01(\x04H\x00\x42\x06\n\x04kind\"1\n\x0bJoinRequest\x12\"\n\x06member\x18\x01 \x01(\x0b\x32\x12.echelon.v1.Member\"M\n\x0cJoinResponse\x12\x1e\n\x04view\x18\x01 \x01(\x0b\x32\x10.echelon.v1.View\x12\x1d\n\x15heartbeat_interval_ms\x18\x02 \x01(\x04\"i\n\x04\x42\x65\x61t\x12\x11\n\tmember_id\x18\x01 \x01(\t\x12\x13\n\x0bincarnation\x18\x02 \x01(\x04\x12\x12\n\nhas_topics\x18\x03 \x01(\x08\x12\x11\n\tpublishes\x18\x04 \x03(\t\x12\x12\n\nsubscribes\x18\x05 \x03(\t\"^\n\tBeatReply\x12&\n\x05state\x18\x01 \x01(\x0e\x32\x17.echelon.v1.MemberState\x12\x13\n\x0bincarnation\x18\x02 \x01(\x04\x12\x14\n\x0cview_version\x18\x03 \x01(\x04\"8\n\x0cWatchRequest\x12\x11\n\tmember_id\x18\x01 \x01(\t\x12\x15\n\rknown_version\x18\x02 \x01(\x04\"6\n\x0cLeaveRequest\x12\x11\n\tmember_id\x18\x01 \x01(\t\x12\x13\n\x0bincarnation\x18\x02 \x01(\x04\"\x0f\n\rLeaveResponse\"Z\n\x0eSuspectRequest\x12\x10\n\x08reporter\x18\x01 \x01(\t\x12\x11\n\tmember_id\x18\x02 \x01(\t\x12\x13\n\x0bincarnation\x18\x03 \x01(\x04\x12\x0e\n\x06reason\x18\x04 \x01(\t\"\x11\n\x0fSuspectResponse\"]\n\x04Zone\x12\n\n\x02id\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x0b\n\x03low\x18\x03 \x03(\x01\x12\x0c\n\x04high\x18\x04 \x03(\x01\x12\r\n\x05owner\x18\x05 \x01(\t\x12\x10\n\x08replicas\x18\x06 \x03(\t\"%\n\x06\x43lique\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0f\n\x07members\x18\x02 \x03(\t\"/\n\nBucketHint\x12\x11\n\tmember_id\x18\x01 \x01(\t\x12\x0e\n\x06weight\x18\x02 \x01(\x01\"\xca\x01\n\x0bRoutingPlan\x12\x0f\n\x07version\x18\x01 \x01(\x04\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\x12\x1f\n\x05zones\x18\x03 \x03(\x0b\x32\x10.echelon.v1.Zone\x12#\n\x07\x63liques\x18\x04 \x03(\x0b\x32\x12.echelon.v1.Clique\x12,\n\x0c\x62ucket_hints\x18\x05 \x03(\x0b\x32\x16.echelon.v1.BucketHint\x12\x0e\n\x06origin\x18\x06 \x01(\t\x12\x17\n\x0f\x63reated_unix_ms\x18\x07 \x01(\x03\"\x10\n\x0eGetPlanRequest\")\n\x10WatchPlanRequest\x12\x15\n\rknown_version\x18\x01 \x01(\x04\"#\n\x10PushPlanResponse\x12\x0f\n\x07version\x18\x01 \x01(\x04\"(\n\x05Stamp\x12\x0f\n\x07version\x18\x01 \x01(\x04\x12\x0e\n\x06origin\x18\x02 \x01(\t\"o\n\nTopicEntry\x12\x0c\n\x04name\x18\x01 \x01(\t\x12 \n\x05stamp\x18\x02 \x01(\x0b\x32\x11.echelon.v1.Stamp\x12 \n\x05topic\x18\x03 \x01(\x0b\x32\x11.echelon.v1.Topic\x12\x0f\n\x07\x64\x65leted\x18\x04 \x01(\x08\"T\n\tPlanEntry\x12 \n\x05stamp\x18\x01 \x01(\x0b\x32\x11.echelon.v1.Stamp\x12%\n\x04plan\x18\x02 \x01(\x0b\x32\x17.echelon.v1.RoutingPlan\"k\n\x0cReplicaState\x12\x0e\n\x06origin\x18\x01 \x01(\t\x12&\n\x06topics\x18\x02 \x03(\x0b\x32\x16.echelon.v1.TopicEntry\x12#\n\x04plan\x18\x03 \x01(\x0b\x32\x15.echelon.v1.PlanEntry\"\x1f\n\rDigestRequest\x12\x0e\n\x06origin\x18\x01 \x01(\t\">\n\x0e\x44igestResponse\x12\x0e\n\x06origin\x18\x01 \x01(\t\x12\x0e\n\x06topics\x18\x02 \x01(\t\x12\x0c\n\x04plan\x18\x03 \x01(\t\"\x1d\n\x0bPullRequest\x12\x0e\n\x06origin\x18\x01 \x01(\t\"\x0e\n\x0cPushResponse*d\n\x04Role\x12\x14\n\x10ROLE_UNSPECIFIED\x10\x00\x12\x0e\n\nROLE_AGENT\x10\x01\x12\x10\n\x0cROLE_MATCHER\x10\x02\x12\x0f\n\x0bROLE_ROUTER\x10\x03\x12\x13\n\x0fROLE_MEMBERSHIP\x10\x04*\x8b\x01\n\x0bMemberState\x12\x1c\n\x18MEMBER_STATE_UNSPECIFIED\x10\x00\x12\x16\n\x12MEMBER_STATE_ALIVE\x10\x01\x12\x18\n\x14MEMBER_STATE_SUSPECT\x10\x02\x12\x15\n\x11MEMBER_STATE_DEAD\x10\x03\x12\x15\n\x11MEMBER_STATE_LEFT\x10\x04\x32\xc0\x02\n\nMembership\x12\x39\n\x04Join\x12\x17.echelon.v1.JoinRequest\x1a\x18.echelon.v1.JoinResponse\x12\x38\n\tHeartbeat\x12\x10.echelon.v1.Beat\x1a\x15.echelon.v1.BeatReply(\x01\x30\x01\x12;\n\x05Watch\x12\x18.echelon.v1.WatchRequest\x1a\x16.echelon.v1.ViewUpdate0\x01\x12<\n\x05Leave\x12\x18.echelon.v1.LeaveRequest\x1a\x19.echelon.v1.LeaveResponse\x12\x42\n\x07Suspect\x12\x1a.echelon.v1.SuspectRequest\x1a\x1b.echelon.v1.SuspectResponse2\xd2\x01\n\x07\x43ontrol\x12>\n\x07GetPlan\x12\x1a.echelon.v1.GetPlanRequest\x1a\x17.echelon.v1.RoutingPlan\x12\x41\n\x08PushPlan\x12\x17.echelon.v1.RoutingPlan\x1a\x1c.echelon.v1.PushPlanResponse\x12\x44\n\tWatchPlan\x12\x1c.echelon.v1.WatchPlanRequest\x1a\x17.echelon.v1.RoutingPlan0\x01\x32\xc5\x01\n\x0bReplication\x12?\n\x06\x44igest\x12\x19.echelon.v1.DigestRequest\x1a\x1a.echelon.v1.DigestResponse\x12\x39\n\x04Pull\x12\x17.echelon.v1.PullRequest\x1a\x18.echelon.v1.ReplicaState\x12:\n\x04Push\x12\x18.echelon.v1.ReplicaState\x1a\x18.echelon.v1.PushResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x65\x63helon/v1/membership.proto\x12\nechelon.v1\x1a\x17\x65\x63helon/v1/common.proto\"\xff\x01\n\x06Member\x12\n\n\x02id\x18\x01 \x01(\t\x12\x1e\n\x04role\x18\x02 \x01(\x0e\x32\x10.echelon.v1.Role\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\x12\x0e\n\x06region\x18\x04 \x01(\t\x12\x10\n\x08\x63\x61pacity\x18\x05 \x01(\r\x12\x13\n\x0bincarnation\x18\x06 \x01(\x04\x12&\n\x05state\x18\x07 \x01(\x0e\x32\x17.echelon.v1.MemberState\x12\x11\n\tpublishes\x18\x08 \x03(\t\x12\x12\n\nsubscribes\x18\t \x03(\t\x12\x19\n\x11last_beat_unix_ms\x18\n \x01(\x03\x12\x17\n\x0fmetrics_address\x18\x0b \x01(\t\"_\n\x04View\x12\x0f\n\x07version\x18\x01 \x01(\x04\x12#\n\x07members\x18\x02 \x03(\x0b\x32\x12.echelon.v1.Member\x12!\n\x06topics\x18\x03 \x03(\x0b\x32\x11.echelon.v1.Topic\"\xad\x01\n\tViewDelta\x12\x14\n\x0c\x66rom_version\x18\x01 \x01(\x04\x12\x0f\n\x07version\x18\x02 \x01(\x04\x12$\n\x08upserted\x18\x03 \x03(\x0b\x32\x12.echelon.v1.Member\x12*\n\x0ftopics_upserted\x18\x04 \x03(\x0b\x32\x11.echelon.v1.Topic\x12\x16\n\x0etopics_deleted\x18\x05 \x03(\t\x12\x0f\n\x07removed\x18\x06 \x03(\t\"w\n\nViewUpdate\x12$\n\x08snapshot\x18\x01 \x01(\x0b\x32\x10.echelon.v1.ViewH\x00\x12&\n\x05\x64\x65lta\x18\x02 \x01(\x0b\x32\x15.echelon.v1.ViewDeltaH\x00\x12\x13\n\tkeepalive\x18\x03 \x01(\x04H\x00\x42\x06\n\x04kind\"1\n\x0bJoinRequest\x12\"\n\x06member\x18\x01 \x01(\x0b\x32\x12.echelon.v1.Member\"M\n\x0cJoinResponse\x12\x1e\n\x04view\x18\x01 \x01(\x0b\x32\x10.echelon.v1.View\x12\x1d\n\x15heartbeat_interval_ms\x18\x02 \x01(\x04\"i\n\x04\x42\x65\x61t\x12\x11\n\tmember_id\x18\x01 \x01(\t\x12\x13\n\x0bincarnation\x18\x02 \x01(\x04\x12\x12\n\nhas_topics\x18\x03 \x01(\x08\x12\x11\n\tpublishes\x18\x04 \x03(\t\x12\x12\n\nsubscribes\x18\x05 \x03(\t\"^\n\tBeatReply\x12&\n\x05state\x18\x01 \x01(\x0e\x32\x17.echelon.v1.MemberState\x12\x13\n\x0bincarnation\x18\x02 \x01(\x04\x12\x14\n\x0cview_version\x18\x03 \x01(\x04\"8\n\x0cWatchRequest\x12\x11\n\tmember_id\x18\x01 \x01(\t\x12\x15\n\rknown_version\x18\x02 \x01(\x04\"6\n\x0cLeaveRequest\x12\x11\n\tmember_id\x18\x01 \x01(\t\x12\x13\n\x0bincarnation\x18\x02 \x01(\x04\"\x0f\n\rLeaveResponse\"Z\n\x0eSuspectRequest\x12\x10\n\x08reporter\x18\x01 \x01(\t\x12\x11\n\tmember_id\x18\x02 \x01(\t\x12\x13\n\x0bincarnation\x18\x03 \x01(\x04\x12\x0e\n\x06reason\x18\x04 \x01(\t\"\x11\n\x0fSuspectResponse\"]\n\x04Zone\x12\n\n\x02id\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x0b\n\x03low\x18\x03 \x03(\x01\x12\x0c\n\x04high\x18\x04 \x03(\x01\x12\r\n\x05owner\x18\x05 \x01(\t\x12\x10\n\x08replicas\x18\x06 \x03(\t\"%\n\x06\x43lique\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0f\n\x07members\x18\x02 \x03(\t\"/\n\nBucketHint\x12\x11\n\tmember_id\x18\x01 \x01(\t\x12\x0e\n\x06weight\x18\x02 \x01(\x01\"\xe2\x01\n\x0bRoutingPlan\x12\x0f\n\x07version\x18\x01 \x01(\x04\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\x12\x1f\n\x05zones\x18\x03 \x03(\x0b\x32\x10.echelon.v1.Zone\x12#\n\x07\x63liques\x18\x04 \x03(\x0b\x32\x12.echelon.v1.Clique\x12,\n\x0c\x62ucket_hints\x18\x05 \x03(\x0b\x32\x16.echelon.v1.BucketHint\x12\x0e\n\x06origin\x18\x06 \x01(\t\x12\x17\n\x0f\x63reated_unix_ms\x18\x07 \x01(\x03\x12\x16\n\x0epredicted_gain\x18\x08 \x01(\x01\"\x10\n\x0eGetPlanRequest\")\n\x10WatchPlanRequest\x12\x15\n\rknown_version\x18\x01 \x01(\x04\"#\n\x10PushPlanResponse\x12\x0f\n\x07version\x18\x01 \x01(\x04\"(\n\x05Stamp\x12\x0f\n\x07version\x18\x01 \x01(\x04\x12\x0e\n\x06origin\x18\x02 \x01(\t\"o\n\nTopicEntry\x12\x0c\n\x04name\x18\x01 \x01(\t\x12 \n\x05stamp\x18\x02 \x01(\x0b\x32\x11.echelon.v1.Stamp\x12 \n\x05topic\x18\x03 \x01(\x0b\x32\x11.echelon.v1.Topic\x12\x0f\n\x07\x64\x65leted\x18\x04 \x01(\x08\"T\n\tPlanEntry\x12 \n\x05stamp\x18\x01 \x01(\x0b\x32\x11.echelon.v1.Stamp\x12%\n\x04plan\x18\x02 \x01(\x0b\x32\x17.echelon.v1.RoutingPlan\"k\n\x0cReplicaState\x12\x0e\n\x06origin\x18\x01 \x01(\t\x12&\n\x06topics\x18\x02 \x03(\x0b\x32\x16.echelon.v1.TopicEntry\x12#\n\x04plan\x18\x03 \x01(\x0b\x32\x15.echelon.v1.PlanEntry\"\x1f\n\rDigestRequest\x12\x0e\n\x06origin\x18\x01 \x01(\t\">\n\x0e\x44igestResponse\x12\x0e\n\x06origin\x18\x01 \x01(\t\x12\x0e\n\x06topics\x18\x02 \x01(\t\x12\x0c\n\x04plan\x18\x03 \x01(\t\"\x1d\n\x0bPullRequest\x12\x0e\n\x06origin\x18\x01 \x01(\t\"\x0e\n\x0cPushResponse*d\n\x04Role\x12\x14\n\x10ROLE_UNSPECIFIED\x10\x00\x12\x0e\n\nROLE_AGENT\x10\x01\x12\x10\n\x0cROLE_MATCHER\x10\x02\x12\x0f\n\x0bROLE_ROUTER\x10\x03\x12\x13\n\x0fROLE_MEMBERSHIP\x10\x04*\x8b\x01\n\x0bMemberState\x12\x1c\n\x18MEMBER_STATE_UNSPECIFIED\x10\x00\x12\x16\n\x12MEMBER_STATE_ALIVE\x10\x01\x12\x18\n\x14MEMBER_STATE_SUSPECT\x10\x02\x12\x15\n\x11MEMBER_STATE_DEAD\x10\x03\x12\x15\n\x11MEMBER_STATE_LEFT\x10\x04\x32\xc0\x02\n\nMembership\x12\x39\n\x04Join\x12\x17.echelon.v1.JoinRequest\x1a\x18.echelon.v1.JoinResponse\x12\x38\n\tHeartbeat\x12\x10.echelon.v1.Beat\x1a\x15.echelon.v1.BeatReply(\x01\x30\x01\x12;\n\x05Watch\x12\x18.echelon.v1.WatchRequest\x1a\x16.echelon.v1.ViewUpdate0\x01\x12<\n\x05Leave\x12\x18.echelon.v1.LeaveRequest\x1a\x19.echelon.v1.LeaveResponse\x12\x42\n\x07Suspect\x12\x1a.echelon.v1.SuspectRequest\x1a\x1b.echelon.v1.SuspectResponse2\xd2\x01\n\x07\x43ontrol\x12>\n\x07GetPlan\x12\x1a.echelon.v1.GetPlanRequest\x1a\x17.echelon.v1.RoutingPlan\x12\x41\n\x08PushPlan\x12\x17.echelon.v1.RoutingPlan\x1a\x1c.echelon.v1.PushPlanResponse\x12\x44\n\tWatchPlan\x12\x1c.echelon.v1.WatchPlanRequest\x1a\x17.echelon.v1.RoutingPlan0\x01\x32\xc5\x01\n\x0bReplication\x12?\n\x06\x44igest\x12\x19.echelon.v1.DigestRequest\x1a\x1a.echelon.v1.DigestResponse\x12\x39\n\x04Pull\x12\x17.echelon.v1.PullRequest\x1a\x18.echelon.v1.ReplicaState\x12:\n\x04Push\x12\x18.echelon.v1.ReplicaState\x1a\x18.echelon.v1.PushResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'echelon.v1.membership_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_ROLE']._serialized_start=2275
-  _globals['_ROLE']._serialized_end=2375
-  _globals['_MEMBERSTATE']._serialized_start=2378
-  _globals['_MEMBERSTATE']._serialized_end=2517
+  _globals['_ROLE']._serialized_start=2299
+  _globals['_ROLE']._serialized_end=2399
+  _globals['_MEMBERSTATE']._serialized_start=2402
+  _globals['_MEMBERSTATE']._serialized_end=2541
   _globals['_MEMBER']._serialized_start=69
   _globals['_MEMBER']._serialized_end=324
   _globals['_VIEW']._serialized_start=326
@@ -69,33 +69,33 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_BUCKETHINT']._serialized_start=1429
   _globals['_BUCKETHINT']._serialized_end=1476
   _globals['_ROUTINGPLAN']._serialized_start=1479
-  _globals['_ROUTINGPLAN']._serialized_end=1681
-  _globals['_GETPLANREQUEST']._serialized_start=1683
-  _globals['_GETPLANREQUEST']._serialized_end=1699
-  _globals['_WATCHPLANREQUEST']._serialized_start=1701
-  _globals['_WATCHPLANREQUEST']._serialized_end=1742
-  _globals['_PUSHPLANRESPONSE']._serialized_start=1744
-  _globals['_PUSHPLANRESPONSE']._serialized_end=1779
-  _globals['_STAMP']._serialized_start=1781
-  _globals['_STAMP']._serialized_end=1821
-  _globals['_TOPICENTRY']._serialized_start=1823
-  _globals['_TOPICENTRY']._serialized_end=1934
-  _globals['_PLANENTRY']._serialized_start=1936
-  _globals['_PLANENTRY']._serialized_end=2020
-  _globals['_REPLICASTATE']._serialized_start=2022
-  _globals['_REPLICASTATE']._serialized_end=2129
-  _globals['_DIGESTREQUEST']._serialized_start=2131
-  _globals['_DIGESTREQUEST']._serialized_end=2162
-  _globals['_DIGESTRESPONSE']._serialized_start=2164
-  _globals['_DIGESTRESPONSE']._serialized_end=2226
-  _globals['_PULLREQUEST']._serialized_start=2228
-  _globals['_PULLREQUEST']._serialized_end=2257
-  _globals['_PUSHRESPONSE']._serialized_start=2259
-  _globals['_PUSHRESPONSE']._serialized_end=2273
-  _globals['_MEMBERSHIP']._serialized_start=2520
-  _globals['_MEMBERSHIP']._serialized_end=2840
-  _globals['_CONTROL']._serialized_start=2843
-  _globals['_CONTROL']._serialized_end=3053
-  _globals['_REPLICATION']._serialized_start=3056
-  _globals['_REPLICATION']._serialized_end=3253
+  _globals['_ROUTINGPLAN']._serialized_end=1705
+  _globals['_GETPLANREQUEST']._serialized_start=1707
+  _globals['_GETPLANREQUEST']._serialized_end=1723
+  _globals['_WATCHPLANREQUEST']._serialized_start=1725
+  _globals['_WATCHPLANREQUEST']._serialized_end=1766
+  _globals['_PUSHPLANRESPONSE']._serialized_start=1768
+  _globals['_PUSHPLANRESPONSE']._serialized_end=1803
+  _globals['_STAMP']._serialized_start=1805
+  _globals['_STAMP']._serialized_end=1845
+  _globals['_TOPICENTRY']._serialized_start=1847
+  _globals['_TOPICENTRY']._serialized_end=1958
+  _globals['_PLANENTRY']._serialized_start=1960
+  _globals['_PLANENTRY']._serialized_end=2044
+  _globals['_REPLICASTATE']._serialized_start=2046
+  _globals['_REPLICASTATE']._serialized_end=2153
+  _globals['_DIGESTREQUEST']._serialized_start=2155
+  _globals['_DIGESTREQUEST']._serialized_end=2186
+  _globals['_DIGESTRESPONSE']._serialized_start=2188
+  _globals['_DIGESTRESPONSE']._serialized_end=2250
+  _globals['_PULLREQUEST']._serialized_start=2252
+  _globals['_PULLREQUEST']._serialized_end=2281
+  _globals['_PUSHRESPONSE']._serialized_start=2283
+  _globals['_PUSHRESPONSE']._serialized_end=2297
+  _globals['_MEMBERSHIP']._serialized_start=2544
+  _globals['_MEMBERSHIP']._serialized_end=2864
+  _globals['_CONTROL']._serialized_start=2867
+  _globals['_CONTROL']._serialized_end=3077
+  _globals['_REPLICATION']._serialized_start=3080
+  _globals['_REPLICATION']._serialized_end=3277
 # @@protoc_insertion_point(module_scope)

@@ -203,7 +203,7 @@ class BucketHint(_message.Message):
     def __init__(self, member_id: _Optional[str] = ..., weight: _Optional[float] = ...) -> None: ...
 
 class RoutingPlan(_message.Message):
-    __slots__ = ("version", "epoch", "zones", "cliques", "bucket_hints", "origin", "created_unix_ms")
+    __slots__ = ("version", "epoch", "zones", "cliques", "bucket_hints", "origin", "created_unix_ms", "predicted_gain")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     ZONES_FIELD_NUMBER: _ClassVar[int]
@@ -211,6 +211,7 @@ class RoutingPlan(_message.Message):
     BUCKET_HINTS_FIELD_NUMBER: _ClassVar[int]
     ORIGIN_FIELD_NUMBER: _ClassVar[int]
     CREATED_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    PREDICTED_GAIN_FIELD_NUMBER: _ClassVar[int]
     version: int
     epoch: int
     zones: _containers.RepeatedCompositeFieldContainer[Zone]
@@ -218,7 +219,8 @@ class RoutingPlan(_message.Message):
     bucket_hints: _containers.RepeatedCompositeFieldContainer[BucketHint]
     origin: str
     created_unix_ms: int
-    def __init__(self, version: _Optional[int] = ..., epoch: _Optional[int] = ..., zones: _Optional[_Iterable[_Union[Zone, _Mapping]]] = ..., cliques: _Optional[_Iterable[_Union[Clique, _Mapping]]] = ..., bucket_hints: _Optional[_Iterable[_Union[BucketHint, _Mapping]]] = ..., origin: _Optional[str] = ..., created_unix_ms: _Optional[int] = ...) -> None: ...
+    predicted_gain: float
+    def __init__(self, version: _Optional[int] = ..., epoch: _Optional[int] = ..., zones: _Optional[_Iterable[_Union[Zone, _Mapping]]] = ..., cliques: _Optional[_Iterable[_Union[Clique, _Mapping]]] = ..., bucket_hints: _Optional[_Iterable[_Union[BucketHint, _Mapping]]] = ..., origin: _Optional[str] = ..., created_unix_ms: _Optional[int] = ..., predicted_gain: _Optional[float] = ...) -> None: ...
 
 class GetPlanRequest(_message.Message):
     __slots__ = ()

@@ -23,7 +23,7 @@ def plan(*zones: mpb.Zone, version: int = 2, **kw) -> mpb.RoutingPlan:
 
 def test_a_good_plan_is_accepted():
     halves = [zone("z0", (0, 0), (0.5, 1), "m0", replicas=["m1"]), zone("z1", (0.5, 0), (1, 1), "m1")]
-    assert check(plan(*halves, cliques=[mpb.Clique(id="c", members=["r0"])],
+    assert check(plan(*halves, cliques=[mpb.Clique(id="c", members=["r0"])], predicted_gain=0.4,
                       bucket_hints=[mpb.BucketHint(member_id="a0", weight=2)]), 1, ALIVE, TOPICS) is None
 
 
@@ -46,6 +46,8 @@ def test_a_version_not_above_the_current_one_is_a_precondition_failure():
     (plan(cliques=[mpb.Clique(id="c")]), "id and members are required"),
     (plan(cliques=[mpb.Clique(id="c", members=["r0"]), mpb.Clique(id="d", members=["r0"])]), "already in clique"),
     (plan(bucket_hints=[mpb.BucketHint(member_id="a0", weight=-1)]), "finite weight >= 0"),
+    (plan(predicted_gain=1.5), "predicted_gain must be in [0, 1]"),
+    (plan(predicted_gain=float("nan")), "predicted_gain must be in [0, 1]"),
 ])
 def test_malformed_plans_are_invalid_and_say_why(bad, says):
     reason = check(bad, 1, ALIVE, TOPICS)

@@ -4,6 +4,7 @@ while valid, no push without a gain beyond the margin."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from echelon.matcher.layout import default_zones
 from echelon.v1 import membership_pb2 as mpb
@@ -25,6 +26,7 @@ def test_a_plan_that_beats_the_default_is_pushed_and_then_nothing_is():
     default, _ = default_zones("quotes", SPACE, MATCHERS)
     first = plan.decide(inputs(mpb.RoutingPlan(), default), plan.Settings(), 1)
     assert first.plan is not None and first.topics[0].change and first.topics[0].before == 4.0
+    assert first.plan.predicted_gain == pytest.approx(1 - first.topics[0].after / 4.0) and first.plan.predicted_gain > 0.1
     now = [z for z in first.topics[0].zones]
     again = plan.decide(inputs(first.plan, now), plan.Settings(), 2)
     assert again.plan is None and not again.topics[0].change
@@ -35,7 +37,7 @@ def test_hints_need_congestion_and_keep_it_with_hysteresis():
     s = plan.Settings(margin=10.0)  # no zone change: only hints and cliques decide
     d = plan.decide(inputs(mpb.RoutingPlan(), default, congested={"a0": 0.6, "a1": 0.3}), s, 1)
     assert d.hints == {"a0": 1.0} and d.hints_changed and d.plan is not None
-    assert [(h.member_id, h.weight) for h in d.plan.bucket_hints] == [("a0", 1.0)]
+    assert [(h.member_id, h.weight) for h in d.plan.bucket_hints] == [("a0", 1.0)] and d.plan.predicted_gain == 0
     kept = plan.decide(inputs(d.plan, default, congested={"a0": 0.3}), s, 2)  # above a quarter: kept
     assert kept.hints == {"a0": 1.0} and not kept.hints_changed and kept.plan is None
     dropped = plan.decide(inputs(d.plan, default, congested={"a0": 0.1}), s, 2)
