@@ -61,7 +61,7 @@ async def test_replan_balances_the_stock_workload_without_losing_a_delivery(tmp_
         await clients[0].create_topic(TOPIC, stock.STOCK_SCHEMA)
         got: dict[str, list[tuple[str, int]]] = defaultdict(list)
         for i, f in enumerate(filters):
-            sub = clients[i % AGENTS].subscribe(TOPIC, f, name=f"s{i}", credits=1000)
+            sub = clients[i % AGENTS].subscribe(TOPIC, f, name=f"s{i}", max_outstanding=1000)
             await sub.start()
 
             async def read(sub=sub, i=i):
@@ -116,7 +116,13 @@ async def test_replan_balances_the_stock_workload_without_losing_a_delivery(tmp_
                 await asyncio.to_thread(job_cluster.push, membership, bad)
         async with grpc.aio.insecure_channel(membership) as ch:
             control = mgrpc.ControlStub(ch)
-            assert (await control.GetPlan(mpb.GetPlanRequest())).version == first.pushed
+            stored = await control.GetPlan(mpb.GetPlanRequest())
+            assert stored.version == first.pushed
+            # The job's predicted gain travels with the plan and is what membership exports.
+            t = first.decision.topics[0]
+            assert stored.predicted_gain == pytest.approx(1 - t.after / t.before) and stored.predicted_gain > 0.1
+            gain = c.by_role("membership")[0].scrape(("echelon_membership_plan_predicted_gain",))
+            assert gain == {"echelon_membership_plan_predicted_gain": pytest.approx(stored.predicted_gain)}
             with pytest.raises(grpc.aio.AioRpcError) as stale:  # an old version
                 await control.PushPlan(mpb.RoutingPlan(version=first.pushed, zones=plan.zones))
             assert stale.value.code() == grpc.StatusCode.FAILED_PRECONDITION
