@@ -61,7 +61,7 @@ async def test_replan_balances_the_stock_workload_without_losing_a_delivery(tmp_
         await clients[0].create_topic(TOPIC, stock.STOCK_SCHEMA)
         got: dict[str, list[tuple[str, int]]] = defaultdict(list)
         for i, f in enumerate(filters):
-            sub = clients[i % AGENTS].subscribe(TOPIC, f, name=f"s{i}", credits=1000)
+            sub = clients[i % AGENTS].subscribe(TOPIC, f, name=f"s{i}", max_outstanding=1000)
             await sub.start()
 
             async def read(sub=sub, i=i):
