@@ -170,7 +170,7 @@ class MemberClient:
     async def _beat_loop(self, address: str) -> None:
         stub = mgrpc.MembershipStub(self._channels[address])
         backoff = self.beat_interval
-        while True:
+        while not self._stopped:  # not only cancellation: 3.11's wait_for can swallow a cancel
             call = None
             opened = 0.0
             try:
@@ -230,7 +230,9 @@ class MemberClient:
 
     async def _watch_loop(self) -> None:
         skip: dict[str, float] = {}
-        while True:
+        # Ends on `_stopped` too: Python 3.11's wait_for swallows a cancel that lands as
+        # its inner wait completes (gh-86296), and stop() would wait for this loop forever.
+        while not self._stopped:
             target = self._target(skip)
             if target is None:
                 self._reach.clear()
