@@ -15,7 +15,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from loadtest.bench_events.systems import MODES, SYSTEMS, missing_peers, pool_index
+from loadtest.bench_events.systems import MODES, SYSTEMS, missing_peers
 from loadtest.bench_events.workload import (POOL, Pool, Received, cpu_seconds, oracle, percentile, subscriptions,
                                             tcp_bytes_sent)
 
@@ -185,6 +185,9 @@ class Run:
         return {"published_per_s": row["published_per_s"], **top_costs(out)}
 
 
+OUTER = ("(services/__main__.py", "(services/cli.py")  # the process's entry, under every stack
+
+
 def top_costs(folded: Path, n: int = 15) -> dict:
     """py-spy's raw (folded) stacks -> shares of all samples: by the function on top of
     the stack (self), and by the deepest Echelon frame (services/...) of each stack, the
@@ -202,7 +205,7 @@ def top_costs(folded: Path, n: int = 15) -> dict:
         frames = [f for f in stack.split(";") if not f.startswith(("process ", "thread "))]
         if frames:
             self_[frames[-1]] += c
-        mine = [f for f in frames if "(services/" in f and "(services/__main__.py" not in f and "(services/cli.py" not in f]
+        mine = [f for f in frames if "(services/" in f and not any(m in f for m in OUTER)]
         ours[mine[-1] if mine else "(outside Echelon's code) " + (frames[-1] if frames else "?")] += c
     share = lambda counter: [(f, round(100 * c / total, 1)) for f, c in counter.most_common(n)]  # noqa: E731
     return {"samples": total, "self_pct": share(self_), "by_echelon_frame_pct": share(ours)}

@@ -13,8 +13,8 @@ import pytest
 from loadtest.bench_events import run as bench
 from loadtest.bench_events.systems import MODES, missing_peers
 
-pytestmark = pytest.mark.skipif(bool(missing_peers()),
-                                reason=f"{', '.join(missing_peers())} missing (Debian packages; `make install` as root)")
+pytestmark = pytest.mark.skipif(bool(missing_peers()), reason=f"{', '.join(missing_peers())} missing "
+                                "(Debian packages; `make install` as root installs them)")
 
 
 def test_quick_run_has_every_cell_and_echelon_delivers_what_the_oracle_says(tmp_path, capsys):
