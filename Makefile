@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 SYSTEM := $(VENV)/.system
 
-.PHONY: install proto dashboards demo up test chaos bench bench-replan replan-loop clean
+.PHONY: install proto dashboards demo up test chaos bench bench-replan bench-events replan-loop clean
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) on PATH"; exit 1; }
@@ -14,13 +14,16 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[server,dev,spark]'
 	touch $(STAMP)
 
-# Machine packages the tests use: promtool/prometheus (metrics), iproute2 (namespaces).
+# Machine packages the tests use: promtool/prometheus (metrics), iproute2 (namespaces),
+# nats-server and redis-server (the peers of the small-event benchmark).
 # Installed with apt when we are root and they are missing; otherwise those tests skip.
 $(SYSTEM): | $(STAMP)
-	@if ! command -v promtool >/dev/null || ! command -v ip >/dev/null || ! command -v tc >/dev/null; then \
+	@if ! command -v promtool >/dev/null || ! command -v ip >/dev/null || ! command -v tc >/dev/null \
+	    || ! command -v nats-server >/dev/null || ! command -v redis-server >/dev/null; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus iproute2 >/dev/null; \
-	  else echo "note: promtool/iproute2 missing and not root: their tests will skip"; fi; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus iproute2 \
+	      nats-server redis-server >/dev/null; \
+	  else echo "note: promtool/iproute2/nats-server/redis-server missing and not root: their tests will skip"; fi; \
 	fi
 	touch $(SYSTEM)
 
@@ -54,6 +57,12 @@ bench: $(STAMP)
 # measured on 4 matcher processes with 150k subscriptions (a table and out/replan_loop/*.png).
 bench-replan: $(STAMP)
 	$(PY) -m loadtest.bench_replan --out out/bench_replan
+
+# Small events, Echelon beside nats-server and redis-server in one run (about 10 minutes):
+# the table of ratios to NATS, out/bench_events/{latency_vs_rate.png,bench_events.json}, and
+# a py-spy profile of the publishing agent under saturation.
+bench-events: $(STAMP) $(SYSTEM)
+	$(PY) -m loadtest.bench_events --out out/bench_events --profile
 
 replan-loop: $(STAMP)
 	$(PY) -m loadtest.replan_loop --out out/replan_loop

@@ -9,11 +9,17 @@ batches of uniform stock events back to back (one batch in flight per stream). E
 CPU seconds (/proc/<pid>/stat) and the events answered. Phases: `before` on the default
 plan; then `echelon replan` runs as a child process (the real CLI, scraping the cluster's
 /metrics while the load goes on) and the matchers hand off; `after` starts once every
-matcher routes with the new plan (the load pauses during the handoff: on this shared 2-core
-machine a starved matcher misses Sync deadlines, is reported suspect, refutes with a new
-incarnation, and that starts another layout). Prints matched events/s of the tier and the
-largest matcher's share of the tier's CPU, before and after, with ratios; writes
+matcher routes with the new plan (if the handoff is still going when replan returns, the
+load pauses until it is done, so `after` measures the new plan, not the handoff). Prints
+matched events/s of the tier and the largest matcher's share of the tier's CPU, before and
+after, with ratios, and how many layouts each matcher adopted and how many suspicions
+membership logged (a settled switch: two layouts each, default then plan); writes
 replan_loop.png (per-matcher CPU over time, the push and the settled switch marked).
+
+Before layouts were keyed by process lifetime (runtime.member), a starved matcher's late
+Sync answer was reported as evidence, it refuted with a new incarnation, and every
+refutation started another layout: at 150k subscriptions the tier adopted ~100 layouts in
+3 minutes and never settled.
 """
 
 from __future__ import annotations
@@ -113,9 +119,8 @@ class Load:
 
 async def measure(args) -> dict:
     # A 1 s heartbeat (DEAD after 35 s of silence): the load saturates the machine's cores,
-    # and a starved process declared dead would rejoin as a new incarnation, a new layout.
-    # A long matcher deadline too: a peer call timing out reports the peer as suspect, and
-    # its refutation (a new incarnation) starts yet another layout.
+    # and a starved process declared dead would rejoin in a new lifetime, a new layout.
+    # A long matcher deadline too: a starved peer answers MatchZones late.
     slow = ["--beat-interval", "1.0"]
     c = launch.Cluster(agents=1, matchers=4, memberships=1, placement=launch.Loopback(0), log_dir=args.out / "logs",
                        extra={"membership": slow, "matcher": [*slow, "--deadline", "60"], "agent": slow})
@@ -177,6 +182,12 @@ def phase(samples: list[dict], a: float, b: float) -> tuple[float, dict[str, flo
     return (last["answered"] - first["answered"]) / dt, {m: last["cpu"][m] - first["cpu"][m] for m in first["cpu"]}
 
 
+def churn(logs: Path) -> tuple[dict[str, int], int]:
+    """(layouts adopted per matcher, suspicions membership logged), from the run's logs."""
+    adopted = {f.stem: f.read_text().count("adopted layout") for f in sorted(logs.glob("matcher-*.log"))}
+    return adopted, sum(f.read_text().count("alive -> suspect") for f in logs.glob("membership-*.log"))
+
+
 def report(result: dict, out: Path) -> str:
     s, mk = result["samples"], result["marks"]
     rate_b, cpu_b = phase(s, 2.0, mk["replan"])
@@ -190,6 +201,9 @@ def report(result: dict, out: Path) -> str:
                          for m in sorted(cpu_b)),
              f"replan ran {mk['pushed'] - mk['replan']:.0f}s; the switch settled {mk['settled'] - mk['pushed']:.0f}s "
              "after the push"]
+    adopted, suspicions = churn(out / "logs")
+    lines.append("layouts adopted: " + ", ".join(f"{m} {n}" for m, n in adopted.items())
+                 + f"; suspicions: {suspicions}")
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -10,7 +10,7 @@ The agent is the owner of its subscriptions. Each registration carries a version
 agent's clock, increasing), so a re-registration replaces and a removal is not undone by
 an older copy still travelling between matchers. The safety net under the tier's own
 handoff and mirror recovery: a matcher that appears in the view (new, or restarted with
-a new incarnation) is sent every subscription again; the tier ignores copies it holds.
+a new lifetime, runtime/member.py) is sent every subscription again; the tier ignores copies it holds.
 
 Registering and removing must complete whoever waits for them (a client that cancels its
 stream cancels the handler that opened the subscription): a registration runs in a task
@@ -31,7 +31,7 @@ import time
 import grpc
 
 from echelon.runtime.errors import Unavailable
-from echelon.runtime.member import MemberClient
+from echelon.runtime.member import MemberClient, lifetime
 from echelon.runtime.server import channel
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import matcher_pb2 as xpb
@@ -61,7 +61,7 @@ class MatchClient:
         self._removal_queued = asyncio.Event()
         self._remover: asyncio.Task | None = None
         self._tokens = itertools.count(1)
-        self._known: dict[str, int] = {}  # matcher id -> incarnation already filled
+        self._known: dict[str, int] = {}  # matcher id -> lifetime already filled (a refutation keeps it)
         self._filled_at: dict[str, float] = {}  # matcher id -> when this agent refilled it
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._stream = None
@@ -222,8 +222,8 @@ class MatchClient:
         self._waiters = still
 
     def on_view(self) -> None:
-        """Refill matchers that are new to us or came back with a new incarnation."""
-        fresh = [m for m in self.matchers() if self._known.get(m.id) != m.incarnation]
+        """Refill matchers that are new to us or came back in a new lifetime (restarted: state lost)."""
+        fresh = [m for m in self.matchers() if self._known.get(m.id) != lifetime(m.incarnation)]
         if fresh and (self._refill is None or self._refill.done()):
             self._refill = asyncio.create_task(self._fill(fresh))
 
@@ -234,12 +234,12 @@ class MatchClient:
                     req = xpb.RegisterRequest(subscriptions=list(self.subscriptions.values()))
                     self._filled_at[m.id] = time.monotonic()
                     await self._stub(m).Register(req, timeout=self.timeout)
-                self._known[m.id] = m.incarnation
+                self._known[m.id] = lifetime(m.incarnation)
             except grpc.aio.AioRpcError as e:
                 log.warning("refilling matcher %s failed: %s %s", m.id, e.code().name, e.details())
                 if e.code() not in RETRY_CODES:  # e.g. a topic deleted since: retrying would not help
-                    self._known[m.id] = m.incarnation
-        if any(self._known.get(m.id) != m.incarnation for m in self.matchers()):
+                    self._known[m.id] = lifetime(m.incarnation)
+        if any(self._known.get(m.id) != lifetime(m.incarnation) for m in self.matchers()):
             await asyncio.sleep(0.2)
             self._refill = None
             self.on_view()
@@ -249,7 +249,7 @@ class MatchClient:
         deadline = asyncio.get_running_loop().time() + self.timeout
         request = xpb.MatchRequest(batch_id=next(self._batch_ids), events=events)
         while True:
-            matchers = [m for m in self.matchers() if self._known.get(m.id) == m.incarnation]
+            matchers = [m for m in self.matchers() if self._known.get(m.id) == lifetime(m.incarnation)]
             if matchers:
                 m = next((x for x in matchers if x.id == self._stream_matcher), matchers[self._rr % len(matchers)])
                 try:

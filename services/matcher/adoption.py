@@ -58,18 +58,18 @@ class TopicState:
 class Layouts:
     """The topics' layouts at matcher `me`, and the view they come from."""
 
-    def __init__(self, me: str, incarnation: Callable[[], int], store: CopyStore, transport: Transport,
+    def __init__(self, me: str, lifetime: Callable[[], int], store: CopyStore, transport: Transport,
                  spawn: Callable[..., asyncio.Task], pushed: Callable[[], None]):
         """`pushed()`: a push finished (the barrier looks again)."""
         self.me = me
-        self.incarnation = incarnation
+        self.lifetime = lifetime
         self.store = store
         self.transport = transport
         self.spawn = spawn
         self.pushed = pushed
         self.on_handoff: Callable[[int], None] | None = None  # the service's metric: copies sent
         self.topics: dict[str, TopicState] = {}
-        self.view = TierView({me: incarnation()}, {})
+        self.view = TierView({me: lifetime()}, {})
 
     def of(self, topic: str) -> list[Layout]:
         """Every layout of the topic (active, pending, retired)."""
@@ -90,7 +90,7 @@ class Layouts:
 
     def update(self, view: TierView) -> None:
         """Adopt the layouts `view` implies; a changed one becomes pending and is pushed."""
-        matchers = {**view.matchers, self.me: view.matchers.get(self.me, self.incarnation())}
+        matchers = {**view.matchers, self.me: view.matchers.get(self.me, self.lifetime())}
         self.view = TierView(matchers, dict(view.topics), dict(view.plan_zones), view.plan_version)
         order = sorted(matchers)
         for topic, schema in view.topics.items():
@@ -151,7 +151,7 @@ class Layouts:
         for sid in list(store.by_topic.get(topic, ())):
             new = set(layout.targets(sid)) - {self.me}
             if old is not None:
-                new -= {p for p in old.targets(sid) if old.incarnations.get(p) == layout.incarnations.get(p)}
+                new -= {p for p in old.targets(sid) if old.lifetimes.get(p) == layout.lifetimes.get(p)}
             for p in new:
                 sends[p].append(store.copies[sid])
         keys = [L.key for L in (ts.active, layout) if L is not None]

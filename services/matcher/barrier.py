@@ -31,7 +31,7 @@ class Barrier:
         self.store = store
         self.transport = transport
         self.changed = changed
-        self.peers: dict[str, tuple[int, int, dict[str, Status]]] = {}  # id -> (incarnation, seq, status)
+        self.peers: dict[str, tuple[int, int, dict[str, Status]]] = {}  # id -> (lifetime, seq, status)
         self._dirty = asyncio.Event()
         self._seq = 0
 
@@ -45,11 +45,11 @@ class Barrier:
                                     ts.active.key if ts.active else "")
         return out
 
-    def on_status(self, peer: str, incarnation: int, seq: int, status: dict[str, Status]) -> None:
+    def on_status(self, peer: str, lifetime: int, seq: int, status: dict[str, Status]) -> None:
         current = self.peers.get(peer)
-        if current is not None and (current[0], current[1]) >= (incarnation, seq):
+        if current is not None and (current[0], current[1]) >= (lifetime, seq):
             return
-        self.peers[peer] = (incarnation, seq, status)
+        self.peers[peer] = (lifetime, seq, status)
         self.advance()
 
     def moved(self) -> None:

@@ -25,8 +25,11 @@ matcher after the primary zone's owner, in sorted order, holds one more copy, so
 any one matcher never loses a subscription.
 
 A layout is named by a key: a digest of the topic, its schema, the zones with their
-members, and the alive matchers with their incarnations (a restarted matcher is empty,
-so it must be refilled: a new layout).
+members, and the alive matchers with their process lifetimes (runtime.member.lifetime:
+a restarted matcher is empty, so it must be refilled: a new layout). Not their SWIM
+incarnations: a matcher that refutes a suspicion (a peer call to it timed out on a busy
+machine, say) keeps every copy it holds, and a new layout for it would restart the
+handoff of the whole tier each time, so that a loaded tier never settles.
 """
 
 from __future__ import annotations
@@ -113,7 +116,7 @@ class Layout:
         self.topic, self.me, self.source, self.schema = topic, me, source, schema
         self.space = space if space is not None else Space.of(schema)
         self.key = layout_key(topic, schema, zones, matchers)
-        self.incarnations = dict(matchers)
+        self.lifetimes = dict(matchers)
         self.order = sorted(matchers)
         self.map = ZoneMap(self.space, zones)  # geometry only: it holds no subscription
         self.zones = list(zones)

@@ -43,7 +43,7 @@ class PeerUnavailable(Exception):
 
 
 class StaleLayout(Exception):
-    """The layout a MatchZones call names is not held here (retired, or from a dead incarnation)."""
+    """The layout a MatchZones call names is not held here (retired, or from an earlier lifetime)."""
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,7 @@ class Status:
 class TierView:
     """What the layouts are computed from: the alive matchers, the topics, the plan."""
 
-    matchers: Mapping[str, int]  # alive matcher id -> incarnation
+    matchers: Mapping[str, int]  # alive matcher id -> process lifetime (runtime.member.lifetime)
     topics: Mapping[str, Schema]
     plan_zones: Mapping[str, Sequence[Zone]] = field(default_factory=dict)
     plan_version: int = 0
@@ -81,8 +81,12 @@ class Transport(Protocol):
 
 class GrpcTransport:
     """Transport over gRPC; every failure but FAILED_PRECONDITION is PeerUnavailable.
-    Peers' addresses come from the membership view; an unreachable peer is reported to
-    membership as evidence for the failure detector."""
+    Peers' addresses come from the membership view. A peer whose connection fails
+    (UNAVAILABLE) is reported to membership as evidence for the failure detector, which
+    takes evidence to mean a broken stream (core.detector). A call that only missed its
+    deadline is not reported: on a busy machine a live matcher answers late (a Sync
+    behind a handoff of tens of thousands of copies), and suspecting it makes it refute;
+    a hung process stops beating too, and the detector's silence rule finds it."""
 
     def __init__(self, me: str, membership: Callable[[], MemberClient | None], incarnation: Callable[[], int]):
         self.me, self.membership, self.incarnation = me, membership, incarnation
@@ -103,7 +107,7 @@ class GrpcTransport:
         except grpc.aio.AioRpcError as e:
             if e.code() == grpc.StatusCode.FAILED_PRECONDITION:
                 raise StaleLayout(e.details()) from None
-            if e.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+            if e.code() == grpc.StatusCode.UNAVAILABLE:
                 self._report(peer, f"{method}: {e.code().name}")
             raise PeerUnavailable(peer, f"({method}: {e.code().name} {e.details()})") from None
 

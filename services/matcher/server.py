@@ -28,6 +28,7 @@ from echelon.matcher.reconcile import Reaper, holdings, reconcile
 from echelon.matcher.sample import EventSampler, sample
 from echelon.matcher.tier import Tier
 from echelon.runtime.errors import FailedPrecondition, InvalidArgument
+from echelon.runtime.member import lifetime
 from echelon.runtime.metrics import LATENCY_BUCKETS
 from echelon.runtime.node import Node, NodeConfig
 from echelon.runtime.wire import attributes_from_pb, filter_from_pb, schema_from_pb
@@ -66,7 +67,7 @@ def tier_view(member) -> TierView:
     zones: dict[str, list[Zone]] = defaultdict(list)
     for z in member.plan.zones if member.plan else ():
         zones[z.topic].append(Zone(z.id, tuple(z.low), tuple(z.high), z.owner, tuple(z.replicas)))
-    return TierView({m.id: m.incarnation for m in member.alive(mpb.ROLE_MATCHER)}, topics, zones,
+    return TierView({m.id: lifetime(m.incarnation) for m in member.alive(mpb.ROLE_MATCHER)}, topics, zones,
                     member.plan_version)
 
 
@@ -199,7 +200,7 @@ class MatcherServicer(xgrpc.MatcherServicer):
 
     async def Sync(self, request: xpb.SyncRequest, context) -> xpb.SyncResponse:
         status = {s.topic: Status(s.adopted, s.pushed, s.filled, s.active) for s in request.layouts}
-        self.tier.on_status(request.member, request.incarnation, request.seq, status)
+        self.tier.on_status(request.member, lifetime(request.incarnation), request.seq, status)
         return xpb.SyncResponse()
 
     async def Reconcile(self, request: xpb.ReconcileRequest, context) -> xpb.ReconcileResponse:
@@ -236,7 +237,7 @@ class MatcherNode(Node):
     def __init__(self, config: NodeConfig, deadline: float = 8.0, park_seconds: float = PARK_SECONDS):
         super().__init__(config)
         self.transport = GrpcTransport(config.id, lambda: self.membership, self.incarnation)
-        self.tier = Tier(config.id, self.transport, self.incarnation, deadline)
+        self.tier = Tier(config.id, self.transport, self.lifetime, deadline)
         self.metrics = MatcherMetrics(self.registry, self.tier)
         self.reaper = Reaper(self.tier, lambda: [m.id for m in self.membership.alive(mpb.ROLE_AGENT)],
                              self.metrics.reaped, park_seconds)
@@ -248,6 +249,11 @@ class MatcherNode(Node):
 
     def incarnation(self) -> int:
         return self.membership.member.incarnation if self.membership else 0
+
+    def lifetime(self) -> int:
+        """This process's lifetime: what the tier keys layouts by (not the incarnation, which
+        a refuted suspicion bumps while every copy here stays)."""
+        return lifetime(self.incarnation())
 
     async def on_start(self) -> None:
         self.tier.start()

@@ -57,7 +57,7 @@ log = logging.getLogger("echelon.matcher.tier")
 
 
 class Tier:
-    def __init__(self, me: str, transport: Transport, incarnation: Callable[[], int] = lambda: 0,
+    def __init__(self, me: str, transport: Transport, lifetime: Callable[[], int] = lambda: 0,
                  deadline: float = 8.0):
         self.me = me
         self.transport = transport
@@ -68,7 +68,7 @@ class Tier:
         self._tasks: set[asyncio.Task] = set()
         self._peer_call = 0.0  # loop time of the last request from another matcher
         self.store = CopyStore(lambda topic: self.layouts.of(topic))
-        self.layouts = Layouts(me, incarnation, self.store, transport, self._spawn, lambda: self.barrier.moved())
+        self.layouts = Layouts(me, lifetime, self.store, transport, self._spawn, lambda: self.barrier.moved())
         self.barrier = Barrier(self.layouts, self.store, transport, self._notify)
         self.removal = Removal(me, self.layouts, self.store, transport, self._spawn)
         self.zones = Zones(me, self.layouts, self.store)
@@ -227,6 +227,6 @@ class Tier:
         self._called()
         return self.zones.match(topic, key, events, zones)
 
-    def on_status(self, peer: str, incarnation: int, seq: int, status: dict[str, Status]) -> None:
+    def on_status(self, peer: str, lifetime: int, seq: int, status: dict[str, Status]) -> None:
         self._called()
-        self.barrier.on_status(peer, incarnation, seq, status)
+        self.barrier.on_status(peer, lifetime, seq, status)

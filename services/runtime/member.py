@@ -13,6 +13,15 @@ answers, the member goes on with its last view and `view_age()` grows (exported 
 
 Plans are adopted at their epoch: a plan from the watched replica waits until this
 member's view (from the same replica) has reached `plan.epoch`.
+
+An incarnation is two numbers in one: `lifetime(inc) * LIFETIME + refutations`, where the
+lifetime is the wall-clock millisecond the process started (like Cassandra's gossip
+generation and version). SWIM orders incarnations as whole numbers, so a restart always
+outranks any refutation of the previous lifetime. Refuting a suspicion (SWIM 4.2) adds
+one and keeps the lifetime: the process and its state are the same. A rejoin after DEAD
+or LEFT, or after membership refused a stale incarnation, starts a new lifetime, as a
+restart does: whoever dropped the member's state must not trust it again. State held
+for a peer (a matcher's copies) depends on its lifetime, never on its refutations.
 """
 
 from __future__ import annotations
@@ -42,6 +51,7 @@ WATCH_RETRY = 1.0  # a replica whose watch stream failed is skipped this long
 STALE_VIEW = 3.0  # no update or keepalive (sent every second) for this long: fail over
 SILENT_RETRY = 10.0  # a replica whose stream went silent (paused?) is skipped this long
 RPC_TIMEOUT = 2.0
+LIFETIME = 1000  # incarnations per process lifetime: room for 999 refutations (more roll into a new one)
 # gRPC backs off up to 120 s between connection attempts: a restarted replica would be
 # out of reach for minutes. Membership channels retry within a second.
 RECONNECT_OPTIONS = [("grpc.initial_reconnect_backoff_ms", 100), ("grpc.min_reconnect_backoff_ms", 100),
@@ -53,6 +63,16 @@ def membership_channel(address: str) -> grpc.aio.Channel:
     return grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS + RECONNECT_OPTIONS)
 
 
+def lifetime(incarnation: int) -> int:
+    """The process lifetime (restart epoch) of an incarnation; see the module doc."""
+    return incarnation // LIFETIME
+
+
+def next_lifetime(incarnation: int) -> int:
+    """The first incarnation of the lifetime after `incarnation`'s."""
+    return (lifetime(incarnation) + 1) * LIFETIME
+
+
 class MemberClient:
     def __init__(self, member: mpb.Member, replicas: list[str], beat_interval: float = 0.2):
         if not replicas:
@@ -61,7 +81,7 @@ class MemberClient:
         self.member.CopyFrom(member)
         if not self.member.incarnation:
             # Wall-clock milliseconds: a restarted process always comes back higher.
-            self.member.incarnation = int(time.time() * 1000)
+            self.member.incarnation = int(time.time() * 1000) * LIFETIME
         self.member.state = ALIVE
         self.replicas = list(dict.fromkeys(replicas))
         self.beat_interval = beat_interval
@@ -150,10 +170,15 @@ class MemberClient:
 
     # -- heartbeats: one stream per replica ------------------------------------------
 
-    def _bump(self, above: int) -> None:
-        """Take an incarnation above `above` (refutation, rejoin after DEAD or LEFT)."""
+    def _refute(self, above: int) -> None:
+        """Take an incarnation above `above` in this lifetime: the suspicion was wrong."""
         if above >= self.member.incarnation:
             self.member.incarnation = above + 1
+
+    def _new_lifetime(self, above: int) -> None:
+        """Take the next lifetime above `above` (rejoin after DEAD or LEFT, stale join): the
+        cluster let go of this member's state, so it must count as a restarted process."""
+        self.member.incarnation = next_lifetime(max(above, self.member.incarnation))
 
     async def _beats(self):
         sent = -1
@@ -170,7 +195,7 @@ class MemberClient:
     async def _beat_loop(self, address: str) -> None:
         stub = mgrpc.MembershipStub(self._channels[address])
         backoff = self.beat_interval
-        while True:
+        while not self._stopped:  # not only cancellation: 3.11's wait_for can swallow a cancel
             call = None
             opened = 0.0
             try:
@@ -181,10 +206,10 @@ class MemberClient:
                 backoff = self.beat_interval
                 async for reply in call:
                     if reply.state == SUSPECT:
-                        self._bump(reply.incarnation)  # refute
+                        self._refute(reply.incarnation)
                     elif reply.state in GONE:
                         log.warning("declared %s by %s: rejoining", mpb.MemberState.Name(reply.state), address)
-                        self._bump(reply.incarnation)
+                        self._new_lifetime(reply.incarnation)
                         backoff = 0.0
                         break
             except asyncio.CancelledError:
@@ -192,7 +217,7 @@ class MemberClient:
             except grpc.aio.AioRpcError as e:
                 if e.code() == grpc.StatusCode.FAILED_PRECONDITION:  # a stale incarnation: come back higher
                     recorded = dict(e.trailing_metadata() or ()).get(INCARNATION_KEY, "")
-                    self._bump(int(recorded) if recorded.isdigit() else self.member.incarnation)
+                    self._new_lifetime(int(recorded) if recorded.isdigit() else self.member.incarnation)
                     backoff = 0.0
                 log.debug("membership %s: %s %s", address, e.code().name, e.details())
             finally:
@@ -230,7 +255,9 @@ class MemberClient:
 
     async def _watch_loop(self) -> None:
         skip: dict[str, float] = {}
-        while True:
+        # Ends on `_stopped` too: Python 3.11's wait_for swallows a cancel that lands as
+        # its inner wait completes (gh-86296), and stop() would wait for this loop forever.
+        while not self._stopped:
             target = self._target(skip)
             if target is None:
                 self._reach.clear()

@@ -1,0 +1,3 @@
+from loadtest.bench_events.run import main
+
+main()

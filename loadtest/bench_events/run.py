@@ -1,0 +1,317 @@
+"""The run: for each system, selectivity (2%, 20%), publishers (1, 4), mode and rate
+(1k/s, 10k/s, saturation) one cell, bounded by a time and an event count; then the
+table (ratios to NATS), the plot and the JSON."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+from loadtest.bench_events.systems import MODES, SYSTEMS, missing_peers
+from loadtest.bench_events.workload import (POOL, Pool, Received, cpu_seconds, oracle, percentile, subscriptions,
+                                            tcp_bytes_sent)
+
+RATES = (1000, 10000, None)  # None: saturation
+WINDOW = 4096  # events in flight over all publishers (the bound on what a cell leaves behind)
+BATCH = 256  # events per send() at saturation
+SUSTAINED = 0.95  # a fixed rate counts as held when this share of it was published and delivered
+
+
+class Run:
+    def __init__(self, args: argparse.Namespace):
+        self.args = args
+        self.next_id = 0
+        self.sink = None
+        self.ready: set[int] = set()
+        self.cells: list[dict] = []
+        self.profile: dict | None = None
+
+    def deliver(self, sub: int, event_id: int, sent_ns: int) -> None:
+        if event_id < 0:
+            self.ready.add(sub)
+        elif self.sink is not None:
+            self.sink(sub, event_id, sent_ns, time.perf_counter_ns())
+
+    async def warm_up(self, system, subs, pool: Pool) -> None:
+        """Until every subscription got an event meant for it (registration is done)."""
+        self.ready.clear()
+        (send,) = await system.publishers(1, MODES[system.name][0], pool)
+        probes = [-(next(k for k in range(POOL) if s.index in pool.receivers[k]) + 1) for s in subs]
+        deadline = time.monotonic() + 60
+        while len(self.ready) < len(subs):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{system.name}: {len(subs) - len(self.ready)} subscriptions never got an event")
+            await send([p for s, p in zip(subs, probes) if s.index not in self.ready])
+            await asyncio.sleep(0.3)
+        await system.close_publishers()
+
+    async def cell(self, system, sends, rate: int | None, pool: Pool, subs, meta: dict) -> dict:
+        seconds, cap = self.args.seconds, self.args.max_events
+        received = Received(ids={} if self.args.check else None)
+        first = self.next_id
+        late = [0]  # deliveries of an earlier cell's events (its drain timed out): not this cell's
+
+        def sink(sub, i, sent, now):
+            if i >= first:
+                received.record(sub, i, sent, now)
+            else:
+                late[0] += 1
+        self.sink = sink
+        pids = system.pids()
+        own = os.getpid()
+        cpu0 = {k: cpu_seconds(p) for k, p in pids.items()}
+        gen0 = cpu_seconds(own)
+        wire0 = tcp_bytes_sent(set(pids.values()) | {own})
+        window = WINDOW // len(sends)
+        acked, errors, last_ack = [0], Counter(), [0]
+        t0 = time.perf_counter_ns()
+        end = t0 + int(seconds * 1e9)
+
+        async def publisher(send, share: float) -> None:
+            inflight, room, done, tasks = [0], asyncio.Event(), [0], set()
+
+            def settled(task, n):
+                tasks.discard(task)
+                inflight[0] -= n
+                room.set()
+                if task.exception() is None:
+                    acked[0] += n
+                    last_ack[0] = time.perf_counter_ns()
+                else:
+                    errors[type(task.exception()).__name__] += n
+
+            while (now := time.perf_counter_ns()) < end and self.next_id - first < cap:
+                n = BATCH if share is None else min(BATCH, int(share * (now - t0) / 1e9) - done[0])
+                if n <= 0:
+                    await asyncio.sleep(0.0005)
+                    continue
+                while inflight[0] + n > window:
+                    room.clear()
+                    await room.wait()
+                n = min(n, cap - (self.next_id - first))
+                ids = range(self.next_id, self.next_id + n)
+                self.next_id += n
+                done[0] += n
+                inflight[0] += n
+                task = asyncio.create_task(send(ids))
+                tasks.add(task)
+                task.add_done_callback(lambda t, n=n: settled(t, n))
+                await asyncio.sleep(0)
+            if tasks:
+                await asyncio.wait(set(tasks), timeout=self.args.drain)
+
+        share = None if rate is None else rate / len(sends)
+        await asyncio.gather(*(publisher(s, share) for s in sends))
+        last = self.next_id
+        expected = pool.expected(first, last)
+        deadline = time.monotonic() + self.args.drain
+        while received.useful < expected and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.1 if self.args.check else 0)  # anything extra shows up in the oracle
+        self.sink = None
+        cpu = {k: cpu_seconds(p) - cpu0[k] for k, p in pids.items()}
+        wire = tcp_bytes_sent(set(pids.values()) | {own}) - wire0
+        lat = sorted(received.latencies)
+        pub_s = (last_ack[0] - t0) / 1e9 if last_ack[0] else None
+        dlv_s = (received.last_ns - t0) / 1e9 if received.last_ns else None
+        published = acked[0] / pub_s if pub_s else 0.0
+        row = {**meta, "rate": rate or "max", "events": last - first, "acked": acked[0], "errors": dict(errors),
+               "expected_deliveries": expected, "useful_deliveries": received.useful,
+               "late_deliveries_of_earlier_cells": late[0],
+               "published_per_s": published, "delivered_per_s": received.useful / dlv_s if dlv_s else 0.0,
+               "p50_ms": percentile(lat, 0.5), "p99_ms": percentile(lat, 0.99), "p999_ms": percentile(lat, 0.999),
+               "cpu_s_per_1k": {k: v / max(acked[0], 1) * 1000 for k, v in cpu.items()},
+               "cpu_s_per_1k_services": sum(cpu.values()) / max(acked[0], 1) * 1000,
+               "cpu_s_per_1k_loadgen": (cpu_seconds(own) - gen0) / max(acked[0], 1) * 1000,
+               "wire_bytes": wire, "bytes_per_useful_delivery": wire / received.useful if received.useful else None}
+        if rate is not None:
+            target = min(rate, cap / seconds)
+            row["sustained"] = published >= SUSTAINED * target and received.useful >= SUSTAINED * expected
+        if self.args.check and system.name == "echelon":
+            row["oracle"] = oracle(pool, first, last, subs, received.ids)
+        return row
+
+    async def system(self, name: str) -> None:
+        out = Path(self.args.out)
+        system = SYSTEMS[name](out / "logs")
+        await system.start()
+        try:
+            for sel in self.args.selectivity:
+                subs = subscriptions(sel, self.args.subs)
+                pool = Pool.draw(subs)
+                await system.open_subs(subs, pool, self.deliver)
+                await self.warm_up(system, subs, pool)
+                for npub in self.args.publishers:
+                    for mode in MODES[name]:
+                        sends = await system.publishers(npub, mode, pool)
+                        for rate in RATES:
+                            meta = {"system": name, "mode": mode, "selectivity": sel, "publishers": npub}
+                            row = await self.cell(system, sends, rate, pool, subs, meta)
+                            self.cells.append(row)
+                            print(line(row), flush=True)
+                        await system.close_publishers()
+                if name == "echelon" and sel == self.args.selectivity[0] and self.args.profile:
+                    self.profile = await self.profiled(system, pool, subs)
+                await system.close_subs()
+        finally:
+            await system.stop()
+
+    async def profiled(self, system, pool, subs) -> dict:
+        """A saturation cell (batch-DELIVERED, 1 publisher) with py-spy sampling the
+        publishing agent; kept out of the table (the sampler costs CPU too)."""
+        out = Path(self.args.out) / "agent-0.folded"
+        beside = Path(sys.executable).parent / "py-spy"  # the venv's, from the dev extra
+        exe = str(beside) if beside.exists() else shutil.which("py-spy")
+        if exe is None:
+            return {"error": "py-spy not installed (dev extra)"}
+        spy = subprocess.Popen([exe, "record", "--pid", str(system.publishing_pid()), "--duration",
+                                str(int(self.args.seconds)), "--rate", "200", "--format", "raw", "--output",
+                                str(out), "--nonblocking"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        sends = await system.publishers(1, "batch-DELIVERED", pool)
+        row = await self.cell(system, sends, None, pool, subs, {"system": "echelon", "mode": "profiled"})
+        await system.close_publishers()
+        try:
+            spy.wait(timeout=self.args.seconds + 30)
+        except subprocess.TimeoutExpired:
+            spy.kill()
+        return {"published_per_s": row["published_per_s"], **top_costs(out)}
+
+
+OUTER = ("(services/__main__.py", "(services/cli.py")  # the process's entry, under every stack
+
+
+def top_costs(folded: Path, n: int = 15) -> dict:
+    """py-spy's raw (folded) stacks -> shares of all samples: by the function on top of
+    the stack (self), and by the deepest Echelon frame (services/...) of each stack, the
+    libraries it called charged to it. A Python thread whose top frame is Thread.run runs
+    native code: in the agent that is gRPC's completion-queue poller (HTTP/2 and sockets)."""
+    self_, ours, total = Counter(), Counter(), 0
+    if not folded.exists():
+        return {"error": f"no {folded}"}
+    for line_ in folded.read_text().splitlines():
+        stack, _, count = line_.rpartition(" ")
+        if not count.isdigit():
+            continue
+        c = int(count)
+        total += c
+        frames = [f for f in stack.split(";") if not f.startswith(("process ", "thread "))]
+        if frames:
+            self_[frames[-1]] += c
+        mine = [f for f in frames if "(services/" in f and not any(m in f for m in OUTER)]
+        ours[mine[-1] if mine else "(outside Echelon's code) " + (frames[-1] if frames else "?")] += c
+    share = lambda counter: [(f, round(100 * c / total, 1)) for f, c in counter.most_common(n)]  # noqa: E731
+    return {"samples": total, "self_pct": share(self_), "by_echelon_frame_pct": share(ours)}
+
+
+def fmt(v, spec=".0f") -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def line(r: dict) -> str:
+    held = "" if r.get("sustained", True) else " NOT HELD"
+    return (f"{r['system']:8} {r['mode']:17} {r['selectivity']:>3}% {r['publishers']}p {str(r['rate']):>6}: "
+            f"pub {r['published_per_s']:9.0f}/s dlv {r['delivered_per_s']:9.0f}/s p50 {fmt(r['p50_ms'], '.2f')} "
+            f"p99 {fmt(r['p99_ms'], '.2f')} ms{held}")
+
+
+def table(cells: list[dict]) -> str:
+    nats = {(c["selectivity"], c["publishers"], c["rate"]): c for c in cells if c["system"] == "nats"}
+    head = (f"{'system':8} {'mode':17} {'sel':>4} {'pubs':>4} {'rate':>6} {'pub ev/s':>9} {'dlv ev/s':>9} "
+            f"{'p50 ms':>7} {'p99 ms':>7} {'p999 ms':>7} {'cpu ms/1k':>9} {'B/dlv':>6} {'held':>4} "
+            f"{'pub/NATS':>8} {'p50/NATS':>8}")
+    rows = [head, "-" * len(head)]
+    for c in cells:
+        n = nats.get((c["selectivity"], c["publishers"], c["rate"]))
+        pub_ratio = c["published_per_s"] / n["published_per_s"] if n and n["published_per_s"] else None
+        p50_ratio = c["p50_ms"] / n["p50_ms"] if n and n["p50_ms"] and c["p50_ms"] is not None else None
+        held = {True: "yes", False: "NO"}.get(c.get("sustained"), "")
+        rows.append(f"{c['system']:8} {c['mode']:17} {c['selectivity']:>3}% {c['publishers']:>4} {str(c['rate']):>6} "
+                    f"{c['published_per_s']:9.0f} {c['delivered_per_s']:9.0f} {fmt(c['p50_ms'], '7.2f')} "
+                    f"{fmt(c['p99_ms'], '7.2f')} {fmt(c['p999_ms'], '7.2f')} "
+                    f"{1000 * c['cpu_s_per_1k_services']:9.1f} {fmt(c['bytes_per_useful_delivery'], '6.0f')} "
+                    f"{held:>4} {fmt(pub_ratio, '8.3f')} {fmt(p50_ratio, '8.1f')}")
+    return "\n".join(rows)
+
+
+def plot(cells: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    combos = sorted({(c["selectivity"], c["publishers"]) for c in cells})
+    fig, axes = plt.subplots(1, len(combos), figsize=(6 * len(combos), 5), squeeze=False)
+    for ax, (sel, npub) in zip(axes[0], combos):
+        for key in sorted({(c["system"], c["mode"]) for c in cells}):
+            pts = sorted((c["published_per_s"], c["p50_ms"], c["p99_ms"]) for c in cells
+                         if (c["system"], c["mode"]) == key and c["selectivity"] == sel and c["publishers"] == npub
+                         and c["p50_ms"] is not None and c["published_per_s"] > 0)
+            if pts:
+                x = [p[0] for p in pts]
+                line_, = ax.plot(x, [p[1] for p in pts], "o-", label=f"{key[0]} {key[1]} p50")
+                ax.plot(x, [p[2] for p in pts], "x--", color=line_.get_color(), label=f"{key[0]} {key[1]} p99")
+        ax.set(xscale="log", yscale="log", xlabel="published events/s", ylabel="delivery latency (ms)",
+               title=f"{sel}% selectivity, {npub} publisher(s)")
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0][0].legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+async def run(args: argparse.Namespace) -> Run:
+    r = Run(args)
+    for name in args.systems:
+        await r.system(name)
+    return r
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m loadtest.bench_events", description=__doc__)
+    ap.add_argument("--out", default="out/bench_events")
+    ap.add_argument("--quick", action="store_true", help="a few seconds per cell's worth: structure and the oracle")
+    ap.add_argument("--seconds", type=float, default=3.0, help="publishing time per cell")
+    ap.add_argument("--max-events", type=int, default=200_000, help="events per cell at most")
+    ap.add_argument("--drain", type=float, default=8.0, help="seconds a cell waits for acks and deliveries")
+    ap.add_argument("--subs", type=int, default=50, help="subscriptions (each at the selectivity)")
+    ap.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=list(SYSTEMS))
+    ap.add_argument("--profile", action="store_true", help="py-spy the publishing agent in a saturation cell")
+    args = ap.parse_args(argv)
+    args.selectivity, args.publishers = [2, 20], [1, 4]
+    args.check = args.quick
+    if args.quick:
+        args.seconds, args.max_events, args.subs = 0.3, 600, 10
+    return args
+
+
+def main(argv: list[str] | None = None) -> Run:
+    args = parse(argv)
+    missing = missing_peers()
+    if missing:
+        raise SystemExit(f"missing {', '.join(missing)}: `make install` as root installs them (apt)")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    r = asyncio.run(run(args))
+    print()
+    print(table(r.cells))
+    if r.profile:
+        print(f"\npublishing agent under saturation ({r.profile.get('samples')} py-spy samples)")
+        for title, key in (("top of the stack", "self_pct"), ("deepest Echelon frame", "by_echelon_frame_pct")):
+            print(f"  by {title}:")
+            for f, pct in r.profile.get(key, []):
+                print(f"    {pct:5.1f}%  {f}")
+    (out / "bench_events.json").write_text(json.dumps({"cells": r.cells, "profile": r.profile,
+                                                      "seconds": time.monotonic() - started,
+                                                      "args": {k: v for k, v in vars(args).items()}}, indent=1))
+    plot(r.cells, out / "latency_vs_rate.png")
+    print(f"\nwrote {out / 'bench_events.json'}, {out / 'latency_vs_rate.png'} in {time.monotonic() - started:.0f}s")
+    return r

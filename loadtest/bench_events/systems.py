@@ -1,0 +1,319 @@
+"""The three systems behind one small interface: start, subscribe (deliveries go to
+`sink(sub, event_id, sent_ns)`), publishers whose `send(ids)` returns once the batch is
+acknowledged (Echelon: at the publisher's ack level) or flushed (NATS: PING/PONG after
+the publishes; Redis: the pipeline's replies), and the pids of the servers we started.
+
+Echelon: `echelon.launch` on loopback, 4 agents, 3 matchers (3 membership replicas);
+publishers on agent-0, subscriptions dealt over agents 1-3. NATS: nats-server with one
+connection per publisher and per subscriber agent, a subject per symbol (`ev.s07`); at
+20% the subscriber takes `ev.>` and filters by Price in the client. Redis: redis-server
+pub/sub, the same channels (PSUBSCRIBE `ev.*` and client filtering at 20%).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import Callable
+
+from loadtest.bench_events.workload import NATS_DATA, PAYLOAD, POOL, SCHEMA, TOPIC, Pool, Sub
+
+Sink = Callable[[int, int, int], None]
+SUB_AGENTS = 3  # subscribers are dealt over this many agents / connections
+
+
+def pool_index(event_id: int) -> int:
+    """Events have ids >= 0; a warm-up event for pool entry k has id -(k+1)."""
+    return event_id % POOL if event_id >= 0 else -event_id - 1
+
+
+def missing_peers() -> list[str]:
+    return [b for b in ("nats-server", "redis-server") if shutil.which(b) is None]
+
+
+async def _wait_port(port: int, proc: subprocess.Popen, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{proc.args[0]} exited with {proc.returncode}")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{proc.args[0]} not listening on {port} after {timeout:.0f}s")
+        await asyncio.sleep(0.05)
+
+
+class Echelon:
+    name = "echelon"
+
+    def __init__(self, log_dir: Path):
+        self.log_dir = log_dir / "echelon"
+        self.subs, self.tasks = [], []
+        self.clients: list = []
+
+    async def start(self, attempts: int = 3) -> None:
+        """Start the cluster; again on fresh ports if one was taken between being picked
+        and bound (other programs share this machine's loopback)."""
+        from echelon.client import Client
+        from echelon.launch import Cluster, Loopback
+
+        for attempt in range(attempts):
+            self.cluster = Cluster(agents=4, matchers=3, placement=Loopback(base_port=0),
+                                   log_dir=self.log_dir / f"start-{attempt}")
+            try:
+                await self.cluster.start()
+                break
+            except RuntimeError:  # a process exited at start (its log says why): the cluster stopped it all
+                if attempt == attempts - 1:
+                    raise
+        agents = self.cluster.agent_addresses()
+        self.admin = Client(agents[0])
+        await self.admin.create_topic(TOPIC, SCHEMA)
+        self.sub_clients = [Client(a) for a in agents[1:1 + SUB_AGENTS]]
+
+    def pids(self) -> dict[str, int]:
+        return {p.id: p.pid for p in self.cluster.processes if p.pid}
+
+    def publishing_pid(self) -> int:
+        return self.cluster.process("agent-0").pid
+
+    async def open_subs(self, subs: list[Sub], pool: Pool, sink: Sink) -> None:
+        async def drain(sub, index):
+            async for m in sub:
+                event_id, sent = PAYLOAD.unpack(m.payload)
+                sink(index, event_id, sent)
+                await m.ack()
+
+        for s in subs:
+            sub = self.sub_clients[s.index % SUB_AGENTS].subscribe(TOPIC, s.echelon_filter(), max_outstanding=1024)
+            await sub.start()
+            self.subs.append(sub)
+            self.tasks.append(asyncio.create_task(drain(sub, s.index)))
+
+    async def close_subs(self) -> None:
+        for t in self.tasks:
+            t.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        await asyncio.gather(*(s.close() for s in self.subs), return_exceptions=True)
+        self.subs, self.tasks = [], []
+
+    async def publishers(self, n: int, mode: str, pool: Pool) -> list[Callable]:
+        """`mode`: 'batch-DELIVERED', 'single-ACCEPTED', ...: publish_batch() per batch,
+        or publish() per event (as publish_nowait: the same request, many in flight)."""
+        from echelon.client import AckLevel, Client
+
+        how, level = mode.split("-")
+        attrs = [{"Symbol": pool.symbols[i], "Price": pool.prices[i]} for i in range(POOL)]
+        sends = []
+        for _ in range(n):
+            client = Client(self.cluster.agent_addresses()[0])
+            pub = client.publisher(ack_level=AckLevel[level])
+            self.clients.append(client)
+
+            if how == "batch":
+                async def send(ids, pub=pub):
+                    now = time.perf_counter_ns()
+                    await pub.publish_batch(TOPIC, [(attrs[pool_index(i)], PAYLOAD.pack(i, now)) for i in ids])
+            else:
+                async def send(ids, pub=pub):
+                    await asyncio.gather(*(pub.publish_nowait(TOPIC, attrs[pool_index(i)],
+                                                              PAYLOAD.pack(i, time.perf_counter_ns())) for i in ids))
+            sends.append(send)
+        return sends
+
+    async def close_publishers(self) -> None:
+        await asyncio.gather(*(c.close() for c in self.clients), return_exceptions=True)
+        self.clients = []
+
+    async def stop(self) -> None:
+        with contextlib.suppress(Exception):
+            await self.admin.close()
+        await asyncio.gather(*(c.close() for c in getattr(self, "sub_clients", [])), return_exceptions=True)
+        self.cluster.stop()
+
+
+class _Peer:
+    """A peer broker we start on a free loopback port and stop by its pid."""
+
+    name = ""
+    proc: subprocess.Popen
+
+    def __init__(self, log_dir: Path):
+        from echelon.launch import free_ports
+
+        self.port, self.extra_port = free_ports(2)
+        self.log = log_dir / f"{self.name}.log"
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        self.conns: list = []
+        self.tasks: list[asyncio.Task] = []
+
+    def argv(self) -> list[str]:
+        raise NotImplementedError
+
+    async def start(self) -> None:
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(self.argv(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        await _wait_port(self.port, self.proc)
+
+    def pids(self) -> dict[str, int]:
+        return {self.name: self.proc.pid}
+
+    def local(self, subs: list[Sub]) -> list[list[Sub]]:
+        return [[s for s in subs if s.index % SUB_AGENTS == c] for c in range(SUB_AGENTS)]
+
+    async def stop(self) -> None:
+        from echelon.launch import stop_process
+
+        stop_process(self.proc)
+
+
+class Nats(_Peer):
+    name = "nats"
+
+    def argv(self) -> list[str]:
+        return ["nats-server", "-a", "127.0.0.1", "-p", str(self.port), "-m", str(self.extra_port)]
+
+    async def _connect(self):
+        import nats
+
+        nc = await nats.connect(f"nats://127.0.0.1:{self.port}", allow_reconnect=False)
+        self.conns.append(nc)
+        return nc
+
+    async def open_subs(self, subs: list[Sub], pool: Pool, sink: Sink) -> None:
+        self.sub_conns = []
+        for group in self.local(subs):
+            nc = await self._connect()
+            self.sub_conns.append(nc)
+            limits = {"pending_msgs_limit": 1_000_000, "pending_bytes_limit": 512 << 20}
+            if group and group[0].symbol is not None:  # 2%: the subject says it all
+                for s in group:
+                    async def cb(msg, index=s.index):
+                        event_id, sent, _ = NATS_DATA.unpack(msg.data)
+                        sink(index, event_id, sent)
+                    await nc.subscribe(f"ev.{s.symbol}", cb=cb, **limits)
+            elif group:  # 20%: every event, filtered here by Price
+                async def cb(msg, group=group):
+                    event_id, sent, price = NATS_DATA.unpack(msg.data)
+                    for s in group:
+                        if s.lo <= price < s.hi:
+                            sink(s.index, event_id, sent)
+                await nc.subscribe("ev.>", cb=cb, **limits)
+            await nc.flush()
+
+    async def close_subs(self) -> None:
+        for nc in self.sub_conns:
+            with contextlib.suppress(Exception):
+                await nc.close()
+            self.conns.remove(nc)
+
+    async def publishers(self, n: int, mode: str, pool: Pool) -> list[Callable]:
+        subjects = [f"ev.{s}" for s in pool.symbols]
+        self.pub_conns = [await self._connect() for _ in range(n)]
+        sends = []
+        for nc in self.pub_conns:
+            async def send(ids, nc=nc):
+                for i in ids:
+                    k = pool_index(i)
+                    await nc.publish(subjects[k], NATS_DATA.pack(i, time.perf_counter_ns(), pool.prices[k]))
+                await nc.flush()
+            sends.append(send)
+        return sends
+
+    async def close_publishers(self) -> None:
+        for nc in self.pub_conns:
+            with contextlib.suppress(Exception):
+                await nc.close()
+            self.conns.remove(nc)
+
+    async def stop(self) -> None:
+        for nc in self.conns:
+            with contextlib.suppress(Exception):
+                await nc.close()
+        await super().stop()
+
+
+class Redis(_Peer):
+    name = "redis"
+
+    def argv(self) -> list[str]:
+        return ["redis-server", "--bind", "127.0.0.1", "--port", str(self.port), "--save", "", "--appendonly", "no",
+                "--protected-mode", "no", "--client-output-buffer-limit", "pubsub 0 0 0"]
+
+    def _client(self):
+        import redis.asyncio as aioredis
+
+        r = aioredis.Redis(host="127.0.0.1", port=self.port)
+        self.conns.append(r)
+        return r
+
+    async def open_subs(self, subs: list[Sub], pool: Pool, sink: Sink) -> None:
+        self.pubsubs = []
+        for group in self.local(subs):
+            if not group:
+                continue
+            ps = self._client().pubsub()
+            self.pubsubs.append(ps)
+            by_channel: dict[bytes, list[int]] = {}
+            if group[0].symbol is not None:
+                for s in group:
+                    by_channel.setdefault(f"ev.{s.symbol}".encode(), []).append(s.index)
+                await ps.subscribe(*by_channel)
+            else:
+                await ps.psubscribe("ev.*")
+            self.tasks.append(asyncio.create_task(self._read(ps, group, by_channel, sink)))
+
+    async def _read(self, ps, group: list[Sub], by_channel: dict[bytes, list[int]], sink: Sink) -> None:
+        async for msg in ps.listen():
+            if msg["type"] == "message":
+                event_id, sent, _ = NATS_DATA.unpack(msg["data"])
+                for index in by_channel.get(msg["channel"], ()):
+                    sink(index, event_id, sent)
+            elif msg["type"] == "pmessage":
+                event_id, sent, price = NATS_DATA.unpack(msg["data"])
+                for s in group:
+                    if s.lo <= price < s.hi:
+                        sink(s.index, event_id, sent)
+
+    async def close_subs(self) -> None:
+        for t in self.tasks:
+            t.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        self.tasks = []
+        for ps in self.pubsubs:
+            with contextlib.suppress(Exception):
+                await ps.aclose()
+
+    async def publishers(self, n: int, mode: str, pool: Pool) -> list[Callable]:
+        channels = [f"ev.{s}" for s in pool.symbols]
+        sends = []
+        for _ in range(n):
+            r = self._client()
+
+            async def send(ids, r=r):
+                pipe = r.pipeline(transaction=False)
+                for i in ids:
+                    k = pool_index(i)
+                    pipe.publish(channels[k], NATS_DATA.pack(i, time.perf_counter_ns(), pool.prices[k]))
+                await pipe.execute()
+            sends.append(send)
+        return sends
+
+    async def close_publishers(self) -> None:
+        pass  # their connections close with stop()
+
+    async def stop(self) -> None:
+        for r in self.conns:
+            with contextlib.suppress(Exception):
+                await r.aclose()
+        await super().stop()
+
+
+MODES = {"echelon": ["batch-DELIVERED", "batch-ACCEPTED", "single-DELIVERED", "single-ACCEPTED"],
+         "nats": ["publish+flush"], "redis": ["pipeline"]}
+SYSTEMS = {"echelon": Echelon, "nats": Nats, "redis": Redis}

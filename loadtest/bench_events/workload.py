@@ -1,0 +1,146 @@
+"""The workload every system gets, and what is measured around a cell.
+
+Events: `Symbol` (one of 50, uniform), `Price` (uniform in [0, 100)), and a 16-byte
+payload (event id, send time in ns). A pool of POOL events is drawn once and cycled
+with fresh ids, so the expected receivers of every event are known without filtering
+on the hot path. Subscriptions: at 2% `Symbol = "s07"` (one per symbol, so every event
+has exactly one receiver with 50 subscriptions); at 20% `Price >= lo and Price < lo+20`
+(lo spread over [0, 80)): each event matches about 20% of them.
+
+Measures, taken around each cell on the processes we started: CPU seconds from
+/proc/<pid>/stat (utime + stime), and bytes on the wire as the sum of tcp_info
+`bytes_sent` (`ss -tinpH`) over every TCP socket owned by those processes and by the
+load generator (each byte counted once, at its sender; loopback's interface counters
+would count the other engineers' traffic on this shared machine).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import struct
+import subprocess
+from array import array
+from dataclasses import dataclass, field
+
+SYMBOLS = [f"s{i:02d}" for i in range(50)]
+POOL = 4096
+PAYLOAD = struct.Struct("<qq")  # event id, send time (perf_counter_ns, same process)
+NATS_DATA = struct.Struct("<qqd")  # id, send time, Price (a NATS/Redis subscriber filters on it)
+SCHEMA = ["Symbol:string", "Price:float:0:100"]
+TOPIC = "bench"
+
+
+@dataclass(frozen=True)
+class Sub:
+    index: int
+    symbol: str | None  # 2%: Symbol = symbol
+    lo: float = 0.0  # 20%: lo <= Price < hi
+    hi: float = 0.0
+
+    def matches(self, symbol: str, price: float) -> bool:
+        if self.symbol is not None:
+            return symbol == self.symbol
+        return self.lo <= price < self.hi
+
+    def echelon_filter(self) -> str:
+        if self.symbol is not None:
+            return f'Symbol = "{self.symbol}"'
+        return f"Price >= {self.lo!r} and Price < {self.hi!r}"
+
+
+def subscriptions(selectivity: int, n: int) -> list[Sub]:
+    """n subscriptions each matching `selectivity` percent (2 or 20) of the events."""
+    if selectivity == 2:
+        return [Sub(i, SYMBOLS[i % len(SYMBOLS)]) for i in range(n)]
+    if selectivity == 20:
+        return [Sub(i, None, round(i * 80.0 / n, 1), round(i * 80.0 / n, 1) + 20.0) for i in range(n)]
+    raise ValueError(f"selectivity {selectivity}%: 2 or 20")
+
+
+@dataclass
+class Pool:
+    """POOL events and, for each, the subscriptions it matches."""
+
+    symbols: list[str]
+    prices: list[float]
+    receivers: list[tuple[int, ...]]
+
+    @classmethod
+    def draw(cls, subs: list[Sub], seed: int = 12) -> "Pool":
+        rnd = random.Random(seed)
+        symbols = [rnd.choice(SYMBOLS) for _ in range(POOL)]
+        prices = [rnd.uniform(0.0, 100.0) for _ in range(POOL)]
+        receivers = [tuple(s.index for s in subs if s.matches(symbols[i], prices[i])) for i in range(POOL)]
+        return cls(symbols, prices, receivers)
+
+    def expected(self, first: int, last: int) -> int:
+        """Useful deliveries of events first..last-1."""
+        return sum(len(self.receivers[i % POOL]) for i in range(first, last))
+
+
+@dataclass
+class Received:
+    """What the subscribers got in one cell: latencies (ns), useful deliveries, and per
+    subscription the ids (kept for the oracle check, Echelon only)."""
+
+    latencies: array = field(default_factory=lambda: array("q"))
+    useful: int = 0
+    ids: dict[int, list[int]] | None = None
+    last_ns: int = 0
+
+    def record(self, sub: int, event_id: int, sent_ns: int, now_ns: int) -> None:
+        self.latencies.append(now_ns - sent_ns)
+        self.useful += 1
+        self.last_ns = now_ns
+        if self.ids is not None:
+            self.ids.setdefault(sub, []).append(event_id)
+
+
+def oracle(pool: Pool, first: int, last: int, subs: list[Sub], ids: dict[int, list[int]]) -> dict:
+    """Brute force: each subscription's received ids against the events (first..last-1)
+    whose attributes satisfy its predicate: missing, extra, duplicated."""
+    missing = extra = dup = 0
+    for s in subs:
+        want = {i for i in range(first, last) if s.matches(pool.symbols[i % POOL], pool.prices[i % POOL])}
+        got = ids.get(s.index, [])
+        seen = set(got)
+        dup += len(got) - len(seen)
+        missing += len(want - seen)
+        extra += len(seen - want)
+    return {"missing": missing, "extra": extra, "duplicated": dup}
+
+
+def percentile(sorted_ns: list[int], q: float) -> float | None:
+    """q-quantile in ms (nearest rank) of sorted latencies in ns; None without any."""
+    if not sorted_ns:
+        return None
+    k = min(len(sorted_ns) - 1, max(0, int(round(q * len(sorted_ns))) - 1))
+    return sorted_ns[k] / 1e6
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process, in seconds (0 once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+_USERS = re.compile(r"pid=(\d+)")
+_SENT = re.compile(r"bytes_sent:(\d+)")
+
+
+def tcp_bytes_sent(pids: set[int]) -> int:
+    """Sum of tcp_info bytes_sent over the TCP sockets owned by `pids`."""
+    out = subprocess.run(["ss", "-tinpH"], capture_output=True, text=True, timeout=20).stdout
+    total, owned = 0, False
+    for line in out.splitlines():
+        if not line.startswith((" ", "\t")):  # a socket line; its tcp_info follows
+            owned = any(int(p) in pids for p in _USERS.findall(line))
+        elif owned and (m := _SENT.search(line)):
+            total += int(m.group(1))
+    return total

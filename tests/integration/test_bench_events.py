@@ -1,0 +1,50 @@
+"""The small-event benchmark (`loadtest.bench_events`) in its --quick form: a real
+Echelon cluster of processes, a real nats-server and redis-server, every cell of the
+table present with its measures, and Echelon delivering to each subscription exactly
+the events a brute-force filter of everything published says it should (no speed is
+asserted: `make bench-events` shows that)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from loadtest.bench_events import run as bench
+from loadtest.bench_events.systems import MODES, missing_peers
+
+pytestmark = pytest.mark.skipif(bool(missing_peers()), reason=f"{', '.join(missing_peers())} missing "
+                                "(Debian packages; `make install` as root installs them)")
+
+
+def test_quick_run_has_every_cell_and_echelon_delivers_what_the_oracle_says(tmp_path, capsys):
+    r = bench.main(["--quick", "--out", str(tmp_path)])
+
+    want = {(system, mode, sel, pubs, rate if rate else "max") for system, modes in MODES.items() for mode in modes
+            for sel in (2, 20) for pubs in (1, 4) for rate in bench.RATES}
+    got = [(c["system"], c["mode"], c["selectivity"], c["publishers"], c["rate"]) for c in r.cells]
+    assert sorted(got, key=str) == sorted(want, key=str)  # each cell once
+
+    for c in r.cells:
+        assert c["events"] > 0 and c["published_per_s"] > 0, c
+        for key in ("delivered_per_s", "p50_ms", "p99_ms", "p999_ms", "bytes_per_useful_delivery"):
+            assert c[key] is not None and c[key] > 0, (key, c)
+        assert c["p50_ms"] <= c["p99_ms"] <= c["p999_ms"]
+        assert set(c["cpu_s_per_1k"]) == ({"nats"} if c["system"] == "nats" else {"redis"} if c["system"] == "redis"
+                                          else {f"{role}-{i}" for role, n in (("agent", 4), ("matcher", 3),
+                                                                              ("membership", 3)) for i in range(n)})
+        assert ("sustained" in c) == (c["rate"] != "max")
+        if c["system"] == "echelon":
+            assert c["errors"] == {} and c["acked"] == c["events"], c
+            assert c["oracle"] == {"missing": 0, "extra": 0, "duplicated": 0}, c
+            assert c["useful_deliveries"] == c["expected_deliveries"], c
+
+    printed = capsys.readouterr().out
+    table = bench.table(r.cells)
+    assert table in printed
+    header, rule, *rows = table.splitlines()
+    assert "pub/NATS" in header and len(rows) == len(want)
+    assert all(row.split()[-2] == "1.000" for row in rows if row.startswith("nats"))  # NATS against itself
+    saved = json.loads((tmp_path / "bench_events.json").read_text())
+    assert len(saved["cells"]) == len(want)
+    assert (tmp_path / "latency_vs_rate.png").stat().st_size > 10_000
