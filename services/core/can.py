@@ -33,6 +33,9 @@ Choices where the paper is vague:
   along decreasing even dimensions (the h_i axes) through the nearest lower face that
   is not the bottom of the domain. When neither exists (a case the paper leaves open)
   the copy goes to the other zone nearest the reflection. A single zone keeps both.
+
+One module past 400 lines on purpose: split, reflection and the affected-region walk all
+read the same tiling invariants, written down once here.
 """
 
 from __future__ import annotations

@@ -34,6 +34,9 @@ trees, CSR). An insert goes to level 0, rebuilt lazily at the next match; a leve
 its capacity merges into the next, so a subscription is rebuilt O(log_8 k) times in
 all. A delete sets a tombstone in its run; a level more than half tombstones is
 compacted.
+
+One module past 400 lines on purpose: the run layout (keys, trees, CSR) and the batch
+matcher that walks it are one data structure; split, each would reach into the other.
 """
 
 from __future__ import annotations
