@@ -13,7 +13,7 @@ from rich.console import Console
 from loadtest.netns import Unsupported, check_available
 from loadtest.octopia_net import experiment, plot, table
 
-pytestmark = [pytest.mark.netns, pytest.mark.slow]  # about 2 minutes: make octopia runs it
+pytestmark = pytest.mark.netns  # about 45 s, in the default suite (the short version CI runs); make octopia runs the rest
 
 
 @pytest.mark.timeout(300)
