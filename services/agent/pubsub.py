@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 import grpc
 
+from echelon.agent.durable_rpc import relay
 from echelon.core.dedup import DedupWindow, Entry, Seen
 from echelon.runtime.errors import AlreadyExists, InvalidArgument, NotFound, ResourceExhausted, status_of
 from echelon.runtime.wire import attributes_from_pb, event_digest
@@ -47,6 +48,7 @@ class PubSubServicer(pgrpc.PubSubServicer):
         topic = await node.topics.get(req.topic)
         attrs = attributes_from_pb(req.attributes)
         node.topics.schema(topic).validate_event(attrs)
+        node.durables.refuse(topic.name, attrs)  # a full REJECT_PUBLISH durable subscription
         key = (producer, seq)
         digest = event_digest(topic.name, req.attributes, req.ordering_key, payload)
         seen, entry = self.accepted.offer(key, time.monotonic(), digest)
@@ -145,8 +147,16 @@ class PubSubServicer(pgrpc.PubSubServicer):
         first = await anext(request_iterator.__aiter__(), None)
         if first is None or not first.HasField("open"):
             raise InvalidArgument("the first request of a subscription must be `open`")
-        # Attached and registered; if this await is cancelled, the open closes it itself.
-        sub = await node.subscriptions.open(first.open)
+        if first.open.HasField("durable"):  # durable.py: served by its first alive holder
+            target = await node.durables.route(first.open)
+            if target is not None:
+                async for delivery in relay(node.durables.address(target), first, request_iterator, context):
+                    yield delivery
+                return
+            sub = await node.durables.open(first.open)
+        else:
+            # Attached and registered; if this await is cancelled, the open closes it itself.
+            sub = await node.subscriptions.open(first.open)
 
         async def read():
             async for req in request_iterator:
@@ -163,6 +173,8 @@ class PubSubServicer(pgrpc.PubSubServicer):
             await context.send_initial_metadata((("x-echelon-subscription", sub.id),))
             reader = asyncio.create_task(read())
             while True:
+                if sub.ended is not None:
+                    raise sub.ended
                 if sub.overflowed:
                     raise ResourceExhausted(f"subscription {sub.name!r} passed its backlog bound of "
                                             f"{sub.max_backlog} messages and was closed")
@@ -190,11 +202,18 @@ class PubSubServicer(pgrpc.PubSubServicer):
             sub.detach()
             if not sub.named:
                 node.subscriptions.close(sub)
+            elif sub.durable:
+                node.durables.touch(sub)
 
     async def Unsubscribe(self, request, context):
         """Gone from this agent at once; the answer waits (up to the matcher timeout) for the
         tier to acknowledge the removal, which is retried after that if it must be."""
         sub = self.node.subscriptions.subs.get(request.subscription)
+        if sub is None or sub.durable:
+            record = await self.node.durables.locate(request.subscription) if request.subscription else None
+            if record is not None:  # a durable subscription: gone from every holder
+                await self.node.durables.delete(record)
+                return ppb.UnsubscribeResponse()
         if sub is None:
             raise NotFound(f"subscription {request.subscription!r} does not exist on this agent")
         removed = self.node.subscriptions.close(sub)

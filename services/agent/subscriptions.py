@@ -37,6 +37,8 @@ class Pending:
 
 
 class Subscription:
+    durable = False  # durable_sub.DurableSubscription: kept on disk and by a replica agent
+
     def __init__(self, sid: str, name: str, topic: str, flt: Filter, max_backlog: int):
         self.id = sid  # cluster-wide: "<agent>/<name>"
         self.name = name
@@ -51,6 +53,7 @@ class Subscription:
         self.attached = False
         self.overflowed = False
         self.closed = False
+        self.ended: Exception | None = None  # set: the attached stream ends with this error (a durable seek)
         self.changed = asyncio.Event()
         self.created_ns = time.time_ns()
         self._next_id = 1

@@ -9,6 +9,7 @@ from typing import Iterable
 
 import grpc
 
+from echelon.client.durable import Durable, seek_target
 from echelon.client.errors import ClientClosed, InvalidArgument, Timeout, Unavailable, translating
 from echelon.client.publisher import AckLevel, Publisher
 from echelon.client.subscription import Callback, Subscription
@@ -16,6 +17,8 @@ from echelon.core.filters import Filter
 from echelon.core.schema import Attribute, Schema, parse_attribute
 from echelon.runtime.channel import channel
 from echelon.runtime.wire import schema_to_pb
+from echelon.v1 import durable_pb2 as dpb
+from echelon.v1 import durable_pb2_grpc as dgrpc
 from echelon.v1 import pubsub_pb2 as ppb
 from echelon.v1 import pubsub_pb2_grpc as pgrpc
 
@@ -50,18 +53,21 @@ class Client:
     # -- topics ------------------------------------------------------------------------
 
     async def create_topic(self, name: str, schema: Schema | Iterable[Attribute | str] = (),
-                           timeout: float | None = None) -> ppb.Topic:
+                           timeout: float | None = None, retention_bytes: int = 0,
+                           retention_seconds: int = 0) -> ppb.Topic:
         """Create a topic (again with the same schema: no change).
 
             await client.create_topic("quotes", ["Symbol:string", "High:float:0:500", "Volume:int"])
 
         An empty schema takes any attributes. Raises InvalidArgument for a bad attribute
-        spec, AlreadyExists if the topic exists with another schema."""
+        spec, AlreadyExists if the topic exists with another schema. `retention_*` bound the
+        events kept for durable subscriptions' replay (0: the agents' defaults)."""
         with translating():
             if not isinstance(schema, Schema):
                 schema = Schema(tuple(a if isinstance(a, Attribute) else parse_attribute(a) for a in schema))
-        return await self._admin("CreateTopic", ppb.CreateTopicRequest(name=name, schema=schema_to_pb(schema)),
-                                 timeout)
+        return await self._admin("CreateTopic", ppb.CreateTopicRequest(
+            name=name, schema=schema_to_pb(schema), retention_bytes=retention_bytes,
+            retention_seconds=retention_seconds), timeout)
 
     async def get_topic(self, name: str, timeout: float | None = None) -> ppb.Topic:
         """The topic and its schema; NotFound if there is none."""
@@ -91,7 +97,7 @@ class Client:
         return publisher
 
     def subscribe(self, topic: str, filter: str | Filter = "", *, name: str = "", max_outstanding: int = 64,
-                  callback: Callback | None = None) -> Subscription:
+                  callback: Callback | None = None, durable: Durable | bool | None = None) -> Subscription:
         """A subscription to the events of `topic` that match `filter`; open it with `async with`.
 
             async with client.subscribe("quotes", 'Symbol = "aapl" and High >= 45') as sub:
@@ -102,9 +108,13 @@ class Client:
         resumes it). With `callback`, each message goes to `callback(msg)` (sync or
         async; a return acks it, an exception nacks it), at most `max_outstanding` at
         once; without, iterate. Either way the agent has at most `max_outstanding`
-        deliveries unsettled."""
+        deliveries unsettled. `durable` (with `name`) makes it a cluster object that outlives
+        any agent (client/durable.py)."""
         self._check_open()
-        return Subscription(self, topic, filter, name, max_outstanding, callback)
+        if durable and not name:
+            raise InvalidArgument("a durable subscription needs a name")
+        options = (durable if isinstance(durable, Durable) else Durable()).to_pb() if durable else None
+        return Subscription(self, topic, filter, name, max_outstanding, callback, options)
 
     async def unsubscribe(self, name: str, timeout: float | None = None) -> None:
         """Remove a named subscription and drop its backlog; NotFound if the agent has none."""
@@ -112,6 +122,35 @@ class Client:
         with translating():
             await pgrpc.PubSubStub(self._channel()).Unsubscribe(ppb.UnsubscribeRequest(subscription=name),
                                                                 timeout=timeout or self.timeout)
+
+    # -- durable subscriptions (any agent answers for the cluster) ----------------------
+
+    async def list_subscriptions(self, timeout: float | None = None) -> list[dpb.DurableSubscription]:
+        return list((await self._durable("ListSubscriptions", dpb.ListSubscriptionsRequest(),
+                                         timeout)).subscriptions)
+
+    async def get_subscription(self, name: str, timeout: float | None = None) -> dpb.DurableSubscription:
+        """Its record and backlog (messages, bytes, oldest); NotFound if there is none."""
+        return await self._durable("GetSubscription", dpb.GetSubscriptionRequest(name=name), timeout)
+
+    async def seek(self, name: str, time=None, message: tuple[str, int] | None = None,
+                   timeout: float | None = None) -> int:
+        """Owe `name` every retained event from `time` (datetime or Unix seconds) or from
+        `message` (producer id, sequence) on, acked or not; OutOfRange if the message is
+        not retained. Returns the backlog it then has."""
+        with translating():
+            target = seek_target(time, message)
+        request = dpb.SeekRequest(name=name, **target)
+        return (await self._durable("Seek", request, timeout)).backlog_messages
+
+    async def delete_subscription(self, name: str, timeout: float | None = None) -> None:
+        await self._durable("DeleteSubscription", dpb.DeleteSubscriptionRequest(name=name), timeout)
+
+    async def _durable(self, method: str, request, timeout: float | None):
+        self._check_open()
+        with translating():
+            return await getattr(dgrpc.DurableStub(self._channel()), method)(request,
+                                                                             timeout=timeout or self.timeout)
 
     # -- drain and close ---------------------------------------------------------------
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Awaitable, Callable
 
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("echelon.client")
 
 MAX_NACK_DELAY = 600.0  # seconds; the agent refuses more
+ACKED_MEMORY = 200_000  # message ids a durable subscription remembers having acked
 _END = object()  # in the inbox: nothing more will be handed out
 
 Callback = Callable[["Message"], "Awaitable[None] | None"]
@@ -78,14 +80,18 @@ class Subscription:
     """A subscription stream, made by `Client.subscribe()`; `async with` opens and closes it."""
 
     def __init__(self, client: "Client", topic: str, flt: str | Filter, name: str, max_outstanding: int,
-                 callback: Callback | None):
+                 callback: Callback | None, durable: ppb.DurableOptions | None = None):
         if max_outstanding < 1:
             raise InvalidArgument(f"max_outstanding {max_outstanding}: at least 1")
         self.client = client
         self.name = name
         self.max_outstanding = max_outstanding
         self.callback_errors = 0  # callbacks that raised (their messages were nacked)
-        open_ = ppb.SubscriptionOpen(topic=topic, subscription=name, credits=max_outstanding)
+        open_ = ppb.SubscriptionOpen(topic=topic, subscription=name, credits=max_outstanding, durable=durable)
+        # Durable: message ids acked through this object, so a redelivery after a failover is
+        # acked again, not handed out (client/durable.py).
+        self._acked: OrderedDict[tuple[str, int], None] | None = OrderedDict() if durable is not None else None
+        self.acked_redeliveries = 0
         if isinstance(flt, Filter):
             open_.filter.CopyFrom(filter_to_pb(flt))
         else:
@@ -226,6 +232,12 @@ class Subscription:
     async def _read(self) -> None:
         try:
             async for delivery in self._call:
+                if self._acked is not None and (delivery.event.id.producer_id,
+                                                delivery.event.id.sequence) in self._acked:
+                    self.acked_redeliveries += 1
+                    asyncio.create_task(self._write_quietly(ppb.SubscribeRequest(
+                        ack=ppb.SubscriberAck(delivery_ids=[delivery.delivery_id], credits=1))))
+                    continue
                 self._inbox.put_nowait(delivery)
         except grpc.aio.AioRpcError as e:
             if self._state != "closed":
@@ -254,6 +266,10 @@ class Subscription:
             raise ClientClosed("subscription is closed: the agent redelivers this message to a named subscription")
         msg.settled = True
         credits = 1 if self._state == "open" else 0  # draining: let nothing new in
+        if nack_delay is None and self._acked is not None:
+            self._acked[(msg.producer_id, msg.sequence)] = None
+            if len(self._acked) > ACKED_MEMORY:
+                self._acked.popitem(last=False)
         if nack_delay is None:
             req = ppb.SubscribeRequest(ack=ppb.SubscriberAck(delivery_ids=[msg.delivery_id], credits=credits))
         else:
@@ -271,6 +287,14 @@ class Subscription:
             self._handed.pop(msg.delivery_id, None)
             if not self._handed:
                 self._settled.set()
+
+    async def _write_quietly(self, req: ppb.SubscribeRequest) -> None:
+        try:
+            async with self._write:
+                if not self._half_closed:
+                    await self._call.write(req)
+        except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
+            pass  # the stream ended: the agent redelivers it, and it is acked again then
 
     async def _dispatch(self) -> None:
         """Hand each message to the callback in its own task, at most max_outstanding at once."""

@@ -137,10 +137,12 @@ class AdminServicer(pgrpc.AdminServicer):
         schema_from_pb(request.schema)  # validates
         old = self.replica.topics.get(request.name)
         if old is not None:
-            if old.schema == request.schema:
+            if old.schema == request.schema and (old.retention_bytes, old.retention_seconds) == \
+                    (request.retention_bytes, request.retention_seconds):
                 return old  # idempotent
-            raise AlreadyExists(f"topic {request.name!r} exists with another schema")
-        topic = pb.Topic(name=request.name, schema=request.schema, created_unix_ms=int(time.time() * 1000))
+            raise AlreadyExists(f"topic {request.name!r} exists with another schema or retention")
+        topic = pb.Topic(name=request.name, schema=request.schema, created_unix_ms=int(time.time() * 1000),
+                         retention_bytes=request.retention_bytes, retention_seconds=request.retention_seconds)
         self.node.peers.push(topics={topic.name: self.replica.put_topic(topic.name, topic)})
         return topic
 

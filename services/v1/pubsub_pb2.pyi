@@ -13,9 +13,29 @@ class AckLevel(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ACK_LEVEL_UNSPECIFIED: _ClassVar[AckLevel]
     ACK_LEVEL_ACCEPTED: _ClassVar[AckLevel]
     ACK_LEVEL_DELIVERED: _ClassVar[AckLevel]
+
+class StartPosition(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    START_POSITION_UNSPECIFIED: _ClassVar[StartPosition]
+    START_POSITION_NOW: _ClassVar[StartPosition]
+    START_POSITION_EARLIEST: _ClassVar[StartPosition]
+
+class BacklogPolicy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    BACKLOG_POLICY_UNSPECIFIED: _ClassVar[BacklogPolicy]
+    BACKLOG_POLICY_DROP_OLDEST: _ClassVar[BacklogPolicy]
+    BACKLOG_POLICY_DROP_NEW: _ClassVar[BacklogPolicy]
+    BACKLOG_POLICY_REJECT_PUBLISH: _ClassVar[BacklogPolicy]
 ACK_LEVEL_UNSPECIFIED: AckLevel
 ACK_LEVEL_ACCEPTED: AckLevel
 ACK_LEVEL_DELIVERED: AckLevel
+START_POSITION_UNSPECIFIED: StartPosition
+START_POSITION_NOW: StartPosition
+START_POSITION_EARLIEST: StartPosition
+BACKLOG_POLICY_UNSPECIFIED: BacklogPolicy
+BACKLOG_POLICY_DROP_OLDEST: BacklogPolicy
+BACKLOG_POLICY_DROP_NEW: BacklogPolicy
+BACKLOG_POLICY_REJECT_PUBLISH: BacklogPolicy
 
 class PublishRequest(_message.Message):
     __slots__ = ("topic", "attributes", "payload", "ordering_key", "producer_id", "sequence", "ack_level", "slice_index", "slice_count", "payload_size")
@@ -75,18 +95,22 @@ class SubscribeRequest(_message.Message):
     def __init__(self, open: _Optional[_Union[SubscriptionOpen, _Mapping]] = ..., ack: _Optional[_Union[SubscriberAck, _Mapping]] = ..., nack: _Optional[_Union[SubscriberNack, _Mapping]] = ...) -> None: ...
 
 class SubscriptionOpen(_message.Message):
-    __slots__ = ("topic", "filter", "filter_text", "subscription", "credits")
+    __slots__ = ("topic", "filter", "filter_text", "subscription", "credits", "durable", "routed")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     FILTER_FIELD_NUMBER: _ClassVar[int]
     FILTER_TEXT_FIELD_NUMBER: _ClassVar[int]
     SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
     CREDITS_FIELD_NUMBER: _ClassVar[int]
+    DURABLE_FIELD_NUMBER: _ClassVar[int]
+    ROUTED_FIELD_NUMBER: _ClassVar[int]
     topic: str
     filter: _common_pb2.Filter
     filter_text: str
     subscription: str
     credits: int
-    def __init__(self, topic: _Optional[str] = ..., filter: _Optional[_Union[_common_pb2.Filter, _Mapping]] = ..., filter_text: _Optional[str] = ..., subscription: _Optional[str] = ..., credits: _Optional[int] = ...) -> None: ...
+    durable: DurableOptions
+    routed: bool
+    def __init__(self, topic: _Optional[str] = ..., filter: _Optional[_Union[_common_pb2.Filter, _Mapping]] = ..., filter_text: _Optional[str] = ..., subscription: _Optional[str] = ..., credits: _Optional[int] = ..., durable: _Optional[_Union[DurableOptions, _Mapping]] = ..., routed: _Optional[bool] = ...) -> None: ...
 
 class SubscriberAck(_message.Message):
     __slots__ = ("delivery_ids", "credits")
@@ -129,12 +153,16 @@ class UnsubscribeResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class CreateTopicRequest(_message.Message):
-    __slots__ = ("name", "schema")
+    __slots__ = ("name", "schema", "retention_bytes", "retention_seconds")
     NAME_FIELD_NUMBER: _ClassVar[int]
     SCHEMA_FIELD_NUMBER: _ClassVar[int]
+    RETENTION_BYTES_FIELD_NUMBER: _ClassVar[int]
+    RETENTION_SECONDS_FIELD_NUMBER: _ClassVar[int]
     name: str
     schema: _common_pb2.Schema
-    def __init__(self, name: _Optional[str] = ..., schema: _Optional[_Union[_common_pb2.Schema, _Mapping]] = ...) -> None: ...
+    retention_bytes: int
+    retention_seconds: int
+    def __init__(self, name: _Optional[str] = ..., schema: _Optional[_Union[_common_pb2.Schema, _Mapping]] = ..., retention_bytes: _Optional[int] = ..., retention_seconds: _Optional[int] = ...) -> None: ...
 
 class GetTopicRequest(_message.Message):
     __slots__ = ("name",)
@@ -161,3 +189,19 @@ class DeleteTopicRequest(_message.Message):
 class DeleteTopicResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class DurableOptions(_message.Message):
+    __slots__ = ("start", "max_messages", "max_bytes", "policy", "idle_seconds", "replicas")
+    START_FIELD_NUMBER: _ClassVar[int]
+    MAX_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    IDLE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    start: StartPosition
+    max_messages: int
+    max_bytes: int
+    policy: BacklogPolicy
+    idle_seconds: int
+    replicas: int
+    def __init__(self, start: _Optional[_Union[StartPosition, str]] = ..., max_messages: _Optional[int] = ..., max_bytes: _Optional[int] = ..., policy: _Optional[_Union[BacklogPolicy, str]] = ..., idle_seconds: _Optional[int] = ..., replicas: _Optional[int] = ...) -> None: ...

@@ -1,0 +1,514 @@
+"""Durable subscriptions (DESIGN.md "Guarantees": a named subscription outlives its agent;
+issue 16): cluster objects kept on disk by their holders and resumed from any agent.
+
+Where one lives. Its record (topic, filter, options, holders) and backlog are kept by
+`replicas` agents (default 2) chosen by rendezvous hashing when it is created
+(core/durability.py), each in its own on-disk log (store.py), and each registered on
+the matcher tier as a subscription of its own: so every holder receives every matching
+event from the data plane, independently, and logs it. The record is not stored by
+membership: it must fail over with the backlog it describes, and the holders are the
+agents that have both. An agent that does not hold it finds it by asking the agents of
+its view (`locate`: one round of calls per open, answered from memory).
+
+Serving. The first alive holder (in the record's order) serves the subscriber's stream;
+an open reaching another agent is relayed there (durable_rpc.py). Acks are logged there
+before their credits are given back and sent on to the other holders in order (batched,
+within milliseconds): a holder that takes over redelivers at most what was acked in
+that moment, and the client drops a redelivery of what it acked itself
+(client/subscription.py), so an application never sees a message again after acking it.
+
+Restart. A holder loads its copies from disk, registers them again, and before serving
+takes the copy of an older holder process (`sync`): what was published or acked while
+it was down is there. A holder that lost its disk learns of its subscriptions from the
+other holder, which tells every co-holder that (re)joins the view with a new process
+lifetime (`maintain`). A copy is adopted only from a process older than the adopter (or
+by an agent with no copy at all), so a stale copy never overwrites a fresher one.
+
+Seek, delete and idle expiry apply on every holder; retention of the log per topic and
+the REJECT_PUBLISH notices run in `maintain`, every second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import grpc
+from prometheus_client import Counter, Gauge
+
+from echelon.agent.durable_sub import DurableSubscription, crash_point
+from echelon.agent.store import Key, Store
+from echelon.core.durability import Policy, expired, holders, idle
+from echelon.core.filters import Filter
+from echelon.runtime.errors import (Aborted, AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, OutOfRange,
+                                    ResourceExhausted, Unavailable)
+from echelon.runtime.member import lifetime
+from echelon.runtime.server import channel
+from echelon.runtime.wire import attributes_from_pb, filter_from_pb, filter_from_request, filter_to_pb
+from echelon.v1 import common_pb2 as pb
+from echelon.v1 import durable_pb2 as dpb
+from echelon.v1 import durable_pb2_grpc as dgrpc
+from echelon.v1 import membership_pb2 as mpb
+from echelon.v1 import pubsub_pb2 as ppb
+
+if TYPE_CHECKING:
+    from echelon.agent.server import AgentNode
+
+log = logging.getLogger("echelon.agent.durable")
+
+CALL_TIMEOUT = 3.0
+FULL_NOTICE_SECONDS = 5.0  # a REJECT_PUBLISH notice lapses unless repeated (every maintain)
+REPLICATE_BATCH = 2000
+
+
+@dataclass
+class Defaults:
+    """The agent's defaults for what an open or a topic leaves at 0."""
+
+    max_messages: int = 10_000
+    max_bytes: int = 64 << 20
+    idle_seconds: int = 7 * 86400
+    replicas: int = 2
+    retention_seconds: int = 3600
+    retention_bytes: int = 256 << 20
+
+
+class Durables:
+    def __init__(self, node: AgentNode, store: Store, defaults: Defaults):
+        self.node = node
+        self.me = node.config.id
+        self.store = store
+        self.defaults = defaults
+        self.started_ns = time.time_ns()
+        self.subs: dict[str, DurableSubscription] = {}
+        self.refusing: dict[str, tuple[str, Filter, float]] = {}  # name -> (topic, filter, until: monotonic)
+        self._outbox: dict[str, list[Key]] = {}
+        self._wake = asyncio.Event()
+        self._lifetimes: dict[str, int] = {}  # agent -> process lifetime last seen (a new one is told)
+        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._syncing: dict[str, asyncio.Task] = {}
+        r = node.registry
+        self.dropped = Counter("echelon_durable_dropped_total", "Messages a durable subscription's backlog policy "
+                               "dropped (a counted loss).", registry=r)
+        self.refused = Counter("echelon_durable_publishes_refused_total", "Publishes refused because a matching "
+                               "REJECT_PUBLISH durable subscription is full.", registry=r)
+        self.retention_expired = Counter("echelon_durable_retention_expired_total", "Logged events let go by "
+                                         "their topic's retention.", registry=r)
+        self.idle_expired = Counter("echelon_durable_idle_expired_total", "Durable subscriptions deleted after "
+                                    "their idle time.", registry=r)
+        self.replication_failures = Counter("echelon_durable_replication_failures_total", "Changes a co-holder "
+                                            "did not take (it syncs when it comes back).", registry=r)
+        self.flushes = Counter("echelon_durable_fsyncs_total", "Periodic fsyncs of the log (batch policy).",
+                               registry=r)
+        Gauge("echelon_durable_subscriptions", "Durable subscriptions held here.", registry=r
+              ).set_function(lambda: len(self.subs))
+        Gauge("echelon_durable_backlog_messages", "Messages owed by the durable subscriptions held here "
+              "(queued and out for delivery).", registry=r).set_function(
+            lambda: sum(s.depth for s in list(self.subs.values())))
+        Gauge("echelon_durable_backlog_bytes", "Bytes owed by the durable subscriptions held here.", registry=r
+              ).set_function(lambda: sum(s.nbytes for s in list(self.subs.values())))
+        Gauge("echelon_durable_backlog_oldest_age_seconds", "Age of the oldest message a durable subscription "
+              "held here owes (0: none).", registry=r).set_function(self._oldest_age)
+
+    def _oldest_age(self) -> float:
+        oldest = [t for t in (s.oldest_ns() for s in list(self.subs.values())) if t]
+        return max(0.0, (time.time_ns() - min(oldest)) / 1e9) if oldest else 0.0
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> list[asyncio.Task]:
+        for name, blob in self.store.records().items():
+            sub = self._hold(dpb.DurableSubscription.FromString(blob))
+            sub.load(self.store.backlog(name))
+            sub.synced = False
+        return [asyncio.create_task(self._replicate_loop(), name="durable-replicate"),
+                asyncio.create_task(self._maintain_loop(), name="durable-maintain"),
+                *([asyncio.create_task(self._flush_loop(), name="durable-fsync")]
+                  if self.store.fsync == "batch" else [])]
+
+    def _hold(self, record: dpb.DurableSubscription) -> DurableSubscription:
+        """Keep `record` here: in memory, in the registry (local delivery), on the tier."""
+        sub = DurableSubscription(self.me, record, filter_from_pb(record.filter), self.store, self._acked,
+                                  self.dropped.inc)
+        self.subs[record.name] = sub
+        registry = self.node.subscriptions
+        registry.subs[record.name] = sub
+        registry._changed()
+        asyncio.create_task(self._register(sub), name=f"durable-register {record.name}")
+        return sub
+
+    async def _register(self, sub: DurableSubscription) -> None:
+        """On the tier until it answers (matchers may still be starting)."""
+        delay = 0.1
+        while not sub.closed:
+            try:
+                await self.node.subscriptions._register(sub)
+                return
+            except Exception as e:  # noqa: BLE001 - retried; reconciliation is the net under it
+                log.info("registering durable %s: %s (retrying)", sub.name, e)
+                await asyncio.sleep(delay)
+                delay = min(2.0, delay * 2)
+
+    def _forget(self, name: str) -> None:
+        sub = self.subs.pop(name, None)
+        self.store.delete(name)
+        self._outbox.pop(name, None)
+        if sub is not None:
+            self.node.subscriptions.close(sub)
+
+    # -- the cluster as seen from here -----------------------------------------------------
+
+    def _agents(self) -> dict[str, mpb.Member]:
+        return {m.id: m for m in self.node.membership.alive(mpb.ROLE_AGENT)}
+
+    def serving(self, record: dpb.DurableSubscription) -> str:
+        """The first alive holder."""
+        alive = self._agents()
+        for h in record.holders:
+            if h == self.me or h in alive:
+                return h
+        raise Unavailable(f"no holder of durable subscription {record.name!r} is alive "
+                          f"({', '.join(record.holders)})")
+
+    def stub(self, agent: str) -> dgrpc.DurableStub:
+        member = self._agents().get(agent)
+        if member is None:
+            raise Unavailable(f"agent {agent} is not alive")
+        ch = self._channels.get(member.address)
+        if ch is None:
+            ch = self._channels[member.address] = channel(member.address)
+        return dgrpc.DurableStub(ch)
+
+    def address(self, agent: str) -> str:
+        return self._agents()[agent].address
+
+    async def locate(self, name: str) -> dpb.DurableSubscription | None:
+        """The record, from here or from any agent of the view that holds it."""
+        if name in self.subs:
+            return self.subs[name].record
+        others = [a for a in self._agents() if a != self.me]
+
+        async def ask(agent: str):
+            try:
+                return await self.stub(agent).GetSubscription(dpb.GetSubscriptionRequest(name=name, local=True),
+                                                              timeout=CALL_TIMEOUT)
+            except (grpc.aio.AioRpcError, Unavailable):
+                return None
+        for found in await asyncio.gather(*(ask(a) for a in others)):
+            if found is not None:
+                return found
+        return None
+
+    # -- opening a stream ------------------------------------------------------------------
+
+    async def route(self, open_: ppb.SubscriptionOpen) -> str | None:
+        """The agent that serves this open, None for this one."""
+        check_name(open_.subscription)
+        if open_.routed:
+            return None
+        record = await self.locate(open_.subscription)
+        if record is None:
+            agents = sorted({*self._agents(), self.me})
+            target = holders(open_.subscription, agents, self._replicas(open_.durable))[0]
+        else:
+            target = self.serving(record)
+        return None if target == self.me else target
+
+    def _replicas(self, o: ppb.DurableOptions) -> int:
+        return o.replicas or self.defaults.replicas
+
+    async def open(self, open_: ppb.SubscriptionOpen) -> DurableSubscription:
+        """Create or resume, attached to the caller's stream (this agent serves it)."""
+        name = open_.subscription
+        topic = await self.node.topics.get(open_.topic)
+        flt = filter_from_request(open_.filter, open_.filter_text)
+        flt.validate(self.node.topics.schema(topic))
+        sub = self.subs.get(name)
+        if sub is None:
+            record = await self.locate(name)
+            if record is not None:
+                sub = await self.adopt(record)
+            else:
+                sub = await self._create(name, topic, flt, open_.durable)
+        elif not sub.synced:
+            await self.sync(sub)
+        if name not in self.subs:
+            raise NotFound(f"durable subscription {name!r} was deleted")
+        if sub.topic != topic.name:
+            raise FailedPrecondition(f"durable subscription {name!r} is on topic {sub.topic!r}")
+        if sub.filter != flt:
+            raise FailedPrecondition(f"durable subscription {name!r} exists with another filter")
+        if sub.attached:
+            raise AlreadyExists(f"durable subscription {name!r} is attached to another stream")
+        sub.attach(open_.credits)
+        sub.ended = None
+        self.touch(sub)
+        return sub
+
+    async def _create(self, name: str, topic: pb.Topic, flt: Filter, o: ppb.DurableOptions) -> DurableSubscription:
+        d = self.defaults
+        if o.policy and o.policy not in Policy._value2member_map_:
+            raise InvalidArgument(f"backlog policy {o.policy}: unknown")
+        if o.replicas > 5:
+            raise InvalidArgument(f"replicas {o.replicas}: 1 to 5")
+        options = ppb.DurableOptions(start=o.start or ppb.START_POSITION_NOW,
+                                     max_messages=o.max_messages or d.max_messages,
+                                     max_bytes=o.max_bytes or d.max_bytes,
+                                     policy=o.policy or ppb.BACKLOG_POLICY_DROP_OLDEST,
+                                     idle_seconds=o.idle_seconds or d.idle_seconds, replicas=self._replicas(o))
+        agents = sorted({*self._agents(), self.me})
+        chosen = holders(name, agents, options.replicas)
+        if self.me not in chosen:  # another agent's view routed it here: this one serves it
+            chosen = [self.me, *chosen[:-1]]
+        now = time.time_ns()
+        record = dpb.DurableSubscription(name=name, topic=topic.name, filter=filter_to_pb(flt), options=options,
+                                         holders=chosen, created_unix_nanos=now, last_active_unix_nanos=now)
+        sub = self._create_local(record)
+        await self._tell_holders(sub, dpb.DurableChange(name=name, create=record))
+        return sub
+
+    def _create_local(self, record: dpb.DurableSubscription) -> DurableSubscription:
+        self.store.put_record(record.name, record.SerializeToString())
+        sub = self._hold(record)
+        if record.options.start == ppb.START_POSITION_EARLIEST:
+            sub.load(self.store.seek(sub.name, sub.topic, self._matcher(sub), time_ns=0) or [])
+        return sub
+
+    # -- holders' copies -------------------------------------------------------------------
+
+    async def adopt(self, record: dpb.DurableSubscription) -> DurableSubscription:
+        """Hold a copy of an existing subscription (this agent had none): register, then take
+        an older holder's backlog."""
+        sub = self._hold(record)
+        self.store.put_record(record.name, record.SerializeToString())
+        sub.synced = False
+        await self.sync(sub, fresh=True)
+        return sub
+
+    async def sync(self, sub: DurableSubscription, fresh: bool = False) -> None:
+        task = self._syncing.get(sub.name)
+        if task is None:
+            task = self._syncing[sub.name] = asyncio.create_task(self._sync(sub, fresh))
+            task.add_done_callback(lambda _: self._syncing.pop(sub.name, None))
+        await asyncio.shield(task)
+
+    async def _sync(self, sub: DurableSubscription, fresh: bool) -> None:
+        """Take the copy of an alive co-holder whose process is older than this one (or any
+        synced copy, if this agent has none). Deleted meanwhile: deleted here."""
+        since = self.store.next_pos()  # what arrives from here on is kept beside the copy
+        await self._register(sub)
+        for h in [h for h in sub.holders if h != self.me and h in self._agents()]:
+            try:
+                state = await self.stub(h).Fetch(dpb.FetchRequest(name=sub.name), timeout=CALL_TIMEOUT)
+            except grpc.aio.AioRpcError as e:
+                if e.code() == grpc.StatusCode.NOT_FOUND and not fresh:
+                    log.info("durable %s: deleted on %s while this agent was down", sub.name, h)
+                    self._forget(sub.name)
+                    return
+                continue
+            except Unavailable:
+                continue
+            if not fresh and state.sender_started_unix_nanos >= self.started_ns:
+                continue  # a newer process: this copy is the fresher one
+            self.store.replace(sub.name, state.backlog, since)
+            sub.load(self.store.backlog(sub.name))
+            sub.record.last_active_unix_nanos = max(sub.record.last_active_unix_nanos,
+                                                    state.record.last_active_unix_nanos)
+            log.info("durable %s: took %s's copy (%d messages owed)", sub.name, h, sub.depth)
+            break
+        sub.synced = True
+
+    def fetch(self, name: str) -> dpb.DurableState:
+        sub = self.subs.get(name)
+        if sub is None:
+            raise NotFound(f"durable subscription {name!r} is not held here")
+        if not sub.synced:
+            raise FailedPrecondition(f"durable subscription {name!r}: this copy is being synced")
+        events = [p.event for p in sorted(sub.unacked.items())] + [p.event for p in sub.backlog]
+        return dpb.DurableState(record=sub.record, backlog=[e for e in events],
+                                sender_started_unix_nanos=self.started_ns)
+
+    async def _tell_holders(self, sub: DurableSubscription, change: dpb.DurableChange) -> None:
+        """One change to every other alive holder (those down sync when they come back)."""
+        await self.tell([h for h in sub.holders if h != self.me and h in self._agents()], change)
+
+    async def tell(self, agents: list[str], change: dpb.DurableChange) -> None:
+        async def one(agent: str) -> None:
+            try:
+                await self.stub(agent).Apply(change, timeout=CALL_TIMEOUT)
+            except (grpc.aio.AioRpcError, Unavailable) as e:
+                self.replication_failures.inc()
+                log.info("durable %s: %s did not take a change: %s", change.name, agent, e)
+        await asyncio.gather(*(one(a) for a in agents))
+
+    async def apply(self, change: dpb.DurableChange) -> None:
+        """A change from another holder (or an agent passing on a command), to this copy."""
+        kind = change.WhichOneof("change")
+        if kind == "full":
+            if change.full.full:
+                self.refusing[change.name] = (change.full.topic, filter_from_pb(change.full.filter),
+                                              time.monotonic() + FULL_NOTICE_SECONDS)
+            else:
+                self.refusing.pop(change.name, None)
+            return
+        sub = self.subs.get(change.name)
+        if kind == "create":
+            if sub is None:
+                await self.adopt(change.create)
+            elif not sub.synced:
+                await self.sync(sub)
+            return
+        if sub is None:
+            if kind == "delete":
+                return
+            raise NotFound(f"durable subscription {change.name!r} is not held here")
+        if kind == "acks":
+            sub.apply_acks([(m.producer_id, m.sequence) for m in change.acks.ids])
+            self._save_touch(sub, time.time_ns())
+        elif kind == "seek":
+            self.seek_local(sub, change.seek)
+        elif kind == "delete":
+            self.apply_delete(change.name)
+        elif kind == "touch":
+            self._save_touch(sub, change.touch_unix_nanos)
+
+    # -- acks, activity --------------------------------------------------------------------
+
+    def _acked(self, sub: DurableSubscription, keys: list[Key]) -> None:
+        self._outbox.setdefault(sub.name, []).extend(keys)
+        sub.touch()
+        self._wake.set()
+
+    async def _replicate_loop(self) -> None:
+        """Logged acks to the other holders, in order, batched."""
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            outbox, self._outbox = self._outbox, {}
+            sends = []
+            for name, keys in outbox.items():
+                sub = self.subs.get(name)
+                if sub is None:
+                    continue
+                for i in range(0, len(keys), REPLICATE_BATCH):
+                    ids = [pb.MessageId(producer_id=p, sequence=s) for p, s in keys[i:i + REPLICATE_BATCH]]
+                    sends.append(self._tell_holders(sub, dpb.DurableChange(name=name,
+                                                                           acks=dpb.DurableAcks(ids=ids))))
+            await asyncio.gather(*sends)
+            crash_point("ack-replicated")
+
+    def touch(self, sub: DurableSubscription) -> None:
+        """A stream attached or detached: activity, on every holder (idle expiry)."""
+        now = self._save_touch(sub, time.time_ns())
+        asyncio.create_task(self._tell_holders(sub, dpb.DurableChange(name=sub.name, touch_unix_nanos=now)))
+
+    def _save_touch(self, sub: DurableSubscription, now_ns: int) -> int:
+        sub.touch(max(now_ns, sub.record.last_active_unix_nanos))
+        self.store.put_record(sub.name, sub.record.SerializeToString())
+        return sub.record.last_active_unix_nanos
+
+    # -- seek, delete, describe ------------------------------------------------------------
+
+    def _matcher(self, sub: DurableSubscription):
+        return lambda e: sub.filter.matches(attributes_from_pb(e.attributes))
+
+    def seek_local(self, sub: DurableSubscription, req: dpb.SeekRequest) -> int:
+        target = req.WhichOneof("target")
+        if target == "message":
+            events = self.store.seek(sub.name, sub.topic, self._matcher(sub),
+                                     key=(req.message.producer_id, req.message.sequence))
+            if events is None:
+                raise OutOfRange(f"message {req.message.producer_id}:{req.message.sequence} is not retained "
+                                 f"for topic {sub.topic!r} here")
+        elif target == "time_unix_nanos":
+            events = self.store.seek(sub.name, sub.topic, self._matcher(sub), time_ns=req.time_unix_nanos)
+        else:
+            raise InvalidArgument("seek needs a time or a message id")
+        sub.load(events)
+        if sub.attached:  # what it owes changed under the stream: the subscriber reopens
+            sub.ended = Aborted(f"durable subscription {sub.name!r} was sought: open it again")
+        return sub.depth
+
+    async def delete(self, record: dpb.DurableSubscription) -> None:
+        """Gone from every alive holder (one that is down finds out when it syncs)."""
+        self.apply_delete(record.name)
+        await self.tell([h for h in record.holders if h != self.me and h in self._agents()],
+                        dpb.DurableChange(name=record.name, delete=True))
+
+    def apply_delete(self, name: str) -> None:
+        if name in self.subs:
+            self._forget(name)
+
+    def refuse(self, topic: str, attrs) -> None:
+        """Publishing side: RESOURCE_EXHAUSTED if a full REJECT_PUBLISH subscription wants it."""
+        if not self.refusing:
+            return
+        now = time.monotonic()
+        for name, (t, flt, until) in list(self.refusing.items()):
+            if until < now:
+                del self.refusing[name]
+            elif t == topic and flt.matches(attrs):
+                self.refused.inc()
+                raise ResourceExhausted(f"durable subscription {name!r} is full (REJECT_PUBLISH): publish later")
+
+    # -- housekeeping ----------------------------------------------------------------------
+
+    async def _flush_loop(self) -> None:
+        period = self.node.fsync_batch_ms / 1000
+        while True:
+            await asyncio.sleep(period)
+            self.store.flush()
+            self.flushes.inc()
+
+    async def _maintain_loop(self) -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            try:
+                await self.maintain()
+            except Exception:  # noqa: BLE001 - the next round tries again
+                log.exception("durable maintenance failed")
+
+    async def maintain(self) -> None:
+        """Idle expiry, retention, copies for co-holders that came back, full notices."""
+        now = time.time_ns()
+        for sub in list(self.subs.values()):
+            if idle(sub.record.last_active_unix_nanos, now, sub.record.options.idle_seconds, sub.attached):
+                log.warning("durable %s: idle for %ds: deleted", sub.name, sub.record.options.idle_seconds)
+                self.idle_expired.inc()
+                self._forget(sub.name)
+            elif not sub.synced and sub.name not in self._syncing:
+                asyncio.create_task(self.sync(sub))
+        self._expire_retention(now)
+        agents = self._agents()
+        came_back = {a for a, m in agents.items() if a != self.me
+                     and self._lifetimes.get(a, lifetime(m.incarnation)) != lifetime(m.incarnation)}
+        self._lifetimes.update({a: lifetime(m.incarnation) for a, m in agents.items()})
+        for sub in list(self.subs.values()):
+            back = [h for h in sub.holders if h in came_back]
+            if back and sub.synced:
+                await self.tell(back, dpb.DurableChange(name=sub.name, create=sub.record))
+            if sub.bound.policy is Policy.REJECT_PUBLISH and sub.synced:
+                notice = dpb.BacklogFull(topic=sub.topic, filter=sub.record.filter, full=sub.full())
+                if notice.full or sub.name in self.refusing:
+                    asyncio.create_task(self.tell([a for a in agents if a != self.me],
+                                                  dpb.DurableChange(name=sub.name, full=notice)))
+                    await self.apply(dpb.DurableChange(name=sub.name, full=notice))
+
+    def _expire_retention(self, now_ns: int) -> None:
+        for name in self.store.topics():
+            topic = self.node.membership.topics.get(name)
+            seconds = (topic.retention_seconds if topic else 0) or self.defaults.retention_seconds
+            nbytes = (topic.retention_bytes if topic else 0) or self.defaults.retention_bytes
+            rows = self.store.retained(name)
+            n = expired([(t, size, owed) for _, t, size, owed in rows], now_ns, seconds * 1_000_000_000, nbytes)
+            if n:
+                self.store.drop_events(name, rows[n - 1][0])
+                self.retention_expired.inc(n)
+
+
+def check_name(name: str) -> None:
+    if not name or name.startswith("~") or "/" in name or len(name) > 200:
+        raise InvalidArgument(f"durable subscription name {name!r}: 1-200 characters, no leading '~', no '/'")

@@ -1,0 +1,149 @@
+"""One durable subscription as its holder keeps it: the in-memory `Subscription` (credits,
+deliveries out, nacks) over this agent's on-disk log (store.py).
+
+Every change reaches the log before it takes effect in memory, or in the same call:
+an offered event is logged as owed before it can be delivered; an ack is logged as gone
+(and queued for the other holders) before its credits let anything new out. So a crash
+at any step costs at most a redelivery of something not yet acknowledged in the log
+(at-least-once), never a message.
+
+Backlog bound: core/durability.py (`admit`); the size counted is the event's encoded
+size.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import time
+from collections import deque
+from typing import Callable, Iterable
+
+from echelon.agent.store import Key, Store, key_of
+from echelon.agent.subscriptions import Pending, Subscription
+from echelon.core.durability import Bound, Policy, admit
+from echelon.core.filters import Filter
+from echelon.v1 import common_pb2 as pb
+from echelon.v1 import durable_pb2 as dpb
+
+CRASH_ENV = "ECHELON_DURABLE_CRASH_AT"  # fault injection for the tests: the process exits at this step
+
+
+def crash_point(step: str) -> None:
+    """Exit at once (as kill -9 would: no flush, no goodbye) when the tests ask for `step`."""
+    if os.environ.get(CRASH_ENV) == step:
+        os._exit(137)
+
+
+class DurableSubscription(Subscription):
+    durable = True
+
+    def __init__(self, me: str, record: dpb.DurableSubscription, flt: Filter, store: Store,
+                 acked: Callable[["DurableSubscription", list[Key]], None], drops: Callable[[int], None]):
+        o = record.options
+        super().__init__(f"{me}/{record.name}", record.name, record.topic, flt, int(o.max_messages))
+        self.record = record
+        self.store = store
+        self.bound = Bound(int(o.max_messages), int(o.max_bytes), Policy(o.policy))
+        self.created_ns = record.created_unix_nanos
+        self.acked = acked  # logged acks, for the other holders
+        self.drops = drops  # a counted loss (the backlog policy)
+        self.sizes: dict[Key, int] = {}
+        self.nbytes = 0
+        self.dropped = 0
+        self.synced = True  # False: loaded from disk, not yet compared with an older holder's copy
+
+    @property
+    def holders(self) -> list[str]:
+        return list(self.record.holders)
+
+    def full(self) -> bool:
+        return self.bound.full(self.depth, self.nbytes)
+
+    def oldest_ns(self) -> int:
+        times = [p.event.publish_time_unix_nanos for p in (*self.unacked.values(), *self.backlog)]
+        return min(times, default=0)
+
+    # -- the log first ---------------------------------------------------------------------
+
+    def offer(self, event: pb.Event) -> bool:
+        """Log and queue; past the bound the policy drops (counted). Always True: a durable
+        subscription is never closed for its backlog."""
+        if self.closed:
+            return True
+        key = key_of(event)
+        if key in self.sizes:
+            return True  # already owed (a copy adopted from the other holder)
+        size = event.ByteSize()
+        decision = admit(self.bound, (self.sizes[key_of(p.event)] for p in self.backlog), self.depth, self.nbytes,
+                         size)
+        evicted = list(itertools.islice(self.backlog, decision.evict))
+        if not decision.keep:
+            self.dropped += 1
+            self.drops(1)
+            return True
+        self.store.append(event, [self.name], [(self.name, key_of(p.event)) for p in evicted])
+        for p in evicted:
+            self.backlog.popleft()
+            self._gone(key_of(p.event))
+        if evicted:
+            self.dropped += len(evicted)
+            self.drops(len(evicted))
+        self.sizes[key] = size
+        self.nbytes += size
+        self.backlog.append(Pending(event))
+        self.changed.set()
+        return True
+
+    def ack(self, delivery_ids, credits: int) -> int:
+        crash_point("ack-received")
+        done = [self.unacked.pop(i) for i in delivery_ids if i in self.unacked]
+        keys = [key_of(p.event) for p in done]
+        if keys:
+            self.store.ack(self.name, self.topic, keys)
+            crash_point("ack-logged")
+            for k in keys:
+                self._gone(k)
+            self.acked(self, keys)
+        self.credits += credits
+        self.changed.set()
+        return len(done)
+
+    def _gone(self, key: Key) -> None:
+        self.nbytes -= self.sizes.pop(key, 0)
+
+    # -- changes from elsewhere ------------------------------------------------------------
+
+    def apply_acks(self, keys: Iterable[Key]) -> None:
+        """The serving holder's acks (this is another holder's copy)."""
+        gone = {k for k in keys if k in self.sizes}
+        if not gone:
+            return
+        self.store.ack(self.name, self.topic, gone)
+        self.backlog = deque(p for p in self.backlog if key_of(p.event) not in gone)
+        for i in [i for i, p in self.unacked.items() if key_of(p.event) in gone]:
+            del self.unacked[i]
+        for k in gone:
+            self._gone(k)
+        self.changed.set()
+
+    def load(self, events: Iterable[pb.Event]) -> None:
+        """Owe exactly `events` (from the log, a seek, or an adopted copy); what was out for
+        delivery is forgotten (its acks find nothing)."""
+        self.backlog = deque(Pending(e) for e in events)
+        self.unacked.clear()
+        self.sizes = {key_of(p.event): p.event.ByteSize() for p in self.backlog}
+        self.nbytes = sum(self.sizes.values())
+        self.changed.set()
+
+    def touch(self, now_ns: int | None = None) -> int:
+        self.record.last_active_unix_nanos = now_ns or time.time_ns()
+        return self.record.last_active_unix_nanos
+
+    def describe(self, me: str) -> dpb.DurableSubscription:
+        out = dpb.DurableSubscription()
+        out.CopyFrom(self.record)
+        out.backlog_messages, out.backlog_bytes = self.depth, self.nbytes
+        out.oldest_unacked_unix_nanos, out.dropped = self.oldest_ns(), self.dropped
+        out.attached, out.answered_by = self.attached, me
+        return out
