@@ -90,15 +90,34 @@ def cli() -> None:
               help="Unacknowledged bytes per outgoing relay link (backpressure).")
 @click.option("--reconcile-seconds", default=30.0, type=click.FloatRange(0.1, 3600), show_default=True,
               help="How often the agent compares its subscriptions with what the matchers hold for it.")
+@click.option("--data-dir", envvar="ECHELON_DATA_DIR", default=None, type=click.Path(file_okay=False),
+              help="Where durable subscriptions' log lives (SQLite, WAL). Unset: in memory (only the replica "
+                   "agent outlives this process).")
+@click.option("--fsync", default="batch", type=click.Choice(["always", "batch", "never"]), show_default=True,
+              help="always: every commit fsynced; batch: every --fsync-batch-ms; never: left to the OS "
+                   "(every policy survives kill -9; the loss window is on power loss: see agent/store.py).")
+@click.option("--fsync-batch-ms", default=10, type=click.IntRange(1, 10_000), show_default=True)
+@click.option("--durable-max-bytes", default=64 << 20, type=click.IntRange(1), show_default=True,
+              help="Default backlog bound in bytes of a durable subscription (messages: --max-backlog).")
+@click.option("--durable-idle-seconds", default=7 * 86400, type=click.IntRange(0), show_default=True,
+              help="Default idle time after which a durable subscription with no stream is deleted (0: never).")
+@click.option("--retention-seconds", default=3600, type=click.IntRange(1), show_default=True,
+              help="Default retention (replay) of a topic's events, for topics that set none.")
+@click.option("--retention-bytes", default=256 << 20, type=click.IntRange(1), show_default=True)
 def agent(log_level, max_backlog, dissemination, slice_bytes, stripes, window_bytes, reconcile_seconds,
-          **kw) -> None:
+          data_dir, fsync, fsync_batch_ms, durable_max_bytes, durable_idle_seconds, retention_seconds,
+          retention_bytes, **kw) -> None:
     """Run an agent: the client API, local delivery, relaying."""
+    from echelon.agent.durable import Defaults
     from echelon.agent.server import AgentNode
 
     setup_logging("agent", log_level)
+    durable = Defaults(max_messages=max_backlog, max_bytes=durable_max_bytes, idle_seconds=durable_idle_seconds,
+                       retention_seconds=retention_seconds, retention_bytes=retention_bytes)
     _serve(lambda: AgentNode(_config(**kw), max_backlog=max_backlog, window_bytes=window_bytes,
                              dissemination=dissemination, slice_bytes=slice_bytes, stripes=stripes,
-                             reconcile_seconds=reconcile_seconds))
+                             reconcile_seconds=reconcile_seconds, data_dir=data_dir, fsync=fsync,
+                             fsync_batch_ms=fsync_batch_ms, durable=durable))
 
 
 @cli.command()
@@ -252,10 +271,11 @@ def demo(agents, events, base_port, regions, as_json) -> None:
 
 
 from echelon.commands import pub, status, sub, topic  # noqa: E402 - subcommands register below
+from echelon.durable_commands import subscription  # noqa: E402
 from echelon.observe.commands import top, topology  # noqa: E402
 from echelon.tools.tree_cmd import tree  # noqa: E402
 
-for command in (pub, sub, status, topic, top, topology, tree):
+for command in (pub, sub, status, topic, top, topology, tree, subscription):
     cli.add_command(command)
 
 from spark.commands import metrics, replan  # noqa: E402 - the routing job's commands

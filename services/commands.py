@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from echelon.client import ACCEPTED, DELIVERED, Client, EchelonError
+from echelon.client import ACCEPTED, DELIVERED, Client, Durable, EchelonError
 from echelon.runtime.server import channel
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import membership_pb2 as mpb
@@ -49,10 +49,14 @@ def topic() -> None:
 @AGENT
 @click.argument("name")
 @click.option("--attr", "attrs", multiple=True, help="name:type[:min:max], e.g. High:float:0:500.")
-def topic_create(agent, name, attrs) -> None:
+@click.option("--retention-seconds", default=0, type=click.IntRange(0),
+              help="Replay window kept for durable subscriptions (0: the agents' default).")
+@click.option("--retention-bytes", default=0, type=click.IntRange(0), help="Replay bytes kept (0: the default).")
+def topic_create(agent, name, attrs, retention_seconds, retention_bytes) -> None:
     async def run():
         async with Client(agent) as c:
-            return await c.create_topic(name, attrs)
+            return await c.create_topic(name, attrs, retention_bytes=retention_bytes,
+                                        retention_seconds=retention_seconds)
 
     try:
         t = asyncio.run(run())
@@ -145,15 +149,27 @@ def pub(agent, topic_name, attrs, payload, payload_file, count, delivered, as_js
 @AGENT
 @click.option("--topic", "topic_name", required=True)
 @click.option("--filter", "filter_text", default="", help='e.g. Symbol = "aapl" and High >= 45')
-@click.option("--name", default="", help="A durable subscription name (empty: ephemeral).")
+@click.option("--name", default="", help="A named subscription (kept by this agent across streams).")
+@click.option("--durable", "durable_name", default="", metavar="NAME",
+              help="A durable subscription: a cluster object kept on disk and by a replica agent, resumed from "
+                   "any agent (echelon subscription list|show|seek|delete).")
+@click.option("--start", default="now", type=click.Choice(["now", "earliest"]), show_default=True,
+              help="Where a new durable subscription starts.")
+@click.option("--policy", default="drop-oldest", type=click.Choice(["drop-oldest", "drop-new", "reject-publish"]),
+              show_default=True, help="A new durable subscription past its backlog bound.")
 @click.option("--count", default=0, type=click.IntRange(0), help="Stop after this many (0: run until Ctrl-C).")
 @click.option("--timeout", default=0.0, type=click.FloatRange(0), help="Stop after this many seconds idle.")
 @click.option("--json", "as_json", is_flag=True)
-def sub(agent, topic_name, filter_text, name, count, timeout, as_json) -> None:
+def sub(agent, topic_name, filter_text, name, durable_name, start, policy, count, timeout, as_json) -> None:
     """Subscribe and print deliveries (acked as printed)."""
+    if name and durable_name:
+        raise click.UsageError("--name or --durable, not both")
+    durable = Durable(start=start, policy=policy) if durable_name else None
+
     async def run():
         n = 0
-        async with Client(agent) as c, c.subscribe(topic_name, filter_text, name=name) as s:
+        async with Client(agent) as c, c.subscribe(topic_name, filter_text, name=name or durable_name,
+                                                   durable=durable) as s:
             while not count or n < count:
                 try:
                     m = await s.next(timeout=timeout or None)
