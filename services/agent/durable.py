@@ -24,8 +24,9 @@ other holder, which tells every co-holder that (re)joins the view with a new pro
 lifetime (`maintain`). A copy is adopted only from a process older than the adopter (or
 by an agent with no copy at all), so a stale copy never overwrites a fresher one.
 
-Seek, delete and idle expiry apply on every holder; retention of the log per topic and
-the REJECT_PUBLISH notices run in `maintain`, every second.
+Seek, delete and idle expiry apply on every holder; acks go on to the other holders in
+durable_acks.py; retention of the log per topic and the REJECT_PUBLISH notices run in
+durable_upkeep.py, every second.
 """
 
 from __future__ import annotations
@@ -39,13 +40,14 @@ from typing import TYPE_CHECKING
 import grpc
 from prometheus_client import Counter, Gauge
 
-from echelon.agent.durable_sub import DurableSubscription, crash_point
+from echelon.agent.durable_acks import AckReplicator
+from echelon.agent.durable_sub import DurableSubscription
+from echelon.agent.durable_upkeep import flush_loop, maintain_loop
 from echelon.agent.store import Key, Store
-from echelon.core.durability import Policy, expired, holders, idle
+from echelon.core.durability import Policy, holders
 from echelon.core.filters import Filter
 from echelon.runtime.errors import (Aborted, AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, OutOfRange,
                                     ResourceExhausted, Unavailable)
-from echelon.runtime.member import lifetime
 from echelon.runtime.server import channel
 from echelon.runtime.wire import attributes_from_pb, filter_from_pb, filter_from_request, filter_to_pb
 from echelon.v1 import common_pb2 as pb
@@ -61,7 +63,6 @@ log = logging.getLogger("echelon.agent.durable")
 
 CALL_TIMEOUT = 3.0
 FULL_NOTICE_SECONDS = 5.0  # a REJECT_PUBLISH notice lapses unless repeated (every maintain)
-REPLICATE_BATCH = 2000
 
 
 @dataclass
@@ -85,9 +86,7 @@ class Durables:
         self.started_ns = time.time_ns()
         self.subs: dict[str, DurableSubscription] = {}
         self.refusing: dict[str, tuple[str, Filter, float]] = {}  # name -> (topic, filter, until: monotonic)
-        self._outbox: dict[str, list[Key]] = {}
-        self._wake = asyncio.Event()
-        self._lifetimes: dict[str, int] = {}  # agent -> process lifetime last seen (a new one is told)
+        self.acks = AckReplicator(self)
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._syncing: dict[str, asyncio.Task] = {}
         r = node.registry
@@ -124,9 +123,9 @@ class Durables:
             sub = self._hold(dpb.DurableSubscription.FromString(blob))
             sub.load(self.store.backlog(name))
             sub.synced = False
-        return [asyncio.create_task(self._replicate_loop(), name="durable-replicate"),
-                asyncio.create_task(self._maintain_loop(), name="durable-maintain"),
-                *([asyncio.create_task(self._flush_loop(), name="durable-fsync")]
+        return [asyncio.create_task(self.acks.run(), name="durable-acks"),
+                asyncio.create_task(maintain_loop(self), name="durable-maintain"),
+                *([asyncio.create_task(flush_loop(self, self.node.fsync_batch_ms / 1000), name="durable-fsync")]
                   if self.store.fsync == "batch" else [])]
 
     def _hold(self, record: dpb.DurableSubscription) -> DurableSubscription:
@@ -155,18 +154,18 @@ class Durables:
     def _forget(self, name: str) -> None:
         sub = self.subs.pop(name, None)
         self.store.delete(name)
-        self._outbox.pop(name, None)
+        self.acks.forget(name)
         if sub is not None:
             self.node.subscriptions.close(sub)
 
     # -- the cluster as seen from here -----------------------------------------------------
 
-    def _agents(self) -> dict[str, mpb.Member]:
+    def alive_agents(self) -> dict[str, mpb.Member]:
         return {m.id: m for m in self.node.membership.alive(mpb.ROLE_AGENT)}
 
     def serving(self, record: dpb.DurableSubscription) -> str:
         """The first alive holder."""
-        alive = self._agents()
+        alive = self.alive_agents()
         for h in record.holders:
             if h == self.me or h in alive:
                 return h
@@ -174,7 +173,7 @@ class Durables:
                           f"({', '.join(record.holders)})")
 
     def stub(self, agent: str) -> dgrpc.DurableStub:
-        member = self._agents().get(agent)
+        member = self.alive_agents().get(agent)
         if member is None:
             raise Unavailable(f"agent {agent} is not alive")
         ch = self._channels.get(member.address)
@@ -183,13 +182,13 @@ class Durables:
         return dgrpc.DurableStub(ch)
 
     def address(self, agent: str) -> str:
-        return self._agents()[agent].address
+        return self.alive_agents()[agent].address
 
     async def locate(self, name: str) -> dpb.DurableSubscription | None:
         """The record, from here or from any agent of the view that holds it."""
         if name in self.subs:
             return self.subs[name].record
-        others = [a for a in self._agents() if a != self.me]
+        others = [a for a in self.alive_agents() if a != self.me]
 
         async def ask(agent: str):
             try:
@@ -211,7 +210,7 @@ class Durables:
             return None
         record = await self.locate(open_.subscription)
         if record is None:
-            agents = sorted({*self._agents(), self.me})
+            agents = sorted({*self.alive_agents(), self.me})
             target = holders(open_.subscription, agents, self._replicas(open_.durable))[0]
         else:
             target = self.serving(record)
@@ -259,7 +258,7 @@ class Durables:
                                      max_bytes=o.max_bytes or d.max_bytes,
                                      policy=o.policy or ppb.BACKLOG_POLICY_DROP_OLDEST,
                                      idle_seconds=o.idle_seconds or d.idle_seconds, replicas=self._replicas(o))
-        agents = sorted({*self._agents(), self.me})
+        agents = sorted({*self.alive_agents(), self.me})
         chosen = holders(name, agents, options.replicas)
         if self.me not in chosen:  # another agent's view routed it here: this one serves it
             chosen = [self.me, *chosen[:-1]]
@@ -300,7 +299,7 @@ class Durables:
         synced copy, if this agent has none). Deleted meanwhile: deleted here."""
         since = self.store.next_pos()  # what arrives from here on is kept beside the copy
         await self._register(sub)
-        for h in [h for h in sub.holders if h != self.me and h in self._agents()]:
+        for h in [h for h in sub.holders if h != self.me and h in self.alive_agents()]:
             try:
                 state = await self.stub(h).Fetch(dpb.FetchRequest(name=sub.name), timeout=CALL_TIMEOUT)
             except grpc.aio.AioRpcError as e:
@@ -333,16 +332,23 @@ class Durables:
 
     async def _tell_holders(self, sub: DurableSubscription, change: dpb.DurableChange) -> None:
         """One change to every other alive holder (those down sync when they come back)."""
-        await self.tell([h for h in sub.holders if h != self.me and h in self._agents()], change)
+        await self.tell([h for h in sub.holders if h != self.me and h in self.alive_agents()], change)
 
     async def tell(self, agents: list[str], change: dpb.DurableChange) -> None:
-        async def one(agent: str) -> None:
-            try:
-                await self.stub(agent).Apply(change, timeout=CALL_TIMEOUT)
-            except (grpc.aio.AioRpcError, Unavailable) as e:
-                self.replication_failures.inc()
-                log.info("durable %s: %s did not take a change: %s", change.name, agent, e)
-        await asyncio.gather(*(one(a) for a in agents))
+        await asyncio.gather(*(self.tell_one(a, change) for a in agents))
+
+    async def tell_one(self, agent: str, change: dpb.DurableChange) -> bool:
+        """One change to one agent; False (counted) if it did not take it."""
+        try:
+            await self.stub(agent).Apply(change, timeout=CALL_TIMEOUT)
+            return True
+        except (grpc.aio.AioRpcError, Unavailable) as e:
+            self.replication_failures.inc()
+            log.info("durable %s: %s did not take a change: %s", change.name, agent, e)
+            return False
+
+    def syncing(self, name: str) -> bool:
+        return name in self._syncing
 
     async def apply(self, change: dpb.DurableChange) -> None:
         """A change from another holder (or an agent passing on a command), to this copy."""
@@ -378,27 +384,8 @@ class Durables:
     # -- acks, activity --------------------------------------------------------------------
 
     def _acked(self, sub: DurableSubscription, keys: list[Key]) -> None:
-        self._outbox.setdefault(sub.name, []).extend(keys)
         sub.touch()
-        self._wake.set()
-
-    async def _replicate_loop(self) -> None:
-        """Logged acks to the other holders, in order, batched."""
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            outbox, self._outbox = self._outbox, {}
-            sends = []
-            for name, keys in outbox.items():
-                sub = self.subs.get(name)
-                if sub is None:
-                    continue
-                for i in range(0, len(keys), REPLICATE_BATCH):
-                    ids = [pb.MessageId(producer_id=p, sequence=s) for p, s in keys[i:i + REPLICATE_BATCH]]
-                    sends.append(self._tell_holders(sub, dpb.DurableChange(name=name,
-                                                                           acks=dpb.DurableAcks(ids=ids))))
-            await asyncio.gather(*sends)
-            crash_point("ack-replicated")
+        self.acks.add(sub.name, keys)
 
     def touch(self, sub: DurableSubscription) -> None:
         """A stream attached or detached: activity, on every holder (idle expiry)."""
@@ -428,6 +415,8 @@ class Durables:
         else:
             raise InvalidArgument("seek needs a time or a message id")
         sub.load(events)
+        sub.record.seeks += 1
+        self.store.put_record(sub.name, sub.record.SerializeToString())
         if sub.attached:  # what it owes changed under the stream: the subscriber reopens
             sub.ended = Aborted(f"durable subscription {sub.name!r} was sought: open it again")
         return sub.depth
@@ -435,7 +424,7 @@ class Durables:
     async def delete(self, record: dpb.DurableSubscription) -> None:
         """Gone from every alive holder (one that is down finds out when it syncs)."""
         self.apply_delete(record.name)
-        await self.tell([h for h in record.holders if h != self.me and h in self._agents()],
+        await self.tell([h for h in record.holders if h != self.me and h in self.alive_agents()],
                         dpb.DurableChange(name=record.name, delete=True))
 
     def apply_delete(self, name: str) -> None:
@@ -453,61 +442,6 @@ class Durables:
             elif t == topic and flt.matches(attrs):
                 self.refused.inc()
                 raise ResourceExhausted(f"durable subscription {name!r} is full (REJECT_PUBLISH): publish later")
-
-    # -- housekeeping ----------------------------------------------------------------------
-
-    async def _flush_loop(self) -> None:
-        period = self.node.fsync_batch_ms / 1000
-        while True:
-            await asyncio.sleep(period)
-            self.store.flush()
-            self.flushes.inc()
-
-    async def _maintain_loop(self) -> None:
-        while True:
-            await asyncio.sleep(1.0)
-            try:
-                await self.maintain()
-            except Exception:  # noqa: BLE001 - the next round tries again
-                log.exception("durable maintenance failed")
-
-    async def maintain(self) -> None:
-        """Idle expiry, retention, copies for co-holders that came back, full notices."""
-        now = time.time_ns()
-        for sub in list(self.subs.values()):
-            if idle(sub.record.last_active_unix_nanos, now, sub.record.options.idle_seconds, sub.attached):
-                log.warning("durable %s: idle for %ds: deleted", sub.name, sub.record.options.idle_seconds)
-                self.idle_expired.inc()
-                self._forget(sub.name)
-            elif not sub.synced and sub.name not in self._syncing:
-                asyncio.create_task(self.sync(sub))
-        self._expire_retention(now)
-        agents = self._agents()
-        came_back = {a for a, m in agents.items() if a != self.me
-                     and self._lifetimes.get(a, lifetime(m.incarnation)) != lifetime(m.incarnation)}
-        self._lifetimes.update({a: lifetime(m.incarnation) for a, m in agents.items()})
-        for sub in list(self.subs.values()):
-            back = [h for h in sub.holders if h in came_back]
-            if back and sub.synced:
-                await self.tell(back, dpb.DurableChange(name=sub.name, create=sub.record))
-            if sub.bound.policy is Policy.REJECT_PUBLISH and sub.synced:
-                notice = dpb.BacklogFull(topic=sub.topic, filter=sub.record.filter, full=sub.full())
-                if notice.full or sub.name in self.refusing:
-                    asyncio.create_task(self.tell([a for a in agents if a != self.me],
-                                                  dpb.DurableChange(name=sub.name, full=notice)))
-                    await self.apply(dpb.DurableChange(name=sub.name, full=notice))
-
-    def _expire_retention(self, now_ns: int) -> None:
-        for name in self.store.topics():
-            topic = self.node.membership.topics.get(name)
-            seconds = (topic.retention_seconds if topic else 0) or self.defaults.retention_seconds
-            nbytes = (topic.retention_bytes if topic else 0) or self.defaults.retention_bytes
-            rows = self.store.retained(name)
-            n = expired([(t, size, owed) for _, t, size, owed in rows], now_ns, seconds * 1_000_000_000, nbytes)
-            if n:
-                self.store.drop_events(name, rows[n - 1][0])
-                self.retention_expired.inc(n)
-
 
 def check_name(name: str) -> None:
     if not name or name.startswith("~") or "/" in name or len(name) > 200:

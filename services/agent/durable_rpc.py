@@ -61,11 +61,11 @@ class DurableServicer(dgrpc.DurableServicer):
                                                               timeout=CALL_TIMEOUT)).subscriptions
             except (grpc.aio.AioRpcError, Unavailable):
                 return []
-        copies = mine + [s for found in await asyncio.gather(*(ask(a) for a in d._agents() if a != d.me))
+        copies = mine + [s for found in await asyncio.gather(*(ask(a) for a in d.alive_agents() if a != d.me))
                          for s in found]
         best: dict[str, dpb.DurableSubscription] = {}
         for s in copies:
-            serving = next((h for h in s.holders if h == d.me or h in d._agents()), None)
+            serving = next((h for h in s.holders if h == d.me or h in d.alive_agents()), None)
             if s.name not in best or s.answered_by == serving:
                 best[s.name] = s
         return dpb.ListSubscriptionsResponse(subscriptions=[best[n] for n in sorted(best)])
@@ -100,7 +100,7 @@ class DurableServicer(dgrpc.DurableServicer):
             answer = dpb.SeekResponse(backlog_messages=d.seek_local(d.subs[request.name], local))
         else:
             answer = await self._on(serving, "Seek", local)
-        others = [h for h in record.holders if h != serving and h != d.me and h in d._agents()]
+        others = [h for h in record.holders if h != serving and h != d.me and h in d.alive_agents()]
         if serving != d.me and d.me in record.holders and request.name in d.subs:
             d.seek_local(d.subs[request.name], local)
         await d.tell(others, dpb.DurableChange(name=request.name, seek=local))

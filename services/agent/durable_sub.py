@@ -57,6 +57,9 @@ class DurableSubscription(Subscription):
     def holders(self) -> list[str]:
         return list(self.record.holders)
 
+    def headers(self) -> tuple[tuple[str, str], ...]:
+        return (("x-echelon-seeks", str(self.record.seeks)),)
+
     def full(self) -> bool:
         return self.bound.full(self.depth, self.nbytes)
 

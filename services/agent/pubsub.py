@@ -170,7 +170,7 @@ class PubSubServicer(pgrpc.PubSubServicer):
         reader = None
         try:  # entered with no await since the open: every way out below runs the cleanup
             # Headers now: the client's `start()` returns once the subscription is registered.
-            await context.send_initial_metadata((("x-echelon-subscription", sub.id),))
+            await context.send_initial_metadata((("x-echelon-subscription", sub.id), *sub.headers()))
             reader = asyncio.create_task(read())
             while True:
                 if sub.ended is not None:

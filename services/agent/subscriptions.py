@@ -115,6 +115,10 @@ class Subscription:
             self.backlog.extendleft(reversed(nacked))
             self.changed.set()
 
+    def headers(self) -> tuple[tuple[str, str], ...]:
+        """More initial metadata for the stream (durable_sub.py)."""
+        return ()
+
     def attach(self, credits: int) -> None:
         self.attached = True
         self.credits = credits

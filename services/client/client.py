@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections import OrderedDict
 from typing import Iterable
 
 import grpc
@@ -42,6 +43,8 @@ class Client:
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._publishers: set[Publisher] = set()
         self._subscriptions: set[Subscription] = set()
+        self._acked: dict[str, OrderedDict] = {}  # durable subscription -> message ids acked (client/durable.py)
+        self._seeks: dict[str, str] = {}  # durable subscription -> its seek count when last opened
         self._state = "open"  # open -> draining -> closed
 
     async def __aenter__(self) -> "Client":
@@ -145,6 +148,12 @@ class Client:
 
     async def delete_subscription(self, name: str, timeout: float | None = None) -> None:
         await self._durable("DeleteSubscription", dpb.DeleteSubscriptionRequest(name=name), timeout)
+
+    def _seen_seeks(self, name: str, seeks: str) -> None:
+        """Forget what was acked under `name` when it was sought since."""
+        if self._seeks.get(name, seeks) != seeks:
+            self._acked.get(name, OrderedDict()).clear()
+        self._seeks[name] = seeks
 
     async def _durable(self, method: str, request, timeout: float | None):
         self._check_open()

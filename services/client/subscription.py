@@ -88,9 +88,10 @@ class Subscription:
         self.max_outstanding = max_outstanding
         self.callback_errors = 0  # callbacks that raised (their messages were nacked)
         open_ = ppb.SubscriptionOpen(topic=topic, subscription=name, credits=max_outstanding, durable=durable)
-        # Durable: message ids acked through this object, so a redelivery after a failover is
-        # acked again, not handed out (client/durable.py).
-        self._acked: OrderedDict[tuple[str, int], None] | None = OrderedDict() if durable is not None else None
+        # Durable: message ids acked through this client under this name, so a redelivery after
+        # a failover is acked again, not handed out (client/durable.py).
+        self._acked: OrderedDict[tuple[str, int], None] | None = \
+            client._acked.setdefault(name, OrderedDict()) if durable is not None else None
         self.acked_redeliveries = 0
         if isinstance(flt, Filter):
             open_.filter.CopyFrom(filter_to_pb(flt))
@@ -138,15 +139,28 @@ class Subscription:
             self._tasks.append(asyncio.create_task(self._dispatch(), name="subscription callbacks"))
 
     async def _open_stream(self) -> None:
-        call = self._call = pgrpc.PubSubStub(self.client._channel()).Subscribe()
+        """Open on the client's first agent; a durable subscription fails over to the next
+        ones while they are unreachable (any agent serves it)."""
+        tries = len(self.client.addresses) if self._acked is not None else 1
+        for i in range(tries):
+            try:
+                return await self._open_on(i)
+            except Unavailable:
+                if i == tries - 1:
+                    raise
+
+    async def _open_on(self, i: int) -> None:
+        call = self._call = pgrpc.PubSubStub(self.client._channel(i)).Subscribe()
         try:
             await call.write(ppb.SubscribeRequest(open=self._open))
         except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
             pass  # refused before our write went out: the call's status says why
         # The agent sends headers once the subscription is registered; a refusal
         # (bad filter, unknown topic) ends the call without them.
-        metadata = await call.initial_metadata()
-        if any(k == "x-echelon-subscription" for k, _ in metadata or ()):
+        metadata = dict(await call.initial_metadata() or ())
+        if "x-echelon-subscription" in metadata:
+            if self._acked is not None:  # a seek moved what is owed: acked messages may come again
+                self.client._seen_seeks(self.name, metadata.get("x-echelon-seeks", ""))
             return
         code = await call.code()
         if code == grpc.StatusCode.OK:

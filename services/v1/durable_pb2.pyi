@@ -9,7 +9,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class DurableSubscription(_message.Message):
-    __slots__ = ("name", "topic", "filter", "options", "holders", "created_unix_nanos", "last_active_unix_nanos", "backlog_messages", "backlog_bytes", "oldest_unacked_unix_nanos", "dropped", "attached", "answered_by")
+    __slots__ = ("name", "topic", "filter", "options", "holders", "created_unix_nanos", "last_active_unix_nanos", "backlog_messages", "backlog_bytes", "oldest_unacked_unix_nanos", "dropped", "attached", "answered_by", "seeks")
     NAME_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     FILTER_FIELD_NUMBER: _ClassVar[int]
@@ -23,6 +23,7 @@ class DurableSubscription(_message.Message):
     DROPPED_FIELD_NUMBER: _ClassVar[int]
     ATTACHED_FIELD_NUMBER: _ClassVar[int]
     ANSWERED_BY_FIELD_NUMBER: _ClassVar[int]
+    SEEKS_FIELD_NUMBER: _ClassVar[int]
     name: str
     topic: str
     filter: _common_pb2.Filter
@@ -36,7 +37,8 @@ class DurableSubscription(_message.Message):
     dropped: int
     attached: bool
     answered_by: str
-    def __init__(self, name: _Optional[str] = ..., topic: _Optional[str] = ..., filter: _Optional[_Union[_common_pb2.Filter, _Mapping]] = ..., options: _Optional[_Union[_pubsub_pb2.DurableOptions, _Mapping]] = ..., holders: _Optional[_Iterable[str]] = ..., created_unix_nanos: _Optional[int] = ..., last_active_unix_nanos: _Optional[int] = ..., backlog_messages: _Optional[int] = ..., backlog_bytes: _Optional[int] = ..., oldest_unacked_unix_nanos: _Optional[int] = ..., dropped: _Optional[int] = ..., attached: _Optional[bool] = ..., answered_by: _Optional[str] = ...) -> None: ...
+    seeks: int
+    def __init__(self, name: _Optional[str] = ..., topic: _Optional[str] = ..., filter: _Optional[_Union[_common_pb2.Filter, _Mapping]] = ..., options: _Optional[_Union[_pubsub_pb2.DurableOptions, _Mapping]] = ..., holders: _Optional[_Iterable[str]] = ..., created_unix_nanos: _Optional[int] = ..., last_active_unix_nanos: _Optional[int] = ..., backlog_messages: _Optional[int] = ..., backlog_bytes: _Optional[int] = ..., oldest_unacked_unix_nanos: _Optional[int] = ..., dropped: _Optional[int] = ..., attached: _Optional[bool] = ..., answered_by: _Optional[str] = ..., seeks: _Optional[int] = ...) -> None: ...
 
 class ListSubscriptionsRequest(_message.Message):
     __slots__ = ("local",)
