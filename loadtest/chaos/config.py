@@ -23,6 +23,7 @@ class Config:
     warmup: float = 8.0
     drain: float = 60.0
     loopback: bool = False  # force loopback even where namespaces work
+    wipe_disk: bool = False  # a killed agent restarts on an empty data dir (durable.py)
     out: Path = Path("out/chaos")
     log: object = print
 

@@ -314,6 +314,7 @@ class Durables:
                 continue  # a newer process: this copy is the fresher one
             self.store.replace(sub.name, state.backlog, since)
             sub.load(self.store.backlog(sub.name))
+            sub.apply_acks([(m.producer_id, m.sequence) for m in state.acked])
             sub.record.last_active_unix_nanos = max(sub.record.last_active_unix_nanos,
                                                     state.record.last_active_unix_nanos)
             log.info("durable %s: took %s's copy (%d messages owed)", sub.name, h, sub.depth)
@@ -327,8 +328,8 @@ class Durables:
         if not sub.synced:
             raise FailedPrecondition(f"durable subscription {name!r}: this copy is being synced")
         events = [p.event for p in sorted(sub.unacked.items())] + [p.event for p in sub.backlog]
-        return dpb.DurableState(record=sub.record, backlog=[e for e in events],
-                                sender_started_unix_nanos=self.started_ns)
+        return dpb.DurableState(record=sub.record, backlog=events, sender_started_unix_nanos=self.started_ns,
+                                acked=[pb.MessageId(producer_id=p, sequence=q) for p, q in sub.recent])
 
     async def _tell_holders(self, sub: DurableSubscription, change: dpb.DurableChange) -> None:
         """One change to every other alive holder (those down sync when they come back)."""
@@ -371,9 +372,9 @@ class Durables:
             if kind == "delete":
                 return
             raise NotFound(f"durable subscription {change.name!r} is not held here")
-        if kind == "acks":
+        if kind == "acks":  # activity, kept in memory: written with the record's next change
             sub.apply_acks([(m.producer_id, m.sequence) for m in change.acks.ids])
-            self._save_touch(sub, time.time_ns())
+            sub.touch()
         elif kind == "seek":
             self.seek_local(sub, change.seek)
         elif kind == "delete":

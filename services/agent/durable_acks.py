@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("echelon.agent.durable")
 
 BATCH = 2000  # message ids per Apply
+GATHER = 0.005  # seconds acks gather before they go (one Apply for many, not one per ack)
 RETRY_KEYS = 1_000_000  # acks waiting for unreachable holders, in all
 
 
@@ -51,6 +52,7 @@ class AckReplicator:
     async def run(self) -> None:
         while True:
             await self._wake.wait()
+            await asyncio.sleep(GATHER)
             self._wake.clear()
             outbox, self._outbox = self._outbox, {}
             sends = []

@@ -16,7 +16,7 @@ from __future__ import annotations
 import itertools
 import os
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from typing import Callable, Iterable
 
 from echelon.agent.store import Key, Store, key_of
@@ -26,6 +26,7 @@ from echelon.core.filters import Filter
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import durable_pb2 as dpb
 
+RECENT_ACKS = 100_000  # acked message ids remembered per subscription (late copies are dropped)
 CRASH_ENV = "ECHELON_DURABLE_CRASH_AT"  # fault injection for the tests: the process exits at this step
 
 
@@ -52,6 +53,7 @@ class DurableSubscription(Subscription):
         self.nbytes = 0
         self.dropped = 0
         self.synced = True  # False: loaded from disk, not yet compared with an older holder's copy
+        self.recent: OrderedDict[Key, None] = OrderedDict()  # acked lately: a late copy is not owed again
 
     @property
     def holders(self) -> list[str]:
@@ -75,8 +77,8 @@ class DurableSubscription(Subscription):
         if self.closed:
             return True
         key = key_of(event)
-        if key in self.sizes:
-            return True  # already owed (a copy adopted from the other holder)
+        if key in self.sizes or key in self.recent:
+            return True  # already owed (a copy adopted from the other holder), or acked
         size = event.ByteSize()
         decision = admit(self.bound, (self.sizes[key_of(p.event)] for p in self.backlog), self.depth, self.nbytes,
                          size)
@@ -107,10 +109,17 @@ class DurableSubscription(Subscription):
             crash_point("ack-logged")
             for k in keys:
                 self._gone(k)
+            self.remember(keys)
             self.acked(self, keys)
         self.credits += credits
         self.changed.set()
         return len(done)
+
+    def remember(self, keys: Iterable[Key]) -> None:
+        for k in keys:
+            self.recent[k] = None
+        while len(self.recent) > RECENT_ACKS:
+            self.recent.popitem(last=False)
 
     def _gone(self, key: Key) -> None:
         self.nbytes -= self.sizes.pop(key, 0)
@@ -119,6 +128,8 @@ class DurableSubscription(Subscription):
 
     def apply_acks(self, keys: Iterable[Key]) -> None:
         """The serving holder's acks (this is another holder's copy)."""
+        keys = list(keys)
+        self.remember(keys)
         gone = {k for k in keys if k in self.sizes}
         if not gone:
             return

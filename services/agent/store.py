@@ -153,7 +153,9 @@ class Store:
         events = list(events)
         with self._tx() as db:
             db.execute("DELETE FROM backlog WHERE sub = ? AND pos < ?", (sub, since_pos))
-            db.executemany("INSERT OR IGNORE INTO backlog (sub, pos, ord) VALUES (?, ?, ?)",
+            # In the copy's order, also those that arrived here meanwhile (parked for this
+            # agent while it was down, they may come late): the copy's order is the holder's.
+            db.executemany("INSERT OR REPLACE INTO backlog (sub, pos, ord) VALUES (?, ?, ?)",
                            [(sub, self._insert(db, e), since_pos - len(events) + i) for i, e in enumerate(events)])
 
     def next_pos(self) -> int:

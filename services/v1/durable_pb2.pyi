@@ -135,11 +135,13 @@ class FetchRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ...) -> None: ...
 
 class DurableState(_message.Message):
-    __slots__ = ("record", "backlog", "sender_started_unix_nanos")
+    __slots__ = ("record", "backlog", "sender_started_unix_nanos", "acked")
     RECORD_FIELD_NUMBER: _ClassVar[int]
     BACKLOG_FIELD_NUMBER: _ClassVar[int]
     SENDER_STARTED_UNIX_NANOS_FIELD_NUMBER: _ClassVar[int]
+    ACKED_FIELD_NUMBER: _ClassVar[int]
     record: DurableSubscription
     backlog: _containers.RepeatedCompositeFieldContainer[_common_pb2.Event]
     sender_started_unix_nanos: int
-    def __init__(self, record: _Optional[_Union[DurableSubscription, _Mapping]] = ..., backlog: _Optional[_Iterable[_Union[_common_pb2.Event, _Mapping]]] = ..., sender_started_unix_nanos: _Optional[int] = ...) -> None: ...
+    acked: _containers.RepeatedCompositeFieldContainer[_common_pb2.MessageId]
+    def __init__(self, record: _Optional[_Union[DurableSubscription, _Mapping]] = ..., backlog: _Optional[_Iterable[_Union[_common_pb2.Event, _Mapping]]] = ..., sender_started_unix_nanos: _Optional[int] = ..., acked: _Optional[_Iterable[_Union[_common_pb2.MessageId, _Mapping]]] = ...) -> None: ...

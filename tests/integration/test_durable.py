@@ -111,6 +111,8 @@ async def test_restart_with_wiped_disk_takes_the_replicas_copy(tmp_path):
         await wait_for(lambda: name in cluster.agent_nodes[1].durables.subs, what="the replica holds it")
         await publish(c1, 6)
         assert await take(sub, 3) == [0, 1, 2]
+        await wait_for(lambda: cluster.agent_nodes[1].durables.subs[name].depth == 3,
+                       what="the acks reached the replica")
         await sub.close()
         await cluster.crash(cluster.agent_nodes[0])
         await wait_for(lambda: "agent-0" not in {m.id for m in cluster.agent_nodes[1].membership.alive(AGENT)},

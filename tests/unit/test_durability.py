@@ -97,9 +97,10 @@ def test_store_replace_keeps_what_arrived_meanwhile_after_the_copy(tmp_path):
     store.append(event(1, 10), ["a"])
     store.append(event(2, 20), ["a"])  # acked elsewhere while this copy was away: not in the copy
     since = store.next_pos()
-    store.append(event(5, 50), ["a"])  # arrived while adopting
+    store.append(event(4, 40), ["a"])  # arrived while adopting (late: parked for this agent)
+    store.append(event(6, 60), ["a"])  # arrived while adopting, not in the copy
     store.replace("a", [event(3, 30), event(4, 40), event(5, 50)], since)
-    assert [e.id.sequence for e in store.backlog("a")] == [3, 4, 5]
+    assert [e.id.sequence for e in store.backlog("a")] == [3, 4, 5, 6]
 
 
 def test_store_retention(tmp_path):
