@@ -153,7 +153,7 @@ class Durables:
 
     def _forget(self, name: str) -> None:
         sub = self.subs.pop(name, None)
-        self.store.delete(name)
+        self.store.delete(name, time.time_ns())
         self.acks.forget(name)
         if sub is not None:
             self.node.subscriptions.close(sub)
@@ -185,33 +185,44 @@ class Durables:
         return self.alive_agents()[agent].address
 
     async def locate(self, name: str) -> dpb.DurableSubscription | None:
-        """The record, from here or from any agent of the view that holds it."""
+        """The record, from here or from any agent of the view that holds it; None only when
+        every agent answered that it holds none (Unavailable otherwise: creating it then
+        could make a second one beside copies that did not answer)."""
         if name in self.subs:
             return self.subs[name].record
         others = [a for a in self.alive_agents() if a != self.me]
+        silent = []
 
         async def ask(agent: str):
             try:
                 return await self.stub(agent).GetSubscription(dpb.GetSubscriptionRequest(name=name, local=True),
                                                               timeout=CALL_TIMEOUT)
-            except (grpc.aio.AioRpcError, Unavailable):
-                return None
+            except grpc.aio.AioRpcError as e:
+                if e.code() != grpc.StatusCode.NOT_FOUND:
+                    silent.append(agent)
+            except Unavailable:
+                silent.append(agent)
         for found in await asyncio.gather(*(ask(a) for a in others)):
             if found is not None:
                 return found
+        if silent:
+            raise Unavailable(f"durable subscription {name!r}: agents {', '.join(sorted(silent))} did not answer "
+                              f"whether they hold it; try again")
         return None
 
     # -- opening a stream ------------------------------------------------------------------
 
     async def route(self, open_: ppb.SubscriptionOpen) -> str | None:
-        """The agent that serves this open, None for this one."""
+        """The agent that serves this open, None for this one. A relayed open is served here
+        if this agent holds it (or nobody does yet: it is created here); otherwise it goes
+        on to the serving holder, which serves it (at most two hops)."""
         check_name(open_.subscription)
-        if open_.routed:
-            return None
         record = await self.locate(open_.subscription)
         if record is None:
             agents = sorted({*self.alive_agents(), self.me})
-            target = holders(open_.subscription, agents, self._replicas(open_.durable))[0]
+            target = self.me if open_.routed else holders(open_.subscription, agents, self._replicas(open_.durable))[0]
+        elif open_.routed and self.me in record.holders:
+            target = self.me
         else:
             target = self.serving(record)
         return None if target == self.me else target
@@ -236,6 +247,9 @@ class Durables:
             await self.sync(sub)
         if name not in self.subs:
             raise NotFound(f"durable subscription {name!r} was deleted")
+        if not sub.synced:
+            raise Unavailable(f"durable subscription {name!r}: this agent's copy waits for its other holders "
+                              f"({', '.join(sub.holders)}); try again")
         if sub.topic != topic.name:
             raise FailedPrecondition(f"durable subscription {name!r} is on topic {sub.topic!r}")
         if sub.filter != flt:
@@ -283,32 +297,39 @@ class Durables:
         an older holder's backlog."""
         sub = self._hold(record)
         self.store.put_record(record.name, record.SerializeToString())
-        sub.synced = False
-        await self.sync(sub, fresh=True)
+        sub.synced, sub.empty = False, True
+        await self.sync(sub)
         return sub
 
-    async def sync(self, sub: DurableSubscription, fresh: bool = False) -> None:
+    async def sync(self, sub: DurableSubscription) -> None:
         task = self._syncing.get(sub.name)
         if task is None:
-            task = self._syncing[sub.name] = asyncio.create_task(self._sync(sub, fresh))
+            task = self._syncing[sub.name] = asyncio.create_task(self._sync(sub))
             task.add_done_callback(lambda _: self._syncing.pop(sub.name, None))
         await asyncio.shield(task)
 
-    async def _sync(self, sub: DurableSubscription, fresh: bool) -> None:
-        """Take the copy of an alive co-holder whose process is older than this one (or any
-        synced copy, if this agent has none). Deleted meanwhile: deleted here."""
+    async def _sync(self, sub: DurableSubscription) -> None:
+        """Take the copy of an alive co-holder whose process is older than this one (any
+        synced copy, if this agent has none: `sub.empty`). Synced when a copy was taken, or
+        when every other alive holder answered and none is older (a copy of this agent's
+        own disk is then the freshest); a fresh copy with nobody to take from stays
+        unsynced (it is empty: it must not serve). Deleted meanwhile: deleted here."""
         since = self.store.next_pos()  # what arrives from here on is kept beside the copy
         await self._register(sub)
+        fresh = sub.empty
+        answered_all = True
         for h in [h for h in sub.holders if h != self.me and h in self.alive_agents()]:
             try:
                 state = await self.stub(h).Fetch(dpb.FetchRequest(name=sub.name), timeout=CALL_TIMEOUT)
             except grpc.aio.AioRpcError as e:
-                if e.code() == grpc.StatusCode.NOT_FOUND and not fresh:
+                if e.code() == grpc.StatusCode.NOT_FOUND:  # a tombstone there
                     log.info("durable %s: deleted on %s while this agent was down", sub.name, h)
                     self._forget(sub.name)
                     return
+                answered_all = answered_all and e.code() == grpc.StatusCode.FAILED_PRECONDITION and not fresh
                 continue
             except Unavailable:
+                answered_all = False
                 continue
             if not fresh and state.sender_started_unix_nanos >= self.started_ns:
                 continue  # a newer process: this copy is the fresher one
@@ -318,17 +339,19 @@ class Durables:
             sub.record.last_active_unix_nanos = max(sub.record.last_active_unix_nanos,
                                                     state.record.last_active_unix_nanos)
             log.info("durable %s: took %s's copy (%d messages owed)", sub.name, h, sub.depth)
-            break
-        sub.synced = True
+            sub.synced, sub.empty = True, False
+            return
+        sub.synced = answered_all and not fresh
 
     def fetch(self, name: str) -> dpb.DurableState:
         sub = self.subs.get(name)
         if sub is None:
-            raise NotFound(f"durable subscription {name!r} is not held here")
+            if self.store.deleted(name):
+                raise NotFound(f"durable subscription {name!r} was deleted")
+            raise FailedPrecondition(f"durable subscription {name!r} is not held here")
         if not sub.synced:
             raise FailedPrecondition(f"durable subscription {name!r}: this copy is being synced")
-        events = [p.event for p in sorted(sub.unacked.items())] + [p.event for p in sub.backlog]
-        return dpb.DurableState(record=sub.record, backlog=events, sender_started_unix_nanos=self.started_ns,
+        return dpb.DurableState(record=sub.record, backlog=sub.owed(), sender_started_unix_nanos=self.started_ns,
                                 acked=[pb.MessageId(producer_id=p, sequence=q) for p, q in sub.recent])
 
     async def _tell_holders(self, sub: DurableSubscription, change: dpb.DurableChange) -> None:

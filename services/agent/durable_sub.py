@@ -26,6 +26,7 @@ from echelon.core.filters import Filter
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import durable_pb2 as dpb
 
+STALE_REBUILD = 4096  # acked messages left inside a replica's backlog before it is rebuilt
 RECENT_ACKS = 100_000  # acked message ids remembered per subscription (late copies are dropped)
 CRASH_ENV = "ECHELON_DURABLE_CRASH_AT"  # fault injection for the tests: the process exits at this step
 
@@ -53,7 +54,9 @@ class DurableSubscription(Subscription):
         self.nbytes = 0
         self.dropped = 0
         self.synced = True  # False: loaded from disk, not yet compared with an older holder's copy
+        self.empty = False  # True: adopted with no copy of its own yet (only another holder's will do)
         self.recent: OrderedDict[Key, None] = OrderedDict()  # acked lately: a late copy is not owed again
+        self.stale: set[Key] = set()  # acked by the serving holder, still in `backlog` (skipped)
 
     @property
     def holders(self) -> list[str]:
@@ -66,8 +69,7 @@ class DurableSubscription(Subscription):
         return self.bound.full(self.depth, self.nbytes)
 
     def oldest_ns(self) -> int:
-        times = [p.event.publish_time_unix_nanos for p in (*self.unacked.values(), *self.backlog)]
-        return min(times, default=0)
+        return min((e.publish_time_unix_nanos for e in self.owed()), default=0)
 
     # -- the log first ---------------------------------------------------------------------
 
@@ -80,6 +82,8 @@ class DurableSubscription(Subscription):
         if key in self.sizes or key in self.recent:
             return True  # already owed (a copy adopted from the other holder), or acked
         size = event.ByteSize()
+        if self.stale and self.bound.full(self.depth + 1, self.nbytes + size):
+            self._rebuild()  # the policy counts and evicts only what is really owed
         decision = admit(self.bound, (self.sizes[key_of(p.event)] for p in self.backlog), self.depth, self.nbytes,
                          size)
         evicted = list(itertools.islice(self.backlog, decision.evict))
@@ -127,24 +131,51 @@ class DurableSubscription(Subscription):
     # -- changes from elsewhere ------------------------------------------------------------
 
     def apply_acks(self, keys: Iterable[Key]) -> None:
-        """The serving holder's acks (this is another holder's copy)."""
+        """The serving holder's acks (this is another holder's copy). Acks come mostly for
+        the oldest messages: those leave the head at once, others are skipped when they
+        reach it (`stale`; the backlog is rebuilt past STALE_REBUILD of them)."""
         keys = list(keys)
         self.remember(keys)
         gone = {k for k in keys if k in self.sizes}
         if not gone:
             return
         self.store.ack(self.name, self.topic, gone)
-        self.backlog = deque(p for p in self.backlog if key_of(p.event) not in gone)
         for i in [i for i, p in self.unacked.items() if key_of(p.event) in gone]:
             del self.unacked[i]
         for k in gone:
             self._gone(k)
+        self.stale |= gone
+        self._drop_stale_head()
+        if len(self.stale) > STALE_REBUILD:
+            self._rebuild()
         self.changed.set()
+
+    def _rebuild(self) -> None:
+        self.backlog = deque(p for p in self.backlog if key_of(p.event) not in self.stale)
+        self.stale.clear()
+
+    def owed(self) -> list[pb.Event]:
+        """Everything owed, out for delivery first (in delivery order), then the backlog."""
+        return [p.event for _, p in sorted(self.unacked.items())] + \
+            [p.event for p in self.backlog if key_of(p.event) not in self.stale]
+
+    def _drop_stale_head(self) -> None:
+        while self.backlog and key_of(self.backlog[0].event) in self.stale:
+            self.stale.discard(key_of(self.backlog.popleft().event))
+
+    def take(self):
+        self._drop_stale_head()
+        return super().take()
+
+    @property
+    def depth(self) -> int:
+        return len(self.backlog) - len(self.stale) + len(self.unacked) + self.delayed
 
     def load(self, events: Iterable[pb.Event]) -> None:
         """Owe exactly `events` (from the log, a seek, or an adopted copy); what was out for
         delivery is forgotten (its acks find nothing)."""
         self.backlog = deque(Pending(e) for e in events)
+        self.stale.clear()
         self.unacked.clear()
         self.sizes = {key_of(p.event): p.event.ByteSize() for p in self.backlog}
         self.nbytes = sum(self.sizes.values())

@@ -44,6 +44,7 @@ CREATE TABLE IF NOT EXISTS backlog (sub TEXT NOT NULL, pos INTEGER NOT NULL, ord
 CREATE INDEX IF NOT EXISTS backlog_pos ON backlog (pos);
 CREATE INDEX IF NOT EXISTS backlog_ord ON backlog (sub, ord);
 CREATE TABLE IF NOT EXISTS subs (name TEXT PRIMARY KEY, record BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS deleted (name TEXT PRIMARY KEY, at_ns INTEGER NOT NULL);
 """
 
 Key = tuple[str, int]  # (producer id, sequence)
@@ -101,14 +102,20 @@ class Store:
     def records(self) -> dict[str, bytes]:
         return dict(self.db.execute("SELECT name, record FROM subs"))
 
-    def put_record(self, name: str, record: bytes) -> None:
-        with self._tx() as db:
-            db.execute("INSERT OR REPLACE INTO subs (name, record) VALUES (?, ?)", (name, record))
-
-    def delete(self, name: str) -> None:
+    def delete(self, name: str, at_ns: int) -> None:
+        """Gone, with a tombstone: a holder that was down when it was deleted learns it."""
         with self._tx() as db:
             db.execute("DELETE FROM subs WHERE name = ?", (name,))
             db.execute("DELETE FROM backlog WHERE sub = ?", (name,))
+            db.execute("INSERT OR REPLACE INTO deleted (name, at_ns) VALUES (?, ?)", (name, at_ns))
+
+    def deleted(self, name: str) -> bool:
+        return self.db.execute("SELECT 1 FROM deleted WHERE name = ?", (name,)).fetchone() is not None
+
+    def put_record(self, name: str, record: bytes) -> None:
+        with self._tx() as db:
+            db.execute("DELETE FROM deleted WHERE name = ?", (name,))  # created again
+            db.execute("INSERT OR REPLACE INTO subs (name, record) VALUES (?, ?)", (name, record))
 
     # -- the log and the backlogs ----------------------------------------------------------
 
