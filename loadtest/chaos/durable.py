@@ -108,6 +108,7 @@ async def drain(producers, subs: list[DurableSubscriber], timeout: float) -> Non
 def report(producers, subs: list[DurableSubscriber]) -> tuple[list[str], dict[str, tuple[bool, str]]]:
     """The table's lines and the targets."""
     acked, maybe = owed(producers, subs)
+    examples = []
     rows = [("subscription", "served by", "role", "owed", "received", "lost", "dup after ack", "redeliv",
              "reorder", "acked again by client", "stream breaks")]
     lost = dup = reorder = 0
@@ -115,11 +116,14 @@ def report(producers, subs: list[DurableSubscriber]) -> tuple[list[str], dict[st
         [r] = checker.check(acked, {s.name: s.filter}, {s.name: [x.d for x in s.log]}, maybe)
         d = len(r.duplicated) + s.after_ack
         lost, dup, reorder = lost + len(r.lost), dup + d, reorder + len(r.reordered)
+        examples += [f"  {s.name}: {a[0]}:{a[1]} then {b[0]}:{b[1]}" for a, b in r.reordered[:3]]
         rows.append((s.name, s.agent, s.role, str(r.expected), str(r.received), str(len(r.lost)), str(d),
                      str(r.redelivered), str(len(r.reordered)), str(s.acked_again), str(s.breaks)))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["", "Durable subscriptions (everything acked is owed: no window around a kill):"]
     lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
+    if examples:
+        lines += ["Reordered (an earlier message of the key after a later one, neither a redelivery):", *examples]
     ok = bool(acked) and all(s.opened for s in subs)
     targets = {"durable: 0 lost": (ok and lost == 0, str(lost)),
                "durable: 0 duplicates after ack": (dup == 0, str(dup)),

@@ -48,7 +48,8 @@ from echelon.core.durability import Policy, holders
 from echelon.core.filters import Filter
 from echelon.runtime.errors import (Aborted, AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, OutOfRange,
                                     ResourceExhausted, Unavailable)
-from echelon.runtime.server import channel
+from echelon.runtime.member import RECONNECT_OPTIONS, lifetime
+from echelon.runtime.server import CHANNEL_OPTIONS
 from echelon.runtime.wire import attributes_from_pb, filter_from_pb, filter_from_request, filter_to_pb
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import durable_pb2 as dpb
@@ -87,7 +88,7 @@ class Durables:
         self.subs: dict[str, DurableSubscription] = {}
         self.refusing: dict[str, tuple[str, Filter, float]] = {}  # name -> (topic, filter, until: monotonic)
         self.acks = AckReplicator(self)
-        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._channels: dict[tuple[str, int], grpc.aio.Channel] = {}  # (address, lifetime) -> channel
         self._syncing: dict[str, asyncio.Task] = {}
         r = node.registry
         self.dropped = Counter("echelon_durable_dropped_total", "Messages a durable subscription's backlog policy "
@@ -173,12 +174,18 @@ class Durables:
                           f"({', '.join(record.holders)})")
 
     def stub(self, agent: str) -> dgrpc.DurableStub:
+        """A stub on a channel per process lifetime of `agent`: a restarted holder is reached
+        at once, not after the old channel's reconnect backoff (gRPC's grows to 120 s)."""
         member = self.alive_agents().get(agent)
         if member is None:
             raise Unavailable(f"agent {agent} is not alive")
-        ch = self._channels.get(member.address)
+        key = (member.address, lifetime(member.incarnation))
+        ch = self._channels.get(key)
         if ch is None:
-            ch = self._channels[member.address] = channel(member.address)
+            for old in [k for k in self._channels if k[0] == member.address]:
+                asyncio.create_task(self._channels.pop(old).close())
+            ch = self._channels[key] = grpc.aio.insecure_channel(member.address,
+                                                                 options=CHANNEL_OPTIONS + RECONNECT_OPTIONS)
         return dgrpc.DurableStub(ch)
 
     def address(self, agent: str) -> str:
