@@ -272,6 +272,8 @@ class Durables:
         d = self.defaults
         if o.policy and o.policy not in Policy._value2member_map_:
             raise InvalidArgument(f"backlog policy {o.policy}: unknown")
+        if o.start not in (ppb.START_POSITION_UNSPECIFIED, ppb.START_POSITION_NOW, ppb.START_POSITION_EARLIEST):
+            raise InvalidArgument(f"start position {o.start}: unknown")
         if o.replicas > 5:
             raise InvalidArgument(f"replicas {o.replicas}: 1 to 5")
         options = ppb.DurableOptions(start=o.start or ppb.START_POSITION_NOW,

@@ -35,7 +35,7 @@ from echelon.agent.pubsub import PubSubServicer
 from echelon.agent.reconcile import PERIOD, Reconciler
 from echelon.agent.registry import Registry
 from echelon.agent.relay import RelayServicer
-from echelon.agent.store import Store
+from echelon.agent.store import FSYNC_POLICIES, Store
 from echelon.agent.subscriptions import Subscription
 from echelon.agent.topics import Topics
 from echelon.agent.trees import Trees, hinted
@@ -62,6 +62,8 @@ class AgentNode(Node):
         super().__init__(config)
         # Durable subscriptions' log: data_dir None keeps it in memory (tests, demos: the
         # replica is then all that outlives this process).
+        if fsync not in FSYNC_POLICIES or not 1 <= fsync_batch_ms <= 10_000:
+            raise ValueError(f"fsync {fsync!r} every {fsync_batch_ms} ms: one of {FSYNC_POLICIES}, 1 to 10000 ms")
         self.data_dir, self.fsync, self.fsync_batch_ms = data_dir, fsync, fsync_batch_ms
         self.durable_defaults = durable or Defaults(max_messages=max_backlog)
         self.durables: Durables | None = None

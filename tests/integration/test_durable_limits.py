@@ -125,3 +125,19 @@ async def test_idle_subscription_is_deleted_on_every_holder(cluster):
     assert await c.list_subscriptions() == []
     with pytest.raises(errors.NotFound):
         await c.get_subscription("idle")
+
+
+async def test_bad_durable_opens_are_refused_and_change_nothing(cluster):
+    c = cluster.client(0)
+    await c.create_topic(TOPIC)
+    for name, options in (("a/b", Durable()), ("~x", Durable()), ("ok", Durable(replicas=9))):
+        with pytest.raises(errors.InvalidArgument):
+            await c.subscribe(TOPIC, "", name=name, durable=options).start()
+    with pytest.raises(errors.InvalidArgument):
+        c.subscribe(TOPIC, "", durable=True)  # a durable subscription needs a name
+    with pytest.raises(errors.InvalidArgument):
+        await c.subscribe(TOPIC, "nope >", name="ok", durable=True).start()
+    with pytest.raises(errors.NotFound):
+        await c.subscribe("no-such-topic", "", name="ok", durable=True).start()
+    assert await c.list_subscriptions() == []
+    assert not any(a.durables.subs or a.durables.store.records() for a in cluster.agent_nodes)
