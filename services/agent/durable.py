@@ -246,6 +246,8 @@ class Durables:
         sub = self.subs.get(name)
         if sub is None:
             record = await self.locate(name)
+            if record is not None and self.me not in record.holders:
+                raise Unavailable(f"durable subscription {name!r} is held by {', '.join(record.holders)}: try again")
             if record is not None:
                 sub = await self.adopt(record)
             else:
@@ -289,6 +291,7 @@ class Durables:
         record = dpb.DurableSubscription(name=name, topic=topic.name, filter=filter_to_pb(flt), options=options,
                                          holders=chosen, created_unix_nanos=now, last_active_unix_nanos=now)
         sub = self._create_local(record)
+        await self._register(sub)  # matched from the moment the open returns ("now")
         await self._tell_holders(sub, dpb.DurableChange(name=name, create=record))
         return sub
 
