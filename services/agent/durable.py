@@ -24,6 +24,16 @@ other holder, which tells every co-holder that (re)joins the view with a new pro
 lifetime (`maintain`). A copy is adopted only from a process older than the adopter (or
 by an agent with no copy at all), so a stale copy never overwrites a fresher one.
 
+Order. A holder logs what the data plane hands it in arrival order and serves it in
+that order (an adopted copy in its holder's order); redeliveries come first. Per key it
+is the data plane's order (FIFO per producer while the view is stable).
+
+Limits, said plainly. The holders are fixed when the subscription is created (a later
+change of the agent set does not move it; with both holders lost for good it is lost).
+Finding a subscription asks every agent of the view (one round of calls per open on an
+agent that does not hold it). Retention keeps what the holders received for durable
+subscriptions of the topic (the union of their filters), not every event published.
+
 Seek, delete and idle expiry apply on every holder; acks go on to the other holders in
 durable_acks.py; retention of the log per topic and the REJECT_PUBLISH notices run in
 durable_upkeep.py, every second.
@@ -41,6 +51,7 @@ import grpc
 from prometheus_client import Counter, Gauge
 
 from echelon.agent.durable_acks import AckReplicator
+from echelon.agent.durable_copies import CALL_TIMEOUT, copy_of, take_copy
 from echelon.agent.durable_sub import DurableSubscription
 from echelon.agent.durable_upkeep import flush_loop, maintain_loop
 from echelon.agent.store import Key, Store
@@ -62,7 +73,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("echelon.agent.durable")
 
-CALL_TIMEOUT = 3.0
 FULL_NOTICE_SECONDS = 5.0  # a REJECT_PUBLISH notice lapses unless repeated (every maintain)
 
 
@@ -137,10 +147,10 @@ class Durables:
         registry = self.node.subscriptions
         registry.subs[record.name] = sub
         registry._changed()
-        asyncio.create_task(self._register(sub), name=f"durable-register {record.name}")
+        asyncio.create_task(self.register(sub), name=f"durable-register {record.name}")
         return sub
 
-    async def _register(self, sub: DurableSubscription) -> None:
+    async def register(self, sub: DurableSubscription) -> None:
         """On the tier until it answers (matchers may still be starting)."""
         delay = 0.1
         while not sub.closed:
@@ -152,7 +162,7 @@ class Durables:
                 await asyncio.sleep(delay)
                 delay = min(2.0, delay * 2)
 
-    def _forget(self, name: str) -> None:
+    def forget(self, name: str) -> None:
         sub = self.subs.pop(name, None)
         self.store.delete(name, time.time_ns())
         self.acks.forget(name)
@@ -291,7 +301,7 @@ class Durables:
         record = dpb.DurableSubscription(name=name, topic=topic.name, filter=filter_to_pb(flt), options=options,
                                          holders=chosen, created_unix_nanos=now, last_active_unix_nanos=now)
         sub = self._create_local(record)
-        await self._register(sub)  # matched from the moment the open returns ("now")
+        await self.register(sub)  # matched from the moment the open returns ("now")
         await self._tell_holders(sub, dpb.DurableChange(name=name, create=record))
         return sub
 
@@ -316,55 +326,12 @@ class Durables:
     async def sync(self, sub: DurableSubscription) -> None:
         task = self._syncing.get(sub.name)
         if task is None:
-            task = self._syncing[sub.name] = asyncio.create_task(self._sync(sub))
+            task = self._syncing[sub.name] = asyncio.create_task(take_copy(self, sub))
             task.add_done_callback(lambda _: self._syncing.pop(sub.name, None))
         await asyncio.shield(task)
 
-    async def _sync(self, sub: DurableSubscription) -> None:
-        """Take the copy of an alive co-holder whose process is older than this one (any
-        synced copy, if this agent has none: `sub.empty`). Synced when a copy was taken, or
-        when every other alive holder answered and none is older (a copy of this agent's
-        own disk is then the freshest); a fresh copy with nobody to take from stays
-        unsynced (it is empty: it must not serve). Deleted meanwhile: deleted here."""
-        since = self.store.next_pos()  # what arrives from here on is kept beside the copy
-        await self._register(sub)
-        fresh = sub.empty
-        answered_all = True
-        for h in [h for h in sub.holders if h != self.me and h in self.alive_agents()]:
-            try:
-                state = await self.stub(h).Fetch(dpb.FetchRequest(name=sub.name), timeout=CALL_TIMEOUT)
-            except grpc.aio.AioRpcError as e:
-                if e.code() == grpc.StatusCode.NOT_FOUND:  # a tombstone there
-                    log.info("durable %s: deleted on %s while this agent was down", sub.name, h)
-                    self._forget(sub.name)
-                    return
-                answered_all = answered_all and e.code() == grpc.StatusCode.FAILED_PRECONDITION and not fresh
-                continue
-            except Unavailable:
-                answered_all = False
-                continue
-            if not fresh and state.sender_started_unix_nanos >= self.started_ns:
-                continue  # a newer process: this copy is the fresher one
-            self.store.replace(sub.name, state.backlog, since)
-            sub.load(self.store.backlog(sub.name))
-            sub.apply_acks([(m.producer_id, m.sequence) for m in state.acked])
-            sub.record.last_active_unix_nanos = max(sub.record.last_active_unix_nanos,
-                                                    state.record.last_active_unix_nanos)
-            log.info("durable %s: took %s's copy (%d messages owed)", sub.name, h, sub.depth)
-            sub.synced, sub.empty = True, False
-            return
-        sub.synced = answered_all and not fresh
-
     def fetch(self, name: str) -> dpb.DurableState:
-        sub = self.subs.get(name)
-        if sub is None:
-            if self.store.deleted(name):
-                raise NotFound(f"durable subscription {name!r} was deleted")
-            raise FailedPrecondition(f"durable subscription {name!r} is not held here")
-        if not sub.synced:
-            raise FailedPrecondition(f"durable subscription {name!r}: this copy is being synced")
-        return dpb.DurableState(record=sub.record, backlog=sub.owed(), sender_started_unix_nanos=self.started_ns,
-                                acked=[pb.MessageId(producer_id=p, sequence=q) for p, q in sub.recent])
+        return copy_of(self, name)
 
     async def _tell_holders(self, sub: DurableSubscription, change: dpb.DurableChange) -> None:
         """One change to every other alive holder (those down sync when they come back)."""
@@ -465,7 +432,7 @@ class Durables:
 
     def apply_delete(self, name: str) -> None:
         if name in self.subs:
-            self._forget(name)
+            self.forget(name)
 
     def refuse(self, topic: str, attrs) -> None:
         """Publishing side: RESOURCE_EXHAUSTED if a full REJECT_PUBLISH subscription wants it."""
