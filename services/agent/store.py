@@ -6,10 +6,13 @@ durable subscriptions of (each once, in arrival order: `pos`), which is also the
 retained history for replay; `backlog` names, per subscription, the logged events it
 still owes, in delivery order `ord` (a row goes when it is acknowledged); `subs` holds each subscription's record
 (durable_pb2.DurableSubscription). Every change is one transaction, committed before the
-call returns.
+call returns, except the events logged as they arrive under `batch` and `never`: those of
+one event-loop tick (a received frame) share one commit at its end (group commit).
 
-Fsync policy (what a crash can cost; a process crash -- kill -9 -- costs nothing under
-every policy, since a committed WAL frame is in the OS's page cache):
+Fsync policy (what a crash can cost; a process crash -- kill -9 -- costs nothing committed
+under any policy, since a committed WAL frame is in the OS's page cache; under `batch` and
+`never` the events of the tick being run when it dies, which the replica holds too; acks
+are always committed before their credits return):
 
 | policy | how | loss window on power loss / kernel crash |
 |---|---|---|
@@ -22,6 +25,7 @@ The replica agent narrows every window to "both agents lose power within it".
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import sqlite3
@@ -68,17 +72,43 @@ class Store:
         self.db.execute(f"PRAGMA synchronous={'FULL' if fsync == 'always' else 'NORMAL'}")
         self.db.executescript(SCHEMA)
         self._wal: int | None = None
+        self._group = False  # a transaction of appends is open (committed at the end of the tick)
+        try:
+            self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:  # no loop (a tool, a test): every change commits at once
+            self._loop = None
         self.flushes = 0
 
     @contextlib.contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
-        self.db.execute("BEGIN IMMEDIATE")
+    def _tx(self, group: bool = False) -> Iterator[sqlite3.Connection]:
+        """One change, atomic. `group` (appends, under batch/never): it joins a transaction
+        committed once at the end of this event-loop tick (one commit per frame received,
+        not per event); any other change commits that transaction with its own."""
+        if not self._group:
+            self.db.execute("BEGIN IMMEDIATE")
+        self.db.execute("SAVEPOINT change")
         try:
             yield self.db
         except BaseException:
-            self.db.execute("ROLLBACK")
+            self.db.execute("ROLLBACK TO change")
+            self.db.execute("RELEASE change")
+            if not self._group:
+                self.db.execute("COMMIT")
             raise
+        self.db.execute("RELEASE change")
+        if group and self.fsync != "always" and self._loop is not None:
+            if not self._group:
+                self._group = True
+                self._loop.call_soon(self.commit)
+            return
+        self._group = False
         self.db.execute("COMMIT")
+
+    def commit(self) -> None:
+        """The grouped appends, committed (the end of the tick, or before any other change)."""
+        if self._group:
+            self._group = False
+            self.db.execute("COMMIT")
 
     def flush(self) -> None:
         """The `batch` policy's periodic fsync of the WAL (commits since the last one
@@ -92,6 +122,7 @@ class Store:
         self.flushes += 1
 
     def close(self) -> None:
+        self.commit()
         if self._wal is not None:
             os.close(self._wal)
             self._wal = None
@@ -122,22 +153,24 @@ class Store:
     def _insert(self, db: sqlite3.Connection, event: pb.Event) -> int:
         """The event's position in the log (logged now, or already)."""
         producer, seq = key_of(event)
-        row = db.execute("SELECT pos FROM events WHERE topic = ? AND producer = ? AND seq = ?",
-                         (event.topic, producer, seq)).fetchone()
-        if row is not None:
-            return row[0]
         data = event.SerializeToString()
-        return db.execute("INSERT INTO events (topic, producer, seq, time_ns, size, data) VALUES (?, ?, ?, ?, ?, ?)",
-                          (event.topic, producer, seq, event.publish_time_unix_nanos, len(data), data)).lastrowid
+        cur = db.execute("INSERT OR IGNORE INTO events (topic, producer, seq, time_ns, size, data) "
+                         "VALUES (?, ?, ?, ?, ?, ?)", (event.topic, producer, seq, event.publish_time_unix_nanos,
+                                                       len(data), data))
+        if cur.rowcount:
+            return cur.lastrowid
+        return db.execute("SELECT pos FROM events WHERE topic = ? AND producer = ? AND seq = ?",
+                          (event.topic, producer, seq)).fetchone()[0]
 
-    def append(self, event: pb.Event, subs: Iterable[str], drop: Iterable[tuple[str, Key]] = ()) -> None:
+    def append(self, event: pb.Event, subs: Iterable[str], drop: list[tuple[str, Key]] | None = None) -> None:
         """Log `event` as owed to `subs`; in the same transaction, forget the backlog entries
         `drop` (sub, key) that a backlog policy evicted."""
-        with self._tx() as db:
+        with self._tx(group=True) as db:
             pos = self._insert(db, event)
             db.executemany("INSERT OR IGNORE INTO backlog (sub, pos, ord) VALUES (?, ?, ?)",
                            [(s, pos, pos) for s in subs])
-            self._forget(db, event.topic, drop)
+            if drop:
+                self._forget(db, event.topic, drop)
 
     def _forget(self, db: sqlite3.Connection, topic: str, entries: Iterable[tuple[str, Key]]) -> None:
         db.executemany("DELETE FROM backlog WHERE sub = ? AND pos = "
