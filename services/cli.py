@@ -95,7 +95,7 @@ def cli() -> None:
                    "agent outlives this process).")
 @click.option("--fsync", default="batch", type=click.Choice(["always", "batch", "never"]), show_default=True,
               help="always: every commit fsynced; batch: every --fsync-batch-ms; never: left to the OS "
-                   "(every policy survives kill -9; the loss window is on power loss: see agent/store.py).")
+                   "(the loss window, on power loss or kill -9: see agent/store.py).")
 @click.option("--fsync-batch-ms", default=10, type=click.IntRange(1, 10_000), show_default=True)
 @click.option("--durable-max-bytes", default=64 << 20, type=click.IntRange(1), show_default=True,
               help="Default backlog bound in bytes of a durable subscription (messages: --max-backlog).")
