@@ -10,7 +10,8 @@ subscription outlives the agent). A delivery of a message this subscriber was ha
 before and had not acked is a redelivery (at-least-once); a message handed to it again
 after it acked it is a duplicate (the target: 0; the SDK acks such a redelivery again
 instead of handing it out, and those are counted apart as "acked again by the client").
-Order per (producer, ordering key) is checked by `loadtest.checker` as for the others.
+Order per (producer, ordering key) is checked by `loadtest.checker` and reported (not a
+target, as for the named subscriptions: the data plane's order around a restart).
 With `--wipe-disk` the killed agent restarts on an empty data dir (the node lost its
 disk): the replica's copy is then all there is.
 """
@@ -25,8 +26,6 @@ from echelon.core.durability import holders
 from echelon.core.filters import parse
 from loadtest import checker
 from loadtest.chaos.workload import FILTERS, TOPIC, Received
-
-TARGETS = "0 lost, 0 duplicates after ack, order per key (durable subscribers)"
 
 
 class DurableSubscriber:
@@ -125,7 +124,11 @@ def report(producers, subs: list[DurableSubscriber]) -> tuple[list[str], dict[st
     if examples:
         lines += ["Reordered (an earlier message of the key after a later one, neither a redelivery):", *examples]
     ok = bool(acked) and all(s.opened for s in subs)
+    # Order is measured, not a target, as for the named subscriptions (report.py): around a
+    # relay's restart the data plane hands the agents themselves some messages out of order,
+    # and a holder logs what it receives in arrival order.
+    lines.append(f"  [measured] durable: order per key: {reorder} reordered"
+                 f"{' (the named subscriptions: see the reorder column above)' if reorder else ''}")
     targets = {"durable: 0 lost": (ok and lost == 0, str(lost)),
-               "durable: 0 duplicates after ack": (dup == 0, str(dup)),
-               "durable: order per key kept": (reorder == 0, str(reorder))}
+               "durable: 0 duplicates after ack": (dup == 0, str(dup))}
     return lines, targets

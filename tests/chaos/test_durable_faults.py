@@ -20,9 +20,7 @@ def test_wiped_disk_loses_nothing_for_durable_subscribers():
     result = run(Config.short(out=out, log=print, wipe_disk=True))
     print(result.text)
     durable = {k: v for k, v in result.targets.items() if k.startswith("durable")}
-    assert len(durable) == 3, durable
-    # Order per key is printed, not asserted: around a relay's restart the data plane hands
-    # the agents themselves some messages out of order (the named subscriptions' "reorder"
-    # column shows the same), and a holder logs what it receives in arrival order.
-    assert durable["durable: 0 lost"][0] and durable["durable: 0 duplicates after ack"][0], durable
+    # Order per key is printed, not asserted (loadtest/chaos/durable.py says why).
+    assert set(durable) == {"durable: 0 lost", "durable: 0 duplicates after ack"}, durable
+    assert all(ok for ok, _ in durable.values()), durable
     assert "kill" in {r.fault for r in result.rows}
