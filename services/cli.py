@@ -46,15 +46,21 @@ def service_options(f):
         click.option("--grace", default=5.0, type=click.FloatRange(0, 300), show_default=True,
                      help="Seconds to drain on SIGTERM."),
         click.option("--log-level", default="info", type=click.Choice(["debug", "info", "warning", "error"])),
+        click.option("--tls-dir", default=None, envvar="ECHELON_TLS_DIR",
+                     type=click.Path(file_okay=False, exists=True, path_type=str),
+                     help="TLS certificates (tls.crt, tls.key, ca.crt, reloaded when they change): mTLS on "
+                          "every port and channel [env ECHELON_TLS_DIR]."),
     ]):
         f = opt(f)
     return f
 
 
-def _config(member_id, host, port, advertise, metrics_port, region, beat_interval, grace, membership=()):
+def _config(member_id, host, port, advertise, metrics_port, region, beat_interval, grace, tls_dir, membership=(),
+            client_port=None):
     try:
         return NodeConfig(id=member_id, host=host, port=port, advertise=advertise, metrics_port=metrics_port,
-                          membership=_split(membership), region=region, beat_interval=beat_interval, grace=grace)
+                          membership=_split(membership), region=region, beat_interval=beat_interval, grace=grace,
+                          tls_dir=tls_dir or "", client_port=client_port)
     except ValueError as e:
         raise click.BadParameter(str(e)) from None
 
@@ -90,6 +96,8 @@ def cli() -> None:
               help="Unacknowledged bytes per outgoing relay link (backpressure).")
 @click.option("--reconcile-seconds", default=30.0, type=click.FloatRange(0.1, 3600), show_default=True,
               help="How often the agent compares its subscriptions with what the matchers hold for it.")
+@click.option("--client-port", default=None, type=click.IntRange(0, 65535),
+              help="With --tls-dir: a second port that asks clients for no certificate (they send a token).")
 def agent(log_level, max_backlog, dissemination, slice_bytes, stripes, window_bytes, reconcile_seconds,
           **kw) -> None:
     """Run an agent: the client API, local delivery, relaying."""

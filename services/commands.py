@@ -13,7 +13,7 @@ from rich.live import Live
 from rich.table import Table
 
 from echelon.client import ACCEPTED, DELIVERED, Client, EchelonError
-from echelon.runtime.server import channel
+from echelon.runtime.transport import PLAIN, Transport
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import membership_pb2 as mpb
 from echelon.v1 import membership_pb2_grpc as mgrpc
@@ -181,8 +181,8 @@ def _state(s: int) -> str:
     return mpb.MemberState.Name(s).removeprefix("MEMBER_STATE_").lower()
 
 
-async def fetch_view(address: str) -> mpb.View:
-    async with channel(address) as ch:
+async def fetch_view(address: str, transport: Transport = PLAIN) -> mpb.View:
+    async with transport.dial(address) as ch:
         call = mgrpc.MembershipStub(ch).Watch(mpb.WatchRequest(member_id="cli"), timeout=5.0)
         async for update in call:
             call.cancel()

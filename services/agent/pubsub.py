@@ -20,6 +20,7 @@ import grpc
 
 from echelon.core.dedup import DedupWindow, Entry, Seen
 from echelon.runtime.errors import AlreadyExists, InvalidArgument, NotFound, ResourceExhausted, status_of
+from echelon.runtime.transport import SUBSCRIPTION_KEY
 from echelon.runtime.wire import attributes_from_pb, event_digest
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import pubsub_pb2 as ppb
@@ -160,7 +161,7 @@ class PubSubServicer(pgrpc.PubSubServicer):
         reader = None
         try:  # entered with no await since the open: every way out below runs the cleanup
             # Headers now: the client's `start()` returns once the subscription is registered.
-            await context.send_initial_metadata((("x-echelon-subscription", sub.id),))
+            await context.send_initial_metadata(((SUBSCRIPTION_KEY, sub.id),))
             reader = asyncio.create_task(read())
             while True:
                 if sub.overflowed:

@@ -11,6 +11,7 @@ from typing import Callable
 import grpc
 from prometheus_client import Counter
 
+from echelon.runtime.transport import MEMBER_KEY
 from echelon.v1 import relay_pb2 as rpb
 from echelon.v1 import relay_pb2_grpc as rgrpc
 
@@ -29,7 +30,7 @@ class RelayServicer(rgrpc.RelayServicer):
         self.receive = receive
 
     async def Stream(self, request_iterator, context):
-        peer = dict(context.invocation_metadata()).get("x-echelon-member", "?")
+        peer = dict(context.invocation_metadata()).get(MEMBER_KEY, "?")
         received = self.received(peer)
         acks: asyncio.Queue[int | None] = asyncio.Queue()
         await self.ready.wait()

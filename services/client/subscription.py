@@ -32,6 +32,7 @@ from echelon.client.errors import (ClientClosed, EchelonError, FailedPreconditio
                                    Unavailable, from_rpc_error, from_status, translating)
 from echelon.core.filters import Filter
 from echelon.core.schema import Value
+from echelon.runtime.transport import SUBSCRIPTION_KEY
 from echelon.runtime.wire import attributes_from_pb, filter_to_pb
 from echelon.v1 import pubsub_pb2 as ppb
 from echelon.v1 import pubsub_pb2_grpc as pgrpc
@@ -140,7 +141,7 @@ class Subscription:
         # The agent sends headers once the subscription is registered; a refusal
         # (bad filter, unknown topic) ends the call without them.
         metadata = await call.initial_metadata()
-        if any(k == "x-echelon-subscription" for k, _ in metadata or ()):
+        if any(k == SUBSCRIPTION_KEY for k, _ in metadata or ()):
             return
         code = await call.code()
         if code == grpc.StatusCode.OK:

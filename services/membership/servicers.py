@@ -14,6 +14,7 @@ from echelon.core.detector import MemberGone, StaleIncarnation, UnknownMember
 from echelon.membership import plans
 from echelon.membership.wire import STATES, record_from_pb, state_from_pb, state_to_pb
 from echelon.runtime.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
+from echelon.runtime.transport import INCARNATION_KEY
 from echelon.runtime.wire import schema_from_pb
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import membership_pb2 as mpb
@@ -25,7 +26,6 @@ if TYPE_CHECKING:
     from echelon.membership.server import MembershipNode
 
 TOPIC_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
-INCARNATION_KEY = "echelon-incarnation"
 
 
 @contextmanager

@@ -159,7 +159,8 @@ def require_member(context, member_id: str, role: str, what: str) -> None:
 
 @dataclass(frozen=True)
 class TlsDir:
-    """Certificates in a Secret-style directory (`tls.crt`, `tls.key`, `ca.crt`)."""
+    """Certificates in a Secret-style directory (`tls.crt`, `tls.key`, `ca.crt`). A client
+    without a certificate of its own (it sends a token) has only `ca.crt`."""
 
     path: Path
     server_name: str | None = SERVER_NAME  # None: check the dialled host name (the client SDK)
@@ -185,19 +186,30 @@ class TlsDir:
         """Changes whenever one of the files does."""
         out = []
         for p in (self.cert, self.key, self.ca):
-            s = p.stat()
+            try:
+                s = p.stat()
+            except FileNotFoundError:
+                out.append(None)
+                continue
             out.append((s.st_ino, s.st_size, s.st_mtime_ns))
         return tuple(out)
 
-    def load(self) -> tuple[bytes, bytes, bytes]:
+    def load(self) -> tuple[bytes | None, bytes | None, bytes]:
         """(key, chain, ca), checked: PEM, and the key belongs to the certificate (a pair
-        read in the middle of a rotation is refused with ValueError)."""
+        read in the middle of a rotation is refused with ValueError). Key and chain are
+        None when neither file exists (a client without a certificate)."""
         import ssl  # stdlib; only to check that key and certificate match
 
-        key, chain, ca = self.key.read_bytes(), self.cert.read_bytes(), self.ca.read_bytes()
+        ca = self.ca.read_bytes()
+        if not self.key.exists() and not self.cert.exists():
+            key = chain = None
+        else:
+            key, chain = self.key.read_bytes(), self.cert.read_bytes()
         for name, data in (("tls.key", key), ("tls.crt", chain), ("ca.crt", ca)):
-            if b"-----BEGIN" not in data:
+            if data is not None and b"-----BEGIN" not in data:
                 raise ValueError(f"{self.path / name}: not PEM")
+        if key is None:
+            return key, chain, ca
         try:
             ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_cert_chain(self.cert, self.key)
         except ssl.SSLError as e:
@@ -206,6 +218,7 @@ class TlsDir:
 
 
 T = TypeVar("T")
+A = TypeVar("A")
 
 
 @dataclass
@@ -216,7 +229,7 @@ class Transport:
     _loaded: tuple | None = field(default=None, repr=False)  # (stamp, key, chain, ca)
     on_reload: list[Callable[[], None]] = field(default_factory=list, repr=False)
 
-    def files(self) -> tuple[bytes, bytes, bytes]:
+    def files(self) -> tuple[bytes | None, bytes | None, bytes]:
         """The current (key, chain, ca), read again when the files changed; on a bad read
         the previous ones stay (logged), and the first read must succeed."""
         assert self.tls is not None
@@ -267,13 +280,15 @@ class Transport:
 
     def server_credentials(self, client_certificates: bool = True) -> grpc.ServerCredentials:
         key, chain, ca = self.files()
+        if key is None:
+            raise ValueError(f"{self.tls.path}: a server needs tls.crt and tls.key")
         served = [self._loaded[0]]
 
         def fetch():
             # Called by grpc at every handshake, on its own thread: cheap (a stat) unless
             # the files changed. None keeps the current configuration.
             key, chain, ca = self.files()
-            if self._loaded[0] == served[0]:
+            if self._loaded[0] == served[0] or key is None:
                 return None
             served[0] = self._loaded[0]
             return grpc.ssl_server_certificate_configuration([(key, chain)], ca)
@@ -285,15 +300,15 @@ class Transport:
 PLAIN = Transport()
 
 
-async def call_any(addresses: Iterable[str], call: Callable[[str], Awaitable[T]],
+async def call_any(targets: Iterable[A], call: Callable[[A], Awaitable[T]],
                    retry: Callable[[BaseException], bool]) -> T:
-    """`call(address)` on each address in turn until one answers; an error for which
-    `retry(error)` is false ends the loop at once (a refusal is an answer). Raises the
-    last error when every address failed."""
+    """`call(target)` on each target (an address, or an index of one) in turn until one
+    answers; an error for which `retry(error)` is false ends the loop at once (a refusal
+    is an answer). Raises the last error when every target failed."""
     last: BaseException | None = None
-    for address in addresses:
+    for target in targets:
         try:
-            return await call(address)
+            return await call(target)
         except Exception as e:  # noqa: BLE001 - the caller says which errors move on
             if not retry(e):
                 raise
@@ -304,9 +319,11 @@ async def call_any(addresses: Iterable[str], call: Callable[[str], Awaitable[T]]
 
 
 def unavailable(error: BaseException) -> bool:
-    """The usual `retry` of `call_any`: the server could not be reached."""
+    """The usual `retry` of `call_any`: the server could not be reached (a grpc error or
+    the client's `Unavailable`). A missed deadline is not retried: the call may have
+    been applied."""
     code = error.code() if isinstance(error, grpc.RpcError) else getattr(error, "code", None)
-    return code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+    return code == grpc.StatusCode.UNAVAILABLE
 
 
 async def close_all(channels: Iterable[grpc.aio.Channel]) -> None:
