@@ -142,19 +142,27 @@ def is_tls(context) -> bool:
     return auth.get("transport_security_type") == [b"ssl"]
 
 
-def require_member(context, member_id: str, role: str, what: str) -> None:
-    """Refuse `what` unless the peer's certificate names `role`/`member_id`. Over plain
-    text (a cluster run without TLS) nobody is named and nothing is checked: such a
-    cluster trusts its network, as before issue 14."""
+def role_of(name: str) -> str:
+    """A membership.proto role name (`ROLE_AGENT`) as certificates spell it (`agent`)."""
+    return name.removeprefix("ROLE_").lower()
+
+
+def require_member(context, member_id: str | None, roles: str | tuple[str, ...], what: str) -> None:
+    """Refuse `what` unless the peer's certificate names one of `roles` and (unless
+    `member_id` is None) the member id the call claims: UNAUTHENTICATED without a
+    certificate, PERMISSION_DENIED with another identity. Over plain text (a cluster
+    run without TLS) nobody is named and nothing is checked: such a cluster trusts its
+    network, as before issue 14."""
     if not is_tls(context):
         return
+    roles = (roles,) if isinstance(roles, str) else roles
     peer = peer_certificate_identity(context)
+    wanted = f"spiffe://{TRUST_DOMAIN}/{'|'.join(roles)}/{member_id if member_id is not None else '<id>'}"
     if peer is None:
-        raise Unauthenticated(f"{what} needs a member certificate (spiffe://{TRUST_DOMAIN}/{role}/<member-id>); "
-                              f"the peer presented none")
-    if peer != (role, member_id):
-        raise PermissionDenied(f"{what}: the certificate names {peer.role} {peer.id!r}, "
-                               f"the call claims {role} {member_id!r}")
+        raise Unauthenticated(f"{what} needs a member certificate naming {wanted}; the peer presented none")
+    if peer.role not in roles or (member_id is not None and peer.id != member_id):
+        claim = f"{'|'.join(roles)} {member_id!r}" if member_id is not None else "|".join(roles)
+        raise PermissionDenied(f"{what}: the certificate names {peer.role} {peer.id!r}, the call needs {claim}")
 
 
 @dataclass(frozen=True)
