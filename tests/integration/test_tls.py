@@ -21,6 +21,8 @@ from echelon.agent.server import AgentNode
 from echelon.launch import free_port
 from echelon.runtime.certs import not_after
 from echelon.runtime.transport import MEMBER_KEY, TlsDir, Transport, peer_certificate_identity, spiffe_id
+from echelon.v1 import matcher_pb2 as xpb
+from echelon.v1 import matcher_pb2_grpc as xgrpc
 from echelon.v1 import membership_pb2 as mpb
 from echelon.v1 import membership_pb2_grpc as mgrpc
 from echelon.v1 import relay_pb2 as rpb
@@ -115,7 +117,19 @@ async def test_a_forged_member_cannot_join_beat_leave_or_relay(tls_cluster):
 
             call = rgrpc.RelayStub(ch).Stream(frames(), metadata=((MEMBER_KEY, "agent-9"),), timeout=5)
             await expect(grpc.StatusCode.PERMISSION_DENIED, call.read(), "Relay.Stream", "'agent-9'")
+        # ... nor pose as a matcher to a matcher, nor register subscriptions for another agent.
+        matcher = c.matcher_nodes[0]
+        async with forged(c, role, name).dial(matcher.address) as ch:
+            stub = xgrpc.MatcherStub(ch)
+            await expect(grpc.StatusCode.PERMISSION_DENIED,
+                         stub.Sync(xpb.SyncRequest(member="matcher-0", incarnation=1, seq=1), timeout=5), "Sync")
+            if role == "agent":  # an agent's certificate, another agent's subscription
+                sub = xpb.Subscription(id="s1", agent=victim, topic="t")
+                await expect(grpc.StatusCode.PERMISSION_DENIED,
+                             stub.Register(xpb.RegisterRequest(subscriptions=[sub]), timeout=5),
+                             "Register of subscription 's1'", f"agent '{victim}'")
     assert view_of(c) == before, "a refused call changed the view"
+    assert len(matcher.tier.store) == 0
 
 
 async def test_plain_text_and_certificate_less_callers_are_refused(tls_cluster, tmp_path):
