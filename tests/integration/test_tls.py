@@ -222,3 +222,22 @@ def test_the_naming_scheme_round_trips():
     assert peer_certificate_identity(Ctx(["spiffe://other/agent/a"])) is None
     assert peer_certificate_identity(Ctx([spiffe_id("agent", "a"), spiffe_id("agent", "b")])) is None
     assert peer_certificate_identity(Ctx(["spiffe://echelon/wizard/a"])) is None
+
+
+async def test_the_routing_job_reads_the_cluster_over_mtls(tls_cluster):
+    """spark/cluster.py's blocking calls (no Spark here) with the job's `replan` certificate."""
+    from spark import cluster as job
+
+    c = tls_cluster
+    replica, matcher = c.replicas[0], c.matcher_nodes[0].address
+    try:
+        job.configure(c.authority.write(c.tls / "replan", "replan", "replan"))
+        view = await asyncio.to_thread(job.view, replica)
+        assert {m.id for m in view.members} >= {"agent-0", "matcher-0"}
+        assert (await asyncio.to_thread(job.list_zones, matcher)).member == "matcher-0"
+        job.configure(None)  # plain text to a TLS cluster: refused
+        with pytest.raises(grpc.RpcError) as e:
+            await asyncio.to_thread(job.current_plan, replica)
+        assert e.value.code() == grpc.StatusCode.UNAVAILABLE
+    finally:
+        job.configure(None)
