@@ -194,8 +194,8 @@ def up(agents, matchers, memberships, base_port, regions, routers_per_region, ro
         raise click.BadParameter("--regions > 1 needs --routers-per-region >= 1")
     try:
         cluster = Cluster(agents=agents, matchers=matchers, memberships=memberships, placement=Loopback(base_port),
-                          regions=regions, routers=routers_per_region, extra={"router": ["--routing", routing]}, tls=tls,
-                          **kw)
+                          regions=regions, routers=routers_per_region, extra={"router": ["--routing", routing]},
+                          tls=tls, **kw)
     except ValueError as e:
         raise click.BadParameter(str(e)) from None
     if interval:  # the routing job, a periodic child (its runs in replan.log); window: half the period, <= 30 s

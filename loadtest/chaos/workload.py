@@ -8,7 +8,6 @@ import contextlib
 import time
 from dataclasses import dataclass
 
-import grpc
 
 from echelon.client import ACCEPTED, Client, EchelonError
 from echelon.core.filters import parse

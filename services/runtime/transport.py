@@ -43,7 +43,6 @@ refuses a caller with no certificate over TLS.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 from dataclasses import dataclass, field
@@ -61,7 +60,7 @@ log = logging.getLogger("echelon.transport")
 MEMBER_KEY = "x-echelon-member"  # Relay.Stream: the sending member (checked against its certificate)
 SUBSCRIPTION_KEY = "x-echelon-subscription"  # Subscribe: initial metadata naming the subscription
 INCARNATION_KEY = "echelon-incarnation"  # a refused (stale) Join: the recorded incarnation, trailing
-AUTHORIZATION_KEY = "authorization"  # "Bearer <token>", for clients without a certificate
+AUTHORIZATION_KEY = "authorization"  # "Bearer <token>": clients without a certificate (runtime/auth.py)
 
 # -- options ------------------------------------------------------------------------------
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
@@ -235,7 +234,6 @@ class Transport:
 
     tls: TlsDir | None = None
     _loaded: tuple | None = field(default=None, repr=False)  # (stamp, key, chain, ca)
-    on_reload: list[Callable[[], None]] = field(default_factory=list, repr=False)
 
     def files(self) -> tuple[bytes | None, bytes | None, bytes]:
         """The current (key, chain, ca), read again when the files changed; on a bad read
@@ -246,8 +244,6 @@ class Transport:
             if self._loaded is None or self._loaded[0] != stamp:
                 self._loaded = (stamp, *self.tls.load())
                 log.info("TLS certificates loaded from %s", self.tls.path)
-                for callback in self.on_reload:
-                    callback()
         except (OSError, ValueError) as e:
             if self._loaded is None:
                 raise
@@ -332,7 +328,3 @@ def unavailable(error: BaseException) -> bool:
     been applied."""
     code = error.code() if isinstance(error, grpc.RpcError) else getattr(error, "code", None)
     return code == grpc.StatusCode.UNAVAILABLE
-
-
-async def close_all(channels: Iterable[grpc.aio.Channel]) -> None:
-    await asyncio.gather(*(ch.close() for ch in channels), return_exceptions=True)
