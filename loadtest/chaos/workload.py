@@ -8,7 +8,6 @@ import contextlib
 import time
 from dataclasses import dataclass
 
-
 from echelon.client import ACCEPTED, Client, EchelonError
 from echelon.core.filters import parse
 from echelon.runtime.transport import OWN_SUBCHANNEL, RECONNECT_OPTIONS
