@@ -144,11 +144,17 @@ class Link:
             self._room.set()
 
     async def _run(self) -> None:
-        self._channel = self.transport.dial(self.address, LINK_OPTIONS)
-        stub = rgrpc.RelayStub(self._channel)
         backoff = 0.05
         failures = 0  # consecutive streams that broke without a single ack
+        made = -1
         while True:
+            if self._channel is None or self.transport.stale(made):  # first, or new certificates
+                old = self._channel
+                self._channel = self.transport.dial(self.address, LINK_OPTIONS)
+                made = self.transport.generation
+                stub = rgrpc.RelayStub(self._channel)
+                if old is not None:
+                    await old.close()
             # (Re)open: everything unacknowledged goes out again, in sequence order.
             self.outbox = deque((seq, f, size) for seq, (f, size, _) in sorted(self.unacked.items()))
             self.in_flight = 0

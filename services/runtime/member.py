@@ -95,6 +95,8 @@ class MemberClient:
         self._tasks: list[asyncio.Task] = []
         self._stopped = False
         self._channels: dict[str, grpc.aio.Channel] = {}
+        self._made: dict[str, int] = {}  # replica -> the transport generation its channel was dialled at
+        self._retired: list[grpc.aio.Channel] = []  # dialled before a certificate rotation; closed at stop
         self._topics_gen = 0
         self._up: dict[str, float] = {}  # replica -> when its heartbeat stream came up
         self._reach = asyncio.Event()
@@ -137,7 +139,7 @@ class MemberClient:
     async def start(self, timeout: float = 30.0) -> None:
         """Join and wait for the first view; raises TimeoutError if no replica answers."""
         for address in self.replicas:
-            self._channels[address] = membership_channel(address, self.transport)
+            self._dial(address)
             self._tasks.append(asyncio.create_task(self._beat_loop(address), name=f"beat-{address}"))
         self._tasks.append(asyncio.create_task(self._watch_loop(), name="watch"))
         await asyncio.wait_for(self._has_view.wait(), timeout)
@@ -155,7 +157,15 @@ class MemberClient:
             req = mpb.LeaveRequest(member_id=self.id, incarnation=self.member.incarnation)
             await asyncio.gather(*(mgrpc.MembershipStub(ch).Leave(req, timeout=1.0)
                                    for ch in self._channels.values()), return_exceptions=True)
-        await asyncio.gather(*(ch.close() for ch in self._channels.values()), return_exceptions=True)
+        await asyncio.gather(*(ch.close() for ch in (*self._channels.values(), *self._retired)),
+                             return_exceptions=True)
+
+    def _dial(self, address: str) -> None:
+        """(Re)dial a replica; the old channel keeps serving the streams open on it."""
+        if address in self._channels:
+            self._retired.append(self._channels[address])
+        self._channels[address] = membership_channel(address, self.transport)
+        self._made[address] = self.transport.generation
 
     async def report(self, member_id: str, reason: str) -> None:
         """Evidence from the data plane: a peer's stream broke."""
@@ -190,11 +200,13 @@ class MemberClient:
             await asyncio.sleep(self.beat_interval)
 
     async def _beat_loop(self, address: str) -> None:
-        stub = mgrpc.MembershipStub(self._channels[address])
         backoff = self.beat_interval
         while not self._stopped:  # not only cancellation: 3.11's wait_for can swallow a cancel
             call = None
             opened = 0.0
+            if self.transport.stale(self._made[address]):  # new certificates: new connections present them
+                self._dial(address)
+            stub = mgrpc.MembershipStub(self._channels[address])
             try:
                 await stub.Join(mpb.JoinRequest(member=self.member), timeout=RPC_TIMEOUT)
                 call = stub.Heartbeat(self._beats())

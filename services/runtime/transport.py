@@ -15,9 +15,11 @@ Secret update swaps a symlink, cert-manager rewrites files):
   handshake). Established connections and their streams keep the session they have.
 - dialing: channel credentials are fixed when a channel is made (grpcio has no dynamic
   channel credentials), so `dial` reads the files again when they changed and channels
-  made after a rotation present the new certificate; a long-lived channel keeps the
-  old one for its reconnects until it is replaced. Certificates should therefore be
-  renewed well before they expire (cert-manager renews at 2/3 of the lifetime).
+  made after a rotation present the new certificate. The long-lived channels (relay
+  links, membership) ask `stale(generation)` before they reopen a stream and dial anew
+  after a rotation; an open stream stays on its connection until it ends. Other cached
+  channels keep their certificate for reconnects, so certificates should be renewed
+  well before they expire (cert-manager renews at 2/3 of the lifetime).
 
 Services check each other's certificates against `ca.crt` and do not check the host
 name: members are dialled at pod addresses that change, so every service certificate
@@ -234,6 +236,7 @@ class Transport:
 
     tls: TlsDir | None = None
     _loaded: tuple | None = field(default=None, repr=False)  # (stamp, key, chain, ca)
+    generation: int = 0  # how many times the files were read: a channel made at an older one is stale
 
     def files(self) -> tuple[bytes | None, bytes | None, bytes]:
         """The current (key, chain, ca), read again when the files changed; on a bad read
@@ -243,6 +246,7 @@ class Transport:
             stamp = self.tls.stamp()
             if self._loaded is None or self._loaded[0] != stamp:
                 self._loaded = (stamp, *self.tls.load())
+                self.generation += 1
                 log.info("TLS certificates loaded from %s", self.tls.path)
         except (OSError, ValueError) as e:
             if self._loaded is None:
@@ -259,6 +263,14 @@ class Transport:
     def credentials(self) -> grpc.ChannelCredentials:
         key, chain, ca = self.files()
         return grpc.ssl_channel_credentials(ca, key, chain)
+
+    def stale(self, generation: int) -> bool:
+        """Whether a channel dialled at `generation` predates the current files (plain
+        text: never). Reads the files if they changed."""
+        if self.tls is None:
+            return False
+        self.files()
+        return generation != self.generation
 
     def dial(self, address: str, options: Iterable[tuple[str, object]] = ()) -> grpc.aio.Channel:
         """An asyncio channel with the cluster's settings (plus `options`)."""

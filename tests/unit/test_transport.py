@@ -17,7 +17,10 @@ def test_files_follow_the_directory_and_skip_a_mismatched_pair(tmp_path):
     t = Transport(TlsDir(d))
     key1, chain1, _ = t.files()
     assert t.files()[1] is chain1  # unchanged files: not read again
+    made = t.generation
+    assert not t.stale(made)
     ca.write(d, "agent", "agent-0")
+    assert t.stale(made)  # long-lived channels dial again before their next stream
     key2, chain2, _ = t.files()
     assert chain2 != chain1 and key2 != key1
     # A rotation caught half-way: the new key beside the old certificate is not taken.
