@@ -308,8 +308,17 @@ class DataPlane:
         items, touched = [], []
         for msg in frame.messages:
             ev = msg.event
-            hold = self._hold((source, ev.id.producer_id, ev.id.sequence, msg.slice_index))
+            key = (source, ev.id.producer_id, ev.id.sequence, msg.slice_index)
             dests = msg.destinations
+            if len(dests) == 1 and dests[0] == me:
+                # A leaf's copy forwards nothing: no hold of its own (the common case), but
+                # it waits for an earlier copy's hold, if one forwarded.
+                hold = self.holds.get(key)
+                if hold is not None:
+                    touched.append(hold)
+                self._deliver(msg)
+                continue
+            hold = self._hold(key)
             fresh = [d for d in dests if d != me and d not in hold.covered]
             if fresh:
                 hold.covered.update(fresh)
@@ -410,11 +419,13 @@ class DataPlane:
         if not run.small:
             return
         job, future = self._root_job(run.producers, _STRIPE0)
-        # The root forwards what it publishes once: one fresh hold per message, not looked up.
-        holds = [Hold() for _ in run.small]
-        sent = self._forward(self.id, self.node.address, [(m, d, h) for (m, d), h in zip(run.small, holds)])
-        for hold in holds:
-            job.wait(hold)
+        # The root forwards what it publishes once, so its messages need no lookup and no
+        # `covered`: one hold for the whole run. Its count goes up once per (frame, message)
+        # and down as each frame settles (a re-route counts its new frames before the old
+        # one lets go), so it reaches zero when every copy of the run is acknowledged.
+        hold = Hold()
+        sent = self._forward(self.id, self.node.address, [(m, d, hold) for m, d in run.small])
+        job.wait(hold)
         job.arm()
         futures.extend([future] * len(run.small))
         run.clear()

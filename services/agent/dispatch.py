@@ -70,10 +70,16 @@ class Dispatcher:
         alive, dead = self.plane.trees.alive, self.plane.trees.dead
         payloads = [p for unit in units for p in unit[1]]
         items, remote = [], []
+        routed: dict[tuple[str, ...], tuple[list[str], list[str]]] = {}  # a batch repeats few agent sets
         for event, payload, result in zip(events, payloads, results):
-            # A DEAD destination is parked by the data plane until it comes back (or the park ends).
-            dests = [a.agent for a in result.agents if a.agent == self.me or alive(a.agent) or a.agent in dead]
-            remote.append((event, payload, self.gateway.trees.elsewhere(a.agent for a in result.agents)))
+            agents = tuple([a.agent for a in result.agents])
+            split = routed.get(agents)
+            if split is None:
+                # A DEAD destination is parked by the data plane until it comes back (or the park ends).
+                split = routed[agents] = ([a for a in agents if a == self.me or alive(a) or a in dead],
+                                          self.gateway.trees.elsewhere(agents))
+            dests, far = split
+            remote.append((event, payload, far))
             if self.me in dests:
                 if payload:
                     whole = pb.Event()

@@ -67,7 +67,7 @@ class PubSubServicer(pgrpc.PubSubServicer):
         recorded). No await and no future: the caller dispatches a whole request at once."""
         attrs = attributes_from_pb(req.attributes)
         self.node.topics.schema(topic).validate_event(attrs)  # parsed once per topic version
-        digest = event_digest(topic.name, req.attributes, req.ordering_key, payload)
+        digest = event_digest(topic.name, attrs, req.ordering_key, payload)
         seen, entry = self.accepted.offer((producer, seq), time.monotonic(), digest)
         if seen is Seen.DIFFERENT:
             raise AlreadyExists(f"message id {producer}:{seq} was already used for a different event (within the "

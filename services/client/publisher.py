@@ -169,10 +169,8 @@ class Publisher:
         requests = []
         for i, chunk in enumerate(slices):
             # Producer id and ack level are the outer request's (set by `_pack`).
-            req = ppb.PublishRequest(topic=topic, payload=chunk, ordering_key=ordering_key)
-            if i == 0:
-                for k, v in attrs.items():
-                    req.attributes[k].CopyFrom(v)
+            req = ppb.PublishRequest(topic=topic, payload=chunk, ordering_key=ordering_key,
+                                     attributes=attrs if i == 0 else None)
             if len(slices) > 1:
                 req.slice_index, req.slice_count, req.payload_size = i, len(slices), len(payload)
             requests.append(req)
