@@ -258,6 +258,7 @@ class PubSubServicer(pgrpc.PubSubServicer):
             # Headers now: the client's `start()` returns once the subscription is registered.
             await context.send_initial_metadata((("x-echelon-subscription", sub.id),))
             reader = asyncio.create_task(read())
+            reader.add_done_callback(lambda _: sub.changed.set())
             while True:
                 if sub.overflowed:
                     raise ResourceExhausted(f"subscription {sub.name!r} passed its backlog bound of "
@@ -270,9 +271,7 @@ class PubSubServicer(pgrpc.PubSubServicer):
                 items = sub.take(MAX_DELIVERIES)
                 if not items:
                     sub.changed.clear()
-                    waiter = asyncio.create_task(sub.changed.wait())
-                    await asyncio.wait({waiter, reader}, return_when=asyncio.FIRST_COMPLETED)
-                    waiter.cancel()
+                    await sub.changed.wait()  # the reader's end sets it too: no task per wait
                     continue
                 node.metrics.deliveries.labels(sub.topic).inc(len(items))
                 redelivered = sum(1 for _, p in items if p.redeliveries)

@@ -47,7 +47,9 @@ def value_to_pb(x: Value) -> pb.Value:
 
 
 def attributes_from_pb(attrs: Mapping[str, pb.Value]) -> dict[str, Value]:
-    return {name: value_from_pb(v, "attribute", name) for name, v in attrs.items()}
+    # By key, not `.items()`: upb's map goes through the generic ItemsView, about 10x slower
+    # on a freshly parsed message (half the publishing agent's CPU in a profile).
+    return {name: value_from_pb(attrs[name], "attribute", name) for name in attrs}
 
 
 def attributes_to_pb(attrs: Mapping[str, Value]) -> dict[str, pb.Value]:
