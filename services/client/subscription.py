@@ -18,10 +18,12 @@ subscription (`name=`) outlives its stream: whatever was not acked when it close
 redelivered to the next stream with that name (`redelivery_count` + 1).
 
 Batching (issue 12): the agent sends many deliveries per message; acks and nacks are
-group-committed: settling queues the ack, and one flush writes everything queued by then
-in one request (nacks first, then one ack that is cumulative, `through`, up to the
-oldest message still handed out, plus the ids above it). A lone ack is written at once;
-under load acks coalesce while the previous write is on its way.
+group-committed: `ack()` queues the ack and returns (it does not wait for the write),
+and one flush task writes everything queued by then in one request (nacks first, then
+one ack that is cumulative, `through`, up to the oldest message still handed out, plus
+the ids above it). A lone ack goes out on the next turn of the event loop; under load
+acks coalesce while the previous write is on its way. `close()` writes what is queued
+before it half-closes the stream.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from typing import TYPE_CHECKING, Awaitable, Callable
 import grpc
 
 from echelon.client.errors import (ClientClosed, EchelonError, FailedPrecondition, InvalidArgument, Timeout,
-                                   Unavailable, from_rpc_error, from_status, translating)
+                                   Unavailable, from_rpc_error, from_status)
 from echelon.core.filters import Filter
 from echelon.core.schema import Value
 from echelon.runtime.wire import attributes_from_pb, filter_to_pb
@@ -70,7 +72,8 @@ class Message:
     settled: bool = field(default=False, init=False)
 
     async def ack(self) -> None:
-        """Processed: the agent forgets it and may send one more."""
+        """Processed: the agent forgets it and may send one more (queued for the stream at
+        once, written with the next flush; raises ClientClosed if the stream has ended)."""
         await self._subscription._settle(self, None)
 
     async def nack(self, delay: float = 0.0) -> None:
@@ -276,16 +279,12 @@ class Subscription:
             self._settled.set()
         if self._flushing is None:
             self._flushing = asyncio.create_task(self._flush_settled())
-        try:
-            await asyncio.shield(self._flushing)
-        except (EchelonError, asyncio.InvalidStateError):
-            # The stream ended under us: next() and wait_closed() report how.
-            raise ClientClosed("subscription stream ended: the message is redelivered to a named subscription") \
-                from None
 
     async def _flush_settled(self) -> None:
         """Write every settlement queued until the queue is empty: one flush for all the
-        acks given while the previous write was on its way."""
+        acks given while the previous write was on its way. A write that fails means the
+        stream ended: next() and wait_closed() report how, and the agent redelivers the
+        unacknowledged messages to a named subscription."""
         try:
             while self._acks or self._nacks:
                 acks, self._acks = self._acks, []
@@ -300,9 +299,10 @@ class Subscription:
                     requests.append(ppb.SubscribeRequest(ack=ppb.SubscriberAck(
                         delivery_ids=[i for i in acks if i > through], credits=credits, through=through)))
                 async with self._write:
-                    with translating():
-                        for req in requests:
-                            await self._call.write(req)
+                    for req in requests:
+                        await self._call.write(req)
+        except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
+            self._acks, self._nacks = [], {}
         finally:
             self._flushing = None
 
