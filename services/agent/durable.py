@@ -59,8 +59,8 @@ from echelon.core.durability import Policy, holders
 from echelon.core.filters import Filter
 from echelon.runtime.errors import (Aborted, AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, OutOfRange,
                                     ResourceExhausted, Unavailable)
-from echelon.runtime.member import RECONNECT_OPTIONS, lifetime
-from echelon.runtime.server import CHANNEL_OPTIONS
+from echelon.runtime.member import lifetime
+from echelon.runtime.transport import RECONNECT_OPTIONS
 from echelon.runtime.wire import attributes_from_pb, filter_from_pb, filter_from_request, filter_to_pb
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import durable_pb2 as dpb
@@ -194,12 +194,12 @@ class Durables:
         if ch is None:
             for old in [k for k in self._channels if k[0] == member.address]:
                 asyncio.create_task(self._channels.pop(old).close())
-            ch = self._channels[key] = grpc.aio.insecure_channel(member.address,
-                                                                 options=CHANNEL_OPTIONS + RECONNECT_OPTIONS)
+            ch = self._channels[key] = self.node.server.transport.dial(member.address, RECONNECT_OPTIONS)
         return dgrpc.DurableStub(ch)
 
-    def address(self, agent: str) -> str:
-        return self.alive_agents()[agent].address
+    def dial(self, agent: str) -> grpc.aio.Channel:
+        """A channel of its own to `agent` (a relayed subscriber stream; closed with it)."""
+        return self.node.server.transport.dial(self.alive_agents()[agent].address)
 
     async def locate(self, name: str) -> dpb.DurableSubscription | None:
         """The record, from here or from any agent of the view that holds it; None only when

@@ -17,7 +17,6 @@ import grpc
 
 from echelon.agent.durable import CALL_TIMEOUT, Durables, check_name
 from echelon.runtime.errors import NotFound, Unavailable, from_rpc_error
-from echelon.runtime.server import channel
 from echelon.v1 import durable_pb2 as dpb
 from echelon.v1 import durable_pb2_grpc as dgrpc
 from echelon.v1 import pubsub_pb2 as ppb
@@ -123,13 +122,13 @@ class DurableServicer(dgrpc.DurableServicer):
         return self.d.fetch(request.name)
 
 
-async def relay(address: str, first: ppb.SubscribeRequest, requests, context) -> AsyncIterator[ppb.Delivery]:
-    """Carry a subscriber's stream to the agent serving its durable subscription and back.
-    Whatever ends either side ends both; the serving agent's status reaches the client."""
+async def relay(ch: grpc.aio.Channel, first: ppb.SubscribeRequest, requests, context) -> AsyncIterator[ppb.Delivery]:
+    """Carry a subscriber's stream to the agent serving its durable subscription (over `ch`,
+    closed at the end) and back. Whatever ends either side ends both; the serving agent's
+    status reaches the client."""
     routed = ppb.SubscribeRequest()
     routed.CopyFrom(first)
     routed.open.routed = True
-    ch = channel(address)
     call = pgrpc.PubSubStub(ch).Subscribe()
 
     async def pump() -> None:

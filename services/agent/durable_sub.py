@@ -104,9 +104,17 @@ class DurableSubscription(Subscription):
         self.changed.set()
         return True
 
-    def ack(self, delivery_ids, credits: int) -> int:
+    def ack(self, delivery_ids, credits: int, through: int = 0) -> int:
+        """As Subscription.ack (listed ids and, cumulatively, every one up to `through`), the
+        log first: the credits come back once the acks are committed."""
         crash_point("ack-received")
-        done = [self.unacked.pop(i) for i in delivery_ids if i in self.unacked]
+        done = []
+        while self.unacked and through:
+            first = next(iter(self.unacked))
+            if first > through:
+                break
+            done.append(self.unacked.pop(first))
+        done += [self.unacked.pop(i) for i in delivery_ids if i in self.unacked]
         keys = [key_of(p.event) for p in done]
         if keys:
             self.store.ack(self.name, self.topic, keys)
@@ -163,9 +171,16 @@ class DurableSubscription(Subscription):
         while self.backlog and key_of(self.backlog[0].event) in self.stale:
             self.stale.discard(key_of(self.backlog.popleft().event))
 
-    def take(self):
-        self._drop_stale_head()
-        return super().take()
+    def take(self, most: int = 1):
+        """As Subscription.take, skipping what the serving holder acked meanwhile."""
+        taken = []
+        while len(taken) < most:
+            self._drop_stale_head()
+            one = super().take(1)
+            if not one:
+                break
+            taken += one
+        return taken
 
     @property
     def depth(self) -> int:
