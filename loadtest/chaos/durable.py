@@ -28,6 +28,9 @@ from loadtest import checker
 from loadtest.chaos.workload import FILTERS, TOPIC, Received
 
 
+MAX_BACKLOG = 1_000_000
+
+
 class DurableSubscriber:
     def __init__(self, name: str, agent: str, addresses: list[str], text: str, role: str):
         self.name, self.agent, self.text, self.role = name, agent, text, role
@@ -44,7 +47,9 @@ class DurableSubscriber:
 
     async def run(self) -> None:
         while not self.stopping:
-            sub = self.client.subscribe(TOPIC, self.text, name=self.name, durable=Durable(), max_outstanding=64)
+            # A bound above the run's volume: a drop (DROP_OLDEST, counted) would be a chosen loss.
+            sub = self.client.subscribe(TOPIC, self.text, name=self.name, max_outstanding=64,
+                                        durable=Durable(max_messages=MAX_BACKLOG, max_bytes=1 << 30))
             try:
                 await asyncio.wait_for(sub.start(), 10.0)
                 self.opened.append(time.monotonic())
