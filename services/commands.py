@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from pathlib import Path
 
 import click
 import grpc
@@ -13,13 +14,34 @@ from rich.live import Live
 from rich.table import Table
 
 from echelon.client import ACCEPTED, DELIVERED, Client, EchelonError
-from echelon.runtime.server import channel
+from echelon.runtime.transport import PLAIN, TlsDir, Transport, call_any
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import membership_pb2 as mpb
 from echelon.v1 import membership_pb2_grpc as mgrpc
 
 console = Console()
-AGENT = click.option("--agent", default="127.0.0.1:7200", show_default=True, help="An agent's address.")
+TLS_DIR = "echelon.tls_dir"
+TLS = click.option("--tls-dir", default=None, envvar="ECHELON_TLS_DIR", expose_value=False,
+                   type=click.Path(file_okay=False, exists=True),
+                   callback=lambda ctx, _, value: ctx.meta.__setitem__(TLS_DIR, value),
+                   help="TLS: a directory with ca.crt (and tls.crt, tls.key for a client certificate) "
+                        "[env ECHELON_TLS_DIR].")
+
+
+def AGENT(f):
+    """--agent, and --tls-dir for the `client()` the command makes."""
+    return click.option("--agent", default="127.0.0.1:7200", show_default=True, help="An agent's address.")(TLS(f))
+
+
+def client(agent: str) -> Client:
+    """A client of `agent`, over TLS if the command was given --tls-dir."""
+    return Client(agent, tls=click.get_current_context().meta.get(TLS_DIR))
+
+
+def transport() -> Transport:
+    """The command's channels to services (membership), over TLS if given --tls-dir."""
+    tls = click.get_current_context().meta.get(TLS_DIR)
+    return Transport(TlsDir(Path(tls))) if tls else PLAIN
 
 
 def parse_value(text: str):
@@ -51,7 +73,7 @@ def topic() -> None:
 @click.option("--attr", "attrs", multiple=True, help="name:type[:min:max], e.g. High:float:0:500.")
 def topic_create(agent, name, attrs) -> None:
     async def run():
-        async with Client(agent) as c:
+        async with client(agent) as c:
             return await c.create_topic(name, attrs)
 
     try:
@@ -66,7 +88,7 @@ def topic_create(agent, name, attrs) -> None:
 @click.option("--json", "as_json", is_flag=True)
 def topic_list(agent, as_json) -> None:
     async def run():
-        async with Client(agent) as c:
+        async with client(agent) as c:
             return await c.list_topics()
 
     try:
@@ -91,7 +113,7 @@ def topic_list(agent, as_json) -> None:
 @click.argument("name")
 def topic_delete(agent, name) -> None:
     async def run():
-        async with Client(agent) as c:
+        async with client(agent) as c:
             await c.delete_topic(name)
 
     try:
@@ -121,7 +143,7 @@ def pub(agent, topic_name, attrs, payload, payload_file, count, delivered, as_js
     body = payload_file.read() if payload_file else payload.encode()
 
     async def run():
-        async with Client(agent) as c:
+        async with client(agent) as c:
             p = c.publisher(ack_level=DELIVERED if delivered else ACCEPTED)
             start = time.perf_counter()
             results = await p.publish_batch(topic_name, [(attributes, body)] * count, return_exceptions=True)
@@ -153,7 +175,7 @@ def sub(agent, topic_name, filter_text, name, count, timeout, as_json) -> None:
     """Subscribe and print deliveries (acked as printed)."""
     async def run():
         n = 0
-        async with Client(agent) as c, c.subscribe(topic_name, filter_text, name=name) as s:
+        async with client(agent) as c, c.subscribe(topic_name, filter_text, name=name) as s:
             while not count or n < count:
                 try:
                     m = await s.next(timeout=timeout or None)
@@ -181,8 +203,8 @@ def _state(s: int) -> str:
     return mpb.MemberState.Name(s).removeprefix("MEMBER_STATE_").lower()
 
 
-async def fetch_view(address: str) -> mpb.View:
-    async with channel(address) as ch:
+async def fetch_view(address: str, transport: Transport = PLAIN) -> mpb.View:
+    async with transport.dial(address) as ch:
         call = mgrpc.MembershipStub(ch).Watch(mpb.WatchRequest(member_id="cli"), timeout=5.0)
         async for update in call:
             call.cancel()
@@ -224,21 +246,25 @@ def view_table(view: mpb.View, source: str = "", unreachable_for: float | None =
               help="Membership replica addresses (comma list), tried in order.")
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--watch", is_flag=True, help="Refresh every second until Ctrl-C.")
+@TLS
 def status(addresses, as_json, watch) -> None:
     """The membership view: members, states, incarnations, heartbeat ages (--watch: live)."""
     replicas = [a for v in addresses for a in v.split(",") if a]
+    via = transport()
 
     async def first_view() -> tuple[str, mpb.View]:
         """A fresh snapshot from the first replica that answers, in the given order."""
-        last: Exception | None = None
-        for address in replicas:
-            try:
-                return address, await asyncio.wait_for(fetch_view(address), 2.0)
-            except (grpc.aio.AioRpcError, asyncio.TimeoutError, click.ClickException) as e:
-                last = e
-        if isinstance(last, grpc.aio.AioRpcError):
-            raise last
-        raise click.ClickException(f"no membership replica answered: {', '.join(replicas) or 'none given'}")
+        async def one(address: str) -> tuple[str, mpb.View]:
+            return address, await asyncio.wait_for(fetch_view(address, via), 2.0)
+
+        try:
+            return await call_any(replicas, one, retry=lambda e: isinstance(
+                e, (grpc.aio.AioRpcError, asyncio.TimeoutError, click.ClickException)))
+        except grpc.aio.AioRpcError:
+            raise
+        except (asyncio.TimeoutError, click.ClickException, ValueError):
+            raise click.ClickException(f"no membership replica answered: {', '.join(replicas) or 'none given'}") \
+                from None
 
     async def live() -> None:
         source, view = await first_view()

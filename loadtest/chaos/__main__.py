@@ -16,7 +16,7 @@ from loadtest.chaos.runner import run
               help="How long the workload runs while faults are injected.")
 @click.option("--agents", default=6, type=click.IntRange(4, 20), show_default=True)
 @click.option("--producers", default=3, type=click.IntRange(1, 8), show_default=True)
-@click.option("--rate", default=20.0, type=click.FloatRange(1, 1000), show_default=True,
+@click.option("--rate", default=Config.rate, type=click.FloatRange(1, 1000), show_default=True,
               help="Messages per second per producer.")
 @click.option("--partition-seconds", default=10.0, type=click.FloatRange(1, 120), show_default=True)
 @click.option("--short", is_flag=True, help="The CI schedule: one of each fault, shorter.")

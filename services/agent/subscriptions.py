@@ -72,19 +72,30 @@ class Subscription:
         self.changed.set()
         return True
 
-    def take(self) -> tuple[int, Pending] | None:
-        """The next delivery if the client has credit for it."""
-        if self.credits <= 0 or not self.backlog:
-            return None
-        pending = self.backlog.popleft()
-        delivery_id = self._next_id
-        self._next_id += 1
-        self.unacked[delivery_id] = pending
-        self.credits -= 1
-        return delivery_id, pending
+    def take(self, most: int = 1) -> list[tuple[int, Pending]]:
+        """The next deliveries the client has credit for (at most `most`), ids increasing."""
+        taken = []
+        while self.credits > 0 and self.backlog and len(taken) < most:
+            pending = self.backlog.popleft()
+            delivery_id = self._next_id
+            self._next_id += 1
+            self.unacked[delivery_id] = pending
+            self.credits -= 1
+            taken.append((delivery_id, pending))
+        return taken
 
-    def ack(self, delivery_ids, credits: int) -> int:
-        acked = sum(self.unacked.pop(i, None) is not None for i in delivery_ids)
+    def ack(self, delivery_ids, credits: int, through: int = 0) -> int:
+        """Forget acked deliveries: the ids listed and, cumulatively, every one up to
+        `through` (unacked is in id order: ids are given increasing, and a redelivery
+        gets a new id)."""
+        acked = 0
+        while self.unacked and through:
+            first = next(iter(self.unacked))
+            if first > through:
+                break
+            del self.unacked[first]
+            acked += 1
+        acked += sum(self.unacked.pop(i, None) is not None for i in delivery_ids)
         self.credits += credits
         self.changed.set()
         return acked

@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 import uuid
+from pathlib import Path
 from typing import Iterable
 
 import grpc
 
-from echelon.client.errors import ClientClosed, InvalidArgument, Timeout, Unavailable, translating
+from echelon.client.errors import ClientClosed, InvalidArgument, Timeout, translating
 from echelon.client.publisher import AckLevel, Publisher
 from echelon.client.subscription import Callback, Subscription
 from echelon.core.filters import Filter
 from echelon.core.schema import Attribute, Schema, parse_attribute
-from echelon.runtime.channel import channel
+from echelon.runtime.transport import PLAIN, TlsDir, Transport, call_any, unavailable
 from echelon.runtime.wire import schema_to_pb
 from echelon.v1 import pubsub_pb2 as ppb
 from echelon.v1 import pubsub_pb2_grpc as pgrpc
@@ -28,14 +30,18 @@ class Client:
             ...
         # leaving the block closed it: publishers flushed, subscriptions closed
 
-    `timeout` bounds every topic call (seconds). Every failure raises an
+    `timeout` bounds every topic call (seconds). `tls`: a directory with `ca.crt` (the
+    cluster's CA) and, for a client certificate, `tls.crt` and `tls.key`; the agents'
+    host names are checked against their certificates. Every failure raises an
     `echelon.client.errors.EchelonError` subclass."""
 
-    def __init__(self, addresses: str | Iterable[str], timeout: float = 30.0):
+    def __init__(self, addresses: str | Iterable[str], timeout: float = 30.0,
+                 tls: str | os.PathLike | None = None):
         self.addresses = [addresses] if isinstance(addresses, str) else list(addresses)
         if not self.addresses:
             raise InvalidArgument("at least one agent address is needed")
         self.timeout = timeout
+        self.transport: Transport = Transport(TlsDir(Path(tls), server_name=None)) if tls else PLAIN
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._publishers: set[Publisher] = set()
         self._subscriptions: set[Subscription] = set()
@@ -159,7 +165,7 @@ class Client:
     def _channel(self, i: int = 0) -> grpc.aio.Channel:
         address = self.addresses[i % len(self.addresses)]
         if address not in self._channels:
-            self._channels[address] = channel(address)
+            self._channels[address] = self.transport.dial(address)
         return self._channels[address]
 
     def _track(self, sub: Subscription) -> None:
@@ -172,12 +178,10 @@ class Client:
     async def _admin(self, method: str, request, timeout: float | None):
         """A topic call, trying each address in turn while they are unreachable."""
         self._check_open()
-        last = None
-        for i in range(len(self.addresses)):
-            try:
-                with translating():
-                    return await getattr(pgrpc.AdminStub(self._channel(i)), method)(
-                        request, timeout=timeout or self.timeout)
-            except Unavailable as e:
-                last = e
-        raise last
+
+        async def one(i: int):
+            with translating():
+                return await getattr(pgrpc.AdminStub(self._channel(i)), method)(request,
+                                                                               timeout=timeout or self.timeout)
+
+        return await call_any(range(len(self.addresses)), one, retry=unavailable)

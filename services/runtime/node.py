@@ -13,12 +13,15 @@ import logging
 import asyncio
 from dataclasses import dataclass, field
 
+from pathlib import Path
+
 from prometheus_client import Gauge
 
 from echelon.runtime.member import MemberClient
 from echelon.runtime.metrics import serve_metrics
 from echelon.runtime.rtt import RttProber
 from echelon.runtime.server import Server
+from echelon.runtime.transport import PLAIN, TlsDir, Transport
 from echelon.v1 import membership_pb2 as mpb
 
 log = logging.getLogger("echelon.node")
@@ -38,6 +41,8 @@ class NodeConfig:
     capacity: int = 1
     beat_interval: float = 0.2
     grace: float = 5.0
+    tls_dir: str = ""  # certificates (tls.crt, tls.key, ca.crt): every port and channel is TLS
+    client_port: int | None = None  # an agent's port for clients without a certificate (TLS only)
 
     def __post_init__(self) -> None:
         if not self.id or any(c in self.id for c in "/ \t\n"):
@@ -46,6 +51,8 @@ class NodeConfig:
             raise ValueError(f"port {self.port} out of range")
         if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
             raise ValueError(f"metrics port {self.metrics_port} out of range")
+        if self.client_port is not None and not (self.tls_dir and 0 <= self.client_port <= 65535):
+            raise ValueError("a client port is for TLS clusters (--tls-dir), in 0..65535")
 
 
 class Node:
@@ -53,7 +60,8 @@ class Node:
 
     def __init__(self, config: NodeConfig):
         self.config = config
-        self.server = Server()
+        transport = Transport(TlsDir(Path(config.tls_dir))) if config.tls_dir else PLAIN
+        self.server = Server(transport=transport)
         self.registry = self.server.registry
         self.membership: MemberClient | None = None
         self._metrics_http = None
@@ -68,6 +76,10 @@ class Node:
         self.plan_version = Gauge("echelon_membership_plan_version",
                                   "Version of the routing plan this process has adopted.", registry=self.registry)
         self.plan_version.set_function(lambda: self.membership.plan_version if self.membership else 0)
+        if transport.tls is not None:
+            from echelon.runtime.certs import expiry_gauge
+
+            expiry_gauge(transport, self.registry)
 
     @property
     def address(self) -> str:
@@ -78,13 +90,15 @@ class Node:
         return f"{self.config.host}:{self._metrics_http.server_port}" if self._metrics_http else ""
 
     async def start(self) -> None:
-        await self.server.start(f"{self.config.host}:{self.config.port}")
+        client = None if self.config.client_port is None else f"{self.config.host}:{self.config.client_port}"
+        await self.server.start(f"{self.config.host}:{self.config.port}", client)
         if self.config.metrics_port is not None:
             self._metrics_http = serve_metrics(self.registry, self.config.metrics_port, self.config.host)
         if self.config.membership and self.role != mpb.ROLE_MEMBERSHIP:
             me = mpb.Member(id=self.config.id, role=self.role, address=self.address, region=self.config.region,
                             capacity=self.config.capacity, metrics_address=self.metrics_address)
-            self.membership = MemberClient(me, self.config.membership, self.config.beat_interval)
+            self.membership = MemberClient(me, self.config.membership, self.config.beat_interval,
+                                           self.server.transport)
             self.membership.on_change(self.on_view)
             await self.membership.start()
             self.rtt = RttProber(self.config.id, self.membership, self.registry)

@@ -20,14 +20,11 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import CollectorRegistry
 
-# The channel settings live with the client's light modules; services import them from here too.
-from echelon.runtime.channel import CHANNEL_OPTIONS, channel  # noqa: F401 - re-exported
 from echelon.runtime.errors import status_of
 from echelon.runtime.metrics import RpcMetrics
+from echelon.runtime.transport import PLAIN, SERVER_OPTIONS, Transport
 
 log = logging.getLogger("echelon.server")
-
-SERVER_OPTIONS = CHANNEL_OPTIONS + [("grpc.http2.min_ping_interval_without_data_ms", 5_000)]
 
 
 class StatusInterceptor(grpc.aio.ServerInterceptor):
@@ -109,9 +106,11 @@ class StatusInterceptor(grpc.aio.ServerInterceptor):
 
 
 class Server:
-    """One grpc.aio server: add servicers, `start(address)`, later `stop(grace)`."""
+    """One grpc.aio server: add servicers, `start(address)`, later `stop(grace)`. Its
+    ports are plain or TLS as `transport` says (runtime/transport.py)."""
 
-    def __init__(self, registry: CollectorRegistry | None = None):
+    def __init__(self, registry: CollectorRegistry | None = None, transport: Transport = PLAIN):
+        self.transport = transport
         self.registry = registry or CollectorRegistry()
         self.rpc_metrics = RpcMetrics(self.registry)
         self.health = health.aio.HealthServicer()
@@ -119,6 +118,7 @@ class Server:
         self.service_names: list[str] = [health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
                                          reflection.SERVICE_NAME]
         self.port = 0
+        self.client_port = 0
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.grpc)
 
     def add(self, register: Callable[[Any, grpc.aio.Server], None], servicer: Any, full_name: str) -> None:
@@ -126,10 +126,16 @@ class Server:
         register(servicer, self.grpc)
         self.service_names.append(full_name)
 
-    async def start(self, address: str) -> int:
-        self.port = self.grpc.add_insecure_port(address)
+    async def start(self, address: str, client_address: str | None = None) -> int:
+        """Serve on `address` (with TLS: client certificates required) and, if given, on
+        `client_address` (with TLS: none asked for, for token clients)."""
+        self.port = self.transport.serve(self.grpc, address)
         if self.port == 0:
             raise OSError(f"cannot bind gRPC server to {address}")
+        if client_address is not None:
+            self.client_port = self.transport.serve(self.grpc, client_address, client_certificates=False)
+            if self.client_port == 0:
+                raise OSError(f"cannot bind gRPC client port to {client_address}")
         reflection.enable_server_reflection(self.service_names, self.grpc)
         await self.grpc.start()
         for name in ["", *self.service_names]:

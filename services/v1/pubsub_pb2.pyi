@@ -18,7 +18,7 @@ ACK_LEVEL_ACCEPTED: AckLevel
 ACK_LEVEL_DELIVERED: AckLevel
 
 class PublishRequest(_message.Message):
-    __slots__ = ("topic", "attributes", "payload", "ordering_key", "producer_id", "sequence", "ack_level", "slice_index", "slice_count", "payload_size")
+    __slots__ = ("topic", "attributes", "payload", "ordering_key", "producer_id", "sequence", "ack_level", "slice_index", "slice_count", "payload_size", "batch")
     class AttributesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -36,6 +36,7 @@ class PublishRequest(_message.Message):
     SLICE_INDEX_FIELD_NUMBER: _ClassVar[int]
     SLICE_COUNT_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_SIZE_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
     topic: str
     attributes: _containers.MessageMap[str, _common_pb2.Value]
     payload: bytes
@@ -46,23 +47,26 @@ class PublishRequest(_message.Message):
     slice_index: int
     slice_count: int
     payload_size: int
-    def __init__(self, topic: _Optional[str] = ..., attributes: _Optional[_Mapping[str, _common_pb2.Value]] = ..., payload: _Optional[bytes] = ..., ordering_key: _Optional[str] = ..., producer_id: _Optional[str] = ..., sequence: _Optional[int] = ..., ack_level: _Optional[_Union[AckLevel, str]] = ..., slice_index: _Optional[int] = ..., slice_count: _Optional[int] = ..., payload_size: _Optional[int] = ...) -> None: ...
+    batch: _containers.RepeatedCompositeFieldContainer[PublishRequest]
+    def __init__(self, topic: _Optional[str] = ..., attributes: _Optional[_Mapping[str, _common_pb2.Value]] = ..., payload: _Optional[bytes] = ..., ordering_key: _Optional[str] = ..., producer_id: _Optional[str] = ..., sequence: _Optional[int] = ..., ack_level: _Optional[_Union[AckLevel, str]] = ..., slice_index: _Optional[int] = ..., slice_count: _Optional[int] = ..., payload_size: _Optional[int] = ..., batch: _Optional[_Iterable[_Union[PublishRequest, _Mapping]]] = ...) -> None: ...
 
 class PublishAck(_message.Message):
-    __slots__ = ("producer_id", "sequence", "code", "error", "destinations", "duplicate")
+    __slots__ = ("producer_id", "sequence", "code", "error", "destinations", "duplicate", "acks")
     PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     CODE_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     DESTINATIONS_FIELD_NUMBER: _ClassVar[int]
     DUPLICATE_FIELD_NUMBER: _ClassVar[int]
+    ACKS_FIELD_NUMBER: _ClassVar[int]
     producer_id: str
     sequence: int
     code: int
     error: str
     destinations: int
     duplicate: bool
-    def __init__(self, producer_id: _Optional[str] = ..., sequence: _Optional[int] = ..., code: _Optional[int] = ..., error: _Optional[str] = ..., destinations: _Optional[int] = ..., duplicate: _Optional[bool] = ...) -> None: ...
+    acks: _containers.RepeatedCompositeFieldContainer[PublishAck]
+    def __init__(self, producer_id: _Optional[str] = ..., sequence: _Optional[int] = ..., code: _Optional[int] = ..., error: _Optional[str] = ..., destinations: _Optional[int] = ..., duplicate: _Optional[bool] = ..., acks: _Optional[_Iterable[_Union[PublishAck, _Mapping]]] = ...) -> None: ...
 
 class SubscribeRequest(_message.Message):
     __slots__ = ("open", "ack", "nack")
@@ -89,12 +93,14 @@ class SubscriptionOpen(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., filter: _Optional[_Union[_common_pb2.Filter, _Mapping]] = ..., filter_text: _Optional[str] = ..., subscription: _Optional[str] = ..., credits: _Optional[int] = ...) -> None: ...
 
 class SubscriberAck(_message.Message):
-    __slots__ = ("delivery_ids", "credits")
+    __slots__ = ("delivery_ids", "credits", "through")
     DELIVERY_IDS_FIELD_NUMBER: _ClassVar[int]
     CREDITS_FIELD_NUMBER: _ClassVar[int]
+    THROUGH_FIELD_NUMBER: _ClassVar[int]
     delivery_ids: _containers.RepeatedScalarFieldContainer[int]
     credits: int
-    def __init__(self, delivery_ids: _Optional[_Iterable[int]] = ..., credits: _Optional[int] = ...) -> None: ...
+    through: int
+    def __init__(self, delivery_ids: _Optional[_Iterable[int]] = ..., credits: _Optional[int] = ..., through: _Optional[int] = ...) -> None: ...
 
 class SubscriberNack(_message.Message):
     __slots__ = ("delivery_ids", "delay_ms", "credits")
@@ -107,16 +113,18 @@ class SubscriberNack(_message.Message):
     def __init__(self, delivery_ids: _Optional[_Iterable[int]] = ..., delay_ms: _Optional[int] = ..., credits: _Optional[int] = ...) -> None: ...
 
 class Delivery(_message.Message):
-    __slots__ = ("delivery_id", "subscription", "event", "redelivery_count")
+    __slots__ = ("delivery_id", "subscription", "event", "redelivery_count", "batch")
     DELIVERY_ID_FIELD_NUMBER: _ClassVar[int]
     SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
     EVENT_FIELD_NUMBER: _ClassVar[int]
     REDELIVERY_COUNT_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
     delivery_id: int
     subscription: str
     event: _common_pb2.Event
     redelivery_count: int
-    def __init__(self, delivery_id: _Optional[int] = ..., subscription: _Optional[str] = ..., event: _Optional[_Union[_common_pb2.Event, _Mapping]] = ..., redelivery_count: _Optional[int] = ...) -> None: ...
+    batch: _containers.RepeatedCompositeFieldContainer[Delivery]
+    def __init__(self, delivery_id: _Optional[int] = ..., subscription: _Optional[str] = ..., event: _Optional[_Union[_common_pb2.Event, _Mapping]] = ..., redelivery_count: _Optional[int] = ..., batch: _Optional[_Iterable[_Union[Delivery, _Mapping]]] = ...) -> None: ...
 
 class UnsubscribeRequest(_message.Message):
     __slots__ = ("subscription",)
