@@ -61,6 +61,20 @@ def test_every_grpc_container_mounts_its_certificate(values):
                 "routingJob" if _component(workload) == "routing-job" else _component(workload)]
 
 
+def test_the_helm_test_pod_dials_with_a_client_certificate():
+    for values, key in [(CERT_MANAGER, "csi"), (SECRETS, "secret")]:
+        (pod,) = of_kind(objects(values), "Pod")
+        (c,) = pod["spec"]["containers"]
+        (volume,) = pod["spec"]["volumes"]
+        assert {e["name"]: e["value"] for e in c["env"]}["ECHELON_TLS_DIR"] == TLS_DIR
+        assert c["volumeMounts"] == [{"name": "tls", "mountPath": TLS_DIR, "readOnly": True}]
+        if key == "csi":
+            assert volume["csi"]["volumeAttributes"]["csi.cert-manager.io/uri-sans"] == "spiffe://echelon/client/${POD_NAME}"
+        else:
+            assert volume["secret"]["secretName"] == values["tls"]["secrets"]["client"]
+        assert 'tls=os.environ.get("ECHELON_TLS_DIR")' in c["args"][0]
+
+
 def test_csi_certificates_name_the_member_id_and_role():
     """runtime/transport.py refuses a member whose certificate does not name the id and
     role it claims: the URI SAN the csi-driver writes must be the pod's --id."""

@@ -78,6 +78,10 @@ app.kubernetes.io/part-of: echelon
 - {{ .advertise | quote }}
 - --metrics-port
 - {{ .values.metricsPort | int | quote }}
+{{- if .root.Values.tls.enabled }}
+- --health-port
+- {{ .values.healthPort | int | quote }}
+{{- end }}
 - --grace
 - {{ .values.grace | quote }}
 - --log-level
@@ -97,23 +101,32 @@ app.kubernetes.io/part-of: echelon
 {{- include "echelon.tlsEnv" . }}
 {{- end -}}
 
-{{/* Named ports, native gRPC probes on the standard health service, security context. */}}
+{{/* Named ports, native gRPC probes on the standard health service (on the plain-text
+     health port when TLS is on: the kubelet's gRPC probe speaks no TLS), security context. */}}
 {{- define "echelon.serviceContainer" -}}
+{{- $tls := .root.Values.tls.enabled -}}
+{{- $probe := ternary .values.healthPort .values.port $tls -}}
 image: {{ include "echelon.image" (dict "root" .root "image" .root.Values.image) }}
 imagePullPolicy: {{ .root.Values.image.pullPolicy }}
 ports:
   - {name: grpc, containerPort: {{ .values.port }}, protocol: TCP}
   - {name: metrics, containerPort: {{ .values.metricsPort }}, protocol: TCP}
+  {{- if $tls }}
+  - {name: health, containerPort: {{ .values.healthPort }}, protocol: TCP}
+  {{- if .clientPort }}
+  - {name: grpc-token, containerPort: {{ .clientPort }}, protocol: TCP}
+  {{- end }}
+  {{- end }}
 startupProbe:
-  grpc: {port: {{ .values.port }}}
+  grpc: {port: {{ $probe }}}
   periodSeconds: 2
   failureThreshold: 60
 readinessProbe:
-  grpc: {port: {{ .values.port }}}
+  grpc: {port: {{ $probe }}}
   periodSeconds: 5
   failureThreshold: 2
 livenessProbe:
-  grpc: {port: {{ .values.port }}}
+  grpc: {port: {{ $probe }}}
   periodSeconds: 10
   timeoutSeconds: 5
   failureThreshold: 3
