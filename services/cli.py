@@ -50,17 +50,20 @@ def service_options(f):
                      type=click.Path(file_okay=False, exists=True, path_type=str),
                      help="TLS certificates (tls.crt, tls.key, ca.crt, reloaded when they change): mTLS on "
                           "every port and channel [env ECHELON_TLS_DIR]."),
+        click.option("--health-port", default=None, type=click.IntRange(0, 65535),
+                     help="A plain-text port with the health service alone, for probes that speak no TLS "
+                          "(Kubernetes' gRPC probes)."),
     ]):
         f = opt(f)
     return f
 
 
-def _config(member_id, host, port, advertise, metrics_port, region, beat_interval, grace, tls_dir, membership=(),
-            client_port=None):
+def _config(member_id, host, port, advertise, metrics_port, region, beat_interval, grace, tls_dir, health_port,
+            membership=(), client_port=None):
     try:
         return NodeConfig(id=member_id, host=host, port=port, advertise=advertise, metrics_port=metrics_port,
                           membership=_split(membership), region=region, beat_interval=beat_interval, grace=grace,
-                          tls_dir=tls_dir or "", client_port=client_port)
+                          tls_dir=tls_dir or "", client_port=client_port, health_port=health_port)
     except ValueError as e:
         raise click.BadParameter(str(e)) from None
 

@@ -43,6 +43,7 @@ class NodeConfig:
     grace: float = 5.0
     tls_dir: str = ""  # certificates (tls.crt, tls.key, ca.crt): every port and channel is TLS
     client_port: int | None = None  # an agent's port for clients without a certificate (TLS only)
+    health_port: int | None = None  # plain-text health service alone, for probes that speak no TLS
 
     def __post_init__(self) -> None:
         if not self.id or any(c in self.id for c in "/ \t\n"):
@@ -53,6 +54,8 @@ class NodeConfig:
             raise ValueError(f"metrics port {self.metrics_port} out of range")
         if self.client_port is not None and not (self.tls_dir and 0 <= self.client_port <= 65535):
             raise ValueError("a client port is for TLS clusters (--tls-dir), in 0..65535")
+        if self.health_port is not None and not 0 <= self.health_port <= 65535:
+            raise ValueError(f"health port {self.health_port} out of range")
 
 
 class Node:
@@ -91,7 +94,8 @@ class Node:
 
     async def start(self) -> None:
         client = None if self.config.client_port is None else f"{self.config.host}:{self.config.client_port}"
-        await self.server.start(f"{self.config.host}:{self.config.port}", client)
+        health = None if self.config.health_port is None else f"{self.config.host}:{self.config.health_port}"
+        await self.server.start(f"{self.config.host}:{self.config.port}", client, health)
         if self.config.metrics_port is not None:
             self._metrics_http = serve_metrics(self.registry, self.config.metrics_port, self.config.host)
         if self.config.membership and self.role != mpb.ROLE_MEMBERSHIP:

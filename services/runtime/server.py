@@ -119,6 +119,8 @@ class Server:
                                          reflection.SERVICE_NAME]
         self.port = 0
         self.client_port = 0
+        self.health_port = 0
+        self._health_only: grpc.aio.Server | None = None
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.grpc)
 
     def add(self, register: Callable[[Any, grpc.aio.Server], None], servicer: Any, full_name: str) -> None:
@@ -126,9 +128,18 @@ class Server:
         register(servicer, self.grpc)
         self.service_names.append(full_name)
 
-    async def start(self, address: str, client_address: str | None = None) -> int:
+    async def start(self, address: str, client_address: str | None = None, health_address: str | None = None) -> int:
         """Serve on `address` (with TLS: client certificates required) and, if given, on
-        `client_address` (with TLS: none asked for, for token clients)."""
+        `client_address` (with TLS: none asked for, for token clients) and on
+        `health_address`: plain text, the health service alone, for Kubernetes' native gRPC
+        probes, which speak no TLS. It tells whether the process serves, nothing more."""
+        if health_address is not None:
+            self._health_only = grpc.aio.server(options=SERVER_OPTIONS)
+            health_pb2_grpc.add_HealthServicer_to_server(self.health, self._health_only)
+            self.health_port = self._health_only.add_insecure_port(health_address)
+            if self.health_port == 0:
+                raise OSError(f"cannot bind the health port to {health_address}")
+            await self._health_only.start()
         self.port = self.transport.serve(self.grpc, address)
         if self.port == 0:
             raise OSError(f"cannot bind gRPC server to {address}")
@@ -145,6 +156,8 @@ class Server:
     async def stop(self, grace: float = 5.0) -> None:
         await self.health.enter_graceful_shutdown()
         await self.grpc.stop(grace)
+        if self._health_only is not None:
+            await self._health_only.stop(0)
 
 
 async def run_until_signalled(start: Callable[[], Awaitable[None]], stop: Callable[[], Awaitable[None]]) -> None:

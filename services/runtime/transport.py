@@ -97,9 +97,20 @@ MEMBER_ROLES = ("agent", "matcher", "router", "membership")
 ROLES = MEMBER_ROLES + ("replan", "client")
 
 
+# A certificate naming this id speaks for every member of its role: the identity of a
+# Secret that all pods of a component mount (the chart's `tls.source: secrets`), where a
+# certificate per member cannot be had. A forged member then needs that component's key,
+# not just the CA's trust; per-member certificates (cert-manager's csi-driver, `echelon
+# up --tls`) keep the member id checked too.
+ANY_MEMBER = "*"
+
+
 class PeerIdentity(NamedTuple):
     role: str
     id: str
+
+    def names(self, member_id: str) -> bool:
+        return self.id in (member_id, ANY_MEMBER)
 
 
 def spiffe_id(role: str, name: str) -> str:
@@ -161,7 +172,7 @@ def require_member(context, member_id: str | None, roles: str | tuple[str, ...],
     wanted = f"spiffe://{TRUST_DOMAIN}/{'|'.join(roles)}/{member_id if member_id is not None else '<id>'}"
     if peer is None:
         raise Unauthenticated(f"{what} needs a member certificate naming {wanted}; the peer presented none")
-    if peer.role not in roles or (member_id is not None and peer.id != member_id):
+    if peer.role not in roles or (member_id is not None and not peer.names(member_id)):
         claim = f"{'|'.join(roles)} {member_id!r}" if member_id is not None else "|".join(roles)
         raise PermissionDenied(f"{what}: the certificate names {peer.role} {peer.id!r}, the call needs {claim}")
 
