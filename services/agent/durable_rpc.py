@@ -17,6 +17,7 @@ import grpc
 
 from echelon.agent.durable import CALL_TIMEOUT, Durables, check_name
 from echelon.runtime.errors import NotFound, Unavailable, from_rpc_error
+from echelon.runtime.transport import require_member
 from echelon.v1 import durable_pb2 as dpb
 from echelon.v1 import durable_pb2_grpc as dgrpc
 from echelon.v1 import pubsub_pb2 as ppb
@@ -114,11 +115,15 @@ class DurableServicer(dgrpc.DurableServicer):
         await d.delete(record)
         return dpb.DeleteSubscriptionResponse()
 
+    # Between agents only: with TLS the caller's certificate must name an agent (a client
+    # could otherwise rewrite a subscription's acks or read its backlog).
     async def Apply(self, request, context):
+        require_member(context, None, "agent", "Durable.Apply")
         await self.d.apply(request)
         return dpb.ApplyResponse()
 
     async def Fetch(self, request, context):
+        require_member(context, None, "agent", "Durable.Fetch")
         return self.d.fetch(request.name)
 
 

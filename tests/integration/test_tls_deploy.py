@@ -76,3 +76,20 @@ async def test_the_health_port_is_plain_text_and_the_service_port_is_not(tls_clu
         async with grpc.aio.insecure_channel(f"127.0.0.1:{health_port}") as ch:
             with pytest.raises(grpc.aio.AioRpcError):
                 await health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service=""), timeout=2)
+
+
+async def test_agent_to_agent_durable_calls_need_an_agent_certificate(tls_cluster):
+    """A client certificate (or none, on the token port) cannot rewrite a durable
+    subscription's acks or read its backlog."""
+    from echelon.v1 import durable_pb2 as dpb
+    from echelon.v1 import durable_pb2_grpc as dgrpc
+
+    c = tls_cluster
+    client = Transport(TlsDir(c.authority.write(c.tls / "a-client", "client", "alice")))
+    async with client.dial(c.agent_nodes[0].address) as ch:
+        stub = dgrpc.DurableStub(ch)
+        for call, what in ((stub.Apply(dpb.DurableChange(name="s", delete=True), timeout=5), "Durable.Apply"),
+                           (stub.Fetch(dpb.FetchRequest(name="s"), timeout=5), "Durable.Fetch")):
+            with pytest.raises(grpc.aio.AioRpcError) as e:
+                await call
+            assert e.value.code() == grpc.StatusCode.PERMISSION_DENIED and what in e.value.details()
