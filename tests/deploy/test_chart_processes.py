@@ -5,7 +5,7 @@ through the agent, and SIGTERM ends every process within its terminationGracePer
 
 What is not real: Kubernetes. Cluster DNS names and the pod IP become 127.0.0.1 and each
 service gets a free loopback port (values the chart takes), since this machine has no
-kube-apiserver, kubelet or cluster DNS.
+kube-apiserver, kubelet or cluster DNS; the agent's data volume is a temporary directory.
 """
 
 from __future__ import annotations
@@ -63,7 +63,8 @@ def test_rendered_services_serve_and_pass_the_helm_test(tmp_path):
     try:
         for role in ROLES:  # membership first, as its readiness gates the others' joins
             (o, c), = [(o, c) for o, c in service_containers(objs) if c["args"][0] == role]
-            args = [_on_loopback(a, f"{o['metadata']['name']}-0") for a in c["args"]]
+            args = [_on_loopback(a, f"{o['metadata']['name']}-0").replace("/var/lib/echelon", str(tmp_path / "data"))
+                    for a in c["args"]]
             assert "command" not in c  # the image's entrypoint, `echelon`
             log = open(tmp_path / f"{role}.log", "wb")
             p = subprocess.Popen([sys.executable, "-m", "echelon", *args], stdout=log, stderr=subprocess.STDOUT,

@@ -53,6 +53,8 @@ OTHER = {
     ("router", "regions"): [{"name": "zone-x"}],
     ("networkPolicy", "clientsFrom"): [{"podSelector": {}}], ("networkPolicy", "metricsFrom"): [{"podSelector": {}}],
     ("routingJob", "sparkConf"): {"spark.x": "1"},
+    ("agent", "durable", "storage"): "hostPath", ("agent", "durable", "fsync"): "always",
+    ("agent", "durable", "sizeLimit"): "2Gi",
     ("tls", "source"): "secrets", ("tls", "certManager", "issuerRef", "kind"): "ClusterIssuer",
     ("tls", "certManager", "duration"): "12h", ("tls", "certManager", "renewBefore"): "4h",
     ("tls", "certManager", "caDuration"): "8760h",
@@ -98,7 +100,8 @@ def test_every_key_changes_the_output():
     import yaml
 
     defaults = yaml.safe_load(VALUES.read_text())
-    everything = {"agent": {"kind": "Deployment", "regionFromNode": {"enabled": True}},
+    everything = {"agent": {"kind": "Deployment", "regionFromNode": {"enabled": True},
+                            "durable": {"storage": "hostPath"}},
                   "router": {"enabled": True, "regions": [{"name": "zone-a"}]},
                   "metrics": {"serviceMonitor": {"enabled": True}}}
     tls_secrets = ci_values(CHART / "ci" / "tls-secrets-values.yaml") | {"router": everything["router"]}
