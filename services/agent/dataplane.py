@@ -52,6 +52,16 @@ is needed. Otherwise the root fences: it waits until such predecessors are ackno
 (`_fence`). Consecutive bulk messages use the same schedule prefix and so never wait; a
 small event right after a striped payload waits for it.
 
+Order across a view change. When the view changes, a message still in flight may be
+stuck behind a relay that has not seen the change yet (it re-routes when it does), while
+the root's next message takes a new path around it and could overtake it. So the root
+fences there too: after `on_view`, a producer's next message leaves only once every
+message of that producer sent on the old view is acknowledged (held by its
+destinations). Publishing pauses for about the time the slowest relay takes to catch up.
+The same holds within one view when a producer's message takes another tree than the one
+before it (`Trees.shape`: a destination not yet advertised as a subscriber of the topic
+joins the tree, as happens while subscriptions start): it waits for its predecessors.
+
 Why one module past 400 lines: holds, frames, the path update and parking are one
 bookkeeping (a parked destination is a re-route that waits; a frame settles holds that
 the root's fences and a relay's acks both read); split apart, each part would reach
@@ -255,8 +265,11 @@ class DataPlane:
         return entries
 
     def on_view(self) -> None:
-        """After `trees.update`: send the parked messages of members ALIVE again, drop
-        those of members that left or vanished from the view."""
+        """After `trees.update`: fence every producer's messages in flight (the view
+        changed under them, see "Order" in the module doc); send the parked messages of
+        members ALIVE again, drop those of members that left or vanished from the view."""
+        for p in self._open.values():
+            p.barrier = [f for f in p.open if not f.done()]
         for member_id in [m for m in self.parked if m not in self.trees.dead]:
             entries = self._unpark(member_id)
             if not self.trees.alive(member_id):
@@ -375,8 +388,14 @@ class DataPlane:
     async def _fence(self, producer: str, stripes: frozenset[int]) -> None:
         """Keep FIFO per producer across trees (see the module doc): before a message on
         `stripes` leaves, wait until no earlier message of `producer` still in flight
-        travels on a stripe outside `stripes`."""
+        travels on a stripe outside `stripes`; after a view change, until every message of
+        `producer` sent on the old view is acknowledged."""
         while (p := self._open.get(producer)) is not None:
+            if p.barrier:
+                behind, p.barrier = [f for f in p.barrier if not f.done()], []
+                if behind:
+                    await asyncio.wait(behind)
+                continue
             if stripes == _STRIPE0 and not p.striped:
                 return  # the common case, O(1): small events after small events
             behind = [f for f, s in p.open.items() if not s <= stripes]
@@ -401,14 +420,21 @@ class DataPlane:
                 futures.append(await self._publish_large(event, payload, remote))
                 continue
             p = self._open.get(producer)
-            if p is not None and p.striped:
-                # Striped predecessors in flight: flush what is queued (order), then wait.
+            shape = self.trees.shape(event.topic, remote)
+            last = run.shapes.get(producer, p.shape if p is not None and p.shape is not None else shape)
+            if p is not None and (p.striped or p.barrier) or last != shape:
+                # Striped predecessors, some sent on an older view, or on another tree, in
+                # flight: flush what is queued (order), then wait.
                 await self._flush(run, futures)
+                p = self._open.get(producer)
+                if p is not None and last != shape:
+                    p.barrier = list(p.open)
                 await self._fence(producer, _STRIPE0)
             msg = rpb.RelayMessage(event=event)
             if payload:
                 msg.event.payload = payload
             run.add(msg, remote, producer, len(payload) + 64)
+            run.shapes[producer] = shape
             if run.bytes >= FRAME_BYTES:
                 await self._flush(run, futures)
         await self._flush(run, futures)
@@ -419,6 +445,8 @@ class DataPlane:
         if not run.small:
             return
         job, future = self._root_job(run.producers, _STRIPE0)
+        for producer, shape in run.shapes.items():
+            self._open[producer].shape = shape
         # The root forwards what it publishes once, so its messages need no lookup and no
         # `covered`: one hold for the whole run. Its count goes up once per (frame, message)
         # and down as each frame settles (a re-route counts its new frames before the old
@@ -473,7 +501,7 @@ class _Parked:
 class _Run:
     """The root's small events queued for one frame flush, and their producers."""
 
-    __slots__ = ("small", "producers", "bytes")
+    __slots__ = ("small", "producers", "bytes", "shapes")
 
     def __init__(self):
         self.clear()
@@ -487,13 +515,17 @@ class _Run:
         self.small: list[tuple[rpb.RelayMessage, list[str]]] = []
         self.producers: set[str] = set()
         self.bytes = 0
+        self.shapes: dict[str, frozenset[str]] = {}  # producer -> the tree shape of its last message here
 
 
 class _Producer:
-    """A producer's messages in flight from this root, and how many of them are striped."""
+    """A producer's messages in flight from this root, how many of them are striped, and
+    those in flight when the view last changed (the next message waits for them)."""
 
-    __slots__ = ("open", "striped")
+    __slots__ = ("open", "striped", "barrier", "shape")
 
     def __init__(self):
         self.open: dict[asyncio.Future, frozenset[int]] = {}
         self.striped = 0
+        self.barrier: list[asyncio.Future] = []
+        self.shape: frozenset[str] | None = None  # the tree shape of its last small event sent

@@ -65,8 +65,9 @@ class PubSubServicer(pgrpc.PubSubServicer):
     def _admit(self, topic: pb.Topic, req: ppb.PublishRequest, producer: str, seq: int,
                payload: bytes) -> tuple[pb.Event | None, Entry]:
         """Validate and record an event's id: (the event to dispatch, its window entry), or
-        (None, the first copy's entry) for a duplicate; raises a domain error for a bad request (nothing
-        recorded). No await and no future: the caller dispatches a whole request at once."""
+        (None, the first copy's entry) for a duplicate; raises a domain error for a bad
+        request (nothing recorded). No await and no future: the caller dispatches a whole
+        request at once."""
         attrs = attributes_from_pb(req.attributes)
         self.node.topics.schema(topic).validate_event(attrs)  # parsed once per topic version
         self.node.durables.refuse(topic.name, attrs)  # a full REJECT_PUBLISH durable subscription
@@ -92,6 +93,8 @@ class PubSubServicer(pgrpc.PubSubServicer):
         for req, seq, payload in zip(reqs, seqs, payloads):
             outcome = None
             try:
+                if unit.batched and (req.batch or req.slice_count > 1):
+                    raise InvalidArgument(f"batch element {producer}:{seq}: a whole event (no slices, no batch)")
                 topic = topics.get(req.topic)
                 if topic is None:
                     topic = topics[req.topic] = await node.topics.get(req.topic)

@@ -258,13 +258,14 @@ class Publisher:
                 # Whatever queued while the stream was busy goes out together (flush when idle).
                 while (burst := await outbox.get()) is not None:
                     ended = False
+                    queued = list(burst)
                     while not outbox.empty():
                         more = outbox.get_nowait()
                         if more is None:
                             ended = True
                             break
-                        burst = burst + more
-                    for req in self._pack(burst):
+                        queued.extend(more)
+                    for req in self._pack(queued):
                         yield req
                     if ended:
                         return

@@ -30,6 +30,8 @@ async def test_a_batch_gets_one_ack_per_element_in_order(cluster):
     agent = cluster.agent_nodes[0]
     unset = ppb.PublishRequest(topic="t", sequence=2)
     unset.attributes["n"].CopyFrom(pb.Value())  # a value with no kind: INVALID_ARGUMENT, the rest goes on
+    sliced = element(5, {"n": 5})
+    sliced.slice_count = 2  # a batch carries whole events only
     async with c1.subscribe("t", "") as sub:
         replies = await publish_raw(agent.address, [
             ppb.PublishRequest(producer_id="b", batch=[element(1, {"n": 1}, b"a"), unset,
@@ -37,7 +39,7 @@ async def test_a_batch_gets_one_ack_per_element_in_order(cluster):
                                                        element(3, {"n": 3})]),
             ppb.PublishRequest(producer_id="b", topic="t", attributes=attributes_to_pb({"n": 1}), sequence=1,
                                payload=b"other"),  # the id again for another event, alone
-            ppb.PublishRequest(producer_id="b", batch=[element(3, {"n": 3}), element(4, {"n": 4})]),
+            ppb.PublishRequest(producer_id="b", batch=[element(3, {"n": 3}), element(4, {"n": 4}), sliced]),
         ])
         got = await drain(sub)
     assert len(replies) == 3
@@ -47,7 +49,7 @@ async def test_a_batch_gets_one_ack_per_element_in_order(cluster):
         ("b", 1, 0, False, 1), ("b", 2, invalid, False, 0), ("b", 1, 0, True, 1), ("b", 3, 0, False, 1)]
     assert "'n'" in first.acks[1].error and not first.sequence
     assert not lone.acks and (lone.sequence, lone.code) == (1, exists)
-    assert [(a.sequence, a.code, a.duplicate) for a in last.acks] == [(3, 0, True), (4, 0, False)]
+    assert [(a.sequence, a.code, a.duplicate) for a in last.acks] == [(3, 0, True), (4, 0, False), (5, invalid, False)]
     assert [(m.sequence, m.payload) for m in got] == [(1, b"a"), (3, b""), (4, b"")]  # once each, in order
 
 
