@@ -6,7 +6,8 @@ copy only to its targets whose subtree holds a destination, and each copy carrie
 destination ids of that subtree. A relay computes its own targets from its own view and
 does the same with what it received. In p2p mode the root sends every copy itself.
 Small events to one target share a frame; a payload above the slice size goes as slices,
-each forwarded the moment it arrives, striped over S trees (`trees`, `slices`).
+each forwarded the moment it arrives, striped over S trees (`trees`), and handed to the
+local subscriptions slice by slice: no agent holds a whole payload (`slices`).
 
 Holds: acks aggregate up the tree. A node keeps every message it forwards in a `Hold`,
 keyed by (root, producer, sequence, slice index), until each copy it produced is acknowledged;
@@ -38,17 +39,20 @@ Duplicates. A hold remembers the destinations it already took on (`covered`); a 
 copy of a message or slice (a re-route, a resend after a broken stream) is forwarded
 only to destinations not yet covered, and its ack waits for the first copy's hold. Local
 delivery is deduplicated per message id (the agent's DedupWindow), slices per (message,
-index) before reassembly. Holds are per root: within one root's tree every copy a node
+index) (`slices.Streams`). A slice for this node is acknowledged once every local
+subscription stream wrote it: the local part of the slice's hold. Holds are per root: within one root's tree every copy a node
 receives names only destinations in higher buckets than its own (buckets do not depend
 on the view), so no two holds can wait on each other; a client's retry through another
 agent is another root, hence another hold.
 
 Order (FIFO per producer while the view is stable). Along one tree the path from the
 root to an agent is fixed and every hop is FIFO, so a producer's small events (always
-stripe 0) arrive in order. A sliced payload is delivered when its last slice arrives.
-If message B uses every stripe that an earlier message A still in flight uses, then on
-each of A's stripes B's slice arrives after A's slices, so B completes after A: no wait
-is needed. Otherwise the root fences: it waits until such predecessors are acknowledged
+stripe 0) arrive in order. A sliced payload is offered to the subscriptions when its
+slice 0 arrives, which always travels on stripe 0: so after every earlier small event,
+and after an earlier payload's head (its other slices follow in the subscription's
+order: a subscription streams one payload at a time). If message B uses every stripe
+that an earlier message A still in flight uses, then on each of A's stripes B's slice
+arrives after A's slices, so B completes after A: no wait is needed. Otherwise the root fences: it waits until such predecessors are acknowledged
 (`_fence`). Consecutive bulk messages use the same schedule prefix and so never wait; a
 small event right after a striped payload waits for it.
 
@@ -66,7 +70,7 @@ import time
 from collections import OrderedDict, deque
 from typing import Callable, Protocol
 
-from echelon.agent.slices import Reassembler, slice_count, slice_event
+from echelon.agent.slices import STREAM_WINDOW, PayloadReader, Streams, cut, slice_count, slice_event
 from echelon.agent.trees import Trees
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import relay_pb2 as rpb
@@ -135,6 +139,9 @@ class Host(Protocol):
     def deliver_local(self, event: pb.Event) -> int:
         """Offer an event to the local subscriptions, once per message id."""
 
+    def open_stream(self, head: pb.Event, size: int) -> list:
+        """Offer a sliced payload to the local subscriptions (slices.Streams)."""
+
 
 class DataPlane:
     """What the agent sends where, and when it may acknowledge; the host does the I/O."""
@@ -146,7 +153,8 @@ class DataPlane:
         self.trees = trees
         self.slice_bytes = slice_bytes
         self.holds: OrderedDict[tuple, Hold] = OrderedDict()
-        self.reassembler = Reassembler()
+        self.streams = Streams(node.open_stream, lambda key: key in node.dedup)
+        self.local_window = max(1, STREAM_WINDOW // slice_bytes)  # slices ahead of the local subscriptions
         self._as_root = node.metrics.copies.labels("root")
         self._as_relay = node.metrics.copies.labels("relay")
         self._open: dict[str, _Producer] = {}  # the root's messages not yet acknowledged
@@ -316,23 +324,21 @@ class DataPlane:
                 items.append((msg, fresh, hold))
             touched.append(hold)
             if me in dests:
-                self._deliver(msg)
+                touched.append(self._deliver(msg))
         if items:
             self._forward(frame.source, frame.source_key, items)
         for hold in touched:
             job.wait(hold)
         job.arm()
 
-    def _deliver(self, msg: rpb.RelayMessage) -> None:
+    def _deliver(self, msg: rpb.RelayMessage) -> Hold:
+        """Local delivery; the hold settles once the local subscriptions have it."""
+        hold = Hold()
         if msg.slice_count <= 1:
             self.node.deliver_local(msg.event)
-            return
-        ev = msg.event
-        if (ev.id.producer_id, ev.id.sequence) in self.node.dedup:
-            return  # the whole message was delivered already
-        whole = self.reassembler.add(msg)
-        if whole is not None:
-            self.node.deliver_local(whole)
+        else:
+            self.streams.add(msg, hold)
+        return hold
 
     # -- the root --------------------------------------------------------------------
 
@@ -370,8 +376,10 @@ class DataPlane:
     async def publish(self, items: list[tuple[pb.Event, bytes, list[str]]]) -> list[asyncio.Future]:
         """Send a matched batch as the root: (event without payload, payload, destination ids).
 
+        A payload is bytes, or a `slices.PayloadReader` (cut through as it arrives).
         Returns one future per event, done when every destination holds it. Local
-        delivery is the caller's. Waits while a link has a window queued (backpressure).
+        delivery of a payload above the slice size is done here, slice by slice; of the
+        rest, the caller's. Waits while a link has a window queued (backpressure).
         """
         futures = []
         small: list = []
@@ -379,10 +387,10 @@ class DataPlane:
         for event, payload, dests in items:
             producer = event.id.producer_id
             remote = [d for d in dests if d != self.id]
-            if len(payload) > self.slice_bytes:
+            if self.sliced(payload):
                 await self._flush(small)
                 small_bytes = 0
-                futures.append(await self._publish_large(event, payload, remote))
+                futures.append(await self._publish_large(event, payload, remote, self.id in dests))
                 continue
             p = self._open.get(producer)
             if p is not None and p.striped:
@@ -404,6 +412,10 @@ class DataPlane:
         await self._flush(small)
         return futures
 
+    def sliced(self, payload) -> bool:
+        """Does this payload go as slices (and so is delivered locally by `publish`)?"""
+        return isinstance(payload, PayloadReader) or len(payload) > self.slice_bytes
+
     async def _flush(self, small: list) -> None:
         if not small:
             return
@@ -420,25 +432,57 @@ class DataPlane:
             if member is not None:
                 await self.node.link(member).room()
 
-    async def _publish_large(self, event: pb.Event, payload: bytes, remote: list[str]) -> asyncio.Future:
-        count = slice_count(len(payload), self.slice_bytes)
+    async def _publish_large(self, event: pb.Event, payload: bytes | PayloadReader, remote: list[str],
+                             local: bool) -> asyncio.Future:
+        """Cut a payload into slices and send each down its stripe's tree as it is cut;
+        `local`: hand them to this node's subscriptions too, at most `local_window`
+        slices ahead of the slowest (back-pressure, as the links' windows for the rest).
+        A reader's error (the client's stream ended mid-payload, bad slices) fails the
+        future; the destinations drop the partial payload after `slices.IDLE_SECONDS`."""
+        size = len(payload)
+        count = slice_count(size, self.slice_bytes)
         schedule = self.trees.schedule(event.topic, remote) if remote else (0,)
-        stripes = [schedule[i % len(schedule)] for i in range(count)]
-        used = frozenset(stripes)
         producer = event.id.producer_id
+        # Slice 0 (the head: subscribers get the message from it on) always takes tree 0, the
+        # small events' tree, so it arrives after every earlier small event (FIFO, module doc).
+        used = frozenset(schedule[:count]) | _STRIPE0
         await self._fence(producer, used)
         job, future = self._root_job(producer, used)
-        for i, stripe in enumerate(stripes):
-            if self.node.stopping:
-                return future
-            msg = rpb.RelayMessage(event=slice_event(event, payload, i, self.slice_bytes), slice_index=i,
-                                   slice_count=count, payload_size=len(payload), stripe=stripe)
-            hold = Hold()
-            sent = self._forward(self.id, self.node.address, [(msg, remote, hold)])
-            job.wait(hold)
-            await self._room(sent)
+        pieces = payload.slices(self.slice_bytes) if isinstance(payload, PayloadReader) else cut(payload,
+                                                                                              self.slice_bytes)
+        behind: deque[Hold] = deque()  # local slices not yet written out by every local subscription
+        i = 0
+        try:
+            async for chunk in pieces:
+                if self.node.stopping:
+                    return future
+                msg = rpb.RelayMessage(event=slice_event(event, chunk, i), slice_index=i, slice_count=count,
+                                       payload_size=size, stripe=schedule[i % len(schedule)] if i else 0)
+                i += 1
+                hold = Hold()
+                sent = self._forward(self.id, self.node.address, [(msg, remote, hold)]) if remote else {}
+                job.wait(hold)
+                if local:
+                    mine = self._deliver(msg)
+                    job.wait(mine)
+                    behind.append(mine)
+                    await self._local_room(behind)
+                await self._room(sent)
+        except Exception as e:  # noqa: BLE001 - the reader's error is this publish's outcome
+            if not future.done():
+                future.set_exception(e)
         job.arm()
         return future
+
+    async def _local_room(self, behind: deque[Hold]) -> None:
+        while behind and not behind[0].pending:
+            behind.popleft()
+        if len(behind) > self.local_window:
+            done = asyncio.get_running_loop().create_future()
+            job = Job(lambda: done.done() or done.set_result(None))
+            job.wait(behind[0])
+            job.arm()
+            await done
 
 
 _STRIPE0 = frozenset((0,))

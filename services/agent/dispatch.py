@@ -3,7 +3,8 @@ in batches of up to MAX_BATCH, matches each batch at once on the matcher tier
 (attributes only: payloads stay here), delivers locally what is for this agent, hands
 this region's destinations to the data plane as the root of their trees and other
 regions' to the gateway plane, for a router of this region (DESIGN.md, "The path of one
-event", steps 2-4; gateway.py)."""
+event", steps 2-4; gateway.py). A payload still arriving (`slices.PayloadStream`) is read
+by each plane that has destinations for it, both at once (each through its own reader)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Callable
 
 from echelon.agent.dataplane import DataPlane
 from echelon.agent.matching import MatchClient
+from echelon.agent.slices import PayloadStream
 from echelon.runtime.errors import EchelonError, Unavailable
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import matcher_pb2 as xpb
@@ -32,8 +34,9 @@ class Dispatcher:
         self.deliver = deliver
         self._queue: asyncio.Queue[tuple[pb.Event, bytes, asyncio.Future]] = asyncio.Queue()
 
-    def submit(self, event: pb.Event, payload: bytes = b"") -> asyncio.Future:
-        """Queue a validated event (its payload apart); the future gives (destinations, delivery futures)."""
+    def submit(self, event: pb.Event, payload: bytes | PayloadStream = b"") -> asyncio.Future:
+        """Queue a validated event (its payload apart, whole or arriving); the future gives
+        (destinations, delivery futures)."""
         future = asyncio.get_running_loop().create_future()
         self._queue.put_nowait((event, payload, future))
         return future
@@ -66,8 +69,16 @@ class Dispatcher:
         for (event, payload, _), result in zip(batch, results):
             # A DEAD destination is parked by the data plane until it comes back (or the park ends).
             dests = [a.agent for a in result.agents if a.agent == self.me or alive(a.agent) or a.agent in dead]
-            remote.append((event, payload, self.gateway.trees.elsewhere(a.agent for a in result.agents)))
-            if self.me in dests:
+            far = self.gateway.trees.elsewhere(a.agent for a in result.agents)
+            if isinstance(payload, PayloadStream):
+                readers = iter(payload.split(bool(dests) + bool(far)))  # none: it is read and dropped
+                here = next(readers) if dests else b""
+                there = next(readers) if far else b""
+                remote.append((event, there, far))
+                items.append((event, here, dests))
+                continue
+            remote.append((event, payload, far))
+            if self.me in dests and not self.plane.sliced(payload):
                 if payload:
                     whole = pb.Event()
                     whole.CopyFrom(event)
@@ -77,8 +88,10 @@ class Dispatcher:
                     self.deliver(event)
             items.append((event, payload, dests))
         # Accepted: held here. The futures report delivery once every destination has it.
-        delivered = await self.plane.publish(items)
-        handed = await self.gateway.publish(remote) if any(r[2] for r in remote) else [None] * len(items)
+        if any(r[2] for r in remote):  # at once: a payload still arriving is read by both
+            delivered, handed = await asyncio.gather(self.plane.publish(items), self.gateway.publish(remote))
+        else:
+            delivered, handed = await self.plane.publish(items), [None] * len(items)
         for (*_, future), (_, _, dests), (_, _, far), done, far_done in zip(batch, items, remote, delivered, handed):
             if not future.done():
                 future.set_result((len(dests) + len(far), [done] + ([far_done] if far else [])))

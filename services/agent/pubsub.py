@@ -7,6 +7,12 @@ id is refused (ALREADY_EXISTS). Then it is queued for the dispatcher (dispatch.p
 acknowledged in order, at the level the client asked for. A subscription stream opens
 (or resumes) a subscription in the registry (registry.py) and sends what its credits
 allow; whatever ends the stream, the cleanup runs without awaiting anything.
+
+A sliced publish (slice_count > 1) is cut through (slices.py): slice 0 is validated and
+dispatched at once with a `PayloadStream`, the later slices are put into that stream as
+they are read, and reading waits while its window is full. A sliced delivery goes to
+the subscriber as a head and then one Delivery per slice, each written before the
+slice's hold is released (so a slow subscriber slows the tree, not this agent's memory).
 """
 
 from __future__ import annotations
@@ -18,8 +24,10 @@ from typing import TYPE_CHECKING
 
 import grpc
 
+from echelon.agent.slices import PayloadStream, payload_error
 from echelon.core.dedup import DedupWindow, Entry, Seen
-from echelon.runtime.errors import AlreadyExists, InvalidArgument, NotFound, ResourceExhausted, status_of
+from echelon.runtime.errors import (AlreadyExists, InvalidArgument, NotFound, ResourceExhausted, Unavailable,
+                                   status_of)
 from echelon.runtime.wire import attributes_from_pb, event_digest
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import pubsub_pb2 as ppb
@@ -31,6 +39,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("echelon.agent")
 
 MAX_ACKS_IN_FLIGHT = 1024  # per Publish stream: past it we stop reading (HTTP/2 pushes back)
+MAX_PAYLOAD = 1 << 40  # bytes of one sliced payload (a TiB: its slice count fits the wire's uint32)
 
 
 class PubSubServicer(pgrpc.PubSubServicer):
@@ -40,15 +49,17 @@ class PubSubServicer(pgrpc.PubSubServicer):
         self.accepted = DedupWindow(capacity=200_000)  # message ids published here, with digests
 
     async def _accept(self, req: ppb.PublishRequest, producer: str, seq: int,
-                      payload: bytes) -> asyncio.Future | Entry:
+                      payload: bytes | PayloadStream) -> asyncio.Future | Entry:
         """Validate and queue (the future of its dispatch), or the window's entry of the first
-        copy for a duplicate; raises a domain error for a bad request (nothing queued)."""
+        copy for a duplicate; raises a domain error for a bad request (nothing queued). A
+        payload still arriving is told apart from another by its size and first slice."""
         node = self.node
         topic = await node.topics.get(req.topic)
         attrs = attributes_from_pb(req.attributes)
         node.topics.schema(topic).validate_event(attrs)
         key = (producer, seq)
-        digest = event_digest(topic.name, req.attributes, req.ordering_key, payload)
+        content = b"%d:%b" % (len(payload), req.payload) if isinstance(payload, PayloadStream) else payload
+        digest = event_digest(topic.name, req.attributes, req.ordering_key, content)
         seen, entry = self.accepted.offer(key, time.monotonic(), digest)
         if seen is Seen.DIFFERENT:
             raise AlreadyExists(f"message id {producer}:{seq} was already used for a different event (within the "
@@ -63,6 +74,8 @@ class PubSubServicer(pgrpc.PubSubServicer):
         def settled(f: asyncio.Future) -> None:
             if f.cancelled() or f.exception() is not None:
                 self.accepted.forget(key)  # not published: a retry may publish it
+                if isinstance(payload, PayloadStream):
+                    payload.abort(Unavailable("the payload was not published"))  # its reader must not wait
             else:
                 entry.outcome = f.result()[0]  # the destinations, for duplicates to come
 
@@ -97,7 +110,7 @@ class PubSubServicer(pgrpc.PubSubServicer):
         self._producers += 1
         default_producer = f"{self.node.config.id}:{self._producers}:{time.time_ns()}"
         pending: asyncio.Queue = asyncio.Queue(MAX_ACKS_IN_FLIGHT)
-        slices: dict[tuple[str, int], tuple[ppb.PublishRequest, list[bytes]]] = {}
+        streams: dict[tuple[str, int], PayloadStream] = {}  # sliced payloads being read
         auto_seq = 0
 
         async def read():
@@ -108,22 +121,11 @@ class PubSubServicer(pgrpc.PubSubServicer):
                 if not seq:
                     auto_seq += 1
                     seq = auto_seq
-                payload = None
-                if req.slice_count > 1:
-                    first, parts = slices.setdefault((producer, seq), (req, []))
-                    if req.slice_index != len(parts):
-                        slices.pop((producer, seq))
-                        await pending.put((req, producer, seq, InvalidArgument(
-                            f"slice {req.slice_index} of {producer}:{seq} out of order (expected {len(parts)})")))
-                        continue
-                    parts.append(req.payload)
-                    if len(parts) < req.slice_count:
-                        continue
-                    del slices[(producer, seq)]
-                    req = first  # the first slice carries the attributes
-                    payload = b"".join(parts)
+                if req.slice_count > 1 or req.slice_index:
+                    await self._slice(req, producer, seq, streams, pending)
+                    continue
                 try:
-                    accepted = await self._accept(req, producer, seq, req.payload if payload is None else payload)
+                    accepted = await self._accept(req, producer, seq, req.payload)
                 except Exception as e:  # noqa: BLE001 - answered in order, in the ack
                     accepted = e
                 await pending.put((req, producer, seq, accepted))
@@ -139,6 +141,42 @@ class PubSubServicer(pgrpc.PubSubServicer):
             await reader
         finally:
             reader.cancel()
+            for stream in streams.values():
+                stream.abort(Unavailable("the publish stream ended before the payload's last slice"))
+
+    async def _slice(self, req: ppb.PublishRequest, producer: str, seq: int,
+                     streams: dict[tuple[str, int], PayloadStream], pending: asyncio.Queue) -> None:
+        """One slice of a sliced publish: slice 0 is accepted (its ack queued in order), the
+        rest go into its stream (waiting while the stream's window is full)."""
+        key = (producer, seq)
+        stream = streams.get(key)
+        if req.slice_index == 0:
+            if stream is not None:
+                del streams[key]
+                stream.abort(InvalidArgument(f"{producer}:{seq} started again before its last slice"))
+            error = payload_error(req.payload_size, req.slice_count, MAX_PAYLOAD)
+            stream = PayloadStream(req.payload_size)
+            try:
+                if error is not None:
+                    raise error
+                accepted = await self._accept(req, producer, seq, stream)
+            except Exception as e:  # noqa: BLE001 - answered in order, in the ack
+                accepted = e
+            await pending.put((req, producer, seq, accepted))
+            if not isinstance(accepted, asyncio.Future):
+                return  # refused, or a duplicate: its later slices are read and dropped
+            streams[key] = stream
+        elif stream is None:
+            return  # of a refused or duplicate payload (its ack is queued already)
+        if req.slice_index != stream.parts:
+            del streams[key]
+            stream.abort(InvalidArgument(f"slice {req.slice_index} of {producer}:{seq} out of order "
+                                         f"(expected {stream.parts})"))
+            return
+        await stream.put(req.payload)
+        if stream.parts == req.slice_count or stream.error is not None:
+            del streams[key]
+            stream.end()
 
     async def Subscribe(self, request_iterator, context):
         node = self.node
@@ -182,6 +220,10 @@ class PubSubServicer(pgrpc.PubSubServicer):
                 node.metrics.deliveries.labels(sub.topic).inc()
                 if pending.redeliveries:
                     node.metrics.redeliveries.inc()
+                if pending.stream is not None:
+                    async for delivery in self._chunked(sub, delivery_id, pending, reader):
+                        yield delivery
+                    continue
                 yield ppb.Delivery(delivery_id=delivery_id, subscription=sub.name, event=pending.event,
                                    redelivery_count=pending.redeliveries)
         finally:  # no await here: a cancelled stream runs it to the end
@@ -190,6 +232,34 @@ class PubSubServicer(pgrpc.PubSubServicer):
             sub.detach()
             if not sub.named:
                 node.subscriptions.close(sub)
+
+    @staticmethod
+    async def _chunked(sub, delivery_id: int, pending, reader: asyncio.Task):
+        """A sliced payload's Deliveries: the head, a chunk per slice as it arrives (its
+        hold released once written), then `last` (or `aborted`, slices.py says when)."""
+        stream = pending.stream
+        yield ppb.Delivery(delivery_id=delivery_id, subscription=sub.name, event=pending.event, chunked=True,
+                           payload_size=stream.size)
+        offset = 0
+        while True:
+            item = stream.take()
+            if item is None:
+                if stream.done:
+                    break
+                if sub.closed or reader.done():
+                    stream.abort("the subscription stream ended")
+                    break
+                waiter = asyncio.ensure_future(stream.wake.wait())
+                await asyncio.wait({waiter, reader}, return_when=asyncio.FIRST_COMPLETED)
+                waiter.cancel()
+                continue
+            data, hold = item
+            try:
+                yield ppb.Delivery(delivery_id=delivery_id, chunk=data, chunk_offset=offset)
+            finally:
+                hold.release()
+            offset += len(data)
+        yield ppb.Delivery(delivery_id=delivery_id, last=not stream.aborted, aborted=stream.aborted)
 
     async def Unsubscribe(self, request, context):
         """Gone from this agent at once; the answer waits (up to the matcher timeout) for the

@@ -11,7 +11,7 @@ import grpc
 
 from echelon.client.errors import ClientClosed, InvalidArgument, Timeout, Unavailable, translating
 from echelon.client.publisher import AckLevel, Publisher
-from echelon.client.subscription import Callback, Subscription
+from echelon.client.subscription import MAX_WHOLE, Callback, Subscription
 from echelon.core.filters import Filter
 from echelon.core.schema import Attribute, Schema, parse_attribute
 from echelon.runtime.channel import channel
@@ -91,7 +91,7 @@ class Client:
         return publisher
 
     def subscribe(self, topic: str, filter: str | Filter = "", *, name: str = "", max_outstanding: int = 64,
-                  callback: Callback | None = None) -> Subscription:
+                  callback: Callback | None = None, max_whole: int = MAX_WHOLE) -> Subscription:
         """A subscription to the events of `topic` that match `filter`; open it with `async with`.
 
             async with client.subscribe("quotes", 'Symbol = "aapl" and High >= 45') as sub:
@@ -102,9 +102,10 @@ class Client:
         resumes it). With `callback`, each message goes to `callback(msg)` (sync or
         async; a return acks it, an exception nacks it), at most `max_outstanding` at
         once; without, iterate. Either way the agent has at most `max_outstanding`
-        deliveries unsettled."""
+        deliveries unsettled. A payload above `max_whole` bytes is read with
+        `msg.chunks()` as it arrives (subscription.py)."""
         self._check_open()
-        return Subscription(self, topic, filter, name, max_outstanding, callback)
+        return Subscription(self, topic, filter, name, max_outstanding, callback, max_whole)
 
     async def unsubscribe(self, name: str, timeout: float | None = None) -> None:
         """Remove a named subscription and drop its backlog; NotFound if the agent has none."""
