@@ -197,7 +197,7 @@ class DataPlane:
                     entry = per_target[target] = (rpb.RelayFrame(source=source, source_key=source_key), [])
                 entry[0].messages.add(event=msg.event, destinations=ds, slice_index=msg.slice_index,
                                       slice_count=msg.slice_count, payload_size=msg.payload_size,
-                                      stripe=msg.stripe)
+                                      stripe=msg.stripe, aborted=msg.aborted)
                 entry[1].append(hold)
         for target, (frame, holds) in per_target.items():
             self._send(target, frame, holds)
@@ -334,7 +334,7 @@ class DataPlane:
     def _deliver(self, msg: rpb.RelayMessage) -> Hold:
         """Local delivery; the hold settles once the local subscriptions have it."""
         hold = Hold()
-        if msg.slice_count <= 1:
+        if msg.slice_count <= 1 and not msg.aborted:
             self.node.deliver_local(msg.event)
         else:
             self.streams.add(msg, hold)
@@ -471,6 +471,14 @@ class DataPlane:
         except Exception as e:  # noqa: BLE001 - the reader's error is this publish's outcome
             if not future.done():
                 future.set_exception(e)
+                future.add_done_callback(asyncio.Future.exception)  # its publisher may be gone: no warning
+            # The destinations end it now rather than wait for slices that will not come.
+            end = rpb.RelayMessage(event=slice_event(event, b"", 1), slice_index=count, slice_count=count,
+                                   payload_size=size, aborted=True)
+            if remote:
+                self._forward(self.id, self.node.address, [(end, remote, Hold())])
+            if local:
+                self._deliver(end)
         job.arm()
         return future
 

@@ -29,8 +29,10 @@ What this costs, and how it is bounded:
   `STALL_SECONDS`, loses it (counted in `echelon_agent_bulk_aborted_total`, the
   client's chunk iterator raises). A stalled subscriber cannot hold every other one
   back longer than that.
-- A payload whose slices stop coming (its root died mid-payload) is dropped after
-  `IDLE_SECONDS` without a new slice; the subscribers get `aborted`.
+- A payload whose publisher's stream ends mid-way is ended by the root with an
+  `aborted` message down the trees; one whose slices just stop coming (its root died)
+  is dropped after `IDLE_SECONDS` without a new slice. Either way the subscribers get
+  `aborted` (the client raises DataLoss).
 - Duplicate slices (a re-route after a relay died) are dropped by index; a whole
   payload already started here is dropped by message id (the agent's dedup window,
   marked when slice 0 is handed out). A duplicate is acknowledged at once: the first
@@ -293,6 +295,10 @@ class Streams:
             if self.seen(key):
                 return  # handed out here already: a duplicate
             inb = self._open[key] = _Inbound(msg.slice_count, msg.payload_size, time.monotonic())
+        if msg.aborted:
+            del self._open[key]
+            self._end(inb, "its publisher's stream ended mid-payload")
+            return
         i = msg.slice_index
         if i < inb.next or i in inb.early or i >= inb.count:
             return  # a duplicate slice (re-sent after a path update)
@@ -314,17 +320,22 @@ class Streams:
             for sink in inb.sinks:
                 sink.end()
 
+    @staticmethod
+    def _end(inb: _Inbound, reason: str) -> None:
+        """A payload that will not complete: its subscription streams lose it."""
+        for _, h in inb.early.values():
+            h.release()
+        inb.early.clear()
+        for sink in inb.sinks:
+            sink.abort(reason)
+
     def sweep(self, now: float | None = None) -> None:
         """Drop payloads idle past `idle`, abort subscription streams stalled past `stall`."""
         now = time.monotonic() if now is None else now
         for key, inb in list(self._open.items()):
             if now - inb.touched > self.idle:
                 del self._open[key]
-                for _, h in inb.early.values():
-                    h.release()
-                for sink in inb.sinks:
-                    if not sink.done:
-                        sink.abort(f"no slice for {self.idle:.0f} s: its publishing agent stopped sending")
+                self._end(inb, f"no slice for {self.idle:.0f} s: its publishing agent stopped sending")
                 continue
             for sink in inb.sinks:
                 if sink.chunks and not sink.done and now - sink.taken_at > self.stall:

@@ -16,6 +16,7 @@ from here. The call raises Unavailable and the caller publishes again from its s
 
 from __future__ import annotations
 
+import asyncio
 import os
 from typing import TYPE_CHECKING, AsyncIterable, Iterable, Mapping
 
@@ -104,6 +105,10 @@ async def publish_stream(pub: "Publisher", topic: str, attributes: Mapping[str, 
     try:
         with translating():
             ack = await call.read()
+    except asyncio.CancelledError:
+        if errors:  # cancelled by `requests` above, not by our caller
+            raise errors[0] from None
+        raise
     finally:
         call.cancel()
     if errors:
