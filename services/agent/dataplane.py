@@ -153,7 +153,7 @@ class DataPlane:
         self.trees = trees
         self.slice_bytes = slice_bytes
         self.holds: OrderedDict[tuple, Hold] = OrderedDict()
-        self.streams = Streams(node.open_stream, lambda key: key in node.dedup)
+        self.streams = Streams(node.open_stream, lambda key: key in node.dedup, node.dedup.forget)
         self.local_window = max(1, STREAM_WINDOW // slice_bytes)  # slices ahead of the local subscriptions
         self._as_root = node.metrics.copies.labels("root")
         self._as_relay = node.metrics.copies.labels("relay")
@@ -325,6 +325,9 @@ class DataPlane:
             touched.append(hold)
             if me in dests:
                 touched.append(self._deliver(msg))
+            if msg.aborted:  # its slices' holds must not stop a retry of the publish being forwarded
+                for i in range(msg.slice_count):
+                    self.holds.pop((source, ev.id.producer_id, ev.id.sequence, i), None)
         if items:
             self._forward(frame.source, frame.source_key, items)
         for hold in touched:

@@ -141,8 +141,8 @@ class PubSubServicer(pgrpc.PubSubServicer):
             await reader
         finally:
             reader.cancel()
-            for stream in streams.values():
-                stream.abort(Unavailable("the publish stream ended before the payload's last slice"))
+            for key, stream in streams.items():
+                self._abort(key, stream, Unavailable("the publish stream ended before the payload's last slice"))
 
     async def _slice(self, req: ppb.PublishRequest, producer: str, seq: int,
                      streams: dict[tuple[str, int], PayloadStream], pending: asyncio.Queue) -> None:
@@ -153,7 +153,7 @@ class PubSubServicer(pgrpc.PubSubServicer):
         if req.slice_index == 0:
             if stream is not None:
                 del streams[key]
-                stream.abort(InvalidArgument(f"{producer}:{seq} started again before its last slice"))
+                self._abort(key, stream, InvalidArgument(f"{producer}:{seq} started again before its last slice"))
             error = payload_error(req.payload_size, req.slice_count, MAX_PAYLOAD)
             stream = PayloadStream(req.payload_size)
             try:
@@ -170,8 +170,8 @@ class PubSubServicer(pgrpc.PubSubServicer):
             return  # of a refused or duplicate payload (its ack is queued already)
         if req.slice_index != stream.parts:
             del streams[key]
-            stream.abort(InvalidArgument(f"slice {req.slice_index} of {producer}:{seq} out of order "
-                                         f"(expected {stream.parts})"))
+            self._abort(key, stream, InvalidArgument(f"slice {req.slice_index} of {producer}:{seq} out of order "
+                                                     f"(expected {stream.parts})"))
             return
         await stream.put(req.payload)
         if stream.parts == req.slice_count or stream.error is not None:
@@ -232,6 +232,11 @@ class PubSubServicer(pgrpc.PubSubServicer):
             sub.detach()
             if not sub.named:
                 node.subscriptions.close(sub)
+
+    def _abort(self, key: tuple[str, int], stream: PayloadStream, error: Exception) -> None:
+        """A payload that will not be whole: ended down the trees, and its id free for a retry."""
+        stream.abort(error)
+        self.accepted.forget(key)
 
     @staticmethod
     async def _chunked(sub, delivery_id: int, pending, reader: asyncio.Task):

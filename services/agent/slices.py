@@ -32,7 +32,10 @@ What this costs, and how it is bounded:
 - A payload whose publisher's stream ends mid-way is ended by the root with an
   `aborted` message down the trees; one whose slices just stop coming (its root died)
   is dropped after `IDLE_SECONDS` without a new slice. Either way the subscribers get
-  `aborted` (the client raises DataLoss).
+  `aborted` (the client raises DataLoss), and the message id is forgotten (here, on
+  the relays, at the root): the client's retry of the publish is delivered afresh.
+  A retry through another root while the first copy is still arriving continues it
+  (slices are the same bytes at the same index).
 - Duplicate slices (a re-route after a relay died) are dropped by index; a whole
   payload already started here is dropped by message id (the agent's dedup window,
   marked when slice 0 is handed out). A duplicate is acknowledged at once: the first
@@ -273,12 +276,14 @@ class Streams:
     `open(head, size)` is called once per payload, with slice 0's event without its
     payload: it offers the payload to the local subscriptions and returns their
     `ChunkStream`s (none if the message id was delivered here already). `seen(key)`:
-    the message id is in the agent's dedup window."""
+    the message id is in the agent's dedup window; `forget(key)` takes it out again when
+    the payload ends unfinished, so a retry of the publish is delivered afresh."""
 
     def __init__(self, open: Callable[[pb.Event, int], list[ChunkStream]], seen: Callable[[tuple], bool],
-                 idle: float = IDLE_SECONDS, stall: float = STALL_SECONDS):
+                 forget: Callable[[tuple], None], idle: float = IDLE_SECONDS, stall: float = STALL_SECONDS):
         self.open = open
         self.seen = seen
+        self.forget = forget
         self.idle = idle
         self.stall = stall
         self._open: dict[tuple[str, int], _Inbound] = {}
@@ -297,7 +302,7 @@ class Streams:
             inb = self._open[key] = _Inbound(msg.slice_count, msg.payload_size, time.monotonic())
         if msg.aborted:
             del self._open[key]
-            self._end(inb, "its publisher's stream ended mid-payload")
+            self._end(key, inb, "its publisher's stream ended mid-payload")
             return
         i = msg.slice_index
         if i < inb.next or i in inb.early or i >= inb.count:
@@ -320,9 +325,9 @@ class Streams:
             for sink in inb.sinks:
                 sink.end()
 
-    @staticmethod
-    def _end(inb: _Inbound, reason: str) -> None:
+    def _end(self, key: tuple, inb: _Inbound, reason: str) -> None:
         """A payload that will not complete: its subscription streams lose it."""
+        self.forget(key)
         for _, h in inb.early.values():
             h.release()
         inb.early.clear()
@@ -335,7 +340,7 @@ class Streams:
         for key, inb in list(self._open.items()):
             if now - inb.touched > self.idle:
                 del self._open[key]
-                self._end(inb, f"no slice for {self.idle:.0f} s: its publishing agent stopped sending")
+                self._end(key, inb, f"no slice for {self.idle:.0f} s: its publishing agent stopped sending")
                 continue
             for sink in inb.sinks:
                 if sink.chunks and not sink.done and now - sink.taken_at > self.stall:

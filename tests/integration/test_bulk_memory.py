@@ -20,7 +20,7 @@ import pytest
 from loadtest.bulk_scale import MB, Bench
 
 BOUND_MIB = 160
-GROWTH_MIB = 16
+GROWTH_MIB = 32  # a payload 4x larger (+192 MiB) may move the high-water mark by allocator noise only
 
 
 @pytest.mark.timeout(300)

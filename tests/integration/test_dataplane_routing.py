@@ -179,7 +179,7 @@ def test_slices_are_handed_out_in_order_as_they_arrive_and_duplicates_are_droppe
         sinks.append(ChunkStream(size))
         return sinks[-1:]
 
-    streams = Streams(open_, lambda key: key in dedup)
+    streams = Streams(open_, lambda key: key in dedup, dedup.forget)
     order = list(range(n))
     random.Random(1).shuffle(order)
     got, holds = b"", {}
@@ -207,7 +207,8 @@ def test_a_payload_whose_slices_stop_is_dropped_and_a_stalled_subscriber_loses_i
     event = pb.Event(id=pb.MessageId(producer_id="p", sequence=1), topic="t")
     msgs = slices_of(event, bytes(40_000), 4096)
     fast, slow = ChunkStream(40_000), ChunkStream(40_000)
-    streams = Streams(lambda head, size: [fast, slow], lambda key: False, idle=100, stall=10)
+    forgotten = []
+    streams = Streams(lambda head, size: [fast, slow], lambda key: False, forgotten.append, idle=100, stall=10)
     holds = [Hold() for _ in msgs]
     for m, h in zip(msgs[:5], holds):
         streams.add(m, h)
@@ -219,6 +220,7 @@ def test_a_payload_whose_slices_stop_is_dropped_and_a_stalled_subscriber_loses_i
     assert drain(fast) == bytes(4096)
     streams.sweep(time.monotonic() + 101)  # the root died: no slice for `idle` seconds
     assert fast.aborted and len(streams) == 0
+    assert forgotten == [("p", 1)]  # a retry of the publish is delivered afresh
 
 
 # --- one relay's data plane against fake links: cut-through, aggregated acks, path update ---
