@@ -69,7 +69,10 @@ class PubSubServicer(pgrpc.PubSubServicer):
         event = pb.Event(id=pb.MessageId(producer_id=producer, sequence=seq), topic=topic.name,
                          attributes=req.attributes, ordering_key=req.ordering_key,
                          publish_time_unix_nanos=time.time_ns())
-        future = entry.outcome = node.dispatcher.submit(event, payload)
+        future = node.dispatcher.submit(event, payload)
+        if isinstance(payload, PayloadStream):
+            future = _failing_with(future, payload)
+        entry.outcome = future
 
         def settled(f: asyncio.Future) -> None:
             if f.cancelled() or f.exception() is not None:
@@ -275,3 +278,22 @@ class PubSubServicer(pgrpc.PubSubServicer):
         removed = self.node.subscriptions.close(sub)
         await asyncio.wait([removed], timeout=self.node.matching.timeout)
         return ppb.UnsubscribeResponse()
+
+
+def _failing_with(dispatched: asyncio.Future, stream: PayloadStream) -> asyncio.Future:
+    """The dispatch of a payload still arriving, failed if the payload did not arrive whole
+    (it is dispatched before its last slice is read: even an ACCEPTED ack must say so)."""
+    out = asyncio.get_running_loop().create_future()
+
+    def done(f: asyncio.Future) -> None:
+        if out.done():
+            return
+        if f.cancelled():
+            out.cancel()
+        elif f.exception() is not None or stream.error is not None:
+            out.set_exception(f.exception() or stream.error)
+        else:
+            out.set_result(f.result())
+
+    dispatched.add_done_callback(done)
+    return out
