@@ -79,6 +79,11 @@ log = logging.getLogger("echelon.agent.dataplane")
 
 FRAME_BYTES = 1 << 20  # a root frame of small events is closed past this size
 MAX_HOLDS = 65_536  # settled holds a relay remembers to suppress duplicate forwarding
+# Of slices, apart: a duplicate slice is a re-sent unacknowledged frame, so it is among the
+# last windows' worth (8 stripes x 8 MiB = 1,024 slices of 64 KiB); remembering 65,536
+# slice holds would cost ~45 MiB per agent for nothing (measured: an agent's peak RSS crept
+# up with the payload size until 4 GiB). One forgotten anyway costs a redundant copy only.
+MAX_SLICE_HOLDS = 4_096
 PARK_SECONDS = 30.0  # a DEAD member's messages wait this long for it to come back
 PARK_MESSAGES = 50_000  # parked (message, destination) pairs per node
 PARK_BYTES = 64 << 20
@@ -153,6 +158,7 @@ class DataPlane:
         self.trees = trees
         self.slice_bytes = slice_bytes
         self.holds: OrderedDict[tuple, Hold] = OrderedDict()
+        self.slice_holds: OrderedDict[tuple, Hold] = OrderedDict()
         self.streams = Streams(node.open_stream, lambda key: key in node.dedup, node.dedup.forget)
         self.local_window = max(1, STREAM_WINDOW // slice_bytes)  # slices ahead of the local subscriptions
         self._as_root = node.metrics.copies.labels("root")
@@ -168,15 +174,16 @@ class DataPlane:
 
     # -- holds -----------------------------------------------------------------------
 
-    def _hold(self, key: tuple) -> Hold:
-        hold = self.holds.get(key)
+    def _hold(self, key: tuple, sliced: bool = False) -> Hold:
+        holds, bound = (self.slice_holds, MAX_SLICE_HOLDS) if sliced else (self.holds, MAX_HOLDS)
+        hold = holds.get(key)
         if hold is None:
-            hold = self.holds[key] = Hold()
-            while len(self.holds) > MAX_HOLDS:
-                oldest = next(iter(self.holds.values()))
+            hold = holds[key] = Hold()
+            while len(holds) > bound:
+                oldest = next(iter(holds.values()))
                 if oldest.pending:
                     break  # still in flight: the table is bounded by the windows anyway
-                self.holds.popitem(last=False)
+                holds.popitem(last=False)
         return hold
 
     # -- sending ---------------------------------------------------------------------
@@ -316,7 +323,7 @@ class DataPlane:
         items, touched = [], []
         for msg in frame.messages:
             ev = msg.event
-            hold = self._hold((source, ev.id.producer_id, ev.id.sequence, msg.slice_index))
+            hold = self._hold((source, ev.id.producer_id, ev.id.sequence, msg.slice_index), msg.slice_count > 1)
             dests = msg.destinations
             fresh = [d for d in dests if d != me and d not in hold.covered]
             if fresh:
@@ -327,7 +334,7 @@ class DataPlane:
                 touched.append(self._deliver(msg))
             if msg.aborted:  # its slices' holds must not stop a retry of the publish being forwarded
                 for i in range(msg.slice_count):
-                    self.holds.pop((source, ev.id.producer_id, ev.id.sequence, i), None)
+                    self.slice_holds.pop((source, ev.id.producer_id, ev.id.sequence, i), None)
         if items:
             self._forward(frame.source, frame.source_key, items)
         for hold in touched:
