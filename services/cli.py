@@ -94,10 +94,8 @@ def agent(log_level, max_backlog, dissemination, slice_bytes, stripes, window_by
           **kw) -> None:
     """Run an agent: the client API, local delivery, relaying."""
     from echelon.agent.server import AgentNode
-    from echelon.runtime.heap import bound_heap
 
     setup_logging("agent", log_level)
-    bound_heap()  # bulk payloads: big buffers mmapped, so peak memory does not creep (runtime/heap.py)
     _serve(lambda: AgentNode(_config(**kw), max_backlog=max_backlog, window_bytes=window_bytes,
                              dissemination=dissemination, slice_bytes=slice_bytes, stripes=stripes,
                              reconcile_seconds=reconcile_seconds))
