@@ -1,6 +1,7 @@
 """The chunk API end to end on real agents (tests/harness.py): a payload published from an
 iterator reaches subscribers that read it as chunks and subscribers that take it whole,
-on the publishing agent and on others, in order with the small events around it; a
+on the publishing agent and on others, in order with the small events around it (also
+when those go in batches); a
 publisher that stops mid-payload makes the subscribers raise DataLoss at once, not
 after the idle timeout; `echelon pub --payload-file` / `echelon sub --out` round-trip a
 file."""
@@ -84,6 +85,58 @@ async def test_a_streamed_publish_reaches_chunk_readers_and_whole_readers_in_ord
                     assert m.payload == data
             await m.ack()
         assert names == ["before", "big", "after"], f"subscriber {i}"
+        await s.close()
+    assert all(len(a.plane.streams) == 0 for a in cluster.agent_nodes)
+
+
+async def test_batches_and_a_sliced_payload_queued_together_arrive_in_order(cluster):
+    """Batching (issue 12) meets slices: small events queued around a payload above the
+    client's slice size go in `batch` requests, the payload's slices alone on the same
+    Publish stream (one unit at the agent); with the small events and the payload's head
+    waiting together in a subscription's backlog, credits for all of them at once (one
+    cumulative ack) send the small ones in a batch and the payload alone (a head and its
+    chunks), in publish order."""
+    data = payload(9 << 20)  # three client slices of 4 MiB
+    subs = [cluster.client(0).subscribe("files", "", max_whole=0, max_outstanding=64),
+            cluster.client(1).subscribe("files", "", max_whole=0, max_outstanding=64),
+            cluster.client(2).subscribe("files", "", max_outstanding=64)]
+    for s in subs:
+        await s.start()
+    await wait_for(lambda: all(len(a.plane.trees.table.subscribers("files")) == 3 for a in cluster.agent_nodes),
+                   what="every agent sees the three subscribers")
+    names = [f"a{i}" for i in range(40)] + ["big"] + [f"b{i}" for i in range(40)]
+
+    async def receive(i, s):  # while the payload flows: it is bigger than the windows hold unread
+        got = []
+        for _ in names:
+            m = await s.next(timeout=20)
+            got.append(m.attributes["name"])
+            if m.attributes["name"] == "big":
+                assert m.streamed == (i < 2), f"subscriber {i}"
+                assert hashlib.sha256(await read(m)).digest() == hashlib.sha256(data).digest(), f"subscriber {i}"
+            await m.ack()
+        return got
+
+    def queued():  # every subscription's backlog holds the small events and the payload's head
+        backlogs = [sub.backlog for a in cluster.agent_nodes for sub in a.subscriptions.subs.values()]
+        return len(backlogs) == 3 and all(len(b) >= 41 and any(p.stream is not None for p in b) for b in backlogs)
+
+    async with cluster.client(0).publisher(ack_level=DELIVERED) as pub:
+        await asyncio.gather(*[pub.publish_nowait("files", {"name": f"p{i}"}) for i in range(64)])
+        held = [[await s.next(timeout=20) for _ in range(64)] for s in subs]  # no credit left
+        before = [pub.publish_nowait("files", {"name": n}) for n in names[:40]]
+        big = pub.publish_nowait("files", {"name": "big"}, payload=data)
+        after = [pub.publish_nowait("files", {"name": n}) for n in names[41:]]
+        await wait_for(queued, what="the small events and the payload's head wait in every backlog")
+        for m in [m for ms in held for m in ms]:
+            await m.ack()  # queued, then written as one ack per stream: 64 credits at once
+        readers = [asyncio.create_task(receive(i, s)) for i, s in enumerate(subs)]
+        results = await asyncio.gather(*before, big, *after)
+    assert [r.destinations for r in results] == [3] * len(names)
+    assert [r.sequence for r in results] == sorted(r.sequence for r in results)
+    for i, got in enumerate(await asyncio.gather(*readers)):
+        assert got == names, f"subscriber {i}"
+    for s in subs:
         await s.close()
     assert all(len(a.plane.streams) == 0 for a in cluster.agent_nodes)
 
