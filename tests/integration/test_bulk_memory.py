@@ -10,10 +10,12 @@ the publisher's read-ahead (`slices.STREAM_WINDOW`, 8 MiB) plus one link window 
 unacknowledged frames per outgoing link (`--window-bytes`, 8 MiB; at most 3 links
 here), each frame also in gRPC's buffers while it is written: 2 x (8 + 3 x 8) = 64 MiB;
 gRPC buffers at most one fixed HTTP/2 window (1 MiB, runtime/transport.py) per stream
-besides. 50 + 64 + slack: 128 MiB (measured: 96-102 MiB at the publishing agent, 53-73
-at the others, from 64 MiB to 1 GiB payloads). The test can fail: an agent that
-reassembles a payload (as the agents did before) holds at least 256 MiB of it at once,
-and one whose gRPC windows grow by BDP probing reached 241 MiB on this payload."""
+besides. 50 + 64 + slack: 160 MiB (measured: 96-102 MiB at the publishing agent, 53-73
+at the others, from 64 MiB to 1 GiB payloads, on h-bulk; 113-132 MiB at the publishing
+agent on 2026-11-23, h-bulk and the merge with h-hot alike: 128 failed half the runs).
+The test can fail: an agent that reassembles a payload (as the agents did before) holds
+at least 256 MiB of it at once, and one whose gRPC windows grow by BDP probing reached
+241 MiB on this payload."""
 
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ import pytest
 
 from loadtest.bulk_scale import MB, Bench
 
-BOUND_MIB = 128
+BOUND_MIB = 160
 GROWTH_MIB = 24  # a payload 4x larger (+192 MiB) may move the high-water mark by allocator noise only
 
 
