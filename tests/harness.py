@@ -12,6 +12,7 @@ from echelon.client import Client
 from echelon.launch import free_port
 from echelon.matcher.server import MatcherNode
 from echelon.membership.server import MembershipNode
+from echelon.runtime.auth import AuthConfig
 from echelon.runtime.node import Node, NodeConfig
 from echelon.v1 import membership_pb2 as mpb
 
@@ -44,9 +45,10 @@ class Cluster:
     clients: list[Client] = field(default_factory=list)
     replicas: list[str] = field(default_factory=list)  # fixed at start: a crashed replica keeps its place
     crashed: list[Node] = field(default_factory=list)
+    auth: AuthConfig = field(default_factory=AuthConfig)  # every node's (runtime/auth.py)
 
     def config(self, member_id: str) -> NodeConfig:
-        return NodeConfig(id=member_id, membership=self.replicas, grace=0.5)
+        return NodeConfig(id=member_id, membership=self.replicas, grace=0.5, auth=self.auth)
 
     async def start(self) -> "Cluster":
         # Replicas know each other from the start (--peers), so their ports are picked first.
@@ -70,7 +72,7 @@ class Cluster:
 
     async def _start_membership(self, i: int) -> MembershipNode:
         port = int(self.replicas[i].rsplit(":", 1)[1])
-        node = MembershipNode(NodeConfig(id=f"membership-{i}", port=port, grace=0.5), peers=self.replicas,
+        node = MembershipNode(NodeConfig(id=f"membership-{i}", port=port, grace=0.5, auth=self.auth), peers=self.replicas,
                               **self.membership_kwargs)
         await node.start()
         return node
@@ -102,8 +104,8 @@ class Cluster:
         self.agent_nodes.append(node)
         return node
 
-    def client(self, i: int) -> Client:
-        c = Client(self.agent_nodes[i].address)
+    def client(self, i: int, token: str = "") -> Client:
+        c = Client(self.agent_nodes[i].address, token=token)
         self.clients.append(c)
         return c
 

@@ -29,7 +29,7 @@ from typing import Callable
 import grpc
 
 from echelon.runtime.member import RECONNECT_OPTIONS
-from echelon.runtime.server import CHANNEL_OPTIONS
+from echelon.runtime.server import CHANNEL_OPTIONS, channel
 from echelon.v1 import relay_pb2 as rpb
 from echelon.v1 import relay_pb2_grpc as rgrpc
 
@@ -144,7 +144,7 @@ class Link:
             self._room.set()
 
     async def _run(self) -> None:
-        self._channel = grpc.aio.insecure_channel(self.address, options=LINK_OPTIONS)
+        self._channel = channel(self.address, options=LINK_OPTIONS)
         stub = rgrpc.RelayStub(self._channel)
         backoff = 0.05
         failures = 0  # consecutive streams that broke without a single ack

@@ -44,6 +44,7 @@ class PubSubServicer(pgrpc.PubSubServicer):
         """Validate and queue (the future of its dispatch), or the window's entry of the first
         copy for a duplicate; raises a domain error for a bad request (nothing queued)."""
         node = self.node
+        node.server.access.check_publish(req.topic)  # the caller's right and rate (runtime/auth.py)
         topic = await node.topics.get(req.topic)
         attrs = attributes_from_pb(req.attributes)
         node.topics.schema(topic).validate_event(attrs)
@@ -145,8 +146,13 @@ class PubSubServicer(pgrpc.PubSubServicer):
         first = await anext(request_iterator.__aiter__(), None)
         if first is None or not first.HasField("open"):
             raise InvalidArgument("the first request of a subscription must be `open`")
-        # Attached and registered; if this await is cancelled, the open closes it itself.
-        sub = await node.subscriptions.open(first.open)
+        release = node.server.access.open_subscription(first.open.topic)  # the caller's right and count
+        try:
+            # Attached and registered; if this await is cancelled, the open closes it itself.
+            sub = await node.subscriptions.open(first.open)
+        except BaseException:
+            release()
+            raise
 
         async def read():
             async for req in request_iterator:
@@ -185,6 +191,7 @@ class PubSubServicer(pgrpc.PubSubServicer):
                 yield ppb.Delivery(delivery_id=delivery_id, subscription=sub.name, event=pending.event,
                                    redelivery_count=pending.redeliveries)
         finally:  # no await here: a cancelled stream runs it to the end
+            release()
             if reader is not None:
                 reader.cancel()
             sub.detach()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 import uuid
 from typing import Iterable
@@ -28,14 +29,18 @@ class Client:
             ...
         # leaving the block closed it: publishers flushed, subscriptions closed
 
-    `timeout` bounds every topic call (seconds). Every failure raises an
-    `echelon.client.errors.EchelonError` subclass."""
+    `timeout` bounds every topic call (seconds). `token`: a bearer token sent with every
+    call (a static token or a JWT, whatever the cluster's `--auth` takes); default
+    `$ECHELON_TOKEN`, none if unset. Every failure raises an
+    `echelon.client.errors.EchelonError` subclass (a refused call: Unauthenticated or
+    PermissionDenied, naming the topic and the right that was missing)."""
 
-    def __init__(self, addresses: str | Iterable[str], timeout: float = 30.0):
+    def __init__(self, addresses: str | Iterable[str], timeout: float = 30.0, token: str | None = None):
         self.addresses = [addresses] if isinstance(addresses, str) else list(addresses)
         if not self.addresses:
             raise InvalidArgument("at least one agent address is needed")
         self.timeout = timeout
+        self.token = os.environ.get("ECHELON_TOKEN", "") if token is None else token
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._publishers: set[Publisher] = set()
         self._subscriptions: set[Subscription] = set()
@@ -159,7 +164,7 @@ class Client:
     def _channel(self, i: int = 0) -> grpc.aio.Channel:
         address = self.addresses[i % len(self.addresses)]
         if address not in self._channels:
-            self._channels[address] = channel(address)
+            self._channels[address] = channel(address, token=self.token)
         return self._channels[address]
 
     def _track(self, sub: Subscription) -> None:

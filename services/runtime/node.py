@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 
 from prometheus_client import Gauge
 
+from echelon.runtime.auth import AuthConfig, acl_cache
+from echelon.runtime.channel import use_member_token
 from echelon.runtime.member import MemberClient
 from echelon.runtime.metrics import serve_metrics
 from echelon.runtime.rtt import RttProber
@@ -38,6 +40,7 @@ class NodeConfig:
     capacity: int = 1
     beat_interval: float = 0.2
     grace: float = 5.0
+    auth: AuthConfig = field(default_factory=AuthConfig)
 
     def __post_init__(self) -> None:
         if not self.id or any(c in self.id for c in "/ \t\n"):
@@ -53,7 +56,7 @@ class Node:
 
     def __init__(self, config: NodeConfig):
         self.config = config
-        self.server = Server()
+        self.server = Server(auth=config.auth)
         self.registry = self.server.registry
         self.membership: MemberClient | None = None
         self._metrics_http = None
@@ -78,6 +81,8 @@ class Node:
         return f"{self.config.host}:{self._metrics_http.server_port}" if self._metrics_http else ""
 
     async def start(self) -> None:
+        if self.config.auth.member_token:
+            use_member_token(self.config.auth.member_token)
         await self.server.start(f"{self.config.host}:{self.config.port}")
         if self.config.metrics_port is not None:
             self._metrics_http = serve_metrics(self.registry, self.config.metrics_port, self.config.host)
@@ -86,6 +91,8 @@ class Node:
                             capacity=self.config.capacity, metrics_address=self.metrics_address)
             self.membership = MemberClient(me, self.config.membership, self.config.beat_interval)
             self.membership.on_change(self.on_view)
+            member = self.membership
+            self.server.access.acl = acl_cache(lambda: member.version, lambda: member.acls)
             await self.membership.start()
             self.rtt = RttProber(self.config.id, self.membership, self.registry)
             self.rtt.start()

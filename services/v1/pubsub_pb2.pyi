@@ -161,3 +161,19 @@ class DeleteTopicRequest(_message.Message):
 class DeleteTopicResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class AclRequest(_message.Message):
+    __slots__ = ("rule",)
+    RULE_FIELD_NUMBER: _ClassVar[int]
+    rule: _common_pb2.AclRule
+    def __init__(self, rule: _Optional[_Union[_common_pb2.AclRule, _Mapping]] = ...) -> None: ...
+
+class ListAclsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListAclsResponse(_message.Message):
+    __slots__ = ("rules",)
+    RULES_FIELD_NUMBER: _ClassVar[int]
+    rules: _containers.RepeatedCompositeFieldContainer[_common_pb2.AclRule]
+    def __init__(self, rules: _Optional[_Iterable[_Union[_common_pb2.AclRule, _Mapping]]] = ...) -> None: ...
