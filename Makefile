@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 SYSTEM := $(VENV)/.system
 
-.PHONY: install proto dashboards demo up test chaos bench bench-replan bench-events replan-loop clean
+.PHONY: install proto dashboards demo up test chaos bench bench-replan bench-events bench-durable bench-tls replan-loop clean
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) on PATH"; exit 1; }
@@ -63,6 +63,16 @@ bench-replan: $(STAMP)
 # a py-spy profile of the publishing agent under saturation.
 bench-events: $(STAMP) $(SYSTEM)
 	$(PY) -m loadtest.bench_events --out out/bench_events --profile
+
+# Durable vs ephemeral subscriptions, throughput and p99 side by side, per fsync policy
+# (a cluster of processes per policy, a few minutes): a table and out/bench_durable/*.png.
+bench-durable: $(STAMP)
+	$(PY) -m loadtest.bench_durable --out out/bench_durable
+
+# What mTLS costs: the same cluster with TLS off and on, cells alternating, in one run (a few
+# minutes): throughput and p50/p99 side by side, on/off ratios, out/bench_tls/bench_tls.json.
+bench-tls: $(STAMP)
+	$(PY) -m loadtest.bench_tls --out out/bench_tls
 
 replan-loop: $(STAMP)
 	$(PY) -m loadtest.replan_loop --out out/replan_loop

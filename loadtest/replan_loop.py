@@ -36,6 +36,7 @@ import grpc
 
 from echelon.client import Client
 from echelon import launch
+from echelon.runtime.transport import PLAIN
 from echelon.runtime.wire import attributes_to_pb, filter_to_pb
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import matcher_pb2 as xpb
@@ -54,7 +55,7 @@ def cpu_seconds(pid: int) -> float:
 
 async def register(address: str, n: int) -> None:
     filters = stock.subscriptions(n, seed=5)
-    async with grpc.aio.insecure_channel(address) as ch:
+    async with PLAIN.dial(address) as ch:
         stub = xgrpc.MatcherStub(ch)
         for start in range(0, n, 2000):
             subs = [xpb.Subscription(id=f"load/s{i}", agent="agent-0", topic=TOPIC, filter=filter_to_pb(filters[i]))
@@ -65,7 +66,7 @@ async def register(address: str, n: int) -> None:
 async def layouts(addresses: list[str]) -> set[tuple[str, str, str]]:
     out = set()
     for a in addresses:
-        async with grpc.aio.insecure_channel(a) as ch:
+        async with PLAIN.dial(a) as ch:
             r = await xgrpc.MatcherStub(ch).ListZones(xpb.ListZonesRequest(topic=TOPIC), timeout=10)
         out |= {(t.active, t.pending, t.source) for t in r.topics}
     return out
@@ -101,7 +102,7 @@ class Load:
                         for i in range(0, len(events), BATCH)]
 
     async def stream(self, address: str) -> None:
-        async with grpc.aio.insecure_channel(address) as ch:
+        async with PLAIN.dial(address) as ch:
             call = xgrpc.MatcherStub(ch).Match()
             k = 0
             while not self.stop.is_set():

@@ -46,15 +46,24 @@ def service_options(f):
         click.option("--grace", default=5.0, type=click.FloatRange(0, 300), show_default=True,
                      help="Seconds to drain on SIGTERM."),
         click.option("--log-level", default="info", type=click.Choice(["debug", "info", "warning", "error"])),
+        click.option("--tls-dir", default=None, envvar="ECHELON_TLS_DIR",
+                     type=click.Path(file_okay=False, exists=True, path_type=str),
+                     help="TLS certificates (tls.crt, tls.key, ca.crt, reloaded when they change): mTLS on "
+                          "every port and channel [env ECHELON_TLS_DIR]."),
+        click.option("--health-port", default=None, type=click.IntRange(0, 65535),
+                     help="A plain-text port with the health service alone, for probes that speak no TLS "
+                          "(Kubernetes' gRPC probes)."),
     ]):
         f = opt(f)
     return f
 
 
-def _config(member_id, host, port, advertise, metrics_port, region, beat_interval, grace, membership=()):
+def _config(member_id, host, port, advertise, metrics_port, region, beat_interval, grace, tls_dir, health_port,
+            membership=(), client_port=None):
     try:
         return NodeConfig(id=member_id, host=host, port=port, advertise=advertise, metrics_port=metrics_port,
-                          membership=_split(membership), region=region, beat_interval=beat_interval, grace=grace)
+                          membership=_split(membership), region=region, beat_interval=beat_interval, grace=grace,
+                          tls_dir=tls_dir or "", client_port=client_port, health_port=health_port)
     except ValueError as e:
         raise click.BadParameter(str(e)) from None
 
@@ -90,15 +99,36 @@ def cli() -> None:
               help="Unacknowledged bytes per outgoing relay link (backpressure).")
 @click.option("--reconcile-seconds", default=30.0, type=click.FloatRange(0.1, 3600), show_default=True,
               help="How often the agent compares its subscriptions with what the matchers hold for it.")
+@click.option("--data-dir", envvar="ECHELON_DATA_DIR", default=None, type=click.Path(file_okay=False),
+              help="Where durable subscriptions' log lives (SQLite, WAL). Unset: in memory (only the replica "
+                   "agent outlives this process).")
+@click.option("--fsync", default="batch", type=click.Choice(["always", "batch", "never"]), show_default=True,
+              help="always: every commit fsynced; batch: every --fsync-batch-ms; never: left to the OS "
+                   "(the loss window, on power loss or kill -9: see agent/store.py).")
+@click.option("--fsync-batch-ms", default=10, type=click.IntRange(1, 10_000), show_default=True)
+@click.option("--durable-max-bytes", default=64 << 20, type=click.IntRange(1), show_default=True,
+              help="Default backlog bound in bytes of a durable subscription (messages: --max-backlog).")
+@click.option("--durable-idle-seconds", default=7 * 86400, type=click.IntRange(0), show_default=True,
+              help="Default idle time after which a durable subscription with no stream is deleted (0: never).")
+@click.option("--retention-seconds", default=3600, type=click.IntRange(1), show_default=True,
+              help="Default retention (replay) of a topic's events, for topics that set none.")
+@click.option("--retention-bytes", default=256 << 20, type=click.IntRange(1), show_default=True)
+@click.option("--client-port", default=None, type=click.IntRange(0, 65535),
+              help="With --tls-dir: a second port that asks clients for no certificate (they send a token).")
 def agent(log_level, max_backlog, dissemination, slice_bytes, stripes, window_bytes, reconcile_seconds,
-          **kw) -> None:
+          data_dir, fsync, fsync_batch_ms, durable_max_bytes, durable_idle_seconds, retention_seconds,
+          retention_bytes, **kw) -> None:
     """Run an agent: the client API, local delivery, relaying."""
+    from echelon.agent.durable import Defaults
     from echelon.agent.server import AgentNode
 
     setup_logging("agent", log_level)
+    durable = Defaults(max_messages=max_backlog, max_bytes=durable_max_bytes, idle_seconds=durable_idle_seconds,
+                       retention_seconds=retention_seconds, retention_bytes=retention_bytes)
     _serve(lambda: AgentNode(_config(**kw), max_backlog=max_backlog, window_bytes=window_bytes,
                              dissemination=dissemination, slice_bytes=slice_bytes, stripes=stripes,
-                             reconcile_seconds=reconcile_seconds))
+                             reconcile_seconds=reconcile_seconds, data_dir=data_dir, fsync=fsync,
+                             fsync_batch_ms=fsync_batch_ms, durable=durable))
 
 
 @cli.command()
@@ -165,8 +195,9 @@ def membership(log_level, peers, tombstone_ttl, **kw) -> None:
 @click.option("--no-prometheus", is_flag=True, help="Do not start a Prometheus scraping the cluster.")
 @click.option("--prometheus-port", default=None, type=click.IntRange(0, 65535),
               help="Prometheus' port on 127.0.0.1 (default 9090; a free one with --base-port 0).")
+@click.option("--tls", is_flag=True, help="mTLS everywhere, certificates from a throw-away CA in the log dir.")
 def up(agents, matchers, memberships, base_port, regions, routers_per_region, routing, log_dir, as_json,
-       no_prometheus, prometheus_port, replan_every) -> None:
+       no_prometheus, prometheus_port, replan_every, tls) -> None:
     """Start a local cluster as processes; Ctrl-C or SIGTERM stops it."""
     from echelon.launch import Cluster, Loopback
 
@@ -185,7 +216,8 @@ def up(agents, matchers, memberships, base_port, regions, routers_per_region, ro
         raise click.BadParameter("--regions > 1 needs --routers-per-region >= 1")
     try:
         cluster = Cluster(agents=agents, matchers=matchers, memberships=memberships, placement=Loopback(base_port),
-                          regions=regions, routers=routers_per_region, extra={"router": ["--routing", routing]}, **kw)
+                          regions=regions, routers=routers_per_region, extra={"router": ["--routing", routing]},
+                          tls=tls, **kw)
     except ValueError as e:
         raise click.BadParameter(str(e)) from None
     if interval:  # the routing job, a periodic child (its runs in replan.log); window: half the period, <= 30 s
@@ -209,8 +241,8 @@ def up(agents, matchers, memberships, base_port, regions, routers_per_region, ro
             prometheus = start_for_cluster(rows, port, cluster.log_dir / "prometheus")
         url = prometheus.url if prometheus else None
         if as_json:
-            print(json.dumps({"ready": True, "processes": rows, "prometheus": prometheus and prometheus.as_dict()}),
-                  flush=True)
+            print(json.dumps({"ready": True, "processes": rows, "prometheus": prometheus and prometheus.as_dict(),
+                              "client_tls": cluster.client_tls and str(cluster.client_tls)}), flush=True)
         else:
             t = Table(title="Echelon local cluster")
             for col in ("role", "id", "region", "address", "metrics", "pid"):
@@ -220,6 +252,8 @@ def up(agents, matchers, memberships, base_port, regions, routers_per_region, ro
             console.print(t)
             if url:
                 console.print(f"Prometheus at {url} (`echelon top --prometheus {url}`)")
+            if cluster.tls:
+                console.print(f"mTLS: clients use --tls-dir {cluster.client_tls} (or ECHELON_TLS_DIR)")
             console.print(f"logs in {cluster.log_dir}; Ctrl-C stops the cluster")
         await stop.wait()
 
@@ -240,22 +274,24 @@ def up(agents, matchers, memberships, base_port, regions, routers_per_region, ro
 @click.option("--regions", default=1, type=click.IntRange(1, 4), show_default=True,
               help="The multi-region act: agents spread over regions joined by 2 routers each.")
 @click.option("--json", "as_json", is_flag=True)
-def demo(agents, events, base_port, regions, as_json) -> None:
+@click.option("--tls", is_flag=True, help="The cluster and its clients over mTLS (a throw-away CA).")
+def demo(agents, events, base_port, regions, as_json, tls) -> None:
     """Start a local cluster, publish stock quotes to filtered subscribers, show who got what."""
     from echelon.demo import run_demo
 
     # Piped output (CI, `| tee`) would wrap the table at 80 columns.
     out = console if console.is_terminal else Console(width=140)
     ok = asyncio.run(run_demo(agents=agents, events=events, base_port=base_port, as_json=as_json, console=out,
-                              regions=regions))
+                              regions=regions, tls=tls))
     sys.exit(0 if ok else 1)
 
 
 from echelon.commands import pub, status, sub, topic  # noqa: E402 - subcommands register below
+from echelon.durable_commands import subscription  # noqa: E402
 from echelon.observe.commands import top, topology  # noqa: E402
 from echelon.tools.tree_cmd import tree  # noqa: E402
 
-for command in (pub, sub, status, topic, top, topology, tree):
+for command in (pub, sub, status, topic, top, topology, tree, subscription):
     cli.add_command(command)
 
 from spark.commands import metrics, replan  # noqa: E402 - the routing job's commands

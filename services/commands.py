@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from pathlib import Path
 
 import click
 import grpc
@@ -12,14 +13,35 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from echelon.client import ACCEPTED, DELIVERED, Client, EchelonError
-from echelon.runtime.server import channel
+from echelon.client import ACCEPTED, DELIVERED, Client, Durable, EchelonError
+from echelon.runtime.transport import PLAIN, TlsDir, Transport, call_any
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import membership_pb2 as mpb
 from echelon.v1 import membership_pb2_grpc as mgrpc
 
 console = Console()
-AGENT = click.option("--agent", default="127.0.0.1:7200", show_default=True, help="An agent's address.")
+TLS_DIR = "echelon.tls_dir"
+TLS = click.option("--tls-dir", default=None, envvar="ECHELON_TLS_DIR", expose_value=False,
+                   type=click.Path(file_okay=False, exists=True),
+                   callback=lambda ctx, _, value: ctx.meta.__setitem__(TLS_DIR, value),
+                   help="TLS: a directory with ca.crt (and tls.crt, tls.key for a client certificate) "
+                        "[env ECHELON_TLS_DIR].")
+
+
+def AGENT(f):
+    """--agent, and --tls-dir for the `client()` the command makes."""
+    return click.option("--agent", default="127.0.0.1:7200", show_default=True, help="An agent's address.")(TLS(f))
+
+
+def client(agent: str) -> Client:
+    """A client of `agent`, over TLS if the command was given --tls-dir."""
+    return Client(agent, tls=click.get_current_context().meta.get(TLS_DIR))
+
+
+def transport() -> Transport:
+    """The command's channels to services (membership), over TLS if given --tls-dir."""
+    tls = click.get_current_context().meta.get(TLS_DIR)
+    return Transport(TlsDir(Path(tls))) if tls else PLAIN
 
 
 def parse_value(text: str):
@@ -49,10 +71,14 @@ def topic() -> None:
 @AGENT
 @click.argument("name")
 @click.option("--attr", "attrs", multiple=True, help="name:type[:min:max], e.g. High:float:0:500.")
-def topic_create(agent, name, attrs) -> None:
+@click.option("--retention-seconds", default=0, type=click.IntRange(0),
+              help="Replay window kept for durable subscriptions (0: the agents' default).")
+@click.option("--retention-bytes", default=0, type=click.IntRange(0), help="Replay bytes kept (0: the default).")
+def topic_create(agent, name, attrs, retention_seconds, retention_bytes) -> None:
     async def run():
-        async with Client(agent) as c:
-            return await c.create_topic(name, attrs)
+        async with client(agent) as c:
+            return await c.create_topic(name, attrs, retention_bytes=retention_bytes,
+                                        retention_seconds=retention_seconds)
 
     try:
         t = asyncio.run(run())
@@ -66,7 +92,7 @@ def topic_create(agent, name, attrs) -> None:
 @click.option("--json", "as_json", is_flag=True)
 def topic_list(agent, as_json) -> None:
     async def run():
-        async with Client(agent) as c:
+        async with client(agent) as c:
             return await c.list_topics()
 
     try:
@@ -91,7 +117,7 @@ def topic_list(agent, as_json) -> None:
 @click.argument("name")
 def topic_delete(agent, name) -> None:
     async def run():
-        async with Client(agent) as c:
+        async with client(agent) as c:
             await c.delete_topic(name)
 
     try:
@@ -121,7 +147,7 @@ def pub(agent, topic_name, attrs, payload, payload_file, count, delivered, as_js
     body = payload_file.read() if payload_file else payload.encode()
 
     async def run():
-        async with Client(agent) as c:
+        async with client(agent) as c:
             p = c.publisher(ack_level=DELIVERED if delivered else ACCEPTED)
             start = time.perf_counter()
             results = await p.publish_batch(topic_name, [(attributes, body)] * count, return_exceptions=True)
@@ -145,15 +171,27 @@ def pub(agent, topic_name, attrs, payload, payload_file, count, delivered, as_js
 @AGENT
 @click.option("--topic", "topic_name", required=True)
 @click.option("--filter", "filter_text", default="", help='e.g. Symbol = "aapl" and High >= 45')
-@click.option("--name", default="", help="A durable subscription name (empty: ephemeral).")
+@click.option("--name", default="", help="A named subscription (kept by this agent across streams).")
+@click.option("--durable", "durable_name", default="", metavar="NAME",
+              help="A durable subscription: a cluster object kept on disk and by a replica agent, resumed from "
+                   "any agent (echelon subscription list|show|seek|delete).")
+@click.option("--start", default="now", type=click.Choice(["now", "earliest"]), show_default=True,
+              help="Where a new durable subscription starts.")
+@click.option("--policy", default="drop-oldest", type=click.Choice(["drop-oldest", "drop-new", "reject-publish"]),
+              show_default=True, help="A new durable subscription past its backlog bound.")
 @click.option("--count", default=0, type=click.IntRange(0), help="Stop after this many (0: run until Ctrl-C).")
 @click.option("--timeout", default=0.0, type=click.FloatRange(0), help="Stop after this many seconds idle.")
 @click.option("--json", "as_json", is_flag=True)
-def sub(agent, topic_name, filter_text, name, count, timeout, as_json) -> None:
+def sub(agent, topic_name, filter_text, name, durable_name, start, policy, count, timeout, as_json) -> None:
     """Subscribe and print deliveries (acked as printed)."""
+    if name and durable_name:
+        raise click.UsageError("--name or --durable, not both")
+    durable = Durable(start=start, policy=policy) if durable_name else None
+
     async def run():
         n = 0
-        async with Client(agent) as c, c.subscribe(topic_name, filter_text, name=name) as s:
+        async with client(agent) as c, c.subscribe(topic_name, filter_text, name=name or durable_name,
+                                                   durable=durable) as s:
             while not count or n < count:
                 try:
                     m = await s.next(timeout=timeout or None)
@@ -181,8 +219,8 @@ def _state(s: int) -> str:
     return mpb.MemberState.Name(s).removeprefix("MEMBER_STATE_").lower()
 
 
-async def fetch_view(address: str) -> mpb.View:
-    async with channel(address) as ch:
+async def fetch_view(address: str, transport: Transport = PLAIN) -> mpb.View:
+    async with transport.dial(address) as ch:
         call = mgrpc.MembershipStub(ch).Watch(mpb.WatchRequest(member_id="cli"), timeout=5.0)
         async for update in call:
             call.cancel()
@@ -224,21 +262,25 @@ def view_table(view: mpb.View, source: str = "", unreachable_for: float | None =
               help="Membership replica addresses (comma list), tried in order.")
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--watch", is_flag=True, help="Refresh every second until Ctrl-C.")
+@TLS
 def status(addresses, as_json, watch) -> None:
     """The membership view: members, states, incarnations, heartbeat ages (--watch: live)."""
     replicas = [a for v in addresses for a in v.split(",") if a]
+    via = transport()
 
     async def first_view() -> tuple[str, mpb.View]:
         """A fresh snapshot from the first replica that answers, in the given order."""
-        last: Exception | None = None
-        for address in replicas:
-            try:
-                return address, await asyncio.wait_for(fetch_view(address), 2.0)
-            except (grpc.aio.AioRpcError, asyncio.TimeoutError, click.ClickException) as e:
-                last = e
-        if isinstance(last, grpc.aio.AioRpcError):
-            raise last
-        raise click.ClickException(f"no membership replica answered: {', '.join(replicas) or 'none given'}")
+        async def one(address: str) -> tuple[str, mpb.View]:
+            return address, await asyncio.wait_for(fetch_view(address, via), 2.0)
+
+        try:
+            return await call_any(replicas, one, retry=lambda e: isinstance(
+                e, (grpc.aio.AioRpcError, asyncio.TimeoutError, click.ClickException)))
+        except grpc.aio.AioRpcError:
+            raise
+        except (asyncio.TimeoutError, click.ClickException, ValueError):
+            raise click.ClickException(f"no membership replica answered: {', '.join(replicas) or 'none given'}") \
+                from None
 
     async def live() -> None:
         source, view = await first_view()

@@ -54,20 +54,22 @@ async def collect(sub, expected: int, idle: float = 3.0) -> list:
 
 
 async def run_demo(agents: int = 4, events: int = 200, base_port: int = 0, as_json: bool = False,
-                   console: Console | None = None, regions: int = 1, routers: int = 2) -> bool:
+                   console: Console | None = None, regions: int = 1, routers: int = 2, tls: bool = False) -> bool:
     console = console or Console()
     cluster = Cluster(agents=agents, matchers=1, memberships=3, placement=Loopback(base_port), regions=regions,
-                      routers=routers if regions > 1 else 0)
+                      routers=routers if regions > 1 else 0, tls=tls)
     where = f" in {regions} regions with {routers} routers each" if regions > 1 else ""
-    console.print(f"starting {agents} agents{where}, 1 matcher, 3 membership replicas (logs in {cluster.log_dir}) ...")
+    over = " over mTLS" if tls else ""
+    console.print(f"starting {agents} agents{where}, 1 matcher, 3 membership replicas{over} "
+                  f"(logs in {cluster.log_dir}) ...")
     t0 = time.perf_counter()
     await cluster.start()
     console.print(f"cluster serving in {time.perf_counter() - t0:.1f}s")
     addrs = cluster.agent_addresses()
     try:
-        async with Client(addrs[0]) as admin:
+        async with Client(addrs[0], tls=cluster.client_tls) as admin:
             await admin.create_topic("quotes", SCHEMA)
-        clients = [Client(a) for a in addrs]
+        clients = [Client(a, tls=cluster.client_tls) for a in addrs]
         subs = [clients[i].subscribe("quotes", f, max_outstanding=256) for i, f in SUBSCRIBERS]
         for s in subs:
             await s.start()

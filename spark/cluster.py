@@ -1,15 +1,21 @@
 """The routing job's side of the cluster's gRPC contract (blocking calls): the view, the
-plan, the matchers' samples and zones, and `Control.PushPlan` with its retry rule."""
+plan, the matchers' samples and zones, and `Control.PushPlan` with its retry rule.
+
+Channels come from the one transport (`echelon.runtime.transport`): plain text, or mTLS
+with the job's certificate (role `replan`) from `ECHELON_TLS_DIR` / `--tls-dir`
+(`configure`). The job is one process with one identity, so the choice is module-wide."""
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import grpc
 import numpy as np
 
 from echelon.core.can import Zone
+from echelon.runtime.transport import TlsDir, Transport
 from echelon.v1 import matcher_pb2 as xpb
 from echelon.v1 import matcher_pb2_grpc as xgrpc
 from echelon.v1 import membership_pb2 as mpb
@@ -18,12 +24,22 @@ from echelon.v1 import membership_pb2_grpc as mgrpc
 TIMEOUT = 10.0
 PUSH_ATTEMPTS = 5
 ALIVE = (mpb.MEMBER_STATE_ALIVE, mpb.MEMBER_STATE_SUSPECT)
-OPTIONS = [("grpc.max_receive_message_length", 64 << 20)]
+_transport = Transport(TlsDir.from_env())
+
+
+def configure(tls_dir: str | Path | None) -> None:
+    """mTLS with the certificates in `tls_dir` (None or "": plain text)."""
+    global _transport
+    _transport = Transport(TlsDir(Path(tls_dir)) if tls_dir else None)
+
+
+def _dial(address: str) -> grpc.Channel:
+    return _transport.dial_blocking(address)
 
 
 def view(address: str) -> mpb.View:
     """A snapshot of the membership view (the first message of Watch)."""
-    with grpc.insecure_channel(address) as ch:
+    with _dial(address) as ch:
         call = mgrpc.MembershipStub(ch).Watch(mpb.WatchRequest(member_id="replan"), timeout=TIMEOUT)
         for update in call:
             call.cancel()
@@ -37,17 +53,17 @@ def alive(v: mpb.View, *roles: int) -> list[mpb.Member]:
 
 
 def current_plan(address: str) -> mpb.RoutingPlan:
-    with grpc.insecure_channel(address) as ch:
+    with _dial(address) as ch:
         return mgrpc.ControlStub(ch).GetPlan(mpb.GetPlanRequest(), timeout=TIMEOUT)
 
 
 def sample(address: str, max_points: int) -> xpb.SampleResponse:
-    with grpc.insecure_channel(address, options=OPTIONS) as ch:
+    with _dial(address) as ch:
         return xgrpc.MatcherStub(ch).Sample(xpb.SampleRequest(max_points=max_points), timeout=TIMEOUT)
 
 
 def list_zones(address: str) -> xpb.ListZonesResponse:
-    with grpc.insecure_channel(address) as ch:
+    with _dial(address) as ch:
         return xgrpc.MatcherStub(ch).ListZones(xpb.ListZonesRequest(), timeout=TIMEOUT)
 
 
@@ -100,7 +116,7 @@ class PlanRefused(Exception):
 def push(address: str, plan: mpb.RoutingPlan, attempts: int = PUSH_ATTEMPTS) -> int:
     """PushPlan at the current version + 1; FAILED_PRECONDITION (someone pushed first)
     retries with a fresh version, at most `attempts` times. Returns the version accepted."""
-    with grpc.insecure_channel(address) as ch:
+    with _dial(address) as ch:
         control = mgrpc.ControlStub(ch)
         for attempt in range(attempts):
             out = mpb.RoutingPlan()

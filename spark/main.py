@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 import time
@@ -52,6 +53,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--delta", type=float, default=8.0, help="queue length above which CE >= 1 is congestion")
     p.add_argument("--max-points", type=int, default=4096, help="sampled subscriptions per topic and matcher")
     p.add_argument("--json", action="store_true", help="print the decision as JSON")
+    p.add_argument("--tls-dir", default=os.environ.get("ECHELON_TLS_DIR", ""),
+                   help="mTLS certificates (tls.crt, tls.key, ca.crt) of the job (role replan) [env ECHELON_TLS_DIR]")
     return p
 
 
@@ -105,6 +108,7 @@ def run(args: argparse.Namespace, spark=None) -> Result:
         seconds[name] = now - clock
         clock = now
 
+    cluster.configure(args.tls_dir)
     address, v = _first_view([a for a in args.membership.split(",") if a])
     current = cluster.current_plan(address)
     matchers = cluster.alive(v, mpb.ROLE_MATCHER)

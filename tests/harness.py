@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from echelon.agent.server import AgentNode
 from echelon.client import Client
@@ -13,6 +14,7 @@ from echelon.launch import free_port
 from echelon.matcher.server import MatcherNode
 from echelon.membership.server import MembershipNode
 from echelon.runtime.auth import AuthConfig
+from echelon.runtime.certs import Authority
 from echelon.runtime.node import Node, NodeConfig
 from echelon.v1 import membership_pb2 as mpb
 
@@ -46,9 +48,23 @@ class Cluster:
     replicas: list[str] = field(default_factory=list)  # fixed at start: a crashed replica keeps its place
     crashed: list[Node] = field(default_factory=list)
     auth: AuthConfig = field(default_factory=AuthConfig)  # every node's (runtime/auth.py)
+    tls: Path | None = None  # mTLS: a throw-away CA issues each node (role from its id) a directory here
+    authority: Authority | None = None
 
     def config(self, member_id: str) -> NodeConfig:
-        return NodeConfig(id=member_id, membership=self.replicas, grace=0.5, auth=self.auth)
+        return NodeConfig(id=member_id, membership=self.replicas, grace=0.5, tls_dir=self.tls_dir(member_id),
+                          auth=self.auth)
+
+    def tls_dir(self, name: str, role: str = "") -> str:
+        """The certificate directory of `name` (`role` or its id's prefix: agent-0 -> agent), issued once."""
+        if self.tls is None:
+            return ""
+        if self.authority is None:
+            self.authority = Authority.create()
+        d = Path(self.tls) / name
+        if not d.exists():
+            self.authority.write(d, role or name.split("-")[0], name)
+        return str(d)
 
     async def start(self) -> "Cluster":
         # Replicas know each other from the start (--peers), so their ports are picked first.
@@ -72,7 +88,9 @@ class Cluster:
 
     async def _start_membership(self, i: int) -> MembershipNode:
         port = int(self.replicas[i].rsplit(":", 1)[1])
-        node = MembershipNode(NodeConfig(id=f"membership-{i}", port=port, grace=0.5, auth=self.auth), peers=self.replicas,
+        node = MembershipNode(NodeConfig(id=f"membership-{i}", port=port, grace=0.5,
+                                         tls_dir=self.tls_dir(f"membership-{i}"), auth=self.auth),
+                              peers=self.replicas,
                               **self.membership_kwargs)
         await node.start()
         return node
@@ -105,7 +123,7 @@ class Cluster:
         return node
 
     def client(self, i: int, token: str = "") -> Client:
-        c = Client(self.agent_nodes[i].address, token=token)
+        c = Client(self.agent_nodes[i].address, tls=self.tls_dir("client-test", "client") or None, token=token)
         self.clients.append(c)
         return c
 

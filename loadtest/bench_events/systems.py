@@ -51,8 +51,9 @@ async def _wait_port(port: int, proc: subprocess.Popen, timeout: float = 20.0) -
 class Echelon:
     name = "echelon"
 
-    def __init__(self, log_dir: Path):
-        self.log_dir = log_dir / "echelon"
+    def __init__(self, log_dir: Path, tls: bool = False):
+        self.tls = tls  # every process and client over mTLS (loadtest.bench_tls)
+        self.log_dir = log_dir / ("echelon-tls" if tls else "echelon")
         self.subs, self.tasks = [], []
         self.clients: list = []
 
@@ -64,7 +65,7 @@ class Echelon:
 
         for attempt in range(attempts):
             self.cluster = Cluster(agents=4, matchers=3, placement=Loopback(base_port=0),
-                                   log_dir=self.log_dir / f"start-{attempt}")
+                                   log_dir=self.log_dir / f"start-{attempt}", tls=self.tls)
             try:
                 await self.cluster.start()
                 break
@@ -72,9 +73,9 @@ class Echelon:
                 if attempt == attempts - 1:
                     raise
         agents = self.cluster.agent_addresses()
-        self.admin = Client(agents[0])
+        self.admin = Client(agents[0], tls=self.cluster.client_tls)
         await self.admin.create_topic(TOPIC, SCHEMA)
-        self.sub_clients = [Client(a) for a in agents[1:1 + SUB_AGENTS]]
+        self.sub_clients = [Client(a, tls=self.cluster.client_tls) for a in agents[1:1 + SUB_AGENTS]]
 
     def pids(self) -> dict[str, int]:
         return {p.id: p.pid for p in self.cluster.processes if p.pid}
@@ -111,7 +112,7 @@ class Echelon:
         attrs = [{"Symbol": pool.symbols[i], "Price": pool.prices[i]} for i in range(POOL)]
         sends = []
         for _ in range(n):
-            client = Client(self.cluster.agent_addresses()[0])
+            client = Client(self.cluster.agent_addresses()[0], tls=self.cluster.client_tls)
             pub = client.publisher(ack_level=AckLevel[level])
             self.clients.append(client)
 

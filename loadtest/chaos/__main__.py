@@ -16,15 +16,16 @@ from loadtest.chaos.runner import run
               help="How long the workload runs while faults are injected.")
 @click.option("--agents", default=6, type=click.IntRange(4, 20), show_default=True)
 @click.option("--producers", default=3, type=click.IntRange(1, 8), show_default=True)
-@click.option("--rate", default=20.0, type=click.FloatRange(1, 1000), show_default=True,
+@click.option("--rate", default=Config.rate, type=click.FloatRange(1, 1000), show_default=True,
               help="Messages per second per producer.")
 @click.option("--partition-seconds", default=10.0, type=click.FloatRange(1, 120), show_default=True)
 @click.option("--short", is_flag=True, help="The CI schedule: one of each fault, shorter.")
 @click.option("--loopback", is_flag=True, help="Run on loopback even where namespaces work (no partition, netem).")
+@click.option("--wipe-disk", is_flag=True, help="A killed agent restarts with an empty data dir (node loss).")
 @click.option("--out", default="out/chaos", type=click.Path(file_okay=False, path_type=Path), show_default=True)
-def main(minutes, agents, producers, rate, partition_seconds, short, loopback, out) -> None:
+def main(minutes, agents, producers, rate, partition_seconds, short, loopback, wipe_disk, out) -> None:
     """Run the fault schedule against a cluster and print a table per fault."""
-    kw = dict(agents=agents, producers=producers, rate=rate, loopback=loopback, out=out)
+    kw = dict(agents=agents, producers=producers, rate=rate, loopback=loopback, wipe_disk=wipe_disk, out=out)
     cfg = Config.short(**kw) if short else Config(minutes=minutes, partition_seconds=partition_seconds, **kw)
     result = run(cfg)
     print(result.text)

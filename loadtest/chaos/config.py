@@ -13,7 +13,11 @@ class Config:
     minutes: float = 5.0
     agents: int = 6
     producers: int = 3
-    rate: float = 20.0  # messages per second per producer
+    # Messages per second per producer (60/s in all). Issue 12 asks for 10x (`--rate 200`):
+    # at that rate a replica restart and the netem windows still lose messages (236,989
+    # lost in one 5-minute run, 43,715 on the code before the batching too), so the default
+    # stays at the rate that meets every target until that loss is found.
+    rate: float = 20.0
     keys: int = 4
     netem_seconds: float = 30.0
     pause_seconds: float = 3.0
@@ -23,6 +27,7 @@ class Config:
     warmup: float = 8.0
     drain: float = 60.0
     loopback: bool = False  # force loopback even where namespaces work
+    wipe_disk: bool = False  # a killed agent restarts on an empty data dir (durable.py)
     out: Path = Path("out/chaos")
     log: object = print
 

@@ -11,6 +11,7 @@ import time
 
 from echelon.client import Client
 from echelon.launch import Cluster
+from loadtest.chaos import durable
 from loadtest.chaos.artifacts import dump, plot
 from loadtest.chaos.config import Config
 from loadtest.chaos.network import Hosts, make_hosts
@@ -39,6 +40,7 @@ async def drive(cfg: Config, hosts: Hosts, cluster: Cluster) -> Result:
     observer = Observer(cluster.replicas)
     producers: list[Producer] = []
     subscribers: list[Subscriber] = []
+    durables: list[durable.DurableSubscriber] = []
     tasks: list[asyncio.Task] = []
     try:
         log(f"starting {len(cluster.processes)} processes ({hosts.mode}); logs in {cluster.log_dir}")
@@ -55,8 +57,9 @@ async def drive(cfg: Config, hosts: Hosts, cluster: Cluster) -> Result:
             for j in range(2 if i % 2 else 1):
                 subscribers.append(Subscriber(f"s{i}-{j}", a.id, a.address, FILTERS[n % len(FILTERS)]))
                 n += 1
-        tasks += [asyncio.create_task(s.run()) for s in subscribers]
-        await wait_opened(subscribers, 30.0)
+        durables = durable.subscribers(cluster, roles)
+        tasks += [asyncio.create_task(s.run()) for s in [*subscribers, *durables]]
+        await wait_opened([*subscribers, *durables], 30.0)
         producers = [Producer(i, agents[a].address, cfg.rate, cfg.keys) for i, a in enumerate(roles["producers"])]
         t0 = time.monotonic()
         until = t0 + cfg.minutes * 60
@@ -69,18 +72,26 @@ async def drive(cfg: Config, hosts: Hosts, cluster: Cluster) -> Result:
         log("publishing stopped; draining")
         await asyncio.gather(*(p.close(20.0) for p in producers))
         await drain(producers, subscribers, schedule.faults, cfg.drain)
+        await durable.drain(producers, durables, cfg.drain)
         metrics = agent_counters(cluster)
         dump(cfg.out / "deliveries.jsonl", producers, subscribers, t0)
         plot(cfg.out / "timeline.png", schedule.faults, observer, producers, subscribers, t0)
-        return build_report(cfg, hosts, schedule.faults, observer, producers, subscribers, roles, t0, metrics)
+        result = build_report(cfg, hosts, schedule.faults, observer, producers, subscribers, roles, t0, metrics)
+        lines, targets = durable.report(producers, durables)
+        result.targets.update(targets)
+        result.text += "\n".join(lines) + "\n" + "\n".join(
+            f"  [{'PASS' if ok else 'FAIL'}] {name}: {v}" for name, (ok, v) in targets.items())
+        return result
     finally:
-        for s in subscribers:
+        for s in [*subscribers, *durables]:
             s.stopping = True
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         for p in producers:
             await p.client.close()
+        for s in durables:
+            await s.close()
         await observer.stop()
 
 

@@ -7,6 +7,7 @@ the targets from producer 0's LBDD tree."""
 from __future__ import annotations
 
 import asyncio
+import shutil
 import signal
 import time
 from dataclasses import dataclass, field
@@ -66,6 +67,8 @@ class Schedule:
     async def _kill_and_restart(self, target: str) -> float:
         """kill -9, and after `restart_after` a new process on the same ports; when it serves."""
         self.cluster.signal(target, signal.SIGKILL)
+        if self.cfg.wipe_disk and self.cluster.process(target).role == "agent":  # the node lost its disk
+            shutil.rmtree(self.cluster.data_dir(target), ignore_errors=True)
         await asyncio.sleep(self.cfg.restart_after)
         await self.cluster.launch(self.cluster.process(target), 60.0)
         return time.monotonic()

@@ -8,12 +8,9 @@ import contextlib
 import time
 from dataclasses import dataclass
 
-import grpc
-
 from echelon.client import ACCEPTED, Client, EchelonError
 from echelon.core.filters import parse
-from echelon.runtime.member import RECONNECT_OPTIONS
-from echelon.runtime.server import CHANNEL_OPTIONS
+from echelon.runtime.transport import OWN_SUBCHANNEL, RECONNECT_OPTIONS
 from loadtest import checker
 from loadtest.chaos.config import KILL_MAYBE_BEFORE
 
@@ -104,8 +101,8 @@ class Subscriber:
         while not self.stopping:
             client = Client(self.address)
             # A channel of its own: a shared subchannel would keep the dead process's backoff.
-            client._channels[self.address] = grpc.aio.insecure_channel(  # noqa: SLF001
-                self.address, options=CHANNEL_OPTIONS + RECONNECT_OPTIONS + [("grpc.use_local_subchannel_pool", 1)])
+            client._channels[self.address] = client.transport.dial(  # noqa: SLF001
+                self.address, RECONNECT_OPTIONS + OWN_SUBCHANNEL)
             sub = client.subscribe(TOPIC, self.text, name=self.name, max_outstanding=64)
             try:
                 await asyncio.wait_for(sub.start(), 5.0)
@@ -118,7 +115,7 @@ class Subscriber:
                         continue
                     self.log.append(Received(time.monotonic(), checker.Delivered(
                         msg.producer_id, msg.sequence, msg.redelivery_count, msg.ordering_key)))
-                    await asyncio.wait_for(msg.ack(), 5.0)
+                    await msg.ack()  # queued for the stream: no wait for the write (no task per ack)
             except Exception:  # noqa: BLE001 - any broken stream: reopen (bounded by `stopping`)
                 self.breaks += 1
             finally:

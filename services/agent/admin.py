@@ -7,26 +7,22 @@ from typing import Callable
 import grpc
 
 from echelon.runtime.member import MemberClient
-from echelon.runtime.server import channel
+from echelon.runtime.transport import PLAIN, Transport, call_any, unavailable
 from echelon.v1 import pubsub_pb2_grpc as pgrpc
 
 
 class AdminProxy(pgrpc.AdminServicer):
-    def __init__(self, replicas: list[str], membership: Callable[[], MemberClient]):
+    def __init__(self, replicas: list[str], membership: Callable[[], MemberClient], transport: Transport = PLAIN):
         self.replicas = replicas
         self.membership = membership  # whose topics a change updates at once
+        self.transport = transport
 
     async def call(self, method: str, request):
-        last = None
-        for address in self.replicas:
-            async with channel(address) as ch:
-                try:
-                    return await getattr(pgrpc.AdminStub(ch), method)(request, timeout=5.0)
-                except grpc.aio.AioRpcError as e:
-                    if e.code() != grpc.StatusCode.UNAVAILABLE:
-                        raise
-                    last = e
-        raise last
+        async def one(address: str):
+            async with self.transport.dial(address) as ch:
+                return await getattr(pgrpc.AdminStub(ch), method)(request, timeout=5.0)
+
+        return await call_any(self.replicas, one, retry=unavailable)
 
     async def _forward(self, method: str, request, context):
         try:

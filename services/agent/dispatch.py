@@ -1,5 +1,6 @@
-"""Batching and dispatch of publishes: validated events queue here; one task takes them
-in batches of up to MAX_BATCH, matches each batch at once on the matcher tier
+"""Batching and dispatch of publishes: validated events queue here in units (a client's
+batch, or one event), one future per unit; one task takes whole units until it holds
+MAX_BATCH events or the queue is empty, matches them at once on the matcher tier
 (attributes only: payloads stay here), delivers locally what is for this agent, hands
 this region's destinations to the data plane as the root of their trees and other
 regions' to the gateway plane, for a router of this region (DESIGN.md, "The path of one
@@ -30,43 +31,55 @@ class Dispatcher:
         self.plane = plane
         self.gateway = gateway
         self.deliver = deliver
-        self._queue: asyncio.Queue[tuple[pb.Event, bytes, asyncio.Future]] = asyncio.Queue()
+        self._queue: asyncio.Queue[tuple[list[pb.Event], list[bytes], asyncio.Future]] = asyncio.Queue()
 
-    def submit(self, event: pb.Event, payload: bytes = b"") -> asyncio.Future:
-        """Queue a validated event (its payload apart); the future gives (destinations, delivery futures)."""
+    def submit(self, events: list[pb.Event], payloads: list[bytes]) -> asyncio.Future:
+        """Queue validated events (their payloads apart) as one unit; its one future gives
+        (destinations per event, the unit's delivery futures: done when every destination
+        holds its events). One future per unit, not per event."""
         future = asyncio.get_running_loop().create_future()
-        self._queue.put_nowait((event, payload, future))
+        self._queue.put_nowait((events, payloads, future))
         return future
 
     async def run(self) -> None:
         while True:
-            batch = [await self._queue.get()]
-            while len(batch) < MAX_BATCH and not self._queue.empty():
-                batch.append(self._queue.get_nowait())
+            units = [await self._queue.get()]
+            size = len(units[0][0])
+            while size < MAX_BATCH and not self._queue.empty():
+                units.append(self._queue.get_nowait())
+                size += len(units[-1][0])
             try:
-                results = await self.matching.match([e for e, _, _ in batch])
-                await self._fan_out(batch, results)
+                events = [e for unit in units for e in unit[0]]
+                results = await self.matching.match(events)
+                await self._fan_out(units, events, results)
             except EchelonError as e:
-                for *_, future in batch:
+                for *_, future in units:
                     if not future.done():
                         future.set_exception(e)
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # noqa: BLE001 - never let the dispatcher die
                 log.exception("dispatch failed")
-                for *_, future in batch:
+                for *_, future in units:
                     if not future.done():
                         future.set_exception(Unavailable(f"dispatch failed: {e}"))
 
-    async def _fan_out(self, batch, results: list[xpb.MatchResult]) -> None:
+    async def _fan_out(self, units, events: list[pb.Event], results: list[xpb.MatchResult]) -> None:
         """Local delivery here, this region's destinations to the data plane as the root,
         other regions' to the gateway."""
         alive, dead = self.plane.trees.alive, self.plane.trees.dead
+        payloads = [p for unit in units for p in unit[1]]
         items, remote = [], []
-        for (event, payload, _), result in zip(batch, results):
-            # A DEAD destination is parked by the data plane until it comes back (or the park ends).
-            dests = [a.agent for a in result.agents if a.agent == self.me or alive(a.agent) or a.agent in dead]
-            remote.append((event, payload, self.gateway.trees.elsewhere(a.agent for a in result.agents)))
+        routed: dict[tuple[str, ...], tuple[list[str], list[str]]] = {}  # a batch repeats few agent sets
+        for event, payload, result in zip(events, payloads, results):
+            agents = tuple([a.agent for a in result.agents])
+            split = routed.get(agents)
+            if split is None:
+                # A DEAD destination is parked by the data plane until it comes back (or the park ends).
+                split = routed[agents] = ([a for a in agents if a == self.me or alive(a) or a in dead],
+                                          self.gateway.trees.elsewhere(agents))
+            dests, far = split
+            remote.append((event, payload, far))
             if self.me in dests:
                 if payload:
                     whole = pb.Event()
@@ -79,6 +92,13 @@ class Dispatcher:
         # Accepted: held here. The futures report delivery once every destination has it.
         delivered = await self.plane.publish(items)
         handed = await self.gateway.publish(remote) if any(r[2] for r in remote) else [None] * len(items)
-        for (*_, future), (_, _, dests), (_, _, far), done, far_done in zip(batch, items, remote, delivered, handed):
+        at = 0
+        for unit_events, _, future in units:
+            end = at + len(unit_events)
+            counts = [len(items[i][2]) + len(remote[i][2]) for i in range(at, end)]
+            # The plane's futures are shared by a run of events: each waited on once.
+            waits = dict.fromkeys(delivered[at:end])
+            waits.update(dict.fromkeys(f for f in handed[at:end] if f is not None))
+            at = end
             if not future.done():
-                future.set_result((len(dests) + len(far), [done] + ([far_done] if far else [])))
+                future.set_result((counts, list(waits)))

@@ -28,17 +28,15 @@ from typing import Callable
 
 import grpc
 
-from echelon.runtime.member import RECONNECT_OPTIONS
-from echelon.runtime.server import CHANNEL_OPTIONS, channel
+from echelon.runtime.transport import MEMBER_KEY, OWN_SUBCHANNEL, PLAIN, RECONNECT_OPTIONS, Transport
 from echelon.v1 import relay_pb2 as rpb
 from echelon.v1 import relay_pb2_grpc as rgrpc
 
 log = logging.getLogger("echelon.links")
 
-# A link's own subchannel (gRPC shares them between channels to one address by default), so
-# a new link to a peer back from the dead does not inherit the old one's reconnect backoff
-# (up to 120 s) and fail at once with the old "connection refused"; retried within a second.
-LINK_OPTIONS = CHANNEL_OPTIONS + RECONNECT_OPTIONS + [("grpc.use_local_subchannel_pool", 1)]
+# A link's own subchannel, so a new link to a peer back from the dead does not inherit the
+# old one's reconnect backoff and fail at once with the old "connection refused".
+LINK_OPTIONS = RECONNECT_OPTIONS + OWN_SUBCHANNEL
 
 
 class LinkMetrics:
@@ -52,13 +50,15 @@ class LinkMetrics:
 
 class Link:
     def __init__(self, self_id: str, peer_id: str, address: str, window_bytes: int = 8 << 20,
-                 on_break: Callable[[str], None] | None = None, metrics: LinkMetrics | None = None):
+                 on_break: Callable[[str], None] | None = None, metrics: LinkMetrics | None = None,
+                 transport: Transport = PLAIN):
         self.self_id = self_id
         self.peer = peer_id
         self.address = address
         self.window_bytes = window_bytes
         self.on_break = on_break
         self.metrics = metrics or LinkMetrics()
+        self.transport = transport
         self.outbox: deque[tuple[int, rpb.RelayFrame, int]] = deque()  # not yet sent on this stream
         self.unacked: dict[int, tuple[rpb.RelayFrame, int, asyncio.Future]] = {}
         self.in_flight = 0  # bytes on the wire, unacknowledged
@@ -144,15 +144,21 @@ class Link:
             self._room.set()
 
     async def _run(self) -> None:
-        self._channel = channel(self.address, options=LINK_OPTIONS)
-        stub = rgrpc.RelayStub(self._channel)
         backoff = 0.05
         failures = 0  # consecutive streams that broke without a single ack
+        made = -1
         while True:
+            if self._channel is None or self.transport.stale(made):  # first, or new certificates
+                old = self._channel
+                self._channel = self.transport.dial(self.address, LINK_OPTIONS)
+                made = self.transport.generation
+                stub = rgrpc.RelayStub(self._channel)
+                if old is not None:
+                    await old.close()
             # (Re)open: everything unacknowledged goes out again, in sequence order.
             self.outbox = deque((seq, f, size) for seq, (f, size, _) in sorted(self.unacked.items()))
             self.in_flight = 0
-            call = stub.Stream(self._frames(self._stream), metadata=(("x-echelon-member", self.self_id),))
+            call = stub.Stream(self._frames(self._stream), metadata=((MEMBER_KEY, self.self_id),))
             try:
                 async for ack in call:
                     self._acked(ack.seqs)

@@ -16,14 +16,17 @@ from prometheus_client import Counter, Gauge
 
 from echelon.agent.links import Link, LinkMetrics
 from echelon.core.dedup import DedupWindow
+from echelon.runtime.transport import PLAIN, Transport
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import membership_pb2 as mpb
 
 
 class LinkSet:
     def __init__(self, me: str, window_bytes: int, registry, undelivered: Counter,
-                 on_break: Callable[[str], None], on_abandon: Callable[[list[asyncio.Future]], None]):
+                 on_break: Callable[[str], None], on_abandon: Callable[[list[asyncio.Future]], None],
+                 transport: Transport = PLAIN):
         self.me = me
+        self.transport = transport
         self.window_bytes = window_bytes
         self.undelivered = undelivered
         self.on_break = on_break
@@ -51,7 +54,7 @@ class LinkSet:
             link = self.links[peer.id] = Link(
                 self.me, peer.id, peer.address, self.window_bytes, on_break=self.on_break,
                 metrics=LinkMetrics(self.enqueued.labels(peer.id), self.dequeued.labels(peer.id),
-                                    self.sent_bytes.labels(peer.id)))
+                                    self.sent_bytes.labels(peer.id)), transport=self.transport)
             self.queue.labels(peer.id).set_function(lambda: link.queue_length)
         return link
 

@@ -32,7 +32,6 @@ import grpc
 
 from echelon.runtime.errors import Unavailable
 from echelon.runtime.member import MemberClient, lifetime
-from echelon.runtime.server import channel
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import matcher_pb2 as xpb
 from echelon.v1 import matcher_pb2_grpc as xgrpc
@@ -74,7 +73,7 @@ class MatchClient:
     def _stub(self, m: mpb.Member) -> xgrpc.MatcherStub:
         ch = self._channels.get(m.address)
         if ch is None:
-            ch = self._channels[m.address] = channel(m.address)
+            ch = self._channels[m.address] = self.membership.transport.dial(m.address)
         return xgrpc.MatcherStub(ch)
 
     def matchers(self) -> list[mpb.Member]:

@@ -7,6 +7,12 @@ id is refused (ALREADY_EXISTS). Then it is queued for the dispatcher (dispatch.p
 acknowledged in order, at the level the client asked for. A subscription stream opens
 (or resumes) a subscription in the registry (registry.py) and sends what its credits
 allow; whatever ends the stream, the cleanup runs without awaiting anything.
+
+Batching (issue 12): a request may carry a `batch` of events, admitted, dispatched and
+acked as one unit (one future, one ack message); deliveries go out many per message
+(whatever the backlog and the credits allow, up to MAX_DELIVERIES: nothing waits to fill
+a message, so a lone event goes at once), and a subscriber may ack cumulatively
+(`SubscriberAck.through`).
 """
 
 from __future__ import annotations
@@ -18,8 +24,10 @@ from typing import TYPE_CHECKING
 
 import grpc
 
+from echelon.agent.durable_rpc import relay
 from echelon.core.dedup import DedupWindow, Entry, Seen
 from echelon.runtime.errors import AlreadyExists, InvalidArgument, NotFound, ResourceExhausted, status_of
+from echelon.runtime.transport import SUBSCRIPTION_KEY
 from echelon.runtime.wire import attributes_from_pb, event_digest
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import pubsub_pb2 as ppb
@@ -30,7 +38,22 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("echelon.agent")
 
-MAX_ACKS_IN_FLIGHT = 1024  # per Publish stream: past it we stop reading (HTTP/2 pushes back)
+MAX_EVENTS_IN_FLIGHT = 8192  # per Publish stream: past it we stop reading (HTTP/2 pushes back)
+MAX_DELIVERIES = 256  # deliveries per Delivery message
+
+
+class _Unit:
+    """One request's events on their way to its ack: per element, the event's topic,
+    producer, sequence and what became of it (an Entry for a duplicate, an exception
+    for a refusal, None for an event dispatched in `future`'s unit)."""
+
+    __slots__ = ("batched", "ack_level", "rows", "future")
+
+    def __init__(self, batched: bool, ack_level: int):
+        self.batched = batched
+        self.ack_level = ack_level
+        self.rows: list[tuple[str, str, int, object]] = []
+        self.future: asyncio.Future | None = None
 
 
 class PubSubServicer(pgrpc.PubSubServicer):
@@ -39,104 +62,182 @@ class PubSubServicer(pgrpc.PubSubServicer):
         self._producers = 0
         self.accepted = DedupWindow(capacity=200_000)  # message ids published here, with digests
 
-    async def _accept(self, req: ppb.PublishRequest, producer: str, seq: int,
-                      payload: bytes) -> asyncio.Future | Entry:
-        """Validate and queue (the future of its dispatch), or the window's entry of the first
-        copy for a duplicate; raises a domain error for a bad request (nothing queued)."""
-        node = self.node
-        node.server.access.check_publish(req.topic)  # the caller's right and rate (runtime/auth.py)
-        topic = await node.topics.get(req.topic)
+    def _admit(self, topic: pb.Topic, req: ppb.PublishRequest, producer: str, seq: int,
+               payload: bytes) -> tuple[pb.Event | None, Entry]:
+        """Validate and record an event's id: (the event to dispatch, its window entry), or
+        (None, the first copy's entry) for a duplicate; raises a domain error for a bad
+        request (nothing recorded). No await and no future: the caller dispatches a whole
+        request at once."""
         attrs = attributes_from_pb(req.attributes)
-        node.topics.schema(topic).validate_event(attrs)
-        key = (producer, seq)
-        digest = event_digest(topic.name, req.attributes, req.ordering_key, payload)
-        seen, entry = self.accepted.offer(key, time.monotonic(), digest)
+        self.node.topics.schema(topic).validate_event(attrs)  # parsed once per topic version
+        self.node.durables.refuse(topic.name, attrs)  # a full REJECT_PUBLISH durable subscription
+        digest = event_digest(topic.name, attrs, req.ordering_key, payload)
+        seen, entry = self.accepted.offer((producer, seq), time.monotonic(), digest)
         if seen is Seen.DIFFERENT:
             raise AlreadyExists(f"message id {producer}:{seq} was already used for a different event (within the "
                                 f"dedup window): publish it under a new sequence")
         if seen is Seen.SAME:
-            return entry  # a duplicate: answered as the first copy, not published again
-        event = pb.Event(id=pb.MessageId(producer_id=producer, sequence=seq), topic=topic.name,
-                         attributes=req.attributes, ordering_key=req.ordering_key,
-                         publish_time_unix_nanos=time.time_ns())
-        future = entry.outcome = node.dispatcher.submit(event, payload)
+            return None, entry  # a duplicate: answered as the first copy, not published again
+        return pb.Event(id=pb.MessageId(producer_id=producer, sequence=seq), topic=topic.name,
+                        attributes=req.attributes, ordering_key=req.ordering_key,
+                        publish_time_unix_nanos=time.time_ns()), entry
+
+    async def _accept(self, unit: _Unit, reqs, producer: str, seqs: list[int], payloads) -> None:
+        """Admit a request's events and queue the fresh ones for dispatch as one unit. A
+        duplicate's entry points at its first copy's unit until that one settles."""
+        node = self.node
+        topics: dict[str, pb.Topic] = {}
+        events: list[pb.Event] = []
+        kept: list[bytes] = []
+        entries: list[tuple[tuple[str, int], Entry]] = []
+        for req, seq, payload in zip(reqs, seqs, payloads):
+            outcome = None
+            try:
+                if unit.batched and (req.batch or req.slice_count > 1):
+                    raise InvalidArgument(f"batch element {producer}:{seq}: a whole event (no slices, no batch)")
+                node.server.access.check_publish(req.topic)  # the caller's right and rate (runtime/auth.py)
+                topic = topics.get(req.topic)
+                if topic is None:
+                    topic = topics[req.topic] = await node.topics.get(req.topic)
+                event, entry = self._admit(topic, req, producer, seq, payload)
+                if event is None:
+                    outcome = entry
+                else:
+                    entries.append(((producer, seq), entry))
+                    events.append(event)
+                    kept.append(payload)
+            except Exception as e:  # noqa: BLE001 - answered in order, in the ack
+                outcome = e
+            unit.rows.append((req.topic, producer, seq, outcome))
+        if not events:
+            return
+        future = unit.future = node.dispatcher.submit(events, kept)
+        for index, (_, entry) in enumerate(entries):
+            entry.outcome = (future, index)
 
         def settled(f: asyncio.Future) -> None:
-            if f.cancelled() or f.exception() is not None:
-                self.accepted.forget(key)  # not published: a retry may publish it
-            else:
-                entry.outcome = f.result()[0]  # the destinations, for duplicates to come
+            failed = f.cancelled() or f.exception() is not None
+            counts = None if failed else f.result()[0]
+            for index, (key, entry) in enumerate(entries):
+                if failed:
+                    self.accepted.forget(key)  # not published: a retry may publish it
+                else:
+                    entry.outcome = counts[index]  # the destinations, for duplicates to come
 
         future.add_done_callback(settled)
-        return future
 
-    async def _ack(self, req: ppb.PublishRequest, producer: str, seq: int, accepted) -> ppb.PublishAck:
-        ack = ppb.PublishAck(producer_id=producer, sequence=seq)
-        try:
-            if isinstance(accepted, BaseException):
-                raise accepted
-            if isinstance(accepted, Entry):
-                ack.duplicate = True
-                first = accepted.outcome
-                ack.destinations = first if isinstance(first, int) else (await asyncio.shield(first))[0]
-                self.node.metrics.published.labels(req.topic, "duplicate").inc()
-                return ack
-            destinations, deliveries = await accepted
-            ack.destinations = destinations
-            if req.ack_level == ppb.ACK_LEVEL_DELIVERED and deliveries:
-                await asyncio.gather(*deliveries)
-            self.node.metrics.published.labels(req.topic, "ok").inc()
-        except Exception as e:  # noqa: BLE001 - reported in the ack, the stream goes on
-            code, message = status_of(e) or (grpc.StatusCode.INTERNAL, f"internal error: {type(e).__name__}")
-            if status_of(e) is None:
-                log.exception("publish failed")
-            ack.code, ack.error = code.value[0], message
-            self.node.metrics.published.labels("", code.name.lower()).inc()
-        return ack
+    async def _ack(self, unit: _Unit) -> ppb.PublishAck:
+        """The ack of one request (a batch's: one per element, in order), once its events are
+        held at the level asked for."""
+        dests, error = None, None
+        if unit.future is not None:
+            try:
+                dests, deliveries = await unit.future
+                if unit.ack_level == ppb.ACK_LEVEL_DELIVERED and deliveries:
+                    await asyncio.gather(*deliveries)
+            except Exception as e:  # noqa: BLE001 - reported in the acks, the stream goes on
+                error = e
+        acks = []
+        ok: dict[str, int] = {}
+        fresh = 0
+        for topic, producer, seq, outcome in unit.rows:
+            ack = ppb.PublishAck(producer_id=producer, sequence=seq)
+            try:
+                if outcome is None:
+                    if error is not None:
+                        raise error
+                    ack.destinations = dests[fresh]
+                    fresh += 1
+                    ok[topic] = ok.get(topic, 0) + 1
+                elif isinstance(outcome, BaseException):
+                    raise outcome
+                else:
+                    ack.duplicate = True
+                    first = outcome.outcome
+                    if not isinstance(first, int):
+                        first_future, index = first
+                        first = (await asyncio.shield(first_future))[0][index]
+                    ack.destinations = first
+                    self.node.metrics.published.labels(topic, "duplicate").inc()
+            except Exception as e:  # noqa: BLE001 - reported in the ack, the stream goes on
+                if outcome is None:
+                    fresh += 1
+                code, message = status_of(e) or (grpc.StatusCode.INTERNAL, f"internal error: {type(e).__name__}")
+                if status_of(e) is None:
+                    log.exception("publish failed")
+                ack.code, ack.error = code.value[0], message
+                self.node.metrics.published.labels("", code.name.lower()).inc()
+            acks.append(ack)
+        for topic, n in ok.items():
+            self.node.metrics.published.labels(topic, "ok").inc(n)
+        return ppb.PublishAck(acks=acks) if unit.batched else acks[0]
 
     async def Publish(self, request_iterator, context):
+        """Each request (one event, one slice, or a `batch` of events) becomes one unit:
+        admitted as a whole, dispatched as one unit, answered by one ack message. Reading
+        stops while MAX_EVENTS_IN_FLIGHT events await their acks."""
         self._producers += 1
         default_producer = f"{self.node.config.id}:{self._producers}:{time.time_ns()}"
-        pending: asyncio.Queue = asyncio.Queue(MAX_ACKS_IN_FLIGHT)
+        pending: asyncio.Queue = asyncio.Queue()
+        room = asyncio.Event()
+        room.set()
+        in_flight = 0
         slices: dict[tuple[str, int], tuple[ppb.PublishRequest, list[bytes]]] = {}
         auto_seq = 0
 
-        async def read():
+        def next_seq(seq: int) -> int:
             nonlocal auto_seq
+            if not seq:
+                auto_seq += 1
+                seq = auto_seq
+            return seq
+
+        async def read():
+            nonlocal in_flight
             async for req in request_iterator:
                 producer = req.producer_id or default_producer
-                seq = req.sequence
-                if not seq:
-                    auto_seq += 1
-                    seq = auto_seq
-                payload = None
-                if req.slice_count > 1:
-                    first, parts = slices.setdefault((producer, seq), (req, []))
-                    if req.slice_index != len(parts):
-                        slices.pop((producer, seq))
-                        await pending.put((req, producer, seq, InvalidArgument(
-                            f"slice {req.slice_index} of {producer}:{seq} out of order (expected {len(parts)})")))
-                        continue
-                    parts.append(req.payload)
-                    if len(parts) < req.slice_count:
-                        continue
-                    del slices[(producer, seq)]
-                    req = first  # the first slice carries the attributes
-                    payload = b"".join(parts)
-                try:
-                    accepted = await self._accept(req, producer, seq, req.payload if payload is None else payload)
-                except Exception as e:  # noqa: BLE001 - answered in order, in the ack
-                    accepted = e
-                await pending.put((req, producer, seq, accepted))
+                unit = _Unit(bool(req.batch), req.ack_level)
+                if req.batch:
+                    reqs = req.batch
+                    seqs = [next_seq(r.sequence) for r in reqs]
+                    payloads = [r.payload for r in reqs]
+                    await self._accept(unit, reqs, producer, seqs, payloads)
+                else:
+                    seq = next_seq(req.sequence)
+                    payload = None
+                    if req.slice_count > 1:
+                        first, parts = slices.setdefault((producer, seq), (req, []))
+                        if req.slice_index != len(parts):
+                            slices.pop((producer, seq))
+                            unit.rows.append((req.topic, producer, seq, InvalidArgument(
+                                f"slice {req.slice_index} of {producer}:{seq} out of order (expected {len(parts)})")))
+                            await pending.put(unit)
+                            continue
+                        parts.append(req.payload)
+                        if len(parts) < req.slice_count:
+                            continue
+                        del slices[(producer, seq)]
+                        req = first  # the first slice carries the attributes
+                        payload = b"".join(parts)
+                    await self._accept(unit, [req], producer, [seq], [req.payload if payload is None else payload])
+                in_flight += len(unit.rows)
+                await pending.put(unit)
+                if in_flight >= MAX_EVENTS_IN_FLIGHT:
+                    room.clear()
+                    await room.wait()
             await pending.put(None)
 
         reader = asyncio.create_task(read())
         try:
             while True:
-                item = await pending.get()
-                if item is None:
+                unit = await pending.get()
+                if unit is None:
                     break
-                yield await self._ack(*item)
+                ack = await self._ack(unit)
+                in_flight -= len(unit.rows)
+                if in_flight < MAX_EVENTS_IN_FLIGHT:
+                    room.set()
+                yield ack
             await reader
         finally:
             reader.cancel()
@@ -146,10 +247,24 @@ class PubSubServicer(pgrpc.PubSubServicer):
         first = await anext(request_iterator.__aiter__(), None)
         if first is None or not first.HasField("open"):
             raise InvalidArgument("the first request of a subscription must be `open`")
-        release = node.server.access.open_subscription(first.open.topic)  # the caller's right and count
+        # The caller's right and subscription count, checked here, before a durable open is
+        # relayed to its holder (which sees this agent, a member, as the caller). `release`
+        # runs once however the stream ends.
+        release = node.server.access.open_subscription(first.open.topic)
         try:
-            # Attached and registered; if this await is cancelled, the open closes it itself.
-            sub = await node.subscriptions.open(first.open)
+            if first.open.HasField("durable"):  # durable.py: served by its first alive holder
+                target = await node.durables.route(first.open)
+                if target is not None:
+                    try:
+                        async for delivery in relay(node.durables.dial(target), first, request_iterator, context):
+                            yield delivery
+                    finally:
+                        release()
+                    return
+                sub = await node.durables.open(first.open)
+            else:
+                # Attached and registered; if this await is cancelled, the open closes it itself.
+                sub = await node.subscriptions.open(first.open)
         except BaseException:
             release()
             raise
@@ -157,7 +272,8 @@ class PubSubServicer(pgrpc.PubSubServicer):
         async def read():
             async for req in request_iterator:
                 if req.HasField("ack"):
-                    node.metrics.acks.labels(sub.topic).inc(sub.ack(req.ack.delivery_ids, req.ack.credits))
+                    node.metrics.acks.labels(sub.topic).inc(sub.ack(req.ack.delivery_ids, req.ack.credits,
+                                                                    req.ack.through))
                 elif req.HasField("nack"):
                     sub.nack(req.nack.delivery_ids, req.nack.delay_ms / 1000, req.nack.credits)
                 else:
@@ -166,9 +282,12 @@ class PubSubServicer(pgrpc.PubSubServicer):
         reader = None
         try:  # entered with no await since the open: every way out below runs the cleanup
             # Headers now: the client's `start()` returns once the subscription is registered.
-            await context.send_initial_metadata((("x-echelon-subscription", sub.id),))
+            await context.send_initial_metadata(((SUBSCRIPTION_KEY, sub.id), *sub.headers()))
             reader = asyncio.create_task(read())
+            reader.add_done_callback(lambda _: sub.changed.set())
             while True:
+                if sub.ended is not None:
+                    raise sub.ended
                 if sub.overflowed:
                     raise ResourceExhausted(f"subscription {sub.name!r} passed its backlog bound of "
                                             f"{sub.max_backlog} messages and was closed")
@@ -177,19 +296,18 @@ class PubSubServicer(pgrpc.PubSubServicer):
                 if reader.done():
                     reader.result()  # raises the reader's error, if any
                     return  # the client half-closed
-                item = sub.take()
-                if item is None:
+                items = sub.take(MAX_DELIVERIES)
+                if not items:
                     sub.changed.clear()
-                    waiter = asyncio.create_task(sub.changed.wait())
-                    await asyncio.wait({waiter, reader}, return_when=asyncio.FIRST_COMPLETED)
-                    waiter.cancel()
+                    await sub.changed.wait()  # the reader's end sets it too: no task per wait
                     continue
-                delivery_id, pending = item
-                node.metrics.deliveries.labels(sub.topic).inc()
-                if pending.redeliveries:
-                    node.metrics.redeliveries.inc()
-                yield ppb.Delivery(delivery_id=delivery_id, subscription=sub.name, event=pending.event,
-                                   redelivery_count=pending.redeliveries)
+                node.metrics.deliveries.labels(sub.topic).inc(len(items))
+                redelivered = sum(1 for _, p in items if p.redeliveries)
+                if redelivered:
+                    node.metrics.redeliveries.inc(redelivered)
+                batch = [ppb.Delivery(delivery_id=delivery_id, subscription=sub.name, event=p.event,
+                                      redelivery_count=p.redeliveries) for delivery_id, p in items]
+                yield batch[0] if len(batch) == 1 else ppb.Delivery(batch=batch)
         finally:  # no await here: a cancelled stream runs it to the end
             release()
             if reader is not None:
@@ -197,11 +315,18 @@ class PubSubServicer(pgrpc.PubSubServicer):
             sub.detach()
             if not sub.named:
                 node.subscriptions.close(sub)
+            elif sub.durable:
+                node.durables.touch(sub)
 
     async def Unsubscribe(self, request, context):
         """Gone from this agent at once; the answer waits (up to the matcher timeout) for the
         tier to acknowledge the removal, which is retried after that if it must be."""
         sub = self.node.subscriptions.subs.get(request.subscription)
+        if sub is None or sub.durable:
+            record = await self.node.durables.locate(request.subscription) if request.subscription else None
+            if record is not None:  # a durable subscription: gone from every holder
+                await self.node.durables.delete(record)
+                return ppb.UnsubscribeResponse()
         if sub is None:
             raise NotFound(f"subscription {request.subscription!r} does not exist on this agent")
         removed = self.node.subscriptions.close(sub)

@@ -53,6 +53,8 @@ class Registry:
                 raise InvalidArgument(f"subscription name {name!r}: no leading '~' and no '/'")
             sub = self.subs.get(name)
             if sub is not None:
+                if sub.durable:
+                    raise FailedPrecondition(f"subscription {name!r} is durable: open it with durable options")
                 if sub.attached:
                     raise AlreadyExists(f"subscription {name!r} is attached to another stream")
                 if sub.topic != topic.name:

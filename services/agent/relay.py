@@ -11,6 +11,7 @@ from typing import Callable
 import grpc
 from prometheus_client import Counter
 
+from echelon.runtime.transport import MEMBER_KEY, require_member
 from echelon.v1 import relay_pb2 as rpb
 from echelon.v1 import relay_pb2_grpc as rgrpc
 
@@ -29,7 +30,9 @@ class RelayServicer(rgrpc.RelayServicer):
         self.receive = receive
 
     async def Stream(self, request_iterator, context):
-        peer = dict(context.invocation_metadata()).get("x-echelon-member", "?")
+        peer = dict(context.invocation_metadata()).get(MEMBER_KEY, "?")
+        # Agents and routers relay; the claimed sender must be the certificate's (no-op without TLS).
+        require_member(context, peer, ("agent", "router"), "Relay.Stream")
         received = self.received(peer)
         acks: asyncio.Queue[int | None] = asyncio.Queue()
         await self.ready.wait()

@@ -13,6 +13,7 @@ The node wires parts with one job each:
 | `linkset.LinkSet` | the outgoing relay links (of both planes) and their per-peer series |
 | `matching.MatchClient`, `reconcile.Reconciler` | the matcher tier's client; reconciliation |
 | `pubsub`, `relay`, `admin` | the gRPC services |
+| `durable.Durables`, `store.Store` | durable subscriptions: on-disk log, replicas, retention (`durable_rpc`: their service) |
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from echelon.agent.admin import AdminProxy
 from echelon.agent.dataplane import PARK_SECONDS, DataPlane
 from echelon.agent.delivery import LocalDelivery
 from echelon.agent.dispatch import Dispatcher
+from echelon.agent.durable import Defaults, Durables
+from echelon.agent.durable_rpc import DurableServicer
 from echelon.agent.gateway import Gateway, region_view
 from echelon.agent.linkset import LinkSet, PlaneHost
 from echelon.agent.matching import MatchClient
@@ -32,10 +35,13 @@ from echelon.agent.pubsub import PubSubServicer
 from echelon.agent.reconcile import PERIOD, Reconciler
 from echelon.agent.registry import Registry
 from echelon.agent.relay import RelayServicer
+from echelon.agent.store import FSYNC_POLICIES, Store
 from echelon.agent.subscriptions import Subscription
 from echelon.agent.topics import Topics
 from echelon.agent.trees import Trees, hinted
 from echelon.runtime.node import Node, NodeConfig
+from echelon.v1 import durable_pb2 as dpb
+from echelon.v1 import durable_pb2_grpc as dgrpc
 from echelon.v1 import membership_pb2 as mpb
 from echelon.v1 import pubsub_pb2 as ppb
 from echelon.v1 import pubsub_pb2_grpc as pgrpc
@@ -50,8 +56,17 @@ class AgentNode(Node):
 
     def __init__(self, config: NodeConfig, max_backlog: int = 10_000, window_bytes: int = 8 << 20,
                  dissemination: str = "lbdd", slice_bytes: int = 65536, stripes: int = 8,
-                 park_seconds: float = PARK_SECONDS, reconcile_seconds: float = PERIOD):
+                 park_seconds: float = PARK_SECONDS, reconcile_seconds: float = PERIOD,
+                 data_dir: str | None = None, fsync: str = "batch", fsync_batch_ms: int = 10,
+                 durable: Defaults | None = None):
         super().__init__(config)
+        # Durable subscriptions' log: data_dir None keeps it in memory (tests, demos: the
+        # replica is then all that outlives this process).
+        if fsync not in FSYNC_POLICIES or not 1 <= fsync_batch_ms <= 10_000:
+            raise ValueError(f"fsync {fsync!r} every {fsync_batch_ms} ms: one of {FSYNC_POLICIES}, 1 to 10000 ms")
+        self.data_dir, self.fsync, self.fsync_batch_ms = data_dir, fsync, fsync_batch_ms
+        self.durable_defaults = durable or Defaults(max_messages=max_backlog)
+        self.durables: Durables | None = None
         if dissemination not in ("lbdd", "p2p"):
             raise ValueError(f"dissemination {dissemination!r}: lbdd or p2p")
         if not 1024 <= slice_bytes <= 16 << 20:
@@ -67,8 +82,8 @@ class AgentNode(Node):
         self.ready = asyncio.Event()  # the data plane exists: frames may be taken
         self.metrics = AgentMetrics(self.registry)
         self.links = LinkSet(config.id, window_bytes, self.registry, self.metrics.dropped, self._peer_broke,
-                             self._settle)
-        self.admin = AdminProxy(config.membership, lambda: self.membership)
+                             self._settle, transport=self.server.transport)
+        self.admin = AdminProxy(config.membership, lambda: self.membership, self.server.transport)
         self.topics = Topics(lambda: self.membership, self.admin.call)
         # Made in on_start, once the membership view is there.
         self.plane: DataPlane | None = None
@@ -83,6 +98,8 @@ class AgentNode(Node):
                         ppb.DESCRIPTOR.services_by_name["PubSub"].full_name)
         self.server.add(pgrpc.add_AdminServicer_to_server, self.admin,
                         ppb.DESCRIPTOR.services_by_name["Admin"].full_name)
+        self.server.add(dgrpc.add_DurableServicer_to_server, DurableServicer(lambda: self.durables),
+                        dpb.DESCRIPTOR.services_by_name["Durable"].full_name)
         self.server.add(rgrpc.add_RelayServicer_to_server, RelayServicer(
             self.ready, lambda peer: self.links.received(peer, peer in self.membership.members),
             lambda peer, frame, ack: self.plane.receive(frame, ack)),
@@ -120,6 +137,8 @@ class AgentNode(Node):
         self.matching = MatchClient(self.membership)
         self.subscriptions = Registry(me, self.topics, self.matching, self.metrics,
                                       lambda topics: self.membership.set_topics(set(), topics), self._max_backlog)
+        self.durables = Durables(self, Store(self.data_dir, self.fsync), self.durable_defaults)
+        durable_tasks = self.durables.start()
         delivery = LocalDelivery(lambda: self.subscriptions.subs, self.metrics, self.subscriptions.close)
         self.host = PlaneHost(me, self.address, self.metrics, self.links, delivery.dedup, delivery.deliver)
         trees = Trees(me, self.address, self.dissemination, self.stripes)
@@ -135,7 +154,7 @@ class AgentNode(Node):
         self.membership.on_plan(self.on_view)  # cliques move members between regions; bucket hints change the trees
         self._tasks = [asyncio.create_task(self.dispatcher.run(), name="dispatcher"),
                        asyncio.create_task(self._expire_loop(), name="park-expiry"),
-                       asyncio.create_task(self.reconciler.run(), name="reconcile")]
+                       asyncio.create_task(self.reconciler.run(), name="reconcile"), *durable_tasks]
 
     async def on_stop(self) -> None:
         if self.host:
@@ -148,6 +167,8 @@ class AgentNode(Node):
         await self.links.close()
         if self.matching:
             await self.matching.close()
+        if self.durables:
+            self.durables.store.close()
 
     def on_view(self) -> None:
         if self.matching:

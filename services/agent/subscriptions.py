@@ -37,6 +37,8 @@ class Pending:
 
 
 class Subscription:
+    durable = False  # durable_sub.DurableSubscription: kept on disk and by a replica agent
+
     def __init__(self, sid: str, name: str, topic: str, flt: Filter, max_backlog: int):
         self.id = sid  # cluster-wide: "<agent>/<name>"
         self.name = name
@@ -51,6 +53,7 @@ class Subscription:
         self.attached = False
         self.overflowed = False
         self.closed = False
+        self.ended: Exception | None = None  # set: the attached stream ends with this error (a durable seek)
         self.changed = asyncio.Event()
         self.created_ns = time.time_ns()
         self._next_id = 1
@@ -72,19 +75,30 @@ class Subscription:
         self.changed.set()
         return True
 
-    def take(self) -> tuple[int, Pending] | None:
-        """The next delivery if the client has credit for it."""
-        if self.credits <= 0 or not self.backlog:
-            return None
-        pending = self.backlog.popleft()
-        delivery_id = self._next_id
-        self._next_id += 1
-        self.unacked[delivery_id] = pending
-        self.credits -= 1
-        return delivery_id, pending
+    def take(self, most: int = 1) -> list[tuple[int, Pending]]:
+        """The next deliveries the client has credit for (at most `most`), ids increasing."""
+        taken = []
+        while self.credits > 0 and self.backlog and len(taken) < most:
+            pending = self.backlog.popleft()
+            delivery_id = self._next_id
+            self._next_id += 1
+            self.unacked[delivery_id] = pending
+            self.credits -= 1
+            taken.append((delivery_id, pending))
+        return taken
 
-    def ack(self, delivery_ids, credits: int) -> int:
-        acked = sum(self.unacked.pop(i, None) is not None for i in delivery_ids)
+    def ack(self, delivery_ids, credits: int, through: int = 0) -> int:
+        """Forget acked deliveries: the ids listed and, cumulatively, every one up to
+        `through` (unacked is in id order: ids are given increasing, and a redelivery
+        gets a new id)."""
+        acked = 0
+        while self.unacked and through:
+            first = next(iter(self.unacked))
+            if first > through:
+                break
+            del self.unacked[first]
+            acked += 1
+        acked += sum(self.unacked.pop(i, None) is not None for i in delivery_ids)
         self.credits += credits
         self.changed.set()
         return acked
@@ -111,6 +125,10 @@ class Subscription:
         if not self.closed:  # a removed subscription drops them with the rest of its backlog
             self.backlog.extendleft(reversed(nacked))
             self.changed.set()
+
+    def headers(self) -> tuple[tuple[str, str], ...]:
+        """More initial metadata for the stream (durable_sub.py)."""
+        return ()
 
     def attach(self, credits: int) -> None:
         self.attached = True

@@ -124,6 +124,13 @@ class Trees:
             tree = self._trees[k] = _Tree(lbdd.buckets(salted(source_key, stripe), ids, leaves), ids)
         return tree
 
+    def shape(self, topic: str, destinations: Sequence[str]) -> frozenset[str]:
+        """What besides the view decides the tree `route` uses for `destinations`: those not
+        advertised as subscribers of the topic join it. Two messages of one shape take the
+        same path to a destination; of different shapes, maybe not (the root fences)."""
+        subs = self.table.subscribers(topic)
+        return frozenset(d for d in destinations if d not in subs and d != self.self_id)
+
     def route(self, source_key: str, topic: str, stripe: int,
               destinations: Sequence[str]) -> tuple[dict[str, list[str]], list[str]]:
         """This node's copies for `destinations`: ({target id: destination ids behind it}, lost).

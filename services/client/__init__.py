@@ -28,11 +28,12 @@ error family in `echelon.client.errors`. The client needs grpcio and protobuf on
 
 from echelon.client import errors
 from echelon.client.client import Client
+from echelon.client.durable import Durable
 from echelon.client.errors import EchelonError
 from echelon.client.publisher import AckLevel, Publisher, PublishResult
 from echelon.client.subscription import Message, Subscription
 
 ACCEPTED, DELIVERED = AckLevel.ACCEPTED, AckLevel.DELIVERED  # shorthands: `publisher(ack_level=DELIVERED)`
 
-__all__ = ["ACCEPTED", "DELIVERED", "AckLevel", "Client", "EchelonError", "Message", "PublishResult", "Publisher",
+__all__ = ["ACCEPTED", "DELIVERED", "AckLevel", "Client", "Durable", "EchelonError", "Message", "PublishResult", "Publisher",
            "Subscription", "errors"]

@@ -6,17 +6,22 @@ import asyncio
 import os
 import time
 import uuid
+from collections import OrderedDict
+from pathlib import Path
 from typing import Iterable
 
 import grpc
 
-from echelon.client.errors import ClientClosed, InvalidArgument, Timeout, Unavailable, translating
+from echelon.client.durable import Durable, seek_target
+from echelon.client.errors import ClientClosed, InvalidArgument, Timeout, translating
 from echelon.client.publisher import AckLevel, Publisher
 from echelon.client.subscription import Callback, Subscription
 from echelon.core.filters import Filter
 from echelon.core.schema import Attribute, Schema, parse_attribute
-from echelon.runtime.channel import channel
+from echelon.runtime.transport import TOKEN_ENV, TlsDir, Transport, call_any, unavailable
 from echelon.runtime.wire import schema_to_pb
+from echelon.v1 import durable_pb2 as dpb
+from echelon.v1 import durable_pb2_grpc as dgrpc
 from echelon.v1 import pubsub_pb2 as ppb
 from echelon.v1 import pubsub_pb2_grpc as pgrpc
 
@@ -29,21 +34,28 @@ class Client:
             ...
         # leaving the block closed it: publishers flushed, subscriptions closed
 
-    `timeout` bounds every topic call (seconds). `token`: a bearer token sent with every
-    call (a static token or a JWT, whatever the cluster's `--auth` takes); default
-    `$ECHELON_TOKEN`, none if unset. Every failure raises an
+    `timeout` bounds every topic call (seconds). `tls`: a directory with `ca.crt` (the
+    cluster's CA) and, for a client certificate, `tls.crt` and `tls.key`; the agents'
+    host names are checked against their certificates. `token`: a bearer token sent with
+    every call (a static token or a JWT, whatever the cluster's `--auth` takes); default
+    `$ECHELON_TOKEN`, none if unset. A client certificate names the caller instead of
+    the token when both are there (runtime/auth.py). Every failure raises an
     `echelon.client.errors.EchelonError` subclass (a refused call: Unauthenticated or
     PermissionDenied, naming the topic and the right that was missing)."""
 
-    def __init__(self, addresses: str | Iterable[str], timeout: float = 30.0, token: str | None = None):
+    def __init__(self, addresses: str | Iterable[str], timeout: float = 30.0,
+                 tls: str | os.PathLike | None = None, token: str | None = None):
         self.addresses = [addresses] if isinstance(addresses, str) else list(addresses)
         if not self.addresses:
             raise InvalidArgument("at least one agent address is needed")
         self.timeout = timeout
-        self.token = os.environ.get("ECHELON_TOKEN", "") if token is None else token
+        token = os.environ.get(TOKEN_ENV, "") if token is None else token
+        self.transport = Transport(TlsDir(Path(tls), server_name=None) if tls else None, token=token)
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._publishers: set[Publisher] = set()
         self._subscriptions: set[Subscription] = set()
+        self._acked: dict[str, OrderedDict] = {}  # durable subscription -> message ids acked (client/durable.py)
+        self._seeks: dict[str, str] = {}  # durable subscription -> its seek count when last opened
         self._state = "open"  # open -> draining -> closed
 
     async def __aenter__(self) -> "Client":
@@ -55,18 +67,21 @@ class Client:
     # -- topics ------------------------------------------------------------------------
 
     async def create_topic(self, name: str, schema: Schema | Iterable[Attribute | str] = (),
-                           timeout: float | None = None) -> ppb.Topic:
+                           timeout: float | None = None, retention_bytes: int = 0,
+                           retention_seconds: int = 0) -> ppb.Topic:
         """Create a topic (again with the same schema: no change).
 
             await client.create_topic("quotes", ["Symbol:string", "High:float:0:500", "Volume:int"])
 
         An empty schema takes any attributes. Raises InvalidArgument for a bad attribute
-        spec, AlreadyExists if the topic exists with another schema."""
+        spec, AlreadyExists if the topic exists with another schema. `retention_*` bound the
+        events kept for durable subscriptions' replay (0: the agents' defaults)."""
         with translating():
             if not isinstance(schema, Schema):
                 schema = Schema(tuple(a if isinstance(a, Attribute) else parse_attribute(a) for a in schema))
-        return await self._admin("CreateTopic", ppb.CreateTopicRequest(name=name, schema=schema_to_pb(schema)),
-                                 timeout)
+        return await self._admin("CreateTopic", ppb.CreateTopicRequest(
+            name=name, schema=schema_to_pb(schema), retention_bytes=retention_bytes,
+            retention_seconds=retention_seconds), timeout)
 
     async def get_topic(self, name: str, timeout: float | None = None) -> ppb.Topic:
         """The topic and its schema; NotFound if there is none."""
@@ -96,7 +111,7 @@ class Client:
         return publisher
 
     def subscribe(self, topic: str, filter: str | Filter = "", *, name: str = "", max_outstanding: int = 64,
-                  callback: Callback | None = None) -> Subscription:
+                  callback: Callback | None = None, durable: Durable | bool | None = None) -> Subscription:
         """A subscription to the events of `topic` that match `filter`; open it with `async with`.
 
             async with client.subscribe("quotes", 'Symbol = "aapl" and High >= 45') as sub:
@@ -107,9 +122,13 @@ class Client:
         resumes it). With `callback`, each message goes to `callback(msg)` (sync or
         async; a return acks it, an exception nacks it), at most `max_outstanding` at
         once; without, iterate. Either way the agent has at most `max_outstanding`
-        deliveries unsettled."""
+        deliveries unsettled. `durable` (with `name`) makes it a cluster object that outlives
+        any agent (client/durable.py)."""
         self._check_open()
-        return Subscription(self, topic, filter, name, max_outstanding, callback)
+        if durable and not name:
+            raise InvalidArgument("a durable subscription needs a name")
+        options = (durable if isinstance(durable, Durable) else Durable()).to_pb() if durable else None
+        return Subscription(self, topic, filter, name, max_outstanding, callback, options)
 
     async def unsubscribe(self, name: str, timeout: float | None = None) -> None:
         """Remove a named subscription and drop its backlog; NotFound if the agent has none."""
@@ -117,6 +136,41 @@ class Client:
         with translating():
             await pgrpc.PubSubStub(self._channel()).Unsubscribe(ppb.UnsubscribeRequest(subscription=name),
                                                                 timeout=timeout or self.timeout)
+
+    # -- durable subscriptions (any agent answers for the cluster) ----------------------
+
+    async def list_subscriptions(self, timeout: float | None = None) -> list[dpb.DurableSubscription]:
+        return list((await self._durable("ListSubscriptions", dpb.ListSubscriptionsRequest(),
+                                         timeout)).subscriptions)
+
+    async def get_subscription(self, name: str, timeout: float | None = None) -> dpb.DurableSubscription:
+        """Its record and backlog (messages, bytes, oldest); NotFound if there is none."""
+        return await self._durable("GetSubscription", dpb.GetSubscriptionRequest(name=name), timeout)
+
+    async def seek(self, name: str, time=None, message: tuple[str, int] | None = None,
+                   timeout: float | None = None) -> int:
+        """Owe `name` every retained event from `time` (datetime or Unix seconds) or from
+        `message` (producer id, sequence) on, acked or not; OutOfRange if the message is
+        not retained. Returns the backlog it then has."""
+        with translating():
+            target = seek_target(time, message)
+        request = dpb.SeekRequest(name=name, **target)
+        return (await self._durable("Seek", request, timeout)).backlog_messages
+
+    async def delete_subscription(self, name: str, timeout: float | None = None) -> None:
+        await self._durable("DeleteSubscription", dpb.DeleteSubscriptionRequest(name=name), timeout)
+
+    def _seen_seeks(self, name: str, seeks: str) -> None:
+        """Forget what was acked under `name` when it was sought since."""
+        if self._seeks.get(name, seeks) != seeks:
+            self._acked.get(name, OrderedDict()).clear()
+        self._seeks[name] = seeks
+
+    async def _durable(self, method: str, request, timeout: float | None):
+        self._check_open()
+        with translating():
+            return await getattr(dgrpc.DurableStub(self._channel()), method)(request,
+                                                                             timeout=timeout or self.timeout)
 
     # -- drain and close ---------------------------------------------------------------
 
@@ -164,7 +218,7 @@ class Client:
     def _channel(self, i: int = 0) -> grpc.aio.Channel:
         address = self.addresses[i % len(self.addresses)]
         if address not in self._channels:
-            self._channels[address] = channel(address, token=self.token)
+            self._channels[address] = self.transport.dial(address)
         return self._channels[address]
 
     def _track(self, sub: Subscription) -> None:
@@ -177,12 +231,10 @@ class Client:
     async def _admin(self, method: str, request, timeout: float | None):
         """A topic call, trying each address in turn while they are unreachable."""
         self._check_open()
-        last = None
-        for i in range(len(self.addresses)):
-            try:
-                with translating():
-                    return await getattr(pgrpc.AdminStub(self._channel(i)), method)(
-                        request, timeout=timeout or self.timeout)
-            except Unavailable as e:
-                last = e
-        raise last
+
+        async def one(i: int):
+            with translating():
+                return await getattr(pgrpc.AdminStub(self._channel(i)), method)(request,
+                                                                               timeout=timeout or self.timeout)
+
+        return await call_any(range(len(self.addresses)), one, retry=unavailable)

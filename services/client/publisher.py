@@ -10,6 +10,12 @@ A `Publisher` keeps one stream open and numbers its messages (producer id, seque
 On a broken stream it reconnects (to the next address, if several) and resends every
 unacknowledged message with the same (producer id, sequence), so receivers drop the
 second copy (DESIGN.md, "Guarantees"). Payloads above `SLICE_BYTES` go as slices.
+
+Batching (issue 12), as NATS's client does it: publishes queue in an outbox and the
+stream takes everything queued whenever it is ready to write, packed into `batch`
+requests of up to MAX_BATCH_EVENTS events / MAX_BATCH_BYTES. So batching adds no delay:
+a lone publish goes at once (no timer), and under load events coalesce while the previous
+write is on its way. `publish_batch()` waits on one future for the whole batch.
 """
 
 from __future__ import annotations
@@ -33,6 +39,8 @@ if TYPE_CHECKING:
     from echelon.client.client import Client
 
 SLICE_BYTES = 4 << 20  # larger payloads are published as slices
+MAX_BATCH_EVENTS = 512  # events per request (a slice always goes alone)
+MAX_BATCH_BYTES = 1 << 20
 # Stream failures worth a reconnect and a resend; anything else fails the pending publishes.
 RETRIED = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.DEADLINE_EXCEEDED,
            grpc.StatusCode.INTERNAL)
@@ -117,7 +125,11 @@ class Publisher:
         for e in events:
             attrs, payload = e if isinstance(e, tuple) else (e, b"")
             batch.append(self._requests(topic, attrs, payload, ordering_key))
-        results = await asyncio.gather(*self._enqueue(batch), return_exceptions=True)
+        if not batch:
+            return []
+        gathered = _Gathered(len(batch))
+        self._enqueue(batch, gathered)
+        results = await gathered.future
         if not return_exceptions:
             for r in results:
                 if isinstance(r, BaseException):
@@ -126,7 +138,7 @@ class Publisher:
 
     async def flush(self, timeout: float | None = None) -> None:
         """Wait until every queued publish is acknowledged or failed; Timeout after `timeout` s."""
-        futures = [f for _, f in self._pending.values()]
+        futures = list(dict.fromkeys(_future(sink) for _, sink in self._pending.values()))
         if not futures:
             return
         _, late = await asyncio.wait(futures, timeout=timeout)
@@ -156,29 +168,32 @@ class Publisher:
         slices = [payload[i:i + SLICE_BYTES] for i in range(0, len(payload), SLICE_BYTES)] or [b""]
         requests = []
         for i, chunk in enumerate(slices):
+            # Producer id and ack level are the outer request's (set by `_pack`).
             req = ppb.PublishRequest(topic=topic, payload=chunk, ordering_key=ordering_key,
-                                     producer_id=self.producer_id, ack_level=self.ack_level)
-            if i == 0:
-                for k, v in attrs.items():
-                    req.attributes[k].CopyFrom(v)
+                                     attributes=attrs if i == 0 else None)
             if len(slices) > 1:
                 req.slice_index, req.slice_count, req.payload_size = i, len(slices), len(payload)
             requests.append(req)
         return requests
 
-    def _enqueue(self, events: list[list[ppb.PublishRequest]]) -> list[asyncio.Future]:
-        """Number the events and put them on the stream as one write burst."""
+    def _enqueue(self, events: list[list[ppb.PublishRequest]], gathered: "_Gathered | None" = None
+                 ) -> list[asyncio.Future]:
+        """Number the events and put them on the stream as one write burst: a future each,
+        or the `gathered` results of a publish_batch (no future per event)."""
         if self._closed:
             raise ClientClosed(f"publisher {self.producer_id} is closed")
         loop = asyncio.get_running_loop()
         futures, burst = [], []
-        for requests in events:
+        for index, requests in enumerate(events):
             seq = next(self._seq)
             for req in requests:
                 req.sequence = seq
-            future = loop.create_future()
-            self._pending[seq] = (requests, future)
-            futures.append(future)
+            if gathered is None:
+                sink = loop.create_future()
+                futures.append(sink)
+            else:
+                sink = (gathered, index)
+            self._pending[seq] = (requests, sink)
             burst.extend(requests)
         self._outbox.put_nowait(burst)
         if self._task is None:
@@ -186,10 +201,36 @@ class Publisher:
         return futures
 
     def _fail_pending(self, error: EchelonError) -> None:
-        for _, future in self._pending.values():
-            if not future.done():
-                future.set_exception(error)
+        for _, sink in self._pending.values():
+            _settle(sink, error)
         self._pending.clear()
+
+    def _pack(self, burst: list[ppb.PublishRequest]):
+        """The stream's messages for what was queued: whole events in `batch` requests (a
+        lone event as itself), a slice alone."""
+        batch: list[ppb.PublishRequest] = []
+        size = 0
+        for req in burst:
+            if req.slice_count > 1:
+                if batch:
+                    yield self._outer(batch)
+                    batch, size = [], 0
+                yield self._outer([req])
+                continue
+            batch.append(req)
+            size += req.ByteSize()
+            if len(batch) >= MAX_BATCH_EVENTS or size >= MAX_BATCH_BYTES:
+                yield self._outer(batch)
+                batch, size = [], 0
+        if batch:
+            yield self._outer(batch)
+
+    def _outer(self, batch: list[ppb.PublishRequest]) -> ppb.PublishRequest:
+        if len(batch) == 1:
+            req = batch[0]
+            req.producer_id, req.ack_level = self.producer_id, self.ack_level
+            return req
+        return ppb.PublishRequest(producer_id=self.producer_id, ack_level=self.ack_level, batch=batch)
 
     async def _end_stream(self) -> None:
         """Half-close the stream (the agent ends it once every ack is sent), then wait for it."""
@@ -214,21 +255,31 @@ class Publisher:
                 self._outbox.put_nowait(None)
 
             async def requests(outbox=self._outbox):
+                # Whatever queued while the stream was busy goes out together (flush when idle).
                 while (burst := await outbox.get()) is not None:
-                    for req in burst:
+                    ended = False
+                    queued = list(burst)
+                    while not outbox.empty():
+                        more = outbox.get_nowait()
+                        if more is None:
+                            ended = True
+                            break
+                        queued.extend(more)
+                    for req in self._pack(queued):
                         yield req
+                    if ended:
+                        return
 
             call = stub.Publish(requests())
             try:
-                async for ack in call:
+                async for reply in call:
                     attempt = 0
-                    entry = self._pending.pop(ack.sequence, None)
-                    if entry is None or entry[1].done():
-                        continue
-                    if ack.code:
-                        entry[1].set_exception(from_status(ack.code, ack.error))
-                    else:
-                        entry[1].set_result(PublishResult(ack.producer_id, ack.sequence, ack.destinations, ack.duplicate))
+                    for ack in reply.acks or (reply,):
+                        entry = self._pending.pop(ack.sequence, None)
+                        if entry is None:
+                            continue
+                        _settle(entry[1], from_status(ack.code, ack.error) if ack.code else
+                                PublishResult(ack.producer_id, ack.sequence, ack.destinations, ack.duplicate))
                 if self._closed and not self._pending:
                     return  # our half-close ended the stream
             except grpc.aio.AioRpcError as e:
@@ -237,3 +288,33 @@ class Publisher:
                     self._fail_pending(from_rpc_error(e))
                     attempt = 0
                 await asyncio.sleep(min(0.05 * 2 ** attempt, 2.0))
+
+
+class _Gathered:
+    """The results of one publish_batch, in order, and its one future."""
+
+    __slots__ = ("results", "left", "future")
+
+    def __init__(self, n: int):
+        self.results: list = [None] * n
+        self.left = n
+        self.future = asyncio.get_running_loop().create_future()
+
+
+def _settle(sink, outcome) -> None:
+    """Give an event's outcome (a PublishResult or an exception) to its future or batch."""
+    if isinstance(sink, tuple):
+        gathered, index = sink
+        gathered.results[index] = outcome
+        gathered.left -= 1
+        if gathered.left == 0 and not gathered.future.done():
+            gathered.future.set_result(gathered.results)
+    elif not sink.done():
+        if isinstance(outcome, BaseException):
+            sink.set_exception(outcome)
+        else:
+            sink.set_result(outcome)
+
+
+def _future(sink) -> asyncio.Future:
+    return sink[0].future if isinstance(sink, tuple) else sink

@@ -16,6 +16,14 @@ deliveries unsettled (the stream's credits: one comes back per ack or nack), and
 callback form never runs more than `max_outstanding` callbacks at once. A named
 subscription (`name=`) outlives its stream: whatever was not acked when it closed is
 redelivered to the next stream with that name (`redelivery_count` + 1).
+
+Batching (issue 12): the agent sends many deliveries per message; acks and nacks are
+group-committed: `ack()` queues the ack and returns (it does not wait for the write),
+and one flush task writes everything queued by then in one request (nacks first, then
+one ack that is cumulative, `through`, up to the oldest message still handed out, plus
+the ids above it). A lone ack goes out on the next turn of the event loop; under load
+acks coalesce while the previous write is on its way. `close()` writes what is queued
+before it half-closes the stream.
 """
 
 from __future__ import annotations
@@ -23,15 +31,17 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Awaitable, Callable
 
 import grpc
 
 from echelon.client.errors import (ClientClosed, EchelonError, FailedPrecondition, InvalidArgument, Timeout,
-                                   Unavailable, from_rpc_error, from_status, translating)
+                                   Unavailable, from_rpc_error, from_status)
 from echelon.core.filters import Filter
 from echelon.core.schema import Value
+from echelon.runtime.transport import SUBSCRIPTION_KEY
 from echelon.runtime.wire import attributes_from_pb, filter_to_pb
 from echelon.v1 import pubsub_pb2 as ppb
 from echelon.v1 import pubsub_pb2_grpc as pgrpc
@@ -42,6 +52,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("echelon.client")
 
 MAX_NACK_DELAY = 600.0  # seconds; the agent refuses more
+ACKED_MEMORY = 200_000  # message ids a durable subscription remembers having acked
 _END = object()  # in the inbox: nothing more will be handed out
 
 Callback = Callable[["Message"], "Awaitable[None] | None"]
@@ -64,7 +75,8 @@ class Message:
     settled: bool = field(default=False, init=False)
 
     async def ack(self) -> None:
-        """Processed: the agent forgets it and may send one more."""
+        """Processed: the agent forgets it and may send one more (queued for the stream at
+        once, written with the next flush; raises ClientClosed if the stream has ended)."""
         await self._subscription._settle(self, None)
 
     async def nack(self, delay: float = 0.0) -> None:
@@ -78,14 +90,19 @@ class Subscription:
     """A subscription stream, made by `Client.subscribe()`; `async with` opens and closes it."""
 
     def __init__(self, client: "Client", topic: str, flt: str | Filter, name: str, max_outstanding: int,
-                 callback: Callback | None):
+                 callback: Callback | None, durable: ppb.DurableOptions | None = None):
         if max_outstanding < 1:
             raise InvalidArgument(f"max_outstanding {max_outstanding}: at least 1")
         self.client = client
         self.name = name
         self.max_outstanding = max_outstanding
         self.callback_errors = 0  # callbacks that raised (their messages were nacked)
-        open_ = ppb.SubscriptionOpen(topic=topic, subscription=name, credits=max_outstanding)
+        open_ = ppb.SubscriptionOpen(topic=topic, subscription=name, credits=max_outstanding, durable=durable)
+        # Durable: message ids acked through this client under this name, so a redelivery after
+        # a failover is acked again, not handed out (client/durable.py).
+        self._acked: OrderedDict[tuple[str, int], None] | None = \
+            client._acked.setdefault(name, OrderedDict()) if durable is not None else None
+        self.acked_redeliveries = 0
         if isinstance(flt, Filter):
             open_.filter.CopyFrom(filter_to_pb(flt))
         else:
@@ -94,6 +111,10 @@ class Subscription:
         self._callback = callback
         self._state = "new"  # new -> open -> draining -> closed
         self._write = asyncio.Lock()  # one write at a time on a stream
+        self._acks: list[int] = []  # settled, not yet written
+        self._nacks: dict[int, list[int]] = {}  # delay in ms -> ids
+        self._credits = 0
+        self._flushing: asyncio.Task | None = None
         self._inbox: asyncio.Queue = asyncio.Queue()
         self._handed: dict[int, Message] = {}  # given to the application, not yet settled
         self._settled = asyncio.Event()
@@ -132,15 +153,28 @@ class Subscription:
             self._tasks.append(asyncio.create_task(self._dispatch(), name="subscription callbacks"))
 
     async def _open_stream(self) -> None:
-        call = self._call = pgrpc.PubSubStub(self.client._channel()).Subscribe()
+        """Open on the client's first agent; a durable subscription fails over to the next
+        ones while they are unreachable (any agent serves it)."""
+        tries = len(self.client.addresses) if self._acked is not None else 1
+        for i in range(tries):
+            try:
+                return await self._open_on(i)
+            except Unavailable:
+                if i == tries - 1:
+                    raise
+
+    async def _open_on(self, i: int) -> None:
+        call = self._call = pgrpc.PubSubStub(self.client._channel(i)).Subscribe()
         try:
             await call.write(ppb.SubscribeRequest(open=self._open))
         except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
             pass  # refused before our write went out: the call's status says why
         # The agent sends headers once the subscription is registered; a refusal
         # (bad filter, unknown topic) ends the call without them.
-        metadata = await call.initial_metadata()
-        if any(k == "x-echelon-subscription" for k, _ in metadata or ()):
+        metadata = dict(await call.initial_metadata() or ())
+        if SUBSCRIPTION_KEY in metadata:
+            if self._acked is not None:  # a seek moved what is owed: acked messages may come again
+                self.client._seen_seeks(self.name, metadata.get("x-echelon-seeks", ""))
             return
         code = await call.code()
         if code == grpc.StatusCode.OK:
@@ -206,6 +240,8 @@ class Subscription:
         for task in list(self._callbacks):
             task.cancel()
         await asyncio.gather(*self._callbacks, return_exceptions=True)
+        if self._flushing is not None:  # acks already given are written before the half-close
+            await asyncio.gather(self._flushing, return_exceptions=True)
         if self._call is not None and not self._ended.is_set():
             async with self._write:
                 self._half_closed = True
@@ -226,7 +262,13 @@ class Subscription:
     async def _read(self) -> None:
         try:
             async for delivery in self._call:
-                self._inbox.put_nowait(delivery)
+                for d in delivery.batch or (delivery,):
+                    if self._acked is not None and (d.event.id.producer_id, d.event.id.sequence) in self._acked:
+                        self.acked_redeliveries += 1  # acked by us before: acked again, not handed out
+                        asyncio.create_task(self._write_quietly(ppb.SubscribeRequest(
+                            ack=ppb.SubscriberAck(delivery_ids=[d.delivery_id], credits=1))))
+                        continue
+                    self._inbox.put_nowait(d)
         except grpc.aio.AioRpcError as e:
             if self._state != "closed":
                 self._error = from_rpc_error(e)
@@ -253,24 +295,54 @@ class Subscription:
         if self._half_closed or self._ended.is_set():
             raise ClientClosed("subscription is closed: the agent redelivers this message to a named subscription")
         msg.settled = True
-        credits = 1 if self._state == "open" else 0  # draining: let nothing new in
+        self._credits += 1 if self._state == "open" else 0  # draining: let nothing new in
+        if nack_delay is None and self._acked is not None:
+            self._acked[(msg.producer_id, msg.sequence)] = None
+            if len(self._acked) > ACKED_MEMORY:
+                self._acked.popitem(last=False)
         if nack_delay is None:
-            req = ppb.SubscribeRequest(ack=ppb.SubscriberAck(delivery_ids=[msg.delivery_id], credits=credits))
+            self._acks.append(msg.delivery_id)
         else:
-            req = ppb.SubscribeRequest(nack=ppb.SubscriberNack(delivery_ids=[msg.delivery_id], credits=credits,
-                                                               delay_ms=round(nack_delay * 1000)))
+            self._nacks.setdefault(round(nack_delay * 1000), []).append(msg.delivery_id)
+        self._handed.pop(msg.delivery_id, None)
+        if not self._handed:
+            self._settled.set()
+        if self._flushing is None:
+            self._flushing = asyncio.create_task(self._flush_settled())
+
+    async def _flush_settled(self) -> None:
+        """Write every settlement queued until the queue is empty: one flush for all the
+        acks given while the previous write was on its way. A write that fails means the
+        stream ended: next() and wait_closed() report how, and the agent redelivers the
+        unacknowledged messages to a named subscription."""
+        try:
+            while self._acks or self._nacks:
+                acks, self._acks = self._acks, []
+                nacks, self._nacks = self._nacks, {}
+                credits, self._credits = self._credits, 0
+                requests = [ppb.SubscribeRequest(nack=ppb.SubscriberNack(delivery_ids=ids, delay_ms=delay))
+                            for delay, ids in nacks.items()]
+                # Every id below the oldest message still handed out is settled (handed in id order).
+                oldest = next(iter(self._handed), None)
+                through = max((i for i in acks if oldest is None or i < oldest), default=0)
+                if acks or credits:
+                    requests.append(ppb.SubscribeRequest(ack=ppb.SubscriberAck(
+                        delivery_ids=[i for i in acks if i > through], credits=credits, through=through)))
+                async with self._write:
+                    for req in requests:
+                        await self._call.write(req)
+        except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
+            self._acks, self._nacks = [], {}
+        finally:
+            self._flushing = None
+
+    async def _write_quietly(self, req: ppb.SubscribeRequest) -> None:
         try:
             async with self._write:
-                with translating():
+                if not self._half_closed:
                     await self._call.write(req)
-        except (EchelonError, asyncio.InvalidStateError):
-            # The stream ended under us: next() and wait_closed() report how.
-            raise ClientClosed("subscription stream ended: the message is redelivered to a named subscription") \
-                from None
-        finally:
-            self._handed.pop(msg.delivery_id, None)
-            if not self._handed:
-                self._settled.set()
+        except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
+            pass  # the stream ended: the agent redelivers it, and it is acked again then
 
     async def _dispatch(self) -> None:
         """Hand each message to the callback in its own task, at most max_outstanding at once."""

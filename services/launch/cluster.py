@@ -10,6 +10,11 @@ cluster: an auxiliary process (`add_aux`: e.g. Prometheus with a scrape config o
 metrics address, or a periodic job with `every=`) starts after the services and stops
 before them.
 
+With `tls`, every process runs with mTLS: a throw-away CA (in `<log dir>/tls/ca`) issues
+each service a certificate naming its role and id (`<log dir>/tls/<id>`, given as
+`--tls-dir`), the routing job one as `replan`, and the launcher and local clients one as
+`client/local` (`client_tls`).
+
 Ready means: every service answers the gRPC health check with SERVING, every member is
 ALIVE in membership's view, every auxiliary process with a `ready_url` answers it. A
 process that exits before that fails the start with the tail of its log; the start then
@@ -34,6 +39,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
 from echelon.launch.placement import Loopback, Placement, Site, stop_processes
+from echelon.runtime.transport import PLAIN, TlsDir, Transport
 from echelon.v1 import membership_pb2 as mpb
 
 # Start order; stop goes the other way. Auxiliary processes come last (wave 3).
@@ -105,6 +111,8 @@ class Cluster:
     common: list[str] = field(default_factory=list)  # flags for every service
     extra: dict[str, list[str]] = field(default_factory=dict)  # role -> flags
     processes: list[Process] = field(default_factory=list)
+    tls: bool = False  # mTLS everywhere, certificates from a throw-away CA (see the module doc)
+    _authority: object = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         for name, n, low in (("agents", self.agents, 1), ("matchers", self.matchers, 1),
@@ -145,10 +153,16 @@ class Cluster:
         argv = [sys.executable, "-m", "echelon", role, "--id", pid, "--host", site.ip, "--port", str(port),
                 "--metrics-port", str(metrics), "--region", region, *self.common, *self.extra.get(role, []),
                 *extra]
+        if role == "agent":  # durable subscriptions' log, kept across restarts of the process
+            argv += ["--data-dir", str(self.data_dir(pid))]
         p = Process(role, pid, site, argv, self.log_dir / f"{pid}.log", f"{site.ip}:{port}",
                     f"{site.ip}:{metrics}", region)
         self.processes.append(p)
         return p
+
+    def data_dir(self, pid: str) -> Path:
+        """An agent's data directory (wipe it to simulate the loss of the node's disk)."""
+        return self.log_dir / "data" / pid
 
     def add_aux(self, role: str, argv: list[str], id: str | None = None, address: str = "", metrics: str = "",
                 ready_url: str = "", every: float | None = None) -> Process:
@@ -175,6 +189,29 @@ class Cluster:
     def replicas(self) -> list[str]:
         """The membership replicas' addresses."""
         return [p.address for p in self.by_role("membership")]
+
+    @property
+    def client_tls(self) -> Path | None:
+        """The certificate directory for clients of this cluster (None without TLS)."""
+        return self._certificates("client", "local", ("localhost", "127.0.0.1")) if self.tls else None
+
+    @property
+    def transport(self) -> Transport:
+        """How the launcher and its callers reach the services."""
+        return Transport(TlsDir(self.client_tls)) if self.tls else PLAIN
+
+    def _certificates(self, role: str, name: str, hosts: tuple[str, ...]) -> Path:
+        """`<log dir>/tls/<name>` (issued on first use; the CA too)."""
+        from echelon.runtime.certs import Authority
+
+        root = self.log_dir / "tls"
+        if self._authority is None:
+            self._authority = Authority.create()
+            self._authority.save(root / "ca")
+        d = root / name
+        if not (d / "tls.crt").exists():
+            self._authority.write(d, role, name, hosts=hosts)
+        return d
 
     def agent_addresses(self) -> list[str]:
         return [p.address for p in self.by_role("agent")]
@@ -215,12 +252,16 @@ class Cluster:
         """p's argv; a service's with the replicas' addresses (known once all are planned)."""
         if not p.service:
             return p.argv
-        return [*p.argv, "--peers" if p.role == "membership" else "--membership", ",".join(self.replicas)]
+        tls = ["--tls-dir", str(self._certificates(p.role, p.id, ("localhost", "127.0.0.1", p.site.ip)))] \
+            if self.tls else []
+        return [*p.argv, *tls, "--peers" if p.role == "membership" else "--membership", ",".join(self.replicas)]
 
     def spawn(self, p: Process) -> None:
         p.starts += 1
         self.log_dir.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ, PYTHONUNBUFFERED="1")
+        if self.tls and not p.service:  # the routing job (and any auxiliary gRPC caller) as `replan`
+            env["ECHELON_TLS_DIR"] = str(self._certificates("replan", "replan", ("localhost",)))
         argv = self.command(p)
         with open(p.log, "ab") as log:
             log.write(f"=== start {p.starts} at {time.strftime('%H:%M:%S')}: {' '.join(argv)}\n".encode())
@@ -231,7 +272,7 @@ class Cluster:
         """Until `p` is ready: a service's gRPC health says SERVING, an auxiliary's
         ready_url answers (at once without one)."""
         if p.service:
-            async with grpc.aio.insecure_channel(p.address) as ch:
+            async with self.transport.dial(p.address) as ch:
                 await self._poll(p, timeout, lambda: _serving(ch))
         else:
             await self._poll(p, timeout, lambda: _answers(p.ready_url))
@@ -258,7 +299,7 @@ class Cluster:
         while True:
             for address in self.replicas:
                 try:
-                    view = await asyncio.wait_for(fetch_view(address), 5.0)
+                    view = await asyncio.wait_for(fetch_view(address, self.transport), 5.0)
                 except Exception:  # noqa: BLE001 - this replica does not answer yet: ask the next
                     continue
                 alive = {m.id for m in view.members if m.state == mpb.MEMBER_STATE_ALIVE}

@@ -14,8 +14,8 @@ import grpc
 from echelon.core.can import Zone
 from echelon.core.schema import Schema
 from echelon.matcher.layout import Copy
-from echelon.runtime.member import RECONNECT_OPTIONS, MemberClient
-from echelon.runtime.server import CHANNEL_OPTIONS, channel
+from echelon.runtime.member import MemberClient
+from echelon.runtime.transport import RECONNECT_OPTIONS
 from echelon.runtime.wire import attributes_to_pb
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import matcher_pb2 as xpb
@@ -100,7 +100,7 @@ class GrpcTransport:
             raise PeerUnavailable(peer, "(not in the view)")
         ch = self.channels.get(m.address)
         if ch is None:  # reconnect fast: a restarted matcher comes back on its address
-            ch = self.channels[m.address] = channel(m.address, options=CHANNEL_OPTIONS + RECONNECT_OPTIONS)
+            ch = self.channels[m.address] = member.transport.dial(m.address, RECONNECT_OPTIONS)
         try:
             return await getattr(xgrpc.MatcherStub(ch), method)(request, timeout=TIMEOUTS[method])
         except grpc.aio.AioRpcError as e:

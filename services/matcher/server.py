@@ -31,6 +31,7 @@ from echelon.runtime.errors import FailedPrecondition, InvalidArgument
 from echelon.runtime.member import lifetime
 from echelon.runtime.metrics import LATENCY_BUCKETS
 from echelon.runtime.node import Node, NodeConfig
+from echelon.runtime.transport import require_member
 from echelon.runtime.wire import attributes_from_pb, filter_from_pb, schema_from_pb
 from echelon.v1 import matcher_pb2 as xpb
 from echelon.v1 import matcher_pb2_grpc as xgrpc
@@ -147,6 +148,7 @@ class MatcherServicer(xgrpc.MatcherServicer):
         for i, s in enumerate(request.subscriptions):  # validate all before changing anything
             if not s.id or not s.agent or not s.topic:
                 raise InvalidArgument(f"subscription #{i} {s.id!r}: id, agent and topic are required")
+            require_member(context, s.agent, "agent", f"Register of subscription {s.id!r}")
             flt = filter_from_pb(s.filter)
             schema = await self.tier.schema(s.topic)
             try:
@@ -159,10 +161,12 @@ class MatcherServicer(xgrpc.MatcherServicer):
         return xpb.RegisterResponse(registered=await self.tier.register(copies))
 
     async def Remove(self, request: xpb.RemoveRequest, context) -> xpb.RemoveResponse:
+        require_member(context, None, "agent", "Remove")
         removed = await self.tier.remove(list(request.ids), request.version or time.time_ns())
         return xpb.RemoveResponse(removed=removed)
 
     async def Match(self, request_iterator, context):
+        require_member(context, None, "agent", "Match")
         metrics = self.node.metrics
         async for batch in request_iterator:
             start = time.perf_counter()
@@ -176,17 +180,20 @@ class MatcherServicer(xgrpc.MatcherServicer):
             yield response
 
     async def Store(self, request: xpb.StoreRequest, context) -> xpb.StoreResponse:
+        require_member(context, request.sender, "matcher", "Store")
         copies = [copy_from_pb(s) for s in request.subscriptions]
         stored, _ = await self.tier.accept(request.topic, copies, request.sender, list(request.layouts))
         return xpb.StoreResponse(stored=stored)
 
     async def Drop(self, request: xpb.DropRequest, context) -> xpb.DropResponse:
+        require_member(context, request.sender, "matcher", "Drop")
         if len(request.ids) != len(request.versions):
             raise InvalidArgument("one version per id")
         removed = await self.tier.drop(list(zip(request.ids, request.versions)), request.sender, list(request.sent_to))
         return xpb.DropResponse(removed=removed)
 
     async def MatchZones(self, request: xpb.MatchZonesRequest, context) -> xpb.MatchZonesResponse:
+        require_member(context, None, "matcher", "MatchZones")
         events = [attributes_from_pb(e.attributes) for e in request.events]
         zones = {z.zone: list(z.events) for z in request.zones}
         if any(i >= len(events) for idxs in zones.values() for i in idxs):
@@ -199,14 +206,17 @@ class MatcherServicer(xgrpc.MatcherServicer):
                                                for r in results])
 
     async def Sync(self, request: xpb.SyncRequest, context) -> xpb.SyncResponse:
+        require_member(context, request.member, "matcher", "Sync")
         status = {s.topic: Status(s.adopted, s.pushed, s.filled, s.active) for s in request.layouts}
         self.tier.on_status(request.member, lifetime(request.incarnation), request.seq, status)
         return xpb.SyncResponse()
 
     async def Reconcile(self, request: xpb.ReconcileRequest, context) -> xpb.ReconcileResponse:
+        require_member(context, request.agent, "agent", "Reconcile")
         return await reconcile(self.tier, self.node.transport, request)
 
     async def Holdings(self, request: xpb.HoldingsRequest, context) -> xpb.HoldingsResponse:
+        require_member(context, None, "matcher", "Holdings")
         return xpb.HoldingsResponse(holdings=[xpb.Holding(id=i, version=v)
                                               for i, v in holdings(self.tier, request.agent)])
 

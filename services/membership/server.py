@@ -108,7 +108,7 @@ class MembershipNode(Node):
         """`peers`: every replica's address (this one may be included: it is recognised)."""
         super().__init__(config)
         self.replica = Replica(config.id, time.time_ns() // 1000, config.beat_interval, tombstone_ttl)
-        self.peers = Peers(self.replica, list(peers), self.registry, sync_interval)
+        self.peers = Peers(self.replica, list(peers), self.registry, sync_interval, transport=self.server.transport)
         self.streams = Streams(self.replica, keepalive, watch_queue)
         self.metrics = Metrics(self)
         self.server.access.acl = acl_cache(lambda: self.replica.log.version, self.replica.acls.live)

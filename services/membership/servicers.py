@@ -15,6 +15,7 @@ from echelon.core.detector import MemberGone, StaleIncarnation, UnknownMember
 from echelon.membership import plans
 from echelon.membership.wire import STATES, record_from_pb, state_from_pb, state_to_pb
 from echelon.runtime.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
+from echelon.runtime.transport import INCARNATION_KEY, MEMBER_ROLES, require_member, role_of
 from echelon.runtime.wire import schema_from_pb
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import membership_pb2 as mpb
@@ -26,7 +27,6 @@ if TYPE_CHECKING:
     from echelon.membership.server import MembershipNode
 
 TOPIC_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
-INCARNATION_KEY = "echelon-incarnation"
 
 
 @contextmanager
@@ -50,6 +50,7 @@ class MembershipServicer(mgrpc.MembershipServicer):
 
     async def Join(self, request, context):
         record = record_from_pb(request.member)
+        require_member(context, record.id, role_of(record.role), "Join")
         with detector_errors(context):
             self.replica.join(record, time.monotonic())
         return mpb.JoinResponse(view=self.streams.snapshot(),
@@ -71,6 +72,7 @@ class MembershipServicer(mgrpc.MembershipServicer):
             try:
                 async for beat in request_iterator:
                     if not replies.member_id:
+                        require_member(context, beat.member_id, self._role(beat.member_id), "Heartbeat")
                         replies.bind(beat.member_id)
                     elif beat.member_id != replies.member_id:
                         raise InvalidArgument(f"one member per stream: {replies.member_id!r}, "
@@ -106,7 +108,16 @@ class MembershipServicer(mgrpc.MembershipServicer):
             async for update in updates:
                 yield update
 
+    def _role(self, member_id: str) -> str | tuple[str, ...]:
+        """The role a member joined with (any member role for one this replica does not
+        know: the beat is refused as unknown anyway)."""
+        try:
+            return role_of(self.replica.detector.get(member_id).role)
+        except UnknownMember:
+            return MEMBER_ROLES
+
     async def Leave(self, request, context):
+        require_member(context, request.member_id, self._role(request.member_id), "Leave")
         with detector_errors():
             self.replica.leave(request.member_id, request.incarnation, time.monotonic())
         return mpb.LeaveResponse()
@@ -114,6 +125,7 @@ class MembershipServicer(mgrpc.MembershipServicer):
     async def Suspect(self, request, context):
         if not request.reporter or not request.member_id:
             raise InvalidArgument("reporter and member_id are required")
+        require_member(context, request.reporter, self._role(request.reporter), "Suspect")
         ignored = self.replica.detector.stats.evidence_ignored
         with detector_errors():
             moved = self.replica.evidence(request.member_id, request.reporter, time.monotonic(),
@@ -138,10 +150,12 @@ class AdminServicer(pgrpc.AdminServicer):
         schema_from_pb(request.schema)  # validates
         old = self.replica.topics.get(request.name)
         if old is not None:
-            if old.schema == request.schema:
+            if old.schema == request.schema and (old.retention_bytes, old.retention_seconds) == \
+                    (request.retention_bytes, request.retention_seconds):
                 return old  # idempotent
-            raise AlreadyExists(f"topic {request.name!r} exists with another schema")
-        topic = pb.Topic(name=request.name, schema=request.schema, created_unix_ms=int(time.time() * 1000))
+            raise AlreadyExists(f"topic {request.name!r} exists with another schema or retention")
+        topic = pb.Topic(name=request.name, schema=request.schema, created_unix_ms=int(time.time() * 1000),
+                         retention_bytes=request.retention_bytes, retention_seconds=request.retention_seconds)
         self.node.peers.push(topics={topic.name: self.replica.put_topic(topic.name, topic)})
         return topic
 
@@ -242,14 +256,17 @@ class ReplicationServicer(mgrpc.ReplicationServicer):
         self.replica = node.replica
 
     async def Digest(self, request, context):
+        require_member(context, None, "membership", "Replication.Digest")
         topics, plan, acls = self.replica.digest()
         return mpb.DigestResponse(origin=self.replica.origin, topics=topics, plan=plan, acls=acls)
 
     async def Pull(self, request, context):
+        require_member(context, None, "membership", "Replication.Pull")
         return state_to_pb(self.replica.origin, self.replica.topics.state(), self.replica.plans.current,
                            self.replica.acls.state())
 
     async def Push(self, request, context):
+        require_member(context, None, "membership", "Replication.Push")
         if request.origin != self.replica.origin:
             self.replica.merge_state(*state_from_pb(request))
         return mpb.PushResponse()

@@ -21,6 +21,7 @@ from echelon.core.replication import Entry
 from echelon.membership.replica import Replica
 from echelon.membership.wire import state_from_pb, state_to_pb
 from echelon.runtime.member import membership_channel
+from echelon.runtime.transport import PLAIN, Transport
 from echelon.v1 import membership_pb2 as mpb
 from echelon.v1 import membership_pb2_grpc as mgrpc
 
@@ -33,8 +34,9 @@ class Peers:
     """The other replicas, by address (this replica's own address is recognised and dropped)."""
 
     def __init__(self, replica: Replica, addresses: list[str], registry: CollectorRegistry,
-                 interval: float = 2.0):
+                 interval: float = 2.0, transport: Transport = PLAIN):
         self.replica = replica
+        self.transport = transport
         self.interval = interval
         self.ready = asyncio.Event()
         self._addresses = list(dict.fromkeys(addresses))
@@ -55,7 +57,7 @@ class Peers:
         """Drop our own address, pull from every reachable peer, then sync periodically."""
         for address in self._addresses:
             if address != own_address:
-                ch = membership_channel(address)
+                ch = membership_channel(address, self.transport)
                 self._channels.append(ch)
                 self._stubs[address] = mgrpc.ReplicationStub(ch)
         await asyncio.gather(*(self._sync(a) for a in list(self._stubs)))

@@ -96,7 +96,7 @@ class RouterNode(Node):
         self.metrics = RouterMetrics(self.registry)
         # The Link's default window: a router never waits for room (see above).
         self.links = LinkSet(config.id, 8 << 20, self.registry, self.metrics.undelivered, self._peer_broke,
-                             self._settle)
+                             self._settle, transport=self.server.transport)
         self.meters: dict[str, tuple[Link, CongestionMeter]] = {}  # by peer, for the link it measures
         self.host: PlaneHost | None = None
         self.overlay = Overlay(config.id, config.region, routing, self.metrics)

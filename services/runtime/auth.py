@@ -51,9 +51,9 @@ import grpc
 from prometheus_client import CollectorRegistry, Counter
 
 from echelon.core.acl import SUPERUSERS, Acl, Identity, Rule
-from echelon.runtime.channel import AUTHORIZATION
 from echelon.runtime.errors import EchelonError, PermissionDenied, ResourceExhausted, Unauthenticated
 from echelon.runtime.limits import Limits, Quotas
+from echelon.runtime.transport import AUTHORIZATION_KEY, PeerIdentity, peer_certificate_identity
 
 log = logging.getLogger("echelon.auth")
 
@@ -78,7 +78,12 @@ POLICY: dict[str, str] = {
                                  "Membership/Suspect", "Replication/Digest", "Replication/Pull",
                                  "Replication/Push", "Relay/Stream", "Matcher/Register", "Matcher/Remove",
                                  "Matcher/Match", "Matcher/Store", "Matcher/Drop", "Matcher/MatchZones",
-                                 "Matcher/Sync", "Matcher/Reconcile")},
+                                 "Matcher/Sync", "Matcher/Reconcile", "Durable/Apply", "Durable/Fetch")},
+    # Durable subscriptions by name: any identity lists and reads them; Seek and
+    # DeleteSubscription need the subscribe right on the subscription's topic (checked
+    # by the handler once the topic is known, agent/durable_rpc.py).
+    **{_V1 + m: CLIENT for m in ("Durable/ListSubscriptions", "Durable/GetSubscription", "Durable/Seek",
+                                 "Durable/DeleteSubscription")},
 }
 REASONS = ("unauthenticated", "permission_denied", "publish_rate", "subscriptions", "streams")
 
@@ -196,6 +201,14 @@ class JwtKeys:
         return Identity(str(claims["sub"]), frozenset(groups), claims.get("echelon_member") is True)
 
 
+def certificate_identity(peer: PeerIdentity) -> Identity:
+    """A verified certificate's identity: a `client` certificate is the user its id names
+    (`user:<id>` in ACLs, no groups); a member's or the routing job's is a member."""
+    if peer.role == "client":
+        return Identity(peer.id)
+    return Identity(f"{peer.role}/{peer.id}", member=True)
+
+
 def acl_cache(version: Callable[[], int], rules: Callable[[], Mapping]) -> Callable[[], Acl]:
     """An `Acl` over the AclRule messages `rules()` returns, rebuilt when `version()` moves
     (the view's version: every ACL change is a new view version)."""
@@ -231,9 +244,12 @@ class Access:
     def identify(self, context) -> Identity:
         if not self.on:
             return ANONYMOUS
+        peer = peer_certificate_identity(context)
+        if peer is not None:  # the certificate wins over a token (module doc)
+            return certificate_identity(peer)
         token = ""
         for key, value in context.invocation_metadata() or ():
-            if key == AUTHORIZATION:
+            if key == AUTHORIZATION_KEY:
                 scheme, _, token = str(value).partition(" ")
                 if scheme.lower() != "bearer" or not token:
                     raise Unauthenticated("the authorization metadata must be 'Bearer <token>'")

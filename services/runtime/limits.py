@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from echelon.runtime.channel import MAX_MESSAGE_BYTES
+from echelon.runtime.transport import MAX_MESSAGE_BYTES
 
 _IDLE_BUCKETS = 10_000  # past this many buckets, full (idle) ones are dropped
 

@@ -36,7 +36,7 @@ import grpc
 from echelon.core.acl import rule_key
 from echelon.core.replication import watch_target
 from echelon.core.view import View, ViewDelta, merge
-from echelon.runtime.server import CHANNEL_OPTIONS, channel
+from echelon.runtime.transport import INCARNATION_KEY, PLAIN, RECONNECT_OPTIONS, Transport
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import membership_pb2 as mpb
 from echelon.v1 import membership_pb2_grpc as mgrpc
@@ -45,7 +45,6 @@ log = logging.getLogger("echelon.member")
 
 ALIVE, SUSPECT = mpb.MEMBER_STATE_ALIVE, mpb.MEMBER_STATE_SUSPECT
 GONE = (mpb.MEMBER_STATE_DEAD, mpb.MEMBER_STATE_LEFT)
-INCARNATION_KEY = "echelon-incarnation"  # trailing metadata of a refused (stale) Join
 MAX_BACKOFF = 1.0  # between reconnects to one replica; PREFER_AFTER must exceed it
 PREFER_AFTER = 2.0
 WATCH_RETRY = 1.0  # a replica whose watch stream failed is skipped this long
@@ -53,15 +52,11 @@ STALE_VIEW = 3.0  # no update or keepalive (sent every second) for this long: fa
 SILENT_RETRY = 10.0  # a replica whose stream went silent (paused?) is skipped this long
 RPC_TIMEOUT = 2.0
 LIFETIME = 1000  # incarnations per process lifetime: room for 999 refutations (more roll into a new one)
-# gRPC backs off up to 120 s between connection attempts: a restarted replica would be
-# out of reach for minutes. Membership channels retry within a second.
-RECONNECT_OPTIONS = [("grpc.initial_reconnect_backoff_ms", 100), ("grpc.min_reconnect_backoff_ms", 100),
-                     ("grpc.max_reconnect_backoff_ms", 1000)]
 
 
-def membership_channel(address: str) -> grpc.aio.Channel:
-    """A channel to a membership replica (members and peer replicas use it)."""
-    return channel(address, options=CHANNEL_OPTIONS + RECONNECT_OPTIONS)
+def membership_channel(address: str, transport: Transport = PLAIN) -> grpc.aio.Channel:
+    """A channel to a membership replica (members and peer replicas use it): reconnects fast."""
+    return transport.dial(address, RECONNECT_OPTIONS)
 
 
 def lifetime(incarnation: int) -> int:
@@ -75,7 +70,8 @@ def next_lifetime(incarnation: int) -> int:
 
 
 class MemberClient:
-    def __init__(self, member: mpb.Member, replicas: list[str], beat_interval: float = 0.2):
+    def __init__(self, member: mpb.Member, replicas: list[str], beat_interval: float = 0.2,
+                 transport: Transport = PLAIN):
         if not replicas:
             raise ValueError("at least one membership address is needed")
         self.member = mpb.Member()
@@ -86,6 +82,7 @@ class MemberClient:
         self.member.state = ALIVE
         self.replicas = list(dict.fromkeys(replicas))
         self.beat_interval = beat_interval
+        self.transport = transport
         self.version = 0
         self.members: dict[str, mpb.Member] = {}
         self.topics: dict[str, pb.Topic] = {}
@@ -100,6 +97,8 @@ class MemberClient:
         self._tasks: list[asyncio.Task] = []
         self._stopped = False
         self._channels: dict[str, grpc.aio.Channel] = {}
+        self._made: dict[str, int] = {}  # replica -> the transport generation its channel was dialled at
+        self._retired: list[grpc.aio.Channel] = []  # dialled before a certificate rotation; closed at stop
         self._topics_gen = 0
         self._up: dict[str, float] = {}  # replica -> when its heartbeat stream came up
         self._reach = asyncio.Event()
@@ -142,7 +141,7 @@ class MemberClient:
     async def start(self, timeout: float = 30.0) -> None:
         """Join and wait for the first view; raises TimeoutError if no replica answers."""
         for address in self.replicas:
-            self._channels[address] = membership_channel(address)
+            self._dial(address)
             self._tasks.append(asyncio.create_task(self._beat_loop(address), name=f"beat-{address}"))
         self._tasks.append(asyncio.create_task(self._watch_loop(), name="watch"))
         await asyncio.wait_for(self._has_view.wait(), timeout)
@@ -160,7 +159,15 @@ class MemberClient:
             req = mpb.LeaveRequest(member_id=self.id, incarnation=self.member.incarnation)
             await asyncio.gather(*(mgrpc.MembershipStub(ch).Leave(req, timeout=1.0)
                                    for ch in self._channels.values()), return_exceptions=True)
-        await asyncio.gather(*(ch.close() for ch in self._channels.values()), return_exceptions=True)
+        await asyncio.gather(*(ch.close() for ch in (*self._channels.values(), *self._retired)),
+                             return_exceptions=True)
+
+    def _dial(self, address: str) -> None:
+        """(Re)dial a replica; the old channel keeps serving the streams open on it."""
+        if address in self._channels:
+            self._retired.append(self._channels[address])
+        self._channels[address] = membership_channel(address, self.transport)
+        self._made[address] = self.transport.generation
 
     async def report(self, member_id: str, reason: str) -> None:
         """Evidence from the data plane: a peer's stream broke."""
@@ -195,11 +202,13 @@ class MemberClient:
             await asyncio.sleep(self.beat_interval)
 
     async def _beat_loop(self, address: str) -> None:
-        stub = mgrpc.MembershipStub(self._channels[address])
         backoff = self.beat_interval
         while not self._stopped:  # not only cancellation: 3.11's wait_for can swallow a cancel
             call = None
             opened = 0.0
+            if self.transport.stale(self._made[address]):  # new certificates: new connections present them
+                self._dial(address)
+            stub = mgrpc.MembershipStub(self._channels[address])
             try:
                 await stub.Join(mpb.JoinRequest(member=self.member), timeout=RPC_TIMEOUT)
                 call = stub.Heartbeat(self._beats())

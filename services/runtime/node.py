@@ -13,14 +13,16 @@ import logging
 import asyncio
 from dataclasses import dataclass, field
 
+from pathlib import Path
+
 from prometheus_client import Gauge
 
 from echelon.runtime.auth import AuthConfig, acl_cache
-from echelon.runtime.channel import use_member_token
 from echelon.runtime.member import MemberClient
 from echelon.runtime.metrics import serve_metrics
 from echelon.runtime.rtt import RttProber
 from echelon.runtime.server import Server
+from echelon.runtime.transport import TlsDir, Transport
 from echelon.v1 import membership_pb2 as mpb
 
 log = logging.getLogger("echelon.node")
@@ -41,6 +43,9 @@ class NodeConfig:
     beat_interval: float = 0.2
     grace: float = 5.0
     auth: AuthConfig = field(default_factory=AuthConfig)
+    tls_dir: str = ""  # certificates (tls.crt, tls.key, ca.crt): every port and channel is TLS
+    client_port: int | None = None  # an agent's port for clients without a certificate (TLS only)
+    health_port: int | None = None  # plain-text health service alone, for probes that speak no TLS
 
     def __post_init__(self) -> None:
         if not self.id or any(c in self.id for c in "/ \t\n"):
@@ -49,6 +54,10 @@ class NodeConfig:
             raise ValueError(f"port {self.port} out of range")
         if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
             raise ValueError(f"metrics port {self.metrics_port} out of range")
+        if self.client_port is not None and not (self.tls_dir and 0 <= self.client_port <= 65535):
+            raise ValueError("a client port is for TLS clusters (--tls-dir), in 0..65535")
+        if self.health_port is not None and not 0 <= self.health_port <= 65535:
+            raise ValueError(f"health port {self.health_port} out of range")
 
 
 class Node:
@@ -56,7 +65,10 @@ class Node:
 
     def __init__(self, config: NodeConfig):
         self.config = config
-        self.server = Server(auth=config.auth)
+        # Every channel this node dials carries its member token (token and JWT modes).
+        transport = Transport(TlsDir(Path(config.tls_dir)) if config.tls_dir else None,
+                              token=config.auth.member_token)
+        self.server = Server(transport=transport, auth=config.auth)
         self.registry = self.server.registry
         self.membership: MemberClient | None = None
         self._metrics_http = None
@@ -71,6 +83,10 @@ class Node:
         self.plan_version = Gauge("echelon_membership_plan_version",
                                   "Version of the routing plan this process has adopted.", registry=self.registry)
         self.plan_version.set_function(lambda: self.membership.plan_version if self.membership else 0)
+        if transport.tls is not None:
+            from echelon.runtime.certs import expiry_gauge
+
+            expiry_gauge(transport, self.registry)
 
     @property
     def address(self) -> str:
@@ -81,15 +97,16 @@ class Node:
         return f"{self.config.host}:{self._metrics_http.server_port}" if self._metrics_http else ""
 
     async def start(self) -> None:
-        if self.config.auth.member_token:
-            use_member_token(self.config.auth.member_token)
-        await self.server.start(f"{self.config.host}:{self.config.port}")
+        client = None if self.config.client_port is None else f"{self.config.host}:{self.config.client_port}"
+        health = None if self.config.health_port is None else f"{self.config.host}:{self.config.health_port}"
+        await self.server.start(f"{self.config.host}:{self.config.port}", client, health)
         if self.config.metrics_port is not None:
             self._metrics_http = serve_metrics(self.registry, self.config.metrics_port, self.config.host)
         if self.config.membership and self.role != mpb.ROLE_MEMBERSHIP:
             me = mpb.Member(id=self.config.id, role=self.role, address=self.address, region=self.config.region,
                             capacity=self.config.capacity, metrics_address=self.metrics_address)
-            self.membership = MemberClient(me, self.config.membership, self.config.beat_interval)
+            self.membership = MemberClient(me, self.config.membership, self.config.beat_interval,
+                                           self.server.transport)
             self.membership.on_change(self.on_view)
             member = self.membership
             self.server.access.acl = acl_cache(lambda: member.version, lambda: member.acls)

@@ -21,7 +21,6 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client import Gauge
 
-from echelon.runtime.server import channel
 from echelon.v1 import membership_pb2 as mpb
 
 log = logging.getLogger("echelon.rtt")
@@ -72,7 +71,7 @@ class RttProber:
         if cached is None or cached[0] != address:
             if cached:
                 await cached[1].close()
-            cached = self._channels[peer] = (address, channel(address))
+            cached = self._channels[peer] = (address, self.member.transport.dial(address))
         start = time.perf_counter()
         try:
             await health_pb2_grpc.HealthStub(cached[1]).Check(health_pb2.HealthCheckRequest(), timeout=2.0)

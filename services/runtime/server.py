@@ -21,15 +21,12 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import CollectorRegistry
 
-# The channel settings live with the client's light modules; services import them from here too.
-from echelon.runtime.channel import CHANNEL_OPTIONS, channel  # noqa: F401 - re-exported
 from echelon.runtime.auth import REASONS, Access, AuthConfig, AuthInterceptor
 from echelon.runtime.errors import status_of
 from echelon.runtime.metrics import RpcMetrics
+from echelon.runtime.transport import PLAIN, SERVER_OPTIONS, Transport
 
 log = logging.getLogger("echelon.server")
-
-SERVER_OPTIONS = CHANNEL_OPTIONS + [("grpc.http2.min_ping_interval_without_data_ms", 5_000)]
 
 
 class StatusInterceptor(grpc.aio.ServerInterceptor):
@@ -111,9 +108,12 @@ class StatusInterceptor(grpc.aio.ServerInterceptor):
 
 
 class Server:
-    """One grpc.aio server: add servicers, `start(address)`, later `stop(grace)`."""
+    """One grpc.aio server: add servicers, `start(address)`, later `stop(grace)`. Its
+    ports are plain or TLS as `transport` says (runtime/transport.py)."""
 
-    def __init__(self, registry: CollectorRegistry | None = None, auth: AuthConfig | None = None):
+    def __init__(self, registry: CollectorRegistry | None = None, transport: Transport = PLAIN,
+                 auth: AuthConfig | None = None):
+        self.transport = transport
         self.registry = registry or CollectorRegistry()
         self.rpc_metrics = RpcMetrics(self.registry)
         self.access = Access(auth, self.registry)
@@ -125,6 +125,9 @@ class Server:
         self.service_names: list[str] = [health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
                                          reflection.SERVICE_NAME]
         self.port = 0
+        self.client_port = 0
+        self.health_port = 0
+        self._health_only: grpc.aio.Server | None = None
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.grpc)
 
     def add(self, register: Callable[[Any, grpc.aio.Server], None], servicer: Any, full_name: str) -> None:
@@ -132,10 +135,25 @@ class Server:
         register(servicer, self.grpc)
         self.service_names.append(full_name)
 
-    async def start(self, address: str) -> int:
-        self.port = self.grpc.add_insecure_port(address)
+    async def start(self, address: str, client_address: str | None = None, health_address: str | None = None) -> int:
+        """Serve on `address` (with TLS: client certificates required) and, if given, on
+        `client_address` (with TLS: none asked for, for token clients) and on
+        `health_address`: plain text, the health service alone, for Kubernetes' native gRPC
+        probes, which speak no TLS. It tells whether the process serves, nothing more."""
+        if health_address is not None:
+            self._health_only = grpc.aio.server(options=SERVER_OPTIONS)
+            health_pb2_grpc.add_HealthServicer_to_server(self.health, self._health_only)
+            self.health_port = self._health_only.add_insecure_port(health_address)
+            if self.health_port == 0:
+                raise OSError(f"cannot bind the health port to {health_address}")
+            await self._health_only.start()
+        self.port = self.transport.serve(self.grpc, address)
         if self.port == 0:
             raise OSError(f"cannot bind gRPC server to {address}")
+        if client_address is not None:
+            self.client_port = self.transport.serve(self.grpc, client_address, client_certificates=False)
+            if self.client_port == 0:
+                raise OSError(f"cannot bind gRPC client port to {client_address}")
         reflection.enable_server_reflection(self.service_names, self.grpc)
         await self.grpc.start()
         for name in ["", *self.service_names]:
@@ -148,6 +166,8 @@ class Server:
     async def stop(self, grace: float = 5.0) -> None:
         await self.health.enter_graceful_shutdown()
         await self.grpc.stop(grace)
+        if self._health_only is not None:
+            await self._health_only.stop(0)
 
 
 async def run_until_signalled(start: Callable[[], Awaitable[None]], stop: Callable[[], Awaitable[None]]) -> None:

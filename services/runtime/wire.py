@@ -7,7 +7,6 @@ raises InvalidArgument naming the field, before any state changes.
 from __future__ import annotations
 
 import hashlib
-import math
 from typing import Mapping
 
 from echelon.core.filters import Filter, Op, Predicate, parse
@@ -25,13 +24,15 @@ _TYPES = {pb.ATTRIBUTE_TYPE_INT: AttrType.INT, pb.ATTRIBUTE_TYPE_FLOAT: AttrType
 _TYPES_BACK = {v: k for k, v in _TYPES.items()}
 
 
-def value_from_pb(v: pb.Value, where: str) -> Value:
+def value_from_pb(v: pb.Value, where: str, name: str = "") -> Value:
+    """The value of `v`; InvalidArgument names `where` (with `name` quoted after it: the
+    message is built only on error, this runs once per attribute of every event)."""
     kind = v.WhichOneof("kind")
     if kind is None:
-        raise InvalidArgument(f"{where}: value not set")
+        raise InvalidArgument(f"{where}{name and f' {name!r}'}: value not set")
     x = getattr(v, kind)
-    if kind == "float_value" and math.isnan(x):
-        raise InvalidArgument(f"{where}: NaN is not a value")
+    if kind == "float_value" and x != x:  # NaN
+        raise InvalidArgument(f"{where}{name and f' {name!r}'}: NaN is not a value")
     return x
 
 
@@ -46,7 +47,9 @@ def value_to_pb(x: Value) -> pb.Value:
 
 
 def attributes_from_pb(attrs: Mapping[str, pb.Value]) -> dict[str, Value]:
-    return {name: value_from_pb(v, f"attribute {name!r}") for name, v in attrs.items()}
+    # By key, not `.items()`: upb's map goes through the generic ItemsView, about 10x slower
+    # on a freshly parsed message (half the publishing agent's CPU in a profile).
+    return {name: value_from_pb(attrs[name], "attribute", name) for name in attrs}
 
 
 def attributes_to_pb(attrs: Mapping[str, Value]) -> dict[str, pb.Value]:
@@ -104,11 +107,12 @@ def schema_to_pb(s: Schema) -> pb.Schema:
     return out
 
 
-def event_digest(topic: str, attributes: Mapping[str, pb.Value], ordering_key: str, payload: bytes) -> bytes:
+def event_digest(topic: str, attributes: Mapping[str, Value], ordering_key: str, payload: bytes) -> bytes:
     """A digest of what a publish carries (not its id or time): tells a retry of an event
-    from a different event under the same id (core/dedup.py)."""
-    content = pb.Event(topic=topic, attributes=attributes, ordering_key=ordering_key).SerializeToString(
-        deterministic=True)
+    from a different event under the same id (core/dedup.py). Over the converted
+    attributes (the publish path has them already): `repr` keeps 1 and 1.0 apart and is
+    exact for floats; half the cost of serialising a protobuf Event for it."""
+    content = repr((topic, sorted(attributes.items()), ordering_key)).encode()
     h = hashlib.blake2b(len(content).to_bytes(8, "big"), digest_size=16)
     h.update(content)
     h.update(payload)

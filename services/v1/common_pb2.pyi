@@ -72,14 +72,18 @@ class Schema(_message.Message):
     def __init__(self, attributes: _Optional[_Iterable[_Union[AttributeSpec, _Mapping]]] = ..., max_attribute_bytes: _Optional[int] = ...) -> None: ...
 
 class Topic(_message.Message):
-    __slots__ = ("name", "schema", "created_unix_ms")
+    __slots__ = ("name", "schema", "created_unix_ms", "retention_bytes", "retention_seconds")
     NAME_FIELD_NUMBER: _ClassVar[int]
     SCHEMA_FIELD_NUMBER: _ClassVar[int]
     CREATED_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    RETENTION_BYTES_FIELD_NUMBER: _ClassVar[int]
+    RETENTION_SECONDS_FIELD_NUMBER: _ClassVar[int]
     name: str
     schema: Schema
     created_unix_ms: int
-    def __init__(self, name: _Optional[str] = ..., schema: _Optional[_Union[Schema, _Mapping]] = ..., created_unix_ms: _Optional[int] = ...) -> None: ...
+    retention_bytes: int
+    retention_seconds: int
+    def __init__(self, name: _Optional[str] = ..., schema: _Optional[_Union[Schema, _Mapping]] = ..., created_unix_ms: _Optional[int] = ..., retention_bytes: _Optional[int] = ..., retention_seconds: _Optional[int] = ...) -> None: ...
 
 class Predicate(_message.Message):
     __slots__ = ("attribute", "op", "value", "upper")

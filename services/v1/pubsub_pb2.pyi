@@ -13,12 +13,32 @@ class AckLevel(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ACK_LEVEL_UNSPECIFIED: _ClassVar[AckLevel]
     ACK_LEVEL_ACCEPTED: _ClassVar[AckLevel]
     ACK_LEVEL_DELIVERED: _ClassVar[AckLevel]
+
+class StartPosition(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    START_POSITION_UNSPECIFIED: _ClassVar[StartPosition]
+    START_POSITION_NOW: _ClassVar[StartPosition]
+    START_POSITION_EARLIEST: _ClassVar[StartPosition]
+
+class BacklogPolicy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    BACKLOG_POLICY_UNSPECIFIED: _ClassVar[BacklogPolicy]
+    BACKLOG_POLICY_DROP_OLDEST: _ClassVar[BacklogPolicy]
+    BACKLOG_POLICY_DROP_NEW: _ClassVar[BacklogPolicy]
+    BACKLOG_POLICY_REJECT_PUBLISH: _ClassVar[BacklogPolicy]
 ACK_LEVEL_UNSPECIFIED: AckLevel
 ACK_LEVEL_ACCEPTED: AckLevel
 ACK_LEVEL_DELIVERED: AckLevel
+START_POSITION_UNSPECIFIED: StartPosition
+START_POSITION_NOW: StartPosition
+START_POSITION_EARLIEST: StartPosition
+BACKLOG_POLICY_UNSPECIFIED: BacklogPolicy
+BACKLOG_POLICY_DROP_OLDEST: BacklogPolicy
+BACKLOG_POLICY_DROP_NEW: BacklogPolicy
+BACKLOG_POLICY_REJECT_PUBLISH: BacklogPolicy
 
 class PublishRequest(_message.Message):
-    __slots__ = ("topic", "attributes", "payload", "ordering_key", "producer_id", "sequence", "ack_level", "slice_index", "slice_count", "payload_size")
+    __slots__ = ("topic", "attributes", "payload", "ordering_key", "producer_id", "sequence", "ack_level", "slice_index", "slice_count", "payload_size", "batch")
     class AttributesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -36,6 +56,7 @@ class PublishRequest(_message.Message):
     SLICE_INDEX_FIELD_NUMBER: _ClassVar[int]
     SLICE_COUNT_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_SIZE_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
     topic: str
     attributes: _containers.MessageMap[str, _common_pb2.Value]
     payload: bytes
@@ -46,23 +67,26 @@ class PublishRequest(_message.Message):
     slice_index: int
     slice_count: int
     payload_size: int
-    def __init__(self, topic: _Optional[str] = ..., attributes: _Optional[_Mapping[str, _common_pb2.Value]] = ..., payload: _Optional[bytes] = ..., ordering_key: _Optional[str] = ..., producer_id: _Optional[str] = ..., sequence: _Optional[int] = ..., ack_level: _Optional[_Union[AckLevel, str]] = ..., slice_index: _Optional[int] = ..., slice_count: _Optional[int] = ..., payload_size: _Optional[int] = ...) -> None: ...
+    batch: _containers.RepeatedCompositeFieldContainer[PublishRequest]
+    def __init__(self, topic: _Optional[str] = ..., attributes: _Optional[_Mapping[str, _common_pb2.Value]] = ..., payload: _Optional[bytes] = ..., ordering_key: _Optional[str] = ..., producer_id: _Optional[str] = ..., sequence: _Optional[int] = ..., ack_level: _Optional[_Union[AckLevel, str]] = ..., slice_index: _Optional[int] = ..., slice_count: _Optional[int] = ..., payload_size: _Optional[int] = ..., batch: _Optional[_Iterable[_Union[PublishRequest, _Mapping]]] = ...) -> None: ...
 
 class PublishAck(_message.Message):
-    __slots__ = ("producer_id", "sequence", "code", "error", "destinations", "duplicate")
+    __slots__ = ("producer_id", "sequence", "code", "error", "destinations", "duplicate", "acks")
     PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     CODE_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     DESTINATIONS_FIELD_NUMBER: _ClassVar[int]
     DUPLICATE_FIELD_NUMBER: _ClassVar[int]
+    ACKS_FIELD_NUMBER: _ClassVar[int]
     producer_id: str
     sequence: int
     code: int
     error: str
     destinations: int
     duplicate: bool
-    def __init__(self, producer_id: _Optional[str] = ..., sequence: _Optional[int] = ..., code: _Optional[int] = ..., error: _Optional[str] = ..., destinations: _Optional[int] = ..., duplicate: _Optional[bool] = ...) -> None: ...
+    acks: _containers.RepeatedCompositeFieldContainer[PublishAck]
+    def __init__(self, producer_id: _Optional[str] = ..., sequence: _Optional[int] = ..., code: _Optional[int] = ..., error: _Optional[str] = ..., destinations: _Optional[int] = ..., duplicate: _Optional[bool] = ..., acks: _Optional[_Iterable[_Union[PublishAck, _Mapping]]] = ...) -> None: ...
 
 class SubscribeRequest(_message.Message):
     __slots__ = ("open", "ack", "nack")
@@ -75,26 +99,32 @@ class SubscribeRequest(_message.Message):
     def __init__(self, open: _Optional[_Union[SubscriptionOpen, _Mapping]] = ..., ack: _Optional[_Union[SubscriberAck, _Mapping]] = ..., nack: _Optional[_Union[SubscriberNack, _Mapping]] = ...) -> None: ...
 
 class SubscriptionOpen(_message.Message):
-    __slots__ = ("topic", "filter", "filter_text", "subscription", "credits")
+    __slots__ = ("topic", "filter", "filter_text", "subscription", "credits", "durable", "routed")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     FILTER_FIELD_NUMBER: _ClassVar[int]
     FILTER_TEXT_FIELD_NUMBER: _ClassVar[int]
     SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
     CREDITS_FIELD_NUMBER: _ClassVar[int]
+    DURABLE_FIELD_NUMBER: _ClassVar[int]
+    ROUTED_FIELD_NUMBER: _ClassVar[int]
     topic: str
     filter: _common_pb2.Filter
     filter_text: str
     subscription: str
     credits: int
-    def __init__(self, topic: _Optional[str] = ..., filter: _Optional[_Union[_common_pb2.Filter, _Mapping]] = ..., filter_text: _Optional[str] = ..., subscription: _Optional[str] = ..., credits: _Optional[int] = ...) -> None: ...
+    durable: DurableOptions
+    routed: bool
+    def __init__(self, topic: _Optional[str] = ..., filter: _Optional[_Union[_common_pb2.Filter, _Mapping]] = ..., filter_text: _Optional[str] = ..., subscription: _Optional[str] = ..., credits: _Optional[int] = ..., durable: _Optional[_Union[DurableOptions, _Mapping]] = ..., routed: _Optional[bool] = ...) -> None: ...
 
 class SubscriberAck(_message.Message):
-    __slots__ = ("delivery_ids", "credits")
+    __slots__ = ("delivery_ids", "credits", "through")
     DELIVERY_IDS_FIELD_NUMBER: _ClassVar[int]
     CREDITS_FIELD_NUMBER: _ClassVar[int]
+    THROUGH_FIELD_NUMBER: _ClassVar[int]
     delivery_ids: _containers.RepeatedScalarFieldContainer[int]
     credits: int
-    def __init__(self, delivery_ids: _Optional[_Iterable[int]] = ..., credits: _Optional[int] = ...) -> None: ...
+    through: int
+    def __init__(self, delivery_ids: _Optional[_Iterable[int]] = ..., credits: _Optional[int] = ..., through: _Optional[int] = ...) -> None: ...
 
 class SubscriberNack(_message.Message):
     __slots__ = ("delivery_ids", "delay_ms", "credits")
@@ -107,16 +137,18 @@ class SubscriberNack(_message.Message):
     def __init__(self, delivery_ids: _Optional[_Iterable[int]] = ..., delay_ms: _Optional[int] = ..., credits: _Optional[int] = ...) -> None: ...
 
 class Delivery(_message.Message):
-    __slots__ = ("delivery_id", "subscription", "event", "redelivery_count")
+    __slots__ = ("delivery_id", "subscription", "event", "redelivery_count", "batch")
     DELIVERY_ID_FIELD_NUMBER: _ClassVar[int]
     SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
     EVENT_FIELD_NUMBER: _ClassVar[int]
     REDELIVERY_COUNT_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
     delivery_id: int
     subscription: str
     event: _common_pb2.Event
     redelivery_count: int
-    def __init__(self, delivery_id: _Optional[int] = ..., subscription: _Optional[str] = ..., event: _Optional[_Union[_common_pb2.Event, _Mapping]] = ..., redelivery_count: _Optional[int] = ...) -> None: ...
+    batch: _containers.RepeatedCompositeFieldContainer[Delivery]
+    def __init__(self, delivery_id: _Optional[int] = ..., subscription: _Optional[str] = ..., event: _Optional[_Union[_common_pb2.Event, _Mapping]] = ..., redelivery_count: _Optional[int] = ..., batch: _Optional[_Iterable[_Union[Delivery, _Mapping]]] = ...) -> None: ...
 
 class UnsubscribeRequest(_message.Message):
     __slots__ = ("subscription",)
@@ -129,12 +161,16 @@ class UnsubscribeResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class CreateTopicRequest(_message.Message):
-    __slots__ = ("name", "schema")
+    __slots__ = ("name", "schema", "retention_bytes", "retention_seconds")
     NAME_FIELD_NUMBER: _ClassVar[int]
     SCHEMA_FIELD_NUMBER: _ClassVar[int]
+    RETENTION_BYTES_FIELD_NUMBER: _ClassVar[int]
+    RETENTION_SECONDS_FIELD_NUMBER: _ClassVar[int]
     name: str
     schema: _common_pb2.Schema
-    def __init__(self, name: _Optional[str] = ..., schema: _Optional[_Union[_common_pb2.Schema, _Mapping]] = ...) -> None: ...
+    retention_bytes: int
+    retention_seconds: int
+    def __init__(self, name: _Optional[str] = ..., schema: _Optional[_Union[_common_pb2.Schema, _Mapping]] = ..., retention_bytes: _Optional[int] = ..., retention_seconds: _Optional[int] = ...) -> None: ...
 
 class GetTopicRequest(_message.Message):
     __slots__ = ("name",)
@@ -161,6 +197,22 @@ class DeleteTopicRequest(_message.Message):
 class DeleteTopicResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class DurableOptions(_message.Message):
+    __slots__ = ("start", "max_messages", "max_bytes", "policy", "idle_seconds", "replicas")
+    START_FIELD_NUMBER: _ClassVar[int]
+    MAX_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    IDLE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    start: StartPosition
+    max_messages: int
+    max_bytes: int
+    policy: BacklogPolicy
+    idle_seconds: int
+    replicas: int
+    def __init__(self, start: _Optional[_Union[StartPosition, str]] = ..., max_messages: _Optional[int] = ..., max_bytes: _Optional[int] = ..., policy: _Optional[_Union[BacklogPolicy, str]] = ..., idle_seconds: _Optional[int] = ..., replicas: _Optional[int] = ...) -> None: ...
 
 class AclRequest(_message.Message):
     __slots__ = ("rule",)

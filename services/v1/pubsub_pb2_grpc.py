@@ -57,7 +57,8 @@ class PubSubServicer:
 
     def Publish(self, request_iterator, context):
         """One long-lived stream per producer; every request is answered by one ack,
-        in the order the requests were sent.
+        in the order the requests were sent (a request carrying a `batch` by one ack
+        carrying the batch's acks).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -2,10 +2,13 @@
 engine renders (minimal scenario: one membership replica, one matcher, one agent) are
 started with `python -m echelon`, the chart's `helm test` script publishes and receives
 through the agent, and SIGTERM ends every process within its terminationGracePeriodSeconds.
+Twice: in plain text, and with TLS from Secrets (`tls.source: secrets`), each component's
+Secret holding a component-wide certificate from a throw-away CA, where the probes reach
+the plain-text health port and every service port is mTLS.
 
 What is not real: Kubernetes. Cluster DNS names and the pod IP become 127.0.0.1 and each
 service gets a free loopback port (values the chart takes), since this machine has no
-kube-apiserver, kubelet or cluster DNS.
+kube-apiserver, kubelet or cluster DNS; the agent's data volume is a temporary directory.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ ROLES = ("membership", "matcher", "agent")
 
 
 def _serving(address: str) -> bool:
+    """What the kubelet's gRPC probe asks (plain text: it speaks no TLS)."""
     with grpc.insecure_channel(address) as ch:
         try:
             r = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service=""), timeout=1)
@@ -52,29 +56,61 @@ def _on_loopback(arg: str, pod: str) -> str:
     return ",".join(("127.0.0.1:" + a.rsplit(":", 1)[1]) if ".svc." in a else a for a in arg.split(","))
 
 
-def test_rendered_services_serve_and_pass_the_helm_test(tmp_path):
-    ports = {r: (free_port(), free_port()) for r in ROLES}
+def _secrets(tmp_path, values: dict) -> dict[str, str]:
+    """Secret name -> the directory standing for it, with a component-wide certificate
+    (`<role>/*`) from one throw-away CA, as `tls.source: secrets` expects."""
+    from echelon.runtime.certs import Authority
+    from echelon.runtime.transport import ANY_MEMBER
+
+    ca = Authority.create()
+    roles = {"membership": "membership", "matcher": "matcher", "agent": "agent", "client": "client"}
+    hosts = ("localhost", "127.0.0.1", "echelon-agent.pubsub.svc.cluster.local")
+    return {values["tls"]["secrets"][key]: str(ca.write(tmp_path / "secrets" / key, role, ANY_MEMBER, hosts=hosts))
+            for key, role in roles.items()}
+
+
+def _tls_dir(template: dict, secrets: dict[str, str]) -> dict[str, str]:
+    """The environment the pod's TLS volume gives: ECHELON_TLS_DIR at its Secret's files."""
+    volume = next((v for v in template["spec"].get("volumes", []) if v["name"] == "tls"), None)
+    return {"ECHELON_TLS_DIR": secrets[volume["secret"]["secretName"]]} if volume else {}
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["plain", "tls-secrets"])
+def test_rendered_services_serve_and_pass_the_helm_test(tmp_path, tls):
+    ports = {r: (free_port(), free_port(), free_port()) for r in ROLES}
     values = ci_values(CHART / "ci" / "minimal-values.yaml")
-    for role, (port, metrics) in ports.items():
-        values.setdefault(role, {}).update(port=port, metricsPort=metrics, grace=1)
+    for role, (port, metrics, health) in ports.items():
+        values.setdefault(role, {}).update(port=port, metricsPort=metrics, healthPort=health, grace=1)
+    values["agent"]["clientPort"] = free_port()
+    secrets = {}
+    if tls:
+        values["tls"] = ci_values(CHART / "ci" / "tls-secrets-values.yaml")["tls"]
+        secrets = _secrets(tmp_path, values)
     objs = objects(values)
     procs: list[tuple[str, subprocess.Popen, int]] = []
     env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env.pop("ECHELON_TLS_DIR", None)
     try:
         for role in ROLES:  # membership first, as its readiness gates the others' joins
             (o, c), = [(o, c) for o, c in service_containers(objs) if c["args"][0] == role]
-            args = [_on_loopback(a, f"{o['metadata']['name']}-0") for a in c["args"]]
+            args = [_on_loopback(a, f"{o['metadata']['name']}-0").replace("/var/lib/echelon", str(tmp_path / "data"))
+                    for a in c["args"]]
             assert "command" not in c  # the image's entrypoint, `echelon`
             log = open(tmp_path / f"{role}.log", "wb")
             p = subprocess.Popen([sys.executable, "-m", "echelon", *args], stdout=log, stderr=subprocess.STDOUT,
-                                 env=env, start_new_session=True)
+                                 env=dict(env, **_tls_dir(o["spec"]["template"], secrets)), start_new_session=True)
             procs.append((role, p, o["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]))
-            _wait(lambda: _serving(f"127.0.0.1:{ports[role][0]}") or p.poll() is not None, f"{role} SERVING")
+            probe = c["readinessProbe"]["grpc"]["port"]
+            assert probe == ports[role][2 if tls else 0]
+            _wait(lambda: _serving(f"127.0.0.1:{probe}") or p.poll() is not None, f"{role} SERVING")
             assert p.poll() is None, (tmp_path / f"{role}.log").read_text()
+            if tls:  # the service port itself refuses plain text
+                assert not _serving(f"127.0.0.1:{ports[role][0]}")
 
         (pod,) = of_kind(objs, "Pod")
         (c,) = pod["spec"]["containers"]
         test_env = dict(env, **{e["name"]: e["value"] for e in c["env"]})
+        test_env.update(_tls_dir(pod, secrets))  # the mount the pod's /etc/echelon/tls stands for
         assert test_env["AGENT"] == f"echelon-agent.pubsub.svc.cluster.local:{ports['agent'][0]}"
         test_env["AGENT"] = _on_loopback(test_env["AGENT"], "")
         result = subprocess.run([sys.executable, *c["command"][1:], *c["args"]], env=test_env,

@@ -18,7 +18,7 @@ from tests.deploy.chart import (CHART, CI_FILES, KUBE_VERSION, ci_values, helm, 
                                 render)
 
 kubernetes_validate = pytest.importorskip("kubernetes_validate")
-CUSTOM = {"ServiceMonitor", "PrometheusRule", "ScheduledSparkApplication", "SparkApplication", "Certificate"}
+CUSTOM = {"ServiceMonitor", "PrometheusRule", "ScheduledSparkApplication", "SparkApplication", "Certificate", "Issuer"}
 
 
 @pytest.fixture(params=CI_FILES, ids=lambda p: p.stem)
@@ -117,10 +117,10 @@ SPARK_FIELDS = {
                       "mode": ("cluster", "client"), "image": str, "imagePullPolicy": str,
                       "imagePullSecrets": list, "mainApplicationFile": str, "arguments": list,
                       "sparkVersion": str, "sparkConf": dict, "restartPolicy": dict,
-                      "timeToLiveSeconds": int, "driver": dict, "executor": dict},
+                      "timeToLiveSeconds": int, "volumes": list, "driver": dict, "executor": dict},
     "spec.template.restartPolicy": {"type": ("Never", "Always", "OnFailure")},
     "spec.template.driver": {"cores": int, "memory": str, "serviceAccount": str, "labels": dict,
-                             "securityContext": dict, "env": list},
+                             "securityContext": dict, "env": list, "volumeMounts": list},
     "spec.template.executor": {"instances": int, "cores": int, "memory": str, "labels": dict,
                                "securityContext": dict, "env": list},
 }

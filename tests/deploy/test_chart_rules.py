@@ -66,11 +66,20 @@ def test_every_service_container_has_grpc_probes_and_named_ports(objs):
     found = set()
     for o, c in service_containers(objs):
         ports = {p["name"]: p["containerPort"] for p in c["ports"]}
-        assert set(ports) == {"grpc", "metrics"}
-        for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
-            assert c[probe]["grpc"]["port"] == ports["grpc"], (o["metadata"]["name"], probe)
         args = c["args"]
+        tls = any(e["name"] == "ECHELON_TLS_DIR" for e in c["env"])
+        # With TLS the kubelet's probes (no TLS) go to the plain-text health port, and an
+        # agent offers a port for token clients.
+        expected = {"grpc", "metrics"} | ({"health"} if tls else set()) | \
+            ({"grpc-token"} if tls and args[0] == "agent" else set())
+        assert set(ports) == expected
+        for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+            assert c[probe]["grpc"]["port"] == ports["health" if tls else "grpc"], (o["metadata"]["name"], probe)
         assert int(flag(args, "--port")) == ports["grpc"] and int(flag(args, "--metrics-port")) == ports["metrics"]
+        if tls:
+            assert int(flag(args, "--health-port")) == ports["health"]
+            if args[0] == "agent":
+                assert int(flag(args, "--client-port")) == ports["grpc-token"]
         found.add(args[0])
     assert {"membership", "matcher", "agent"} <= found
 
@@ -99,7 +108,10 @@ def test_services_start_with_arguments_their_cli_accepts(objs):
         if o["kind"] == "StatefulSet":
             assert p["member_id"] == "echelon-x-0"  # the pod's name: stable in a StatefulSet
         elif o["kind"] == "DaemonSet":
-            assert p["member_id"] == "node-a"  # the node's name: one agent per node
+            # The node's name (one agent per node), or the pod's when cert-manager's
+            # csi-driver, which cannot name the node, issues the certificate.
+            csi = any("csi" in v for v in o["spec"]["template"]["spec"]["volumes"])
+            assert p["member_id"] == ("echelon-x-0" if csi else "node-a")
         if role == "membership":
             assert p["advertise"] == f"echelon-x-0.{name}.{NAMESPACE}.svc.cluster.local:{p['port']}"
         else:
@@ -202,7 +214,7 @@ def test_network_policies_open_only_named_service_ports(objs):
         assert matched, np["metadata"]["name"]
         names = {port["name"] for p in matched for c in pod_template(p)["spec"]["containers"] for port in c["ports"]}
         for rule in np["spec"]["ingress"]:
-            assert {p["port"] for p in rule["ports"]} <= names == {"grpc", "metrics"}
+            assert {p["port"] for p in rule["ports"]} <= names <= {"grpc", "metrics", "health", "grpc-token"}
 
 
 def test_prometheus_scrape_annotations_or_servicemonitor():

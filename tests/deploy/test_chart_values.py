@@ -53,6 +53,11 @@ OTHER = {
     ("router", "regions"): [{"name": "zone-x"}],
     ("networkPolicy", "clientsFrom"): [{"podSelector": {}}], ("networkPolicy", "metricsFrom"): [{"podSelector": {}}],
     ("routingJob", "sparkConf"): {"spark.x": "1"},
+    ("agent", "durable", "storage"): "hostPath", ("agent", "durable", "fsync"): "always",
+    ("agent", "durable", "sizeLimit"): "2Gi",
+    ("tls", "source"): "secrets", ("tls", "certManager", "issuerRef", "kind"): "ClusterIssuer",
+    ("tls", "certManager", "duration"): "12h", ("tls", "certManager", "renewBefore"): "4h",
+    ("tls", "certManager", "caDuration"): "8760h",
 }
 
 
@@ -95,10 +100,14 @@ def test_every_key_changes_the_output():
     import yaml
 
     defaults = yaml.safe_load(VALUES.read_text())
-    everything = {"agent": {"kind": "Deployment", "regionFromNode": {"enabled": True}},
+    everything = {"agent": {"kind": "Deployment", "regionFromNode": {"enabled": True},
+                            "durable": {"storage": "hostPath"}},
                   "router": {"enabled": True, "regions": [{"name": "zone-a"}]},
                   "metrics": {"serviceMonitor": {"enabled": True}}}
-    bases = [{}, everything, ci_values(CHART / "ci" / "spark-operator-values.yaml")]
+    tls_secrets = ci_values(CHART / "ci" / "tls-secrets-values.yaml") | {"router": everything["router"]}
+    # cert-manager, with every Secret named too, so that switching the source renders.
+    tls_cert_manager = {"tls": ci_values(CHART / "ci" / "tls-values.yaml")["tls"] | {"secrets": tls_secrets["tls"]["secrets"]}}
+    bases = [{}, everything, ci_values(CHART / "ci" / "spark-operator-values.yaml"), tls_cert_manager, tls_secrets]
     pending = set()
     if (CHART / "files" / "prometheus" / "rules.yaml").exists():
         bases.append({"metrics": {"prometheusRule": {"enabled": True}}})

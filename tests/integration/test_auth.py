@@ -16,7 +16,7 @@ import echelon.v1
 from echelon.client import errors
 from echelon.router.server import RouterNode
 from echelon.runtime.auth import POLICY, AuthConfig, write_tokens_file
-from echelon.runtime.channel import channel
+from echelon.runtime.transport import Transport
 from echelon.runtime.limits import Limits
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import pubsub_pb2 as ppb
@@ -24,6 +24,10 @@ from echelon.v1 import pubsub_pb2_grpc as pgrpc
 from tests.harness import Cluster, wait_for
 
 SCHEMA = ["Symbol:string", "Price:float:0:1000"]
+
+
+def channel(address: str, token: str) -> grpc.aio.Channel:
+    return Transport(token=token).dial(address)
 
 
 def every_rpc() -> list[tuple[str, str, bool, bool]]:

@@ -73,7 +73,7 @@ async def test_the_agent_holds_a_delayed_nack_against_the_backlog_bound():
     sub.attach(credits=3)
     for i in range(3):
         assert sub.offer(pb.Event(id=pb.MessageId(producer_id="p", sequence=i)))
-    taken = [sub.take() for _ in range(3)]
+    taken = sub.take(3)
     assert sub.nack([taken[0][0], taken[1][0]], 30.0, 2) == 2
     assert (sub.depth, len(sub.unacked), sub.delayed, sub.credits) == (3, 1, 2, 2)
     assert not sub.offer(pb.Event()) and sub.overflowed  # the delayed ones still count

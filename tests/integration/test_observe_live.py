@@ -27,7 +27,7 @@ from echelon.client import Client, errors
 from echelon.launch import Cluster, Loopback
 from echelon.observe import catalog
 from echelon.observe.prometheus import Prometheus, PrometheusAPI, cluster_targets
-from echelon.runtime.server import channel
+from echelon.runtime.transport import PLAIN
 from echelon.v1 import membership_pb2 as mpb
 from echelon.v1 import membership_pb2_grpc as mgrpc
 from loadtest import steady
@@ -88,7 +88,7 @@ async def refused_requests(agent: str, membership: str) -> None:
     async with Client(agent) as c:
         with pytest.raises(errors.NotFound):
             await c.get_topic("no-such-topic")
-    async with channel(membership) as ch:
+    async with PLAIN.dial(membership) as ch:
         with pytest.raises(grpc.aio.AioRpcError) as e:
             await mgrpc.ControlStub(ch).PushPlan(mpb.RoutingPlan(version=0), timeout=10)
         assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION

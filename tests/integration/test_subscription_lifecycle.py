@@ -22,7 +22,7 @@ from echelon.client import Client
 from echelon.core.filters import parse
 from echelon.core.holdings import BUCKETS, digests
 from echelon.launch import Cluster as ProcessCluster, Loopback
-from echelon.runtime.channel import channel
+from echelon.runtime.transport import PLAIN
 from echelon.runtime.wire import attributes_to_pb, filter_to_pb
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import matcher_pb2 as xpb
@@ -155,7 +155,7 @@ async def test_cancelled_and_killed_subscriptions_leave_no_trace(churn, killed):
     procs: list[subprocess.Popen] = []
     try:
         clients = [cluster.client(0), cluster.client(1)]
-        raw = [channel(a.address) for a in cluster.agent_nodes[:2]]  # the client hides its channels
+        raw = [PLAIN.dial(a.address) for a in cluster.agent_nodes[:2]]  # the client hides its channels
         await clients[0].create_topic("t", SCHEMA)
         pub = clients[0].publisher()
         stop = asyncio.Event()

@@ -78,6 +78,10 @@ app.kubernetes.io/part-of: echelon
 - {{ .advertise | quote }}
 - --metrics-port
 - {{ .values.metricsPort | int | quote }}
+{{- if .root.Values.tls.enabled }}
+- --health-port
+- {{ .values.healthPort | int | quote }}
+{{- end }}
 - --grace
 - {{ .values.grace | quote }}
 - --log-level
@@ -94,25 +98,35 @@ app.kubernetes.io/part-of: echelon
   valueFrom: {fieldRef: {fieldPath: status.podIP}}
 - name: NODE_NAME
   valueFrom: {fieldRef: {fieldPath: spec.nodeName}}
+{{- include "echelon.tlsEnv" . }}
 {{- end -}}
 
-{{/* Named ports, native gRPC probes on the standard health service, security context. */}}
+{{/* Named ports, native gRPC probes on the standard health service (on the plain-text
+     health port when TLS is on: the kubelet's gRPC probe speaks no TLS), security context. */}}
 {{- define "echelon.serviceContainer" -}}
+{{- $tls := .root.Values.tls.enabled -}}
+{{- $probe := ternary .values.healthPort .values.port $tls -}}
 image: {{ include "echelon.image" (dict "root" .root "image" .root.Values.image) }}
 imagePullPolicy: {{ .root.Values.image.pullPolicy }}
 ports:
   - {name: grpc, containerPort: {{ .values.port }}, protocol: TCP}
   - {name: metrics, containerPort: {{ .values.metricsPort }}, protocol: TCP}
+  {{- if $tls }}
+  - {name: health, containerPort: {{ .values.healthPort }}, protocol: TCP}
+  {{- if .clientPort }}
+  - {name: grpc-token, containerPort: {{ .clientPort }}, protocol: TCP}
+  {{- end }}
+  {{- end }}
 startupProbe:
-  grpc: {port: {{ .values.port }}}
+  grpc: {port: {{ $probe }}}
   periodSeconds: 2
   failureThreshold: 60
 readinessProbe:
-  grpc: {port: {{ .values.port }}}
+  grpc: {port: {{ $probe }}}
   periodSeconds: 5
   failureThreshold: 2
 livenessProbe:
-  grpc: {port: {{ .values.port }}}
+  grpc: {port: {{ $probe }}}
   periodSeconds: 10
   timeoutSeconds: 5
   failureThreshold: 3
@@ -122,6 +136,7 @@ securityContext:
   {{- toYaml .root.Values.containerSecurityContext | nindent 2 }}
 volumeMounts:
   - {name: tmp, mountPath: /tmp}
+  {{- include "echelon.tlsMount" .root | nindent 2 }}
 {{- end -}}
 
 {{/* Pod settings every workload shares; refuses a termination period the drain does not fit in. */}}
@@ -226,4 +241,53 @@ spec:
     matchLabels:
       {{- include "echelon.selectorLabels" . | nindent 6 }}
 {{- end }}
+{{- end -}}
+
+{{/* TLS (issue 14, runtime/transport.py): every pod gets its own certificate naming
+     spiffe://echelon/<role>/<member id>, mounted read-only at /etc/echelon/tls as
+     tls.crt, tls.key, ca.crt (the services read ECHELON_TLS_DIR and reload the files when
+     they change). With cert-manager the csi-driver issues and renews one per pod (its
+     variables give the pod's name, which is the member id); with Secrets every pod of a
+     component mounts the component's Secret. (dict "root" $ "role" "agent" "component" "agent") */}}
+{{- define "echelon.tlsVolume" -}}
+{{- $tls := .root.Values.tls -}}
+{{- if $tls.enabled }}
+- name: tls
+{{- if eq $tls.source "certManager" }}
+  csi:
+    driver: csi.cert-manager.io
+    readOnly: true
+    volumeAttributes:
+      csi.cert-manager.io/issuer-name: {{ include "echelon.tlsIssuerName" .root | quote }}
+      csi.cert-manager.io/issuer-kind: {{ $tls.certManager.issuerRef.kind | default "Issuer" | quote }}
+      csi.cert-manager.io/issuer-group: {{ $tls.certManager.issuerRef.group | default "cert-manager.io" | quote }}
+      csi.cert-manager.io/uri-sans: {{ printf "spiffe://echelon/%s/${POD_NAME}" .role | quote }}
+      csi.cert-manager.io/dns-names: {{ join "," (concat (list "echelon") (.dnsNames | default list)) | quote }}
+      csi.cert-manager.io/duration: {{ $tls.certManager.duration | quote }}
+      csi.cert-manager.io/renew-before: {{ $tls.certManager.renewBefore | quote }}
+      csi.cert-manager.io/key-usages: "digital signature,key encipherment,server auth,client auth"
+      csi.cert-manager.io/fs-group: {{ .root.Values.podSecurityContext.fsGroup | toString | quote }}
+{{- else }}
+  secret:
+    secretName: {{ required (printf "tls.secrets.%s: the Secret with this component's tls.crt, tls.key and ca.crt" (.secretKey | default .role)) (get $tls.secrets (.secretKey | default .role)) }}
+    defaultMode: 0440
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{- define "echelon.tlsMount" -}}
+{{- if .Values.tls.enabled }}
+- {name: tls, mountPath: /etc/echelon/tls, readOnly: true}
+{{- end }}
+{{- end -}}
+
+{{- define "echelon.tlsEnv" -}}
+{{- if .Values.tls.enabled }}
+- {name: ECHELON_TLS_DIR, value: /etc/echelon/tls}
+{{- end }}
+{{- end -}}
+
+{{/* The issuer that signs the pods' certificates: the user's, or the chart's own CA issuer. */}}
+{{- define "echelon.tlsIssuerName" -}}
+{{- .Values.tls.certManager.issuerRef.name | default (include "echelon.componentName" (dict "root" . "component" "ca")) -}}
 {{- end -}}

@@ -1,0 +1,78 @@
+"""Durable subscriptions' housekeeping (durable.py), every second on each agent: idle
+expiry, the topic logs' retention (core/durability.py `expired`), telling co-holders
+that came back with a new process about the subscriptions they hold, resending acks
+they missed (durable_acks.py), and the REJECT_PUBLISH notices to every agent. And the
+`batch` fsync policy's periodic fsync (store.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from echelon.core.durability import Policy, expired, idle
+from echelon.runtime.member import lifetime
+from echelon.v1 import durable_pb2 as dpb
+
+if TYPE_CHECKING:
+    from echelon.agent.durable import Durables
+
+log = logging.getLogger("echelon.agent.durable")
+
+
+async def flush_loop(d: Durables, period: float) -> None:
+    while True:
+        await asyncio.sleep(period)
+        d.store.flush()
+        d.flushes.inc()
+
+
+async def maintain_loop(d: Durables) -> None:
+    lifetimes: dict[str, int] = {}  # agent -> process lifetime last seen (a new one is told)
+    while True:
+        await asyncio.sleep(1.0)
+        try:
+            await maintain(d, lifetimes)
+        except Exception:  # noqa: BLE001 - the next round tries again
+            log.exception("durable maintenance failed")
+
+
+async def maintain(d: Durables, lifetimes: dict[str, int]) -> None:
+    now = time.time_ns()
+    for sub in list(d.subs.values()):
+        if idle(sub.record.last_active_unix_nanos, now, sub.record.options.idle_seconds, sub.attached):
+            log.warning("durable %s: idle for %ds: deleted", sub.name, sub.record.options.idle_seconds)
+            d.idle_expired.inc()
+            d.apply_delete(sub.name)
+        elif not sub.synced and not d.syncing(sub.name):
+            asyncio.create_task(d.sync(sub))
+    expire_retention(d, now)
+    agents = d.alive_agents()
+    came_back = {a for a, m in agents.items() if a != d.me
+                 and lifetimes.get(a, lifetime(m.incarnation)) != lifetime(m.incarnation)}
+    lifetimes.update({a: lifetime(m.incarnation) for a, m in agents.items()})
+    await d.acks.retry()
+    for sub in list(d.subs.values()):
+        back = [h for h in sub.holders if h in came_back]
+        if back and sub.synced:  # a new process: it takes this copy if it has none or an older one
+            await d.tell(back, dpb.DurableChange(name=sub.name, create=sub.record))
+        if sub.bound.policy is Policy.REJECT_PUBLISH and sub.synced:
+            notice = dpb.BacklogFull(topic=sub.topic, filter=sub.record.filter, full=sub.full())
+            if notice.full or sub.name in d.refusing:
+                change = dpb.DurableChange(name=sub.name, full=notice)
+                asyncio.create_task(d.tell([a for a in agents if a != d.me], change))
+                await d.apply(change)
+
+
+def expire_retention(d: Durables, now_ns: int) -> None:
+    for name in d.store.topics():
+        topic = d.node.membership.topics.get(name)
+        seconds = (topic.retention_seconds if topic else 0) or d.defaults.retention_seconds
+        nbytes = (topic.retention_bytes if topic else 0) or d.defaults.retention_bytes
+        rows = d.store.retained(name)
+        n = expired([(t, size, owed) for _, t, size, owed in rows], now_ns, seconds * 1_000_000_000, nbytes)
+        if n:
+            d.store.drop_events(name, rows[n - 1][0])
+            d.retention_expired.inc(n)

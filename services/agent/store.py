@@ -1,0 +1,238 @@
+"""The agent's on-disk log for durable subscriptions: SQLite in WAL mode (the stdlib's
+embedded store; one file per agent, `<data dir>/durable.sqlite3`).
+
+Tables: `events` is the agent's log of the events it received for topics it holds
+durable subscriptions of (each once, in arrival order: `pos`), which is also the topic's
+retained history for replay; `backlog` names, per subscription, the logged events it
+still owes, in delivery order `ord` (a row goes when it is acknowledged); `subs` holds each subscription's record
+(durable_pb2.DurableSubscription). Every change is one transaction, committed before the
+call returns, except the events logged as they arrive under `batch` and `never`: those of
+one event-loop tick (a received frame) share one commit at its end (group commit).
+
+Fsync policy (what a crash can cost; a process crash -- kill -9 -- costs nothing committed
+under any policy, since a committed WAL frame is in the OS's page cache; under `batch` and
+`never` the events of the tick being run when it dies, which the replica holds too; acks
+are always committed before their credits return):
+
+| policy | how | loss window on power loss / kernel crash |
+|---|---|---|
+| `always` | `synchronous=FULL`: every commit fsyncs the WAL | none |
+| `batch` (default) | `synchronous=NORMAL`, the WAL fsynced every `batch_ms` (`flush`) | the last `batch_ms` |
+| `never` | `synchronous=NORMAL`, fsync left to the OS and SQLite's checkpoints | the OS's writeback delay (Linux: ~30 s) |
+
+The replica agent narrows every window to "both agents lose power within it".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import sqlite3
+from pathlib import Path
+from typing import Callable, Iterable, Iterator
+
+from echelon.v1 import common_pb2 as pb
+
+FSYNC_POLICIES = ("always", "batch", "never")
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS events (
+    pos INTEGER PRIMARY KEY AUTOINCREMENT,
+    topic TEXT NOT NULL, producer TEXT NOT NULL, seq INTEGER NOT NULL,
+    time_ns INTEGER NOT NULL, size INTEGER NOT NULL, data BLOB NOT NULL,
+    UNIQUE (topic, producer, seq));
+CREATE INDEX IF NOT EXISTS events_time ON events (topic, time_ns);
+CREATE TABLE IF NOT EXISTS backlog (sub TEXT NOT NULL, pos INTEGER NOT NULL, ord INTEGER NOT NULL,
+    PRIMARY KEY (sub, pos)) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS backlog_pos ON backlog (pos);
+CREATE INDEX IF NOT EXISTS backlog_ord ON backlog (sub, ord);
+CREATE TABLE IF NOT EXISTS subs (name TEXT PRIMARY KEY, record BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS deleted (name TEXT PRIMARY KEY, at_ns INTEGER NOT NULL);
+"""
+
+Key = tuple[str, int]  # (producer id, sequence)
+
+
+def key_of(event: pb.Event) -> Key:
+    return event.id.producer_id, event.id.sequence
+
+
+class Store:
+    def __init__(self, data_dir: str | Path | None, fsync: str = "batch"):
+        """The log in `data_dir`; None: in memory (nothing survives the process)."""
+        if fsync not in FSYNC_POLICIES:
+            raise ValueError(f"fsync policy {fsync!r}: one of {', '.join(FSYNC_POLICIES)}")
+        if data_dir is not None:
+            Path(data_dir).mkdir(parents=True, exist_ok=True)
+        self.path = Path(data_dir) / "durable.sqlite3" if data_dir is not None else None
+        self.fsync = fsync if data_dir is not None else "never"
+        self.db = sqlite3.connect(self.path or ":memory:", isolation_level=None, check_same_thread=False)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute(f"PRAGMA synchronous={'FULL' if fsync == 'always' else 'NORMAL'}")
+        self.db.executescript(SCHEMA)
+        self._wal: int | None = None
+        self._group = False  # a transaction of appends is open (committed at the end of the tick)
+        try:
+            self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:  # no loop (a tool, a test): every change commits at once
+            self._loop = None
+        self.flushes = 0
+
+    @contextlib.contextmanager
+    def _tx(self, group: bool = False) -> Iterator[sqlite3.Connection]:
+        """One change, atomic. `group` (appends, under batch/never): it joins a transaction
+        committed once at the end of this event-loop tick (one commit per frame received,
+        not per event); any other change commits that transaction with its own."""
+        if not self._group:
+            self.db.execute("BEGIN IMMEDIATE")
+        self.db.execute("SAVEPOINT change")
+        try:
+            yield self.db
+        except BaseException:
+            self.db.execute("ROLLBACK TO change")
+            self.db.execute("RELEASE change")
+            if not self._group:
+                self.db.execute("COMMIT")
+            raise
+        self.db.execute("RELEASE change")
+        if group and self.fsync != "always" and self._loop is not None:
+            if not self._group:
+                self._group = True
+                self._loop.call_soon(self.commit)
+            return
+        self._group = False
+        self.db.execute("COMMIT")
+
+    def commit(self) -> None:
+        """The grouped appends, committed (the end of the tick, or before any other change)."""
+        if self._group:
+            self._group = False
+            self.db.execute("COMMIT")
+
+    def flush(self) -> None:
+        """The `batch` policy's periodic fsync of the WAL (commits since the last one
+        become safe from power loss)."""
+        if self._wal is None:
+            wal = f"{self.path}-wal"
+            if self.path is None or not os.path.exists(wal):
+                return
+            self._wal = os.open(wal, os.O_RDONLY)
+        os.fsync(self._wal)
+        self.flushes += 1
+
+    def close(self) -> None:
+        self.commit()
+        if self._wal is not None:
+            os.close(self._wal)
+            self._wal = None
+        self.db.close()
+
+    # -- records -------------------------------------------------------------------------
+
+    def records(self) -> dict[str, bytes]:
+        return dict(self.db.execute("SELECT name, record FROM subs"))
+
+    def delete(self, name: str, at_ns: int) -> None:
+        """Gone, with a tombstone: a holder that was down when it was deleted learns it."""
+        with self._tx() as db:
+            db.execute("DELETE FROM subs WHERE name = ?", (name,))
+            db.execute("DELETE FROM backlog WHERE sub = ?", (name,))
+            db.execute("INSERT OR REPLACE INTO deleted (name, at_ns) VALUES (?, ?)", (name, at_ns))
+
+    def deleted(self, name: str) -> bool:
+        return self.db.execute("SELECT 1 FROM deleted WHERE name = ?", (name,)).fetchone() is not None
+
+    def put_record(self, name: str, record: bytes) -> None:
+        with self._tx() as db:
+            db.execute("DELETE FROM deleted WHERE name = ?", (name,))  # created again
+            db.execute("INSERT OR REPLACE INTO subs (name, record) VALUES (?, ?)", (name, record))
+
+    # -- the log and the backlogs ----------------------------------------------------------
+
+    def _insert(self, db: sqlite3.Connection, event: pb.Event) -> int:
+        """The event's position in the log (logged now, or already)."""
+        producer, seq = key_of(event)
+        data = event.SerializeToString()
+        cur = db.execute("INSERT OR IGNORE INTO events (topic, producer, seq, time_ns, size, data) "
+                         "VALUES (?, ?, ?, ?, ?, ?)", (event.topic, producer, seq, event.publish_time_unix_nanos,
+                                                       len(data), data))
+        if cur.rowcount:
+            return cur.lastrowid
+        return db.execute("SELECT pos FROM events WHERE topic = ? AND producer = ? AND seq = ?",
+                          (event.topic, producer, seq)).fetchone()[0]
+
+    def append(self, event: pb.Event, subs: Iterable[str], drop: list[tuple[str, Key]] | None = None) -> None:
+        """Log `event` as owed to `subs`; in the same transaction, forget the backlog entries
+        `drop` (sub, key) that a backlog policy evicted."""
+        with self._tx(group=True) as db:
+            pos = self._insert(db, event)
+            db.executemany("INSERT OR IGNORE INTO backlog (sub, pos, ord) VALUES (?, ?, ?)",
+                           [(s, pos, pos) for s in subs])
+            if drop:
+                self._forget(db, event.topic, drop)
+
+    def _forget(self, db: sqlite3.Connection, topic: str, entries: Iterable[tuple[str, Key]]) -> None:
+        db.executemany("DELETE FROM backlog WHERE sub = ? AND pos = "
+                       "(SELECT pos FROM events WHERE topic = ? AND producer = ? AND seq = ?)",
+                       [(sub, topic, p, s) for sub, (p, s) in entries])
+
+    def ack(self, sub: str, topic: str, keys: Iterable[Key]) -> None:
+        with self._tx() as db:
+            self._forget(db, topic, ((sub, k) for k in keys))
+
+    def backlog(self, sub: str) -> list[pb.Event]:
+        """What `sub` is owed, in log order."""
+        rows = self.db.execute("SELECT e.data FROM backlog b JOIN events e ON e.pos = b.pos WHERE b.sub = ? "
+                               "ORDER BY b.ord", (sub,))
+        return [pb.Event.FromString(data) for (data,) in rows]
+
+    def replace(self, sub: str, events: Iterable[pb.Event], since_pos: int) -> None:
+        """A holder's adopted copy: `sub` is owed `events`, then whatever it was given at or
+        after log position `since_pos` (what arrived here while adopting), in that order."""
+        events = list(events)
+        with self._tx() as db:
+            db.execute("DELETE FROM backlog WHERE sub = ? AND pos < ?", (sub, since_pos))
+            # In the copy's order, also those that arrived here meanwhile (parked for this
+            # agent while it was down, they may come late): the copy's order is the holder's.
+            db.executemany("INSERT OR REPLACE INTO backlog (sub, pos, ord) VALUES (?, ?, ?)",
+                           [(sub, self._insert(db, e), since_pos - len(events) + i) for i, e in enumerate(events)])
+
+    def next_pos(self) -> int:
+        row = self.db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'events'").fetchone()
+        return (row[0] if row else 0) + 1
+
+    def seek(self, sub: str, topic: str, match: Callable[[pb.Event], bool], time_ns: int | None = None,
+             key: Key | None = None) -> list[pb.Event] | None:
+        """Owe `sub` every logged event of `topic` from a time or a message on (matching);
+        None (nothing changed) when the message is not in the log."""
+        with self._tx() as db:
+            if key is not None:
+                row = db.execute("SELECT pos FROM events WHERE topic = ? AND producer = ? AND seq = ?",
+                                 (topic, *key)).fetchone()
+                if row is None:
+                    return None
+                rows = db.execute("SELECT pos, data FROM events WHERE topic = ? AND pos >= ? ORDER BY pos",
+                                  (topic, row[0]))
+            else:
+                rows = db.execute("SELECT pos, data FROM events WHERE topic = ? AND time_ns >= ? ORDER BY pos",
+                                  (topic, time_ns or 0))
+            owed = [(pos, e) for pos, e in ((pos, pb.Event.FromString(d)) for pos, d in rows) if match(e)]
+            db.execute("DELETE FROM backlog WHERE sub = ?", (sub,))
+            db.executemany("INSERT INTO backlog (sub, pos, ord) VALUES (?, ?, ?)", [(sub, pos, pos) for pos, _ in owed])
+        return [e for _, e in owed]
+
+    def retained(self, topic: str) -> list[tuple[int, int, int, bool]]:
+        """The topic's logged events, oldest first: (pos, time ns, size, owed by some backlog)."""
+        return [(pos, t, size, bool(owed)) for pos, t, size, owed in self.db.execute(
+            "SELECT e.pos, e.time_ns, e.size, EXISTS (SELECT 1 FROM backlog b WHERE b.pos = e.pos) "
+            "FROM events e WHERE e.topic = ? ORDER BY e.pos", (topic,))]
+
+    def drop_events(self, topic: str, up_to_pos: int) -> None:
+        """Retention: the topic's events up to `up_to_pos` (none of them owed) are let go."""
+        with self._tx() as db:
+            db.execute("DELETE FROM events WHERE topic = ? AND pos <= ? AND pos NOT IN (SELECT pos FROM backlog)",
+                       (topic, up_to_pos))
+
+    def topics(self) -> list[str]:
+        return [t for (t,) in self.db.execute("SELECT DISTINCT topic FROM events")]

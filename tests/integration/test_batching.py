@@ -1,0 +1,94 @@
+"""Many events per message (issue 12) through real servers: a `batch` request is answered
+by one ack per element, in order, each element judged on its own (refusal, duplicate,
+published); deliveries come many per message and a cumulative ack (`through`) settles
+them; the agent's subscription applies `through` and explicit ids alike."""
+
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+
+from echelon.agent.subscriptions import Subscription as AgentSubscription
+from echelon.core.filters import parse
+from echelon.runtime.wire import attributes_to_pb
+from echelon.v1 import common_pb2 as pb
+from echelon.v1 import pubsub_pb2 as ppb
+from echelon.v1 import pubsub_pb2_grpc as pgrpc
+from tests.harness import wait_for
+from tests.integration.test_publish_checks import publish_raw
+from tests.integration.test_pubsub import drain
+
+
+def element(seq: int, attrs: dict, payload: bytes = b"") -> ppb.PublishRequest:
+    return ppb.PublishRequest(topic="t", attributes=attributes_to_pb(attrs), payload=payload, sequence=seq)
+
+
+async def test_a_batch_gets_one_ack_per_element_in_order(cluster):
+    c0, c1 = cluster.client(0), cluster.client(1)
+    await c0.create_topic("t")
+    agent = cluster.agent_nodes[0]
+    unset = ppb.PublishRequest(topic="t", sequence=2)
+    unset.attributes["n"].CopyFrom(pb.Value())  # a value with no kind: INVALID_ARGUMENT, the rest goes on
+    sliced = element(5, {"n": 5})
+    sliced.slice_count = 2  # a batch carries whole events only
+    async with c1.subscribe("t", "") as sub:
+        replies = await publish_raw(agent.address, [
+            ppb.PublishRequest(producer_id="b", batch=[element(1, {"n": 1}, b"a"), unset,
+                                                       element(1, {"n": 1}, b"a"),  # a retry inside the batch
+                                                       element(3, {"n": 3})]),
+            ppb.PublishRequest(producer_id="b", topic="t", attributes=attributes_to_pb({"n": 1}), sequence=1,
+                               payload=b"other"),  # the id again for another event, alone
+            ppb.PublishRequest(producer_id="b", batch=[element(3, {"n": 3}), element(4, {"n": 4}), sliced]),
+        ])
+        got = await drain(sub)
+    assert len(replies) == 3
+    first, lone, last = replies
+    invalid, exists = grpc.StatusCode.INVALID_ARGUMENT.value[0], grpc.StatusCode.ALREADY_EXISTS.value[0]
+    assert [(a.producer_id, a.sequence, a.code, a.duplicate, a.destinations) for a in first.acks] == [
+        ("b", 1, 0, False, 1), ("b", 2, invalid, False, 0), ("b", 1, 0, True, 1), ("b", 3, 0, False, 1)]
+    assert "'n'" in first.acks[1].error and not first.sequence
+    assert not lone.acks and (lone.sequence, lone.code) == (1, exists)
+    assert [(a.sequence, a.code, a.duplicate) for a in last.acks] == [(3, 0, True), (4, 0, False), (5, invalid, False)]
+    assert [(m.sequence, m.payload) for m in got] == [(1, b"a"), (3, b""), (4, b"")]  # once each, in order
+
+
+async def test_deliveries_come_many_per_message_and_a_cumulative_ack_settles_them(cluster):
+    c0 = cluster.client(0)
+    await c0.create_topic("t")
+    agent = cluster.agent_nodes[1]
+    async with grpc.aio.insecure_channel(agent.address) as ch:
+        call = pgrpc.PubSubStub(ch).Subscribe()
+        await call.write(ppb.SubscribeRequest(open=ppb.SubscriptionOpen(topic="t", credits=100)))
+        await call.initial_metadata()
+        async with c0.publisher() as pub:
+            await pub.publish_batch("t", [{"n": i} for i in range(50)])
+        ids, sizes = [], []
+        while len(ids) < 50:
+            message = await asyncio.wait_for(call.read(), 10)
+            batch = list(message.batch) or [message]
+            sizes.append(len(batch))
+            ids += [d.delivery_id for d in batch]
+            assert [d.event.attributes["n"].int_value for d in batch] == list(range(len(ids) - len(batch), len(ids)))
+        assert max(sizes) > 1 and ids == sorted(ids)
+        (sub,) = agent.subs.values()
+        assert len(sub.unacked) == 50
+        await call.write(ppb.SubscribeRequest(ack=ppb.SubscriberAck(through=ids[29], delivery_ids=[ids[40]])))
+        await wait_for(lambda: len(sub.unacked) == 19, 10)
+        assert sorted(sub.unacked) == ids[30:40] + ids[41:]
+        call.cancel()
+
+
+def test_the_agent_applies_through_and_explicit_ids():
+    sub = AgentSubscription("a/s", "s", "t", parse(""), max_backlog=10)
+    sub.attach(credits=10)
+    for i in range(6):
+        assert sub.offer(pb.Event(id=pb.MessageId(producer_id="p", sequence=i)))
+    taken = [d for d, _ in sub.take(10)]
+    assert taken == [1, 2, 3, 4, 5, 6] and sub.credits == 4
+    assert sub.nack([2], 0.0, 0) == 1  # back in the backlog: a later take gives it a new id
+    assert sub.ack([5], 1, through=3) == 3  # 1 and 3 cumulatively (2 is gone already), 5 by id
+    assert sorted(sub.unacked) == [4, 6] and sub.credits == 5
+    (again,) = sub.take(1)
+    assert again[0] == 7 and again[1].redeliveries == 1
+    assert sub.ack([], 0, through=100) == 3 and not sub.unacked

@@ -1,0 +1,64 @@
+"""runtime/transport.py without servers: certificate files read again when they change
+(and a mismatched pair, as in the middle of a rotation, refused), and call_any."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+
+from echelon.runtime.certs import Authority
+from echelon.runtime.errors import NotFound, Unavailable
+from echelon.runtime.transport import TlsDir, Transport, call_any, unavailable
+
+
+def test_files_follow_the_directory_and_skip_a_mismatched_pair(tmp_path):
+    ca = Authority.create()
+    d = ca.write(tmp_path / "agent-0", "agent", "agent-0")
+    t = Transport(TlsDir(d))
+    key1, chain1, _ = t.files()
+    assert t.files()[1] is chain1  # unchanged files: not read again
+    made = t.generation
+    assert not t.stale(made)
+    ca.write(d, "agent", "agent-0")
+    assert t.stale(made)  # long-lived channels dial again before their next stream
+    key2, chain2, _ = t.files()
+    assert chain2 != chain1 and key2 != key1
+    # A rotation caught half-way: the new key beside the old certificate is not taken.
+    (d / "tls.crt").write_bytes(chain1)
+    assert t.files()[:2] == (key2, chain2)
+    (d / "tls.crt").write_bytes(chain2)
+    assert t.files()[:2] == (key2, chain2)
+
+
+def test_a_client_directory_may_hold_only_the_ca(tmp_path):
+    ca = Authority.create()
+    (tmp_path / "ca.crt").write_bytes(ca.pem)
+    t = Transport(TlsDir(tmp_path, server_name=None))
+    assert t.files() == (None, None, ca.pem)
+    assert isinstance(t.credentials(), grpc.ChannelCredentials)
+    with pytest.raises(ValueError, match="a server needs tls.crt and tls.key"):
+        t.server_credentials()
+
+
+def test_a_directory_without_certificates_fails_at_once(tmp_path):
+    with pytest.raises(OSError):
+        Transport(TlsDir(tmp_path)).files()
+
+
+async def test_call_any_moves_on_only_past_unreachable_targets():
+    tried = []
+
+    async def call(target):
+        tried.append(target)
+        if target < 2:
+            raise Unavailable(f"{target} down")
+        if target == 2:
+            raise NotFound("no such topic")
+        return target
+
+    with pytest.raises(NotFound):  # a refusal is an answer: 3 is never asked
+        await call_any(range(4), call, retry=unavailable)
+    assert tried == [0, 1, 2]
+    with pytest.raises(Unavailable, match="1 down"):  # every target down: the last error
+        await call_any(range(2), call, retry=unavailable)
+    assert await call_any([3], call, retry=unavailable) == 3
