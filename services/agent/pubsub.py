@@ -40,6 +40,7 @@ log = logging.getLogger("echelon.agent")
 
 MAX_EVENTS_IN_FLIGHT = 8192  # per Publish stream: past it we stop reading (HTTP/2 pushes back)
 MAX_DELIVERIES = 256  # deliveries per Delivery message
+SERVICE = ppb.DESCRIPTOR.services_by_name["PubSub"].full_name
 
 
 class _Unit:
@@ -321,14 +322,17 @@ class PubSubServicer(pgrpc.PubSubServicer):
     async def Unsubscribe(self, request, context):
         """Gone from this agent at once; the answer waits (up to the matcher timeout) for the
         tier to acknowledge the removal, which is retried after that if it must be."""
+        access = self.node.server.access  # the subscribe right on its topic (runtime/auth.py)
         sub = self.node.subscriptions.subs.get(request.subscription)
         if sub is None or sub.durable:
             record = await self.node.durables.locate(request.subscription) if request.subscription else None
             if record is not None:  # a durable subscription: gone from every holder
+                access.require("subscribe", record.topic, SERVICE)
                 await self.node.durables.delete(record)
                 return ppb.UnsubscribeResponse()
         if sub is None:
             raise NotFound(f"subscription {request.subscription!r} does not exist on this agent")
+        access.require("subscribe", sub.topic, SERVICE)
         removed = self.node.subscriptions.close(sub)
         await asyncio.wait([removed], timeout=self.node.matching.timeout)
         return ppb.UnsubscribeResponse()

@@ -1,8 +1,11 @@
-"""Who is calling, and may they: one server interceptor, used by every service.
+"""Who is calling, and may they: one server interceptor, used by every service (issue 14,
+items 2-5).
 
 Identity. Every call is identified once, in `AuthInterceptor`, by the first of:
-1. a TLS client certificate (servers running with TLS: runtime/transport.py names the
-   member or client a certificate stands for);
+1. a TLS client certificate, verified in the handshake against the cluster's CA
+   (runtime/transport.py: `spiffe://echelon/<role>/<id>`): role `client` is the user
+   `<id>` (`user:<id>` in ACLs, no groups); a member's role (agent, matcher, router,
+   membership) or the routing job's (`replan`) is a member;
 2. a bearer token in the `authorization` metadata (`Bearer <token>`), checked by the
    mode's authenticator:
    - `tokens`: static tokens from a JSON file (the local default, `echelon up --auth
@@ -10,29 +13,54 @@ Identity. Every call is identified once, in `AuthInterceptor`, by the first of:
      {"token": "...", "name": "cluster", "member": true}]}`. The file is re-read when it
      changes (checked at most once a second), so a token is revoked without a restart.
    - `jwt`: JSON Web Tokens signed by an identity provider, verified against the public
-     keys of a JWKS file (by `kid`), with `exp` and `sub` required and `aud` checked
-     (`echelon` by default); `sub` is the name, the `groups` claim the groups, and
+     keys of a JWKS (by `kid`; a file, or a URL fetched at start and again for an unknown
+     `kid`), with `exp` and `sub` required, `aud` checked (`echelon` by default) and `iss`
+     when configured; `sub` is the name, the `groups` claim the groups, and
      `"echelon_member": true` marks a member's token.
+Both present: the certificate wins and the token is not looked at. A certificate is
+bound to the connection and checked in the handshake, a token is a header any hop can
+add; this is Kafka's rule for an SSL listener (the TLS principal) and NATS's
+`verify_and_map`. So a client that needs another identity than its certificate's uses
+another certificate, or the agent's client port (no certificates asked) with a token.
+
 Member identities (the cluster's own services, service to service) are a kind apart:
 a member passes every rule (it carries traffic an agent already checked), while a
 client passes only what the ACLs grant it (core/acl.py). In token mode one member token
-is shared by the cluster's services; with TLS each member's certificate names it.
+is shared by the cluster's services; with TLS each member's certificate names it (and
+membership checks the id it claims, transport.require_member).
 
 Mode `none` (the default of a plain local cluster and of tests that do not ask for
 auth): every caller is `anonymous`, a member in the `admins` group, so nothing is
-refused but the limits, which are counted per connection. Auth is opt-in because a local cluster on loopback has
-no one to keep out; a cluster on a shared network runs `--auth tokens|jwt` (and `--tls`).
+refused but the limits, which are counted per connection. With `--tls` and mode `none`
+the certificates still keep strangers off the service ports, but every caller that gets
+through may do anything. Auth is opt-in because a local cluster on loopback has no one
+to keep out; a cluster on a shared network runs `--auth tokens|jwt` (and `--tls`).
 
 Authorization, by method (`POLICY`, every RPC of every service has a row; a method
 without one is refused, so a new RPC cannot slip through): health and reflection are
 open (Kubernetes probes, grpcurl); the client API needs any identity, with per-topic
 rights checked where the topic is known (`Access.check_publish`, `Access.open_subscription`,
-a topic's own admin right for CreateTopic/DeleteTopic); ACL changes, the Control API
-(routing plans) and the read-only views of the cluster's inner services need the
-cluster admin (admin on `*`); joining, beating, relaying, matching and replicating are
-for members only. A refused call changes no state: the check runs before the handler.
+`Access.require`; a topic's own admin right for CreateTopic/DeleteTopic); ACL changes,
+the Control API (routing plans) and the read-only views of the cluster's inner services
+need the cluster admin (admin on `*`); joining, beating, relaying, matching and
+replicating are for members only. A refused call changes no state: the check runs
+before the handler (or, per topic, before the handler touches anything).
 
-Every refusal is counted in `echelon_refused_calls_total{service,reason}`.
+Refusals, for operators and for tools that provoke them (the chaos intruder): every one
+is counted in `echelon_refused_calls_total{service,reason}`, `service` the full gRPC
+service name (`echelon.v1.PubSub`), and `reason` one of `REASONS`, which are stable:
+- `unauthenticated` (UNAUTHENTICATED): no credentials, a malformed `authorization`
+  header, an unknown static token, a JWT that fails verification (signature, unknown
+  `kid`, expired, wrong audience or issuer, missing claims);
+- `permission_denied` (PERMISSION_DENIED): a known identity without the right: a missing
+  ACL right (the message names the identity, the right and the topic: "user:ann lacks
+  the 'subscribe' right on topic 'quotes'"), a member-only or admin-only RPC, a method
+  without a policy row;
+- `publish_rate`, `subscriptions`, `streams` (RESOURCE_EXHAUSTED): the limits
+  (runtime/limits.py).
+The series exist from the start at 0 for every service a server runs. In a publish
+stream an event refused for its right or rate is answered in its own ack (the stream
+stays open) and counted once per event.
 """
 
 from __future__ import annotations
@@ -273,36 +301,56 @@ class Access:
                 raise PermissionDenied(f"{method}: {refusal}")
         return caller
 
-    # -- per topic, where the topic is known (the agent's PubSub handlers) ------------
+    # -- where the topic is known (the agent's handlers) -------------------------------
+
+    def require(self, right: str, topic: str, service: str) -> Caller | None:
+        """Raise PermissionDenied (counted under `service`) unless the calling identity holds
+        `right` on `topic`; the caller, or None when nothing is checked (a member, or a call
+        from outside an admitted RPC)."""
+        caller = CALLER.get()
+        if caller is None or not caller.limited:
+            return None
+        refusal = self.acl().refusal(caller.identity, right, topic)
+        if refusal:
+            self.count(service, "permission_denied")
+            raise PermissionDenied(refusal)
+        return caller
+
+    def require_member(self, what: str, service: str) -> None:
+        """Raise PermissionDenied unless the caller is a member: the `local` forms of the
+        Durable RPCs, which one agent sends another, act on one copy without the checks."""
+        caller = CALLER.get()
+        if self.on and caller is not None and not caller.identity.member:
+            self.count(service, "permission_denied")
+            raise PermissionDenied(f"{caller.identity} may not call {what}: it is for cluster members only")
 
     def check_publish(self, topic: str) -> None:
         """Raise PermissionDenied or ResourceExhausted for one event of the calling stream."""
-        caller = CALLER.get()
-        if caller is None or not caller.limited:
+        caller = self.require("publish", topic, _V1 + "PubSub")
+        if caller is None:
             return
-        refusal = self.acl().refusal(caller.identity, "publish", topic)
-        if refusal:
-            self.count(_V1 + "PubSub", "permission_denied")
-            raise PermissionDenied(refusal)
         over = self.quotas.publish(caller.key, time.monotonic())
         if over:
             self.count(_V1 + "PubSub", "publish_rate")
             raise ResourceExhausted(over)
 
     def open_subscription(self, topic: str) -> Callable[[], None]:
-        """Check the right and the count; returns the release to call when the stream ends."""
-        caller = CALLER.get()
-        if caller is None or not caller.limited:
+        """Check the right and the count; returns the release to call when the stream ends
+        (calling it again does nothing)."""
+        caller = self.require("subscribe", topic, _V1 + "PubSub")
+        if caller is None:
             return lambda: None
-        refusal = self.acl().refusal(caller.identity, "subscribe", topic)
-        if refusal:
-            self.count(_V1 + "PubSub", "permission_denied")
-            raise PermissionDenied(refusal)
         over = self.quotas.open_subscription(caller.key)
         if over:
             self.count(_V1 + "PubSub", "subscriptions")
             raise ResourceExhausted(over)
-        return lambda: self.quotas.close_subscription(caller.key)
+        held = [True]
+
+        def release() -> None:
+            if held.pop() if held else False:
+                self.quotas.close_subscription(caller.key)
+
+        return release
 
 
 _REASON = {grpc.StatusCode.UNAUTHENTICATED: "unauthenticated", grpc.StatusCode.PERMISSION_DENIED: "permission_denied",

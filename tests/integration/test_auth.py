@@ -1,10 +1,11 @@
 """Client identity, per-topic ACLs and limits on real servers (runtime/auth.py, core/acl.py).
 
-Bearer tokens without TLS here; the same interceptor takes TLS client certificates."""
+Bearer tokens without TLS, and a TLS cluster whose clients hold certificates or tokens."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import importlib
 import pkgutil
 
@@ -13,7 +14,9 @@ import pytest
 import pytest_asyncio
 
 import echelon.v1
-from echelon.client import errors
+from echelon.agent.server import AgentNode
+from echelon.client import Client, errors
+from echelon.launch import free_port
 from echelon.router.server import RouterNode
 from echelon.runtime.auth import POLICY, AuthConfig, write_tokens_file
 from echelon.runtime.transport import Transport
@@ -244,3 +247,46 @@ async def test_a_revoked_token_is_refused_after_the_file_changes(secured, tokens
 
     await wait_for(refused, timeout=10, interval=0.2, what="the token file is re-read")
     await asyncio.sleep(0)
+
+
+async def test_a_client_certificate_names_the_caller_and_wins_over_a_token(tokens, tmp_path):
+    """TLS and tokens together: a `client` certificate is `user:<id>` for the ACLs; a token
+    sent on the same call is not looked at (the certificate wins); token clients use the
+    agent's client port, which asks no certificate."""
+    path, t = tokens
+    c = Cluster(agents=0, tls=tmp_path / "tls",
+                auth=AuthConfig(mode="tokens", tokens_file=str(path), member_token=t["cluster"]))
+    try:
+        await c.start()
+        agent = AgentNode(dataclasses.replace(c.config("agent-0"), client_port=free_port()))
+        await agent.start()
+        c.agent_nodes.append(agent)
+        ca_only = tmp_path / "ca-only"
+        ca_only.mkdir()
+        (ca_only / "ca.crt").write_bytes(c.authority.pem)
+        client_port = f"127.0.0.1:{agent.server.client_port}"
+        root = Client(client_port, tls=ca_only, token=t["root"])
+        c.clients.append(root)
+        await root.create_topic("quotes", SCHEMA)
+        await root._admin("GrantAcl", ppb.AclRequest(rule=pb.AclRule(principal="user:ann", pattern="quotes",
+                                                                     rights=["publish"])), None)
+        await wait_for(lambda: agent.membership.acls, what="the rule reaches the agent")
+        # ann's certificate, with root's token on top: ann it is.
+        ann = Client(agent.address, tls=c.tls_dir("ann", "client"), token=t["root"])
+        c.clients.append(ann)
+        async with ann.publisher() as pub:
+            await pub.publish("quotes", {"Symbol": "aapl", "Price": 1.0})
+        with pytest.raises(errors.PermissionDenied, match="user:ann lacks the 'subscribe' right on topic 'quotes'"):
+            async with ann.subscribe("quotes"):
+                pass
+        with pytest.raises(errors.PermissionDenied, match="'admin' right on every topic"):
+            await ann._admin("ListAcls", ppb.ListAclsRequest(), None)
+        # On the client port a wrong token is refused; no token at all too.
+        for token in ("wrong", ""):
+            stranger = Client(client_port, tls=ca_only, token=token)
+            c.clients.append(stranger)
+            with pytest.raises(errors.Unauthenticated):
+                await stranger.list_topics()
+        assert refused_count(agent, "unauthenticated") == 2 and refused_count(agent, "permission_denied") == 2
+    finally:
+        await c.stop()
