@@ -20,6 +20,7 @@ from echelon.core.filters import Filter
 from echelon.core.schema import Attribute, Schema, parse_attribute
 from echelon.runtime.transport import TOKEN_ENV, TlsDir, Transport, call_any, unavailable
 from echelon.runtime.wire import schema_to_pb
+from echelon.v1 import common_pb2 as pb
 from echelon.v1 import durable_pb2 as dpb
 from echelon.v1 import durable_pb2_grpc as dgrpc
 from echelon.v1 import pubsub_pb2 as ppb
@@ -92,6 +93,26 @@ class Client:
 
     async def delete_topic(self, name: str, timeout: float | None = None) -> None:
         await self._admin("DeleteTopic", ppb.DeleteTopicRequest(name=name), timeout)
+
+    # -- access control (the cluster admin only: admin on "*") ---------------------------
+
+    async def grant_acl(self, principal: str, pattern: str, rights: Iterable[str],
+                        timeout: float | None = None) -> pb.AclRule:
+        """Add `rights` ("publish", "subscribe", "admin") for `principal` ("user:<name>",
+        "group:<name>" or "*") on the topics `pattern` names ("quotes", "quotes.*", "*");
+        returns the rule as it now stands."""
+        rule = pb.AclRule(principal=principal, pattern=pattern, rights=list(rights))
+        return await self._admin("GrantAcl", ppb.AclRequest(rule=rule), timeout)
+
+    async def revoke_acl(self, principal: str, pattern: str, rights: Iterable[str],
+                         timeout: float | None = None) -> pb.AclRule:
+        """Remove `rights` from the rule; the rule goes when none are left (returned with
+        no rights). NotFound when there is no such rule."""
+        rule = pb.AclRule(principal=principal, pattern=pattern, rights=list(rights))
+        return await self._admin("RevokeAcl", ppb.AclRequest(rule=rule), timeout)
+
+    async def list_acls(self, timeout: float | None = None) -> list[pb.AclRule]:
+        return list((await self._admin("ListAcls", ppb.ListAclsRequest(), timeout)).rules)
 
     # -- publish and subscribe ---------------------------------------------------------
 

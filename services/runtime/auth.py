@@ -88,6 +88,8 @@ log = logging.getLogger("echelon.auth")
 MODES = ("none", "tokens", "jwt")
 ANONYMOUS = Identity("anonymous", frozenset({SUPERUSERS}), member=True)
 RELOAD_CHECK = 1.0  # seconds between looks at the tokens file
+JWKS_REFETCH = 30.0  # seconds between fetches of a JWKS URL for an unknown kid
+JWKS_TIMEOUT = 5.0
 
 OPEN, CLIENT, TOPIC_ADMIN, ADMIN, MEMBER = "open", "client", "topic-admin", "admin", "member"
 _V1 = "echelon.v1."
@@ -118,15 +120,20 @@ REASONS = ("unauthenticated", "permission_denied", "publish_rate", "subscription
 
 @dataclass(frozen=True)
 class AuthConfig:
-    """Validated once at start. `member_token`: this process's own token, sent on every
-    call it makes to another member (token and JWT modes without TLS)."""
+    """Validated once at start. `jwks`: a JWKS file or an http(s) URL. In `jwt` mode a
+    `tokens_file` is optional and its static tokens are taken too (service accounts, the
+    members' token). `member_token`: this process's own token, sent on every call it
+    makes to another member (without TLS). `superusers`: user names in the `admins`
+    group whatever their credential (Kafka's `super.users`): the way to make a client
+    certificate's user, which carries no groups, a cluster admin."""
 
     mode: str = "none"
     tokens_file: str = ""
-    jwks_file: str = ""
+    jwks: str = ""
     audience: str = "echelon"
     issuer: str = ""
     member_token: str = ""
+    superusers: tuple[str, ...] = ()
     limits: Limits = field(default_factory=Limits)
 
     def __post_init__(self) -> None:
@@ -134,11 +141,15 @@ class AuthConfig:
             raise ValueError(f"auth mode {self.mode!r}: one of {', '.join(MODES)}")
         if self.mode == "tokens" and not self.tokens_file:
             raise ValueError("--auth tokens needs --tokens-file")
-        if self.mode == "jwt" and not self.jwks_file:
-            raise ValueError("--auth jwt needs --jwks-file")
-        for path in (self.tokens_file, self.jwks_file):
+        if self.mode == "jwt" and not self.jwks:
+            raise ValueError("--auth jwt needs --jwks (a JWKS file or URL)")
+        for path in (self.tokens_file, "" if is_url(self.jwks) else self.jwks):
             if path and not Path(path).is_file():
                 raise ValueError(f"{path}: no such file")
+
+
+def is_url(source: str) -> bool:
+    return source.startswith(("https://", "http://"))
 
 
 @dataclass(frozen=True)
@@ -204,21 +215,48 @@ class StaticTokens:
 
 
 class JwtKeys:
-    """JWTs verified against a JWKS file's public keys."""
+    """JWTs verified against the public keys of a JWKS, from a file (read at start) or a
+    URL (the identity provider's `jwks_uri`: fetched at start, and again when a token
+    names an unknown `kid`, at most once per JWKS_REFETCH seconds, so a stream of forged
+    `kid`s cannot turn into a stream of fetches). A fetch blocks the caller for at most
+    JWKS_TIMEOUT seconds; a failed one keeps the keys there are."""
 
-    def __init__(self, path: str, audience: str, issuer: str = ""):
+    def __init__(self, source: str, audience: str, issuer: str = ""):
         import jwt  # the server extra
 
         self.jwt = jwt
-        self.keys = {k.key_id: k for k in jwt.PyJWKSet.from_json(Path(path).read_text()).keys}
-        self.audience, self.issuer = audience, issuer
+        self.source, self.audience, self.issuer = source, audience, issuer
+        self.keys: dict = {}
+        self._fetched = float("-inf")
+        self._load()
+        if not self.keys:
+            raise ValueError(f"{source}: no usable key in the JWKS")
+
+    def _load(self) -> None:
+        self._fetched = time.monotonic()
+        try:
+            if is_url(self.source):
+                import urllib.request
+
+                with urllib.request.urlopen(self.source, timeout=JWKS_TIMEOUT) as r:  # noqa: S310 - http(s) only
+                    text = r.read().decode()
+            else:
+                text = Path(self.source).read_text()
+            self.keys = {k.key_id: k for k in self.jwt.PyJWKSet.from_json(text).keys}
+        except (OSError, ValueError, self.jwt.PyJWTError) as e:
+            if not self.keys:
+                raise ValueError(f"{self.source}: not a JWKS ({type(e).__name__}: {e})") from None
+            log.warning("JWKS not refreshed from %s: %s (keeping %d keys)", self.source, e, len(self.keys))
 
     def identify(self, token: str) -> Identity:
         jwt = self.jwt
         try:
-            key = self.keys.get(jwt.get_unverified_header(token).get("kid"))
+            kid = jwt.get_unverified_header(token).get("kid")
+            if kid not in self.keys and is_url(self.source) and time.monotonic() - self._fetched >= JWKS_REFETCH:
+                self._load()  # the provider may have rotated its keys
+            key = self.keys.get(kid)
             if key is None:
-                raise Unauthenticated("token signed by an unknown key (kid)")
+                raise Unauthenticated(f"invalid token: signed by an unknown key (kid {kid!r})")
             claims = jwt.decode(token, key.key, algorithms=[key.algorithm_name], audience=self.audience,
                                 issuer=self.issuer or None, options={"require": ["exp", "sub"]})
         except jwt.PyJWTError as e:
@@ -257,9 +295,9 @@ class Access:
     def __init__(self, config: AuthConfig | None, registry: CollectorRegistry):
         self.config = config or AuthConfig()
         self.on = self.config.mode != "none"
-        self.authenticator = StaticTokens(self.config.tokens_file) if self.config.mode == "tokens" else \
-            JwtKeys(self.config.jwks_file, self.config.audience, self.config.issuer) \
-            if self.config.mode == "jwt" else None
+        c = self.config
+        self.tokens = StaticTokens(c.tokens_file) if self.on and c.tokens_file else None
+        self.jwt = JwtKeys(c.jwks, c.audience, c.issuer) if c.mode == "jwt" else None
         self.acl: Callable[[], Acl] = Acl  # the node points it at its view's rules
         self.quotas = Quotas(self.config.limits)
         self.refused = Counter("echelon_refused_calls_total",
@@ -274,7 +312,7 @@ class Access:
             return ANONYMOUS
         peer = peer_certificate_identity(context)
         if peer is not None:  # the certificate wins over a token (module doc)
-            return certificate_identity(peer)
+            return self._super(certificate_identity(peer))
         token = ""
         for key, value in context.invocation_metadata() or ():
             if key == AUTHORIZATION_KEY:
@@ -284,7 +322,19 @@ class Access:
         if not token:
             raise Unauthenticated("no credentials: send a bearer token ('authorization: Bearer <token>', "
                                   "--token, $ECHELON_TOKEN) or a client certificate")
-        return self.authenticator.identify(token)
+        # A JWT has three dot-separated parts; static tokens (token_urlsafe) have no dot.
+        if self.jwt is not None and token.count(".") == 2:
+            identity = self.jwt.identify(token)
+        elif self.tokens is not None:
+            identity = self.tokens.identify(token)
+        else:
+            raise Unauthenticated("invalid token: not a JWT")
+        return self._super(identity)
+
+    def _super(self, identity: Identity) -> Identity:
+        if identity.name in self.config.superusers and not identity.member:
+            return Identity(identity.name, identity.groups | {SUPERUSERS})
+        return identity
 
     def admit(self, method: str, rule: str, request, context) -> Caller:
         """The caller of a call under `rule`, or the domain error refusing it."""

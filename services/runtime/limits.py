@@ -42,6 +42,25 @@ class Limits:
                 raise ValueError(f"limit {name} must be positive, not {getattr(self, name)}")
 
 
+def parse_limits(text: str) -> Limits:
+    """`publish_rate=500,subscriptions=100` (any of Limits' fields; the rest keep their
+    defaults) -> Limits; ValueError names what is wrong."""
+    fields = {f: type(getattr(Limits(), f)) for f in Limits.__dataclass_fields__}
+    values = {}
+    for item in (x.strip() for x in text.split(",")):
+        if not item:
+            continue
+        name, _, value = item.partition("=")
+        name = name.strip().replace("-", "_")
+        if name not in fields:
+            raise ValueError(f"limit {name!r}: one of {', '.join(fields)}")
+        try:
+            values[name] = fields[name](value.strip())
+        except ValueError:
+            raise ValueError(f"limit {name}={value!r}: not a number") from None
+    return Limits(**values)
+
+
 class TokenBucket:
     """`rate` tokens per second, at most `burst` held; starts full."""
 
