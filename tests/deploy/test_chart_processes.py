@@ -80,7 +80,7 @@ def _tls_dir(template: dict, secrets: dict[str, str]) -> dict[str, str]:
 def _auth_secrets(tmp_path) -> tuple[dict[str, str], dict[tuple[str, str], str]]:
     """What `ci/auth-values.yaml`'s Secrets stand for: the tokens file (its mount path ->
     a file here) and the Secret keys the environment takes."""
-    from echelon.runtime.auth import write_tokens_file
+    from echelon.runtime.credentials import write_tokens_file
 
     tokens = write_tokens_file(tmp_path / "auth" / "tokens.json", {"admin": ["admins"]})
     return ({"/etc/echelon/auth/tokens.json": str(tmp_path / "auth" / "tokens.json")},

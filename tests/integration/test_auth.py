@@ -18,7 +18,8 @@ from echelon.agent.server import AgentNode
 from echelon.client import Client, errors
 from echelon.launch import free_port
 from echelon.router.server import RouterNode
-from echelon.runtime.auth import POLICY, AuthConfig, write_tokens_file
+from echelon.runtime.auth import POLICY, AuthConfig
+from echelon.runtime.credentials import write_tokens_file
 from echelon.runtime.transport import Transport
 from echelon.runtime.limits import Limits
 from echelon.v1 import common_pb2 as pb
@@ -290,3 +291,24 @@ async def test_a_client_certificate_names_the_caller_and_wins_over_a_token(token
         assert refused_count(agent, "unauthenticated") == 2 and refused_count(agent, "permission_denied") == 2
     finally:
         await c.stop()
+
+
+async def test_the_routing_job_sends_its_token(secured):
+    """spark/cluster.py's blocking channels (no Spark here) carry the job's token: the
+    view, the plan and a matcher's zones need the cluster admin."""
+    from spark import cluster as job
+
+    c, t = secured
+    replica, matcher = c.replicas[0], c.matcher_nodes[0].address
+    try:
+        job.configure(None, t["root"])
+        view = await asyncio.to_thread(job.view, replica)
+        assert {m.id for m in view.members} >= {"agent-0", "matcher-0"}
+        assert (await asyncio.to_thread(job.list_zones, matcher)).member == "matcher-0"
+        for token, code in (("", grpc.StatusCode.UNAUTHENTICATED), (t["ann"], grpc.StatusCode.PERMISSION_DENIED)):
+            job.configure(None, token)
+            with pytest.raises(grpc.RpcError) as e:
+                await asyncio.to_thread(job.current_plan, replica)
+            assert e.value.code() == code
+    finally:
+        job.configure(None)
