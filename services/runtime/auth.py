@@ -168,9 +168,9 @@ def certificate_identity(peer: PeerIdentity) -> Identity:
     return Identity(f"{peer.role}/{peer.id}", member=True)
 
 
-def acl_cache(version: Callable[[], int], rules: Callable[[], Mapping]) -> Callable[[], Acl]:
+def acl_cache(version: Callable[[], object], rules: Callable[[], Mapping]) -> Callable[[], Acl]:
     """An `Acl` over the AclRule messages `rules()` returns, rebuilt when `version()` moves
-    (the view's version: every ACL change is a new view version)."""
+    (from the view's version: every ACL change is a new view version)."""
     cached: list = [None, Acl()]
 
     def current() -> Acl:
