@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import grpc
 
 from echelon.runtime.member import membership_channel
+from echelon.runtime.transport import PLAIN, Transport
 from echelon.v1 import membership_pb2 as mpb
 from echelon.v1 import membership_pb2_grpc as mgrpc
 
@@ -29,8 +30,8 @@ class Change:
 class Observer:
     """A Watch stream on every replica; every member state change, timed."""
 
-    def __init__(self, replicas: list[str]):
-        self.replicas = replicas
+    def __init__(self, replicas: list[str], transport: Transport = PLAIN):
+        self.replicas, self.transport = replicas, transport
         self.changes: list[Change] = []
         self.views: list[dict[str, mpb.Member]] = [{} for _ in replicas]
         self._tasks: list[asyncio.Task] = []
@@ -60,7 +61,7 @@ class Observer:
 
     async def _watch(self, i: int) -> None:
         while True:
-            ch = membership_channel(self.replicas[i])
+            ch = membership_channel(self.replicas[i], self.transport)
             try:
                 call = self._calls[i] = mgrpc.MembershipStub(ch).Watch(mpb.WatchRequest(member_id="chaos-observer"))
                 while True:
