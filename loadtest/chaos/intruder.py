@@ -69,6 +69,7 @@ ATTEMPTS = [*((c, a) for c in ("no-cert", "foreign-ca") for a in ACTIONS),
             ("client-as-agent", "join"), ("client-as-agent", "relay"),
             ("agent-as-other", "join"), ("agent-as-other", "relay")]
 WRITES = ("publish", "join", "relay", "plan")
+REFUSALS = ("UNAVAILABLE", "UNAUTHENTICATED", "PERMISSION_DENIED")
 _CODES = {c.value[0]: c for c in grpc.StatusCode}  # an in-band ack's code -> its status
 
 
@@ -96,6 +97,7 @@ class Tally:
     accepted: int = 0  # writes a call returned OK for (subscribe: streams that stayed open)
     deliveries: int = 0
     codes: Counter = field(default_factory=Counter)
+    details: dict[str, str] = field(default_factory=dict)  # the first message per code, for the log
 
 
 @dataclass
@@ -129,6 +131,7 @@ class Intruder:
                 code = await getattr(self, f"_{action}")(ch, t, cred, agent, k)
         except grpc.aio.AioRpcError as e:
             code = e.code().name
+            t.details.setdefault(code, e.details() or "")
         except asyncio.TimeoutError:
             code = "TIMEOUT"
         t.codes[code] += 1
@@ -200,7 +203,7 @@ class Intruder:
         until = time.monotonic() + seconds
         await asyncio.gather(*(self.loop(c, a, until, rounds) for c, a in ATTEMPTS))
         return {k: {"attempts": t.attempts, "accepted": t.accepted, "deliveries": t.deliveries,
-                    "codes": dict(t.codes)} for k, t in self.tallies.items()}
+                    "codes": dict(t.codes), "details": t.details} for k, t in self.tallies.items()}
 
 
 # -- the runner's side: what the cluster shows, and the report's rows -----------------------
@@ -244,6 +247,10 @@ def report(counts: dict | None, ev: Evidence, why_not: str = "") -> tuple[list[s
         lines += ["  " + "  ".join(x.ljust(w) for x, w in zip(r, widths)).rstrip() for r in rows]
     else:
         lines.append(f"  no counts: {why_not or 'the intruder wrote none'}")
+    for k, c in counts.items():  # endings other than a refusal or an unreachable server, for a post-mortem
+        for code, text in c.get("details", {}).items():
+            if code not in REFUSALS:
+                lines.append(f"  {k} {code}: {text[:160]}")
     lines.append(f"  seen by the cluster: intruder events delivered to real subscriptions {ev.events_delivered}, "
                  f"intruder members in a view {ev.members_seen or 0}, intruder plans adopted {ev.plans or 0}")
     attempts = sum(c["attempts"] for c in counts.values())
@@ -302,7 +309,8 @@ def launch(cluster, victim: str, out: Path, seconds: float) -> Spawned:
     agents = ",".join(f"{p.id}={p.address}" for p in cluster.by_role("agent"))
     path, log = out / "intruder.json", cluster.log_dir / "intruder.log"
     path.unlink(missing_ok=True)
-    argv = [sys.executable, "-m", "loadtest.chaos.intruder", "--agents", agents, "--replicas",
+    # Not `-m loadtest.chaos.intruder`: the package imports this module first (runpy warns).
+    argv = [sys.executable, "-c", "from loadtest.chaos.intruder import main; main()", "--agents", agents, "--replicas",
             ",".join(cluster.replicas), "--victim", victim, "--seconds", f"{max(seconds, 1.0):.1f}", "--out", str(path)]
     if creds:
         argv += ["--creds", str(creds)]

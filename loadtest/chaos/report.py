@@ -60,7 +60,7 @@ class Result:
     def add(self, lines: list[str], targets: dict[str, tuple[bool, str]]) -> None:
         """A section of its own (durable subscriptions, the intruder): its lines, then its targets."""
         self.targets.update(targets)
-        self.text += "\n".join(lines) + "\n" + "\n".join(
+        self.text += "\n" + "\n".join(lines) + "\n" + "\n".join(
             f"  [{'PASS' if ok else 'FAIL'}] {name}: {v}" for name, (ok, v) in targets.items())
 
 
