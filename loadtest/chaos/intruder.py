@@ -139,7 +139,7 @@ class Intruder:
 
     async def _subscribe(self, ch, t: Tally, cred: str, agent: str, k: int) -> bool:
         call = pgrpc.PubSubStub(ch).Subscribe(timeout=READ_SECONDS + CALL_TIMEOUT)
-        await call.write(ppb.SubscribeRequest(open=ppb.SubscriptionOpen(topic=TOPIC, filter_text="", credits=1000)))
+        await _send(call, ppb.SubscribeRequest(open=ppb.SubscriptionOpen(topic=TOPIC, filter_text="", credits=1000)))
         deadline = time.monotonic() + READ_SECONDS
         try:
             while (left := deadline - time.monotonic()) > 0:
@@ -156,7 +156,7 @@ class Intruder:
 
     async def _publish(self, ch, t: Tally, cred: str, agent: str, k: int) -> bool:
         call = pgrpc.PubSubStub(ch).Publish(timeout=CALL_TIMEOUT)
-        await call.write(ppb.PublishRequest(topic=TOPIC, attributes=attributes_to_pb(EVENT), ordering_key=MARK,
+        await _send(call, ppb.PublishRequest(topic=TOPIC, attributes=attributes_to_pb(EVENT), ordering_key=MARK,
                                             producer_id=f"{MARK}-{cred}", sequence=k + 1,
                                             ack_level=ppb.ACK_LEVEL_ACCEPTED))
         ack = await call.read()
@@ -177,7 +177,7 @@ class Intruder:
         frame = rpb.RelayFrame(seq=k + 1, source=victim, source_key=self.target.agents.get(victim, victim),
                                messages=[rpb.RelayMessage(event=event, destinations=[agent])])
         call = rgrpc.RelayStub(ch).Stream(metadata=((MEMBER_KEY, victim),), timeout=CALL_TIMEOUT)
-        await call.write(frame)
+        await _send(call, frame)
         ack = await call.read()
         call.cancel()
         return "OK" if ack is not grpc.aio.EOF and frame.seq in ack.seqs else "NO_ACK"
@@ -204,6 +204,18 @@ class Intruder:
         await asyncio.gather(*(self.loop(c, a, until, rounds) for c, a in ATTEMPTS))
         return {k: {"attempts": t.attempts, "accepted": t.accepted, "deliveries": t.deliveries,
                     "codes": dict(t.codes), "details": t.details} for k, t in self.tallies.items()}
+
+
+async def _send(call, message) -> None:
+    """Write to a stream; a write that lost the race with the server's refusal fails with
+    "Internal error from Core": raise the status the server ended the call with instead."""
+    try:
+        await call.write(message)
+    except grpc.aio.AioRpcError as e:
+        code = await call.code()
+        if code == grpc.StatusCode.OK:
+            raise e
+        raise grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), await call.details()) from None
 
 
 # -- the runner's side: what the cluster shows, and the report's rows -----------------------
