@@ -31,7 +31,8 @@ class Observer:
     """A Watch stream on every replica; every member state change, timed."""
 
     def __init__(self, replicas: list[str], transport: Transport = PLAIN):
-        self.replicas, self.transport = replicas, transport
+        self.transport = transport  # the cluster's (with its admin token under --auth: Watch is the admin's)
+        self.replicas = replicas
         self.changes: list[Change] = []
         self.views: list[dict[str, mpb.Member]] = [{} for _ in replicas]
         self._tasks: list[asyncio.Task] = []
