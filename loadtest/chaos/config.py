@@ -29,6 +29,7 @@ class Config:
     loopback: bool = False  # force loopback even where namespaces work
     wipe_disk: bool = False  # a killed agent restarts on an empty data dir (durable.py)
     tls: bool = True  # mTLS between every process and for the clients (runtime/certs.py issues them)
+    auth: bool = True  # --auth tokens everywhere; the workload's clients send the admin token (launch/cluster.py)
     intruder: bool | None = None  # the intruder (intruder.py) runs beside the workload; None: with TLS
     out: Path = Path("out/chaos")
     log: object = print

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections import namedtuple
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Awaitable, Callable, Iterable, NamedTuple, TypeVar
@@ -96,6 +97,7 @@ OWN_SUBCHANNEL = [("grpc.use_local_subchannel_pool", 1)]
 
 # -- certificates -------------------------------------------------------------------------
 TLS_DIR_ENV = "ECHELON_TLS_DIR"
+TOKEN_ENV = "ECHELON_TOKEN"  # a client's bearer token when none is given (the SDK, the CLI, the routing job)
 SERVER_NAME = "echelon"  # a DNS name every service certificate carries (see the module doc)
 TRUST_DOMAIN = "echelon"
 # Roles a certificate can name: the members' (membership.proto Role, lower case, without
@@ -244,15 +246,73 @@ class TlsDir:
         return key, chain, ca
 
 
+class _Bearer:
+    """Adds `authorization: Bearer <token>` to every call on a channel. Call metadata
+    rather than call credentials: gRPC sends those only over TLS, and tokens also work on
+    a plain-text cluster. One class per call kind: a grpc.aio channel files each
+    interceptor under one kind only."""
+
+    def __init__(self, token: str):
+        self.metadata = ((AUTHORIZATION_KEY, f"Bearer {token}"),)
+
+    def _with_token(self, d: grpc.aio.ClientCallDetails) -> grpc.aio.ClientCallDetails:
+        metadata = grpc.aio.Metadata(*(d.metadata or ()), *self.metadata)
+        return grpc.aio.ClientCallDetails(d.method, d.timeout, metadata, d.credentials, d.wait_for_ready)
+
+
+class _UnaryUnary(_Bearer, grpc.aio.UnaryUnaryClientInterceptor):
+    async def intercept_unary_unary(self, continuation, details, request):
+        return await continuation(self._with_token(details), request)
+
+
+class _UnaryStream(_Bearer, grpc.aio.UnaryStreamClientInterceptor):
+    async def intercept_unary_stream(self, continuation, details, request):
+        return await continuation(self._with_token(details), request)
+
+
+class _StreamUnary(_Bearer, grpc.aio.StreamUnaryClientInterceptor):
+    async def intercept_stream_unary(self, continuation, details, request_iterator):
+        return await continuation(self._with_token(details), request_iterator)
+
+
+class _StreamStream(_Bearer, grpc.aio.StreamStreamClientInterceptor):
+    async def intercept_stream_stream(self, continuation, details, request_iterator):
+        return await continuation(self._with_token(details), request_iterator)
+
+
+class _BlockingBearer(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor):
+    """The same for a blocking channel (the routing job's Control calls)."""
+
+    class _Details(namedtuple("_Details", "method timeout metadata credentials wait_for_ready compression"),
+                   grpc.ClientCallDetails):
+        pass
+
+    def __init__(self, token: str):
+        self.metadata = ((AUTHORIZATION_KEY, f"Bearer {token}"),)
+
+    def _with_token(self, d):
+        return self._Details(d.method, d.timeout, (*(d.metadata or ()), *self.metadata), d.credentials,
+                             getattr(d, "wait_for_ready", None), getattr(d, "compression", None))
+
+    def intercept_unary_unary(self, continuation, details, request):
+        return continuation(self._with_token(details), request)
+
+    def intercept_unary_stream(self, continuation, details, request):
+        return continuation(self._with_token(details), request)
+
+
 T = TypeVar("T")
 A = TypeVar("A")
 
 
 @dataclass
 class Transport:
-    """How one node (or one client) dials and serves: plain text, or TLS from `tls`."""
+    """How one node (or one client) dials and serves: plain text, or TLS from `tls`.
+    `token`: a bearer token every call it dials carries (AUTHORIZATION_KEY), "" for none:
+    a node's member token or a client's token (runtime/auth.py)."""
 
     tls: TlsDir | None = None
+    token: str = ""
     _loaded: tuple | None = field(default=None, repr=False)  # (stamp, key, chain, ca)
     generation: int = 0  # how many times the files were read: a channel made at an older one is stale
 
@@ -293,16 +353,18 @@ class Transport:
     def dial(self, address: str, options: Iterable[tuple[str, object]] = ()) -> grpc.aio.Channel:
         """An asyncio channel with the cluster's settings (plus `options`)."""
         opts = self._target(options)
+        interceptors = [kind(self.token) for kind in (_UnaryUnary, _UnaryStream, _StreamUnary, _StreamStream)] \
+            if self.token else None
         if self.tls is None:
-            return grpc.aio.insecure_channel(address, options=opts)
-        return grpc.aio.secure_channel(address, self.credentials(), options=opts)
+            return grpc.aio.insecure_channel(address, options=opts, interceptors=interceptors)
+        return grpc.aio.secure_channel(address, self.credentials(), options=opts, interceptors=interceptors)
 
     def dial_blocking(self, address: str, options: Iterable[tuple[str, object]] = ()) -> grpc.Channel:
         """A blocking channel (the routing job's calls), same settings."""
         opts = self._target(options)
-        if self.tls is None:
-            return grpc.insecure_channel(address, options=opts)
-        return grpc.secure_channel(address, self.credentials(), options=opts)
+        channel = grpc.insecure_channel(address, options=opts) if self.tls is None else \
+            grpc.secure_channel(address, self.credentials(), options=opts)
+        return grpc.intercept_channel(channel, _BlockingBearer(self.token)) if self.token else channel
 
     def serve(self, server, address: str, client_certificates: bool = True) -> int:
         """Bind `address` on a grpc (aio) server; with TLS, every handshake takes the
