@@ -7,14 +7,21 @@ Credentials (directories in the layout of `runtime.transport.TlsDir`, made by `p
   foreign-ca       a certificate naming a real agent, signed by a CA of its own
   client-as-agent  the cluster's CA, `spiffe://echelon/client/intruder`, claiming to be a member
   agent-as-other   the cluster's CA, `agent/intruder-agent`, claiming a real agent's id
+and where the cluster runs with tokens and ACLs (`--auth`, runtime/auth.py) and its agents
+open a port for token clients (`open_client_ports`):
+  no-rights        the `client/intruder` certificate: an authenticated user granted nothing
+  no-token         the agents' client port (no certificate asked), no token
+  bad-token        the agents' client port, a token of its own making
 Actions:
   subscribe  open a subscription to everything on the run's topic, read for READ_SECONDS
   publish    one event of the run's schema (so only the credentials can refuse it)
   join       Membership.Join as a member (a new id, or the real agent's id at a higher incarnation)
   relay      Relay.Stream posing as the real agent, one frame for the dialled agent's subscribers
   plan       Control.PushPlan of an empty plan (every zone gone) at a version above any real one
-`ATTEMPTS` pairs them: every action for the first two; for the last two only what a member
-identity is checked on (a client certificate may publish and subscribe until per-topic ACLs).
+`attempts` pairs them: every action for the first two; for the next two what a member
+identity is checked on (under `--no-auth` any certificate of the CA may publish, subscribe
+and push plans: every caller is an admin); for the user without rights what ACLs guard
+(subscribe, publish, plan); on the client port the client API and a relay.
 
 Bounded: every pair is one loop, one attempt a second, each with a deadline, until
 `--seconds` or `--rounds`; then the counts go to `--out` (JSON) and the process exits.
@@ -35,6 +42,7 @@ import asyncio
 import contextlib
 import json
 import os
+import secrets
 import subprocess
 import sys
 import time
@@ -44,9 +52,9 @@ from pathlib import Path
 
 import grpc
 
-from echelon.launch import stop_process
+from echelon.launch import free_port, stop_process
 from echelon.runtime.certs import Authority
-from echelon.runtime.transport import MEMBER_KEY, PLAIN, TLS_DIR_ENV, TlsDir, Transport
+from echelon.runtime.transport import MEMBER_KEY, PLAIN, TLS_DIR_ENV, TOKEN_ENV, TlsDir, Transport
 from echelon.runtime.wire import attributes_to_pb
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import membership_pb2 as mpb
@@ -68,6 +76,14 @@ ACTIONS = ("subscribe", "publish", "join", "relay", "plan")
 ATTEMPTS = [*((c, a) for c in ("no-cert", "foreign-ca") for a in ACTIONS),
             ("client-as-agent", "join"), ("client-as-agent", "relay"),
             ("agent-as-other", "join"), ("agent-as-other", "relay")]
+AUTH_ATTEMPTS = [("no-rights", "subscribe"), ("no-rights", "publish"), ("no-rights", "plan"),
+                 *((c, a) for c in ("no-token", "bad-token") for a in ("subscribe", "publish", "relay"))]
+TOKEN_PORT = ("no-token", "bad-token")  # credentials tried on the agents' client port
+DIRS = {"no-rights": "client-as-agent", "no-token": "no-cert", "bad-token": "no-cert"}  # shared directories
+
+
+def attempts(auth: bool) -> list[tuple[str, str]]:
+    return ATTEMPTS + AUTH_ATTEMPTS if auth else ATTEMPTS
 WRITES = ("publish", "join", "relay", "plan")
 REFUSALS = ("UNAVAILABLE", "UNAUTHENTICATED", "PERMISSION_DENIED")
 _CODES = {c.value[0]: c for c in grpc.StatusCode}  # an in-band ack's code -> its status
@@ -105,15 +121,20 @@ class Target:
     agents: dict[str, str]  # id -> address
     replicas: list[str]
     victim: str  # the real agent the intruder claims to be
+    client_ports: dict[str, str] = field(default_factory=dict)  # id -> the agent's port for token clients
 
 
 class Intruder:
     def __init__(self, creds: Path | None, target: Target):
         self.creds, self.target = creds, target
-        self.tallies = {f"{c}/{a}": Tally() for c, a in ATTEMPTS}
+        self.attempts = attempts(bool(target.client_ports))
+        self.tallies = {f"{c}/{a}": Tally() for c, a in self.attempts}
 
     def transport(self, cred: str) -> Transport:
-        return Transport(TlsDir(self.creds / cred)) if self.creds else PLAIN
+        if not self.creds:
+            return PLAIN
+        token = f"{MARK}-{secrets.token_urlsafe(16)}" if cred == "bad-token" else ""
+        return Transport(TlsDir(self.creds / DIRS.get(cred, cred)), token=token)
 
     def claim(self, cred: str) -> str:
         """The member id a Join claims: the victim's where the certificate names an agent."""
@@ -125,7 +146,7 @@ class Intruder:
         agent_ids = sorted(self.target.agents)
         agent = agent_ids[k % len(agent_ids)]
         address = self.target.replicas[k % len(self.target.replicas)] if action in ("join", "plan") \
-            else self.target.agents[agent]
+            else self.target.client_ports[agent] if cred in TOKEN_PORT else self.target.agents[agent]
         try:
             async with self.transport(cred).dial(address) as ch:
                 code = await getattr(self, f"_{action}")(ch, t, cred, agent, k)
@@ -201,7 +222,7 @@ class Intruder:
 
     async def run(self, seconds: float, rounds: int) -> dict:
         until = time.monotonic() + seconds
-        await asyncio.gather(*(self.loop(c, a, until, rounds) for c, a in ATTEMPTS))
+        await asyncio.gather(*(self.loop(c, a, until, rounds) for c, a in self.attempts))
         return {k: {"attempts": t.attempts, "accepted": t.accepted, "deliveries": t.deliveries,
                     "codes": dict(t.codes), "details": t.details} for k, t in self.tallies.items()}
 
@@ -310,6 +331,21 @@ class Spawned:
         stop_process(self.popen, 5.0)
 
 
+CLIENT_PORT = "--client-port"
+
+
+def open_client_ports(cluster) -> None:
+    """Give every agent of `cluster` (planned, not started) a port for token clients,
+    as a deployment that serves clients without certificates would: the intruder's."""
+    for p in cluster.by_role("agent"):
+        p.argv += [CLIENT_PORT, str(free_port())]
+
+
+def client_ports(cluster) -> dict[str, str]:
+    return {p.id: f"{p.site.ip}:{p.argv[p.argv.index(CLIENT_PORT) + 1]}"
+            for p in cluster.by_role("agent") if CLIENT_PORT in p.argv}
+
+
 def launch(cluster, victim: str, out: Path, seconds: float) -> Spawned:
     """Start the intruder beside `cluster` (echelon.launch.Cluster) where the runner runs
     (the root namespace), for `seconds`; its credentials from the cluster's CA."""
@@ -326,7 +362,9 @@ def launch(cluster, victim: str, out: Path, seconds: float) -> Spawned:
             ",".join(cluster.replicas), "--victim", victim, "--seconds", f"{max(seconds, 1.0):.1f}", "--out", str(path)]
     if creds:
         argv += ["--creds", str(creds)]
-    env = {k: v for k, v in os.environ.items() if k != TLS_DIR_ENV}  # no certificate but its own
+    if client_ports(cluster):
+        argv += ["--client-ports", ",".join(f"{i}={a}" for i, a in client_ports(cluster).items())]
+    env = {k: v for k, v in os.environ.items() if k not in (TLS_DIR_ENV, TOKEN_ENV)}  # no credentials but its own
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as f:
         popen = cluster.placement.popen(cluster.by_role("membership")[0].site, argv, stdout=f,
@@ -340,12 +378,15 @@ def main() -> None:
     ap.add_argument("--replicas", required=True, help="host:port,...")
     ap.add_argument("--victim", required=True, help="a real agent's id, to claim")
     ap.add_argument("--creds", type=Path, help="prepare()'s directory (none: plain text)")
+    ap.add_argument("--client-ports", default="", help="id=host:port,...: the agents' ports for token clients "
+                    "(given: the cluster runs with tokens and ACLs, and the token attempts are made)")
     ap.add_argument("--seconds", type=float, required=True)
     ap.add_argument("--rounds", type=int, default=3600)
     ap.add_argument("--out", type=Path, required=True)
     a = ap.parse_args()
     agents = dict(x.split("=", 1) for x in a.agents.split(","))
-    intruder = Intruder(a.creds, Target(agents, a.replicas.split(","), a.victim))
+    ports = dict(x.split("=", 1) for x in a.client_ports.split(",") if x)
+    intruder = Intruder(a.creds, Target(agents, a.replicas.split(","), a.victim, ports))
     counts = asyncio.run(intruder.run(min(a.seconds, 7200.0), min(a.rounds, 7200)))
     a.out.write_text(json.dumps(counts, indent=2))
 

@@ -114,6 +114,8 @@ def run(cfg: Config) -> Result:
     try:
         cluster = Cluster(agents=cfg.agents, matchers=1, memberships=3, placement=hosts.placement,
                           log_dir=cfg.out / "logs", common=SERVICE_FLAGS, tls=cfg.tls, auth=cfg.auth)
+        if cfg.with_intruder and cfg.tls and cfg.auth:
+            intruder.open_client_ports(cluster)  # the token port the intruder tries too
         result = asyncio.run(drive(cfg, hosts, cluster))
     finally:
         if cluster is not None:  # also when the run was cut short: no process outlives it
