@@ -25,12 +25,15 @@ Faults, one at a time, each followed by a settle period, repeated while time rem
   replica    kill -9 of membership replica 0 (the one every member watches), restarted
 
 Security (issue 14). Every process runs with mTLS, certificates from a throw-away CA
-(`runtime/certs.py`, through the launcher's `tls`), and the clients present a client
-certificate (`--no-tls`: plain text). Beside the workload an intruder process (`intruder`)
-tries every second, with no certificate, one from another CA, and ones from the
-cluster's CA naming someone else, to subscribe, publish, join, relay and push a plan; the
-report adds its rows: deliveries 0, writes accepted 0 (by the calls, and by what the
-subscriptions, the watched views and the plans show), attempts made > 0.
+(`runtime/certs.py`, through the launcher's `tls`; `--no-tls`: plain text), and with
+tokens and per-topic ACLs (`--auth`, runtime/auth.py; `--no-auth`: none); the workload's
+clients present the cluster's client certificate (a superuser) and its admin token.
+Beside the workload an intruder process (`intruder`) tries every second, with no
+certificate, one from another CA, ones from the cluster's CA naming someone else, a user
+granted nothing, and on the agents' token port no token or a made-up one, to subscribe,
+publish, join, relay and push a plan; the report adds its rows: deliveries 0, writes
+accepted 0 (by the calls, and by what the subscriptions, the watched views and the plans
+show), attempts made > 0.
 
 Measured. Watch streams on all three replicas time every state change, so a DEAD
 verdict's detection time is from the fault to the verdict on each replica. After the
