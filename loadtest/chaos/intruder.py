@@ -155,6 +155,9 @@ class Intruder:
             t.details.setdefault(code, e.details() or "")
         except asyncio.TimeoutError:
             code = "TIMEOUT"
+        except Exception as e:  # noqa: BLE001 - counted and shown; the intruder goes on
+            code = f"ERROR {type(e).__name__}"
+            t.details.setdefault(code, str(e))
         t.codes[code] += 1
         t.accepted += code == "OK"
 
@@ -229,10 +232,11 @@ class Intruder:
 
 async def _send(call, message) -> None:
     """Write to a stream; a write that lost the race with the server's refusal fails with
-    "Internal error from Core": raise the status the server ended the call with instead."""
+    "Internal error from Core" (or, through a client interceptor, "RPC already finished"):
+    raise the status the server ended the call with instead."""
     try:
         await call.write(message)
-    except grpc.aio.AioRpcError as e:
+    except (grpc.aio.AioRpcError, asyncio.InvalidStateError) as e:
         code = await call.code()
         if code == grpc.StatusCode.OK:
             raise e
