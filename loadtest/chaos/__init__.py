@@ -24,6 +24,17 @@ Faults, one at a time, each followed by a settle period, repeated while time rem
   partition  every packet to and from one agent dropped (tc filters), then healed
   replica    kill -9 of membership replica 0 (the one every member watches), restarted
 
+Security (issue 14). Every process runs with mTLS, certificates from a throw-away CA
+(`runtime/certs.py`, through the launcher's `tls`; `--no-tls`: plain text), and with
+tokens and per-topic ACLs (`--auth`, runtime/auth.py; `--no-auth`: none); the workload's
+clients present the cluster's client certificate (a superuser) and its admin token.
+Beside the workload an intruder process (`intruder`) tries every second, with no
+certificate, one from another CA, ones from the cluster's CA naming someone else, a user
+granted nothing, and on the agents' token port no token or a made-up one, to subscribe,
+publish, join, relay and push a plan; the report adds its rows: deliveries 0, writes
+accepted 0 (by the calls, and by what the subscriptions, the watched views and the plans
+show), attempts made > 0.
+
 Measured. Watch streams on all three replicas time every state change, so a DEAD
 verdict's detection time is from the fault to the verdict on each replica. After the
 schedule the publishers stop, the subscribers drain, and `loadtest.checker` compares the
@@ -41,7 +52,7 @@ The parts, one job each: `config` (the settings), `network` (the placement, and
 delay/loss and partitions on a host's link; `loadtest.delayer` where the kernel has no
 netem), `observer` (the replicas' verdicts, timed), `workload` (producers, subscribers,
 the drain), `schedule` (the faults and their targets), `report` (counting and the
-tables), `artifacts` (deliveries.jsonl, timeline.png), `runner` (one run, start to
+tables), `intruder` (the intruder process and its rows), `artifacts` (deliveries.jsonl, timeline.png), `runner` (one run, start to
 teardown), `__main__` (the command).
 """
 

@@ -22,11 +22,18 @@ from loadtest.chaos.runner import run
 @click.option("--short", is_flag=True, help="The CI schedule: one of each fault, shorter.")
 @click.option("--loopback", is_flag=True, help="Run on loopback even where namespaces work (no partition, netem).")
 @click.option("--wipe-disk", is_flag=True, help="A killed agent restarts with an empty data dir (node loss).")
-@click.option("--auth", is_flag=True, help="Bearer tokens everywhere (the workload sends the cluster admin's).")
+@click.option("--tls/--no-tls", default=True, show_default=True,
+              help="mTLS between every process and for the clients, certificates from a throw-away CA.")
+@click.option("--auth/--no-auth", default=True, show_default=True,
+              help="Bearer tokens and ACLs everywhere (the workload's clients are the cluster admin).")
+@click.option("--intruder/--no-intruder", default=None,
+              help="Run the intruder (loadtest/chaos/intruder.py) beside the workload. [default: with --tls]")
 @click.option("--out", default="out/chaos", type=click.Path(file_okay=False, path_type=Path), show_default=True)
-def main(minutes, agents, producers, rate, partition_seconds, short, loopback, wipe_disk, auth, out) -> None:
+def main(minutes, agents, producers, rate, partition_seconds, short, loopback, wipe_disk, tls, auth, intruder,
+         out) -> None:
     """Run the fault schedule against a cluster and print a table per fault."""
-    kw = dict(agents=agents, producers=producers, rate=rate, loopback=loopback, wipe_disk=wipe_disk, auth=auth, out=out)
+    kw = dict(agents=agents, producers=producers, rate=rate, loopback=loopback, wipe_disk=wipe_disk, tls=tls,
+              auth=auth, intruder=intruder, out=out)
     cfg = Config.short(**kw) if short else Config(minutes=minutes, partition_seconds=partition_seconds, **kw)
     result = run(cfg)
     print(result.text)

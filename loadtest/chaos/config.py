@@ -28,9 +28,15 @@ class Config:
     drain: float = 60.0
     loopback: bool = False  # force loopback even where namespaces work
     wipe_disk: bool = False  # a killed agent restarts on an empty data dir (durable.py)
-    auth: bool = False  # --auth tokens everywhere; the workload's clients send the admin token (launch/cluster.py)
+    tls: bool = True  # mTLS between every process and for the clients (runtime/certs.py issues them)
+    auth: bool = True  # --auth tokens everywhere; the workload's clients send the admin token (launch/cluster.py)
+    intruder: bool | None = None  # the intruder (intruder.py) runs beside the workload; None: with TLS
     out: Path = Path("out/chaos")
     log: object = print
+
+    @property
+    def with_intruder(self) -> bool:
+        return self.tls if self.intruder is None else self.intruder
 
     @classmethod
     def short(cls, **kw) -> "Config":

@@ -57,6 +57,12 @@ class Result:
     def ok(self) -> bool:
         return all(ok for ok, _ in self.targets.values())
 
+    def add(self, lines: list[str], targets: dict[str, tuple[bool, str]]) -> None:
+        """A section of its own (durable subscriptions, the intruder): its lines, then its targets."""
+        self.targets.update(targets)
+        self.text += "\n" + "\n".join(lines) + "\n" + "\n".join(
+            f"  [{'PASS' if ok else 'FAIL'}] {name}: {v}" for name, (ok, v) in targets.items())
+
 
 def detection(f: Fault, obs: Observer) -> tuple[str, float | None]:
     """What the replicas made of the fault, and the one number that sums it up (seconds)."""
@@ -195,7 +201,8 @@ def render(cfg: Config, res: Result, roles: dict, metrics: dict, faults: list[Fa
             f"loopback processes, no partitions and no netem ({res.reason})")
     lines.append(f"Echelon chaos run: {mode}")
     lines.append(f"agents {cfg.agents}, producers {len(roles['producers'])} x {cfg.rate:g}/s on "
-                 f"{', '.join(roles['producers'])}, 3 membership replicas, 1 matcher; "
+                 f"{', '.join(roles['producers'])}, 3 membership replicas, 1 matcher, "
+                 f"{'mTLS everywhere' if cfg.tls else 'plain text'}; "
                  f"LBDD tree of producer-0: {roles['tree']}")
     head = ("fault", "target", "at", "detection", "dead ok", "false dead", "suspected", "sent", "lost",
             "unexp", "dup", "redeliv", "reorder", "pub err")

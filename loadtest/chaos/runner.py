@@ -11,7 +11,7 @@ import time
 
 from echelon.client import Client
 from echelon.launch import Cluster
-from loadtest.chaos import durable
+from loadtest.chaos import durable, intruder
 from loadtest.chaos.artifacts import dump, plot
 from loadtest.chaos.config import Config
 from loadtest.chaos.network import Hosts, make_hosts
@@ -38,6 +38,8 @@ def agent_counters(cluster: Cluster) -> dict[str, float]:
 async def drive(cfg: Config, hosts: Hosts, cluster: Cluster) -> Result:
     log = cfg.log
     observer = Observer(cluster.replicas, cluster.transport)
+    tls, token = cluster.client_tls, cluster.admin_token
+    spy = None
     producers: list[Producer] = []
     subscribers: list[Subscriber] = []
     durables: list[durable.DurableSubscriber] = []
@@ -49,29 +51,31 @@ async def drive(cfg: Config, hosts: Hosts, cluster: Cluster) -> Result:
         roles = choose_roles(cluster, cfg.producers)
         log(f"roles: {json.dumps({k: v for k, v in roles.items() if k != 'tree'})}")
         agents = {p.id: p for p in cluster.by_role("agent")}
-        admin = Client(agents["agent-0"].address, token=cluster.admin_token)
+        admin = Client(agents["agent-0"].address, tls=tls, token=token)
         await admin.create_topic(TOPIC, SCHEMA)
         await admin.close()
         n = 0
         for i, a in enumerate(agents.values()):
             for j in range(2 if i % 2 else 1):
-                subscribers.append(Subscriber(f"s{i}-{j}", a.id, a.address, FILTERS[n % len(FILTERS)],
-                                              token=cluster.admin_token))
+                subscribers.append(Subscriber(f"s{i}-{j}", a.id, a.address, FILTERS[n % len(FILTERS)], tls, token))
                 n += 1
         durables = durable.subscribers(cluster, roles)
         tasks += [asyncio.create_task(s.run()) for s in [*subscribers, *durables]]
         await wait_opened([*subscribers, *durables], 30.0)
-        producers = [Producer(i, agents[a].address, cfg.rate, cfg.keys, token=cluster.admin_token)
+        producers = [Producer(i, agents[a].address, cfg.rate, cfg.keys, tls, token)
                      for i, a in enumerate(roles["producers"])]
         t0 = time.monotonic()
         until = t0 + cfg.minutes * 60
         tasks += [asyncio.create_task(p.run(until)) for p in producers]
+        if cfg.with_intruder:
+            spy = intruder.launch(cluster, roles["kill"][0], cfg.out, until - time.monotonic())
         await asyncio.sleep(cfg.warmup)
         schedule = Schedule(cfg, cluster, observer, hosts, roles)
         log(f"faults ({', '.join(schedule.plan())}), until +{cfg.minutes * 60:.0f}s:")
         await schedule.run(until - cfg.settle / 2, t0)
         await asyncio.sleep(max(0.0, until - time.monotonic()))
         log("publishing stopped; draining")
+        counts = await spy.counts() if spy else None
         await asyncio.gather(*(p.close(20.0) for p in producers))
         await drain(producers, subscribers, schedule.faults, cfg.drain)
         await durable.drain(producers, durables, cfg.drain)
@@ -79,12 +83,15 @@ async def drive(cfg: Config, hosts: Hosts, cluster: Cluster) -> Result:
         dump(cfg.out / "deliveries.jsonl", producers, subscribers, t0)
         plot(cfg.out / "timeline.png", schedule.faults, observer, producers, subscribers, t0)
         result = build_report(cfg, hosts, schedule.faults, observer, producers, subscribers, roles, t0, metrics)
-        lines, targets = durable.report(producers, durables)
-        result.targets.update(targets)
-        result.text += "\n".join(lines) + "\n" + "\n".join(
-            f"  [{'PASS' if ok else 'FAIL'}] {name}: {v}" for name, (ok, v) in targets.items())
+        result.add(*durable.report(producers, durables))
+        if spy:
+            seen = intruder.evidence([*subscribers, *durables], observer.changes,
+                                     await intruder.current_plans(cluster.replicas, cluster.transport))
+            result.add(*intruder.report(counts, seen, spy.why_not()))
         return result
     finally:
+        if spy:
+            spy.stop()
         for s in [*subscribers, *durables]:
             s.stopping = True
         for t in tasks:
@@ -106,7 +113,9 @@ def run(cfg: Config) -> Result:
     cluster = None
     try:
         cluster = Cluster(agents=cfg.agents, matchers=1, memberships=3, placement=hosts.placement,
-                          log_dir=cfg.out / "logs", common=SERVICE_FLAGS, auth=cfg.auth)
+                          log_dir=cfg.out / "logs", common=SERVICE_FLAGS, tls=cfg.tls, auth=cfg.auth)
+        if cfg.with_intruder and cfg.tls and cfg.auth:
+            intruder.open_client_ports(cluster)  # the token port the intruder tries too
         result = asyncio.run(drive(cfg, hosts, cluster))
     finally:
         if cluster is not None:  # also when the run was cut short: no process outlives it

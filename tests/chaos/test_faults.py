@@ -5,7 +5,8 @@ says how each is made and counted).
 
 The targets: nothing acknowledged is lost, nothing unexpected or duplicated reaches a
 client, no member is falsely declared dead (not the paused one, not the delayed ones),
-and a crash is declared within 2 s on every replica.
+and a crash is declared within 2 s on every replica. Over mTLS, with an intruder trying
+to subscribe, publish, join, relay and push a plan every second: it gets nothing.
 
 - `test_short_schedule_meets_the_targets` (marker netns, in the default `make test`):
   one of each fault, about 100 s; skips where namespaces cannot be created.
@@ -90,6 +91,7 @@ def test_short_schedule_meets_the_targets(tmp_path):
     assert_targets(result)
     assert next(r for r in result.rows if r.fault == "kill").dead_expected == 1
     assert next(r for r in result.rows if r.fault == "partition").dead_expected == 1  # 9 s > the 7 s silence timeout
+    assert {"intruder: attempts made > 0", "intruder: 0 deliveries", "intruder: 0 writes accepted"} <= set(result.targets)
 
 
 @pytest.mark.chaos
