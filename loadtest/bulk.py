@@ -24,7 +24,8 @@ over 2..11 subscribers with a smaller payload draws the paper's Fig. 2 (distribu
 rate) and Fig. 3 (publisher's network load) into `--out`.
 
 The payload is a stream of `--chunk-mb` messages (the paper's 8 GB too was a stream of
-slices): one gRPC message is capped at 64 MiB, and the agents slice each message again.
+slices), which the agents slice again. One 8 GiB message, cut through with every agent's
+peak memory, is `loadtest.bulk_scale` (on loopback: at 20 Mbit/s it would take hours).
 
 Defaults, and why:
 - 20 Mbit/s per upload: point-to-point then measures within ~5% of N*F/u (the rest is

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import hashlib
 import json
+import os
 import time
 from pathlib import Path
 
@@ -14,6 +17,7 @@ from rich.live import Live
 from rich.table import Table
 
 from echelon.client import ACCEPTED, DELIVERED, Client, Durable, EchelonError
+from echelon.client.subscription import MAX_WHOLE
 from echelon.runtime.transport import PLAIN, TlsDir, Transport, call_any
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import membership_pb2 as mpb
@@ -132,7 +136,8 @@ def topic_delete(agent, name) -> None:
 @click.option("--topic", "topic_name", required=True)
 @click.option("--attr", "attrs", multiple=True, help="name=value; quote a value to force a string.")
 @click.option("--payload", default="", help="Payload text.")
-@click.option("--payload-file", type=click.File("rb"), default=None)
+@click.option("--payload-file", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Payload from a file, read as it is sent (never held whole: any size).")
 @click.option("--count", default=1, type=click.IntRange(1, 10_000_000), show_default=True)
 @click.option("--delivered", is_flag=True, help="Wait until every destination agent holds each message.")
 @click.option("--json", "as_json", is_flag=True)
@@ -144,13 +149,25 @@ def pub(agent, topic_name, attrs, payload, payload_file, count, delivered, as_js
             raise click.BadParameter(f"{a!r}: expected name=value", param_hint="--attr")
         k, v = a.split("=", 1)
         attributes[k.strip()] = parse_value(v.strip())
-    body = payload_file.read() if payload_file else payload.encode()
+    body = payload.encode()
+
+    async def from_file(p) -> list:
+        results = []
+        for _ in range(count):
+            try:
+                results.append(await p.publish_file(topic_name, attributes, payload_file))
+            except EchelonError as e:
+                results.append(e)
+        return results
 
     async def run():
         async with client(agent) as c:
             p = c.publisher(ack_level=DELIVERED if delivered else ACCEPTED)
             start = time.perf_counter()
-            results = await p.publish_batch(topic_name, [(attributes, body)] * count, return_exceptions=True)
+            if payload_file:
+                results = await from_file(p)
+            else:
+                results = await p.publish_batch(topic_name, [(attributes, body)] * count, return_exceptions=True)
             await p.close()
             return results, time.perf_counter() - start
 
@@ -181,8 +198,11 @@ def pub(agent, topic_name, attrs, payload, payload_file, count, delivered, as_js
               show_default=True, help="A new durable subscription past its backlog bound.")
 @click.option("--count", default=0, type=click.IntRange(0), help="Stop after this many (0: run until Ctrl-C).")
 @click.option("--timeout", default=0.0, type=click.FloatRange(0), help="Stop after this many seconds idle.")
+@click.option("--out", "out", type=click.Path(dir_okay=False), default=None,
+              help="Write each payload to this file as it arrives (never held whole: any size); with a "
+                   "--count other than 1, to FILE.1, FILE.2, ...")
 @click.option("--json", "as_json", is_flag=True)
-def sub(agent, topic_name, filter_text, name, durable_name, start, policy, count, timeout, as_json) -> None:
+def sub(agent, topic_name, filter_text, name, durable_name, start, policy, count, timeout, out, as_json) -> None:
     """Subscribe and print deliveries (acked as printed)."""
     if name and durable_name:
         raise click.UsageError("--name or --durable, not both")
@@ -191,19 +211,24 @@ def sub(agent, topic_name, filter_text, name, durable_name, start, policy, count
     async def run():
         n = 0
         async with client(agent) as c, c.subscribe(topic_name, filter_text, name=name or durable_name,
-                                                   durable=durable) as s:
+                                                   durable=durable, max_whole=0 if out else MAX_WHOLE) as s:
             while not count or n < count:
                 try:
                     m = await s.next(timeout=timeout or None)
                 except asyncio.TimeoutError:
                     break
                 n += 1
+                size, digest = len(m.payload), None
+                if out:
+                    size, digest = await write_payload(m, out if count == 1 else f"{out}.{n}")
                 if as_json:
                     print(json.dumps({"topic": m.topic, "attributes": m.attributes, "producer": m.producer_id,
-                                      "sequence": m.sequence, "payload_bytes": len(m.payload),
-                                      "redelivery": m.redelivery_count}), flush=True)
+                                      "sequence": m.sequence, "payload_bytes": size,
+                                      "redelivery": m.redelivery_count, **({"sha256": digest} if out else {})}),
+                          flush=True)
                 else:
-                    console.print(f"{m.producer_id}:{m.sequence} {m.attributes} ({len(m.payload)} bytes)")
+                    console.print(f"{m.producer_id}:{m.sequence} {m.attributes} ({size} bytes)"
+                                  + (f" -> {out if count == 1 else f'{out}.{n}'}" if out else ""))
                 await m.ack()
         return n
 
@@ -213,6 +238,26 @@ def sub(agent, topic_name, filter_text, name, durable_name, start, policy, count
         _fail(e)
     except KeyboardInterrupt:
         pass
+
+
+async def write_payload(m, path: str) -> tuple[int, str]:
+    """Write a delivery's payload to `path` chunk by chunk (via a temporary file, renamed when
+    whole); its size and SHA-256. A payload lost on the way leaves no file and raises DataLoss."""
+    h = hashlib.sha256()
+    size = 0
+    part = f"{path}.part"
+    try:
+        with open(part, "wb") as f:
+            async for chunk in m.chunks():
+                f.write(chunk)
+                h.update(chunk)
+                size += len(chunk)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(part)
+        raise
+    os.replace(part, path)
+    return size, h.hexdigest()
 
 
 def _state(s: int) -> str:

@@ -6,7 +6,8 @@ copy only to its targets whose subtree holds a destination, and each copy carrie
 destination ids of that subtree. A relay computes its own targets from its own view and
 does the same with what it received. In p2p mode the root sends every copy itself.
 Small events to one target share a frame; a payload above the slice size goes as slices,
-each forwarded the moment it arrives, striped over S trees (`trees`, `slices`).
+each forwarded the moment it arrives, striped over S trees (`trees`), and handed to the
+local subscriptions slice by slice: no agent holds a whole payload (`slices`).
 
 Holds: acks aggregate up the tree. A node keeps every message it forwards in a `Hold`,
 keyed by (root, producer, sequence, slice index), until each copy it produced is acknowledged;
@@ -38,17 +39,20 @@ Duplicates. A hold remembers the destinations it already took on (`covered`); a 
 copy of a message or slice (a re-route, a resend after a broken stream) is forwarded
 only to destinations not yet covered, and its ack waits for the first copy's hold. Local
 delivery is deduplicated per message id (the agent's DedupWindow), slices per (message,
-index) before reassembly. Holds are per root: within one root's tree every copy a node
+index) (`slices.Streams`). A slice for this node is acknowledged once every local
+subscription stream wrote it: the local part of the slice's hold. Holds are per root: within one root's tree every copy a node
 receives names only destinations in higher buckets than its own (buckets do not depend
 on the view), so no two holds can wait on each other; a client's retry through another
 agent is another root, hence another hold.
 
 Order (FIFO per producer while the view is stable). Along one tree the path from the
 root to an agent is fixed and every hop is FIFO, so a producer's small events (always
-stripe 0) arrive in order. A sliced payload is delivered when its last slice arrives.
-If message B uses every stripe that an earlier message A still in flight uses, then on
-each of A's stripes B's slice arrives after A's slices, so B completes after A: no wait
-is needed. Otherwise the root fences: it waits until such predecessors are acknowledged
+stripe 0) arrive in order. A sliced payload is offered to the subscriptions when its
+slice 0 arrives, which always travels on stripe 0: so after every earlier small event,
+and after an earlier payload's head (its other slices follow in the subscription's
+order: a subscription streams one payload at a time). If message B uses every stripe
+that an earlier message A still in flight uses, then on each of A's stripes B's slice
+arrives after A's slices, so B completes after A: no wait is needed. Otherwise the root fences: it waits until such predecessors are acknowledged
 (`_fence`). Consecutive bulk messages use the same schedule prefix and so never wait; a
 small event right after a striped payload waits for it.
 
@@ -76,7 +80,7 @@ import time
 from collections import OrderedDict, deque
 from typing import Callable, Protocol
 
-from echelon.agent.slices import Reassembler, slice_count, slice_event
+from echelon.agent.slices import STREAM_WINDOW, PayloadReader, Streams, cut, slice_count, slice_event
 from echelon.agent.trees import Trees
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import relay_pb2 as rpb
@@ -85,6 +89,11 @@ log = logging.getLogger("echelon.agent.dataplane")
 
 FRAME_BYTES = 1 << 20  # a root frame of small events is closed past this size
 MAX_HOLDS = 65_536  # settled holds a relay remembers to suppress duplicate forwarding
+# Of slices, apart: a duplicate slice is a re-sent unacknowledged frame, so it is among the
+# last windows' worth (8 stripes x 8 MiB = 1,024 slices of 64 KiB); remembering 65,536
+# slice holds would cost ~45 MiB per agent for nothing (measured: an agent's peak RSS crept
+# up with the payload size until 4 GiB). One forgotten anyway costs a redundant copy only.
+MAX_SLICE_HOLDS = 4_096
 PARK_SECONDS = 30.0  # a DEAD member's messages wait this long for it to come back
 PARK_MESSAGES = 50_000  # parked (message, destination) pairs per node
 PARK_BYTES = 64 << 20
@@ -145,6 +154,9 @@ class Host(Protocol):
     def deliver_local(self, event: pb.Event) -> int:
         """Offer an event to the local subscriptions, once per message id."""
 
+    def open_stream(self, head: pb.Event, size: int) -> list:
+        """Offer a sliced payload to the local subscriptions (slices.Streams)."""
+
 
 class DataPlane:
     """What the agent sends where, and when it may acknowledge; the host does the I/O."""
@@ -156,7 +168,9 @@ class DataPlane:
         self.trees = trees
         self.slice_bytes = slice_bytes
         self.holds: OrderedDict[tuple, Hold] = OrderedDict()
-        self.reassembler = Reassembler()
+        self.slice_holds: OrderedDict[tuple, Hold] = OrderedDict()
+        self.streams = Streams(node.open_stream, lambda key: key in node.dedup, node.dedup.forget)
+        self.local_window = max(1, STREAM_WINDOW // slice_bytes)  # slices ahead of the local subscriptions
         self._as_root = node.metrics.copies.labels("root")
         self._as_relay = node.metrics.copies.labels("relay")
         self._open: dict[str, _Producer] = {}  # the root's messages not yet acknowledged
@@ -170,15 +184,16 @@ class DataPlane:
 
     # -- holds -----------------------------------------------------------------------
 
-    def _hold(self, key: tuple) -> Hold:
-        hold = self.holds.get(key)
+    def _hold(self, key: tuple, sliced: bool = False) -> Hold:
+        holds, bound = (self.slice_holds, MAX_SLICE_HOLDS) if sliced else (self.holds, MAX_HOLDS)
+        hold = holds.get(key)
         if hold is None:
-            hold = self.holds[key] = Hold()
-            while len(self.holds) > MAX_HOLDS:
-                oldest = next(iter(self.holds.values()))
+            hold = holds[key] = Hold()
+            while len(holds) > bound:
+                oldest = next(iter(holds.values()))
                 if oldest.pending:
                     break  # still in flight: the table is bounded by the windows anyway
-                self.holds.popitem(last=False)
+                holds.popitem(last=False)
         return hold
 
     # -- sending ---------------------------------------------------------------------
@@ -199,7 +214,7 @@ class DataPlane:
                     entry = per_target[target] = (rpb.RelayFrame(source=source, source_key=source_key), [])
                 entry[0].messages.add(event=msg.event, destinations=ds, slice_index=msg.slice_index,
                                       slice_count=msg.slice_count, payload_size=msg.payload_size,
-                                      stripe=msg.stripe)
+                                      stripe=msg.stripe, aborted=msg.aborted)
                 entry[1].append(hold)
         for target, (frame, holds) in per_target.items():
             self._send(target, frame, holds)
@@ -322,39 +337,46 @@ class DataPlane:
         for msg in frame.messages:
             ev = msg.event
             key = (source, ev.id.producer_id, ev.id.sequence, msg.slice_index)
+            sliced = msg.slice_count > 1
+            if msg.aborted:  # its slices' holds must not stop a retry of the publish being forwarded
+                for i in range(msg.slice_count):
+                    self.slice_holds.pop((source, ev.id.producer_id, ev.id.sequence, i), None)
             dests = msg.destinations
             if len(dests) == 1 and dests[0] == me:
                 # A leaf's copy forwards nothing: no hold of its own (the common case), but
                 # it waits for an earlier copy's hold, if one forwarded.
-                hold = self.holds.get(key)
+                hold = (self.slice_holds if sliced else self.holds).get(key)
                 if hold is not None:
                     touched.append(hold)
-                self._deliver(msg)
+                mine = self._deliver(msg)
+                if mine is not None:
+                    touched.append(mine)
                 continue
-            hold = self._hold(key)
+            hold = self._hold(key, sliced)
             fresh = [d for d in dests if d != me and d not in hold.covered]
             if fresh:
                 hold.covered.update(fresh)
                 items.append((msg, fresh, hold))
             touched.append(hold)
             if me in dests:
-                self._deliver(msg)
+                mine = self._deliver(msg)
+                if mine is not None:
+                    touched.append(mine)
         if items:
             self._forward(frame.source, frame.source_key, items)
         for hold in touched:
             job.wait(hold)
         job.arm()
 
-    def _deliver(self, msg: rpb.RelayMessage) -> None:
-        if msg.slice_count <= 1:
+    def _deliver(self, msg: rpb.RelayMessage) -> Hold | None:
+        """Local delivery. A slice's: a hold that settles once the local subscriptions
+        wrote it; a whole event is delivered at once (no hold: the small events' path)."""
+        if msg.slice_count <= 1 and not msg.aborted:
             self.node.deliver_local(msg.event)
-            return
-        ev = msg.event
-        if (ev.id.producer_id, ev.id.sequence) in self.node.dedup:
-            return  # the whole message was delivered already
-        whole = self.reassembler.add(msg)
-        if whole is not None:
-            self.node.deliver_local(whole)
+            return None
+        hold = Hold()
+        self.streams.add(msg, hold)
+        return hold
 
     # -- the root --------------------------------------------------------------------
 
@@ -398,7 +420,9 @@ class DataPlane:
                 continue
             if stripes == _STRIPE0 and not p.striped:
                 return  # the common case, O(1): small events after small events
-            behind = [f for f, s in p.open.items() if not s <= stripes]
+            # A failed message (a payload its publisher abandoned) is done before its job: its
+            # order no longer matters, and waiting on it would never end.
+            behind = [f for f, s in p.open.items() if not s <= stripes and not f.done()]
             if not behind:
                 return
             await asyncio.wait(behind)
@@ -406,18 +430,20 @@ class DataPlane:
     async def publish(self, items: list[tuple[pb.Event, bytes, list[str]]]) -> list[asyncio.Future]:
         """Send a matched batch as the root: (event without payload, payload, destination ids).
 
+        A payload is bytes, or a `slices.PayloadReader` (cut through as it arrives).
         Returns one future per event, done when every destination holds it; the small
-        events of one frame flush share one future (a run). Local delivery is the
-        caller's. Waits while a link has a window queued (backpressure).
+        events of one frame flush share one future (a run). Local delivery of a payload
+        above the slice size is done here, slice by slice; of the rest, the caller's.
+        Waits while a link has a window queued (backpressure).
         """
         futures: list[asyncio.Future] = []
         run = _Run()
         for event, payload, dests in items:
             producer = event.id.producer_id
             remote = [d for d in dests if d != self.id]
-            if len(payload) > self.slice_bytes:
+            if self.sliced(payload):
                 await self._flush(run, futures)
-                futures.append(await self._publish_large(event, payload, remote))
+                futures.append(await self._publish_large(event, payload, remote, self.id in dests))
                 continue
             p = self._open.get(producer)
             shape = self.trees.shape(event.topic, remote)
@@ -439,6 +465,10 @@ class DataPlane:
                 await self._flush(run, futures)
         await self._flush(run, futures)
         return futures
+
+    def sliced(self, payload) -> bool:
+        """Does this payload go as slices (and so is delivered locally by `publish`)?"""
+        return isinstance(payload, PayloadReader) or len(payload) > self.slice_bytes
 
     async def _flush(self, run: "_Run", futures: list[asyncio.Future]) -> None:
         """Send a run of small events and open its one job: the run's future, once per event."""
@@ -465,25 +495,65 @@ class DataPlane:
             if member is not None:
                 await self.node.link(member).room()
 
-    async def _publish_large(self, event: pb.Event, payload: bytes, remote: list[str]) -> asyncio.Future:
-        count = slice_count(len(payload), self.slice_bytes)
+    async def _publish_large(self, event: pb.Event, payload: bytes | PayloadReader, remote: list[str],
+                             local: bool) -> asyncio.Future:
+        """Cut a payload into slices and send each down its stripe's tree as it is cut;
+        `local`: hand them to this node's subscriptions too, at most `local_window`
+        slices ahead of the slowest (back-pressure, as the links' windows for the rest).
+        A reader's error (the client's stream ended mid-payload, bad slices) fails the
+        future; the destinations drop the partial payload after `slices.IDLE_SECONDS`."""
+        size = len(payload)
+        count = slice_count(size, self.slice_bytes)
         schedule = self.trees.schedule(event.topic, remote) if remote else (0,)
-        stripes = [schedule[i % len(schedule)] for i in range(count)]
-        used = frozenset(stripes)
         producer = event.id.producer_id
+        # Slice 0 (the head: subscribers get the message from it on) always takes tree 0, the
+        # small events' tree, so it arrives after every earlier small event (FIFO, module doc).
+        used = frozenset(schedule[:count]) | _STRIPE0
         await self._fence(producer, used)
         job, future = self._root_job((producer,), used)
-        for i, stripe in enumerate(stripes):
-            if self.node.stopping:
-                return future
-            msg = rpb.RelayMessage(event=slice_event(event, payload, i, self.slice_bytes), slice_index=i,
-                                   slice_count=count, payload_size=len(payload), stripe=stripe)
-            hold = Hold()
-            sent = self._forward(self.id, self.node.address, [(msg, remote, hold)])
-            job.wait(hold)
-            await self._room(sent)
+        pieces = payload.slices(self.slice_bytes) if isinstance(payload, PayloadReader) else cut(payload,
+                                                                                              self.slice_bytes)
+        behind: deque[Hold] = deque()  # local slices not yet written out by every local subscription
+        i = 0
+        try:
+            async for chunk in pieces:
+                if self.node.stopping:
+                    return future
+                msg = rpb.RelayMessage(event=slice_event(event, chunk, i), slice_index=i, slice_count=count,
+                                       payload_size=size, stripe=schedule[i % len(schedule)] if i else 0)
+                i += 1
+                hold = Hold()
+                sent = self._forward(self.id, self.node.address, [(msg, remote, hold)]) if remote else {}
+                job.wait(hold)
+                if local:
+                    mine = self._deliver(msg)
+                    job.wait(mine)
+                    behind.append(mine)
+                    await self._local_room(behind)
+                await self._room(sent)
+        except Exception as e:  # noqa: BLE001 - the reader's error is this publish's outcome
+            if not future.done():
+                future.set_exception(e)
+                future.add_done_callback(asyncio.Future.exception)  # its publisher may be gone: no warning
+            # The destinations end it now rather than wait for slices that will not come.
+            end = rpb.RelayMessage(event=slice_event(event, b"", 1), slice_index=count, slice_count=count,
+                                   payload_size=size, aborted=True)
+            if remote:
+                self._forward(self.id, self.node.address, [(end, remote, Hold())])
+            if local:
+                self._deliver(end)
         job.arm()
         return future
+
+    async def _local_room(self, behind: deque[Hold]) -> None:
+        while behind and not behind[0].pending:
+            behind.popleft()
+        if len(behind) > self.local_window:
+            done = asyncio.get_running_loop().create_future()
+            job = Job(lambda: done.done() or done.set_result(None))
+            job.wait(behind[0])
+            job.arm()
+            await done
 
 
 _STRIPE0 = frozenset((0,))

@@ -4,7 +4,8 @@ MAX_BATCH events or the queue is empty, matches them at once on the matcher tier
 (attributes only: payloads stay here), delivers locally what is for this agent, hands
 this region's destinations to the data plane as the root of their trees and other
 regions' to the gateway plane, for a router of this region (DESIGN.md, "The path of one
-event", steps 2-4; gateway.py)."""
+event", steps 2-4; gateway.py). A payload still arriving (`slices.PayloadStream`) is read
+by each plane that has destinations for it, both at once (each through its own reader)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import Callable
 
 from echelon.agent.dataplane import DataPlane
 from echelon.agent.matching import MatchClient
+from echelon.agent.slices import PayloadStream
 from echelon.runtime.errors import EchelonError, Unavailable
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import matcher_pb2 as xpb
@@ -31,12 +33,12 @@ class Dispatcher:
         self.plane = plane
         self.gateway = gateway
         self.deliver = deliver
-        self._queue: asyncio.Queue[tuple[list[pb.Event], list[bytes], asyncio.Future]] = asyncio.Queue()
+        self._queue: asyncio.Queue[tuple[list[pb.Event], list[bytes | PayloadStream], asyncio.Future]] = asyncio.Queue()
 
-    def submit(self, events: list[pb.Event], payloads: list[bytes]) -> asyncio.Future:
-        """Queue validated events (their payloads apart) as one unit; its one future gives
-        (destinations per event, the unit's delivery futures: done when every destination
-        holds its events). One future per unit, not per event."""
+    def submit(self, events: list[pb.Event], payloads: list[bytes | PayloadStream]) -> asyncio.Future:
+        """Queue validated events (their payloads apart, whole or arriving) as one unit; its
+        one future gives (destinations per event, the unit's delivery futures: done when
+        every destination holds its events). One future per unit, not per event."""
         future = asyncio.get_running_loop().create_future()
         self._queue.put_nowait((events, payloads, future))
         return future
@@ -79,8 +81,15 @@ class Dispatcher:
                 split = routed[agents] = ([a for a in agents if a == self.me or alive(a) or a in dead],
                                           self.gateway.trees.elsewhere(agents))
             dests, far = split
+            if isinstance(payload, PayloadStream):
+                readers = iter(payload.split(bool(dests) + bool(far)))  # none: it is read and dropped
+                here = next(readers) if dests else b""
+                there = next(readers) if far else b""
+                remote.append((event, there, far))
+                items.append((event, here, dests))
+                continue
             remote.append((event, payload, far))
-            if self.me in dests:
+            if self.me in dests and not self.plane.sliced(payload):
                 if payload:
                     whole = pb.Event()
                     whole.CopyFrom(event)
@@ -90,8 +99,10 @@ class Dispatcher:
                     self.deliver(event)
             items.append((event, payload, dests))
         # Accepted: held here. The futures report delivery once every destination has it.
-        delivered = await self.plane.publish(items)
-        handed = await self.gateway.publish(remote) if any(r[2] for r in remote) else [None] * len(items)
+        if any(r[2] for r in remote):  # at once: a payload still arriving is read by both
+            delivered, handed = await asyncio.gather(self.plane.publish(items), self.gateway.publish(remote))
+        else:
+            delivered, handed = await self.plane.publish(items), [None] * len(items)
         at = 0
         for unit_events, _, future in units:
             end = at + len(unit_events)

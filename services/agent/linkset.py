@@ -94,6 +94,8 @@ class PlaneHost:
     links: LinkSet
     dedup: DedupWindow  # message ids delivered here
     deliver_local: Callable[[pb.Event], int]
+    # (head event, payload size) -> the local subscriptions' slices.ChunkStreams; a router has none
+    open_stream: Callable[[pb.Event, int], list] = lambda head, size: []
     stopping: bool = False  # from then on nothing is acknowledged or re-routed
 
     def link(self, member: mpb.Member) -> Link:

@@ -52,3 +52,6 @@ class AgentMetrics:
                                 "DEAD member to come back.", registry=r)
         self.reassembling = Gauge("echelon_agent_payloads_reassembling", "Sliced payloads partly received.",
                                   registry=r)
+        self.bulk_aborted = Counter("echelon_agent_bulk_aborted_total", "Sliced payloads a subscription lost "
+                                    "mid-payload (its stream ended, nacked or stalled, or the payload's slices "
+                                    "stopped coming): not redelivered, nothing holds a copy.", registry=r)

@@ -13,6 +13,13 @@ acked as one unit (one future, one ack message); deliveries go out many per mess
 (whatever the backlog and the credits allow, up to MAX_DELIVERIES: nothing waits to fill
 a message, so a lone event goes at once), and a subscriber may ack cumulatively
 (`SubscriberAck.through`).
+
+A sliced publish (slice_count > 1; never in a batch: a unit of its own) is cut through
+(slices.py): slice 0 is validated and dispatched at once with a `PayloadStream`, the
+later slices are put into that stream as they are read, and reading waits while its
+window is full. A sliced delivery goes to
+the subscriber as a head and then one Delivery per slice, each written before the
+slice's hold is released (so a slow subscriber slows the tree, not this agent's memory).
 """
 
 from __future__ import annotations
@@ -25,8 +32,10 @@ from typing import TYPE_CHECKING
 import grpc
 
 from echelon.agent.durable_rpc import relay
+from echelon.agent.slices import PayloadStream, payload_error
 from echelon.core.dedup import DedupWindow, Entry, Seen
-from echelon.runtime.errors import AlreadyExists, InvalidArgument, NotFound, ResourceExhausted, status_of
+from echelon.runtime.errors import (AlreadyExists, InvalidArgument, NotFound, ResourceExhausted, Unavailable,
+                                   status_of)
 from echelon.runtime.transport import SUBSCRIPTION_KEY
 from echelon.runtime.wire import attributes_from_pb, event_digest
 from echelon.v1 import common_pb2 as pb
@@ -40,6 +49,7 @@ log = logging.getLogger("echelon.agent")
 
 MAX_EVENTS_IN_FLIGHT = 8192  # per Publish stream: past it we stop reading (HTTP/2 pushes back)
 MAX_DELIVERIES = 256  # deliveries per Delivery message
+MAX_PAYLOAD = 1 << 40  # bytes of one sliced payload (a TiB: its slice count fits the wire's uint32)
 
 
 class _Unit:
@@ -63,15 +73,17 @@ class PubSubServicer(pgrpc.PubSubServicer):
         self.accepted = DedupWindow(capacity=200_000)  # message ids published here, with digests
 
     def _admit(self, topic: pb.Topic, req: ppb.PublishRequest, producer: str, seq: int,
-               payload: bytes) -> tuple[pb.Event | None, Entry]:
+               payload: bytes | PayloadStream) -> tuple[pb.Event | None, Entry]:
         """Validate and record an event's id: (the event to dispatch, its window entry), or
         (None, the first copy's entry) for a duplicate; raises a domain error for a bad
         request (nothing recorded). No await and no future: the caller dispatches a whole
-        request at once."""
+        request at once. A payload still arriving is told apart from another by its size
+        and first slice."""
         attrs = attributes_from_pb(req.attributes)
         self.node.topics.schema(topic).validate_event(attrs)  # parsed once per topic version
         self.node.durables.refuse(topic.name, attrs)  # a full REJECT_PUBLISH durable subscription
-        digest = event_digest(topic.name, attrs, req.ordering_key, payload)
+        content = b"%d:%b" % (len(payload), req.payload) if isinstance(payload, PayloadStream) else payload
+        digest = event_digest(topic.name, attrs, req.ordering_key, content)
         seen, entry = self.accepted.offer((producer, seq), time.monotonic(), digest)
         if seen is Seen.DIFFERENT:
             raise AlreadyExists(f"message id {producer}:{seq} was already used for a different event (within the "
@@ -110,7 +122,11 @@ class PubSubServicer(pgrpc.PubSubServicer):
             unit.rows.append((req.topic, producer, seq, outcome))
         if not events:
             return
-        future = unit.future = node.dispatcher.submit(events, kept)
+        future = node.dispatcher.submit(events, kept)
+        stream = kept[0] if isinstance(kept[0], PayloadStream) else None  # a sliced publish: a unit alone
+        if stream is not None:
+            future = _failing_with(future, stream)
+        unit.future = future
         for index, (_, entry) in enumerate(entries):
             entry.outcome = (future, index)
 
@@ -120,6 +136,8 @@ class PubSubServicer(pgrpc.PubSubServicer):
             for index, (key, entry) in enumerate(entries):
                 if failed:
                     self.accepted.forget(key)  # not published: a retry may publish it
+                    if stream is not None:
+                        stream.abort(Unavailable("the payload was not published"))  # its reader must not wait
                 else:
                     entry.outcome = counts[index]  # the destinations, for duplicates to come
 
@@ -181,7 +199,7 @@ class PubSubServicer(pgrpc.PubSubServicer):
         room = asyncio.Event()
         room.set()
         in_flight = 0
-        slices: dict[tuple[str, int], tuple[ppb.PublishRequest, list[bytes]]] = {}
+        streams: dict[tuple[str, int], PayloadStream] = {}  # sliced payloads being read
         auto_seq = 0
 
         def next_seq(seq: int) -> int:
@@ -195,6 +213,10 @@ class PubSubServicer(pgrpc.PubSubServicer):
             nonlocal in_flight
             async for req in request_iterator:
                 producer = req.producer_id or default_producer
+                sliced = req.slice_count > 1 or req.slice_index
+                if sliced and req.slice_index:  # a later slice: into its payload's stream, acked with slice 0
+                    await self._feed(req, (producer, next_seq(req.sequence)), streams)
+                    continue
                 unit = _Unit(bool(req.batch), req.ack_level)
                 if req.batch:
                     reqs = req.batch
@@ -203,24 +225,14 @@ class PubSubServicer(pgrpc.PubSubServicer):
                     await self._accept(unit, reqs, producer, seqs, payloads)
                 else:
                     seq = next_seq(req.sequence)
-                    payload = None
-                    if req.slice_count > 1:
-                        first, parts = slices.setdefault((producer, seq), (req, []))
-                        if req.slice_index != len(parts):
-                            slices.pop((producer, seq))
-                            unit.rows.append((req.topic, producer, seq, InvalidArgument(
-                                f"slice {req.slice_index} of {producer}:{seq} out of order (expected {len(parts)})")))
-                            await pending.put(unit)
-                            continue
-                        parts.append(req.payload)
-                        if len(parts) < req.slice_count:
-                            continue
-                        del slices[(producer, seq)]
-                        req = first  # the first slice carries the attributes
-                        payload = b"".join(parts)
-                    await self._accept(unit, [req], producer, [seq], [req.payload if payload is None else payload])
+                    if sliced:
+                        await self._open_payload(unit, req, producer, seq, streams)
+                    else:
+                        await self._accept(unit, [req], producer, [seq], [req.payload])
                 in_flight += len(unit.rows)
-                await pending.put(unit)
+                await pending.put(unit)  # before slice 0's data: acks go in the order of requests
+                if sliced:
+                    await self._feed(req, (producer, seq), streams)
                 if in_flight >= MAX_EVENTS_IN_FLIGHT:
                     room.clear()
                     await room.wait()
@@ -240,6 +252,41 @@ class PubSubServicer(pgrpc.PubSubServicer):
             await reader
         finally:
             reader.cancel()
+            for key, stream in streams.items():
+                self._abort(key, stream, Unavailable("the publish stream ended before the payload's last slice"))
+
+    async def _open_payload(self, unit: _Unit, req: ppb.PublishRequest, producer: str, seq: int,
+                            streams: dict[tuple[str, int], PayloadStream]) -> None:
+        """Slice 0 of a sliced publish: its payload accepted into `unit` as a stream still
+        arriving (dispatched at once); a refused or duplicate payload's slices are dropped."""
+        key = (producer, seq)
+        old = streams.pop(key, None)
+        if old is not None:
+            self._abort(key, old, InvalidArgument(f"{producer}:{seq} started again before its last slice"))
+        error = payload_error(req.payload_size, req.slice_count, MAX_PAYLOAD)
+        if error is not None:
+            unit.rows.append((req.topic, producer, seq, error))
+            return
+        stream = PayloadStream(req.payload_size)
+        await self._accept(unit, [req], producer, [seq], [stream])
+        if unit.future is not None:
+            streams[key] = stream
+
+    async def _feed(self, req: ppb.PublishRequest, key: tuple[str, int],
+                    streams: dict[tuple[str, int], PayloadStream]) -> None:
+        """A slice into its payload's stream, waiting while the stream's window is full."""
+        stream = streams.get(key)
+        if stream is None:
+            return  # of a refused or duplicate payload (its ack is queued already)
+        if req.slice_index != stream.parts:
+            del streams[key]
+            self._abort(key, stream, InvalidArgument(f"slice {req.slice_index} of {key[0]}:{key[1]} out of order "
+                                                     f"(expected {stream.parts})"))
+            return
+        await stream.put(req.payload)
+        if stream.parts == req.slice_count or stream.error is not None:
+            del streams[key]
+            stream.end()
 
     async def Subscribe(self, request_iterator, context):
         node = self.node
@@ -293,6 +340,10 @@ class PubSubServicer(pgrpc.PubSubServicer):
                 redelivered = sum(1 for _, p in items if p.redeliveries)
                 if redelivered:
                     node.metrics.redeliveries.inc(redelivered)
+                if items[0][1].stream is not None:  # taken alone (Subscription.take)
+                    async for delivery in self._chunked(sub, *items[0], reader):
+                        yield delivery
+                    continue
                 batch = [ppb.Delivery(delivery_id=delivery_id, subscription=sub.name, event=p.event,
                                       redelivery_count=p.redeliveries) for delivery_id, p in items]
                 yield batch[0] if len(batch) == 1 else ppb.Delivery(batch=batch)
@@ -304,6 +355,39 @@ class PubSubServicer(pgrpc.PubSubServicer):
                 node.subscriptions.close(sub)
             elif sub.durable:
                 node.durables.touch(sub)
+
+    def _abort(self, key: tuple[str, int], stream: PayloadStream, error: Exception) -> None:
+        """A payload that will not be whole: ended down the trees, and its id free for a retry."""
+        stream.abort(error)
+        self.accepted.forget(key)
+
+    @staticmethod
+    async def _chunked(sub, delivery_id: int, pending, reader: asyncio.Task):
+        """A sliced payload's Deliveries: the head, a chunk per slice as it arrives (its
+        hold released once written), then `last` (or `aborted`, slices.py says when)."""
+        stream = pending.stream
+        yield ppb.Delivery(delivery_id=delivery_id, subscription=sub.name, event=pending.event, chunked=True,
+                           payload_size=stream.size)
+        offset = 0
+        while True:
+            item = stream.take()
+            if item is None:
+                if stream.done:
+                    break
+                if sub.closed or reader.done():
+                    stream.abort("the subscription stream ended")
+                    break
+                waiter = asyncio.ensure_future(stream.wake.wait())
+                await asyncio.wait({waiter, reader}, return_when=asyncio.FIRST_COMPLETED)
+                waiter.cancel()
+                continue
+            data, hold = item
+            try:
+                yield ppb.Delivery(delivery_id=delivery_id, chunk=data, chunk_offset=offset)
+            finally:
+                hold.release()
+            offset += len(data)
+        yield ppb.Delivery(delivery_id=delivery_id, last=not stream.aborted, aborted=stream.aborted)
 
     async def Unsubscribe(self, request, context):
         """Gone from this agent at once; the answer waits (up to the matcher timeout) for the
@@ -319,3 +403,22 @@ class PubSubServicer(pgrpc.PubSubServicer):
         removed = self.node.subscriptions.close(sub)
         await asyncio.wait([removed], timeout=self.node.matching.timeout)
         return ppb.UnsubscribeResponse()
+
+
+def _failing_with(dispatched: asyncio.Future, stream: PayloadStream) -> asyncio.Future:
+    """The dispatch of a payload still arriving, failed if the payload did not arrive whole
+    (it is dispatched before its last slice is read: even an ACCEPTED ack must say so)."""
+    out = asyncio.get_running_loop().create_future()
+
+    def done(f: asyncio.Future) -> None:
+        if out.done():
+            return
+        if f.cancelled():
+            out.cancel()
+        elif f.exception() is not None or stream.error is not None:
+            out.set_exception(f.exception() or stream.error)
+        else:
+            out.set_result(f.result())
+
+    dispatched.add_done_callback(done)
+    return out

@@ -104,7 +104,7 @@ class AgentNode(Node):
             self.ready, lambda peer: self.links.received(peer, peer in self.membership.members),
             lambda peer, frame, ack: self.plane.receive(frame, ack)),
                         rpb.DESCRIPTOR.services_by_name["Relay"].full_name)
-        self.metrics.reassembling.set_function(lambda: len(self.plane.reassembler) if self.plane else 0)
+        self.metrics.reassembling.set_function(lambda: len(self.plane.streams) if self.plane else 0)
         self.metrics.parked_now.set_function(lambda: self.plane.parked_count if self.plane else 0)
         self.metrics.removals_queued.set_function(lambda: self.matching.removals_queued if self.matching else 0)
         self.metrics.backlog_max.set_function(
@@ -140,7 +140,8 @@ class AgentNode(Node):
         self.durables = Durables(self, Store(self.data_dir, self.fsync), self.durable_defaults)
         durable_tasks = self.durables.start()
         delivery = LocalDelivery(lambda: self.subscriptions.subs, self.metrics, self.subscriptions.close)
-        self.host = PlaneHost(me, self.address, self.metrics, self.links, delivery.dedup, delivery.deliver)
+        self.host = PlaneHost(me, self.address, self.metrics, self.links, delivery.dedup, delivery.deliver,
+                              delivery.open_stream)
         trees = Trees(me, self.address, self.dissemination, self.stripes)
         self.plane = DataPlane(self.host, trees, self.slice_bytes, park_seconds=self.park_seconds)
         self.gateway = DataPlane(self.host, Gateway(me, self.config.region), self.slice_bytes)
@@ -196,6 +197,7 @@ class AgentNode(Node):
         while True:
             await asyncio.sleep(1.0)
             self.plane.expire()
+            self.plane.streams.sweep()
 
     def _peer_broke(self, peer: str) -> None:
         if not self.stopping:

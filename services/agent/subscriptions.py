@@ -22,6 +22,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
+from echelon.agent.slices import ChunkStream
 from echelon.core.filters import Filter
 from echelon.runtime.errors import InvalidArgument
 from echelon.v1 import common_pb2 as pb
@@ -34,6 +35,7 @@ MAX_NACK_DELAY = 600.0  # seconds, as Google Pub/Sub's longest retry backoff
 class Pending:
     event: pb.Event
     redeliveries: int = 0
+    stream: ChunkStream | None = None  # a sliced payload, handed out as it arrives (slices.py)
 
 
 class Subscription:
@@ -63,22 +65,26 @@ class Subscription:
         t = event.publish_time_unix_nanos
         return not t or t >= self.created_ns - CLOCK_SKEW_NS
 
-    def offer(self, event: pb.Event) -> bool:
-        """Queue an event for delivery; False (and overflowed) past the backlog bound."""
+    def offer(self, event: pb.Event, stream: ChunkStream | None = None) -> bool:
+        """Queue an event for delivery (a sliced payload: its head and chunk stream);
+        False (and overflowed) past the backlog bound."""
         if self.closed:
             return False
         if self.depth >= self.max_backlog:
             self.overflowed = True
             self.changed.set()
             return False
-        self.backlog.append(Pending(event))
+        self.backlog.append(Pending(event, stream=stream))
         self.changed.set()
         return True
 
     def take(self, most: int = 1) -> list[tuple[int, Pending]]:
-        """The next deliveries the client has credit for (at most `most`), ids increasing."""
+        """The next deliveries the client has credit for (at most `most`), ids increasing.
+        A sliced payload is taken alone: it goes out as a head and its chunks, not in a batch."""
         taken = []
         while self.credits > 0 and self.backlog and len(taken) < most:
+            if taken and (taken[0][1].stream is not None or self.backlog[0].stream is not None):
+                break
             pending = self.backlog.popleft()
             delivery_id = self._next_id
             self._next_id += 1
@@ -107,7 +113,8 @@ class Subscription:
         """Give deliveries back unprocessed: redelivered after `delay` seconds."""
         if not 0 <= delay <= MAX_NACK_DELAY:
             raise InvalidArgument(f"nack delay {delay:g}s: 0 to {MAX_NACK_DELAY:g}s")
-        nacked = [self.unacked.pop(i) for i in delivery_ids if i in self.unacked]
+        nacked = self._unstreamed([self.unacked.pop(i) for i in delivery_ids if i in self.unacked],
+                                  "nacked: a sliced payload is not redelivered")
         for pending in nacked:
             pending.redeliveries += 1
         if delay and nacked:
@@ -135,13 +142,26 @@ class Subscription:
         self.credits = credits
 
     def detach(self) -> None:
-        """The stream ended: unacknowledged deliveries go back to the head of the backlog."""
+        """The stream ended: unacknowledged deliveries go back to the head of the backlog;
+        sliced payloads are lost to this subscription (nothing holds them to redeliver)."""
         for delivery_id in sorted(self.unacked, reverse=True):
             pending = self.unacked.pop(delivery_id)
             pending.redeliveries += 1
             self.backlog.appendleft(pending)
+        self.backlog = deque(self._unstreamed(self.backlog, "the subscription stream ended"))
         self.attached = False
         self.credits = 0
+
+    @staticmethod
+    def _unstreamed(pendings, reason: str) -> list[Pending]:
+        """`pendings` without the sliced payloads, whose streams are aborted."""
+        kept = []
+        for pending in pendings:
+            if pending.stream is None:
+                kept.append(pending)
+            else:
+                pending.stream.abort(reason)
+        return kept
 
     @property
     def depth(self) -> int:

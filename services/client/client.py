@@ -15,7 +15,7 @@ import grpc
 from echelon.client.durable import Durable, seek_target
 from echelon.client.errors import ClientClosed, InvalidArgument, Timeout, translating
 from echelon.client.publisher import AckLevel, Publisher
-from echelon.client.subscription import Callback, Subscription
+from echelon.client.subscription import MAX_WHOLE, Callback, Subscription
 from echelon.core.filters import Filter
 from echelon.core.schema import Attribute, Schema, parse_attribute
 from echelon.runtime.transport import PLAIN, TlsDir, Transport, call_any, unavailable
@@ -106,7 +106,8 @@ class Client:
         return publisher
 
     def subscribe(self, topic: str, filter: str | Filter = "", *, name: str = "", max_outstanding: int = 64,
-                  callback: Callback | None = None, durable: Durable | bool | None = None) -> Subscription:
+                  callback: Callback | None = None, durable: Durable | bool | None = None,
+                  max_whole: int = MAX_WHOLE) -> Subscription:
         """A subscription to the events of `topic` that match `filter`; open it with `async with`.
 
             async with client.subscribe("quotes", 'Symbol = "aapl" and High >= 45') as sub:
@@ -118,12 +119,13 @@ class Client:
         async; a return acks it, an exception nacks it), at most `max_outstanding` at
         once; without, iterate. Either way the agent has at most `max_outstanding`
         deliveries unsettled. `durable` (with `name`) makes it a cluster object that outlives
-        any agent (client/durable.py)."""
+        any agent (client/durable.py). A payload above `max_whole` bytes is read with
+        `msg.chunks()` as it arrives (subscription.py)."""
         self._check_open()
         if durable and not name:
             raise InvalidArgument("a durable subscription needs a name")
         options = (durable if isinstance(durable, Durable) else Durable()).to_pb() if durable else None
-        return Subscription(self, topic, filter, name, max_outstanding, callback, options)
+        return Subscription(self, topic, filter, name, max_outstanding, callback, options, max_whole)
 
     async def unsubscribe(self, name: str, timeout: float | None = None) -> None:
         """Remove a named subscription and drop its backlog; NotFound if the agent has none."""

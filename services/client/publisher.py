@@ -23,12 +23,14 @@ from __future__ import annotations
 import asyncio
 import enum
 import itertools
+import os
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable, Mapping
+from typing import TYPE_CHECKING, AsyncIterable, Iterable, Mapping
 
 import grpc
 
+from echelon.client import bulk
 from echelon.client.errors import ClientClosed, EchelonError, Timeout, from_rpc_error, from_status, translating
 from echelon.core.schema import Value
 from echelon.runtime.wire import attributes_to_pb
@@ -135,6 +137,21 @@ class Publisher:
                 if isinstance(r, BaseException):
                     raise r
         return results
+
+    async def publish_stream(self, topic: str, attributes: Mapping[str, Value] | None,
+                             chunks: Iterable[bytes] | AsyncIterable[bytes], size: int,
+                             ordering_key: str = "") -> PublishResult:
+        """Publish a payload of `size` bytes read from `chunks` as it is sent, never held
+        whole (client/bulk.py: ordering, and why a broken stream is not retried).
+
+            await pub.publish_stream("files", {"name": "feed"}, feed_chunks(), size=n)"""
+        return await bulk.publish_stream(self, topic, attributes, chunks, size, ordering_key)
+
+    async def publish_file(self, topic: str, attributes: Mapping[str, Value] | None, path: str | os.PathLike,
+                           ordering_key: str = "") -> PublishResult:
+        """Publish a file's bytes as the payload, read as it is sent (`publish_stream`)."""
+        chunks, size = bulk.file_chunks(path)
+        return await bulk.publish_stream(self, topic, attributes, chunks, size, ordering_key)
 
     async def flush(self, timeout: float | None = None) -> None:
         """Wait until every queued publish is acknowledged or failed; Timeout after `timeout` s."""

@@ -11,6 +11,20 @@
     async with client.subscribe("quotes", "", name="store", callback=handle, max_outstanding=16) as sub:
         await sub.wait_closed()             # until client.drain() or an error
 
+A payload above `max_whole` bytes is handed out as soon as it starts, to be read as it
+arrives (never held whole, here or on any agent):
+
+    async for msg in sub:
+        with open(path, "wb") as f:
+            async for chunk in msg.chunks():   # raises DataLoss if it was lost mid-way
+                f.write(chunk)
+        await msg.ack()
+
+Smaller payloads are assembled here and handed whole (`msg.payload`; `chunks()` gives
+it in one piece). Reading is flow-controlled: `CHUNKS_AHEAD` chunks wait here, then the
+stream stops and the agents' windows hold the publisher back. So read a message's
+chunks (or settle it: the rest is then read and dropped) before waiting for the next.
+
 Flow control (as Google Pub/Sub's): the agent never has more than `max_outstanding`
 deliveries unsettled (the stream's credits: one comes back per ack or nack), and the
 callback form never runs more than `max_outstanding` callbacks at once. A named
@@ -29,6 +43,7 @@ before it half-closes the stream.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
 from collections import OrderedDict
@@ -37,8 +52,8 @@ from typing import TYPE_CHECKING, Awaitable, Callable
 
 import grpc
 
-from echelon.client.errors import (ClientClosed, EchelonError, FailedPrecondition, InvalidArgument, Timeout,
-                                   Unavailable, from_rpc_error, from_status)
+from echelon.client.errors import (ClientClosed, DataLoss, EchelonError, FailedPrecondition, InvalidArgument,
+                                   Timeout, Unavailable, from_rpc_error, from_status)
 from echelon.core.filters import Filter
 from echelon.core.schema import Value
 from echelon.runtime.transport import SUBSCRIPTION_KEY
@@ -53,6 +68,8 @@ log = logging.getLogger("echelon.client")
 
 MAX_NACK_DELAY = 600.0  # seconds; the agent refuses more
 ACKED_MEMORY = 200_000  # message ids a durable subscription remembers having acked
+MAX_WHOLE = 64 << 20  # payloads up to this are assembled and handed whole
+CHUNKS_AHEAD = 64  # chunks of a streamed payload received ahead of the application (64 KiB each by default)
 _END = object()  # in the inbox: nothing more will be handed out
 
 Callback = Callable[["Message"], "Awaitable[None] | None"]
@@ -73,26 +90,82 @@ class Message:
     publish_time_ns: int
     _subscription: "Subscription" = field(repr=False, default=None)  # type: ignore[assignment]
     settled: bool = field(default=False, init=False)
+    payload_size: int = 0  # of a streamed payload (`payload` is then empty: read `chunks()`)
+    _chunks: "_Incoming | None" = field(repr=False, default=None)
+
+    @property
+    def streamed(self) -> bool:
+        """Is the payload to be read with `chunks()` (it was above `max_whole`)?"""
+        return self._chunks is not None
+
+    async def chunks(self):
+        """The payload as it arrives, chunk by chunk (once); DataLoss if it was lost on
+        the way (its publishing agent died, or this subscription fell behind)."""
+        if self._chunks is None:
+            if self.payload:
+                yield self.payload
+            return
+        incoming = self._chunks
+        if incoming.read:
+            raise FailedPrecondition("a streamed payload's chunks can be read once")
+        incoming.read = True
+        while (item := await incoming.queue.get()) is not None:
+            if isinstance(item, EchelonError):
+                raise item
+            yield item
 
     async def ack(self) -> None:
         """Processed: the agent forgets it and may send one more (queued for the stream at
-        once, written with the next flush; raises ClientClosed if the stream has ended)."""
+        once, written with the next flush; raises ClientClosed if the stream has ended). A
+        streamed payload's unread chunks are dropped."""
+        if self._chunks is not None:
+            self._chunks.drop()
         await self._subscription._settle(self, None)
 
     async def nack(self, delay: float = 0.0) -> None:
         """Not processed: the agent redelivers it after `delay` seconds (0 to 600)."""
         if not 0 <= delay <= MAX_NACK_DELAY:
             raise InvalidArgument(f"nack delay {delay}s: 0 to {MAX_NACK_DELAY:g}s")
+        if self._chunks is not None:
+            self._chunks.drop()  # and the agent does not redeliver it: nothing holds a copy
         await self._subscription._settle(self, delay)
+
+
+class _Incoming:
+    """A sliced payload being received: assembled (`whole`), or queued for `chunks()`."""
+
+    __slots__ = ("head", "whole", "parts", "queue", "read", "dropped")
+
+    def __init__(self, head: ppb.Delivery, whole: bool):
+        self.head = head
+        self.whole = whole
+        self.parts: list[bytes] = []
+        self.queue: asyncio.Queue = asyncio.Queue(CHUNKS_AHEAD)
+        self.read = False
+        self.dropped = False
+
+    async def put(self, item) -> None:
+        if not self.dropped:
+            await self.queue.put(item)
+
+    def drop(self) -> None:
+        """Unread chunks are dropped, and so is what comes after (the reader is not held up)."""
+        self.dropped = True
+        while not self.queue.empty():
+            self.queue.get_nowait()
 
 
 class Subscription:
     """A subscription stream, made by `Client.subscribe()`; `async with` opens and closes it."""
 
     def __init__(self, client: "Client", topic: str, flt: str | Filter, name: str, max_outstanding: int,
-                 callback: Callback | None, durable: ppb.DurableOptions | None = None):
+                 callback: Callback | None, durable: ppb.DurableOptions | None = None, max_whole: int = MAX_WHOLE):
         if max_outstanding < 1:
             raise InvalidArgument(f"max_outstanding {max_outstanding}: at least 1")
+        if max_whole < 0:
+            raise InvalidArgument(f"max_whole {max_whole}: at least 0")
+        self.max_whole = max_whole
+        self._incoming: dict[int, _Incoming] = {}  # sliced payloads being received, by delivery id
         self.client = client
         self.name = name
         self.max_outstanding = max_outstanding
@@ -262,6 +335,9 @@ class Subscription:
     async def _read(self) -> None:
         try:
             async for delivery in self._call:
+                if delivery.chunked or delivery.delivery_id in self._incoming:  # never in a batch
+                    await self._chunk(delivery)
+                    continue
                 for d in delivery.batch or (delivery,):
                     if self._acked is not None and (d.event.id.producer_id, d.event.id.sequence) in self._acked:
                         self.acked_redeliveries += 1  # acked by us before: acked again, not handed out
@@ -276,15 +352,46 @@ class Subscription:
             self._ended.set()
             self._inbox.put_nowait(_END)
 
+    async def _chunk(self, d: ppb.Delivery) -> None:
+        """A sliced payload's head or one of its pieces (protos: Delivery)."""
+        if d.chunked:
+            incoming = self._incoming[d.delivery_id] = _Incoming(d, d.payload_size <= self.max_whole)
+            if not incoming.whole:
+                self._inbox.put_nowait(incoming)
+            return
+        incoming = self._incoming[d.delivery_id]
+        if d.chunk:
+            if incoming.whole:
+                incoming.parts.append(d.chunk)
+            else:
+                await incoming.put(d.chunk)  # waits while the application is CHUNKS_AHEAD behind
+        if not (d.last or d.aborted):
+            return
+        del self._incoming[d.delivery_id]
+        if not incoming.whole:
+            await incoming.put(DataLoss(f"the payload was lost on its way: {d.aborted}") if d.aborted else None)
+        elif d.aborted:  # never handed out: settled here, so its credit comes back
+            log.warning("a %d-byte payload was lost on its way: %s", incoming.head.payload_size, d.aborted)
+            ack = ppb.SubscriberAck(delivery_ids=[d.delivery_id], credits=int(self._state == "open"))
+            async with self._write:
+                with contextlib.suppress(grpc.aio.AioRpcError, asyncio.InvalidStateError):
+                    await self._call.write(ppb.SubscribeRequest(ack=ack))
+        else:
+            incoming.head.event.payload = b"".join(incoming.parts)
+            self._inbox.put_nowait(incoming.head)
+
     def _hand(self, item) -> Message:
         if item is _END or self._state != "open":
             self._inbox.put_nowait(_END)  # every later call ends too
             if self._error is not None:
                 raise self._error
             raise ClientClosed(f"subscription is {'closed' if self._state != 'open' else 'ended'}")
+        incoming = item if isinstance(item, _Incoming) else None
+        item = incoming.head if incoming else item
         e = item.event
         msg = Message(e.topic, attributes_from_pb(e.attributes), e.payload, e.id.producer_id, e.id.sequence,
-                      e.ordering_key, item.redelivery_count, item.delivery_id, e.publish_time_unix_nanos, self)
+                      e.ordering_key, item.redelivery_count, item.delivery_id, e.publish_time_unix_nanos, self,
+                      payload_size=item.payload_size or len(e.payload), _chunks=incoming)
         self._handed[msg.delivery_id] = msg
         self._settled.clear()
         return msg

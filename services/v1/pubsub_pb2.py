@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from echelon.v1 import common_pb2 as echelon_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x65\x63helon/v1/pubsub.proto\x12\nechelon.v1\x1a\x17\x65\x63helon/v1/common.proto\"\x87\x03\n\x0ePublishRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12>\n\nattributes\x18\x02 \x03(\x0b\x32*.echelon.v1.PublishRequest.AttributesEntry\x12\x0f\n\x07payload\x18\x03 \x01(\x0c\x12\x14\n\x0cordering_key\x18\x04 \x01(\t\x12\x13\n\x0bproducer_id\x18\x05 \x01(\t\x12\x10\n\x08sequence\x18\x06 \x01(\x04\x12\'\n\tack_level\x18\x07 \x01(\x0e\x32\x14.echelon.v1.AckLevel\x12\x13\n\x0bslice_index\x18\x08 \x01(\r\x12\x13\n\x0bslice_count\x18\t \x01(\r\x12\x14\n\x0cpayload_size\x18\n \x01(\x04\x12)\n\x05\x62\x61tch\x18\x14 \x03(\x0b\x32\x1a.echelon.v1.PublishRequest\x1a\x44\n\x0f\x41ttributesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12 \n\x05value\x18\x02 \x01(\x0b\x32\x11.echelon.v1.Value:\x02\x38\x01\"\x9f\x01\n\nPublishAck\x12\x13\n\x0bproducer_id\x18\x01 \x01(\t\x12\x10\n\x08sequence\x18\x02 \x01(\x04\x12\x0c\n\x04\x63ode\x18\x03 \x01(\x05\x12\r\n\x05\x65rror\x18\x04 \x01(\t\x12\x14\n\x0c\x64\x65stinations\x18\x05 \x01(\r\x12\x11\n\tduplicate\x18\x06 \x01(\x08\x12$\n\x04\x61\x63ks\x18\x14 \x03(\x0b\x32\x16.echelon.v1.PublishAck\"\x9e\x01\n\x10SubscribeRequest\x12,\n\x04open\x18\x01 \x01(\x0b\x32\x1c.echelon.v1.SubscriptionOpenH\x00\x12(\n\x03\x61\x63k\x18\x02 \x01(\x0b\x32\x19.echelon.v1.SubscriberAckH\x00\x12*\n\x04nack\x18\x03 \x01(\x0b\x32\x1a.echelon.v1.SubscriberNackH\x00\x42\x06\n\x04kind\"\xbe\x01\n\x10SubscriptionOpen\x12\r\n\x05topic\x18\x01 \x01(\t\x12\"\n\x06\x66ilter\x18\x02 \x01(\x0b\x32\x12.echelon.v1.Filter\x12\x13\n\x0b\x66ilter_text\x18\x03 \x01(\t\x12\x14\n\x0csubscription\x18\x04 \x01(\t\x12\x0f\n\x07\x63redits\x18\x05 \x01(\r\x12+\n\x07\x64urable\x18( \x01(\x0b\x32\x1a.echelon.v1.DurableOptions\x12\x0e\n\x06routed\x18) \x01(\x08\"G\n\rSubscriberAck\x12\x14\n\x0c\x64\x65livery_ids\x18\x01 \x03(\x04\x12\x0f\n\x07\x63redits\x18\x02 \x01(\r\x12\x0f\n\x07through\x18\x14 \x01(\x04\"I\n\x0eSubscriberNack\x12\x14\n\x0c\x64\x65livery_ids\x18\x01 \x03(\x04\x12\x10\n\x08\x64\x65lay_ms\x18\x02 \x01(\r\x12\x0f\n\x07\x63redits\x18\x03 \x01(\r\"\x96\x01\n\x08\x44\x65livery\x12\x13\n\x0b\x64\x65livery_id\x18\x01 \x01(\x04\x12\x14\n\x0csubscription\x18\x02 \x01(\t\x12 \n\x05\x65vent\x18\x03 \x01(\x0b\x32\x11.echelon.v1.Event\x12\x18\n\x10redelivery_count\x18\x04 \x01(\r\x12#\n\x05\x62\x61tch\x18\x14 \x03(\x0b\x32\x14.echelon.v1.Delivery\"*\n\x12UnsubscribeRequest\x12\x14\n\x0csubscription\x18\x01 \x01(\t\"\x15\n\x13UnsubscribeResponse\"z\n\x12\x43reateTopicRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\"\n\x06schema\x18\x02 \x01(\x0b\x32\x12.echelon.v1.Schema\x12\x17\n\x0fretention_bytes\x18( \x01(\x04\x12\x19\n\x11retention_seconds\x18) \x01(\x04\"\x1f\n\x0fGetTopicRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x13\n\x11ListTopicsRequest\"7\n\x12ListTopicsResponse\x12!\n\x06topics\x18\x01 \x03(\x0b\x32\x11.echelon.v1.Topic\"\"\n\x12\x44\x65leteTopicRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x15\n\x13\x44\x65leteTopicResponse\"\xb6\x01\n\x0e\x44urableOptions\x12(\n\x05start\x18\x01 \x01(\x0e\x32\x19.echelon.v1.StartPosition\x12\x14\n\x0cmax_messages\x18\x02 \x01(\x04\x12\x11\n\tmax_bytes\x18\x03 \x01(\x04\x12)\n\x06policy\x18\x04 \x01(\x0e\x32\x19.echelon.v1.BacklogPolicy\x12\x14\n\x0cidle_seconds\x18\x05 \x01(\r\x12\x10\n\x08replicas\x18\x06 \x01(\r*V\n\x08\x41\x63kLevel\x12\x19\n\x15\x41\x43K_LEVEL_UNSPECIFIED\x10\x00\x12\x16\n\x12\x41\x43K_LEVEL_ACCEPTED\x10\x01\x12\x17\n\x13\x41\x43K_LEVEL_DELIVERED\x10\x02*d\n\rStartPosition\x12\x1e\n\x1aSTART_POSITION_UNSPECIFIED\x10\x00\x12\x16\n\x12START_POSITION_NOW\x10\x01\x12\x1b\n\x17START_POSITION_EARLIEST\x10\x02*\x8f\x01\n\rBacklogPolicy\x12\x1e\n\x1a\x42\x41\x43KLOG_POLICY_UNSPECIFIED\x10\x00\x12\x1e\n\x1a\x42\x41\x43KLOG_POLICY_DROP_OLDEST\x10\x01\x12\x1b\n\x17\x42\x41\x43KLOG_POLICY_DROP_NEW\x10\x02\x12!\n\x1d\x42\x41\x43KLOG_POLICY_REJECT_PUBLISH\x10\x03\x32\xe0\x01\n\x06PubSub\x12\x41\n\x07Publish\x12\x1a.echelon.v1.PublishRequest\x1a\x16.echelon.v1.PublishAck(\x01\x30\x01\x12\x43\n\tSubscribe\x12\x1c.echelon.v1.SubscribeRequest\x1a\x14.echelon.v1.Delivery(\x01\x30\x01\x12N\n\x0bUnsubscribe\x12\x1e.echelon.v1.UnsubscribeRequest\x1a\x1f.echelon.v1.UnsubscribeResponse2\xa2\x02\n\x05\x41\x64min\x12@\n\x0b\x43reateTopic\x12\x1e.echelon.v1.CreateTopicRequest\x1a\x11.echelon.v1.Topic\x12:\n\x08GetTopic\x12\x1b.echelon.v1.GetTopicRequest\x1a\x11.echelon.v1.Topic\x12K\n\nListTopics\x12\x1d.echelon.v1.ListTopicsRequest\x1a\x1e.echelon.v1.ListTopicsResponse\x12N\n\x0b\x44\x65leteTopic\x12\x1e.echelon.v1.DeleteTopicRequest\x1a\x1f.echelon.v1.DeleteTopicResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x65\x63helon/v1/pubsub.proto\x12\nechelon.v1\x1a\x17\x65\x63helon/v1/common.proto\"\x87\x03\n\x0ePublishRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12>\n\nattributes\x18\x02 \x03(\x0b\x32*.echelon.v1.PublishRequest.AttributesEntry\x12\x0f\n\x07payload\x18\x03 \x01(\x0c\x12\x14\n\x0cordering_key\x18\x04 \x01(\t\x12\x13\n\x0bproducer_id\x18\x05 \x01(\t\x12\x10\n\x08sequence\x18\x06 \x01(\x04\x12\'\n\tack_level\x18\x07 \x01(\x0e\x32\x14.echelon.v1.AckLevel\x12\x13\n\x0bslice_index\x18\x08 \x01(\r\x12\x13\n\x0bslice_count\x18\t \x01(\r\x12\x14\n\x0cpayload_size\x18\n \x01(\x04\x12)\n\x05\x62\x61tch\x18\x14 \x03(\x0b\x32\x1a.echelon.v1.PublishRequest\x1a\x44\n\x0f\x41ttributesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12 \n\x05value\x18\x02 \x01(\x0b\x32\x11.echelon.v1.Value:\x02\x38\x01\"\x9f\x01\n\nPublishAck\x12\x13\n\x0bproducer_id\x18\x01 \x01(\t\x12\x10\n\x08sequence\x18\x02 \x01(\x04\x12\x0c\n\x04\x63ode\x18\x03 \x01(\x05\x12\r\n\x05\x65rror\x18\x04 \x01(\t\x12\x14\n\x0c\x64\x65stinations\x18\x05 \x01(\r\x12\x11\n\tduplicate\x18\x06 \x01(\x08\x12$\n\x04\x61\x63ks\x18\x14 \x03(\x0b\x32\x16.echelon.v1.PublishAck\"\x9e\x01\n\x10SubscribeRequest\x12,\n\x04open\x18\x01 \x01(\x0b\x32\x1c.echelon.v1.SubscriptionOpenH\x00\x12(\n\x03\x61\x63k\x18\x02 \x01(\x0b\x32\x19.echelon.v1.SubscriberAckH\x00\x12*\n\x04nack\x18\x03 \x01(\x0b\x32\x1a.echelon.v1.SubscriberNackH\x00\x42\x06\n\x04kind\"\xbe\x01\n\x10SubscriptionOpen\x12\r\n\x05topic\x18\x01 \x01(\t\x12\"\n\x06\x66ilter\x18\x02 \x01(\x0b\x32\x12.echelon.v1.Filter\x12\x13\n\x0b\x66ilter_text\x18\x03 \x01(\t\x12\x14\n\x0csubscription\x18\x04 \x01(\t\x12\x0f\n\x07\x63redits\x18\x05 \x01(\r\x12+\n\x07\x64urable\x18( \x01(\x0b\x32\x1a.echelon.v1.DurableOptions\x12\x0e\n\x06routed\x18) \x01(\x08\"G\n\rSubscriberAck\x12\x14\n\x0c\x64\x65livery_ids\x18\x01 \x03(\x04\x12\x0f\n\x07\x63redits\x18\x02 \x01(\r\x12\x0f\n\x07through\x18\x14 \x01(\x04\"I\n\x0eSubscriberNack\x12\x14\n\x0c\x64\x65livery_ids\x18\x01 \x03(\x04\x12\x10\n\x08\x64\x65lay_ms\x18\x02 \x01(\r\x12\x0f\n\x07\x63redits\x18\x03 \x01(\r\"\x81\x02\n\x08\x44\x65livery\x12\x13\n\x0b\x64\x65livery_id\x18\x01 \x01(\x04\x12\x14\n\x0csubscription\x18\x02 \x01(\t\x12 \n\x05\x65vent\x18\x03 \x01(\x0b\x32\x11.echelon.v1.Event\x12\x18\n\x10redelivery_count\x18\x04 \x01(\r\x12#\n\x05\x62\x61tch\x18\x14 \x03(\x0b\x32\x14.echelon.v1.Delivery\x12\x0f\n\x07\x63hunked\x18\x1e \x01(\x08\x12\x14\n\x0cpayload_size\x18\x1f \x01(\x04\x12\r\n\x05\x63hunk\x18  \x01(\x0c\x12\x14\n\x0c\x63hunk_offset\x18! \x01(\x04\x12\x0c\n\x04last\x18\" \x01(\x08\x12\x0f\n\x07\x61\x62orted\x18# \x01(\t\"*\n\x12UnsubscribeRequest\x12\x14\n\x0csubscription\x18\x01 \x01(\t\"\x15\n\x13UnsubscribeResponse\"z\n\x12\x43reateTopicRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\"\n\x06schema\x18\x02 \x01(\x0b\x32\x12.echelon.v1.Schema\x12\x17\n\x0fretention_bytes\x18( \x01(\x04\x12\x19\n\x11retention_seconds\x18) \x01(\x04\"\x1f\n\x0fGetTopicRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x13\n\x11ListTopicsRequest\"7\n\x12ListTopicsResponse\x12!\n\x06topics\x18\x01 \x03(\x0b\x32\x11.echelon.v1.Topic\"\"\n\x12\x44\x65leteTopicRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x15\n\x13\x44\x65leteTopicResponse\"\xb6\x01\n\x0e\x44urableOptions\x12(\n\x05start\x18\x01 \x01(\x0e\x32\x19.echelon.v1.StartPosition\x12\x14\n\x0cmax_messages\x18\x02 \x01(\x04\x12\x11\n\tmax_bytes\x18\x03 \x01(\x04\x12)\n\x06policy\x18\x04 \x01(\x0e\x32\x19.echelon.v1.BacklogPolicy\x12\x14\n\x0cidle_seconds\x18\x05 \x01(\r\x12\x10\n\x08replicas\x18\x06 \x01(\r*V\n\x08\x41\x63kLevel\x12\x19\n\x15\x41\x43K_LEVEL_UNSPECIFIED\x10\x00\x12\x16\n\x12\x41\x43K_LEVEL_ACCEPTED\x10\x01\x12\x17\n\x13\x41\x43K_LEVEL_DELIVERED\x10\x02*d\n\rStartPosition\x12\x1e\n\x1aSTART_POSITION_UNSPECIFIED\x10\x00\x12\x16\n\x12START_POSITION_NOW\x10\x01\x12\x1b\n\x17START_POSITION_EARLIEST\x10\x02*\x8f\x01\n\rBacklogPolicy\x12\x1e\n\x1a\x42\x41\x43KLOG_POLICY_UNSPECIFIED\x10\x00\x12\x1e\n\x1a\x42\x41\x43KLOG_POLICY_DROP_OLDEST\x10\x01\x12\x1b\n\x17\x42\x41\x43KLOG_POLICY_DROP_NEW\x10\x02\x12!\n\x1d\x42\x41\x43KLOG_POLICY_REJECT_PUBLISH\x10\x03\x32\xe0\x01\n\x06PubSub\x12\x41\n\x07Publish\x12\x1a.echelon.v1.PublishRequest\x1a\x16.echelon.v1.PublishAck(\x01\x30\x01\x12\x43\n\tSubscribe\x12\x1c.echelon.v1.SubscribeRequest\x1a\x14.echelon.v1.Delivery(\x01\x30\x01\x12N\n\x0bUnsubscribe\x12\x1e.echelon.v1.UnsubscribeRequest\x1a\x1f.echelon.v1.UnsubscribeResponse2\xa2\x02\n\x05\x41\x64min\x12@\n\x0b\x43reateTopic\x12\x1e.echelon.v1.CreateTopicRequest\x1a\x11.echelon.v1.Topic\x12:\n\x08GetTopic\x12\x1b.echelon.v1.GetTopicRequest\x1a\x11.echelon.v1.Topic\x12K\n\nListTopics\x12\x1d.echelon.v1.ListTopicsRequest\x1a\x1e.echelon.v1.ListTopicsResponse\x12N\n\x0b\x44\x65leteTopic\x12\x1e.echelon.v1.DeleteTopicRequest\x1a\x1f.echelon.v1.DeleteTopicResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,12 +34,12 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_PUBLISHREQUEST_ATTRIBUTESENTRY']._loaded_options = None
   _globals['_PUBLISHREQUEST_ATTRIBUTESENTRY']._serialized_options = b'8\001'
-  _globals['_ACKLEVEL']._serialized_start=1821
-  _globals['_ACKLEVEL']._serialized_end=1907
-  _globals['_STARTPOSITION']._serialized_start=1909
-  _globals['_STARTPOSITION']._serialized_end=2009
-  _globals['_BACKLOGPOLICY']._serialized_start=2012
-  _globals['_BACKLOGPOLICY']._serialized_end=2155
+  _globals['_ACKLEVEL']._serialized_start=1928
+  _globals['_ACKLEVEL']._serialized_end=2014
+  _globals['_STARTPOSITION']._serialized_start=2016
+  _globals['_STARTPOSITION']._serialized_end=2116
+  _globals['_BACKLOGPOLICY']._serialized_start=2119
+  _globals['_BACKLOGPOLICY']._serialized_end=2262
   _globals['_PUBLISHREQUEST']._serialized_start=65
   _globals['_PUBLISHREQUEST']._serialized_end=456
   _globals['_PUBLISHREQUEST_ATTRIBUTESENTRY']._serialized_start=388
@@ -55,27 +55,27 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SUBSCRIBERNACK']._serialized_start=1047
   _globals['_SUBSCRIBERNACK']._serialized_end=1120
   _globals['_DELIVERY']._serialized_start=1123
-  _globals['_DELIVERY']._serialized_end=1273
-  _globals['_UNSUBSCRIBEREQUEST']._serialized_start=1275
-  _globals['_UNSUBSCRIBEREQUEST']._serialized_end=1317
-  _globals['_UNSUBSCRIBERESPONSE']._serialized_start=1319
-  _globals['_UNSUBSCRIBERESPONSE']._serialized_end=1340
-  _globals['_CREATETOPICREQUEST']._serialized_start=1342
-  _globals['_CREATETOPICREQUEST']._serialized_end=1464
-  _globals['_GETTOPICREQUEST']._serialized_start=1466
-  _globals['_GETTOPICREQUEST']._serialized_end=1497
-  _globals['_LISTTOPICSREQUEST']._serialized_start=1499
-  _globals['_LISTTOPICSREQUEST']._serialized_end=1518
-  _globals['_LISTTOPICSRESPONSE']._serialized_start=1520
-  _globals['_LISTTOPICSRESPONSE']._serialized_end=1575
-  _globals['_DELETETOPICREQUEST']._serialized_start=1577
-  _globals['_DELETETOPICREQUEST']._serialized_end=1611
-  _globals['_DELETETOPICRESPONSE']._serialized_start=1613
-  _globals['_DELETETOPICRESPONSE']._serialized_end=1634
-  _globals['_DURABLEOPTIONS']._serialized_start=1637
-  _globals['_DURABLEOPTIONS']._serialized_end=1819
-  _globals['_PUBSUB']._serialized_start=2158
-  _globals['_PUBSUB']._serialized_end=2382
-  _globals['_ADMIN']._serialized_start=2385
-  _globals['_ADMIN']._serialized_end=2675
+  _globals['_DELIVERY']._serialized_end=1380
+  _globals['_UNSUBSCRIBEREQUEST']._serialized_start=1382
+  _globals['_UNSUBSCRIBEREQUEST']._serialized_end=1424
+  _globals['_UNSUBSCRIBERESPONSE']._serialized_start=1426
+  _globals['_UNSUBSCRIBERESPONSE']._serialized_end=1447
+  _globals['_CREATETOPICREQUEST']._serialized_start=1449
+  _globals['_CREATETOPICREQUEST']._serialized_end=1571
+  _globals['_GETTOPICREQUEST']._serialized_start=1573
+  _globals['_GETTOPICREQUEST']._serialized_end=1604
+  _globals['_LISTTOPICSREQUEST']._serialized_start=1606
+  _globals['_LISTTOPICSREQUEST']._serialized_end=1625
+  _globals['_LISTTOPICSRESPONSE']._serialized_start=1627
+  _globals['_LISTTOPICSRESPONSE']._serialized_end=1682
+  _globals['_DELETETOPICREQUEST']._serialized_start=1684
+  _globals['_DELETETOPICREQUEST']._serialized_end=1718
+  _globals['_DELETETOPICRESPONSE']._serialized_start=1720
+  _globals['_DELETETOPICRESPONSE']._serialized_end=1741
+  _globals['_DURABLEOPTIONS']._serialized_start=1744
+  _globals['_DURABLEOPTIONS']._serialized_end=1926
+  _globals['_PUBSUB']._serialized_start=2265
+  _globals['_PUBSUB']._serialized_end=2489
+  _globals['_ADMIN']._serialized_start=2492
+  _globals['_ADMIN']._serialized_end=2782
 # @@protoc_insertion_point(module_scope)

@@ -137,18 +137,30 @@ class SubscriberNack(_message.Message):
     def __init__(self, delivery_ids: _Optional[_Iterable[int]] = ..., delay_ms: _Optional[int] = ..., credits: _Optional[int] = ...) -> None: ...
 
 class Delivery(_message.Message):
-    __slots__ = ("delivery_id", "subscription", "event", "redelivery_count", "batch")
+    __slots__ = ("delivery_id", "subscription", "event", "redelivery_count", "batch", "chunked", "payload_size", "chunk", "chunk_offset", "last", "aborted")
     DELIVERY_ID_FIELD_NUMBER: _ClassVar[int]
     SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
     EVENT_FIELD_NUMBER: _ClassVar[int]
     REDELIVERY_COUNT_FIELD_NUMBER: _ClassVar[int]
     BATCH_FIELD_NUMBER: _ClassVar[int]
+    CHUNKED_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_SIZE_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LAST_FIELD_NUMBER: _ClassVar[int]
+    ABORTED_FIELD_NUMBER: _ClassVar[int]
     delivery_id: int
     subscription: str
     event: _common_pb2.Event
     redelivery_count: int
     batch: _containers.RepeatedCompositeFieldContainer[Delivery]
-    def __init__(self, delivery_id: _Optional[int] = ..., subscription: _Optional[str] = ..., event: _Optional[_Union[_common_pb2.Event, _Mapping]] = ..., redelivery_count: _Optional[int] = ..., batch: _Optional[_Iterable[_Union[Delivery, _Mapping]]] = ...) -> None: ...
+    chunked: bool
+    payload_size: int
+    chunk: bytes
+    chunk_offset: int
+    last: bool
+    aborted: str
+    def __init__(self, delivery_id: _Optional[int] = ..., subscription: _Optional[str] = ..., event: _Optional[_Union[_common_pb2.Event, _Mapping]] = ..., redelivery_count: _Optional[int] = ..., batch: _Optional[_Iterable[_Union[Delivery, _Mapping]]] = ..., chunked: _Optional[bool] = ..., payload_size: _Optional[int] = ..., chunk: _Optional[bytes] = ..., chunk_offset: _Optional[int] = ..., last: _Optional[bool] = ..., aborted: _Optional[str] = ...) -> None: ...
 
 class UnsubscribeRequest(_message.Message):
     __slots__ = ("subscription",)

@@ -20,20 +20,22 @@ class RelayFrame(_message.Message):
     def __init__(self, seq: _Optional[int] = ..., source: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[RelayMessage, _Mapping]]] = ..., source_key: _Optional[str] = ...) -> None: ...
 
 class RelayMessage(_message.Message):
-    __slots__ = ("event", "destinations", "slice_index", "slice_count", "payload_size", "stripe")
+    __slots__ = ("event", "destinations", "slice_index", "slice_count", "payload_size", "stripe", "aborted")
     EVENT_FIELD_NUMBER: _ClassVar[int]
     DESTINATIONS_FIELD_NUMBER: _ClassVar[int]
     SLICE_INDEX_FIELD_NUMBER: _ClassVar[int]
     SLICE_COUNT_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_SIZE_FIELD_NUMBER: _ClassVar[int]
     STRIPE_FIELD_NUMBER: _ClassVar[int]
+    ABORTED_FIELD_NUMBER: _ClassVar[int]
     event: _common_pb2.Event
     destinations: _containers.RepeatedScalarFieldContainer[str]
     slice_index: int
     slice_count: int
     payload_size: int
     stripe: int
-    def __init__(self, event: _Optional[_Union[_common_pb2.Event, _Mapping]] = ..., destinations: _Optional[_Iterable[str]] = ..., slice_index: _Optional[int] = ..., slice_count: _Optional[int] = ..., payload_size: _Optional[int] = ..., stripe: _Optional[int] = ...) -> None: ...
+    aborted: bool
+    def __init__(self, event: _Optional[_Union[_common_pb2.Event, _Mapping]] = ..., destinations: _Optional[_Iterable[str]] = ..., slice_index: _Optional[int] = ..., slice_count: _Optional[int] = ..., payload_size: _Optional[int] = ..., stripe: _Optional[int] = ..., aborted: _Optional[bool] = ...) -> None: ...
 
 class RelayAck(_message.Message):
     __slots__ = ("seqs",)

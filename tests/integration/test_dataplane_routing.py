@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 
 import pytest
 
-from echelon.agent.slices import Reassembler, slice_count, slice_event
+from echelon.agent.slices import ChunkStream, Streams, slice_count, slice_event
 from echelon.agent.trees import Trees, hinted, salted
 from echelon.core import lbdd
 from echelon.v1 import common_pb2 as pb
@@ -143,23 +144,83 @@ def test_striping_spreads_the_upload(keys):
     assert striped <= 1.5  # 11 / 1.5 = 7.3x over point-to-point where equal uploads are the limit
 
 
-def test_slices_reassemble_in_any_order_and_ignore_duplicates():
+def slices_of(event: pb.Event, payload: bytes, size: int) -> list[rpb.RelayMessage]:
+    n = slice_count(len(payload), size)
+    return [rpb.RelayMessage(event=slice_event(event, payload[i * size:(i + 1) * size], i), slice_index=i,
+                             slice_count=n, payload_size=len(payload)) for i in range(n)]
+
+
+def drain(stream: ChunkStream) -> bytes:
+    """What a Subscribe stream does: take each chunk, write it, release its hold."""
+    out = []
+    while (item := stream.take()) is not None:
+        out.append(item[0])
+        item[1].release()
+    return b"".join(out)
+
+
+def test_slices_are_handed_out_in_order_as_they_arrive_and_duplicates_are_dropped():
+    from echelon.agent.dataplane import Hold
+    from echelon.core.dedup import DedupWindow
+
     payload = bytes(range(256)) * 1000
     event = pb.Event(id=pb.MessageId(producer_id="p", sequence=3), topic="t", ordering_key="k")
     event.attributes["x"].int_value = 1
-    n = slice_count(len(payload), 4096)
-    msgs = [rpb.RelayMessage(event=slice_event(event, payload, i, 4096), slice_index=i, slice_count=n,
-                             payload_size=len(payload)) for i in range(n)]
+    msgs = slices_of(event, payload, 4096)
+    n = len(msgs)
     assert b"".join(m.event.payload for m in msgs) == payload
     assert not msgs[1].event.attributes and msgs[0].event.attributes["x"].int_value == 1
+    dedup = DedupWindow()
+    heads, sinks = [], []
+
+    def open_(head, size):
+        assert dedup.first_time((head.id.producer_id, head.id.sequence), 0.0)
+        heads.append((head, size))
+        sinks.append(ChunkStream(size))
+        return sinks[-1:]
+
+    streams = Streams(open_, lambda key: key in dedup, dedup.forget)
     order = list(range(n))
     random.Random(1).shuffle(order)
-    r = Reassembler()
-    results = [r.add(msgs[i]) for i in order[:-1]] + [r.add(msgs[order[0]])]  # a duplicate slice
-    assert results == [None] * n and len(r) == 1
-    whole = r.add(msgs[order[-1]])
-    assert whole.payload == payload and whole.ordering_key == "k" and whole.attributes["x"].int_value == 1
-    assert len(r) == 0
+    got, holds = b"", {}
+    for i in order:
+        holds[i] = Hold()
+        streams.add(msgs[i], holds[i])
+        streams.add(msgs[order[0]], Hold())  # a duplicate slice: dropped
+        # Handed out the moment every slice before it is here, never held back longer.
+        handed = next((j for j in range(n) if j not in holds), n)
+        got += drain(sinks[0]) if sinks else b""
+        assert got == payload[:handed * 4096]
+        assert all(not holds[j].pending for j in range(handed))  # written: their frames may be acked
+        assert all(holds[j].pending for j in holds if j >= handed)  # waiting: not acked
+    assert got == payload and len(heads) == 1 and sinks[0].done and len(streams) == 0
+    head, size = heads[0]
+    assert size == len(payload) and not head.payload and head.ordering_key == "k"
+    assert head.attributes["x"].int_value == 1
+    streams.add(msgs[2], Hold())  # after the end: the message id is known, nothing opens again
+    assert len(heads) == 1 and len(streams) == 0
+
+
+def test_a_payload_whose_slices_stop_is_dropped_and_a_stalled_subscriber_loses_it_alone():
+    from echelon.agent.dataplane import Hold
+
+    event = pb.Event(id=pb.MessageId(producer_id="p", sequence=1), topic="t")
+    msgs = slices_of(event, bytes(40_000), 4096)
+    fast, slow = ChunkStream(40_000), ChunkStream(40_000)
+    forgotten = []
+    streams = Streams(lambda head, size: [fast, slow], lambda key: False, forgotten.append, idle=100, stall=10)
+    holds = [Hold() for _ in msgs]
+    for m, h in zip(msgs[:5], holds):
+        streams.add(m, h)
+    drain(fast)
+    assert all(h.pending == 1 for h in holds[:5])  # the slow one has not written them yet
+    streams.sweep(time.monotonic() + 11)  # the slow subscriber took nothing for `stall` seconds
+    assert slow.aborted and not fast.aborted and all(not h.pending for h in holds[:5])
+    streams.add(msgs[5], holds[5])
+    assert drain(fast) == bytes(4096)
+    streams.sweep(time.monotonic() + 101)  # the root died: no slice for `idle` seconds
+    assert fast.aborted and len(streams) == 0
+    assert forgotten == [("p", 1)]  # a retry of the publish is delivered afresh
 
 
 # --- one relay's data plane against fake links: cut-through, aggregated acks, path update ---
@@ -208,6 +269,12 @@ class FakeNode:
         if self.dedup.first_time((event.id.producer_id, event.id.sequence), 0.0):
             self.delivered.append(event)
 
+    def open_stream(self, head, size):
+        if not self.dedup.first_time((head.id.producer_id, head.id.sequence), 0.0):
+            return []
+        self.delivered.append(ChunkStream(size))
+        return self.delivered[-1:]
+
 
 def relay_with_grandchildren(members):
     """A relay (not the root) whose children have children of their own, in stripe 0."""
@@ -229,14 +296,16 @@ async def test_a_relay_forwards_each_slice_on_arrival_and_acks_after_its_subtree
     event = pb.Event(id=pb.MessageId(producer_id="p", sequence=1), topic="t")
     n = slice_count(len(payload), 4096)
     acks = []
-    for i in range(n):
-        msg = rpb.RelayMessage(event=slice_event(event, payload, i, 4096), destinations=below, slice_index=i,
-                               slice_count=n, payload_size=len(payload))
+    got = b""
+    for i, msg in enumerate(slices_of(event, payload, 4096)):
+        msg.destinations.extend(below)
         plane.receive(rpb.RelayFrame(source="a0", source_key=PAPER[0], messages=[msg]), lambda i=i: acks.append(i))
-        # Cut-through: slice i is already on its way to every child, before slice i + 1 exists.
+        # Cut-through: slice i is already on its way to every child, and handed to the local
+        # subscriber, before slice i + 1 exists.
         assert {p: len(link.frames) for p, link in node.links.items()} == \
             {by_key[c].id: i + 1 for c in tree.children[relay.address]}
-        assert node.delivered == [] if i < n - 1 else [e.payload for e in node.delivered] == [payload]
+        got += drain(node.delivered[0])
+        assert got == payload[:(i + 1) * 4096]
     assert acks == []  # nothing is acknowledged before the subtree has it
     # A child fails with every slice unacknowledged: the relay re-routes them to its grandchildren.
     dead_key = next(c for c in tree.children[relay.address] if tree.children[c])
@@ -261,7 +330,7 @@ async def test_a_relay_forwards_each_slice_on_arrival_and_acks_after_its_subtree
     # A duplicate (the grandparent's path update after this relay's parent died): nothing is
     # forwarded again, nothing delivered twice, and it is acknowledged at once.
     before = {p: len(link.frames) for p, link in node.links.items()}
-    msg = rpb.RelayMessage(event=slice_event(event, payload, 0, 4096), destinations=below, slice_count=n,
+    msg = rpb.RelayMessage(event=slice_event(event, payload[:4096], 0), destinations=below, slice_count=n,
                            payload_size=len(payload))
     plane.receive(rpb.RelayFrame(source="a0", source_key=PAPER[0], messages=[msg]), lambda: acks.append("dup"))
     assert {p: len(link.frames) for p, link in node.links.items()} == before
