@@ -129,6 +129,10 @@ def build_report(cfg: Config, hosts: Hosts, faults: list[Fault], obs: Observer, 
                          f"{sum(sub.filter.matches(acked[k]) for k in gap)} matching messages sent "
                          f"from {KILL_MAYBE_BEFORE:.0f}s before the kill until it was reopened "
                          f"{reopened - f.start:.1f}s after it were not owed to it")
+        overflows = [t - t0 for t, how in sub.ended if how == "RESOURCE_EXHAUSTED"]
+        if overflows:  # the agent closed it past its backlog bound and dropped that backlog
+            notes.append(f"{sub.name} on {sub.agent} overflowed its backlog bound (RESOURCE_EXHAUSTED) at "
+                         + ", ".join(f"+{t:.0f}s" for t in overflows))
         [r] = checker.check(owed, {sub.name: sub.filter}, {sub.name: [x.d for x in sub.log]}, allowed)
         for k in r.lost:
             row(sent_at[k]).lost += 1

@@ -22,7 +22,8 @@ from loadtest.chaos.workload import FILTERS, SCHEMA, TOPIC, Producer, Subscriber
 
 METRICS = ("echelon_agent_destinations_lost_total", "echelon_agent_destinations_parked_total",
            "echelon_agent_destinations_unparked_total", "echelon_agent_rerouted_messages_total",
-           "echelon_agent_duplicates_dropped_total", "echelon_agent_redeliveries_total")
+           "echelon_agent_duplicates_dropped_total", "echelon_agent_redeliveries_total",
+           "echelon_agent_backlog_overflows_total")
 SERVICE_FLAGS = ["--grace", "1", "--beat-interval", "0.2"]
 
 

@@ -95,6 +95,7 @@ class Subscriber:
         self.log: list[Received] = []
         self.opened: list[float] = []  # when each stream was open (registered)
         self.breaks = 0
+        self.ended: list[tuple[float, str]] = []  # when and how each stream broke (e.g. RESOURCE_EXHAUSTED)
         self.stopping = False
 
     async def run(self) -> None:
@@ -117,8 +118,9 @@ class Subscriber:
                     self.log.append(Received(time.monotonic(), checker.Delivered(
                         msg.producer_id, msg.sequence, msg.redelivery_count, msg.ordering_key)))
                     await msg.ack()  # queued for the stream: no wait for the write (no task per ack)
-            except Exception:  # noqa: BLE001 - any broken stream: reopen (bounded by `stopping`)
+            except Exception as e:  # noqa: BLE001 - any broken stream: reopen (bounded by `stopping`)
                 self.breaks += 1
+                self.ended.append((time.monotonic(), e.code.name if isinstance(e, EchelonError) else type(e).__name__))
             finally:
                 await sub.close()
                 await client.close()

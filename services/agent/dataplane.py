@@ -62,9 +62,9 @@ the root's next message takes a new path around it and could overtake it. So the
 fences there too: after `on_view`, a producer's next message leaves only once every
 message of that producer sent on the old view is acknowledged (held by its
 destinations). Publishing pauses for about the time the slowest relay takes to catch up.
-The same holds within one view when a producer's message takes another tree than the one
-before it (`Trees.shape`: a destination not yet advertised as a subscriber of the topic
-joins the tree, as happens while subscriptions start): it waits for its predecessors.
+Within one view the tree does not depend on a message's destinations (a destination not
+yet advertised as a subscriber gets a direct copy, `trees`), so consecutive messages take
+one path to each destination at every node whose view did not change between them.
 
 Why one module past 400 lines: holds, frames, the path update and parking are one
 bookkeeping (a parked destination is a re-route that waits; a frame settles holds that
@@ -446,21 +446,15 @@ class DataPlane:
                 futures.append(await self._publish_large(event, payload, remote, self.id in dests))
                 continue
             p = self._open.get(producer)
-            shape = self.trees.shape(event.topic, remote)
-            last = run.shapes.get(producer, p.shape if p is not None and p.shape is not None else shape)
-            if p is not None and (p.striped or p.barrier) or last != shape:
-                # Striped predecessors, some sent on an older view, or on another tree, in
-                # flight: flush what is queued (order), then wait.
+            if p is not None and (p.striped or p.barrier):
+                # Striped predecessors, or some sent on an older view, in flight: flush what
+                # is queued (order), then wait.
                 await self._flush(run, futures)
-                p = self._open.get(producer)
-                if p is not None and last != shape:
-                    p.barrier = list(p.open)
                 await self._fence(producer, _STRIPE0)
             msg = rpb.RelayMessage(event=event)
             if payload:
                 msg.event.payload = payload
             run.add(msg, remote, producer, len(payload) + 64)
-            run.shapes[producer] = shape
             if run.bytes >= FRAME_BYTES:
                 await self._flush(run, futures)
         await self._flush(run, futures)
@@ -475,8 +469,6 @@ class DataPlane:
         if not run.small:
             return
         job, future = self._root_job(run.producers, _STRIPE0)
-        for producer, shape in run.shapes.items():
-            self._open[producer].shape = shape
         # The root forwards what it publishes once, so its messages need no lookup and no
         # `covered`: one hold for the whole run. Its count goes up once per (frame, message)
         # and down as each frame settles (a re-route counts its new frames before the old
@@ -571,7 +563,7 @@ class _Parked:
 class _Run:
     """The root's small events queued for one frame flush, and their producers."""
 
-    __slots__ = ("small", "producers", "bytes", "shapes")
+    __slots__ = ("small", "producers", "bytes")
 
     def __init__(self):
         self.clear()
@@ -585,17 +577,15 @@ class _Run:
         self.small: list[tuple[rpb.RelayMessage, list[str]]] = []
         self.producers: set[str] = set()
         self.bytes = 0
-        self.shapes: dict[str, frozenset[str]] = {}  # producer -> the tree shape of its last message here
 
 
 class _Producer:
     """A producer's messages in flight from this root, how many of them are striped, and
     those in flight when the view last changed (the next message waits for them)."""
 
-    __slots__ = ("open", "striped", "barrier", "shape")
+    __slots__ = ("open", "striped", "barrier")
 
     def __init__(self):
         self.open: dict[asyncio.Future, frozenset[int]] = {}
         self.striped = 0
         self.barrier: list[asyncio.Future] = []
-        self.shape: frozenset[str] | None = None  # the tree shape of its last small event sent

@@ -25,7 +25,9 @@ log = logging.getLogger("echelon.agent.durable")
 async def flush_loop(d: Durables, period: float) -> None:
     while True:
         await asyncio.sleep(period)
-        d.store.flush()
+        # In a thread: an fsync takes 1 to 25 ms on a busy disk, every `period` (10 ms by
+        # default), and on the event loop it held up every stream of the agent meanwhile.
+        await asyncio.to_thread(d.store.flush)
         d.flushes.inc()
 
 
@@ -71,8 +73,16 @@ def expire_retention(d: Durables, now_ns: int) -> None:
         topic = d.node.membership.topics.get(name)
         seconds = (topic.retention_seconds if topic else 0) or d.defaults.retention_seconds
         nbytes = (topic.retention_bytes if topic else 0) or d.defaults.retention_bytes
-        rows = d.store.retained(name)
-        n = expired([(t, size, owed) for _, t, size, owed in rows], now_ns, seconds * 1_000_000_000, nbytes)
+        swept: list[int] = []  # the positions the sweep read: what it lets go, and one more
+
+        def oldest_first(topic: str = name):
+            for pos, t, size, owed in d.store.retained(topic):
+                swept.append(pos)
+                yield t, size, owed
+
+        rows = oldest_first()
+        n = expired(rows, now_ns, seconds * 1_000_000_000, nbytes, d.store.logged_bytes(name))
+        rows.close()  # its statement ends before the log changes
         if n:
-            d.store.drop_events(name, rows[n - 1][0])
+            d.store.drop_events(name, swept[n - 1])
             d.retention_expired.inc(n)

@@ -76,9 +76,6 @@ class Gateway:
     def schedule(self, topic: str, destinations: Sequence[str]) -> tuple[int, ...]:
         return (0,)
 
-    def shape(self, topic: str, destinations: Sequence[str]) -> frozenset[str]:
-        return frozenset()  # one path: to this agent's router
-
     def route(self, source_key: str, topic: str, stripe: int,
               destinations: Sequence[str]) -> tuple[dict[str, list[str]], list[str]]:
         if not destinations:

@@ -43,6 +43,7 @@ CREATE TABLE IF NOT EXISTS events (
     time_ns INTEGER NOT NULL, size INTEGER NOT NULL, data BLOB NOT NULL,
     UNIQUE (topic, producer, seq));
 CREATE INDEX IF NOT EXISTS events_time ON events (topic, time_ns);
+CREATE INDEX IF NOT EXISTS events_pos ON events (topic, pos);
 CREATE TABLE IF NOT EXISTS backlog (sub TEXT NOT NULL, pos INTEGER NOT NULL, ord INTEGER NOT NULL,
     PRIMARY KEY (sub, pos)) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS backlog_pos ON backlog (pos);
@@ -73,6 +74,7 @@ class Store:
         self.db.executescript(SCHEMA)
         self._wal: int | None = None
         self._group = False  # a transaction of appends is open (committed at the end of the tick)
+        self._bytes: dict[str, int] = {}  # topic -> bytes logged (retention), summed once per process
         try:
             self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:  # no loop (a tool, a test): every change commits at once
@@ -92,6 +94,7 @@ class Store:
         except BaseException:
             self.db.execute("ROLLBACK TO change")
             self.db.execute("RELEASE change")
+            self._bytes.clear()  # counted what was rolled back: summed again when next asked
             if not self._group:
                 self.db.execute("COMMIT")
             raise
@@ -112,7 +115,8 @@ class Store:
 
     def flush(self) -> None:
         """The `batch` policy's periodic fsync of the WAL (commits since the last one
-        become safe from power loss)."""
+        become safe from power loss). Run in a worker thread: it touches only the WAL's
+        descriptor, never the connection."""
         if self._wal is None:
             wal = f"{self.path}-wal"
             if self.path is None or not os.path.exists(wal):
@@ -158,6 +162,8 @@ class Store:
                          "VALUES (?, ?, ?, ?, ?, ?)", (event.topic, producer, seq, event.publish_time_unix_nanos,
                                                        len(data), data))
         if cur.rowcount:
+            if event.topic in self._bytes:
+                self._bytes[event.topic] += len(data)
             return cur.lastrowid
         return db.execute("SELECT pos FROM events WHERE topic = ? AND producer = ? AND seq = ?",
                           (event.topic, producer, seq)).fetchone()[0]
@@ -222,17 +228,34 @@ class Store:
             db.executemany("INSERT INTO backlog (sub, pos, ord) VALUES (?, ?, ?)", [(sub, pos, pos) for pos, _ in owed])
         return [e for _, e in owed]
 
-    def retained(self, topic: str) -> list[tuple[int, int, int, bool]]:
-        """The topic's logged events, oldest first: (pos, time ns, size, owed by some backlog)."""
-        return [(pos, t, size, bool(owed)) for pos, t, size, owed in self.db.execute(
-            "SELECT e.pos, e.time_ns, e.size, EXISTS (SELECT 1 FROM backlog b WHERE b.pos = e.pos) "
-            "FROM events e WHERE e.topic = ? ORDER BY e.pos", (topic,))]
+    def retained(self, topic: str) -> Iterator[tuple[int, int, int, bool]]:
+        """The topic's logged events, oldest first: (pos, time ns, size, owed by some backlog);
+        read lazily (the retention sweep stops at the first one it keeps): close it before
+        the next change."""
+        for pos, t, size, owed in self.db.execute(
+                "SELECT e.pos, e.time_ns, e.size, EXISTS (SELECT 1 FROM backlog b WHERE b.pos = e.pos) "
+                "FROM events e WHERE e.topic = ? ORDER BY e.pos", (topic,)):
+            yield pos, t, size, bool(owed)
+
+    def logged_bytes(self, topic: str) -> int:
+        """The bytes of the topic's logged events (kept up to date from the first call on)."""
+        if topic not in self._bytes:
+            self._bytes[topic] = self.db.execute("SELECT COALESCE(SUM(size), 0) FROM events WHERE topic = ?",
+                                                 (topic,)).fetchone()[0]
+        return self._bytes[topic]
 
     def drop_events(self, topic: str, up_to_pos: int) -> None:
         """Retention: the topic's events up to `up_to_pos` (none of them owed) are let go."""
         with self._tx() as db:
-            db.execute("DELETE FROM events WHERE topic = ? AND pos <= ? AND pos NOT IN (SELECT pos FROM backlog)",
-                       (topic, up_to_pos))
+            gone = db.execute("DELETE FROM events WHERE topic = ? AND pos <= ? AND pos NOT IN (SELECT pos FROM backlog) "
+                              "RETURNING size", (topic, up_to_pos)).fetchall()
+            if topic in self._bytes:
+                self._bytes[topic] -= sum(size for (size,) in gone)
 
     def topics(self) -> list[str]:
-        return [t for (t,) in self.db.execute("SELECT DISTINCT topic FROM events")]
+        """The topics with logged events: one index probe per topic (not a scan of the log)."""
+        out: list[str] = []
+        while row := self.db.execute("SELECT topic FROM events WHERE topic > ? ORDER BY topic LIMIT 1",
+                                     (out[-1] if out else "",)).fetchone():
+            out.append(row[0])
+        return out

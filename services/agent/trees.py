@@ -2,11 +2,18 @@
 ALGORITHMS.md section 1), striped for bulk payloads.
 
 Node keys are the agents' advertised addresses (`host:port`); the view maps member id
-<-> key. A topic's tree spans the alive agents whose `subscribes` holds the topic, plus
-any alive destination of the copy at hand (so a lagging peer-table entry never drops a
-destination). Every relay rebuilds the tree from the frame's source key, the event's
-topic and the copy's stripe, so no routing table travels; `Buckets` is built once per
-(source, topic, stripe, peer table) and routes once per destination set.
+<-> key. A topic's tree spans the alive agents whose `subscribes` holds the topic. Every
+relay rebuilds the tree from the frame's source key, the event's topic and the copy's
+stripe, so no routing table travels; `Buckets` is built once per (source, topic, stripe,
+peer table) and routes once per destination set.
+
+A destination alive but not (yet) advertised as a subscriber of the topic -- its
+subscription is registered on the matchers a heartbeat before its `subscribes` reaches
+this view, as at every agent (re)start -- is sent a copy directly: it never joins the
+tree, so the path to every advertised subscriber depends on the view alone, not on which
+other destinations a message has. (When it joined the tree, two consecutive messages of
+a producer, one for it and one not, took different paths from a relay whose view differed
+from the root's, and the later overtook the earlier: reordered at restarts, issue 16.)
 
 Stripes. One tree caps the speedup of a bulk transfer at N / (largest out-degree): the
 paper's 12 hosts have a node with 4 children. So a large payload's slices travel on S
@@ -114,22 +121,15 @@ class Trees:
     def alive(self, member_id: str) -> bool:
         return member_id in self.table.members
 
-    def _tree(self, source_key: str, topic: str, stripe: int, extra: frozenset[str]) -> _Tree:
-        k = (source_key, topic, stripe, extra)
+    def _tree(self, source_key: str, topic: str, stripe: int) -> _Tree:
+        k = (source_key, topic, stripe)
         tree = self._trees.get(k)
         if tree is None:
             key = self.table.key
-            ids = {salted(key[i], stripe): i for i in self.table.subscribers(topic) | extra}
+            ids = {salted(key[i], stripe): i for i in self.table.subscribers(topic)}
             leaves = [salted(key[i], stripe) for i in self.hinted if i in key]
             tree = self._trees[k] = _Tree(lbdd.buckets(salted(source_key, stripe), ids, leaves), ids)
         return tree
-
-    def shape(self, topic: str, destinations: Sequence[str]) -> frozenset[str]:
-        """What besides the view decides the tree `route` uses for `destinations`: those not
-        advertised as subscribers of the topic join it. Two messages of one shape take the
-        same path to a destination; of different shapes, maybe not (the root fences)."""
-        subs = self.table.subscribers(topic)
-        return frozenset(d for d in destinations if d not in subs and d != self.self_id)
 
     def route(self, source_key: str, topic: str, stripe: int,
               destinations: Sequence[str]) -> tuple[dict[str, list[str]], list[str]]:
@@ -149,16 +149,15 @@ class Trees:
         if self.mode == "p2p":
             out = {d: [d] for d in alive}
         elif alive:
-            extra = frozenset(d for d in alive if d not in self.table.subscribers(topic))
-            tree = self._tree(source_key, topic, stripe, extra)
+            tree = self._tree(source_key, topic, stripe)
             key = self.table.key
-            wanted = {salted(key[d], stripe): d for d in alive}
+            wanted = {salted(key[d], stripe): d for d in alive if salted(key[d], stripe) in tree.ids}
             covered: set[str] = set()
             for head, ds in tree.buckets.route(salted(self.self_key, stripe), wanted).items():
                 out[tree.ids[head]] = sorted(wanted[d] for d in ds)
                 covered.update(ds)
-            for k, d in wanted.items():
-                if k not in covered:  # not below us in our view: send it directly
+            for d in alive:
+                if salted(key[d], stripe) not in covered:  # not advertised, or not below us in our view: directly
                     out.setdefault(d, []).append(d)
         if len(self._routes) >= MAX_CACHED:
             self._routes.clear()
@@ -196,14 +195,16 @@ class Trees:
         """Copies each node sends of one slice on `stripe`, this node as the root."""
         members = self.table.members
         alive = [d for d in destinations if d in members and d != self.self_id]
-        extra = frozenset(d for d in alive if d not in self.table.subscribers(topic))
-        tree = self._tree(self.self_key, topic, stripe, extra)
+        tree = self._tree(self.self_key, topic, stripe)
         parent = tree.buckets.tree().parent
         key, ids = self.table.key, tree.ids
         loads: dict[str, int] = {}
         marked: set[str] = set()
         for d in alive:
             k = salted(key[d], stripe)
+            if k not in ids:  # not advertised: a copy straight from here
+                loads[self.self_id] = loads.get(self.self_id, 0) + 1
+                continue
             while k in parent and k not in marked:  # walk up to the first marked node
                 marked.add(k)
                 p = parent[k]

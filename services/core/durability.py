@@ -25,7 +25,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from enum import Enum
-from typing import Iterable, Sequence
+from typing import Iterable
 
 
 def holders(name: str, agents: Iterable[str], replicas: int) -> list[str]:
@@ -77,12 +77,13 @@ def admit(bound: Bound, sizes_oldest_first: Iterable[int], messages: int, nbytes
     return Admission(False, 0)  # what fills it is out for delivery: nothing can make room
 
 
-def expired(events_oldest_first: Sequence[tuple[int, int, bool]], now_ns: int, max_age_ns: int,
-            max_bytes: int) -> int:
+def expired(events_oldest_first: Iterable[tuple[int, int, bool]], now_ns: int, max_age_ns: int,
+            max_bytes: int, total: int) -> int:
     """How many of the oldest retained events (publish time ns, size, still owed) retention
-    lets go: the leading ones past the age or byte bound that no subscription owes. An
-    owed event stops the sweep (order is kept: nothing newer goes before it)."""
-    total = sum(size for _, size, _ in events_oldest_first)
+    lets go: the leading ones past the age or byte bound that no subscription owes, `total`
+    being the bytes of all of them. An owed event stops the sweep (order is kept: nothing
+    newer goes before it). Reads the events only up to the first one that stays, so a
+    lazy iterator over a log costs what expires, not the log (run every second)."""
     n = 0
     for t, size, owed in events_oldest_first:
         too_old = max_age_ns > 0 and t < now_ns - max_age_ns

@@ -47,16 +47,18 @@ def test_the_report_attributes_what_the_checker_finds_to_the_faults():
     kill = Fault("kill", ["agent-3"], start=t0 + 3.5, end=t0 + 4.5, expected_dead={"agent-3"})
     pause = Fault("pause", ["agent-4"], start=t0 + 5.0, end=t0 + 5.5)
 
-    def sub(name, agent, seqs, opened=(t0,)):
+    def sub(name, agent, seqs, opened=(t0,), ended=()):
         log = [Received(t0 + 7, Delivered("p", q, r)) for q, r in seqs]
-        return SimpleNamespace(name=name, agent=agent, filter=parse('kind = "a"'), log=log, opened=list(opened))
+        return SimpleNamespace(name=name, agent=agent, filter=parse('kind = "a"'), log=log, opened=list(opened),
+                               ended=list(ended))
 
     subs = [sub("ok", "agent-1", [(i, 0) for i in range(1, 7)]),
             # on the killed agent: had 1 and 2, reopened after the kill; 3..6 were not owed to it
             sub("killed", "agent-3", [(1, 0), (2, 0)], opened=(t0, t0 + 6.5)),
             # reordered 2 after 3, 3 twice (a duplicate, not a redelivery), 2 again redelivered,
-            # 4..6 lost, and one message nobody published
-            sub("bad", "agent-2", [(1, 0), (3, 0), (2, 0), (3, 0), (2, 1), (99, 0)])]
+            # 4..6 lost (its stream ended past the agent's backlog bound), and one message nobody published
+            sub("bad", "agent-2", [(1, 0), (3, 0), (2, 0), (3, 0), (2, 1), (99, 0)],
+                ended=[(t0 + 5.9, "RESOURCE_EXHAUSTED")])]
     obs = Observer(["r0", "r1", "r2"])
     obs.changes = [Change(t0 + 4.5, r, "agent-3", DEAD, 1) for r in range(3)]
     obs.changes.append(Change(t0 + 5.3, 1, "agent-4", DEAD, 1))  # the paused agent: a false verdict
@@ -75,6 +77,7 @@ def test_the_report_attributes_what_the_checker_finds_to_the_faults():
     assert failed == {"0 lost", "0 unexpected", "0 duplicates to a client", "0 false dead (delay/loss, pause)",
                       "0 false dead (whole run)"}
     assert "killed on agent-3 died with the process" in res.text
+    assert "bad on agent-2 overflowed its backlog bound (RESOURCE_EXHAUSTED) at +6s" in res.text
 
 
 @pytest.mark.netns

@@ -5,6 +5,7 @@ views that disagree must still reach everyone; striping must spread the upload."
 from __future__ import annotations
 
 import asyncio
+import itertools
 import random
 import time
 
@@ -102,6 +103,42 @@ def test_disagreeing_views_still_reach_every_destination():
     for stripe in range(8):
         received, _ = disseminate(nodes, "a0", stripe, everyone)
         assert set(received) == set(everyone)
+
+
+def paths(nodes: dict[str, Trees], root: str, stripe: int, dests: list[str]) -> dict[str, list[str]]:
+    """Every destination's path (the nodes its copy passes through), following each node's own routes."""
+    source_key = nodes[root].self_key
+    out: dict[str, list[str]] = {}
+    todo = [(root, dests, [root])]
+    while todo:
+        at, ds, path = todo.pop()
+        routes, _ = nodes[at].route(source_key, "t", stripe, [d for d in ds if d != at])
+        for target, sub in routes.items():
+            if target in sub:
+                out[target] = path + [target]
+            todo.append((target, [d for d in sub if d != target], path + [target]))
+    return out
+
+
+@pytest.mark.parametrize("stripe", [0, 5])
+def test_the_path_to_a_subscriber_does_not_depend_on_the_other_destinations(stripe):
+    """Agents alive but not yet advertised as subscribers (a restarted agent's subscriptions
+    are registered on the matchers a heartbeat before its `subscribes` reaches the views)
+    get direct copies and never reshape the tree: a producer's next message, with or
+    without them among its destinations, takes the same path to every other subscriber,
+    so it cannot overtake its predecessor at a relay (FIFO per key, issue 16). Here four
+    of twelve agents are unadvertised: every subset of them rides along in turn."""
+    members = view(PAPER, subscribers=range(1, 8))
+    nodes = agents(members)
+    advertised = [m.id for m in members[1:8]]
+    fresh = [m.id for m in members[8:]]
+    alone = paths(nodes, "a0", stripe, advertised)
+    assert set(alone) == set(advertised)
+    for k in range(1, len(fresh) + 1):
+        for extra in itertools.combinations(fresh, k):
+            both = paths(nodes, "a0", stripe, advertised + list(extra))
+            assert {d: both[d] for d in advertised} == alone, extra
+            assert all(both[d] == ["a0", d] for d in extra)  # one direct copy each, from the root
 
 
 def test_a_failed_relay_is_routed_around_and_reported_lost():

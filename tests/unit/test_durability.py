@@ -50,12 +50,16 @@ def test_admit_matches_brute_force():
 
 def test_expired_keeps_owed_and_order():
     rows = [(10, 5, False), (20, 5, True), (30, 5, False)]
-    assert expired(rows, now_ns=100, max_age_ns=50, max_bytes=0) == 1  # the owed one stops the sweep
-    assert expired(rows, now_ns=100, max_age_ns=0, max_bytes=5) == 1
-    assert expired([(10, 5, False), (20, 5, False)], now_ns=100, max_age_ns=0, max_bytes=5) == 1
-    assert expired([(90, 5, False)], now_ns=100, max_age_ns=50, max_bytes=100) == 0
+    assert expired(rows, now_ns=100, max_age_ns=50, max_bytes=0, total=15) == 1  # the owed one stops the sweep
+    assert expired(rows, now_ns=100, max_age_ns=0, max_bytes=5, total=15) == 1
+    assert expired([(10, 5, False), (20, 5, False)], now_ns=100, max_age_ns=0, max_bytes=5, total=10) == 1
+    assert expired([(90, 5, False)], now_ns=100, max_age_ns=50, max_bytes=100, total=5) == 0
+    # It reads no further than the first event it keeps (the log is read lazily).
+    read = []
+    lazy = (read.append(t) or (t, 5, False) for t in (10, 20, 90, 91, 92))
+    assert expired(lazy, now_ns=100, max_age_ns=50, max_bytes=0, total=25) == 2 and read == [10, 20, 90]
     for rows in itertools.product([(1, 4, False), (1, 4, True), (99, 4, False)], repeat=3):
-        n = expired(list(rows), now_ns=100, max_age_ns=50, max_bytes=6)
+        n = expired(list(rows), now_ns=100, max_age_ns=50, max_bytes=6, total=12)
         assert not any(owed for _, _, owed in rows[:n])
 
 
@@ -112,3 +116,44 @@ def test_store_retention(tmp_path):
     assert [(pos, owed) for pos, _, _, owed in rows] == [(1, False), (2, False), (3, True), (4, False)]
     store.drop_events("t", 4)  # the owed one stays, and whatever is not past the bound
     assert [pos for pos, *_ in store.retained("t")] == [3]
+    assert store.logged_bytes("t") == store.db.execute("SELECT size FROM events").fetchone()[0]
+
+
+def test_the_retention_sweep_reads_what_it_lets_go_not_the_whole_log(tmp_path):
+    """Every agent sweeps its log every second. Over a log where nothing is due, a sweep
+    must cost as much for 6,000 events as for 300 (counted in SQLite VM steps, not time):
+    it used to read the whole log, and at 10x the chaos workload that grew to most of an
+    agent's event loop within minutes, its subscriptions fell behind past their backlog
+    bound and were closed (issue 12). What is due still goes, owed events stay."""
+    from types import SimpleNamespace
+
+    from echelon.agent.durable_upkeep import expire_retention
+
+    def sweep_steps(n: int, now_ns: int) -> tuple[Store, int]:
+        store = Store(tmp_path / str(n))
+        for i in range(1, n + 1):
+            ev = pb.Event(id=pb.MessageId(producer_id="p", sequence=i), topic="t", publish_time_unix_nanos=i,
+                          payload=b"x")
+            store.append(ev, ["a"] if i % 7 == 0 else [])  # every 7th still owed
+        store.commit()
+        expired_counter = SimpleNamespace(n=0, inc=lambda k: setattr(expired_counter, "n", expired_counter.n + k))
+        d = SimpleNamespace(store=store, node=SimpleNamespace(membership=SimpleNamespace(topics={})),
+                            defaults=SimpleNamespace(retention_seconds=1, retention_bytes=1 << 30),
+                            retention_expired=expired_counter)
+        expire_retention(d, now_ns)  # the first sums the log's bytes (once per process)
+        steps = []
+        store.db.set_progress_handler(lambda: steps.append(1), 100)
+        expire_retention(d, now_ns)
+        store.db.set_progress_handler(None, 100)
+        return store, len(steps), expired_counter.n
+
+    # Nothing due (every event younger than the 1 s retention): the cost must not grow with the log.
+    _, small, gone = sweep_steps(300, now_ns=0)
+    assert gone == 0
+    _, large, gone = sweep_steps(6000, now_ns=0)
+    assert gone == 0
+    assert large <= small + 5, (small, large)
+    # Due: the events older than a second go, up to the first one a backlog owes (7).
+    store, _, gone = sweep_steps(20, now_ns=1_000_000_000 + 10)
+    assert gone == 6 and [pos for pos, *_ in store.retained("t")][:2] == [7, 8]
+    assert store.logged_bytes("t") == store.db.execute("SELECT SUM(size) FROM events").fetchone()[0]
