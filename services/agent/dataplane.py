@@ -430,7 +430,9 @@ class DataPlane:
                 continue
             if stripes == _STRIPE0 and not p.striped:
                 return  # the common case, O(1): small events after small events
-            behind = [f for f, s in p.open.items() if not s <= stripes]
+            # A failed message (a payload its publisher abandoned) is done before its job: its
+            # order no longer matters, and waiting on it would never end.
+            behind = [f for f, s in p.open.items() if not s <= stripes and not f.done()]
             if not behind:
                 return
             await asyncio.wait(behind)
