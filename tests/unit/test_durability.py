@@ -112,3 +112,19 @@ def test_store_retention(tmp_path):
     assert [(pos, owed) for pos, _, _, owed in rows] == [(1, False), (2, False), (3, True), (4, False)]
     store.drop_events("t", 4)  # the owed one stays, and whatever is not past the bound
     assert [pos for pos, *_ in store.retained("t")] == [3]
+
+
+def test_store_flush_fsyncs_only_after_changes(tmp_path):
+    """The periodic fsync runs only when something was written since the last one (an
+    agent with no durable subscription does no fsync at all)."""
+    store = Store(tmp_path, "batch")
+    store.flush()
+    assert store.flushes == 0
+    store.append(event(1, 10), ["a"])
+    store.flush()
+    store.flush()
+    assert store.flushes == 1
+    store.ack("a", "t", [("p", 1)])
+    store.flush()
+    assert store.flushes == 2
+    store.close()
