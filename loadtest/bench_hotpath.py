@@ -4,9 +4,10 @@ one run (issue 12): `make bench-hotpath` or `python -m loadtest.bench_hotpath --
 The base revision's `services/` is unpacked (git archive) beside this tree; each round
 runs one child process per tree, alternating (base, head, base, head...), and each
 child times every piece on identical inputs: microseconds per event, the best of a
-few repeats in CPU time. The table gives per piece the median over the rounds for each tree and
-their ratio (base / head: above 1 is faster now). On this shared machine absolute
-microseconds drift with the load; the ratio of alternating runs is what to read.
+few repeats in CPU time. The table gives per piece the median over the rounds for each
+tree and the gain (base/head for a cost, head/base for a rate: above 1 is better now).
+On this shared machine absolute figures drift with the load; the ratio of alternating
+runs is what to read.
 
 Pieces (the 2% and 20% workload of loadtest.bench_events: `Symbol`, `Price`):
 - `deliver`: a subscribing agent's local delivery of one relay frame (dedup, filter
@@ -257,7 +258,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{'' if args.cluster else 'us per event, '}median of {args.rounds} alternating rounds; base {args.base} ({rev}), head this tree; "
           f"load average {os.getloadavg()[0]:.1f}")
     unit = "" if args.cluster else " us"
-    print(f"{'piece':32} {'base' + unit:>9} {'head' + unit:>9} {'base/head':>9}")
+    print(f"{'piece':32} {'base' + unit:>9} {'head' + unit:>9} {'gain':>9}")
     for name in runs["head"][0]:
         vals = {t: [r[name] for r in runs[t] if isinstance(r[name], float)] for t in runs}
         if not vals["base"] or not vals["head"]:
@@ -265,7 +266,7 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{name:32} {'-':>9} {'-':>9}  ({why})")
             continue
         b, h = statistics.median(vals["base"]), statistics.median(vals["head"])
-        print(f"{name:32} {b:9.2f} {h:9.2f} {b / h:9.2f}")
+        print(f"{name:32} {b:9.2f} {h:9.2f} {(h / b if name.endswith('/s') else b / h):9.2f}")
 
 
 if __name__ == "__main__":
