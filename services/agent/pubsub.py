@@ -157,11 +157,12 @@ class PubSubServicer(pgrpc.PubSubServicer):
                     await asyncio.gather(*deliveries)
             except Exception as e:  # noqa: BLE001 - reported in the acks, the stream goes on
                 error = e
-        acks = []
+        out = ppb.PublishAck()  # a batch's acks added in place: none built apart and copied in (upb)
         ok: dict[str, int] = {}
         fresh = 0
         for topic, producer, seq, outcome in unit.rows:
-            ack = ppb.PublishAck(producer_id=producer, sequence=seq)
+            ack = out.acks.add() if unit.batched else out
+            ack.producer_id, ack.sequence = producer, seq
             try:
                 if outcome is None:
                     if error is not None:
@@ -187,10 +188,9 @@ class PubSubServicer(pgrpc.PubSubServicer):
                     log.exception("publish failed")
                 ack.code, ack.error = code.value[0], message
                 self.node.metrics.published.labels("", code.name.lower()).inc()
-            acks.append(ack)
         for topic, n in ok.items():
             self.node.metrics.published.labels(topic, "ok").inc(n)
-        return ppb.PublishAck(acks=acks) if unit.batched else acks[0]
+        return out
 
     async def Publish(self, request_iterator, context):
         """Each request (one event, one slice, or a `batch` of events) becomes one unit:
