@@ -258,7 +258,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{'' if args.cluster else 'us per event, '}median of {args.rounds} alternating rounds; base {args.base} ({rev}), head this tree; "
           f"load average {os.getloadavg()[0]:.1f}")
     unit = "" if args.cluster else " us"
-    print(f"{'piece':32} {'base' + unit:>9} {'head' + unit:>9} {'gain':>9}")
+    print(f"{'piece':32} {'base' + unit:>9} {'head' + unit:>9} {'gain':>9}   gain per round")
     for name in runs["head"][0]:
         vals = {t: [r[name] for r in runs[t] if isinstance(r[name], float)] for t in runs}
         if not vals["base"] or not vals["head"]:
@@ -266,7 +266,10 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{name:32} {'-':>9} {'-':>9}  ({why})")
             continue
         b, h = statistics.median(vals["base"]), statistics.median(vals["head"])
-        print(f"{name:32} {b:9.2f} {h:9.2f} {(h / b if name.endswith('/s') else b / h):9.2f}")
+        # Each round's own ratio too: base and head ran back to back, under about the same load.
+        pairs = sorted((hh / bb if name.endswith("/s") else bb / hh) for bb, hh in zip(vals["base"], vals["head"]))
+        print(f"{name:32} {b:9.2f} {h:9.2f} {(h / b if name.endswith('/s') else b / h):9.2f}"
+              f"   {' '.join(f'{p:.2f}' for p in pairs)}")
 
 
 if __name__ == "__main__":
