@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 SYSTEM := $(VENV)/.system
 
-.PHONY: install proto dashboards demo up test chaos bench bench-replan bench-events bench-durable bench-tls replan-loop bulk-scale clean
+.PHONY: install proto dashboards demo up test chaos bench bench-replan bench-events bench-hotpath bench-durable bench-tls replan-loop bulk-scale clean
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) on PATH"; exit 1; }
@@ -63,6 +63,13 @@ bench-replan: $(STAMP)
 # a py-spy profile of the publishing agent under saturation.
 bench-events: $(STAMP) $(SYSTEM)
 	$(PY) -m loadtest.bench_events --out out/bench_events --profile
+
+# The hot path's per-event pieces, then whole clusters, this tree against BASE (default main),
+# alternating in one run (a few minutes each): microseconds per event and CPU per service.
+BASE ?= main
+bench-hotpath: $(STAMP)
+	$(PY) -m loadtest.bench_hotpath --base $(BASE)
+	$(PY) -m loadtest.bench_hotpath --base $(BASE) --cluster 3
 
 # Durable vs ephemeral subscriptions, throughput and p99 side by side, per fsync policy
 # (a cluster of processes per policy, a few minutes): a table and out/bench_durable/*.png.

@@ -241,6 +241,30 @@ def table(cells: list[dict]) -> str:
     return "\n".join(rows)
 
 
+def _service(process: str) -> str:
+    if process == "agent-0":
+        return "pub agent"  # the publishers' agent
+    if process.startswith("agent-"):
+        return "sub agents"  # the subscribers' agents, together
+    return process.split("-")[0]  # matcher-1 -> matcher: the tier together; nats, redis
+
+
+def cpu_table(cells: list[dict]) -> str:
+    """CPU ms per 1,000 events of each service, per cell (the JSON has every process)."""
+    order = ["pub agent", "sub agents", "matcher", "membership", "nats", "redis"]
+    head = f"{'system':8} {'mode':17} {'sel':>4} {'pubs':>4} {'rate':>6} " + " ".join(f"{s:>10}" for s in order) + \
+        f" {'loadgen':>8}"
+    rows = [head, "-" * len(head)]
+    for c in cells:
+        per: dict[str, float] = {}
+        for process, v in c["cpu_s_per_1k"].items():
+            per[_service(process)] = per.get(_service(process), 0.0) + 1000 * v
+        rows.append(f"{c['system']:8} {c['mode']:17} {c['selectivity']:>3}% {c['publishers']:>4} {str(c['rate']):>6} "
+                    + " ".join(f"{per[s]:10.1f}" if s in per else f"{'-':>10}" for s in order)
+                    + f" {1000 * c['cpu_s_per_1k_loadgen']:8.1f}")
+    return "\n".join(rows)
+
+
 def plot(cells: list[dict], path: Path) -> None:
     import matplotlib
 
@@ -303,6 +327,8 @@ def main(argv: list[str] | None = None) -> Run:
     r = asyncio.run(run(args))
     print()
     print(table(r.cells))
+    print("\nCPU ms per 1,000 events, by process")
+    print(cpu_table(r.cells))
     if r.profile:
         print(f"\npublishing agent under saturation ({r.profile.get('samples')} py-spy samples)")
         for title, key in (("top of the stack", "self_pct"), ("deepest Echelon frame", "by_echelon_frame_pct")):

@@ -2,22 +2,49 @@
 local subscription of its topic whose filter it matches and that is owed it; a
 subscription past its backlog bound is closed (counted). A sliced payload is offered as
 a `slices.ChunkStream` per subscription, and only to subscriptions with a stream
-attached: nothing here holds it for one that comes back later (slices.py)."""
+attached: nothing here holds it for one that comes back later (slices.py).
+
+The filter check (issue 12): a frame's events are matched together. Past a few
+(event, subscription) pairs the topic's local subscriptions are matched with the CDM
+counting index (core/cdm.py, the matcher's own, exact as `Filter.matches`), one
+vectorised pass per frame instead of every filter per event; a lone event with few
+subscriptions is checked filter by filter (the index's fixed cost is ~20-60 us). The
+index is rebuilt when the topic's subscriptions or their filters change.
+"""
 
 from __future__ import annotations
 
 import logging
 import time
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Sequence
 
 from echelon.agent.metrics import AgentMetrics
 from echelon.agent.slices import ChunkStream
 from echelon.agent.subscriptions import Subscription
+from echelon.core.cdm import CountingIndex
+from echelon.core.cdm import Subscription as Indexed
 from echelon.core.dedup import DedupWindow
 from echelon.runtime.wire import attributes_from_pb
 from echelon.v1 import common_pb2 as pb
 
 log = logging.getLogger("echelon.agent.delivery")
+
+INDEX_PAIRS = 64  # (events x subscriptions) of a topic from which the index beats checking each filter
+
+
+class _TopicIndex:
+    """A topic's local subscriptions in a counting index, with what it was built from."""
+
+    __slots__ = ("built_from", "subs", "index")
+
+    def __init__(self, built_from: tuple):
+        self.built_from = built_from
+        self.subs = [s for s, _ in built_from]
+        self.index = CountingIndex(Indexed(str(i), "", f) for i, (_, f) in enumerate(built_from))
+
+    def match(self, attrs: Sequence[Mapping[str, object]]) -> list[list[Subscription]]:
+        subs = self.subs
+        return [[subs[int(i)] for i in ids] for ids in self.index.match_batch(attrs)]
 
 
 class LocalDelivery:
@@ -27,26 +54,59 @@ class LocalDelivery:
         self.metrics = metrics
         self.close = close
         self.dedup = DedupWindow()  # message ids delivered here
+        self._indexes: dict[str, _TopicIndex] = {}
 
-    def deliver(self, event: pb.Event) -> int:
-        """Offer an event to every matching local subscription, once per message id."""
-        if not self.dedup.first_time((event.id.producer_id, event.id.sequence), time.monotonic()):
-            self.metrics.duplicates.inc()
+    def deliver_many(self, events: Sequence[pb.Event]) -> int:
+        """Offer each event (a frame's, in order) to every matching local subscription, once
+        per message id: one filter pass per topic."""
+        now = time.monotonic()
+        fresh = []
+        for event in events:
+            if self.dedup.first_time((event.id.producer_id, event.id.sequence), now):
+                fresh.append(event)
+            else:
+                self.metrics.duplicates.inc()
+        if not fresh:
             return 0
-        attrs = None
-        offered = 0
+        by_topic: dict[str, list[Subscription]] = {}
         for sub in list(self.subs().values()):
-            if sub.topic != event.topic:
-                continue
-            attrs = attrs if attrs is not None else attributes_from_pb(event.attributes)
-            if sub.filter.matches(attrs) and sub.owes(event):
-                if sub.offer(event):
-                    offered += 1
-                else:
-                    self._overflow(sub)
-        if offered:
-            self.metrics.latency.observe(max(0.0, time.time() - event.publish_time_unix_nanos / 1e9))
+            by_topic.setdefault(sub.topic, []).append(sub)
+        for topic in [t for t in self._indexes if t not in by_topic]:
+            del self._indexes[topic]
+        groups: dict[str, list[int]] = {}
+        for i, event in enumerate(fresh):
+            if event.topic in by_topic:
+                groups.setdefault(event.topic, []).append(i)
+        matched: list[list[Subscription]] = [[] for _ in fresh]
+        for topic, positions in groups.items():
+            subs = by_topic[topic]
+            attrs = [attributes_from_pb(fresh[i].attributes) for i in positions]
+            if len(positions) * len(subs) < INDEX_PAIRS:
+                found = [[s for s in subs if s.filter.matches(a)] for a in attrs]
+            else:
+                found = self._index(topic, subs).match(attrs)
+            for i, f in zip(positions, found):
+                matched[i] = f
+        offered = 0
+        for event, subs in zip(fresh, matched):
+            n = 0
+            for sub in subs:
+                if sub.owes(event):
+                    if sub.offer(event):
+                        n += 1
+                    else:
+                        self._overflow(sub)
+            if n:
+                self.metrics.latency.observe(max(0.0, time.time() - event.publish_time_unix_nanos / 1e9))
+                offered += n
         return offered
+
+    def _index(self, topic: str, subs: list[Subscription]) -> _TopicIndex:
+        built_from = tuple((s, s.filter) for s in subs)
+        index = self._indexes.get(topic)
+        if index is None or index.built_from != built_from:
+            index = self._indexes[topic] = _TopicIndex(built_from)
+        return index
 
     def open_stream(self, head: pb.Event, size: int) -> list[ChunkStream]:
         """Offer a sliced payload (its head: no payload, `size` bytes to come); the chunk

@@ -27,7 +27,7 @@ MAX_BATCH = 512
 
 class Dispatcher:
     def __init__(self, me: str, matching: MatchClient, plane: DataPlane, gateway: DataPlane,
-                 deliver: Callable[[pb.Event], int]):
+                 deliver: Callable[[list[pb.Event]], int]):
         self.me = me
         self.matching = matching
         self.plane = plane
@@ -71,7 +71,7 @@ class Dispatcher:
         other regions' to the gateway."""
         alive, dead = self.plane.trees.alive, self.plane.trees.dead
         payloads = [p for unit in units for p in unit[1]]
-        items, remote = [], []
+        items, remote, local = [], [], []
         routed: dict[tuple[str, ...], tuple[list[str], list[str]]] = {}  # a batch repeats few agent sets
         for event, payload, result in zip(events, payloads, results):
             agents = tuple([a.agent for a in result.agents])
@@ -94,10 +94,12 @@ class Dispatcher:
                     whole = pb.Event()
                     whole.CopyFrom(event)
                     whole.payload = payload
-                    self.deliver(whole)
+                    local.append(whole)
                 else:
-                    self.deliver(event)
+                    local.append(event)
             items.append((event, payload, dests))
+        if local:
+            self.deliver(local)  # in order, one filter pass (delivery.py)
         # Accepted: held here. The futures report delivery once every destination has it.
         if any(r[2] for r in remote):  # at once: a payload still arriving is read by both
             delivered, handed = await asyncio.gather(self.plane.publish(items), self.gateway.publish(remote))

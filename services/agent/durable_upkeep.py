@@ -27,8 +27,9 @@ async def flush_loop(d: Durables, period: float) -> None:
         await asyncio.sleep(period)
         # In a thread: an fsync takes 1 to 25 ms on a busy disk, every `period` (10 ms by
         # default), and on the event loop it held up every stream of the agent meanwhile.
-        await asyncio.to_thread(d.store.flush)
-        d.flushes.inc()
+        if d.store.dirty():
+            await asyncio.to_thread(d.store.flush)
+            d.flushes.inc()
 
 
 async def maintain_loop(d: Durables) -> None:

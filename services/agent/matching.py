@@ -246,7 +246,10 @@ class MatchClient:
     async def match(self, events: list[pb.Event]) -> list[xpb.MatchResult]:
         """Match a batch on one matcher, failing over to the next until `timeout`."""
         deadline = asyncio.get_running_loop().time() + self.timeout
-        request = xpb.MatchRequest(batch_id=next(self._batch_ids), events=events)
+        request = xpb.MatchRequest(batch_id=next(self._batch_ids))
+        add = request.events.add
+        for event in events:  # add + CopyFrom: a fifth of the cost of `events=` (upb)
+            add().CopyFrom(event)
         while True:
             matchers = [m for m in self.matchers() if self._known.get(m.id) == lifetime(m.incarnation)]
             if matchers:

@@ -37,7 +37,7 @@ from echelon.core.dedup import DedupWindow, Entry, Seen
 from echelon.runtime.errors import (AlreadyExists, InvalidArgument, NotFound, ResourceExhausted, Unavailable,
                                    status_of)
 from echelon.runtime.transport import SUBSCRIPTION_KEY
-from echelon.runtime.wire import attributes_from_pb, event_digest
+from echelon.runtime.wire import attributes_from_pb, attributes_into_pb, event_digest
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import pubsub_pb2 as ppb
 from echelon.v1 import pubsub_pb2_grpc as pgrpc
@@ -84,16 +84,19 @@ class PubSubServicer(pgrpc.PubSubServicer):
         self.node.topics.schema(topic).validate_event(attrs)  # parsed once per topic version
         self.node.durables.refuse(topic.name, attrs)  # a full REJECT_PUBLISH durable subscription
         content = b"%d:%b" % (len(payload), req.payload) if isinstance(payload, PayloadStream) else payload
-        digest = event_digest(topic.name, attrs, req.ordering_key, content)
-        seen, entry = self.accepted.offer((producer, seq), time.monotonic(), digest)
+        # The Event's content first (the digest's input), its map filled from the converted
+        # attributes (half the cost of copying the request's map); id and time after.
+        event = pb.Event(topic=topic.name, ordering_key=req.ordering_key)
+        attributes_into_pb(attrs, event.attributes)
+        seen, entry = self.accepted.offer((producer, seq), time.monotonic(), event_digest(event, content))
         if seen is Seen.DIFFERENT:
             raise AlreadyExists(f"message id {producer}:{seq} was already used for a different event (within the "
                                 f"dedup window): publish it under a new sequence")
         if seen is Seen.SAME:
             return None, entry  # a duplicate: answered as the first copy, not published again
-        return pb.Event(id=pb.MessageId(producer_id=producer, sequence=seq), topic=topic.name,
-                        attributes=req.attributes, ordering_key=req.ordering_key,
-                        publish_time_unix_nanos=time.time_ns()), entry
+        event.id.producer_id, event.id.sequence = producer, seq
+        event.publish_time_unix_nanos = time.time_ns()
+        return event, entry
 
     async def _accept(self, unit: _Unit, reqs, producer: str, seqs: list[int], payloads) -> None:
         """Admit a request's events and queue the fresh ones for dispatch as one unit. A
@@ -156,11 +159,12 @@ class PubSubServicer(pgrpc.PubSubServicer):
                     await asyncio.gather(*deliveries)
             except Exception as e:  # noqa: BLE001 - reported in the acks, the stream goes on
                 error = e
-        acks = []
+        out = ppb.PublishAck()  # a batch's acks added in place: none built apart and copied in (upb)
         ok: dict[str, int] = {}
         fresh = 0
         for topic, producer, seq, outcome in unit.rows:
-            ack = ppb.PublishAck(producer_id=producer, sequence=seq)
+            ack = out.acks.add() if unit.batched else out
+            ack.producer_id, ack.sequence = producer, seq
             try:
                 if outcome is None:
                     if error is not None:
@@ -186,10 +190,9 @@ class PubSubServicer(pgrpc.PubSubServicer):
                     log.exception("publish failed")
                 ack.code, ack.error = code.value[0], message
                 self.node.metrics.published.labels("", code.name.lower()).inc()
-            acks.append(ack)
         for topic, n in ok.items():
             self.node.metrics.published.labels(topic, "ok").inc(n)
-        return ppb.PublishAck(acks=acks) if unit.batched else acks[0]
+        return out
 
     async def Publish(self, request_iterator, context):
         """Each request (one event, one slice, or a `batch` of events) becomes one unit:
@@ -357,9 +360,12 @@ class PubSubServicer(pgrpc.PubSubServicer):
                     async for delivery in self._chunked(sub, *items[0], reader):
                         yield delivery
                     continue
-                batch = [ppb.Delivery(delivery_id=delivery_id, subscription=sub.name, event=p.event,
-                                      redelivery_count=p.redeliveries) for delivery_id, p in items]
-                yield batch[0] if len(batch) == 1 else ppb.Delivery(batch=batch)
+                out = ppb.Delivery()  # filled in place: each event copied once, a fifth of the cost (upb)
+                for delivery_id, p in items:
+                    d = out.batch.add() if len(items) > 1 else out
+                    d.delivery_id, d.subscription, d.redelivery_count = delivery_id, sub.name, p.redeliveries
+                    d.event.CopyFrom(p.event)
+                yield out
         finally:  # no await here: a cancelled stream runs it to the end
             release()
             if reader is not None:

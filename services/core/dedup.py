@@ -36,13 +36,15 @@ class DedupWindow:
     def __init__(self, capacity: int = 1_000_000, horizon: float = 600.0):
         self.capacity = capacity
         self.horizon = horizon
-        self._seen: OrderedDict[Hashable, Entry] = OrderedDict()
+        self._seen: OrderedDict[Hashable, Entry | float] = OrderedDict()  # a float: first_time's
 
     def offer(self, key: Hashable, now: float, digest: bytes = b"") -> tuple[Seen, Entry]:
         """Record `key` the first time it is offered within the window; else say whether
         the content matches the first offer's."""
         self._expire(now)
         entry = self._seen.get(key)
+        if entry.__class__ is float:  # recorded by first_time (no digest)
+            entry = self._seen[key] = Entry(entry)  # type: ignore[arg-type]
         if entry is not None:
             return (Seen.SAME if entry.digest == digest else Seen.DIFFERENT), entry
         entry = self._seen[key] = Entry(now, digest)
@@ -51,8 +53,16 @@ class DedupWindow:
         return Seen.FIRST, entry
 
     def first_time(self, key: Hashable, now: float) -> bool:
-        """True the first time `key` is offered within the window; records it."""
-        return self.offer(key, now)[0] is Seen.FIRST
+        """True the first time `key` is offered within the window; records it: its time
+        alone, no Entry (a window of a million ids would otherwise hold a million objects
+        that every full pass of the cyclic GC scans: ~0.2-0.5 s each, on the delivery path)."""
+        self._expire(now)
+        if key in self._seen:
+            return False
+        self._seen[key] = float(now)
+        if len(self._seen) > self.capacity:
+            self._seen.popitem(last=False)
+        return True
 
     def forget(self, key: Hashable) -> None:
         """The first copy was not published after all: the id may be used again."""
@@ -67,6 +77,6 @@ class DedupWindow:
     def _expire(self, now: float) -> None:
         while self._seen:
             key, entry = next(iter(self._seen.items()))
-            if now - entry.seen_at <= self.horizon:
+            if now - (entry if entry.__class__ is float else entry.seen_at) <= self.horizon:
                 return
             self._seen.popitem(last=False)

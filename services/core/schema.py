@@ -16,6 +16,7 @@ from __future__ import annotations
 import enum
 import math
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Mapping, Union
 
 Value = Union[int, float, str]
@@ -126,6 +127,11 @@ class Schema:
     def validate_event(self, attributes: Mapping[str, object]) -> None:
         """Every attribute known, well typed and inside its domain (absent ones are allowed),
         and all of them within the size limit."""
+        if self.empty or not self._fits(attributes):  # _fits: the common case, once per event
+            self._check(attributes)
+
+    def _check(self, attributes: Mapping[str, object]) -> None:
+        """Raise SchemaError saying what is wrong with the event, if anything."""
         if self.empty:
             for name, value in attributes.items():
                 if not isinstance(value, (int, float, str)) or isinstance(value, bool):
@@ -138,6 +144,36 @@ class Schema:
         if size > self.attribute_bytes_limit:
             raise SchemaError("", f"the event's attributes take {size} bytes, over the topic's limit of "
                                   f"{self.attribute_bytes_limit}")
+
+
+    @cached_property
+    def _bounds(self) -> dict[str, tuple[AttrType, float, float, int]]:
+        return {a.name: (a.type, a.low, a.high, a.length_limit) for a in self.attributes}
+
+    def _fits(self, attributes: Mapping[str, object]) -> bool:
+        """`validate_event` would accept the event: one pass over precomputed bounds (the
+        schema is cached per topic version), no exception and no message built."""
+        bounds = self._bounds
+        size = 0
+        for name, value in attributes.items():
+            b = bounds.get(name)
+            if b is None:
+                return False
+            kind, low, high, limit = b
+            t = type(value)
+            if t is str:
+                n = utf8_length(value)  # type: ignore[arg-type]
+                if kind is not AttrType.STRING or n > limit:
+                    return False
+                size += n
+            elif t is float or t is int:  # not bool; NaN fails the comparison
+                if kind is AttrType.STRING or (t is float and kind is AttrType.INT) or not low <= value <= high:
+                    return False
+                size += NUMBER_BYTES
+            else:
+                return False
+            size += utf8_length(name)
+        return size <= self.attribute_bytes_limit
 
 
 def type_fits(t: AttrType, value: object) -> bool:

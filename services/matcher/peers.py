@@ -16,8 +16,7 @@ from echelon.core.schema import Schema
 from echelon.matcher.layout import Copy
 from echelon.runtime.member import MemberClient
 from echelon.runtime.transport import RECONNECT_OPTIONS
-from echelon.runtime.wire import attributes_to_pb
-from echelon.v1 import common_pb2 as pb
+from echelon.runtime.wire import attributes_into_pb
 from echelon.v1 import matcher_pb2 as xpb
 from echelon.v1 import matcher_pb2_grpc as xgrpc
 
@@ -130,8 +129,9 @@ class GrpcTransport:
     async def match_zones(self, peer: str, topic: str, layout: str, events: list[Mapping[str, object]],
                           zones: dict[str, list[int]]) -> list[Matches]:
         req = xpb.MatchZonesRequest(topic=topic, layout=layout,
-                                    events=[pb.Event(attributes=attributes_to_pb(e)) for e in events],
                                     zones=[xpb.ZoneEvents(zone=z, events=idxs) for z, idxs in zones.items()])
+        for e in events:
+            attributes_into_pb(e, req.events.add().attributes)
         r = await self._call(peer, "MatchZones", req)
         return [dict(zip(m.subscriptions, m.agents)) for m in r.results]
 

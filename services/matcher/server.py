@@ -202,8 +202,11 @@ class MatcherServicer(xgrpc.MatcherServicer):
             results = self.tier.match_zones(request.topic, request.layout, events, zones)
         except StaleLayout as e:
             raise FailedPrecondition(str(e)) from None
-        return xpb.MatchZonesResponse(results=[xpb.Matches(subscriptions=r.keys(), agents=r.values())
-                                               for r in results])
+        response = xpb.MatchZonesResponse()
+        add = response.results.add  # in place: no Matches built apart and copied in (upb)
+        for r in results:
+            add(subscriptions=r.keys(), agents=r.values())
+        return response
 
     async def Sync(self, request: xpb.SyncRequest, context) -> xpb.SyncResponse:
         require_member(context, request.member, "matcher", "Sync")

@@ -302,9 +302,10 @@ class FakeNode:
     def link(self, member):
         return self.links.setdefault(member.id, FakeLink(member.id))
 
-    def deliver_local(self, event):
-        if self.dedup.first_time((event.id.producer_id, event.id.sequence), 0.0):
-            self.delivered.append(event)
+    def deliver_local(self, events):
+        for event in events:
+            if self.dedup.first_time((event.id.producer_id, event.id.sequence), 0.0):
+                self.delivered.append(event)
 
     def open_stream(self, head, size):
         if not self.dedup.first_time((head.id.producer_id, head.id.sequence), 0.0):

@@ -157,3 +157,24 @@ def test_the_retention_sweep_reads_what_it_lets_go_not_the_whole_log(tmp_path):
     store, _, gone = sweep_steps(20, now_ns=1_000_000_000 + 10)
     assert gone == 6 and [pos for pos, *_ in store.retained("t")][:2] == [7, 8]
     assert store.logged_bytes("t") == store.db.execute("SELECT SUM(size) FROM events").fetchone()[0]
+
+
+def test_store_flush_fsyncs_only_after_changes(tmp_path):
+    """The periodic fsync runs only when something was written since the last one (an
+    agent with no durable subscription does no fsync at all)."""
+    store = Store(tmp_path, "batch")
+
+    def tick():  # what durable_upkeep.flush_loop does every period
+        if store.dirty():
+            store.flush()
+
+    tick()
+    assert store.flushes == 0
+    store.append(event(1, 10), ["a"])
+    tick()
+    tick()
+    assert store.flushes == 1
+    store.ack("a", "t", [("p", 1)])
+    tick()
+    assert store.flushes == 2
+    store.close()

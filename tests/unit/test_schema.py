@@ -63,3 +63,24 @@ def test_total_attribute_size_is_bounded_on_schemaless_topics_too():
         Schema().validate_event({"k": "x" * 65536})
     with pytest.raises(SchemaError, match="max_attribute_bytes 0"):
         Schema((), 0)
+
+
+def test_fast_path_agrees_with_the_checks():
+    """validate_event's one-pass acceptance (`_fits`) against the per-attribute checks
+    (`_check`, the oracle) on random events, valid and not: same verdict every time."""
+    import random
+
+    s = Schema((Attribute("n", AttrType.INT, -5, 5), Attribute("x", AttrType.FLOAT, 0, 1),
+                Attribute("s", AttrType.STRING, max_length=3), Attribute("u", AttrType.FLOAT)),
+               max_attribute_bytes=24)
+    values = [0, 5, 6, -5, -6, 2**70, 0.5, 1.0, 1.5, -0.0, math.nan, math.inf, True, None, b"x", "", "abc", "abcd",
+              "\u00e9\u00e9", "\u00e9\u00e9\u00e9"]
+    rnd = random.Random(7)
+    for _ in range(3000):
+        event = {rnd.choice("nxsuv"): rnd.choice(values) for _ in range(rnd.randint(0, 4))}
+        try:
+            s._check(event)
+            ok = True
+        except SchemaError:
+            ok = False
+        assert s._fits(event) is ok, event

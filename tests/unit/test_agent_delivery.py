@@ -1,0 +1,73 @@
+"""Local delivery's filter check (agent/delivery.py): a frame's events matched through
+the CDM index or filter by filter give what brute force says, once per message id, in
+order per subscription, as the subscriptions and their filters change."""
+
+import random
+
+from prometheus_client import CollectorRegistry
+
+from echelon.agent.delivery import INDEX_PAIRS, LocalDelivery
+from echelon.agent.metrics import AgentMetrics
+from echelon.agent.subscriptions import Subscription
+from echelon.core.filters import parse
+from echelon.runtime.wire import attributes_to_pb
+from echelon.v1 import common_pb2 as pb
+
+SYMBOLS = ["a", "b", "c", "d"]
+
+
+def _filter(rnd: random.Random):
+    return parse(rnd.choice([f'Symbol = "{rnd.choice(SYMBOLS)}"', f"Price >= {rnd.randint(0, 90)}",
+                             f'Price < {rnd.randint(0, 90)} and Symbol != "a"',
+                             f'Symbol prefix "{rnd.choice(SYMBOLS)}"', "", "Price between 10 and 20", "Missing = 1"]))
+
+
+def _event(rnd: random.Random, seq: int, topic: str = "t") -> pb.Event:
+    attrs = {"Symbol": rnd.choice(SYMBOLS), "Price": rnd.choice([rnd.uniform(0, 100), rnd.randint(0, 100)])}
+    if rnd.random() < 0.1:
+        del attrs["Price"]
+    return pb.Event(id=pb.MessageId(producer_id="p", sequence=seq), topic=topic, attributes=attributes_to_pb(attrs),
+                    publish_time_unix_nanos=2**62)
+
+
+def test_frames_match_brute_force():
+    rnd = random.Random(5)
+    subs: dict[str, Subscription] = {}
+    closed = []
+    d = LocalDelivery(lambda: subs, AgentMetrics(CollectorRegistry()), closed.append)
+    want: dict[str, list[int]] = {}
+    seq = 0
+    for round_ in range(40):
+        # Subscriptions come, go and change their filter between frames (the index follows).
+        for _ in range(rnd.randint(0, 6)):
+            name = f"s{rnd.randint(0, 30)}"
+            if name in subs and rnd.random() < 0.3:
+                del subs[name]
+                want.pop(name, None)
+            elif name in subs:
+                subs[name].filter = _filter(rnd)
+            else:
+                subs[name] = Subscription(f"a/{name}", name, rnd.choice(["t", "t", "u"]), _filter(rnd), 10**6)
+        frame = []
+        for _ in range(rnd.choice([1, 2, 5, 40, 150])):
+            seq += 1
+            frame.append(_event(rnd, seq, rnd.choice(["t", "t", "u"])))
+        frame += rnd.sample(frame, min(3, len(frame)))  # copies of message ids: delivered once
+        for e in {e.id.sequence: e for e in frame}.values():
+            for s in subs.values():
+                if s.topic == e.topic and s.filter.matches({k: getattr(v, v.WhichOneof("kind"))
+                                                            for k, v in e.attributes.items()}):
+                    want.setdefault(s.name, []).append(e.id.sequence)
+        d.deliver_many(frame)
+        for s in subs.values():
+            got = [p.event.id.sequence for p in s.backlog]
+            assert got == want.get(s.name, []), (round_, s.name, str(s.filter))
+    assert d._indexes, "no frame was large enough for the index"
+    assert not closed
+
+
+def test_small_frames_check_each_filter():
+    subs = {"s": Subscription("a/s", "s", "t", parse('Symbol = "a"'), 10)}
+    d = LocalDelivery(lambda: subs, AgentMetrics(CollectorRegistry()), lambda s: None)
+    d.deliver_many([_event(random.Random(1), 1)])
+    assert not d._indexes and 1 < INDEX_PAIRS
