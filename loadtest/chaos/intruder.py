@@ -162,8 +162,8 @@ class Intruder:
         t.accepted += code == "OK"
 
     async def _subscribe(self, ch, t: Tally, cred: str, agent: str, k: int) -> bool:
-        call = pgrpc.PubSubStub(ch).Subscribe(timeout=READ_SECONDS + CALL_TIMEOUT)
-        await _send(call, ppb.SubscribeRequest(open=ppb.SubscriptionOpen(topic=TOPIC, filter_text="", credits=1000)))
+        opening = ppb.SubscribeRequest(open=ppb.SubscriptionOpen(topic=TOPIC, filter_text="", credits=1000))
+        call = pgrpc.PubSubStub(ch).Subscribe(_held(opening), timeout=READ_SECONDS + CALL_TIMEOUT)
         deadline = time.monotonic() + READ_SECONDS
         try:
             while (left := deadline - time.monotonic()) > 0:
@@ -176,15 +176,17 @@ class Intruder:
         finally:
             call.cancel()
         code = await call.code()  # CANCELLED: ours, after the window
-        return "OK" if code in (grpc.StatusCode.OK, grpc.StatusCode.CANCELLED) else code.name
+        if code not in (grpc.StatusCode.OK, grpc.StatusCode.CANCELLED):
+            return code.name
+        # Open the whole window: kept open by the server, or never answered (a paused one)?
+        return "OK" if ch.get_state() == grpc.ChannelConnectivity.READY else "NO_ANSWER"
 
     async def _publish(self, ch, t: Tally, cred: str, agent: str, k: int) -> bool:
-        call = pgrpc.PubSubStub(ch).Publish(timeout=CALL_TIMEOUT)
-        await _send(call, ppb.PublishRequest(topic=TOPIC, attributes=attributes_to_pb(EVENT), ordering_key=MARK,
-                                            producer_id=f"{MARK}-{cred}", sequence=k + 1,
-                                            ack_level=ppb.ACK_LEVEL_ACCEPTED))
+        event = ppb.PublishRequest(topic=TOPIC, attributes=attributes_to_pb(EVENT), ordering_key=MARK,
+                                   producer_id=f"{MARK}-{cred}", sequence=k + 1, ack_level=ppb.ACK_LEVEL_ACCEPTED)
+        call = pgrpc.PubSubStub(ch).Publish(_held(event), timeout=CALL_TIMEOUT)
         ack = await call.read()
-        await call.done_writing()
+        call.cancel()
         return "EOF" if ack is grpc.aio.EOF else _CODES[ack.code].name if ack.code in _CODES else str(ack.code)
 
     async def _join(self, ch, t: Tally, cred: str, agent: str, k: int) -> bool:
@@ -200,8 +202,7 @@ class Intruder:
                          publish_time_unix_nanos=time.time_ns())
         frame = rpb.RelayFrame(seq=k + 1, source=victim, source_key=self.target.agents.get(victim, victim),
                                messages=[rpb.RelayMessage(event=event, destinations=[agent])])
-        call = rgrpc.RelayStub(ch).Stream(metadata=((MEMBER_KEY, victim),), timeout=CALL_TIMEOUT)
-        await _send(call, frame)
+        call = rgrpc.RelayStub(ch).Stream(_held(frame), metadata=((MEMBER_KEY, victim),), timeout=CALL_TIMEOUT)
         ack = await call.read()
         call.cancel()
         return "OK" if ack is not grpc.aio.EOF and frame.seq in ack.seqs else "NO_ACK"
@@ -230,17 +231,13 @@ class Intruder:
                     "codes": dict(t.codes), "details": t.details} for k, t in self.tallies.items()}
 
 
-async def _send(call, message) -> None:
-    """Write to a stream; a write that lost the race with the server's refusal fails with
-    "Internal error from Core" (or, through a client interceptor, "RPC already finished"):
-    raise the status the server ended the call with instead."""
-    try:
-        await call.write(message)
-    except (grpc.aio.AioRpcError, asyncio.InvalidStateError) as e:
-        code = await call.code()
-        if code == grpc.StatusCode.OK:
-            raise e
-        raise grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), await call.details()) from None
+async def _held(message):
+    """A request stream of one message, held open (a half-close would be an answer of its
+    own). Not `call.write`: a write that loses the race with the server's refusal fails
+    the call on the client with INTERNAL "Internal error from Core" instead of the
+    server's status; a request iterator's failed send leaves the status to the server."""
+    yield message
+    await asyncio.sleep(READ_SECONDS + 2 * CALL_TIMEOUT)
 
 
 # -- the runner's side: what the cluster shows, and the report's rows -----------------------
