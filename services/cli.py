@@ -65,8 +65,7 @@ AUTH_OPTIONS = [
                  type=click.Choice(["none", "tokens", "jwt"]),
                  help="Who may call: anyone (none), static bearer tokens from --tokens-file, or JWTs checked "
                       "against --jwks; TLS client certificates name callers in both [env ECHELON_AUTH]."),
-    click.option("--tokens-file", default=None, envvar="ECHELON_TOKENS_FILE",
-                 type=click.Path(dir_okay=False, exists=True),
+    click.option("--tokens-file", default=None, envvar="ECHELON_TOKENS_FILE", type=click.Path(dir_okay=False),
                  help="Static tokens (JSON, re-read when it changes); with --auth jwt, accepted too "
                       "[env ECHELON_TOKENS_FILE]."),
     click.option("--jwks", default=None, envvar="ECHELON_JWKS",

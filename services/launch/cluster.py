@@ -221,7 +221,7 @@ class Cluster:
         if not self.auth:
             return {}
         if self._tokens is None:
-            from echelon.runtime.auth import write_tokens_file
+            from echelon.runtime.credentials import write_tokens_file
 
             self._tokens = write_tokens_file(self.tokens_file, {"admin": ["admins"], "replan": ["admins"]})
         return self._tokens

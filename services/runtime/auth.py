@@ -8,15 +8,18 @@ Identity. Every call is identified once, in `AuthInterceptor`, by the first of:
    membership) or the routing job's (`replan`) is a member;
 2. a bearer token in the `authorization` metadata (`Bearer <token>`), checked by the
    mode's authenticator:
-   - `tokens`: static tokens from a JSON file (the local default, `echelon up --auth
-     tokens` writes one): `{"tokens": [{"token": "...", "name": "ann", "groups": ["traders"]},
+   - `tokens`: static tokens from a JSON file (`echelon up --auth` writes
+     one; runtime/credentials.py): `{"tokens": [{"token": "...", "name": "ann", "groups": ["traders"]},
      {"token": "...", "name": "cluster", "member": true}]}`. The file is re-read when it
      changes (checked at most once a second), so a token is revoked without a restart.
    - `jwt`: JSON Web Tokens signed by an identity provider, verified against the public
      keys of a JWKS (by `kid`; a file, or a URL fetched at start and again for an unknown
      `kid`), with `exp` and `sub` required, `aud` checked (`echelon` by default) and `iss`
      when configured; `sub` is the name, the `groups` claim the groups, and
-     `"echelon_member": true` marks a member's token.
+     `"echelon_member": true` marks a member's token. A tokens file is taken too in
+     this mode (service accounts, the members' token): a token with two dots is a JWT.
+Names in `superusers` (`--superusers`) are put in the `admins` group whatever their
+credential, the way to make a certificate's user, which carries no groups, an admin.
 Both present: the certificate wins and the token is not looked at. A certificate is
 bound to the connection and checked in the handshake, a token is a header any hop can
 add; this is Kafka's rule for an SSL listener (the TLS principal) and NATS's
@@ -66,10 +69,7 @@ stays open) and counted once per event.
 from __future__ import annotations
 
 import contextvars
-import hashlib
-import json
 import logging
-import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -80,6 +80,7 @@ from prometheus_client import CollectorRegistry, Counter
 
 from echelon.core.acl import SUPERUSERS, Acl, Identity, Rule
 from echelon.runtime.errors import EchelonError, PermissionDenied, ResourceExhausted, Unauthenticated
+from echelon.runtime.credentials import JwtKeys, StaticTokens, is_url
 from echelon.runtime.limits import Limits, Quotas
 from echelon.runtime.transport import AUTHORIZATION_KEY, PeerIdentity, peer_certificate_identity
 
@@ -87,9 +88,6 @@ log = logging.getLogger("echelon.auth")
 
 MODES = ("none", "tokens", "jwt")
 ANONYMOUS = Identity("anonymous", frozenset({SUPERUSERS}), member=True)
-RELOAD_CHECK = 1.0  # seconds between looks at the tokens file
-JWKS_REFETCH = 30.0  # seconds between fetches of a JWKS URL for an unknown kid
-JWKS_TIMEOUT = 5.0
 
 OPEN, CLIENT, TOPIC_ADMIN, ADMIN, MEMBER = "open", "client", "topic-admin", "admin", "member"
 _V1 = "echelon.v1."
@@ -148,10 +146,6 @@ class AuthConfig:
                 raise ValueError(f"{path}: no such file")
 
 
-def is_url(source: str) -> bool:
-    return source.startswith(("https://", "http://"))
-
-
 @dataclass(frozen=True)
 class Caller:
     """The identity of the call being served, the key its limits are counted under, and
@@ -166,107 +160,6 @@ class Caller:
 CALLER: contextvars.ContextVar[Caller | None] = contextvars.ContextVar("echelon_caller", default=None)
 
 
-def _digest(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
-
-
-def load_tokens(path: str) -> dict[str, Identity]:
-    """sha256(token) -> identity, from a tokens file; ValueError names what is wrong."""
-    try:
-        rows = json.loads(Path(path).read_text())["tokens"]
-        out = {}
-        for row in rows:
-            if not row["token"] or not row["name"]:
-                raise ValueError("empty token or name")
-            out[_digest(row["token"])] = Identity(row["name"], frozenset(row.get("groups", ())),
-                                                  bool(row.get("member", False)))
-        return out
-    except (OSError, KeyError, TypeError, json.JSONDecodeError) as e:
-        raise ValueError(f"{path}: not a tokens file ({type(e).__name__}: {e})") from None
-
-
-class StaticTokens:
-    """Static bearer tokens from a file, re-read when it changes."""
-
-    def __init__(self, path: str):
-        self.path = path
-        self._mtime = os.stat(path).st_mtime_ns
-        self._tokens = load_tokens(path)
-        self._checked = time.monotonic()
-
-    def identify(self, token: str) -> Identity:
-        now = time.monotonic()
-        if now - self._checked >= RELOAD_CHECK:
-            self._checked = now
-            self._reload()
-        identity = self._tokens.get(_digest(token))
-        if identity is None:
-            raise Unauthenticated("unknown token")
-        return identity
-
-    def _reload(self) -> None:
-        try:
-            mtime = os.stat(self.path).st_mtime_ns
-            if mtime != self._mtime:
-                self._tokens, self._mtime = load_tokens(self.path), mtime
-                log.info("tokens reloaded from %s (%d tokens)", self.path, len(self._tokens))
-        except (OSError, ValueError) as e:  # keep the last good set
-            log.warning("tokens file not reloaded: %s", e)
-
-
-class JwtKeys:
-    """JWTs verified against the public keys of a JWKS, from a file (read at start) or a
-    URL (the identity provider's `jwks_uri`: fetched at start, and again when a token
-    names an unknown `kid`, at most once per JWKS_REFETCH seconds, so a stream of forged
-    `kid`s cannot turn into a stream of fetches). A fetch blocks the caller for at most
-    JWKS_TIMEOUT seconds; a failed one keeps the keys there are."""
-
-    def __init__(self, source: str, audience: str, issuer: str = ""):
-        import jwt  # the server extra
-
-        self.jwt = jwt
-        self.source, self.audience, self.issuer = source, audience, issuer
-        self.keys: dict = {}
-        self._fetched = float("-inf")
-        self._load()
-        if not self.keys:
-            raise ValueError(f"{source}: no usable key in the JWKS")
-
-    def _load(self) -> None:
-        self._fetched = time.monotonic()
-        try:
-            if is_url(self.source):
-                import urllib.request
-
-                with urllib.request.urlopen(self.source, timeout=JWKS_TIMEOUT) as r:  # noqa: S310 - http(s) only
-                    text = r.read().decode()
-            else:
-                text = Path(self.source).read_text()
-            self.keys = {k.key_id: k for k in self.jwt.PyJWKSet.from_json(text).keys}
-        except (OSError, ValueError, self.jwt.PyJWTError) as e:
-            if not self.keys:
-                raise ValueError(f"{self.source}: not a JWKS ({type(e).__name__}: {e})") from None
-            log.warning("JWKS not refreshed from %s: %s (keeping %d keys)", self.source, e, len(self.keys))
-
-    def identify(self, token: str) -> Identity:
-        jwt = self.jwt
-        try:
-            kid = jwt.get_unverified_header(token).get("kid")
-            if kid not in self.keys and is_url(self.source) and time.monotonic() - self._fetched >= JWKS_REFETCH:
-                self._load()  # the provider may have rotated its keys
-            key = self.keys.get(kid)
-            if key is None:
-                raise Unauthenticated(f"invalid token: signed by an unknown key (kid {kid!r})")
-            claims = jwt.decode(token, key.key, algorithms=[key.algorithm_name], audience=self.audience,
-                                issuer=self.issuer or None, options={"require": ["exp", "sub"]})
-        except jwt.PyJWTError as e:
-            raise Unauthenticated(f"invalid token: {e}") from None
-        groups = claims.get("groups", [])
-        if not isinstance(groups, list) or not all(isinstance(g, str) for g in groups):
-            raise Unauthenticated("invalid token: the groups claim must be a list of strings")
-        return Identity(str(claims["sub"]), frozenset(groups), claims.get("echelon_member") is True)
-
-
 def certificate_identity(peer: PeerIdentity) -> Identity:
     """A verified certificate's identity: a `client` certificate is the user its id names
     (`user:<id>` in ACLs, no groups); a member's or the routing job's is a member."""
@@ -275,9 +168,9 @@ def certificate_identity(peer: PeerIdentity) -> Identity:
     return Identity(f"{peer.role}/{peer.id}", member=True)
 
 
-def acl_cache(version: Callable[[], int], rules: Callable[[], Mapping]) -> Callable[[], Acl]:
+def acl_cache(version: Callable[[], object], rules: Callable[[], Mapping]) -> Callable[[], Acl]:
     """An `Acl` over the AclRule messages `rules()` returns, rebuilt when `version()` moves
-    (the view's version: every ACL change is a new view version)."""
+    (from the view's version: every ACL change is a new view version)."""
     cached: list = [None, Acl()]
 
     def current() -> Acl:
@@ -473,18 +366,3 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         wrap = grpc.stream_stream_rpc_method_handler if handler.request_streaming \
             else grpc.unary_stream_rpc_method_handler
         return wrap(streaming, handler.request_deserializer, handler.response_serializer)
-
-
-def write_tokens_file(path: Path, clients: Mapping[str, list[str]]) -> dict[str, str]:
-    """A fresh tokens file: one random token per client name (with its groups) and one
-    member token named `cluster`; returns name -> token. Mode 0600: it holds secrets."""
-    import secrets
-
-    tokens = {name: secrets.token_urlsafe(24) for name in (*clients, "cluster")}
-    rows = [{"token": tokens[n], "name": n, "groups": list(g)} for n, g in clients.items()]
-    rows.append({"token": tokens["cluster"], "name": "cluster", "member": True})
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump({"tokens": rows}, f, indent=2)
-    return tokens

@@ -109,7 +109,8 @@ class Node:
                                            self.server.transport)
             self.membership.on_change(self.on_view)
             member = self.membership
-            self.server.access.acl = acl_cache(lambda: member.version, lambda: member.acls)
+            # Keyed by the rules' dict too: a view from another replica numbers its versions anew.
+            self.server.access.acl = acl_cache(lambda: (member.version, id(member.acls)), lambda: member.acls)
             await self.membership.start()
             self.rtt = RttProber(self.config.id, self.membership, self.registry)
             self.rtt.start()

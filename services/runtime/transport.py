@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import logging
 import os
-from collections import namedtuple
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Awaitable, Callable, Iterable, NamedTuple, TypeVar
@@ -55,6 +54,7 @@ from urllib.parse import quote, unquote
 
 import grpc
 
+from echelon.runtime.bearer import AUTHORIZATION_KEY, BlockingBearer, bearer_interceptors  # noqa: F401 - re-exported
 from echelon.runtime.errors import PermissionDenied, Unauthenticated
 
 log = logging.getLogger("echelon.transport")
@@ -63,7 +63,8 @@ log = logging.getLogger("echelon.transport")
 MEMBER_KEY = "x-echelon-member"  # Relay.Stream: the sending member (checked against its certificate)
 SUBSCRIPTION_KEY = "x-echelon-subscription"  # Subscribe: initial metadata naming the subscription
 INCARNATION_KEY = "echelon-incarnation"  # a refused (stale) Join: the recorded incarnation, trailing
-AUTHORIZATION_KEY = "authorization"  # "Bearer <token>": clients without a certificate (runtime/auth.py)
+# AUTHORIZATION_KEY ("authorization": "Bearer <token>", for callers without a certificate)
+# is defined with the interceptors that send it (runtime/bearer.py) and imported above.
 
 # -- options ------------------------------------------------------------------------------
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
@@ -246,61 +247,6 @@ class TlsDir:
         return key, chain, ca
 
 
-class _Bearer:
-    """Adds `authorization: Bearer <token>` to every call on a channel. Call metadata
-    rather than call credentials: gRPC sends those only over TLS, and tokens also work on
-    a plain-text cluster. One class per call kind: a grpc.aio channel files each
-    interceptor under one kind only."""
-
-    def __init__(self, token: str):
-        self.metadata = ((AUTHORIZATION_KEY, f"Bearer {token}"),)
-
-    def _with_token(self, d: grpc.aio.ClientCallDetails) -> grpc.aio.ClientCallDetails:
-        metadata = grpc.aio.Metadata(*(d.metadata or ()), *self.metadata)
-        return grpc.aio.ClientCallDetails(d.method, d.timeout, metadata, d.credentials, d.wait_for_ready)
-
-
-class _UnaryUnary(_Bearer, grpc.aio.UnaryUnaryClientInterceptor):
-    async def intercept_unary_unary(self, continuation, details, request):
-        return await continuation(self._with_token(details), request)
-
-
-class _UnaryStream(_Bearer, grpc.aio.UnaryStreamClientInterceptor):
-    async def intercept_unary_stream(self, continuation, details, request):
-        return await continuation(self._with_token(details), request)
-
-
-class _StreamUnary(_Bearer, grpc.aio.StreamUnaryClientInterceptor):
-    async def intercept_stream_unary(self, continuation, details, request_iterator):
-        return await continuation(self._with_token(details), request_iterator)
-
-
-class _StreamStream(_Bearer, grpc.aio.StreamStreamClientInterceptor):
-    async def intercept_stream_stream(self, continuation, details, request_iterator):
-        return await continuation(self._with_token(details), request_iterator)
-
-
-class _BlockingBearer(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor):
-    """The same for a blocking channel (the routing job's Control calls)."""
-
-    class _Details(namedtuple("_Details", "method timeout metadata credentials wait_for_ready compression"),
-                   grpc.ClientCallDetails):
-        pass
-
-    def __init__(self, token: str):
-        self.metadata = ((AUTHORIZATION_KEY, f"Bearer {token}"),)
-
-    def _with_token(self, d):
-        return self._Details(d.method, d.timeout, (*(d.metadata or ()), *self.metadata), d.credentials,
-                             getattr(d, "wait_for_ready", None), getattr(d, "compression", None))
-
-    def intercept_unary_unary(self, continuation, details, request):
-        return continuation(self._with_token(details), request)
-
-    def intercept_unary_stream(self, continuation, details, request):
-        return continuation(self._with_token(details), request)
-
-
 T = TypeVar("T")
 A = TypeVar("A")
 
@@ -353,8 +299,7 @@ class Transport:
     def dial(self, address: str, options: Iterable[tuple[str, object]] = ()) -> grpc.aio.Channel:
         """An asyncio channel with the cluster's settings (plus `options`)."""
         opts = self._target(options)
-        interceptors = [kind(self.token) for kind in (_UnaryUnary, _UnaryStream, _StreamUnary, _StreamStream)] \
-            if self.token else None
+        interceptors = bearer_interceptors(self.token) if self.token else None
         if self.tls is None:
             return grpc.aio.insecure_channel(address, options=opts, interceptors=interceptors)
         return grpc.aio.secure_channel(address, self.credentials(), options=opts, interceptors=interceptors)
@@ -364,7 +309,7 @@ class Transport:
         opts = self._target(options)
         channel = grpc.insecure_channel(address, options=opts) if self.tls is None else \
             grpc.secure_channel(address, self.credentials(), options=opts)
-        return grpc.intercept_channel(channel, _BlockingBearer(self.token)) if self.token else channel
+        return grpc.intercept_channel(channel, BlockingBearer(self.token)) if self.token else channel
 
     def serve(self, server, address: str, client_certificates: bool = True) -> int:
         """Bind `address` on a grpc (aio) server; with TLS, every handshake takes the

@@ -18,8 +18,9 @@ from echelon.agent.server import AgentNode
 from echelon.client import Client, errors
 from echelon.launch import free_port
 from echelon.router.server import RouterNode
-from echelon.runtime.auth import POLICY, AuthConfig, write_tokens_file
-from echelon.runtime.transport import Transport
+from echelon.runtime.auth import POLICY, AuthConfig
+from echelon.runtime.credentials import write_tokens_file
+from echelon.runtime.transport import TlsDir, Transport
 from echelon.runtime.limits import Limits
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import pubsub_pb2 as ppb
@@ -43,6 +44,30 @@ def every_rpc() -> list[tuple[str, str, bool, bool]]:
             for service in module.DESCRIPTOR.services_by_name.values():
                 out += [(service.full_name, m.name, m.client_streaming, m.server_streaming) for m in service.methods]
     return out
+
+
+async def refuse_every_rpc(ch: grpc.aio.Channel, services, rpcs) -> int:
+    """Call every RPC of `services` on `ch` with an empty request: each must end in
+    UNAUTHENTICATED. Returns how many were called."""
+    calls = 0
+    for service, method, client_streaming, server_streaming in rpcs:
+        if service not in services:
+            continue
+        path = f"/{service}/{method}"
+        kind = {(False, False): ch.unary_unary, (False, True): ch.unary_stream,
+                (True, False): ch.stream_unary, (True, True): ch.stream_stream}
+        call = kind[(client_streaming, server_streaming)](path)
+        request = iter([b""]) if client_streaming else b""
+        with pytest.raises(grpc.aio.AioRpcError) as e:
+            response = call(request, timeout=5)
+            if server_streaming:
+                async for _ in response:
+                    pass
+            else:
+                await response
+        assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED, (path, e.value.details())
+        calls += 1
+    return calls
 
 
 def refused_count(node, reason: str) -> float:
@@ -97,23 +122,7 @@ async def test_every_rpc_of_every_service_refuses_a_call_without_credentials(sec
         for node in nodes:
             for token in ("", "not-a-token"):
                 async with channel(node.address, token=token) as ch:
-                    for service, method, client_streaming, server_streaming in rpcs:
-                        if service not in node.server.service_names:
-                            continue
-                        path = f"/{service}/{method}"
-                        kind = {(False, False): ch.unary_unary, (False, True): ch.unary_stream,
-                                (True, False): ch.stream_unary, (True, True): ch.stream_stream}
-                        call = kind[(client_streaming, server_streaming)](path)
-                        request = iter([b""]) if client_streaming else b""
-                        with pytest.raises(grpc.aio.AioRpcError) as e:
-                            response = call(request, timeout=5)
-                            if server_streaming:
-                                async for _ in response:
-                                    pass
-                            else:
-                                await response
-                        assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED, (path, e.value.details())
-                        calls += 1
+                    calls += await refuse_every_rpc(ch, node.server.service_names, rpcs)
         assert calls >= 2 * len(rpcs)
         assert refused_count(c.agent_nodes[0], "unauthenticated") > 0
         after = (dict(c.membership_nodes[0].replica.log.snapshot().members),
@@ -121,6 +130,34 @@ async def test_every_rpc_of_every_service_refuses_a_call_without_credentials(sec
         assert after == before
     finally:
         await router.stop(0)
+
+
+async def test_over_tls_every_agent_rpc_on_the_client_port_refuses_a_call_without_a_token(tokens, tmp_path):
+    """The agent's client port (TLS, no client certificate asked): with no token or a wrong
+    one every RPC of every service the agent serves is UNAUTHENTICATED. (Its service port
+    and the other services' ports refuse the handshake itself: test_tls.py.)"""
+    path, t = tokens
+    c = Cluster(agents=0, tls=tmp_path / "tls",
+                auth=AuthConfig(mode="tokens", tokens_file=str(path), member_token=t["cluster"]))
+    try:
+        await c.start()
+        agent = AgentNode(dataclasses.replace(c.config("agent-0"), client_port=free_port()))
+        await agent.start()
+        c.agent_nodes.append(agent)
+        ca_only = tmp_path / "ca-only"
+        ca_only.mkdir()
+        (ca_only / "ca.crt").write_bytes(c.authority.pem)
+        rpcs = every_rpc()
+        calls = 0
+        for token in ("", "not-a-token"):
+            async with Transport(TlsDir(ca_only, server_name=None), token=token).dial(
+                    f"127.0.0.1:{agent.server.client_port}") as ch:
+                calls += await refuse_every_rpc(ch, agent.server.service_names, rpcs)
+        served = {s for s, *_ in rpcs if s in agent.server.service_names}
+        assert served == {f"echelon.v1.{s}" for s in ("PubSub", "Admin", "Relay", "Durable")}
+        assert calls == 2 * sum(1 for s, *_ in rpcs if s in served) == refused_count(agent, "unauthenticated")
+    finally:
+        await c.stop()
 
 
 async def test_a_publisher_on_quotes_may_not_subscribe_to_it(secured):
@@ -290,3 +327,24 @@ async def test_a_client_certificate_names_the_caller_and_wins_over_a_token(token
         assert refused_count(agent, "unauthenticated") == 2 and refused_count(agent, "permission_denied") == 2
     finally:
         await c.stop()
+
+
+async def test_the_routing_job_sends_its_token(secured):
+    """spark/cluster.py's blocking channels (no Spark here) carry the job's token: the
+    view, the plan and a matcher's zones need the cluster admin."""
+    from spark import cluster as job
+
+    c, t = secured
+    replica, matcher = c.replicas[0], c.matcher_nodes[0].address
+    try:
+        job.configure(None, t["root"])
+        view = await asyncio.to_thread(job.view, replica)
+        assert {m.id for m in view.members} >= {"agent-0", "matcher-0"}
+        assert (await asyncio.to_thread(job.list_zones, matcher)).member == "matcher-0"
+        for token, code in (("", grpc.StatusCode.UNAUTHENTICATED), (t["ann"], grpc.StatusCode.PERMISSION_DENIED)):
+            job.configure(None, token)
+            with pytest.raises(grpc.RpcError) as e:
+                await asyncio.to_thread(job.current_plan, replica)
+            assert e.value.code() == code
+    finally:
+        job.configure(None)

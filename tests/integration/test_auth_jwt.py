@@ -17,8 +17,9 @@ import pytest_asyncio
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from echelon.client import errors
-from echelon.runtime import auth
-from echelon.runtime.auth import AuthConfig, write_tokens_file
+from echelon.runtime import credentials
+from echelon.runtime.auth import AuthConfig
+from echelon.runtime.credentials import write_tokens_file
 from tests.harness import Cluster, wait_for
 
 SCHEMA = ["Symbol:string", "Price:float:0:1000"]
@@ -143,7 +144,7 @@ async def test_a_jwks_url_is_fetched_again_for_a_new_key(tmp_path, keys, monkeyp
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    monkeypatch.setattr(auth, "JWKS_REFETCH", 0.0)
+    monkeypatch.setattr(credentials, "JWKS_REFETCH", 0.0)
     c = None
     try:
         c, _ = await start(tmp_path, f"http://127.0.0.1:{server.server_port}/jwks.json")
