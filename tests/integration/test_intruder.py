@@ -16,7 +16,8 @@ import pytest
 
 from echelon.agent.server import AgentNode
 from echelon.launch import free_port
-from echelon.runtime.auth import AuthConfig, write_tokens_file
+from echelon.runtime.auth import AuthConfig
+from echelon.runtime.credentials import write_tokens_file
 from echelon.runtime.transport import TlsDir, Transport
 from echelon.v1 import membership_pb2 as mpb
 from loadtest.chaos.intruder import (JOIN_INCARNATION, Evidence, Intruder, Target, attempts, current_plans, evidence,
