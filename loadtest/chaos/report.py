@@ -206,7 +206,7 @@ def render(cfg: Config, res: Result, roles: dict, metrics: dict, faults: list[Fa
     lines.append(f"Echelon chaos run: {mode}")
     lines.append(f"agents {cfg.agents}, producers {len(roles['producers'])} x {cfg.rate:g}/s on "
                  f"{', '.join(roles['producers'])}, 3 membership replicas, 1 matcher, "
-                 f"{'mTLS everywhere' if cfg.tls else 'plain text'}; "
+                 f"{'mTLS everywhere' if cfg.tls else 'plain text'}{', tokens and ACLs' if cfg.auth else ''}; "
                  f"LBDD tree of producer-0: {roles['tree']}")
     head = ("fault", "target", "at", "detection", "dead ok", "false dead", "suspected", "sent", "lost",
             "unexp", "dup", "redeliv", "reorder", "pub err")
