@@ -91,13 +91,15 @@ def _deliver_piece(sel: int, frame: int) -> float:
 
 
 def _admit_piece() -> float:
+    """The publishing agent's `_admit` with a stub node: the schema cache and no durable
+    subscription (what the per-event path touches)."""
     from types import SimpleNamespace
 
     from echelon.agent.pubsub import PubSubServicer
     from echelon.agent.topics import Topics
-    from echelon.core.schema import parse_attribute
+    from echelon.core.dedup import DedupWindow
+    from echelon.core.schema import Schema, parse_attribute
     from echelon.runtime.wire import attributes_to_pb, schema_to_pb
-    from echelon.core.schema import Schema
     from echelon.v1 import common_pb2 as pb
     from echelon.v1 import pubsub_pb2 as ppb
     from loadtest.bench_events.workload import SCHEMA
@@ -111,7 +113,6 @@ def _admit_piece() -> float:
                                                          payload=i.to_bytes(16, "little"), sequence=i + 1)
                                       for i, a in enumerate(_events(256))])
     reqs = ppb.PublishRequest.FromString(outer.SerializeToString()).batch  # as parsed off the wire
-    from echelon.core.dedup import DedupWindow
 
     def once():
         servicer.accepted = DedupWindow(capacity=200_000)
