@@ -53,17 +53,56 @@ def service_options(f):
         click.option("--health-port", default=None, type=click.IntRange(0, 65535),
                      help="A plain-text port with the health service alone, for probes that speak no TLS "
                           "(Kubernetes' gRPC probes)."),
+        *AUTH_OPTIONS,
     ]):
         f = opt(f)
     return f
 
 
+# Client identity and ACLs (runtime/auth.py); the same environment variables for every service.
+AUTH_OPTIONS = [
+    click.option("--auth", default="none", envvar="ECHELON_AUTH", show_default=True,
+                 type=click.Choice(["none", "tokens", "jwt"]),
+                 help="Who may call: anyone (none), static bearer tokens from --tokens-file, or JWTs checked "
+                      "against --jwks; TLS client certificates name callers in both [env ECHELON_AUTH]."),
+    click.option("--tokens-file", default=None, envvar="ECHELON_TOKENS_FILE", type=click.Path(dir_okay=False),
+                 help="Static tokens (JSON, re-read when it changes); with --auth jwt, accepted too "
+                      "[env ECHELON_TOKENS_FILE]."),
+    click.option("--jwks", default=None, envvar="ECHELON_JWKS",
+                 help="The identity provider's keys: a JWKS file or an https URL [env ECHELON_JWKS]."),
+    click.option("--jwt-issuer", default="", envvar="ECHELON_JWT_ISSUER",
+                 help="Required `iss` of JWTs (empty: not checked) [env ECHELON_JWT_ISSUER]."),
+    click.option("--jwt-audience", default="echelon", envvar="ECHELON_JWT_AUDIENCE", show_default=True,
+                 help="Required `aud` of JWTs [env ECHELON_JWT_AUDIENCE]."),
+    click.option("--member-token", default="", envvar="ECHELON_MEMBER_TOKEN", show_default=False,
+                 help="This service's own token, for calls to other members without TLS; prefer the "
+                      "environment (argv is visible to ps) [env ECHELON_MEMBER_TOKEN]."),
+    click.option("--superusers", default="", envvar="ECHELON_SUPERUSERS",
+                 help="User names (comma list) in the admins group whatever their credential, e.g. a client "
+                      "certificate's [env ECHELON_SUPERUSERS]."),
+    click.option("--limits", default="", envvar="ECHELON_LIMITS",
+                 help="Per-identity limits over the defaults, e.g. publish_rate=500,publish_burst=1000,"
+                      "subscriptions=100,streams_per_identity=1000,streams_per_connection=500,"
+                      "max_message_bytes=8388608 [env ECHELON_LIMITS]."),
+]
+
+
+def _auth(auth, tokens_file, jwks, jwt_issuer, jwt_audience, member_token, superusers, limits):
+    from echelon.runtime.auth import AuthConfig
+    from echelon.runtime.limits import parse_limits
+
+    return AuthConfig(mode=auth, tokens_file=tokens_file or "", jwks=jwks or "", issuer=jwt_issuer,
+                      audience=jwt_audience, member_token=member_token, superusers=tuple(_split([superusers])),
+                      limits=parse_limits(limits))
+
+
 def _config(member_id, host, port, advertise, metrics_port, region, beat_interval, grace, tls_dir, health_port,
-            membership=(), client_port=None):
+            membership=(), client_port=None, **auth):
     try:
         return NodeConfig(id=member_id, host=host, port=port, advertise=advertise, metrics_port=metrics_port,
                           membership=_split(membership), region=region, beat_interval=beat_interval, grace=grace,
-                          tls_dir=tls_dir or "", client_port=client_port, health_port=health_port)
+                          tls_dir=tls_dir or "", client_port=client_port, health_port=health_port,
+                          auth=_auth(**auth))
     except ValueError as e:
         raise click.BadParameter(str(e)) from None
 
@@ -196,8 +235,10 @@ def membership(log_level, peers, tombstone_ttl, **kw) -> None:
 @click.option("--prometheus-port", default=None, type=click.IntRange(0, 65535),
               help="Prometheus' port on 127.0.0.1 (default 9090; a free one with --base-port 0).")
 @click.option("--tls", is_flag=True, help="mTLS everywhere, certificates from a throw-away CA in the log dir.")
+@click.option("--auth", is_flag=True, help="Bearer tokens everywhere (--auth tokens, a throw-away tokens file in the "
+                                           "log dir); prints the cluster admin's token.")
 def up(agents, matchers, memberships, base_port, regions, routers_per_region, routing, log_dir, as_json,
-       no_prometheus, prometheus_port, replan_every, tls) -> None:
+       no_prometheus, prometheus_port, replan_every, tls, auth) -> None:
     """Start a local cluster as processes; Ctrl-C or SIGTERM stops it."""
     from echelon.launch import Cluster, Loopback
 
@@ -217,7 +258,7 @@ def up(agents, matchers, memberships, base_port, regions, routers_per_region, ro
     try:
         cluster = Cluster(agents=agents, matchers=matchers, memberships=memberships, placement=Loopback(base_port),
                           regions=regions, routers=routers_per_region, extra={"router": ["--routing", routing]},
-                          tls=tls, **kw)
+                          tls=tls, auth=auth, **kw)
     except ValueError as e:
         raise click.BadParameter(str(e)) from None
     if interval:  # the routing job, a periodic child (its runs in replan.log); window: half the period, <= 30 s
@@ -242,7 +283,8 @@ def up(agents, matchers, memberships, base_port, regions, routers_per_region, ro
         url = prometheus.url if prometheus else None
         if as_json:
             print(json.dumps({"ready": True, "processes": rows, "prometheus": prometheus and prometheus.as_dict(),
-                              "client_tls": cluster.client_tls and str(cluster.client_tls)}), flush=True)
+                              "client_tls": cluster.client_tls and str(cluster.client_tls),
+                              "admin_token": cluster.admin_token or None}), flush=True)
         else:
             t = Table(title="Echelon local cluster")
             for col in ("role", "id", "region", "address", "metrics", "pid"):
@@ -254,6 +296,10 @@ def up(agents, matchers, memberships, base_port, regions, routers_per_region, ro
                 console.print(f"Prometheus at {url} (`echelon top --prometheus {url}`)")
             if cluster.tls:
                 console.print(f"mTLS: clients use --tls-dir {cluster.client_tls} (or ECHELON_TLS_DIR)")
+            if cluster.auth:
+                console.print(f"auth: tokens in {cluster.tokens_file}; the cluster admin: "
+                              f"export ECHELON_TOKEN={cluster.admin_token}"
+                              + (" (with --tls-dir the certificate's user `local` is the admin)" if tls else ""))
             console.print(f"logs in {cluster.log_dir}; Ctrl-C stops the cluster")
         await stop.wait()
 
@@ -275,23 +321,25 @@ def up(agents, matchers, memberships, base_port, regions, routers_per_region, ro
               help="The multi-region act: agents spread over regions joined by 2 routers each.")
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--tls", is_flag=True, help="The cluster and its clients over mTLS (a throw-away CA).")
-def demo(agents, events, base_port, regions, as_json, tls) -> None:
+@click.option("--auth", is_flag=True, help="Bearer tokens: every call authenticated, the topics' ACLs enforced.")
+def demo(agents, events, base_port, regions, as_json, tls, auth) -> None:
     """Start a local cluster, publish stock quotes to filtered subscribers, show who got what."""
     from echelon.demo import run_demo
 
     # Piped output (CI, `| tee`) would wrap the table at 80 columns.
     out = console if console.is_terminal else Console(width=140)
     ok = asyncio.run(run_demo(agents=agents, events=events, base_port=base_port, as_json=as_json, console=out,
-                              regions=regions, tls=tls))
+                              regions=regions, tls=tls, auth=auth))
     sys.exit(0 if ok else 1)
 
 
-from echelon.commands import pub, status, sub, topic  # noqa: E402 - subcommands register below
+from echelon.acl_commands import acl  # noqa: E402 - subcommands register below
+from echelon.commands import pub, status, sub, topic  # noqa: E402
 from echelon.durable_commands import subscription  # noqa: E402
 from echelon.observe.commands import top, topology  # noqa: E402
 from echelon.tools.tree_cmd import tree  # noqa: E402
 
-for command in (pub, sub, status, topic, top, topology, tree, subscription):
+for command in (pub, sub, status, topic, top, topology, tree, subscription, acl):
     cli.add_command(command)
 
 from spark.commands import metrics, replan  # noqa: E402 - the routing job's commands

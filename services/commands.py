@@ -25,6 +25,11 @@ from echelon.v1 import membership_pb2_grpc as mgrpc
 
 console = Console()
 TLS_DIR = "echelon.tls_dir"
+TOKEN_KEY = "echelon.token"
+TOKEN = click.option("--token", default=None, envvar="ECHELON_TOKEN", expose_value=False,
+                     callback=lambda ctx, _, value: ctx.meta.__setitem__(TOKEN_KEY, value),
+                     help="A bearer token (a static token or a JWT) for clusters run with --auth "
+                          "[env ECHELON_TOKEN].")
 TLS = click.option("--tls-dir", default=None, envvar="ECHELON_TLS_DIR", expose_value=False,
                    type=click.Path(file_okay=False, exists=True),
                    callback=lambda ctx, _, value: ctx.meta.__setitem__(TLS_DIR, value),
@@ -33,19 +38,23 @@ TLS = click.option("--tls-dir", default=None, envvar="ECHELON_TLS_DIR", expose_v
 
 
 def AGENT(f):
-    """--agent, and --tls-dir for the `client()` the command makes."""
-    return click.option("--agent", default="127.0.0.1:7200", show_default=True, help="An agent's address.")(TLS(f))
+    """--agent, and --tls-dir and --token for the `client()` the command makes."""
+    return click.option("--agent", default="127.0.0.1:7200", show_default=True,
+                        help="An agent's address.")(TLS(TOKEN(f)))
 
 
 def client(agent: str) -> Client:
-    """A client of `agent`, over TLS if the command was given --tls-dir."""
-    return Client(agent, tls=click.get_current_context().meta.get(TLS_DIR))
+    """A client of `agent`, over TLS if the command was given --tls-dir, with its --token."""
+    meta = click.get_current_context().meta
+    return Client(agent, tls=meta.get(TLS_DIR), token=meta.get(TOKEN_KEY))
 
 
 def transport() -> Transport:
-    """The command's channels to services (membership), over TLS if given --tls-dir."""
-    tls = click.get_current_context().meta.get(TLS_DIR)
-    return Transport(TlsDir(Path(tls))) if tls else PLAIN
+    """The command's channels to services (membership), over TLS if given --tls-dir, with
+    its --token."""
+    meta = click.get_current_context().meta
+    tls = meta.get(TLS_DIR)
+    return Transport(TlsDir(Path(tls)) if tls else None, token=meta.get(TOKEN_KEY) or "")
 
 
 def parse_value(text: str):
@@ -308,6 +317,7 @@ def view_table(view: mpb.View, source: str = "", unreachable_for: float | None =
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--watch", is_flag=True, help="Refresh every second until Ctrl-C.")
 @TLS
+@TOKEN
 def status(addresses, as_json, watch) -> None:
     """The membership view: members, states, incarnations, heartbeat ages (--watch: live)."""
     replicas = [a for v in addresses for a in v.split(",") if a]

@@ -14,7 +14,7 @@ import time
 from rich.console import Console
 from rich.table import Table
 
-from echelon.client import DELIVERED, Client
+from echelon.client import DELIVERED, Client, EchelonError
 from echelon.core.filters import parse
 from echelon.launch import Cluster, Loopback
 
@@ -54,12 +54,13 @@ async def collect(sub, expected: int, idle: float = 3.0) -> list:
 
 
 async def run_demo(agents: int = 4, events: int = 200, base_port: int = 0, as_json: bool = False,
-                   console: Console | None = None, regions: int = 1, routers: int = 2, tls: bool = False) -> bool:
+                   console: Console | None = None, regions: int = 1, routers: int = 2, tls: bool = False,
+                   auth: bool = False) -> bool:
     console = console or Console()
     cluster = Cluster(agents=agents, matchers=1, memberships=3, placement=Loopback(base_port), regions=regions,
-                      routers=routers if regions > 1 else 0, tls=tls)
+                      routers=routers if regions > 1 else 0, tls=tls, auth=auth)
     where = f" in {regions} regions with {routers} routers each" if regions > 1 else ""
-    over = " over mTLS" if tls else ""
+    over = (" over mTLS" if tls else "") + (" with bearer tokens" if auth else "")
     console.print(f"starting {agents} agents{where}, 1 matcher, 3 membership replicas{over} "
                   f"(logs in {cluster.log_dir}) ...")
     t0 = time.perf_counter()
@@ -67,9 +68,18 @@ async def run_demo(agents: int = 4, events: int = 200, base_port: int = 0, as_js
     console.print(f"cluster serving in {time.perf_counter() - t0:.1f}s")
     addrs = cluster.agent_addresses()
     try:
-        async with Client(addrs[0], tls=cluster.client_tls) as admin:
+        token = cluster.admin_token
+        async with Client(addrs[0], tls=cluster.client_tls, token=token) as admin:
             await admin.create_topic("quotes", SCHEMA)
-        clients = [Client(a, tls=cluster.client_tls) for a in addrs]
+        if auth and not tls:  # what a stranger gets
+            async with Client(addrs[0], token="") as stranger:
+                try:
+                    await stranger.list_topics()
+                    console.print("[red]a call without a token was answered[/red]")
+                    return False
+                except EchelonError as e:
+                    console.print(f"a call without a token: {type(e).__name__} ({e})")
+        clients = [Client(a, tls=cluster.client_tls, token=token) for a in addrs]
         subs = [clients[i].subscribe("quotes", f, max_outstanding=256) for i, f in SUBSCRIBERS]
         for s in subs:
             await s.start()

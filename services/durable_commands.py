@@ -12,15 +12,15 @@ import click
 from google.protobuf.json_format import MessageToDict
 from rich.table import Table
 
-from echelon.client import Client, EchelonError
-from echelon.commands import AGENT, _fail, console
+from echelon.client import EchelonError
+from echelon.commands import AGENT, _fail, client, console
 from echelon.v1 import pubsub_pb2 as ppb
 
 
 def _run(agent: str, call):
     """`call(client)` on a client of `agent`; a failure is the command's error."""
     async def run():
-        async with Client(agent) as c:
+        async with client(agent) as c:
             return await call(c)
 
     try:

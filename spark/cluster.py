@@ -3,10 +3,13 @@ plan, the matchers' samples and zones, and `Control.PushPlan` with its retry rul
 
 Channels come from the one transport (`echelon.runtime.transport`): plain text, or mTLS
 with the job's certificate (role `replan`) from `ECHELON_TLS_DIR` / `--tls-dir`
-(`configure`). The job is one process with one identity, so the choice is module-wide."""
+(`configure`), and on clusters run with `--auth` a cluster admin's bearer token from
+`ECHELON_TOKEN` / `--token` (a certificate, when there is one, names the job instead).
+The job is one process with one identity, so the choice is module-wide."""
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +18,7 @@ import grpc
 import numpy as np
 
 from echelon.core.can import Zone
-from echelon.runtime.transport import TlsDir, Transport
+from echelon.runtime.transport import TOKEN_ENV, TlsDir, Transport
 from echelon.v1 import matcher_pb2 as xpb
 from echelon.v1 import matcher_pb2_grpc as xgrpc
 from echelon.v1 import membership_pb2 as mpb
@@ -24,13 +27,14 @@ from echelon.v1 import membership_pb2_grpc as mgrpc
 TIMEOUT = 10.0
 PUSH_ATTEMPTS = 5
 ALIVE = (mpb.MEMBER_STATE_ALIVE, mpb.MEMBER_STATE_SUSPECT)
-_transport = Transport(TlsDir.from_env())
+_transport = Transport(TlsDir.from_env(), token=os.environ.get(TOKEN_ENV, ""))
 
 
-def configure(tls_dir: str | Path | None) -> None:
-    """mTLS with the certificates in `tls_dir` (None or "": plain text)."""
+def configure(tls_dir: str | Path | None, token: str = "") -> None:
+    """mTLS with the certificates in `tls_dir` (None or "": plain text); `token`: the
+    bearer token every call carries ("": none)."""
     global _transport
-    _transport = Transport(TlsDir(Path(tls_dir)) if tls_dir else None)
+    _transport = Transport(TlsDir(Path(tls_dir)) if tls_dir else None, token=token)
 
 
 def _dial(address: str) -> grpc.Channel:

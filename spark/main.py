@@ -55,6 +55,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the decision as JSON")
     p.add_argument("--tls-dir", default=os.environ.get("ECHELON_TLS_DIR", ""),
                    help="mTLS certificates (tls.crt, tls.key, ca.crt) of the job (role replan) [env ECHELON_TLS_DIR]")
+    p.add_argument("--token", default=os.environ.get("ECHELON_TOKEN", ""),
+                   help="bearer token of a cluster admin, for clusters run with --auth [env ECHELON_TOKEN]")
     return p
 
 
@@ -108,7 +110,7 @@ def run(args: argparse.Namespace, spark=None) -> Result:
         seconds[name] = now - clock
         clock = now
 
-    cluster.configure(args.tls_dir)
+    cluster.configure(args.tls_dir, args.token)
     address, v = _first_view([a for a in args.membership.split(",") if a])
     current = cluster.current_plan(address)
     matchers = cluster.alive(v, mpb.ROLE_MATCHER)

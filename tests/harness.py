@@ -13,6 +13,7 @@ from echelon.client import Client
 from echelon.launch import free_port
 from echelon.matcher.server import MatcherNode
 from echelon.membership.server import MembershipNode
+from echelon.runtime.auth import AuthConfig
 from echelon.runtime.certs import Authority
 from echelon.runtime.node import Node, NodeConfig
 from echelon.v1 import membership_pb2 as mpb
@@ -46,11 +47,13 @@ class Cluster:
     clients: list[Client] = field(default_factory=list)
     replicas: list[str] = field(default_factory=list)  # fixed at start: a crashed replica keeps its place
     crashed: list[Node] = field(default_factory=list)
+    auth: AuthConfig = field(default_factory=AuthConfig)  # every node's (runtime/auth.py)
     tls: Path | None = None  # mTLS: a throw-away CA issues each node (role from its id) a directory here
     authority: Authority | None = None
 
     def config(self, member_id: str) -> NodeConfig:
-        return NodeConfig(id=member_id, membership=self.replicas, grace=0.5, tls_dir=self.tls_dir(member_id))
+        return NodeConfig(id=member_id, membership=self.replicas, grace=0.5, tls_dir=self.tls_dir(member_id),
+                          auth=self.auth)
 
     def tls_dir(self, name: str, role: str = "") -> str:
         """The certificate directory of `name` (`role` or its id's prefix: agent-0 -> agent), issued once."""
@@ -86,7 +89,8 @@ class Cluster:
     async def _start_membership(self, i: int) -> MembershipNode:
         port = int(self.replicas[i].rsplit(":", 1)[1])
         node = MembershipNode(NodeConfig(id=f"membership-{i}", port=port, grace=0.5,
-                                         tls_dir=self.tls_dir(f"membership-{i}")), peers=self.replicas,
+                                         tls_dir=self.tls_dir(f"membership-{i}"), auth=self.auth),
+                              peers=self.replicas,
                               **self.membership_kwargs)
         await node.start()
         return node
@@ -118,8 +122,8 @@ class Cluster:
         self.agent_nodes.append(node)
         return node
 
-    def client(self, i: int) -> Client:
-        c = Client(self.agent_nodes[i].address, tls=self.tls_dir("client-test", "client") or None)
+    def client(self, i: int, token: str = "") -> Client:
+        c = Client(self.agent_nodes[i].address, tls=self.tls_dir("client-test", "client") or None, token=token)
         self.clients.append(c)
         return c
 

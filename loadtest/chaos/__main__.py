@@ -22,10 +22,11 @@ from loadtest.chaos.runner import run
 @click.option("--short", is_flag=True, help="The CI schedule: one of each fault, shorter.")
 @click.option("--loopback", is_flag=True, help="Run on loopback even where namespaces work (no partition, netem).")
 @click.option("--wipe-disk", is_flag=True, help="A killed agent restarts with an empty data dir (node loss).")
+@click.option("--auth", is_flag=True, help="Bearer tokens everywhere (the workload sends the cluster admin's).")
 @click.option("--out", default="out/chaos", type=click.Path(file_okay=False, path_type=Path), show_default=True)
-def main(minutes, agents, producers, rate, partition_seconds, short, loopback, wipe_disk, out) -> None:
+def main(minutes, agents, producers, rate, partition_seconds, short, loopback, wipe_disk, auth, out) -> None:
     """Run the fault schedule against a cluster and print a table per fault."""
-    kw = dict(agents=agents, producers=producers, rate=rate, loopback=loopback, wipe_disk=wipe_disk, out=out)
+    kw = dict(agents=agents, producers=producers, rate=rate, loopback=loopback, wipe_disk=wipe_disk, auth=auth, out=out)
     cfg = Config.short(**kw) if short else Config(minutes=minutes, partition_seconds=partition_seconds, **kw)
     result = run(cfg)
     print(result.text)

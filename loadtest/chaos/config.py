@@ -28,6 +28,7 @@ class Config:
     drain: float = 60.0
     loopback: bool = False  # force loopback even where namespaces work
     wipe_disk: bool = False  # a killed agent restarts on an empty data dir (durable.py)
+    auth: bool = False  # --auth tokens everywhere; the workload's clients send the admin token (launch/cluster.py)
     out: Path = Path("out/chaos")
     log: object = print
 

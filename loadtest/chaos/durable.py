@@ -32,10 +32,10 @@ MAX_BACKLOG = 1_000_000
 
 
 class DurableSubscriber:
-    def __init__(self, name: str, agent: str, addresses: list[str], text: str, role: str):
+    def __init__(self, name: str, agent: str, addresses: list[str], text: str, role: str, token: str = ""):
         self.name, self.agent, self.text, self.role = name, agent, text, role
         self.filter = parse(text)
-        self.client = Client(addresses)
+        self.client = Client(addresses, token=token)
         self.log: list[Received] = []
         self.opened: list[float] = []
         self.breaks = 0
@@ -89,7 +89,7 @@ def subscribers(cluster, roles: dict) -> list[DurableSubscriber]:
     for k, (agent, place, role) in enumerate(wanted):
         name = next(n for n in (f"d{k}-{i}" for i in range(10_000)) if holders(n, ids, 2)[place] == agent)
         order = [agents[agent]] + [a for i, a in agents.items() if i != agent]
-        out.append(DurableSubscriber(name, agent, order, FILTERS[k % len(FILTERS)], role))
+        out.append(DurableSubscriber(name, agent, order, FILTERS[k % len(FILTERS)], role, cluster.admin_token))
     return out
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import grpc
 
 from echelon.runtime.member import membership_channel
+from echelon.runtime.transport import PLAIN, Transport
 from echelon.v1 import membership_pb2 as mpb
 from echelon.v1 import membership_pb2_grpc as mgrpc
 
@@ -29,7 +30,8 @@ class Change:
 class Observer:
     """A Watch stream on every replica; every member state change, timed."""
 
-    def __init__(self, replicas: list[str]):
+    def __init__(self, replicas: list[str], transport: Transport = PLAIN):
+        self.transport = transport  # the cluster's (with its admin token under --auth: Watch is the admin's)
         self.replicas = replicas
         self.changes: list[Change] = []
         self.views: list[dict[str, mpb.Member]] = [{} for _ in replicas]
@@ -60,7 +62,7 @@ class Observer:
 
     async def _watch(self, i: int) -> None:
         while True:
-            ch = membership_channel(self.replicas[i])
+            ch = membership_channel(self.replicas[i], self.transport)
             try:
                 call = self._calls[i] = mgrpc.MembershipStub(ch).Watch(mpb.WatchRequest(member_id="chaos-observer"))
                 while True:

@@ -43,7 +43,7 @@ def agent_counters(cluster: Cluster) -> dict[str, float]:
 
 async def drive(cfg: Config, hosts: Hosts, cluster: Cluster) -> Result:
     log = cfg.log
-    observer = Observer(cluster.replicas)
+    observer = Observer(cluster.replicas, cluster.transport)
     producers: list[Producer] = []
     subscribers: list[Subscriber] = []
     durables: list[durable.DurableSubscriber] = []
@@ -55,18 +55,20 @@ async def drive(cfg: Config, hosts: Hosts, cluster: Cluster) -> Result:
         roles = choose_roles(cluster, cfg.producers)
         log(f"roles: {json.dumps({k: v for k, v in roles.items() if k != 'tree'})}")
         agents = {p.id: p for p in cluster.by_role("agent")}
-        admin = Client(agents["agent-0"].address)
+        admin = Client(agents["agent-0"].address, token=cluster.admin_token)
         await admin.create_topic(TOPIC, SCHEMA)
         await admin.close()
         n = 0
         for i, a in enumerate(agents.values()):
             for j in range(2 if i % 2 else 1):
-                subscribers.append(Subscriber(f"s{i}-{j}", a.id, a.address, FILTERS[n % len(FILTERS)]))
+                subscribers.append(Subscriber(f"s{i}-{j}", a.id, a.address, FILTERS[n % len(FILTERS)],
+                                              token=cluster.admin_token))
                 n += 1
         durables = durable.subscribers(cluster, roles)
         tasks += [asyncio.create_task(s.run()) for s in [*subscribers, *durables]]
         await wait_opened([*subscribers, *durables], 30.0)
-        producers = [Producer(i, agents[a].address, cfg.rate, cfg.keys) for i, a in enumerate(roles["producers"])]
+        producers = [Producer(i, agents[a].address, cfg.rate, cfg.keys, token=cluster.admin_token)
+                     for i, a in enumerate(roles["producers"])]
         t0 = time.monotonic()
         until = t0 + cfg.minutes * 60
         tasks += [asyncio.create_task(p.run(until)) for p in producers]
@@ -110,7 +112,8 @@ def run(cfg: Config) -> Result:
     cluster = None
     try:
         cluster = Cluster(agents=cfg.agents, matchers=1, memberships=3, placement=hosts.placement,
-                          log_dir=cfg.out / "logs", common=SERVICE_FLAGS, extra={"agent": AGENT_FLAGS})
+                          log_dir=cfg.out / "logs", common=SERVICE_FLAGS, extra={"agent": AGENT_FLAGS},
+                          auth=cfg.auth)
         result = asyncio.run(drive(cfg, hosts, cluster))
     finally:
         if cluster is not None:  # also when the run was cut short: no process outlives it

@@ -39,10 +39,10 @@ class Sent:
 
 
 class Producer:
-    def __init__(self, index: int, address: str, rate: float, keys: int):
+    def __init__(self, index: int, address: str, rate: float, keys: int, token: str = ""):
         self.index = index
         self.id = f"producer-{index}"
-        self.client = Client(address)
+        self.client = Client(address, token=token)  # token: the cluster's under --auth ("" none)
         self.pub = self.client.publisher(self.id, ACCEPTED)
         self.rate = rate
         self.keys = keys
@@ -94,8 +94,9 @@ class Received:
 class Subscriber:
     """One named subscription on one agent; reopens it on the same agent when its stream breaks."""
 
-    def __init__(self, name: str, agent: str, address: str, text: str):
+    def __init__(self, name: str, agent: str, address: str, text: str, token: str = ""):
         self.name, self.agent, self.address, self.text = name, agent, address, text
+        self.token = token  # the cluster's under --auth ("" none)
         self.filter = parse(text)
         self.log: list[Received] = []
         self.opened: list[float] = []  # when each stream was open (registered)
@@ -106,7 +107,7 @@ class Subscriber:
     async def run(self) -> None:
         backoff = 0.2
         while not self.stopping:
-            client = Client(self.address)
+            client = Client(self.address, token=self.token)
             # A channel of its own: a shared subchannel would keep the dead process's backoff.
             client._channels[self.address] = client.transport.dial(  # noqa: SLF001
                 self.address, RECONNECT_OPTIONS + OWN_SUBCHANNEL)

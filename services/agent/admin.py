@@ -47,3 +47,12 @@ class AdminProxy(pgrpc.AdminServicer):
 
     async def DeleteTopic(self, request, context):
         return await self._forward("DeleteTopic", request, context)
+
+    async def GrantAcl(self, request, context):
+        return await self._forward("GrantAcl", request, context)
+
+    async def RevokeAcl(self, request, context):
+        return await self._forward("RevokeAcl", request, context)
+
+    async def ListAcls(self, request, context):
+        return await self._forward("ListAcls", request, context)

@@ -23,6 +23,7 @@ from echelon.v1 import durable_pb2_grpc as dgrpc
 from echelon.v1 import pubsub_pb2 as ppb
 from echelon.v1 import pubsub_pb2_grpc as pgrpc
 
+SERVICE = dpb.DESCRIPTOR.services_by_name["Durable"].full_name
 
 
 class DurableServicer(dgrpc.DurableServicer):
@@ -78,19 +79,28 @@ class DurableServicer(dgrpc.DurableServicer):
                 raise NotFound(f"durable subscription {request.name!r} is not held here")
             return sub.describe(d.me)
         record = await self._record(request.name)
+        d.node.server.access.require("subscribe", record.topic, SERVICE)
         serving = d.serving(record)
         if serving == d.me:
             return d.subs[request.name].describe(d.me)
         return await self._on(serving, "GetSubscription", dpb.GetSubscriptionRequest(name=request.name, local=True))
 
+    def _access(self, request) -> None:
+        """Seek and delete act for the subscriber: the subscribe right on the topic. Their
+        `local` forms are one agent telling another (runtime/auth.py)."""
+        if request.local:
+            self.d.node.server.access.require_member(f"{type(request).__name__} (local)", SERVICE)
+
     async def Seek(self, request, context):
         d = self.d
+        self._access(request)
         if request.local:
             sub = d.subs.get(request.name)
             if sub is None:
                 raise NotFound(f"durable subscription {request.name!r} is not held here")
             return dpb.SeekResponse(backlog_messages=d.seek_local(sub, request))
         record = await self._record(request.name)
+        d.node.server.access.require("subscribe", record.topic, SERVICE)
         serving = d.serving(record)
         local = dpb.SeekRequest()
         local.CopyFrom(request)
@@ -108,10 +118,12 @@ class DurableServicer(dgrpc.DurableServicer):
 
     async def DeleteSubscription(self, request, context):
         d = self.d
+        self._access(request)
         if request.local:
             d.apply_delete(request.name)
             return dpb.DeleteSubscriptionResponse()
         record = await self._record(request.name)
+        d.node.server.access.require("subscribe", record.topic, SERVICE)
         await d.delete(record)
         return dpb.DeleteSubscriptionResponse()
 

@@ -49,6 +49,7 @@ log = logging.getLogger("echelon.agent")
 
 MAX_EVENTS_IN_FLIGHT = 8192  # per Publish stream: past it we stop reading (HTTP/2 pushes back)
 MAX_DELIVERIES = 256  # deliveries per Delivery message
+SERVICE = ppb.DESCRIPTOR.services_by_name["PubSub"].full_name
 MAX_PAYLOAD = 1 << 40  # bytes of one sliced payload (a TiB: its slice count fits the wire's uint32)
 
 
@@ -107,6 +108,7 @@ class PubSubServicer(pgrpc.PubSubServicer):
             try:
                 if unit.batched and (req.batch or req.slice_count > 1):
                     raise InvalidArgument(f"batch element {producer}:{seq}: a whole event (no slices, no batch)")
+                node.server.access.check_publish(req.topic)  # the caller's right and rate (runtime/auth.py)
                 topic = topics.get(req.topic)
                 if topic is None:
                     topic = topics[req.topic] = await node.topics.get(req.topic)
@@ -293,16 +295,27 @@ class PubSubServicer(pgrpc.PubSubServicer):
         first = await anext(request_iterator.__aiter__(), None)
         if first is None or not first.HasField("open"):
             raise InvalidArgument("the first request of a subscription must be `open`")
-        if first.open.HasField("durable"):  # durable.py: served by its first alive holder
-            target = await node.durables.route(first.open)
-            if target is not None:
-                async for delivery in relay(node.durables.dial(target), first, request_iterator, context):
-                    yield delivery
-                return
-            sub = await node.durables.open(first.open)
-        else:
-            # Attached and registered; if this await is cancelled, the open closes it itself.
-            sub = await node.subscriptions.open(first.open)
+        # The caller's right and subscription count, checked here, before a durable open is
+        # relayed to its holder (which sees this agent, a member, as the caller). `release`
+        # runs once however the stream ends.
+        release = node.server.access.open_subscription(first.open.topic)
+        try:
+            if first.open.HasField("durable"):  # durable.py: served by its first alive holder
+                target = await node.durables.route(first.open)
+                if target is not None:
+                    try:
+                        async for delivery in relay(node.durables.dial(target), first, request_iterator, context):
+                            yield delivery
+                    finally:
+                        release()
+                    return
+                sub = await node.durables.open(first.open)
+            else:
+                # Attached and registered; if this await is cancelled, the open closes it itself.
+                sub = await node.subscriptions.open(first.open)
+        except BaseException:
+            release()
+            raise
 
         async def read():
             async for req in request_iterator:
@@ -348,6 +361,7 @@ class PubSubServicer(pgrpc.PubSubServicer):
                                       redelivery_count=p.redeliveries) for delivery_id, p in items]
                 yield batch[0] if len(batch) == 1 else ppb.Delivery(batch=batch)
         finally:  # no await here: a cancelled stream runs it to the end
+            release()
             if reader is not None:
                 reader.cancel()
             sub.detach()
@@ -392,14 +406,17 @@ class PubSubServicer(pgrpc.PubSubServicer):
     async def Unsubscribe(self, request, context):
         """Gone from this agent at once; the answer waits (up to the matcher timeout) for the
         tier to acknowledge the removal, which is retried after that if it must be."""
+        access = self.node.server.access  # the subscribe right on its topic (runtime/auth.py)
         sub = self.node.subscriptions.subs.get(request.subscription)
         if sub is None or sub.durable:
             record = await self.node.durables.locate(request.subscription) if request.subscription else None
             if record is not None:  # a durable subscription: gone from every holder
+                access.require("subscribe", record.topic, SERVICE)
                 await self.node.durables.delete(record)
                 return ppb.UnsubscribeResponse()
         if sub is None:
             raise NotFound(f"subscription {request.subscription!r} does not exist on this agent")
+        access.require("subscribe", sub.topic, SERVICE)
         removed = self.node.subscriptions.close(sub)
         await asyncio.wait([removed], timeout=self.node.matching.timeout)
         return ppb.UnsubscribeResponse()

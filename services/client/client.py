@@ -18,8 +18,9 @@ from echelon.client.publisher import AckLevel, Publisher
 from echelon.client.subscription import MAX_WHOLE, Callback, Subscription
 from echelon.core.filters import Filter
 from echelon.core.schema import Attribute, Schema, parse_attribute
-from echelon.runtime.transport import PLAIN, TlsDir, Transport, call_any, unavailable
+from echelon.runtime.transport import TOKEN_ENV, TlsDir, Transport, call_any, unavailable
 from echelon.runtime.wire import schema_to_pb
+from echelon.v1 import common_pb2 as pb
 from echelon.v1 import durable_pb2 as dpb
 from echelon.v1 import durable_pb2_grpc as dgrpc
 from echelon.v1 import pubsub_pb2 as ppb
@@ -36,16 +37,21 @@ class Client:
 
     `timeout` bounds every topic call (seconds). `tls`: a directory with `ca.crt` (the
     cluster's CA) and, for a client certificate, `tls.crt` and `tls.key`; the agents'
-    host names are checked against their certificates. Every failure raises an
-    `echelon.client.errors.EchelonError` subclass."""
+    host names are checked against their certificates. `token`: a bearer token sent with
+    every call (a static token or a JWT, whatever the cluster's `--auth` takes); default
+    `$ECHELON_TOKEN`, none if unset. A client certificate names the caller instead of
+    the token when both are there (runtime/auth.py). Every failure raises an
+    `echelon.client.errors.EchelonError` subclass (a refused call: Unauthenticated or
+    PermissionDenied, naming the topic and the right that was missing)."""
 
     def __init__(self, addresses: str | Iterable[str], timeout: float = 30.0,
-                 tls: str | os.PathLike | None = None):
+                 tls: str | os.PathLike | None = None, token: str | None = None):
         self.addresses = [addresses] if isinstance(addresses, str) else list(addresses)
         if not self.addresses:
             raise InvalidArgument("at least one agent address is needed")
         self.timeout = timeout
-        self.transport: Transport = Transport(TlsDir(Path(tls), server_name=None)) if tls else PLAIN
+        token = os.environ.get(TOKEN_ENV, "") if token is None else token
+        self.transport = Transport(TlsDir(Path(tls), server_name=None) if tls else None, token=token)
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._publishers: set[Publisher] = set()
         self._subscriptions: set[Subscription] = set()
@@ -87,6 +93,26 @@ class Client:
 
     async def delete_topic(self, name: str, timeout: float | None = None) -> None:
         await self._admin("DeleteTopic", ppb.DeleteTopicRequest(name=name), timeout)
+
+    # -- access control (the cluster admin only: admin on "*") ---------------------------
+
+    async def grant_acl(self, principal: str, pattern: str, rights: Iterable[str],
+                        timeout: float | None = None) -> pb.AclRule:
+        """Add `rights` ("publish", "subscribe", "admin") for `principal` ("user:<name>",
+        "group:<name>" or "*") on the topics `pattern` names ("quotes", "quotes.*", "*");
+        returns the rule as it now stands."""
+        rule = pb.AclRule(principal=principal, pattern=pattern, rights=list(rights))
+        return await self._admin("GrantAcl", ppb.AclRequest(rule=rule), timeout)
+
+    async def revoke_acl(self, principal: str, pattern: str, rights: Iterable[str],
+                         timeout: float | None = None) -> pb.AclRule:
+        """Remove `rights` from the rule; the rule goes when none are left (returned with
+        no rights). NotFound when there is no such rule."""
+        rule = pb.AclRule(principal=principal, pattern=pattern, rights=list(rights))
+        return await self._admin("RevokeAcl", ppb.AclRequest(rule=rule), timeout)
+
+    async def list_acls(self, timeout: float | None = None) -> list[pb.AclRule]:
+        return list((await self._admin("ListAcls", ppb.ListAclsRequest(), timeout)).rules)
 
     # -- publish and subscribe ---------------------------------------------------------
 

@@ -1,12 +1,14 @@
 """Versioned views: the membership log a replica streams to its watchers, and plan checks.
 
-A view is (version, members, topics). Every change a replica makes -- member upserts from
-its detector, removals of members whose tombstone expired, topic upserts and deletes --
+A view is (version, members, topics, acls). Every change a replica makes -- member upserts
+from its detector, removals of members whose tombstone expired, topic and ACL rule upserts
+and deletes --
 becomes one new version and one `ViewDelta` from the version before. A watcher that knows version v gets the deltas after v if the
 log still holds them all (`ViewLog.since`), else a snapshot: the `Watch` contract
 ("a snapshot first, then deltas; a watcher that falls behind gets a snapshot").
 
-Values are opaque: members are keyed by id and topics by name, and the log stores
+Values are opaque: members are keyed by id, topics by name, ACL rules by their key
+(core/acl.py rule_key), and the log stores
 whatever the service puts in (its `MemberRecord`, its own Topic type); it only needs ==,
 so an upsert that changes nothing makes no version.
 
@@ -35,11 +37,12 @@ class TopicRecord:
 
 
 class View(NamedTuple):
-    """A full view; unpacks as (version, members, topics). Treat the dicts as read-only."""
+    """A full view; unpacks as (version, members, topics, acls). Treat the dicts as read-only."""
 
     version: int
     members: Mapping[str, Any]
     topics: Mapping[str, Any]
+    acls: Mapping[str, Any] = {}
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,8 @@ class ViewDelta:
     topics_upserted: Mapping[str, Any] = field(default_factory=dict)
     topics_deleted: tuple[str, ...] = ()
     removed: tuple[str, ...] = ()  # member ids that left the view (expired tombstones)
+    acls_upserted: Mapping[str, Any] = field(default_factory=dict)
+    acls_deleted: tuple[str, ...] = ()
 
 
 class ViewLog:
@@ -64,6 +69,7 @@ class ViewLog:
         self._version = base
         self._members: dict[str, Any] = {}
         self._topics: dict[str, Any] = {}
+        self._acls: dict[str, Any] = {}
         self._deltas: deque[ViewDelta] = deque(maxlen=keep)
 
     @property
@@ -76,27 +82,35 @@ class ViewLog:
         topics: Mapping[str, Any] | None = None,
         topics_deleted: Iterable[str] = (),
         removed: Iterable[str] = (),
+        acls: Mapping[str, Any] | None = None,
+        acls_deleted: Iterable[str] = (),
     ) -> ViewDelta | None:
         """Apply one batch as one version; None when nothing actually changed.
         `removed`: member ids that leave the view (not an upsert to a state)."""
-        members, topics = members or {}, topics or {}
-        deleted, removed = tuple(topics_deleted), tuple(removed)
-        for what, both in (("topics", set(topics) & set(deleted)), ("members", set(members) & set(removed))):
+        members, topics, acls = members or {}, topics or {}, acls or {}
+        deleted, removed, acls_deleted = tuple(topics_deleted), tuple(removed), tuple(acls_deleted)
+        for what, both in (("topics", set(topics) & set(deleted)), ("members", set(members) & set(removed)),
+                           ("acls", set(acls) & set(acls_deleted))):
             if both:
                 raise ValueError(f"{what} both upserted and removed in one change: {sorted(both)}")
         up_m = {k: v for k, v in members.items() if k not in self._members or self._members[k] != v}
         del_m = tuple(dict.fromkeys(k for k in removed if k in self._members))
         up_t = {k: v for k, v in topics.items() if k not in self._topics or self._topics[k] != v}
         del_t = tuple(dict.fromkeys(k for k in deleted if k in self._topics))
-        if not (up_m or del_m or up_t or del_t):
+        up_a = {k: v for k, v in acls.items() if k not in self._acls or self._acls[k] != v}
+        del_a = tuple(dict.fromkeys(k for k in acls_deleted if k in self._acls))
+        if not (up_m or del_m or up_t or del_t or up_a or del_a):
             return None
-        delta = ViewDelta(self._version, self._version + 1, up_m, up_t, del_t, del_m)
+        delta = ViewDelta(self._version, self._version + 1, up_m, up_t, del_t, del_m, up_a, del_a)
         self._members.update(up_m)
         for k in del_m:
             del self._members[k]
         self._topics.update(up_t)
         for k in del_t:
             del self._topics[k]
+        self._acls.update(up_a)
+        for k in del_a:
+            del self._acls[k]
         self._version = delta.version
         self._deltas.append(delta)
         return delta
@@ -125,7 +139,7 @@ class ViewLog:
         return list(self._deltas)[i:]
 
     def snapshot(self) -> View:
-        return View(self._version, dict(self._members), dict(self._topics))
+        return View(self._version, dict(self._members), dict(self._topics), dict(self._acls))
 
 
 def merge(local: View, delta: ViewDelta) -> View | None:
@@ -142,7 +156,10 @@ def merge(local: View, delta: ViewDelta) -> View | None:
     topics = {**local.topics, **delta.topics_upserted}
     for name in delta.topics_deleted:
         topics.pop(name, None)
-    return View(delta.version, members, topics)
+    acls = {**local.acls, **delta.acls_upserted}
+    for key in delta.acls_deleted:
+        acls.pop(key, None)
+    return View(delta.version, members, topics, acls)
 
 
 class PlanRejection(str):

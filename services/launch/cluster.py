@@ -15,6 +15,13 @@ each service a certificate naming its role and id (`<log dir>/tls/<id>`, given a
 `--tls-dir`), the routing job one as `replan`, and the launcher and local clients one as
 `client/local` (`client_tls`).
 
+With `auth`, every service runs `--auth tokens` with a throw-away tokens file
+(`<log dir>/auth/tokens.json`, mode 0600): a member token the services share (given in
+their environment, not argv), an `admin` token (group `admins`: the cluster admin, for
+the user and the launcher) and a `replan` token for the routing job. With TLS too, the
+local client certificate's user (`local`) is a superuser, since a certificate wins over
+a token (runtime/auth.py).
+
 Ready means: every service answers the gRPC health check with SERVING, every member is
 ALIVE in membership's view, every auxiliary process with a `ready_url` answers it. A
 process that exits before that fails the start with the tail of its log; the start then
@@ -112,7 +119,9 @@ class Cluster:
     extra: dict[str, list[str]] = field(default_factory=dict)  # role -> flags
     processes: list[Process] = field(default_factory=list)
     tls: bool = False  # mTLS everywhere, certificates from a throw-away CA (see the module doc)
+    auth: bool = False  # --auth tokens everywhere, a throw-away tokens file (see the module doc)
     _authority: object = field(default=None, repr=False)
+    _tokens: dict[str, str] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         for name, n, low in (("agents", self.agents, 1), ("matchers", self.matchers, 1),
@@ -197,8 +206,30 @@ class Cluster:
 
     @property
     def transport(self) -> Transport:
-        """How the launcher and its callers reach the services."""
-        return Transport(TlsDir(self.client_tls)) if self.tls else PLAIN
+        """How the launcher and its callers reach the services (as the cluster admin)."""
+        if not (self.tls or self.auth):
+            return PLAIN
+        return Transport(TlsDir(self.client_tls) if self.tls else None, token=self.admin_token)
+
+    @property
+    def tokens_file(self) -> Path:
+        return self.log_dir / "auth" / "tokens.json"
+
+    @property
+    def tokens(self) -> dict[str, str]:
+        """name -> token of the cluster's tokens file (written on first use); {} without auth."""
+        if not self.auth:
+            return {}
+        if self._tokens is None:
+            from echelon.runtime.credentials import write_tokens_file
+
+            self._tokens = write_tokens_file(self.tokens_file, {"admin": ["admins"], "replan": ["admins"]})
+        return self._tokens
+
+    @property
+    def admin_token(self) -> str:
+        """The cluster admin's token ("" without auth)."""
+        return self.tokens.get("admin", "")
 
     def _certificates(self, role: str, name: str, hosts: tuple[str, ...]) -> Path:
         """`<log dir>/tls/<name>` (issued on first use; the CA too)."""
@@ -254,7 +285,10 @@ class Cluster:
             return p.argv
         tls = ["--tls-dir", str(self._certificates(p.role, p.id, ("localhost", "127.0.0.1", p.site.ip)))] \
             if self.tls else []
-        return [*p.argv, *tls, "--peers" if p.role == "membership" else "--membership", ",".join(self.replicas)]
+        auth = ["--auth", "tokens", "--tokens-file", str(self.tokens_file), *(["--superusers", "local"] * self.tls)] \
+            if self.tokens else []
+        return [*p.argv, *tls, *auth, "--peers" if p.role == "membership" else "--membership",
+                ",".join(self.replicas)]
 
     def spawn(self, p: Process) -> None:
         p.starts += 1
@@ -262,6 +296,9 @@ class Cluster:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         if self.tls and not p.service:  # the routing job (and any auxiliary gRPC caller) as `replan`
             env["ECHELON_TLS_DIR"] = str(self._certificates("replan", "replan", ("localhost",)))
+        if self.tokens:  # secrets in the environment, not in argv (ps shows argv)
+            env["ECHELON_MEMBER_TOKEN" if p.service else "ECHELON_TOKEN"] = \
+                self.tokens["cluster" if p.service else "replan"]
         argv = self.command(p)
         with open(p.log, "ab") as log:
             log.write(f"=== start {p.starts} at {time.strftime('%H:%M:%S')}: {' '.join(argv)}\n".encode())

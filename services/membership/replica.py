@@ -1,5 +1,5 @@
 """One membership replica's state, without I/O: the glue between the failure detector,
-the view log and the replicated topic map and plan register (core/detector.py,
+the view log and the replicated topic and ACL maps and plan register (core/detector.py,
 core/view.py, core/replication.py).
 
 Everything is driven by the caller with `now` (monotonic seconds), so the whole replica
@@ -39,6 +39,7 @@ class Replica:
         self.detector = Detector(heartbeat_interval, **detector_options)
         self.log = ViewLog(keep=keep, base=started_us)
         self.topics = LwwMap(self.origin)
+        self.acls = LwwMap(self.origin)  # rule key -> AclRule (core/acl.py), replicated like topics
         self.plans = PlanRegister(self.origin)
         self.plan_epoch = 0  # this replica's view version when the current plan won here
         self.tombstone_ttl = tombstone_ttl
@@ -125,6 +126,30 @@ class Replica:
                                           topics_deleted=[k for k in changed if k not in live]))
         return changed
 
+    # -- ACL rules (LWW map, as topics) ---------------------------------------------
+
+    def put_acl(self, key: str, rule: Any) -> Entry:
+        """A local write; push the entry to the peers."""
+        entry = self.acls.put(key, rule)
+        self._publish(self.log.change(acls={key: rule}))
+        return entry
+
+    def delete_acl(self, key: str) -> Entry | None:
+        """A local delete; None when there is no such rule. Push the tombstone."""
+        entry = self.acls.delete(key)
+        if entry is not None:
+            self._publish(self.log.change(acls_deleted=(key,)))
+        return entry
+
+    def merge_acls(self, state: Mapping[str, Entry]) -> list[str]:
+        """Rules from a peer (push or pull); the view follows the winners."""
+        changed = self.acls.merge_state(state)
+        if changed:
+            live = self.acls.live()
+            self._publish(self.log.change(acls={k: live[k] for k in changed if k in live},
+                                          acls_deleted=[k for k in changed if k not in live]))
+        return changed
+
     # -- plans (LWW register) --------------------------------------------------------
 
     def accept_plan(self, version: int, plan: Any) -> Entry:
@@ -147,12 +172,13 @@ class Replica:
 
     # -- replication -----------------------------------------------------------------
 
-    def digest(self) -> tuple[str, str]:
-        return self.topics.digest(), self.plans.digest()
+    def digest(self) -> tuple[str, str, str]:
+        return self.topics.digest(), self.plans.digest(), self.acls.digest()
 
-    def merge_state(self, topics: Mapping[str, Entry], plan: Entry | None) -> bool:
+    def merge_state(self, topics: Mapping[str, Entry], plan: Entry | None,
+                    acls: Mapping[str, Entry] | None = None) -> bool:
         """A peer's full state (anti-entropy, restart); True when anything changed."""
-        changed = bool(self.merge_topics(topics))
+        changed = bool(self.merge_topics(topics)) | bool(self.merge_acls(acls or {}))
         return self.merge_plan(plan) or changed
 
     def _publish(self, delta: ViewDelta | None) -> None:

@@ -25,6 +25,7 @@ from echelon.membership.replica import Replica
 from echelon.membership.servicers import AdminServicer, ControlServicer, MembershipServicer, ReplicationServicer
 from echelon.membership.streams import Streams
 from echelon.membership.sync import Peers
+from echelon.runtime.auth import acl_cache
 from echelon.runtime.node import Node, NodeConfig
 from echelon.v1 import membership_pb2 as mpb
 from echelon.v1 import membership_pb2_grpc as mgrpc
@@ -110,6 +111,7 @@ class MembershipNode(Node):
         self.peers = Peers(self.replica, list(peers), self.registry, sync_interval, transport=self.server.transport)
         self.streams = Streams(self.replica, keepalive, watch_queue)
         self.metrics = Metrics(self)
+        self.server.access.acl = acl_cache(lambda: self.replica.log.version, self.replica.acls.live)
         self.replica.on_transitions.append(self._transitions)
         for add, servicer, service in (
             (mgrpc.add_MembershipServicer_to_server, MembershipServicer(self),

@@ -10,6 +10,7 @@ import time
 from contextlib import aclosing, contextmanager
 from typing import TYPE_CHECKING
 
+from echelon.core import acl
 from echelon.core.detector import MemberGone, StaleIncarnation, UnknownMember
 from echelon.membership import plans
 from echelon.membership.wire import STATES, record_from_pb, state_from_pb, state_to_pb
@@ -177,6 +178,46 @@ class AdminServicer(pgrpc.AdminServicer):
         self.node.peers.push(topics={request.name: entry})
         return ppb.DeleteTopicResponse()
 
+    # ACL rules: a last-writer-wins map like topics; the interceptor admitted only the cluster admin.
+
+    async def GrantAcl(self, request, context):
+        await self.node.peers.ready.wait()
+        rule = acl_rule(request)
+        new = acl.grant(self._rule(rule.key), rule)
+        self.node.peers.push(acls={rule.key: self.replica.put_acl(rule.key, acl_to_pb(new))})
+        return acl_to_pb(new)
+
+    async def RevokeAcl(self, request, context):
+        await self.node.peers.ready.wait()
+        rule = acl_rule(request)
+        old = self._rule(rule.key)
+        if old is None:
+            raise NotFound(f"no ACL rule for {rule.principal} on {rule.pattern!r}")
+        new = acl.revoke(old, rule)
+        entry = self.replica.put_acl(rule.key, acl_to_pb(new)) if new else self.replica.delete_acl(rule.key)
+        self.node.peers.push(acls={rule.key: entry})
+        return acl_to_pb(new) if new else pb.AclRule(principal=rule.principal, pattern=rule.pattern)
+
+    async def ListAcls(self, request, context):
+        await self.node.peers.ready.wait()
+        return ppb.ListAclsResponse(rules=[r for _, r in sorted(self.replica.acls.live().items())])
+
+    def _rule(self, key: str) -> acl.Rule | None:
+        r = self.replica.acls.get(key)
+        return None if r is None else acl.Rule(r.principal, r.pattern, frozenset(r.rights))
+
+
+def acl_rule(request: ppb.AclRequest) -> acl.Rule:
+    try:
+        return acl.make_rule(request.rule.principal, request.rule.pattern, request.rule.rights)
+    except acl.AclError as e:
+        raise InvalidArgument(str(e)) from None
+
+
+def acl_to_pb(rule: acl.Rule) -> pb.AclRule:
+    return pb.AclRule(principal=rule.principal, pattern=rule.pattern,
+                      rights=[r for r in acl.RIGHTS if r in rule.rights])
+
 
 class ControlServicer(mgrpc.ControlServicer):
     """Routing plans: validated here once, then a last-writer-wins register."""
@@ -216,12 +257,13 @@ class ReplicationServicer(mgrpc.ReplicationServicer):
 
     async def Digest(self, request, context):
         require_member(context, None, "membership", "Replication.Digest")
-        topics, plan = self.replica.digest()
-        return mpb.DigestResponse(origin=self.replica.origin, topics=topics, plan=plan)
+        topics, plan, acls = self.replica.digest()
+        return mpb.DigestResponse(origin=self.replica.origin, topics=topics, plan=plan, acls=acls)
 
     async def Pull(self, request, context):
         require_member(context, None, "membership", "Replication.Pull")
-        return state_to_pb(self.replica.origin, self.replica.topics.state(), self.replica.plans.current)
+        return state_to_pb(self.replica.origin, self.replica.topics.state(), self.replica.plans.current,
+                           self.replica.acls.state())
 
     async def Push(self, request, context):
         require_member(context, None, "membership", "Replication.Push")

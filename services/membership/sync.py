@@ -71,9 +71,10 @@ class Peers:
         await asyncio.gather(*tasks, return_exceptions=True)
         await asyncio.gather(*(ch.close() for ch in self._channels), return_exceptions=True)
 
-    def push(self, topics: Mapping[str, Entry] | None = None, plan: Entry | None = None) -> None:
+    def push(self, topics: Mapping[str, Entry] | None = None, plan: Entry | None = None,
+             acls: Mapping[str, Entry] | None = None) -> None:
         """Send entries just written here to every peer, without waiting."""
-        state = state_to_pb(self.replica.origin, topics or {}, plan)
+        state = state_to_pb(self.replica.origin, topics or {}, plan, acls)
         for address, stub in self._stubs.items():
             task = asyncio.create_task(self._push(address, stub, state))
             self._tasks.add(task)
@@ -101,7 +102,7 @@ class Peers:
                 del self._stubs[address]
                 return
             self._reachable.add(address)
-            if (d.topics, d.plan) == self.replica.digest():
+            if (d.topics, d.plan, d.acls) == self.replica.digest():
                 self.syncs.labels("equal").inc()
                 return
             state = await stub.Pull(mpb.PullRequest(origin=origin), timeout=RPC_TIMEOUT)

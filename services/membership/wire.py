@@ -43,7 +43,8 @@ def member_to_pb(rec: MemberRecord, last_beat_ms: int = 0) -> mpb.Member:
 def view_to_pb(view: View, last_beat_ms: Callable[[str], int]) -> mpb.View:
     return mpb.View(version=view.version,
                     members=[member_to_pb(r, last_beat_ms(i)) for i, r in sorted(view.members.items())],
-                    topics=[t for _, t in sorted(view.topics.items())])
+                    topics=[t for _, t in sorted(view.topics.items())],
+                    acls=[a for _, a in sorted(view.acls.items())])
 
 
 def delta_to_pb(d: ViewDelta, last_beat_ms: Callable[[str], int]) -> mpb.ViewDelta:
@@ -51,29 +52,39 @@ def delta_to_pb(d: ViewDelta, last_beat_ms: Callable[[str], int]) -> mpb.ViewDel
                          upserted=[member_to_pb(r, last_beat_ms(i)) for i, r in sorted(d.upserted.items())],
                          topics_upserted=[t for _, t in sorted(d.topics_upserted.items())],
                          topics_deleted=list(d.topics_deleted),
-                         removed=list(d.removed))
+                         removed=list(d.removed),
+                         acls_upserted=[a for _, a in sorted(d.acls_upserted.items())],
+                         acls_deleted=list(d.acls_deleted))
 
 
 def _stamp(s: Stamp) -> mpb.Stamp:
     return mpb.Stamp(version=s.version, origin=s.origin)
 
 
-def state_to_pb(origin: str, topics: Mapping[str, Entry], plan: Entry | None) -> mpb.ReplicaState:
+def state_to_pb(origin: str, topics: Mapping[str, Entry], plan: Entry | None,
+                acls: Mapping[str, Entry] | None = None) -> mpb.ReplicaState:
     out = mpb.ReplicaState(origin=origin)
     for name, e in sorted(topics.items()):
         t = out.topics.add(name=name, stamp=_stamp(e.stamp), deleted=e.deleted)
         if not e.deleted:
             t.topic.CopyFrom(e.value)
+    for key, e in sorted((acls or {}).items()):
+        a = out.acls.add(key=key, stamp=_stamp(e.stamp), deleted=e.deleted)
+        if not e.deleted:
+            a.rule.CopyFrom(e.value)
     if plan is not None:
         out.plan.stamp.CopyFrom(_stamp(plan.stamp))
         out.plan.plan.CopyFrom(plan.value)
     return out
 
 
-def state_from_pb(s: mpb.ReplicaState) -> tuple[dict[str, Entry], Entry | None]:
+def state_from_pb(s: mpb.ReplicaState) -> tuple[dict[str, Entry], Entry | None, dict[str, Entry]]:
+    """(topics, plan, acls): the arguments of `Replica.merge_state`."""
     topics = {t.name: Entry(Stamp(t.stamp.version, t.stamp.origin), None if t.deleted else t.topic, t.deleted)
               for t in s.topics}
     plan = None
     if s.HasField("plan"):
         plan = Entry(Stamp(s.plan.stamp.version, s.plan.stamp.origin), s.plan.plan)
-    return topics, plan
+    acls = {a.key: Entry(Stamp(a.stamp.version, a.stamp.origin), None if a.deleted else a.rule, a.deleted)
+            for a in s.acls}
+    return topics, plan, acls

@@ -10,6 +10,8 @@ import click
 from rich.console import Console
 from rich.live import Live
 
+from echelon.commands import TLS, TOKEN
+
 PROMETHEUS = click.option("--prometheus", "url", default="http://127.0.0.1:9090", show_default=True,
                           envvar="ECHELON_PROMETHEUS", help="Prometheus' URL (echelon up prints it).")
 
@@ -52,13 +54,15 @@ def top(url, topic, region, interval, once) -> None:
 @click.option("--stripes", default=1, type=click.IntRange(1, 16), show_default=True,
               help="Draw stripes 0..N-1 of the tree (a panel each).")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True, help="topo.png or topo.svg")
+@TLS
+@TOKEN
 def topology(url, addresses, topic_name, root, stripes, out) -> None:
     """Members by region, a topic's LBDD tree and the router links, coloured by congestion."""
     import asyncio
 
     import grpc
 
-    from echelon.commands import fetch_view
+    from echelon.commands import fetch_view, transport
     from echelon.observe.prometheus import PrometheusAPI
     from echelon.observe.topology import Topology, draw, link_states, members_of, pick_root, replicas, tree_edges
 
@@ -71,7 +75,7 @@ def topology(url, addresses, topic_name, root, stripes, out) -> None:
     view, last = None, None
     for address in [a for a in addresses.split(",") if a]:
         try:
-            view = asyncio.run(asyncio.wait_for(fetch_view(address), 5.0))
+            view = asyncio.run(asyncio.wait_for(fetch_view(address, transport()), 5.0))
             break
         except (grpc.aio.AioRpcError, asyncio.TimeoutError, click.ClickException) as e:
             last = e

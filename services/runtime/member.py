@@ -33,6 +33,7 @@ from typing import Callable
 
 import grpc
 
+from echelon.core.acl import rule_key
 from echelon.core.replication import watch_target
 from echelon.core.view import View, ViewDelta, merge
 from echelon.runtime.transport import INCARNATION_KEY, PLAIN, RECONNECT_OPTIONS, Transport
@@ -85,6 +86,7 @@ class MemberClient:
         self.version = 0
         self.members: dict[str, mpb.Member] = {}
         self.topics: dict[str, pb.Topic] = {}
+        self.acls: dict[str, pb.AclRule] = {}  # rule key -> rule (core/acl.py), from the view
         self.plan: mpb.RoutingPlan | None = None  # the adopted plan
         self.watching: str | None = None  # the replica being watched
         self._view_from: str | None = None  # the replica whose numbering self.version is in
@@ -354,19 +356,23 @@ class MemberClient:
             snap = update.snapshot
             self.members = {m.id: m for m in snap.members}
             self.topics = {t.name: t for t in snap.topics}
+            self.acls = {rule_key(a.principal, a.pattern): a for a in snap.acls}
             self.version = snap.version
             self._view_from = self.watching
         else:
             d = update.delta
-            local = View(self.version, self.members, self.topics)
+            local = View(self.version, self.members, self.topics, self.acls)
             view = merge(local, ViewDelta(d.from_version, d.version, {m.id: m for m in d.upserted},
                                           {t.name: t for t in d.topics_upserted}, tuple(d.topics_deleted),
-                                          tuple(d.removed)))
+                                          tuple(d.removed),
+                                          {rule_key(a.principal, a.pattern): a for a in d.acls_upserted},
+                                          tuple(d.acls_deleted)))
             if view is None:
                 return False
             if view is local:
                 return True  # a replay
             self.members, self.topics, self.version = dict(view.members), dict(view.topics), view.version
+            self.acls = dict(view.acls)
         self._adopt_plan()
         for callback in self._listeners:
             callback()

@@ -17,11 +17,12 @@ from pathlib import Path
 
 from prometheus_client import Gauge
 
+from echelon.runtime.auth import AuthConfig, acl_cache
 from echelon.runtime.member import MemberClient
 from echelon.runtime.metrics import serve_metrics
 from echelon.runtime.rtt import RttProber
 from echelon.runtime.server import Server
-from echelon.runtime.transport import PLAIN, TlsDir, Transport
+from echelon.runtime.transport import TlsDir, Transport
 from echelon.v1 import membership_pb2 as mpb
 
 log = logging.getLogger("echelon.node")
@@ -41,6 +42,7 @@ class NodeConfig:
     capacity: int = 1
     beat_interval: float = 0.2
     grace: float = 5.0
+    auth: AuthConfig = field(default_factory=AuthConfig)
     tls_dir: str = ""  # certificates (tls.crt, tls.key, ca.crt): every port and channel is TLS
     client_port: int | None = None  # an agent's port for clients without a certificate (TLS only)
     health_port: int | None = None  # plain-text health service alone, for probes that speak no TLS
@@ -63,8 +65,10 @@ class Node:
 
     def __init__(self, config: NodeConfig):
         self.config = config
-        transport = Transport(TlsDir(Path(config.tls_dir))) if config.tls_dir else PLAIN
-        self.server = Server(transport=transport)
+        # Every channel this node dials carries its member token (token and JWT modes).
+        transport = Transport(TlsDir(Path(config.tls_dir)) if config.tls_dir else None,
+                              token=config.auth.member_token)
+        self.server = Server(transport=transport, auth=config.auth)
         self.registry = self.server.registry
         self.membership: MemberClient | None = None
         self._metrics_http = None
@@ -104,6 +108,9 @@ class Node:
             self.membership = MemberClient(me, self.config.membership, self.config.beat_interval,
                                            self.server.transport)
             self.membership.on_change(self.on_view)
+            member = self.membership
+            # Keyed by the rules' dict too: a view from another replica numbers its versions anew.
+            self.server.access.acl = acl_cache(lambda: (member.version, id(member.acls)), lambda: member.acls)
             await self.membership.start()
             self.rtt = RttProber(self.config.id, self.membership, self.registry)
             self.rtt.start()

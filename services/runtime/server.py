@@ -1,8 +1,9 @@
 """Server bootstrap shared by every service.
 
-A `Server` is a `grpc.aio` server with the standard health service, reflection, and one
+A `Server` is a `grpc.aio` server with the standard health service, reflection, one
 interceptor that maps domain errors to precise statuses and counts every RPC in the
-standard `grpc_server_*` metrics. `run()` serves until SIGTERM/SIGINT, then marks the
+standard `grpc_server_*` metrics, and inside it the one that identifies and admits every
+call (runtime/auth.py). `run()` serves until SIGTERM/SIGINT, then marks the
 health NOT_SERVING, lets in-flight calls drain for `grace` seconds, and stops.
 """
 
@@ -20,6 +21,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import CollectorRegistry
 
+from echelon.runtime.auth import REASONS, Access, AuthConfig, AuthInterceptor
 from echelon.runtime.errors import status_of
 from echelon.runtime.metrics import RpcMetrics
 from echelon.runtime.transport import PLAIN, SERVER_OPTIONS, Transport
@@ -109,12 +111,17 @@ class Server:
     """One grpc.aio server: add servicers, `start(address)`, later `stop(grace)`. Its
     ports are plain or TLS as `transport` says (runtime/transport.py)."""
 
-    def __init__(self, registry: CollectorRegistry | None = None, transport: Transport = PLAIN):
+    def __init__(self, registry: CollectorRegistry | None = None, transport: Transport = PLAIN,
+                 auth: AuthConfig | None = None):
         self.transport = transport
         self.registry = registry or CollectorRegistry()
         self.rpc_metrics = RpcMetrics(self.registry)
+        self.access = Access(auth, self.registry)
         self.health = health.aio.HealthServicer()
-        self.grpc = grpc.aio.server(interceptors=[StatusInterceptor(self.rpc_metrics)], options=SERVER_OPTIONS)
+        size = self.access.config.limits.max_message_bytes
+        options = SERVER_OPTIONS + [("grpc.max_receive_message_length", size)]  # the last one counts
+        self.grpc = grpc.aio.server(interceptors=[StatusInterceptor(self.rpc_metrics), AuthInterceptor(self.access)],
+                                    options=options)
         self.service_names: list[str] = [health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
                                          reflection.SERVICE_NAME]
         self.port = 0
@@ -151,6 +158,9 @@ class Server:
         await self.grpc.start()
         for name in ["", *self.service_names]:
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        for name in self.service_names[2:]:  # zeros from the start, past health and reflection
+            for reason in REASONS:
+                self.access.refused.labels(name, reason)
         return self.port
 
     async def stop(self, grace: float = 5.0) -> None:

@@ -54,6 +54,7 @@ from urllib.parse import quote, unquote
 
 import grpc
 
+from echelon.runtime.bearer import AUTHORIZATION_KEY, BlockingBearer, bearer_interceptors  # noqa: F401 - re-exported
 from echelon.runtime.errors import PermissionDenied, Unauthenticated
 
 log = logging.getLogger("echelon.transport")
@@ -62,7 +63,8 @@ log = logging.getLogger("echelon.transport")
 MEMBER_KEY = "x-echelon-member"  # Relay.Stream: the sending member (checked against its certificate)
 SUBSCRIPTION_KEY = "x-echelon-subscription"  # Subscribe: initial metadata naming the subscription
 INCARNATION_KEY = "echelon-incarnation"  # a refused (stale) Join: the recorded incarnation, trailing
-AUTHORIZATION_KEY = "authorization"  # "Bearer <token>": clients without a certificate (runtime/auth.py)
+# AUTHORIZATION_KEY ("authorization": "Bearer <token>", for callers without a certificate)
+# is defined with the interceptors that send it (runtime/bearer.py) and imported above.
 
 # -- options ------------------------------------------------------------------------------
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
@@ -96,6 +98,7 @@ OWN_SUBCHANNEL = [("grpc.use_local_subchannel_pool", 1)]
 
 # -- certificates -------------------------------------------------------------------------
 TLS_DIR_ENV = "ECHELON_TLS_DIR"
+TOKEN_ENV = "ECHELON_TOKEN"  # a client's bearer token when none is given (the SDK, the CLI, the routing job)
 SERVER_NAME = "echelon"  # a DNS name every service certificate carries (see the module doc)
 TRUST_DOMAIN = "echelon"
 # Roles a certificate can name: the members' (membership.proto Role, lower case, without
@@ -250,9 +253,12 @@ A = TypeVar("A")
 
 @dataclass
 class Transport:
-    """How one node (or one client) dials and serves: plain text, or TLS from `tls`."""
+    """How one node (or one client) dials and serves: plain text, or TLS from `tls`.
+    `token`: a bearer token every call it dials carries (AUTHORIZATION_KEY), "" for none:
+    a node's member token or a client's token (runtime/auth.py)."""
 
     tls: TlsDir | None = None
+    token: str = ""
     _loaded: tuple | None = field(default=None, repr=False)  # (stamp, key, chain, ca)
     generation: int = 0  # how many times the files were read: a channel made at an older one is stale
 
@@ -293,16 +299,17 @@ class Transport:
     def dial(self, address: str, options: Iterable[tuple[str, object]] = ()) -> grpc.aio.Channel:
         """An asyncio channel with the cluster's settings (plus `options`)."""
         opts = self._target(options)
+        interceptors = bearer_interceptors(self.token) if self.token else None
         if self.tls is None:
-            return grpc.aio.insecure_channel(address, options=opts)
-        return grpc.aio.secure_channel(address, self.credentials(), options=opts)
+            return grpc.aio.insecure_channel(address, options=opts, interceptors=interceptors)
+        return grpc.aio.secure_channel(address, self.credentials(), options=opts, interceptors=interceptors)
 
     def dial_blocking(self, address: str, options: Iterable[tuple[str, object]] = ()) -> grpc.Channel:
         """A blocking channel (the routing job's calls), same settings."""
         opts = self._target(options)
-        if self.tls is None:
-            return grpc.insecure_channel(address, options=opts)
-        return grpc.secure_channel(address, self.credentials(), options=opts)
+        channel = grpc.insecure_channel(address, options=opts) if self.tls is None else \
+            grpc.secure_channel(address, self.credentials(), options=opts)
+        return grpc.intercept_channel(channel, BlockingBearer(self.token)) if self.token else channel
 
     def serve(self, server, address: str, client_certificates: bool = True) -> int:
         """Bind `address` on a grpc (aio) server; with TLS, every handshake takes the

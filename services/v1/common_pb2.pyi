@@ -133,3 +133,13 @@ class Event(_message.Message):
     ordering_key: str
     publish_time_unix_nanos: int
     def __init__(self, id: _Optional[_Union[MessageId, _Mapping]] = ..., topic: _Optional[str] = ..., attributes: _Optional[_Mapping[str, Value]] = ..., payload: _Optional[bytes] = ..., ordering_key: _Optional[str] = ..., publish_time_unix_nanos: _Optional[int] = ...) -> None: ...
+
+class AclRule(_message.Message):
+    __slots__ = ("principal", "pattern", "rights")
+    PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
+    PATTERN_FIELD_NUMBER: _ClassVar[int]
+    RIGHTS_FIELD_NUMBER: _ClassVar[int]
+    principal: str
+    pattern: str
+    rights: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, principal: _Optional[str] = ..., pattern: _Optional[str] = ..., rights: _Optional[_Iterable[str]] = ...) -> None: ...

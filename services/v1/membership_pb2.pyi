@@ -61,30 +61,36 @@ class Member(_message.Message):
     def __init__(self, id: _Optional[str] = ..., role: _Optional[_Union[Role, str]] = ..., address: _Optional[str] = ..., region: _Optional[str] = ..., capacity: _Optional[int] = ..., incarnation: _Optional[int] = ..., state: _Optional[_Union[MemberState, str]] = ..., publishes: _Optional[_Iterable[str]] = ..., subscribes: _Optional[_Iterable[str]] = ..., last_beat_unix_ms: _Optional[int] = ..., metrics_address: _Optional[str] = ...) -> None: ...
 
 class View(_message.Message):
-    __slots__ = ("version", "members", "topics")
+    __slots__ = ("version", "members", "topics", "acls")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     MEMBERS_FIELD_NUMBER: _ClassVar[int]
     TOPICS_FIELD_NUMBER: _ClassVar[int]
+    ACLS_FIELD_NUMBER: _ClassVar[int]
     version: int
     members: _containers.RepeatedCompositeFieldContainer[Member]
     topics: _containers.RepeatedCompositeFieldContainer[_common_pb2.Topic]
-    def __init__(self, version: _Optional[int] = ..., members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ..., topics: _Optional[_Iterable[_Union[_common_pb2.Topic, _Mapping]]] = ...) -> None: ...
+    acls: _containers.RepeatedCompositeFieldContainer[_common_pb2.AclRule]
+    def __init__(self, version: _Optional[int] = ..., members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ..., topics: _Optional[_Iterable[_Union[_common_pb2.Topic, _Mapping]]] = ..., acls: _Optional[_Iterable[_Union[_common_pb2.AclRule, _Mapping]]] = ...) -> None: ...
 
 class ViewDelta(_message.Message):
-    __slots__ = ("from_version", "version", "upserted", "topics_upserted", "topics_deleted", "removed")
+    __slots__ = ("from_version", "version", "upserted", "topics_upserted", "topics_deleted", "removed", "acls_upserted", "acls_deleted")
     FROM_VERSION_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     UPSERTED_FIELD_NUMBER: _ClassVar[int]
     TOPICS_UPSERTED_FIELD_NUMBER: _ClassVar[int]
     TOPICS_DELETED_FIELD_NUMBER: _ClassVar[int]
     REMOVED_FIELD_NUMBER: _ClassVar[int]
+    ACLS_UPSERTED_FIELD_NUMBER: _ClassVar[int]
+    ACLS_DELETED_FIELD_NUMBER: _ClassVar[int]
     from_version: int
     version: int
     upserted: _containers.RepeatedCompositeFieldContainer[Member]
     topics_upserted: _containers.RepeatedCompositeFieldContainer[_common_pb2.Topic]
     topics_deleted: _containers.RepeatedScalarFieldContainer[str]
     removed: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, from_version: _Optional[int] = ..., version: _Optional[int] = ..., upserted: _Optional[_Iterable[_Union[Member, _Mapping]]] = ..., topics_upserted: _Optional[_Iterable[_Union[_common_pb2.Topic, _Mapping]]] = ..., topics_deleted: _Optional[_Iterable[str]] = ..., removed: _Optional[_Iterable[str]] = ...) -> None: ...
+    acls_upserted: _containers.RepeatedCompositeFieldContainer[_common_pb2.AclRule]
+    acls_deleted: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, from_version: _Optional[int] = ..., version: _Optional[int] = ..., upserted: _Optional[_Iterable[_Union[Member, _Mapping]]] = ..., topics_upserted: _Optional[_Iterable[_Union[_common_pb2.Topic, _Mapping]]] = ..., topics_deleted: _Optional[_Iterable[str]] = ..., removed: _Optional[_Iterable[str]] = ..., acls_upserted: _Optional[_Iterable[_Union[_common_pb2.AclRule, _Mapping]]] = ..., acls_deleted: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ViewUpdate(_message.Message):
     __slots__ = ("snapshot", "delta", "keepalive")
@@ -267,14 +273,28 @@ class PlanEntry(_message.Message):
     def __init__(self, stamp: _Optional[_Union[Stamp, _Mapping]] = ..., plan: _Optional[_Union[RoutingPlan, _Mapping]] = ...) -> None: ...
 
 class ReplicaState(_message.Message):
-    __slots__ = ("origin", "topics", "plan")
+    __slots__ = ("origin", "topics", "plan", "acls")
     ORIGIN_FIELD_NUMBER: _ClassVar[int]
     TOPICS_FIELD_NUMBER: _ClassVar[int]
     PLAN_FIELD_NUMBER: _ClassVar[int]
+    ACLS_FIELD_NUMBER: _ClassVar[int]
     origin: str
     topics: _containers.RepeatedCompositeFieldContainer[TopicEntry]
     plan: PlanEntry
-    def __init__(self, origin: _Optional[str] = ..., topics: _Optional[_Iterable[_Union[TopicEntry, _Mapping]]] = ..., plan: _Optional[_Union[PlanEntry, _Mapping]] = ...) -> None: ...
+    acls: _containers.RepeatedCompositeFieldContainer[AclEntry]
+    def __init__(self, origin: _Optional[str] = ..., topics: _Optional[_Iterable[_Union[TopicEntry, _Mapping]]] = ..., plan: _Optional[_Union[PlanEntry, _Mapping]] = ..., acls: _Optional[_Iterable[_Union[AclEntry, _Mapping]]] = ...) -> None: ...
+
+class AclEntry(_message.Message):
+    __slots__ = ("key", "stamp", "rule", "deleted")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    STAMP_FIELD_NUMBER: _ClassVar[int]
+    RULE_FIELD_NUMBER: _ClassVar[int]
+    DELETED_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    stamp: Stamp
+    rule: _common_pb2.AclRule
+    deleted: bool
+    def __init__(self, key: _Optional[str] = ..., stamp: _Optional[_Union[Stamp, _Mapping]] = ..., rule: _Optional[_Union[_common_pb2.AclRule, _Mapping]] = ..., deleted: _Optional[bool] = ...) -> None: ...
 
 class DigestRequest(_message.Message):
     __slots__ = ("origin",)
@@ -283,14 +303,16 @@ class DigestRequest(_message.Message):
     def __init__(self, origin: _Optional[str] = ...) -> None: ...
 
 class DigestResponse(_message.Message):
-    __slots__ = ("origin", "topics", "plan")
+    __slots__ = ("origin", "topics", "plan", "acls")
     ORIGIN_FIELD_NUMBER: _ClassVar[int]
     TOPICS_FIELD_NUMBER: _ClassVar[int]
     PLAN_FIELD_NUMBER: _ClassVar[int]
+    ACLS_FIELD_NUMBER: _ClassVar[int]
     origin: str
     topics: str
     plan: str
-    def __init__(self, origin: _Optional[str] = ..., topics: _Optional[str] = ..., plan: _Optional[str] = ...) -> None: ...
+    acls: str
+    def __init__(self, origin: _Optional[str] = ..., topics: _Optional[str] = ..., plan: _Optional[str] = ..., acls: _Optional[str] = ...) -> None: ...
 
 class PullRequest(_message.Message):
     __slots__ = ("origin",)

@@ -225,3 +225,19 @@ class DurableOptions(_message.Message):
     idle_seconds: int
     replicas: int
     def __init__(self, start: _Optional[_Union[StartPosition, str]] = ..., max_messages: _Optional[int] = ..., max_bytes: _Optional[int] = ..., policy: _Optional[_Union[BacklogPolicy, str]] = ..., idle_seconds: _Optional[int] = ..., replicas: _Optional[int] = ...) -> None: ...
+
+class AclRequest(_message.Message):
+    __slots__ = ("rule",)
+    RULE_FIELD_NUMBER: _ClassVar[int]
+    rule: _common_pb2.AclRule
+    def __init__(self, rule: _Optional[_Union[_common_pb2.AclRule, _Mapping]] = ...) -> None: ...
+
+class ListAclsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListAclsResponse(_message.Message):
+    __slots__ = ("rules",)
+    RULES_FIELD_NUMBER: _ClassVar[int]
+    rules: _containers.RepeatedCompositeFieldContainer[_common_pb2.AclRule]
+    def __init__(self, rules: _Optional[_Iterable[_Union[_common_pb2.AclRule, _Mapping]]] = ...) -> None: ...

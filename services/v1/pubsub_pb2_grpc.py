@@ -220,6 +220,21 @@ class AdminStub:
                 request_serializer=echelon_dot_v1_dot_pubsub__pb2.DeleteTopicRequest.SerializeToString,
                 response_deserializer=echelon_dot_v1_dot_pubsub__pb2.DeleteTopicResponse.FromString,
                 _registered_method=True)
+        self.GrantAcl = channel.unary_unary(
+                '/echelon.v1.Admin/GrantAcl',
+                request_serializer=echelon_dot_v1_dot_pubsub__pb2.AclRequest.SerializeToString,
+                response_deserializer=echelon_dot_v1_dot_common__pb2.AclRule.FromString,
+                _registered_method=True)
+        self.RevokeAcl = channel.unary_unary(
+                '/echelon.v1.Admin/RevokeAcl',
+                request_serializer=echelon_dot_v1_dot_pubsub__pb2.AclRequest.SerializeToString,
+                response_deserializer=echelon_dot_v1_dot_common__pb2.AclRule.FromString,
+                _registered_method=True)
+        self.ListAcls = channel.unary_unary(
+                '/echelon.v1.Admin/ListAcls',
+                request_serializer=echelon_dot_v1_dot_pubsub__pb2.ListAclsRequest.SerializeToString,
+                response_deserializer=echelon_dot_v1_dot_pubsub__pb2.ListAclsResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -250,6 +265,26 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GrantAcl(self, request, context):
+        """Access control (core/acl.py): rights on topic patterns by identity or group.
+        Granting and revoking need the admin right on every topic ("*").
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RevokeAcl(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListAcls(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -272,6 +307,21 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.DeleteTopic,
                     request_deserializer=echelon_dot_v1_dot_pubsub__pb2.DeleteTopicRequest.FromString,
                     response_serializer=echelon_dot_v1_dot_pubsub__pb2.DeleteTopicResponse.SerializeToString,
+            ),
+            'GrantAcl': grpc.unary_unary_rpc_method_handler(
+                    servicer.GrantAcl,
+                    request_deserializer=echelon_dot_v1_dot_pubsub__pb2.AclRequest.FromString,
+                    response_serializer=echelon_dot_v1_dot_common__pb2.AclRule.SerializeToString,
+            ),
+            'RevokeAcl': grpc.unary_unary_rpc_method_handler(
+                    servicer.RevokeAcl,
+                    request_deserializer=echelon_dot_v1_dot_pubsub__pb2.AclRequest.FromString,
+                    response_serializer=echelon_dot_v1_dot_common__pb2.AclRule.SerializeToString,
+            ),
+            'ListAcls': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListAcls,
+                    request_deserializer=echelon_dot_v1_dot_pubsub__pb2.ListAclsRequest.FromString,
+                    response_serializer=echelon_dot_v1_dot_pubsub__pb2.ListAclsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -383,6 +433,87 @@ class Admin:
             '/echelon.v1.Admin/DeleteTopic',
             echelon_dot_v1_dot_pubsub__pb2.DeleteTopicRequest.SerializeToString,
             echelon_dot_v1_dot_pubsub__pb2.DeleteTopicResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GrantAcl(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/echelon.v1.Admin/GrantAcl',
+            echelon_dot_v1_dot_pubsub__pb2.AclRequest.SerializeToString,
+            echelon_dot_v1_dot_common__pb2.AclRule.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RevokeAcl(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/echelon.v1.Admin/RevokeAcl',
+            echelon_dot_v1_dot_pubsub__pb2.AclRequest.SerializeToString,
+            echelon_dot_v1_dot_common__pb2.AclRule.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListAcls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/echelon.v1.Admin/ListAcls',
+            echelon_dot_v1_dot_pubsub__pb2.ListAclsRequest.SerializeToString,
+            echelon_dot_v1_dot_pubsub__pb2.ListAclsResponse.FromString,
             options,
             channel_credentials,
             insecure,

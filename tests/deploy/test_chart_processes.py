@@ -2,9 +2,11 @@
 engine renders (minimal scenario: one membership replica, one matcher, one agent) are
 started with `python -m echelon`, the chart's `helm test` script publishes and receives
 through the agent, and SIGTERM ends every process within its terminationGracePeriodSeconds.
-Twice: in plain text, and with TLS from Secrets (`tls.source: secrets`), each component's
-Secret holding a component-wide certificate from a throw-away CA, where the probes reach
-the plain-text health port and every service port is mTLS.
+Three times: in plain text; with TLS from Secrets (`tls.source: secrets`), each
+component's Secret holding a component-wide certificate from a throw-away CA, where the
+probes reach the plain-text health port and every service port is mTLS; and with static
+tokens (`ci/auth-values.yaml`): the tokens file, the member and admin tokens from Secrets,
+where a call without a token is refused.
 
 What is not real: Kubernetes. Cluster DNS names and the pod IP become 127.0.0.1 and each
 service gets a free loopback port (values the chart takes), since this machine has no
@@ -75,8 +77,25 @@ def _tls_dir(template: dict, secrets: dict[str, str]) -> dict[str, str]:
     return {"ECHELON_TLS_DIR": secrets[volume["secret"]["secretName"]]} if volume else {}
 
 
-@pytest.mark.parametrize("tls", [False, True], ids=["plain", "tls-secrets"])
-def test_rendered_services_serve_and_pass_the_helm_test(tmp_path, tls):
+def _auth_secrets(tmp_path) -> tuple[dict[str, str], dict[tuple[str, str], str]]:
+    """What `ci/auth-values.yaml`'s Secrets stand for: the tokens file (its mount path ->
+    a file here) and the Secret keys the environment takes."""
+    from echelon.runtime.credentials import write_tokens_file
+
+    tokens = write_tokens_file(tmp_path / "auth" / "tokens.json", {"admin": ["admins"]})
+    return ({"/etc/echelon/auth/tokens.json": str(tmp_path / "auth" / "tokens.json")},
+            {("echelon-member-token", "member-token"): tokens["cluster"], ("echelon-admin-token", "token"): tokens["admin"]})
+
+
+def _secret_env(container: dict, keys: dict[tuple[str, str], str]) -> dict[str, str]:
+    """The container's environment from Secret keys (secretKeyRef)."""
+    return {e["name"]: keys[(ref["name"], ref["key"])] for e in container.get("env", [])
+            if (ref := e.get("valueFrom", {}).get("secretKeyRef"))}
+
+
+@pytest.mark.parametrize("tls, auth", [(False, False), (True, False), (False, True)],
+                         ids=["plain", "tls-secrets", "auth-tokens"])
+def test_rendered_services_serve_and_pass_the_helm_test(tmp_path, tls, auth):
     ports = {r: (free_port(), free_port(), free_port()) for r in ROLES}
     values = ci_values(CHART / "ci" / "minimal-values.yaml")
     for role, (port, metrics, health) in ports.items():
@@ -86,19 +105,26 @@ def test_rendered_services_serve_and_pass_the_helm_test(tmp_path, tls):
     if tls:
         values["tls"] = ci_values(CHART / "ci" / "tls-secrets-values.yaml")["tls"]
         secrets = _secrets(tmp_path, values)
+    files, keys = {}, {}
+    if auth:
+        values["auth"] = ci_values(CHART / "ci" / "auth-values.yaml")["auth"]
+        files, keys = _auth_secrets(tmp_path)
     objs = objects(values)
     procs: list[tuple[str, subprocess.Popen, int]] = []
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     env.pop("ECHELON_TLS_DIR", None)
+    env.pop("ECHELON_TOKEN", None)
     try:
         for role in ROLES:  # membership first, as its readiness gates the others' joins
             (o, c), = [(o, c) for o, c in service_containers(objs) if c["args"][0] == role]
-            args = [_on_loopback(a, f"{o['metadata']['name']}-0").replace("/var/lib/echelon", str(tmp_path / "data"))
+            args = [files.get(a, _on_loopback(a, f"{o['metadata']['name']}-0").replace("/var/lib/echelon",
+                                                                                        str(tmp_path / "data")))
                     for a in c["args"]]
             assert "command" not in c  # the image's entrypoint, `echelon`
             log = open(tmp_path / f"{role}.log", "wb")
             p = subprocess.Popen([sys.executable, "-m", "echelon", *args], stdout=log, stderr=subprocess.STDOUT,
-                                 env=dict(env, **_tls_dir(o["spec"]["template"], secrets)), start_new_session=True)
+                                 env=dict(env, **_tls_dir(o["spec"]["template"], secrets), **_secret_env(c, keys)),
+                                 start_new_session=True)
             procs.append((role, p, o["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]))
             probe = c["readinessProbe"]["grpc"]["port"]
             assert probe == ports[role][2 if tls else 0]
@@ -109,7 +135,7 @@ def test_rendered_services_serve_and_pass_the_helm_test(tmp_path, tls):
 
         (pod,) = of_kind(objs, "Pod")
         (c,) = pod["spec"]["containers"]
-        test_env = dict(env, **{e["name"]: e["value"] for e in c["env"]})
+        test_env = dict(env, **{e["name"]: e["value"] for e in c["env"] if "value" in e}, **_secret_env(c, keys))
         test_env.update(_tls_dir(pod, secrets))  # the mount the pod's /etc/echelon/tls stands for
         assert test_env["AGENT"] == f"echelon-agent.pubsub.svc.cluster.local:{ports['agent'][0]}"
         test_env["AGENT"] = _on_loopback(test_env["AGENT"], "")
@@ -117,6 +143,11 @@ def test_rendered_services_serve_and_pass_the_helm_test(tmp_path, tls):
                                 capture_output=True, text=True, timeout=90)
         assert result.returncode == 0, result.stdout + result.stderr
         assert "published and received" in result.stdout
+        if auth:  # the same script without the admin's token: refused before anything happens
+            result = subprocess.run([sys.executable, *c["command"][1:], *c["args"]],
+                                    env={k: v for k, v in test_env.items() if k != "ECHELON_TOKEN"},
+                                    capture_output=True, text=True, timeout=90)
+            assert result.returncode != 0 and "UNAUTHENTICATED" in result.stderr, result.stderr[-2000:]
     finally:
         for role, p, _ in reversed(procs):
             if p.poll() is None:

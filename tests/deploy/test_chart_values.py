@@ -58,6 +58,8 @@ OTHER = {
     ("tls", "source"): "secrets", ("tls", "certManager", "issuerRef", "kind"): "ClusterIssuer",
     ("tls", "certManager", "duration"): "12h", ("tls", "certManager", "renewBefore"): "4h",
     ("tls", "certManager", "caDuration"): "8760h",
+    ("auth", "mode"): "tokens", ("auth", "jwt", "jwksUrl"): "https://other.example/jwks",
+    ("auth", "superusers"): ["ops"], ("auth", "limits"): "publish_rate=7",
 }
 
 
@@ -107,7 +109,10 @@ def test_every_key_changes_the_output():
     tls_secrets = ci_values(CHART / "ci" / "tls-secrets-values.yaml") | {"router": everything["router"]}
     # cert-manager, with every Secret named too, so that switching the source renders.
     tls_cert_manager = {"tls": ci_values(CHART / "ci" / "tls-values.yaml")["tls"] | {"secrets": tls_secrets["tls"]["secrets"]}}
-    bases = [{}, everything, ci_values(CHART / "ci" / "spark-operator-values.yaml"), tls_cert_manager, tls_secrets]
+    auth = ci_values(CHART / "ci" / "auth-values.yaml")
+    jwt = {**tls_cert_manager, "auth": auth["auth"] | {"mode": "jwt", "jwt": {"jwksUrl": "https://idp.example/jwks"}}}
+    bases = [{}, everything, ci_values(CHART / "ci" / "spark-operator-values.yaml"), tls_cert_manager, tls_secrets,
+             auth, jwt]
     pending = set()
     if (CHART / "files" / "prometheus" / "rules.yaml").exists():
         bases.append({"metrics": {"prometheusRule": {"enabled": True}}})

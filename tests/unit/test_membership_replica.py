@@ -139,8 +139,15 @@ def test_the_replicated_state_survives_the_wire():
     a.put_topic("x", pb.Topic(name="x"))
     a.delete_topic("x")
     a.accept_plan(2, mpb.RoutingPlan(version=2, origin="job"))
-    topics, plan = state_from_pb(state_to_pb(a.origin, a.topics.state(), a.plans.current))
-    assert topics == a.topics.state() and plan == a.plans.current
+    a.put_acl("user:ann quotes", pb.AclRule(principal="user:ann", pattern="quotes", rights=["publish"]))
+    a.put_acl("user:bob *", pb.AclRule(principal="user:bob", pattern="*", rights=["admin"]))
+    a.delete_acl("user:bob *")
+    topics, plan, acls = state_from_pb(state_to_pb(a.origin, a.topics.state(), a.plans.current, a.acls.state()))
+    assert topics == a.topics.state() and plan == a.plans.current and acls == a.acls.state()
+    b, _ = replica("m1")
+    b.merge_state(topics, plan, acls)
+    assert b.digest() == a.digest() and dict(b.log.snapshot().acls) == dict(a.log.snapshot().acls)
+    assert list(b.log.snapshot().acls) == ["user:ann quotes"]
 
 
 def test_member_records_round_trip_and_bad_joins_are_refused():

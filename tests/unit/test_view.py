@@ -23,7 +23,7 @@ def test_every_change_is_one_version_and_no_op_changes_make_none():
     assert log.delete_topic("missing") is None
     d3 = log.delete_topic("t")
     assert d3.topics_deleted == ("t",)
-    version, members, topics = log.snapshot()
+    version, members, topics, _ = log.snapshot()
     assert version == 3 and set(members) == {"a", "b"} and topics == {}
 
 

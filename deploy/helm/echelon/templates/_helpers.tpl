@@ -86,6 +86,7 @@ app.kubernetes.io/part-of: echelon
 - {{ .values.grace | quote }}
 - --log-level
 - {{ .root.Values.logLevel | quote }}
+{{- include "echelon.authArgs" .root }}
 {{- end -}}
 
 {{/* The downward API variables the arguments above refer to as $(VAR). */}}
@@ -99,6 +100,7 @@ app.kubernetes.io/part-of: echelon
 - name: NODE_NAME
   valueFrom: {fieldRef: {fieldPath: spec.nodeName}}
 {{- include "echelon.tlsEnv" . }}
+{{- include "echelon.authEnv" (dict "root" . "client" false) }}
 {{- end -}}
 
 {{/* Named ports, native gRPC probes on the standard health service (on the plain-text
@@ -137,6 +139,7 @@ securityContext:
 volumeMounts:
   - {name: tmp, mountPath: /tmp}
   {{- include "echelon.tlsMount" .root | nindent 2 }}
+  {{- include "echelon.authMount" .root | nindent 2 }}
 {{- end -}}
 
 {{/* Pod settings every workload shares; refuses a termination period the drain does not fit in. */}}
@@ -290,4 +293,66 @@ spec:
 {{/* The issuer that signs the pods' certificates: the user's, or the chart's own CA issuer. */}}
 {{- define "echelon.tlsIssuerName" -}}
 {{- .Values.tls.certManager.issuerRef.name | default (include "echelon.componentName" (dict "root" . "component" "ca")) -}}
+{{- end -}}
+
+{{/* Client identity and ACLs (issue 14, services/runtime/auth.py): the services' flags
+     (secrets go in the environment, echelon.authEnv; the tokens file is mounted). With
+     TLS and `helm test`, the test pod's certificate user is a superuser: a certificate
+     wins over a token, and the test creates a topic. */}}
+{{- define "echelon.authArgs" -}}
+{{- $a := .Values.auth -}}
+{{- if ne $a.mode "none" }}
+{{- if and (eq $a.mode "tokens") (not $a.tokensSecret) }}{{ fail "auth.mode tokens needs auth.tokensSecret: a Secret whose key tokens.json is the tokens file" }}{{ end }}
+{{- if and (not .Values.tls.enabled) (not $a.memberToken.secretName) }}{{ fail "auth without tls needs auth.memberToken.secretName: the token the services call each other with" }}{{ end }}
+- --auth
+- {{ $a.mode | quote }}
+{{- if $a.tokensSecret }}
+- --tokens-file
+- /etc/echelon/auth/tokens.json
+{{- end }}
+{{- if eq $a.mode "jwt" }}
+- --jwks
+- {{ required "auth.jwt.jwksUrl: the identity provider's JWKS URL" $a.jwt.jwksUrl | quote }}
+- --jwt-audience
+- {{ $a.jwt.audience | quote }}
+{{- with $a.jwt.issuer }}
+- --jwt-issuer
+- {{ . | quote }}
+{{- end }}
+{{- end }}
+{{- $super := $a.superusers -}}
+{{- if and .Values.tls.enabled .Values.tests.enabled }}{{ $super = append $super (include "echelon.componentName" (dict "root" . "component" "test")) }}{{ end -}}
+{{- with $super }}
+- --superusers
+- {{ join "," . | quote }}
+{{- end }}
+{{- end }}
+{{- with $a.limits }}
+- --limits
+- {{ . | quote }}
+{{- end }}
+{{- end -}}
+
+{{/* A token from a Secret: the services' member token, or (client: true) the cluster
+     admin's token the routing job and the test pod send. (dict "root" $ "client" bool) */}}
+{{- define "echelon.authEnv" -}}
+{{- $a := .root.Values.auth -}}
+{{- $ref := ternary $a.clientToken $a.memberToken .client -}}
+{{- if and (ne $a.mode "none") $ref.secretName }}
+- name: {{ ternary "ECHELON_TOKEN" "ECHELON_MEMBER_TOKEN" .client }}
+  valueFrom: {secretKeyRef: {name: {{ $ref.secretName | quote }}, key: {{ $ref.key | quote }}}}
+{{- end }}
+{{- end -}}
+
+{{- define "echelon.authVolume" -}}
+{{- if and (ne .Values.auth.mode "none") .Values.auth.tokensSecret }}
+- name: auth
+  secret: {secretName: {{ .Values.auth.tokensSecret | quote }}, defaultMode: 0440}
+{{- end }}
+{{- end -}}
+
+{{- define "echelon.authMount" -}}
+{{- if and (ne .Values.auth.mode "none") .Values.auth.tokensSecret }}
+- {name: auth, mountPath: /etc/echelon/auth, readOnly: true}
+{{- end }}
 {{- end -}}

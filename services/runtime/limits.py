@@ -1,0 +1,132 @@
+"""Limits that keep one client from hurting the others, per identity on one server.
+
+- Publish rate: a token bucket per identity (`publish_rate` events/s, `publish_burst`
+  deep). An event over the rate is refused in its own ack with RESOURCE_EXHAUSTED and
+  the stream stays open: the producer slows down and retries, nothing else is affected.
+- Subscriptions: at most `subscriptions` open subscription streams per identity.
+- Streams: at most `streams_per_identity` concurrent streaming calls per identity and
+  `streams_per_connection` per connection (gRPC's peer address), so one client cannot
+  hold all of an agent's memory in stream state.
+- Sizes: `max_message_bytes` is the server's gRPC receive limit; attribute and
+  payload sizes are the topic schema's (`max_length`, `max_attribute_bytes`).
+
+Everything is on by default with values a real workload does not reach (tens of
+thousands of events per second per identity on one agent; the loadtests stay well
+below). Members (the cluster's own services) are not limited: their traffic is what the
+clients' limits already shaped. All decisions take `now` from the caller.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from echelon.runtime.transport import MAX_MESSAGE_BYTES
+
+_IDLE_BUCKETS = 10_000  # past this many buckets, full (idle) ones are dropped
+
+
+@dataclass(frozen=True)
+class Limits:
+    publish_rate: float = 50_000.0
+    publish_burst: int = 100_000
+    subscriptions: int = 10_000
+    streams_per_identity: int = 20_000
+    streams_per_connection: int = 5_000
+    max_message_bytes: int = MAX_MESSAGE_BYTES
+
+    def __post_init__(self) -> None:
+        for name in ("publish_rate", "publish_burst", "subscriptions", "streams_per_identity",
+                     "streams_per_connection", "max_message_bytes"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"limit {name} must be positive, not {getattr(self, name)}")
+
+
+def parse_limits(text: str) -> Limits:
+    """`publish_rate=500,subscriptions=100` (any of Limits' fields; the rest keep their
+    defaults) -> Limits; ValueError names what is wrong."""
+    fields = {f: type(getattr(Limits(), f)) for f in Limits.__dataclass_fields__}
+    values = {}
+    for item in (x.strip() for x in text.split(",")):
+        if not item:
+            continue
+        name, _, value = item.partition("=")
+        name = name.strip().replace("-", "_")
+        if name not in fields:
+            raise ValueError(f"limit {name!r}: one of {', '.join(fields)}")
+        try:
+            values[name] = fields[name](value.strip())
+        except ValueError:
+            raise ValueError(f"limit {name}={value!r}: not a number") from None
+    return Limits(**values)
+
+
+class TokenBucket:
+    """`rate` tokens per second, at most `burst` held; starts full."""
+
+    def __init__(self, rate: float, burst: float, now: float):
+        self.rate, self.burst = rate, burst
+        self.tokens, self.at = float(burst), now
+
+    def take(self, now: float, n: float = 1.0) -> bool:
+        self.tokens = min(self.burst, self.tokens + (now - self.at) * self.rate)
+        self.at = now
+        if self.tokens < n:
+            return False
+        self.tokens -= n
+        return True
+
+    def full(self, now: float) -> bool:
+        return self.tokens + (now - self.at) * self.rate >= self.burst
+
+
+class Quotas:
+    """The counters of one server. Keys are identity keys and connection (peer) names."""
+
+    def __init__(self, limits: Limits):
+        self.limits = limits
+        self._buckets: dict[str, TokenBucket] = {}
+        self.streams: Counter[str] = Counter()
+        self.connections: Counter[str] = Counter()
+        self.subscriptions: Counter[str] = Counter()
+
+    def publish(self, who: str, now: float) -> str | None:
+        """None, or why this event is over the identity's rate."""
+        bucket = self._buckets.get(who)
+        if bucket is None:
+            if len(self._buckets) >= _IDLE_BUCKETS:
+                self._buckets = {k: b for k, b in self._buckets.items() if not b.full(now)}
+            bucket = self._buckets[who] = TokenBucket(self.limits.publish_rate, self.limits.publish_burst, now)
+        if bucket.take(now):
+            return None
+        return (f"publish rate of {who} over its limit of {self.limits.publish_rate:g} events/s "
+                f"(burst {self.limits.publish_burst}): slow down and retry")
+
+    def open_stream(self, who: str, peer: str) -> str | None:
+        """Count a streaming call; None, or why it is refused (then nothing was counted)."""
+        lim = self.limits
+        if self.streams[who] >= lim.streams_per_identity:
+            return f"{who} holds {self.streams[who]} streams on this server, the limit is {lim.streams_per_identity}"
+        if self.connections[peer] >= lim.streams_per_connection:
+            return (f"connection {peer} holds {self.connections[peer]} streams, "
+                    f"the limit is {lim.streams_per_connection}")
+        self.streams[who] += 1
+        self.connections[peer] += 1
+        return None
+
+    def close_stream(self, who: str, peer: str) -> None:
+        for counter, key in ((self.streams, who), (self.connections, peer)):
+            counter[key] -= 1
+            if counter[key] <= 0:
+                del counter[key]
+
+    def open_subscription(self, who: str) -> str | None:
+        if self.subscriptions[who] >= self.limits.subscriptions:
+            return f"{who} holds {self.subscriptions[who]} subscriptions here, the limit is {self.limits.subscriptions}"
+        self.subscriptions[who] += 1
+        return None
+
+    def close_subscription(self, who: str) -> None:
+        self.subscriptions[who] -= 1
+        if self.subscriptions[who] <= 0:
+            del self.subscriptions[who]
