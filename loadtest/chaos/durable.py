@@ -25,7 +25,7 @@ from echelon.client import Client, Durable
 from echelon.core.durability import holders
 from echelon.core.filters import parse
 from loadtest import checker
-from loadtest.chaos.workload import FILTERS, TOPIC, Received
+from loadtest.chaos.workload import CREDITS, FILTERS, TOPIC, Received
 
 
 MAX_BACKLOG = 1_000_000
@@ -49,7 +49,7 @@ class DurableSubscriber:
     async def run(self) -> None:
         while not self.stopping:
             # A bound above the run's volume: a drop (DROP_OLDEST, counted) would be a chosen loss.
-            sub = self.client.subscribe(TOPIC, self.text, name=self.name, max_outstanding=64,
+            sub = self.client.subscribe(TOPIC, self.text, name=self.name, max_outstanding=CREDITS,
                                         durable=Durable(max_messages=MAX_BACKLOG, max_bytes=1 << 30))
             try:
                 await asyncio.wait_for(sub.start(), 10.0)

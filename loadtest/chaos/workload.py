@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass
 
 from echelon.client import ACCEPTED, Client, EchelonError
+from echelon.client.errors import ClientClosed
 from echelon.core.filters import parse
 from echelon.runtime.transport import OWN_SUBCHANNEL, RECONNECT_OPTIONS
 from loadtest import checker
@@ -18,6 +19,11 @@ TOPIC = "chaos"
 SCHEMA = ["kind:string", "v:float:0:100", "n:int:0:1000000000"]
 FILTERS = ["", 'kind = "a"', "v >= 50", 'kind = "b" and v < 30', 'kind != "c" and v between 10 and 60']
 MAX_IN_FLIGHT = 2000  # unacknowledged publishes per producer before it waits
+# Deliveries a subscriber lets the agent have unsettled: it moves at most this many per round
+# trip, and must carry 600/s (an unfiltered subscription at 10x) across netem's 200-300 ms and
+# a loaded 2-core machine; 64 could not, so it fell behind past the agent's backlog bound
+# (Pub/Sub's and JetStream's default, as bench_events and bench_durable use).
+CREDITS = 1000
 
 
 def attributes(producer: int, seq: int) -> dict:
@@ -105,7 +111,7 @@ class Subscriber:
             # A channel of its own: a shared subchannel would keep the dead process's backoff.
             client._channels[self.address] = client.transport.dial(  # noqa: SLF001
                 self.address, RECONNECT_OPTIONS + OWN_SUBCHANNEL)
-            sub = client.subscribe(TOPIC, self.text, name=self.name, max_outstanding=64)
+            sub = client.subscribe(TOPIC, self.text, name=self.name, max_outstanding=CREDITS)
             try:
                 await asyncio.wait_for(sub.start(), 5.0)
                 self.opened.append(time.monotonic())
@@ -117,7 +123,8 @@ class Subscriber:
                         continue
                     self.log.append(Received(time.monotonic(), checker.Delivered(
                         msg.producer_id, msg.sequence, msg.redelivery_count, msg.ordering_key)))
-                    await msg.ack()  # queued for the stream: no wait for the write (no task per ack)
+                    with contextlib.suppress(ClientClosed):  # the stream ended: next() raises how
+                        await msg.ack()  # queued for the stream: no wait for the write (no task per ack)
             except Exception as e:  # noqa: BLE001 - any broken stream: reopen (bounded by `stopping`)
                 self.breaks += 1
                 self.ended.append((time.monotonic(), e.code.name if isinstance(e, EchelonError) else type(e).__name__))
