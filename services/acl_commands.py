@@ -3,26 +3,15 @@ agent by the cluster admin and replicated by membership like topics."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 
 import click
 from rich.table import Table
 
-from echelon.client import EchelonError
-from echelon.commands import AGENT, _fail, client, console
+from echelon.commands import AGENT, console, with_client
 from echelon.core.acl import RIGHTS
 
 
-def _run(agent: str, call):
-    async def run():
-        async with client(agent) as c:
-            return await call(c)
-
-    try:
-        return asyncio.run(run())
-    except EchelonError as e:
-        _fail(e)
 
 
 def _rights(values) -> list[str]:
@@ -59,7 +48,7 @@ def acl_grant(agent, principal, pattern, rights) -> None:
 
     Example: `echelon acl grant user:ann 'quotes.*' publish subscribe`."""
     rights = _rights(rights)
-    console.print(_show(_run(agent, lambda c: c.grant_acl(principal, pattern, rights))))
+    console.print(_show(with_client(agent, lambda c: c.grant_acl(principal, pattern, rights))))
 
 
 @acl.command("revoke")
@@ -70,7 +59,7 @@ def acl_grant(agent, principal, pattern, rights) -> None:
 def acl_revoke(agent, principal, pattern, rights) -> None:
     """Remove RIGHTS from the rule; a rule with none left is deleted."""
     rights = _rights(rights)
-    console.print(_show(_run(agent, lambda c: c.revoke_acl(principal, pattern, rights))))
+    console.print(_show(with_client(agent, lambda c: c.revoke_acl(principal, pattern, rights))))
 
 
 @acl.command("list")
@@ -78,7 +67,7 @@ def acl_revoke(agent, principal, pattern, rights) -> None:
 @click.option("--json", "as_json", is_flag=True)
 def acl_list(agent, as_json) -> None:
     """List the rules."""
-    rules = _run(agent, lambda c: c.list_acls())
+    rules = with_client(agent, lambda c: c.list_acls())
     if as_json:
         print(json.dumps([{"principal": r.principal, "pattern": r.pattern, "rights": list(r.rights)}
                           for r in rules]))

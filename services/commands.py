@@ -49,6 +49,18 @@ def client(agent: str) -> Client:
     return Client(agent, tls=meta.get(TLS_DIR), token=meta.get(TOKEN_KEY))
 
 
+def with_client(agent: str, call):
+    """`call(client)` on a client of `agent`, run to its end; a failure is the command's error."""
+    async def run():
+        async with client(agent) as c:
+            return await call(c)
+
+    try:
+        return asyncio.run(run())
+    except EchelonError as e:
+        _fail(e)
+
+
 def transport() -> Transport:
     """The command's channels to services (membership), over TLS if given --tls-dir, with
     its --token."""

@@ -3,7 +3,6 @@ for the whole cluster (services/agent/durable_rpc.py)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from datetime import datetime
@@ -12,21 +11,10 @@ import click
 from google.protobuf.json_format import MessageToDict
 from rich.table import Table
 
-from echelon.client import EchelonError
-from echelon.commands import AGENT, _fail, client, console
+from echelon.commands import AGENT, console, with_client
 from echelon.v1 import pubsub_pb2 as ppb
 
 
-def _run(agent: str, call):
-    """`call(client)` on a client of `agent`; a failure is the command's error."""
-    async def run():
-        async with client(agent) as c:
-            return await call(c)
-
-    try:
-        return asyncio.run(run())
-    except EchelonError as e:
-        _fail(e)
 
 
 def _age(ns: int) -> str:
@@ -46,7 +34,7 @@ def subscription() -> None:
 @AGENT
 @click.option("--json", "as_json", is_flag=True)
 def subscription_list(agent, as_json) -> None:
-    subs = _run(agent, lambda c: c.list_subscriptions())
+    subs = with_client(agent, lambda c: c.list_subscriptions())
     if as_json:
         print(json.dumps([MessageToDict(s) for s in subs]))
         return
@@ -61,7 +49,7 @@ def subscription_list(agent, as_json) -> None:
 @AGENT
 @click.argument("name")
 def subscription_show(agent, name) -> None:
-    print(json.dumps(MessageToDict(_run(agent, lambda c: c.get_subscription(name))), indent=2))
+    print(json.dumps(MessageToDict(with_client(agent, lambda c: c.get_subscription(name))), indent=2))
 
 
 @subscription.command("seek")
@@ -88,12 +76,12 @@ def subscription_seek(agent, name, when, message) -> None:
             except ValueError:
                 raise click.UsageError(f"--time {when!r}: ISO time or Unix seconds") from None
 
-    console.print(f"{name}: {_run(agent, lambda c: c.seek(name, **target))} messages owed")
+    console.print(f"{name}: {with_client(agent, lambda c: c.seek(name, **target))} messages owed")
 
 
 @subscription.command("delete")
 @AGENT
 @click.argument("name")
 def subscription_delete(agent, name) -> None:
-    _run(agent, lambda c: c.delete_subscription(name))
+    with_client(agent, lambda c: c.delete_subscription(name))
     console.print(f"deleted {name}")

@@ -4,6 +4,7 @@ membership, matchers and agents, all in the test's event loop."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -116,11 +117,23 @@ class Cluster:
         self.matcher_nodes.append(node)
         return node
 
-    async def add_agent(self, i: int, **kwargs) -> AgentNode:
-        node = AgentNode(self.config(f"agent-{i}"), **{**self.agent_kwargs, **kwargs})
+    async def add_agent(self, i: int, client_port: bool = False, **kwargs) -> AgentNode:
+        """`client_port`: the agent also serves token clients on a port that asks no certificate."""
+        config = self.config(f"agent-{i}")
+        if client_port:
+            config = dataclasses.replace(config, client_port=free_port())
+        node = AgentNode(config, **{**self.agent_kwargs, **kwargs})
         await node.start()
         self.agent_nodes.append(node)
         return node
+
+    def ca_only(self) -> Path:
+        """A TLS directory holding the cluster's CA alone: a caller without a certificate."""
+        d = Path(self.tls) / "ca-only"
+        if not d.exists():
+            d.mkdir()
+            (d / "ca.crt").write_bytes(self.authority.pem)
+        return d
 
     def client(self, i: int, token: str = "") -> Client:
         c = Client(self.agent_nodes[i].address, tls=self.tls_dir("client-test", "client") or None, token=token)

@@ -5,7 +5,6 @@ Bearer tokens without TLS, and a TLS cluster whose clients hold certificates or 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import importlib
 import pkgutil
 
@@ -14,9 +13,7 @@ import pytest
 import pytest_asyncio
 
 import echelon.v1
-from echelon.agent.server import AgentNode
 from echelon.client import Client, errors
-from echelon.launch import free_port
 from echelon.router.server import RouterNode
 from echelon.runtime.auth import POLICY, AuthConfig
 from echelon.runtime.credentials import write_tokens_file
@@ -141,12 +138,8 @@ async def test_over_tls_every_agent_rpc_on_the_client_port_refuses_a_call_withou
                 auth=AuthConfig(mode="tokens", tokens_file=str(path), member_token=t["cluster"]))
     try:
         await c.start()
-        agent = AgentNode(dataclasses.replace(c.config("agent-0"), client_port=free_port()))
-        await agent.start()
-        c.agent_nodes.append(agent)
-        ca_only = tmp_path / "ca-only"
-        ca_only.mkdir()
-        (ca_only / "ca.crt").write_bytes(c.authority.pem)
+        agent = await c.add_agent(0, client_port=True)
+        ca_only = c.ca_only()
         rpcs = every_rpc()
         calls = 0
         for token in ("", "not-a-token"):
@@ -295,12 +288,8 @@ async def test_a_client_certificate_names_the_caller_and_wins_over_a_token(token
                 auth=AuthConfig(mode="tokens", tokens_file=str(path), member_token=t["cluster"]))
     try:
         await c.start()
-        agent = AgentNode(dataclasses.replace(c.config("agent-0"), client_port=free_port()))
-        await agent.start()
-        c.agent_nodes.append(agent)
-        ca_only = tmp_path / "ca-only"
-        ca_only.mkdir()
-        (ca_only / "ca.crt").write_bytes(c.authority.pem)
+        agent = await c.add_agent(0, client_port=True)
+        ca_only = c.ca_only()
         client_port = f"127.0.0.1:{agent.server.client_port}"
         root = Client(client_port, tls=ca_only, token=t["root"])
         c.clients.append(root)

@@ -5,6 +5,7 @@ to the replica), resume from any agent, and seek within the topic's retention.""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 
 import pytest
@@ -179,5 +180,46 @@ async def test_restart_on_same_disk_and_seek(tmp_path):
             assert await c2.list_subscriptions() == []
         finally:
             await c2.close()
+    finally:
+        await cluster.stop()
+
+
+async def test_subscription_commands(tmp_path):
+    """`echelon subscription list|show|seek|delete` as a user runs them (click's runner, in a
+    thread: the CLI runs its own event loop) against real agents: what they print is the
+    Durable API's answer; a bad --message is a usage error; an unknown name fails by name."""
+    from click.testing import CliRunner
+
+    from echelon.cli import cli
+
+    async def echelon(*args: str):
+        r = await asyncio.to_thread(CliRunner().invoke, cli, ["subscription", *args, "--agent", agent])
+        return r.exit_code, r.output
+
+    cluster = await start(tmp_path, agents=1)
+    try:
+        agent = cluster.agent_nodes[0].address
+        c = cluster.client(0)
+        await c.create_topic(TOPIC)
+        sub = c.subscribe(TOPIC, "n >= 0", name="audit", durable=Durable(replicas=1))
+        await sub.start()
+        await publish(c, 4)
+        assert await take(sub, 4) == [0, 1, 2, 3]
+        await sub.close()
+        code, out = await echelon("list", "--json")
+        assert code == 0, out
+        [listed] = json.loads(out)
+        assert (listed["name"], listed["topic"], listed["holders"]) == ("audit", TOPIC, ["agent-0"])
+        code, out = await echelon("seek", "audit", "--message", "p0:2")
+        assert (code, out.split()) == (0, ["audit:", "3", "messages", "owed"])
+        code, out = await echelon("show", "audit")
+        assert code == 0 and json.loads(out)["backlogMessages"] == "3", out
+        code, out = await echelon("seek", "audit", "--message", "p0")
+        assert code == 2 and "PRODUCER:SEQUENCE" in out
+        code, out = await echelon("delete", "audit")
+        assert (code, out.strip()) == (0, "deleted audit")
+        assert await c.list_subscriptions() == []
+        code, out = await echelon("show", "audit")
+        assert code == 1 and "NOT_FOUND" in out and "audit" in out, out
     finally:
         await cluster.stop()

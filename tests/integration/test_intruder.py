@@ -9,13 +9,10 @@ watched view, a plan), so the report's intruder rows FAIL."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from pathlib import Path
 
 import pytest
 
-from echelon.agent.server import AgentNode
-from echelon.launch import free_port
 from echelon.runtime.auth import AuthConfig
 from echelon.runtime.credentials import write_tokens_file
 from echelon.runtime.transport import TlsDir, Transport
@@ -38,9 +35,7 @@ async def secured(tmp_path) -> tuple[Cluster, dict[str, str]]:
     c = Cluster(agents=0, tls=tmp_path / "tls", auth=auth)
     await c.start()
     for i in range(2):
-        node = AgentNode(dataclasses.replace(c.config(f"agent-{i}"), client_port=free_port()))
-        await node.start()
-        c.agent_nodes.append(node)
+        await c.add_agent(i, client_port=True)
     await wait_for(lambda: all(len(a.membership.alive(mpb.ROLE_AGENT)) == 2 for a in c.agent_nodes), what="agents")
     return c, t
 

@@ -7,7 +7,6 @@ while an open stream keeps flowing."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import socket
 import ssl
 
@@ -17,8 +16,6 @@ import pytest_asyncio
 from cryptography import x509
 from prometheus_client import generate_latest
 
-from echelon.agent.server import AgentNode
-from echelon.launch import free_port
 from echelon.runtime.certs import not_after
 from echelon.runtime.transport import MEMBER_KEY, TlsDir, Transport, peer_certificate_identity, spiffe_id
 from echelon.v1 import matcher_pb2 as xpb
@@ -134,9 +131,7 @@ async def test_a_forged_member_cannot_join_beat_leave_or_relay(tls_cluster):
 
 async def test_plain_text_and_certificate_less_callers_are_refused(tls_cluster, tmp_path):
     c = tls_cluster
-    ca_only = tmp_path / "ca-only"
-    ca_only.mkdir()
-    (ca_only / "ca.crt").write_bytes(c.authority.pem)
+    ca_only = c.ca_only()
     for address in (c.replicas[0], c.agent_nodes[0].address, c.matcher_nodes[0].address):
         async with grpc.aio.insecure_channel(address) as ch:
             await expect(grpc.StatusCode.UNAVAILABLE,
@@ -151,12 +146,8 @@ async def test_the_client_port_asks_no_certificate_and_refuses_service_rpcs(tmp_
     c = Cluster(agents=0, tls=tmp_path / "tls")
     try:
         await c.start()
-        agent = AgentNode(dataclasses.replace(c.config("agent-0"), client_port=free_port()))
-        await agent.start()
-        c.agent_nodes.append(agent)
-        ca_only = tmp_path / "ca-only"
-        ca_only.mkdir()
-        (ca_only / "ca.crt").write_bytes(c.authority.pem)
+        agent = await c.add_agent(0, client_port=True)
+        ca_only = c.ca_only()
         address = f"127.0.0.1:{agent.server.client_port}"
         async with Transport(TlsDir(ca_only)).dial(address) as ch:
             r = await health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=5)
