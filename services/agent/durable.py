@@ -34,7 +34,8 @@ Finding a subscription asks every agent of the view (one round of calls per open
 agent that does not hold it). Retention keeps what the holders received for durable
 subscriptions of the topic (the union of their filters), not every event published.
 
-Seek, delete and idle expiry apply on every holder; acks go on to the other holders in
+Seek, delete and idle expiry apply on every holder; the other agents (alive, serving,
+stubs, `locate`, telling co-holders) are durable_peers.py; acks go on to the other holders in
 durable_acks.py; retention of the log per topic and the REJECT_PUBLISH notices run in
 durable_upkeep.py, every second.
 """
@@ -47,11 +48,11 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import grpc
 from prometheus_client import Counter, Gauge
 
 from echelon.agent.durable_acks import AckReplicator
-from echelon.agent.durable_copies import CALL_TIMEOUT, copy_of, take_copy
+from echelon.agent.durable_copies import copy_of, take_copy
+from echelon.agent.durable_peers import Peers
 from echelon.agent.durable_sub import DurableSubscription
 from echelon.agent.durable_upkeep import flush_loop, maintain_loop
 from echelon.agent.store import Key, Store
@@ -59,13 +60,9 @@ from echelon.core.durability import Policy, holders
 from echelon.core.filters import Filter
 from echelon.runtime.errors import (Aborted, AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, OutOfRange,
                                     ResourceExhausted, Unavailable)
-from echelon.runtime.member import lifetime
-from echelon.runtime.transport import RECONNECT_OPTIONS
 from echelon.runtime.wire import attributes_from_pb, filter_from_pb, filter_from_request, filter_to_pb
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import durable_pb2 as dpb
-from echelon.v1 import durable_pb2_grpc as dgrpc
-from echelon.v1 import membership_pb2 as mpb
 from echelon.v1 import pubsub_pb2 as ppb
 
 if TYPE_CHECKING:
@@ -98,7 +95,7 @@ class Durables:
         self.subs: dict[str, DurableSubscription] = {}
         self.refusing: dict[str, tuple[str, Filter, float]] = {}  # name -> (topic, filter, until: monotonic)
         self.acks = AckReplicator(self)
-        self._channels: dict[tuple[str, int], grpc.aio.Channel] = {}  # (address, lifetime) -> channel
+        self.peers = Peers(self)
         self._syncing: dict[str, asyncio.Task] = {}
         r = node.registry
         self.dropped = Counter("echelon_durable_dropped_total", "Messages a durable subscription's backlog policy "
@@ -169,64 +166,6 @@ class Durables:
         if sub is not None:
             self.node.subscriptions.close(sub)
 
-    # -- the cluster as seen from here -----------------------------------------------------
-
-    def alive_agents(self) -> dict[str, mpb.Member]:
-        return {m.id: m for m in self.node.membership.alive(mpb.ROLE_AGENT)}
-
-    def serving(self, record: dpb.DurableSubscription) -> str:
-        """The first alive holder."""
-        alive = self.alive_agents()
-        for h in record.holders:
-            if h == self.me or h in alive:
-                return h
-        raise Unavailable(f"no holder of durable subscription {record.name!r} is alive "
-                          f"({', '.join(record.holders)})")
-
-    def stub(self, agent: str) -> dgrpc.DurableStub:
-        """A stub on a channel per process lifetime of `agent`: a restarted holder is reached
-        at once, not after the old channel's reconnect backoff (gRPC's grows to 120 s)."""
-        member = self.alive_agents().get(agent)
-        if member is None:
-            raise Unavailable(f"agent {agent} is not alive")
-        key = (member.address, lifetime(member.incarnation))
-        ch = self._channels.get(key)
-        if ch is None:
-            for old in [k for k in self._channels if k[0] == member.address]:
-                asyncio.create_task(self._channels.pop(old).close())
-            ch = self._channels[key] = self.node.server.transport.dial(member.address, RECONNECT_OPTIONS)
-        return dgrpc.DurableStub(ch)
-
-    def dial(self, agent: str) -> grpc.aio.Channel:
-        """A channel of its own to `agent` (a relayed subscriber stream; closed with it)."""
-        return self.node.server.transport.dial(self.alive_agents()[agent].address)
-
-    async def locate(self, name: str) -> dpb.DurableSubscription | None:
-        """The record, from here or from any agent of the view that holds it; None only when
-        every agent answered that it holds none (Unavailable otherwise: creating it then
-        could make a second one beside copies that did not answer)."""
-        if name in self.subs:
-            return self.subs[name].record
-        others = [a for a in self.alive_agents() if a != self.me]
-        silent = []
-
-        async def ask(agent: str):
-            try:
-                return await self.stub(agent).GetSubscription(dpb.GetSubscriptionRequest(name=name, local=True),
-                                                              timeout=CALL_TIMEOUT)
-            except grpc.aio.AioRpcError as e:
-                if e.code() != grpc.StatusCode.NOT_FOUND:
-                    silent.append(agent)
-            except Unavailable:
-                silent.append(agent)
-        for found in await asyncio.gather(*(ask(a) for a in others)):
-            if found is not None:
-                return found
-        if silent:
-            raise Unavailable(f"durable subscription {name!r}: agents {', '.join(sorted(silent))} did not answer "
-                              f"whether they hold it; try again")
-        return None
-
     # -- opening a stream ------------------------------------------------------------------
 
     async def route(self, open_: ppb.SubscriptionOpen) -> str | None:
@@ -234,14 +173,14 @@ class Durables:
         if this agent holds it (or nobody does yet: it is created here); otherwise it goes
         on to the serving holder, which serves it (at most two hops)."""
         check_name(open_.subscription)
-        record = await self.locate(open_.subscription)
+        record = await self.peers.locate(open_.subscription)
         if record is None:
-            agents = sorted({*self.alive_agents(), self.me})
+            agents = sorted({*self.peers.alive(), self.me})
             target = self.me if open_.routed else holders(open_.subscription, agents, self._replicas(open_.durable))[0]
         elif open_.routed and self.me in record.holders:
             target = self.me
         else:
-            target = self.serving(record)
+            target = self.peers.serving(record)
         return None if target == self.me else target
 
     def _replicas(self, o: ppb.DurableOptions) -> int:
@@ -255,7 +194,7 @@ class Durables:
         flt.validate(self.node.topics.schema(topic))
         sub = self.subs.get(name)
         if sub is None:
-            record = await self.locate(name)
+            record = await self.peers.locate(name)
             if record is not None and self.me not in record.holders:
                 raise Unavailable(f"durable subscription {name!r} is held by {', '.join(record.holders)}: try again")
             if record is not None:
@@ -293,7 +232,7 @@ class Durables:
                                      max_bytes=o.max_bytes or d.max_bytes,
                                      policy=o.policy or ppb.BACKLOG_POLICY_DROP_OLDEST,
                                      idle_seconds=o.idle_seconds or d.idle_seconds, replicas=self._replicas(o))
-        agents = sorted({*self.alive_agents(), self.me})
+        agents = sorted({*self.peers.alive(), self.me})
         chosen = holders(name, agents, options.replicas)
         if self.me not in chosen:  # another agent's view routed it here: this one serves it
             chosen = [self.me, *chosen[:-1]]
@@ -335,20 +274,7 @@ class Durables:
 
     async def _tell_holders(self, sub: DurableSubscription, change: dpb.DurableChange) -> None:
         """One change to every other alive holder (those down sync when they come back)."""
-        await self.tell([h for h in sub.holders if h != self.me and h in self.alive_agents()], change)
-
-    async def tell(self, agents: list[str], change: dpb.DurableChange) -> None:
-        await asyncio.gather(*(self.tell_one(a, change) for a in agents))
-
-    async def tell_one(self, agent: str, change: dpb.DurableChange) -> bool:
-        """One change to one agent; False (counted) if it did not take it."""
-        try:
-            await self.stub(agent).Apply(change, timeout=CALL_TIMEOUT)
-            return True
-        except (grpc.aio.AioRpcError, Unavailable) as e:
-            self.replication_failures.inc()
-            log.info("durable %s: %s did not take a change: %s", change.name, agent, e)
-            return False
+        await self.peers.tell([h for h in sub.holders if h != self.me and h in self.peers.alive()], change)
 
     def syncing(self, name: str) -> bool:
         return name in self._syncing
@@ -427,7 +353,7 @@ class Durables:
     async def delete(self, record: dpb.DurableSubscription) -> None:
         """Gone from every alive holder (one that is down finds out when it syncs)."""
         self.apply_delete(record.name)
-        await self.tell([h for h in record.holders if h != self.me and h in self.alive_agents()],
+        await self.peers.tell([h for h in record.holders if h != self.me and h in self.peers.alive()],
                         dpb.DurableChange(name=record.name, delete=True))
 
     def apply_delete(self, name: str) -> None:

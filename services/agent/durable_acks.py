@@ -78,7 +78,7 @@ class AckReplicator:
             chunk = keys[i:i + BATCH]
             change = dpb.DurableChange(name=name, acks=dpb.DurableAcks(
                 ids=[pb.MessageId(producer_id=p, sequence=s) for p, s in chunk]))
-            if agent not in self.d.alive_agents() or not await self.d.tell_one(agent, change):
+            if agent not in self.d.peers.alive() or not await self.d.peers.tell_one(agent, change):
                 self._retry.setdefault((agent, name), []).extend(keys[i:])
                 self._bound()
                 return

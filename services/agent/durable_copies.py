@@ -32,9 +32,9 @@ async def take_copy(d: Durables, sub: DurableSubscription) -> None:
     await d.register(sub)
     fresh = sub.empty
     answered_all = True
-    for h in [h for h in sub.holders if h != d.me and h in d.alive_agents()]:
+    for h in [h for h in sub.holders if h != d.me and h in d.peers.alive()]:
         try:
-            state = await d.stub(h).Fetch(dpb.FetchRequest(name=sub.name), timeout=CALL_TIMEOUT)
+            state = await d.peers.stub(h).Fetch(dpb.FetchRequest(name=sub.name), timeout=CALL_TIMEOUT)
         except grpc.aio.AioRpcError as e:
             if e.code() == grpc.StatusCode.NOT_FOUND:  # a tombstone there
                 log.info("durable %s: deleted on %s while this agent was down", sub.name, h)

@@ -15,7 +15,8 @@ from typing import AsyncIterator
 
 import grpc
 
-from echelon.agent.durable import CALL_TIMEOUT, Durables, check_name
+from echelon.agent.durable import Durables, check_name
+from echelon.agent.durable_copies import CALL_TIMEOUT
 from echelon.runtime.errors import NotFound, Unavailable, from_rpc_error
 from echelon.runtime.transport import require_member
 from echelon.v1 import durable_pb2 as dpb
@@ -39,14 +40,14 @@ class DurableServicer(dgrpc.DurableServicer):
 
     async def _record(self, name: str) -> dpb.DurableSubscription:
         check_name(name)
-        record = await self.d.locate(name)
+        record = await self.d.peers.locate(name)
         if record is None:
             raise NotFound(f"durable subscription {name!r} does not exist")
         return record
 
     async def _on(self, agent: str, method: str, request):
         try:
-            return await getattr(self.d.stub(agent), method)(request, timeout=CALL_TIMEOUT)
+            return await getattr(self.d.peers.stub(agent), method)(request, timeout=CALL_TIMEOUT)
         except grpc.aio.AioRpcError as e:
             raise from_rpc_error(e) from None
 
@@ -58,15 +59,15 @@ class DurableServicer(dgrpc.DurableServicer):
 
         async def ask(agent: str):
             try:
-                return (await d.stub(agent).ListSubscriptions(dpb.ListSubscriptionsRequest(local=True),
+                return (await d.peers.stub(agent).ListSubscriptions(dpb.ListSubscriptionsRequest(local=True),
                                                               timeout=CALL_TIMEOUT)).subscriptions
             except (grpc.aio.AioRpcError, Unavailable):
                 return []
-        copies = mine + [s for found in await asyncio.gather(*(ask(a) for a in d.alive_agents() if a != d.me))
+        copies = mine + [s for found in await asyncio.gather(*(ask(a) for a in d.peers.alive() if a != d.me))
                          for s in found]
         best: dict[str, dpb.DurableSubscription] = {}
         for s in copies:
-            serving = next((h for h in s.holders if h == d.me or h in d.alive_agents()), None)
+            serving = next((h for h in s.holders if h == d.me or h in d.peers.alive()), None)
             if s.name not in best or s.answered_by == serving:
                 best[s.name] = s
         return dpb.ListSubscriptionsResponse(subscriptions=[best[n] for n in sorted(best)])
@@ -80,7 +81,7 @@ class DurableServicer(dgrpc.DurableServicer):
             return sub.describe(d.me)
         record = await self._record(request.name)
         d.node.server.access.require("subscribe", record.topic, SERVICE)
-        serving = d.serving(record)
+        serving = d.peers.serving(record)
         if serving == d.me:
             return d.subs[request.name].describe(d.me)
         return await self._on(serving, "GetSubscription", dpb.GetSubscriptionRequest(name=request.name, local=True))
@@ -101,7 +102,7 @@ class DurableServicer(dgrpc.DurableServicer):
             return dpb.SeekResponse(backlog_messages=d.seek_local(sub, request))
         record = await self._record(request.name)
         d.node.server.access.require("subscribe", record.topic, SERVICE)
-        serving = d.serving(record)
+        serving = d.peers.serving(record)
         local = dpb.SeekRequest()
         local.CopyFrom(request)
         local.local = True
@@ -110,10 +111,10 @@ class DurableServicer(dgrpc.DurableServicer):
             answer = dpb.SeekResponse(backlog_messages=d.seek_local(d.subs[request.name], local))
         else:
             answer = await self._on(serving, "Seek", local)
-        others = [h for h in record.holders if h != serving and h != d.me and h in d.alive_agents()]
+        others = [h for h in record.holders if h != serving and h != d.me and h in d.peers.alive()]
         if serving != d.me and d.me in record.holders and request.name in d.subs:
             d.seek_local(d.subs[request.name], local)
-        await d.tell(others, dpb.DurableChange(name=request.name, seek=local))
+        await d.peers.tell(others, dpb.DurableChange(name=request.name, seek=local))
         return answer
 
     async def DeleteSubscription(self, request, context):

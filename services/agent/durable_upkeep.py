@@ -52,7 +52,7 @@ async def maintain(d: Durables, lifetimes: dict[str, int]) -> None:
         elif not sub.synced and not d.syncing(sub.name):
             asyncio.create_task(d.sync(sub))
     expire_retention(d, now)
-    agents = d.alive_agents()
+    agents = d.peers.alive()
     came_back = {a for a, m in agents.items() if a != d.me
                  and lifetimes.get(a, lifetime(m.incarnation)) != lifetime(m.incarnation)}
     lifetimes.update({a: lifetime(m.incarnation) for a, m in agents.items()})
@@ -60,12 +60,12 @@ async def maintain(d: Durables, lifetimes: dict[str, int]) -> None:
     for sub in list(d.subs.values()):
         back = [h for h in sub.holders if h in came_back]
         if back and sub.synced:  # a new process: it takes this copy if it has none or an older one
-            await d.tell(back, dpb.DurableChange(name=sub.name, create=sub.record))
+            await d.peers.tell(back, dpb.DurableChange(name=sub.name, create=sub.record))
         if sub.bound.policy is Policy.REJECT_PUBLISH and sub.synced:
             notice = dpb.BacklogFull(topic=sub.topic, filter=sub.record.filter, full=sub.full())
             if notice.full or sub.name in d.refusing:
                 change = dpb.DurableChange(name=sub.name, full=notice)
-                asyncio.create_task(d.tell([a for a in agents if a != d.me], change))
+                asyncio.create_task(d.peers.tell([a for a in agents if a != d.me], change))
                 await d.apply(change)
 
 

@@ -307,7 +307,7 @@ class PubSubServicer(pgrpc.PubSubServicer):
                 target = await node.durables.route(first.open)
                 if target is not None:
                     try:
-                        async for delivery in relay(node.durables.dial(target), first, request_iterator, context):
+                        async for delivery in relay(node.durables.peers.dial(target), first, request_iterator, context):
                             yield delivery
                     finally:
                         release()
@@ -415,7 +415,7 @@ class PubSubServicer(pgrpc.PubSubServicer):
         access = self.node.server.access  # the subscribe right on its topic (runtime/auth.py)
         sub = self.node.subscriptions.subs.get(request.subscription)
         if sub is None or sub.durable:
-            record = await self.node.durables.locate(request.subscription) if request.subscription else None
+            record = await self.node.durables.peers.locate(request.subscription) if request.subscription else None
             if record is not None:  # a durable subscription: gone from every holder
                 access.require("subscribe", record.topic, SERVICE)
                 await self.node.durables.delete(record)
