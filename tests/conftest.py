@@ -14,12 +14,27 @@ async def cluster():
         await c.stop()
 
 
+_spark = None  # started by pytest_collection_finish when a collected test needs it
+
+
+def pytest_collection_finish(session):
+    """Start Spark's JVM before any test runs, when one of them needs it. PySpark forks the
+    JVM from this process, and a fork while gRPC's threads are busy (every test before it
+    leaves some) once lost the child: "Java gateway process exited before sending its port
+    number", after grpc's "skipping fork() handlers"."""
+    global _spark
+    if any("spark" in getattr(item, "fixturenames", ()) for item in session.items):
+        from spark.session import session as spark_session
+
+        _spark = spark_session("local[*]")
+
+
 @pytest.fixture(scope="session")
 def spark():
     """One local[*] SparkSession for every Spark test of the run (a JVM start costs ~10 s)."""
     from spark.session import session
 
-    s = session("local[*]")
+    s = _spark or session("local[*]")
     try:
         yield s
     finally:
