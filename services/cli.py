@@ -1,7 +1,8 @@
 """The `echelon` command: run a service, a local cluster, the demo, or talk to a cluster.
 
 Every option can also come from the environment: `ECHELON_<COMMAND>_<OPTION>`, e.g.
-`ECHELON_AGENT_PORT=7200 echelon agent`.
+`ECHELON_AGENT_PORT=7200 echelon agent`. Services run on uvloop when it is installed;
+`ECHELON_EVENT_LOOP=asyncio` runs them on asyncio's own loop (runtime/loop.py).
 """
 
 from __future__ import annotations
@@ -109,7 +110,9 @@ def _config(member_id, host, port, advertise, metrics_port, region, beat_interva
 
 
 def _serve(make_node) -> None:
-    """Build the node inside the event loop (grpc.aio binds to the running loop) and serve."""
+    """Build the node inside the event loop (grpc.aio binds to the running loop) and serve,
+    on uvloop unless ECHELON_EVENT_LOOP=asyncio (runtime/loop.py)."""
+    from echelon.runtime import loop
     from echelon.runtime.server import run_until_signalled
 
     async def main() -> None:
@@ -125,7 +128,7 @@ def _serve(make_node) -> None:
 
         await run_until_signalled(start, node.stop)
 
-    asyncio.run(main())
+    loop.run(main())
 
 
 @click.group(context_settings={"auto_envvar_prefix": "ECHELON", "help_option_names": ["-h", "--help"]})

@@ -1,7 +1,21 @@
+import asyncio
+
 import pytest
 import pytest_asyncio
 
 from tests.harness import Cluster
+
+
+def pytest_asyncio_loop_factories(config, item):
+    """Async tests (and the in-process clusters in them) run on the loop the service
+    processes run on (runtime/loop.py): uvloop, or asyncio's with ECHELON_EVENT_LOOP=asyncio."""
+    from echelon.runtime.loop import chosen
+
+    if chosen() == "uvloop":
+        import uvloop
+
+        return {"uvloop": uvloop.new_event_loop}
+    return {"asyncio": asyncio.new_event_loop}
 
 
 @pytest_asyncio.fixture

@@ -23,8 +23,13 @@ log = logging.getLogger("echelon.agent.durable")
 
 
 async def flush_loop(d: Durables, period: float) -> None:
+    """A commit is fsynced at most `period` (plus one fsync) after it was made, as a timer
+    every `period` would, but the loop sleeps while nothing is committed."""
+    committed = d.store.committed
     while True:
+        await committed.wait()
         await asyncio.sleep(period)
+        committed.clear()  # before `dirty()` reads the changes: a later commit sets it again
         # In a thread: an fsync takes 1 to 25 ms on a busy disk, every `period` (10 ms by
         # default), and on the event loop it held up every stream of the agent meanwhile.
         if d.store.dirty():

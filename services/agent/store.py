@@ -81,6 +81,9 @@ class Store:
             self._loop = None
         self.flushes = 0
         self._synced = self.db.total_changes  # changes made when the last fsync began
+        # Set by every commit: the `batch` fsync loop sleeps on it, so an agent that writes
+        # nothing does not wake every period (it woke 100 times a second for nothing).
+        self.committed = asyncio.Event()
 
     @contextlib.contextmanager
     def _tx(self, group: bool = False) -> Iterator[sqlite3.Connection]:
@@ -107,12 +110,14 @@ class Store:
             return
         self._group = False
         self.db.execute("COMMIT")
+        self.committed.set()
 
     def commit(self) -> None:
         """The grouped appends, committed (the end of the tick, or before any other change)."""
         if self._group:
             self._group = False
             self.db.execute("COMMIT")
+            self.committed.set()
 
     def dirty(self) -> bool:
         """Has anything been committed since the last `flush` began (or is a transaction

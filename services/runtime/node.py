@@ -17,6 +17,7 @@ from pathlib import Path
 
 from prometheus_client import Gauge
 
+from echelon.runtime import loop
 from echelon.runtime.auth import AuthConfig, acl_cache
 from echelon.runtime.member import MemberClient
 from echelon.runtime.metrics import serve_metrics
@@ -116,7 +117,7 @@ class Node:
             self.rtt.start()
         await self.on_start()
         log.info("started", extra={"member": self.config.id, "address": self.address,
-                                   "metrics": self.metrics_address})
+                                   "metrics": self.metrics_address, "loop": loop.running()})
 
     async def stop(self, grace: float | None = None) -> None:
         grace = self.config.grace if grace is None else grace

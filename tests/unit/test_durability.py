@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import random
+import time
+from types import SimpleNamespace
 
+from echelon.agent.durable_upkeep import flush_loop
 from echelon.agent.store import Store
 from echelon.core.durability import Bound, Policy, admit, expired, holders, idle
 from echelon.v1 import common_pb2 as pb
@@ -178,3 +182,37 @@ def test_store_flush_fsyncs_only_after_changes(tmp_path):
     tick()
     assert store.flushes == 2
     store.close()
+
+
+async def test_flush_loop_wakes_for_commits_only(tmp_path):
+    """The `batch` fsync loop fsyncs a commit (a grouped append, committed at the end of its
+    tick) and then waits for the next commit, not for a timer: an agent that writes nothing
+    does no periodic work (it woke every 10 ms before)."""
+    store = Store(tmp_path, "batch")
+    flushes = []
+    task = asyncio.create_task(flush_loop(SimpleNamespace(store=store, flushes=SimpleNamespace(
+        inc=lambda: flushes.append(1))), 0.005))
+
+    async def until(cond):
+        deadline = time.monotonic() + 20
+        while not cond():
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.001)
+
+    def waiting():  # parked on the commit event, no timer pending
+        return bool(store.committed._waiters) and not store.committed.is_set()
+
+    try:
+        await until(waiting)
+        assert store.flushes == 0
+        store.append(event(1, 10), ["a"])  # grouped: committed by call_soon at the end of this tick
+        await until(lambda: store.flushes == 1)
+        await until(waiting)
+        store.ack("a", "t", [("p", 1)])  # committed at once
+        await until(lambda: store.flushes == 2)
+        await until(waiting)
+        assert len(flushes) == 2
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        store.close()

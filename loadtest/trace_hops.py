@@ -1,0 +1,294 @@
+"""Where one event's latency goes, hop by hop (issue 12): `python -m loadtest.trace_hops`.
+
+The bench cluster of loadtest.bench_events (4 agents, 3 matchers, 3 membership replicas,
+2% selectivity, 50 subscriptions, one publisher on agent-0, `publish_batch` at
+DELIVERED) runs with a tracer in every service process: a `sitecustomize` on the
+children's PYTHONPATH wraps a few functions on the event's way and writes, per event id
+(the payload's first 8 bytes), the wall-clock time each was reached. The load generator
+adds its own: sent, delivered to the subscriber, acknowledged to the publisher. One
+machine, one clock, so the differences are the time between the points:
+
+| point | process | wrapped |
+|---|---|---|
+| sent | load generator | the payload's send time |
+| admit | agent-0 | `PubSubServicer._admit` returns (validated, id recorded) |
+| match out / back | agent-0 | `MatchClient.match` called / returned |
+| matcher in / out | a matcher | its `Match` stream: a request read / its response yielded |
+| relay out | agent-0 | `Link.send` (a frame queued on the link to a subscriber's agent) |
+| sub in | agent-1..3 | `LocalDelivery.deliver_many` (the relay frame read, before filtering) |
+| delivered | load generator | the subscriber's message handed to the application |
+| acked | load generator | `publish_batch` returned (DELIVERED) |
+
+Cells: a trickle (one event every 20 ms: each event alone in the cluster, the cost of the
+hops themselves) and fixed rates (default 1,000/s: the hops plus the queueing behind the
+other events). A function the code no longer has is reported missing and its points are
+left out (the tracer follows the code of this tree, it does not shape it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import atexit
+import functools
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections import defaultdict, deque
+from pathlib import Path
+
+TRACE_ENV = "ECHELON_TRACE_DIR"
+ORDER = ["sent", "admit", "match out", "matcher in", "matcher out", "match back", "relay out", "sub in",
+         "delivered", "acked"]
+
+
+# -- the tracer (runs in every service process via sitecustomize) --------------------------
+
+class _Sink:
+    def __init__(self, path: Path):
+        self.file = open(path, "a", buffering=1 << 16)
+        self.n = 0
+        atexit.register(self.file.flush)
+
+    def stamp(self, point: str, ids) -> None:
+        t = time.time_ns()
+        for i in ids:
+            self.file.write(f"{point}\t{i}\t{t}\n")
+            self.n += 1
+        if self.n >= 2000:  # a SIGKILLed process loses at most this much
+            self.file.flush()
+            self.n = 0
+
+
+def _id(payload: bytes) -> int | None:
+    return int.from_bytes(payload[:8], "little", signed=True) if len(payload) >= 8 else None
+
+
+def _keys(events) -> list[str]:
+    """Events are told apart by their message id past admission (the matcher gets no payload)."""
+    return [f"{e.id.producer_id}:{e.id.sequence}" for e in events]
+
+
+def install() -> list[str]:
+    """Wrap the traced functions of this process's `echelon`; returns those missing."""
+    directory = os.environ.get(TRACE_ENV)
+    if not directory:
+        return []
+    sink = _Sink(Path(directory) / f"{os.getpid()}.tsv")
+    missing = []
+
+    def wrap(module: str, qualname: str, make):
+        try:
+            mod = __import__(module, fromlist=["_"])
+            owner_name, attr = qualname.rsplit(".", 1)
+            owner = getattr(mod, owner_name)
+            original = getattr(owner, attr)
+        except (ImportError, AttributeError):
+            missing.append(f"{module}.{qualname}")
+            return
+        setattr(owner, attr, functools.wraps(original)(make(original)))
+
+    def admit(original):
+        def _admit(self, topic, req, producer, seq, payload, *a, **kw):
+            out = original(self, topic, req, producer, seq, payload, *a, **kw)
+            if isinstance(payload, bytes) and (i := _id(payload)) is not None and i >= 0:
+                sink.stamp("admit", (f"{producer}:{seq}",))
+                sink.stamp("map", (f"{producer}:{seq}={i}",))
+            return out
+        return _admit
+
+    def match(original):
+        async def _match(self, events, *a, **kw):
+            ids = _keys(events)
+            sink.stamp("match out", ids)
+            out = await original(self, events, *a, **kw)
+            sink.stamp("match back", ids)
+            return out
+        return _match
+
+    def matcher(original):
+        async def Match(self, request_iterator, context):
+            pending: deque[list[int]] = deque()
+
+            async def requests():
+                async for batch in request_iterator:
+                    ids = _keys(batch.events)
+                    sink.stamp("matcher in", ids)
+                    pending.append(ids)
+                    yield batch
+            async for response in original(self, requests(), context):
+                sink.stamp("matcher out", pending.popleft() if pending else ())
+                yield response
+        return Match
+
+    def link_send(original):
+        def send(self, frame, *a, **kw):
+            sink.stamp("relay out", _keys(m.event for m in frame.messages if m.slice_count <= 1))
+            return original(self, frame, *a, **kw)
+        return send
+
+    def deliver_many(original):
+        def _deliver_many(self, events, *a, **kw):
+            sink.stamp("sub in", _keys(events))
+            return original(self, events, *a, **kw)
+        return _deliver_many
+
+    wrap("echelon.agent.pubsub", "PubSubServicer._admit", admit)
+    wrap("echelon.agent.matching", "MatchClient.match", match)
+    wrap("echelon.matcher.server", "MatcherServicer.Match", matcher)
+    wrap("echelon.agent.links", "Link.send", link_send)
+    wrap("echelon.agent.delivery", "LocalDelivery.deliver_many", deliver_many)
+    if missing:
+        (Path(directory) / f"{os.getpid()}.missing").write_text("\n".join(missing))
+    return missing
+
+
+# -- the driver -----------------------------------------------------------------------------
+
+async def _cell(system, pub, pool, rate: float, seconds: float, first_id: int, received: dict, acked: dict,
+                sent: dict) -> int:
+    """Publish at `rate` for `seconds`, one event per publish_batch call (each alone, as at
+    1,000/s with a sub-millisecond pacing), many in flight; returns the next free id."""
+    from loadtest.bench_events.systems import pool_index
+    from loadtest.bench_events.workload import PAYLOAD, TOPIC
+
+    attrs = [{"Symbol": pool.symbols[k], "Price": pool.prices[k]} for k in range(len(pool.symbols))]
+    offset = time.time_ns() - time.perf_counter_ns()
+    tasks = set()
+    t0 = time.perf_counter()
+    i = first_id
+    n = int(rate * seconds)
+    while i < first_id + n:
+        due = t0 + (i - first_id) / rate
+        delay = due - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+
+        async def one(i=i):
+            now = time.perf_counter_ns()
+            sent[i] = now + offset
+            await pub.publish_batch(TOPIC, [(attrs[pool_index(i)], PAYLOAD.pack(i, now))])
+            acked[i] = time.perf_counter_ns() + offset
+        t = asyncio.create_task(one())
+        tasks.add(t)
+        t.add_done_callback(tasks.discard)
+        i += 1
+    deadline = time.monotonic() + 10
+    while (tasks or len([k for k in received if k >= first_id]) < n) and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    return i
+
+
+def _budget(stamps: dict[str, dict[int, int]], ids: range) -> list[tuple[str, list[float]]]:
+    """Per consecutive pair of points (in ORDER, those present): the milliseconds between
+    them over the events that have both."""
+    points = [p for p in ORDER if stamps.get(p)]
+    out = []
+    for a, b in zip(points, points[1:]):
+        d = [(stamps[b][i] - stamps[a][i]) / 1e6 for i in ids if i in stamps[a] and i in stamps[b]]
+        out.append((f"{a} -> {b}", d))
+    total = [(stamps["delivered"][i] - stamps["sent"][i]) / 1e6 for i in ids
+             if i in stamps["sent"] and i in stamps["delivered"]]
+    out.append(("sent -> delivered (end to end)", total))
+    return out
+
+
+def _pct(v: list[float], q: float) -> float:
+    v = sorted(v)
+    return v[min(len(v) - 1, int(q * len(v)))] if v else float("nan")
+
+
+async def run(args) -> dict:
+    from echelon.client import AckLevel
+    from loadtest.bench_events.systems import Echelon
+    from loadtest.bench_events.workload import Pool, subscriptions
+    from loadtest.bench_events.run import Run, parse
+
+    trace = Path(tempfile.mkdtemp(prefix="trace_hops."))
+    site = trace / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text("from loadtest.trace_hops import install\ninstall()\n")
+    root = str(Path(__file__).resolve().parent.parent)
+    os.environ[TRACE_ENV] = str(trace)
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(site), root, os.environ.get("PYTHONPATH", "")])
+    system = Echelon(trace / "logs")
+    await system.start()
+    received: dict[int, int] = {}
+    offset = time.time_ns() - time.perf_counter_ns()
+    run_ = Run(parse(["--systems", "echelon", "--out", str(trace)]))
+
+    def sink(sub, i, sent_ns, now_ns):
+        received.setdefault(i, now_ns + offset)
+    cells = []
+    try:
+        subs = subscriptions(2, 50)
+        pool = Pool.draw(subs)
+        await system.open_subs(subs, pool, run_.deliver)
+        await run_.warm_up(system, subs, pool)
+        run_.sink = sink
+        from echelon.client import Client
+
+        client = Client(system.cluster.agent_addresses()[0], tls=system.cluster.client_tls)
+        pub = client.publisher(ack_level=AckLevel.DELIVERED)
+        sent: dict[int, int] = {}
+        acked: dict[int, int] = {}
+        next_id = 0
+        for name, rate, seconds in [("trickle 50/s", 50.0, args.trickle), *[(f"{r}/s", float(r), args.seconds)
+                                                                             for r in args.rate]]:
+            start = next_id
+            next_id = await _cell(system, pub, pool, rate, seconds, start, received, acked, sent)
+            cells.append((name, range(start, next_id)))
+        await client.close()
+    finally:
+        await system.stop()
+    by_key: dict[str, dict[str, int]] = defaultdict(dict)
+    ids: dict[str, int] = {}
+    missing = set()
+    for f in trace.glob("*.tsv"):
+        for line in f.read_text().splitlines():
+            point, key, t = line.split("\t")
+            if point == "map":
+                k, _, i = key.rpartition("=")
+                ids[k] = int(i)
+            else:
+                by_key[point].setdefault(key, int(t))  # the first time it got there (one copy per hop here)
+    stamps: dict[str, dict[int, int]] = {p: {ids[k]: t for k, t in v.items() if k in ids} for p, v in by_key.items()}
+    for f in trace.glob("*.missing"):
+        missing |= set(f.read_text().split())
+    stamps["sent"], stamps["delivered"], stamps["acked"] = sent, received, acked
+    report = {}
+    for name, ids in cells:
+        rows = _budget(stamps, ids)
+        report[name] = {k: {"n": len(v), "p50_ms": _pct(v, 0.5), "p90_ms": _pct(v, 0.9), "p99_ms": _pct(v, 0.99),
+                            "mean_ms": statistics.fmean(v) if v else float("nan")} for k, v in rows}
+    return {"cells": report, "missing": sorted(missing), "trace_dir": str(trace)}
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m loadtest.trace_hops", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rate", type=int, nargs="*", default=[1000], help="fixed rates, events/s")
+    ap.add_argument("--seconds", type=float, default=4.0, help="publishing time per fixed-rate cell")
+    ap.add_argument("--trickle", type=float, default=4.0, help="seconds of the 50/s cell")
+    ap.add_argument("--json", default="", help="also write the budget here")
+    args = ap.parse_args(argv)
+    from echelon.runtime.loop import run as run_loop
+
+    out = run_loop(run(args))
+    print(f"per-hop latency, ms (load average {os.getloadavg()[0]:.1f}; wall clock of one machine)")
+    for name, rows in out["cells"].items():
+        print(f"\n{name}")
+        print(f"  {'hop':36} {'n':>6} {'p50':>8} {'p90':>8} {'p99':>8} {'mean':>8}")
+        for hop, r in rows.items():
+            print(f"  {hop:36} {r['n']:6d} {r['p50_ms']:8.2f} {r['p90_ms']:8.2f} {r['p99_ms']:8.2f} {r['mean_ms']:8.2f}")
+    if out["missing"]:
+        print(f"\nnot traced (no longer in the code): {', '.join(out['missing'])}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()

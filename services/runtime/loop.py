@@ -1,0 +1,54 @@
+"""The event loop a service process runs on (issue 12): uvloop (libuv) when it is installed
+and not turned off, asyncio's own otherwise.
+
+grpc.aio runs on either: it reads its completion queue in a thread of its own and wakes the
+loop through a socket the loop watches (`add_reader`), which uvloop implements. What uvloop
+saves is the loop's own work per wakeup (its timers, handles and epoll calls are C): each
+gRPC message wakes a loop once on each side, so at low rates, where every event travels
+alone, that is a share of every hop. Measured side by side in loadtest/README.md
+("Event loop, idle CPU and the 1k/s latency").
+
+`ECHELON_EVENT_LOOP=asyncio` turns it off (a debugging aid: asyncio's debug mode and some
+profilers know only asyncio's loop); `uvloop` is the default when importable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any, Coroutine, TypeVar
+
+T = TypeVar("T")
+ENV = "ECHELON_EVENT_LOOP"
+CHOICES = ("uvloop", "asyncio")
+
+
+def chosen() -> str:
+    """The loop `run` will use: ECHELON_EVENT_LOOP if set (uvloop or asyncio), else uvloop
+    when it can be imported."""
+    want = os.environ.get(ENV, "").strip().lower()
+    if want and want not in CHOICES:
+        raise ValueError(f"{ENV}={want!r}: one of {', '.join(CHOICES)}")
+    if want == "asyncio":
+        return "asyncio"
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        if want == "uvloop":
+            raise
+        return "asyncio"
+    return "uvloop"
+
+
+def run(main: Coroutine[Any, Any, T]) -> T:
+    """`asyncio.run(main)` on the chosen loop."""
+    if chosen() == "uvloop":
+        import uvloop
+
+        return uvloop.run(main)
+    return asyncio.run(main)
+
+
+def running() -> str:
+    """The name of the running loop's implementation (for logs)."""
+    return "uvloop" if type(asyncio.get_running_loop()).__module__.startswith("uvloop") else "asyncio"
