@@ -199,7 +199,10 @@ async def _cluster(seconds: float) -> dict:
                                                           and k != "agent-0"),
               "cpu ms/1k: matchers": 1000 * sum(v for k, v in cpu.items() if k.startswith("matcher")),
               "cpu ms/1k: load generator": 1000 * sat["cpu_s_per_1k_loadgen"],
-              "cpu ms/1k: all services": 1000 * sat["cpu_s_per_1k_services"]}
+              "cpu ms/1k: all services": 1000 * sat["cpu_s_per_1k_services"],
+              # At 1,000/s every event travels alone: the cost per message, not per event.
+              "1k/s cpu ms/1k: all services": 1000 * low["cpu_s_per_1k_services"],
+              "1k/s cpu ms/1k: load generator": 1000 * low["cpu_s_per_1k_loadgen"]}
     return result
 
 
@@ -235,8 +238,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--cluster", type=float, default=0.0, metavar="SECONDS",
                     help="instead of the pieces: a whole cluster per tree and round (saturation and 1k/s "
                          "cells of SECONDS each, 2%%, 1 publisher): events/s, latency, CPU per service")
+    ap.add_argument("--base-env", action="append", default=[], metavar="NAME=VALUE",
+                    help="set in the base side's environment (its cluster's processes inherit it): with "
+                         "--base HEAD, one setting side by side, e.g. ECHELON_EVENT_LOOP=asyncio")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if any("=" not in e for e in args.base_env):
+        ap.error("--base-env takes NAME=VALUE")
     if args.child:
         child(args.cluster)
         return
@@ -246,7 +254,8 @@ def main(argv: list[str] | None = None) -> None:
         trees = {"base": str(base), "head": str(ROOT)}
         for r in range(args.rounds):
             for tree in ("base", "head"):
-                env = {**os.environ, "PYTHONPATH": trees[tree]}
+                env = {**os.environ, "PYTHONPATH": trees[tree],
+                       **(dict(e.split("=", 1) for e in args.base_env) if tree == "base" else {})}
                 # This file runs as a script in either tree: `echelon` and `loadtest` are that tree's.
                 out = subprocess.run([sys.executable, __file__, "--child", "--cluster", str(args.cluster)], env=env,
                                      cwd=trees[tree], capture_output=True, text=True, timeout=900)
@@ -256,14 +265,15 @@ def main(argv: list[str] | None = None) -> None:
             print(f"round {r + 1}/{args.rounds} done", file=sys.stderr, flush=True)
     rev = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", args.base], capture_output=True,
                          text=True).stdout.strip()
-    print(f"{'' if args.cluster else 'us per event, '}median of {args.rounds} alternating rounds; base {args.base} ({rev}), head this tree; "
+    print(f"{'' if args.cluster else 'us per event, '}median of {args.rounds} alternating rounds; base {args.base} ({rev})"
+          f"{' with ' + ' '.join(args.base_env) if args.base_env else ''}, head this tree; "
           f"load average {os.getloadavg()[0]:.1f}")
     unit = "" if args.cluster else " us"
     print(f"{'piece':32} {'base' + unit:>9} {'head' + unit:>9} {'gain':>9}   gain per round")
     for name in runs["head"][0]:
-        vals = {t: [r[name] for r in runs[t] if isinstance(r[name], float)] for t in runs}
+        vals = {t: [r[name] for r in runs[t] if isinstance(r.get(name), float)] for t in runs}
         if not vals["base"] or not vals["head"]:
-            why = runs["base" if not vals["base"] else "head"][0][name]
+            why = runs["base" if not vals["base"] else "head"][0].get(name, "not measured by that tree")
             print(f"{name:32} {'-':>9} {'-':>9}  ({why})")
             continue
         b, h = statistics.median(vals["base"]), statistics.median(vals["head"])
