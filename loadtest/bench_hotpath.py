@@ -208,9 +208,11 @@ async def _cluster(seconds: float) -> dict:
 
 def child(cluster: float) -> None:
     if cluster:
-        import asyncio
-
-        print(json.dumps(asyncio.run(_cluster(cluster))))
+        try:
+            from echelon.runtime.loop import run  # the load generator on the services' loop
+        except ImportError:  # a base tree from before runtime/loop.py
+            from asyncio import run
+        print(json.dumps(run(_cluster(cluster))))
         return
     out = {}
     for name, piece in PIECES.items():

@@ -42,6 +42,8 @@ def test_quick_run_has_every_cell_and_echelon_delivers_what_the_oracle_says(tmp_
     printed = capsys.readouterr().out
     table = bench.table(r.cells)
     assert table in printed
+    assert bench.targets(r.cells) in printed
+    assert len([line for line in bench.targets(r.cells).splitlines() if line.endswith(("MET", "NOT MET"))]) == 4
     header, rule, *rows = table.splitlines()
     assert "pub/NATS" in header and len(rows) == len(want)
     assert all(row.split()[-2] == "1.000" for row in rows if row.startswith("nats"))  # NATS against itself
