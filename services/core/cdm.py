@@ -38,6 +38,7 @@ from echelon.core.cdm_keys import BOTTOM, NAN, NO_EXCL, TOP, Codec, Column, Dim,
 from echelon.core.filters import Filter
 
 BATCH = 4096  # events matched per numpy pass; < 2**16 keeps the event sort a radix sort
+SEEN_CELLS = 1 << 20  # (event, agent) pairs deduplicated in a table up to this size, else sorted
 
 
 @contextmanager
@@ -347,12 +348,19 @@ class CountingIndex:
                 out += [[] for _ in range(n)]
                 continue
             e = np.concatenate([p[0] for p in parts])
+            codes = np.concatenate([run.agents[s] for _, s, run in parts])
             total += e.size
             width = len(self._names)
-            pairs = np.unique(e * width + np.concatenate([run.agents[s] for _, s, run in parts]))
-            ev = pairs // width
+            if n * width <= SEEN_CELLS:  # a table of (event, agent) cells: no sort
+                seen = np.zeros((n, width), dtype=bool)
+                seen[e, codes] = True
+                ev, who = np.nonzero(seen)
+            else:
+                pairs = np.unique(e * width + codes)
+                ev = pairs // width
+                who = pairs - ev * width
             names = self._names
-            agents = [names[c] for c in (pairs - ev * width).tolist()]
+            agents = [names[c] for c in who.tolist()]
             bounds = np.searchsorted(ev, np.arange(n + 1)).tolist()
             out += [agents[a:b] for a, b in zip(bounds, bounds[1:])]
         return out, total

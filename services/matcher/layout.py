@@ -45,7 +45,7 @@ from echelon.core.can import Zone, ZoneMap
 from echelon.core.cdm import CountingIndex, Subscription
 from echelon.core.filters import Filter
 from echelon.core.schema import Schema
-from echelon.core.space import Point, Space
+from echelon.core.space import Point, Space, value_key
 
 
 @dataclass(frozen=True, eq=False)
@@ -132,6 +132,9 @@ class Layout:
         low, top = np.asarray(self.space.low), np.asarray(self.space.high)
         # Only dimensions some zone cuts tell zones apart.
         self._cols = np.flatnonzero(np.any((self._lo > low) | (self._hi < top), axis=0))
+        cut = sorted({int(c) // 2 for c in self._cols})  # the attributes of those dimensions
+        self._route_attrs = [(i, self.space.attributes[i]) for i in cut]
+        self._route_cols = np.array([c for i in cut for c in (2 * i, 2 * i + 1)], dtype=np.int64)
 
     def placed(self, sid: str) -> bool:
         return sid in self.primary
@@ -210,19 +213,27 @@ class Layout:
 
         `ZoneMap.affected` for a whole batch at once: the affected region of event point
         (c1, c1, ..., cn, cn) is [L1, c1] x [c1, H1] x ...; a zone [lo, hi) (closed at the
-        top of the domain) meets it iff lo <= b and (a < hi, or a == hi == top)."""
+        top of the domain) meets it iff lo <= b and (a < hi, or a == hi == top). Only the
+        attributes some zone cuts are keyed: on the others every zone meets every region."""
         if len(self._ids) == 1 or not events:
             return {self._ids[0]: list(range(len(events)))} if events else {}
-        ep = np.array([self.space.event_point(e) for e in events], dtype=np.float64)
-        low, top = np.asarray(self.space.low), np.asarray(self.space.high)
+        ep = np.array([[x for i, a in self._route_attrs for x in self._pair(i, a, e.get(a.name))] for e in events],
+                      dtype=np.float64)
+        cols = self._route_cols
+        low, top = np.asarray(self.space.low)[cols], np.asarray(self.space.high)[cols]
         a, b = np.empty_like(ep), np.empty_like(ep)
         a[:, 0::2], a[:, 1::2] = low[0::2], ep[:, 0::2]
         b[:, 0::2], b[:, 1::2] = ep[:, 1::2], top[1::2]
-        lo, hi = self._lo[None], self._hi[None]
-        step = max(1, (1 << 22) // self._lo.size)  # events per pass: bounded temporaries
+        lo, hi = self._lo[None, :, cols], self._hi[None, :, cols]
+        step = max(1, (1 << 22) // max(1, lo.size))  # events per pass: bounded temporaries
         hit = np.concatenate([np.all((lo <= b[i:i + step, None]) & ((a[i:i + step, None] < hi) | (
             (a[i:i + step, None] == hi) & (hi == top))), axis=2) for i in range(0, len(ep), step)])  # (events, zones)
         out: dict[str, list[int]] = {}
         for j in np.flatnonzero(hit.any(axis=0)):
             out[self._ids[j]] = np.flatnonzero(hit[:, j]).tolist()
         return out
+
+    def _pair(self, i: int, attr, value: object) -> tuple[float, float]:
+        """Attribute i's (c, c) in an event point; (L_i, H_i) when unset or unusable."""
+        k = None if value is None else value_key(attr, value)
+        return (k, k) if k is not None else (self.space.low[2 * i], self.space.high[2 * i + 1])

@@ -106,6 +106,7 @@ class GrpcTransport:
     def __init__(self, me: str, membership: Callable[[], MemberClient | None], incarnation: Callable[[], int]):
         self.me, self.membership, self.incarnation = me, membership, incarnation
         self.channels: dict[str, grpc.aio.Channel] = {}
+        self.stubs: dict[str, xgrpc.MatcherStub] = {}  # by address: a stub builds every method's callable
         self.streams: dict[str, ZoneStream] = {}
         self._reported: dict[str, float] = {}
 
@@ -114,10 +115,11 @@ class GrpcTransport:
         m = member.members.get(peer) if member else None
         if m is None or not m.address:
             raise PeerUnavailable(peer, "(not in the view)")
-        ch = self.channels.get(m.address)
-        if ch is None:  # reconnect fast: a restarted matcher comes back on its address
+        stub = self.stubs.get(m.address)
+        if stub is None:  # reconnect fast: a restarted matcher comes back on its address
             ch = self.channels[m.address] = member.transport.dial(m.address, RECONNECT_OPTIONS)
-        return xgrpc.MatcherStub(ch), m.address
+            stub = self.stubs[m.address] = xgrpc.MatcherStub(ch)
+        return stub, m.address
 
     async def _call(self, peer: str, method: str, request):
         stub, _ = self._stub(peer)
@@ -157,8 +159,8 @@ class GrpcTransport:
                                zones=[xpb.ZoneEvents(zone=z, events=idxs) for z, idxs in zones.items()])
         add = req.events.add
         if wire is not None:
-            for e in wire:  # the attributes as received: a copy in C, not a re-encoding
-                add().attributes.MergeFrom(e.attributes)
+            for e in wire:  # as received: a copy in C, not a re-encoding (nor a map merge: 5x that)
+                add().CopyFrom(e)
         else:
             for e in events:
                 attributes_into_pb(e, add().attributes)
