@@ -48,6 +48,9 @@ from echelon.core.schema import Schema
 from echelon.core.space import Point, Space, value_key
 
 
+STRING_KEYS = 65536  # string values whose keys a layout remembers for routing
+
+
 @dataclass(frozen=True, eq=False)
 class Copy:
     """One subscription as matchers hold it; `wire` is its protobuf form, kept for forwarding."""
@@ -135,6 +138,7 @@ class Layout:
         cut = sorted({int(c) // 2 for c in self._cols})  # the attributes of those dimensions
         self._route_attrs = [(i, self.space.attributes[i]) for i in cut]
         self._route_cols = np.array([c for i in cut for c in (2 * i, 2 * i + 1)], dtype=np.int64)
+        self._string_keys: dict[str, float] = {}
 
     def placed(self, sid: str) -> bool:
         return sid in self.primary
@@ -217,8 +221,9 @@ class Layout:
         attributes some zone cuts are keyed: on the others every zone meets every region."""
         if len(self._ids) == 1 or not events:
             return {self._ids[0]: list(range(len(events)))} if events else {}
-        ep = np.array([[x for i, a in self._route_attrs for x in self._pair(i, a, e.get(a.name))] for e in events],
-                      dtype=np.float64)
+        ep = np.empty((len(events), 2 * len(self._route_attrs)), dtype=np.float64)
+        for j, (i, attr) in enumerate(self._route_attrs):
+            ep[:, 2 * j], ep[:, 2 * j + 1] = self._keys(i, attr, [e.get(attr.name) for e in events])
         cols = self._route_cols
         low, top = np.asarray(self.space.low)[cols], np.asarray(self.space.high)[cols]
         a, b = np.empty_like(ep), np.empty_like(ep)
@@ -233,7 +238,21 @@ class Layout:
             out[self._ids[j]] = np.flatnonzero(hit[:, j]).tolist()
         return out
 
-    def _pair(self, i: int, attr, value: object) -> tuple[float, float]:
-        """Attribute i's (c, c) in an event point; (L_i, H_i) when unset or unusable."""
-        k = None if value is None else value_key(attr, value)
-        return (k, k) if k is not None else (self.space.low[2 * i], self.space.high[2 * i + 1])
+    def _keys(self, i: int, attr, values: list) -> tuple[list[float], list[float]]:
+        """Attribute i's (c, c) pair of each event point; (L_i, H_i) when unset or unusable.
+        String keys are remembered (a topic's symbols repeat; bounded)."""
+        low, high = self.space.low[2 * i], self.space.high[2 * i + 1]
+        known = self._string_keys
+        if len(known) > STRING_KEYS:
+            known.clear()
+        keys = []
+        for v in values:
+            k = known.get(v) if type(v) is str else None
+            if k is None:
+                k = None if v is None else value_key(attr, v)
+                if type(v) is str:
+                    known[v] = k
+            keys.append(k)
+        if None not in keys:
+            return keys, keys
+        return [low if k is None else k for k in keys], [high if k is None else k for k in keys]
