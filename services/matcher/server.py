@@ -94,6 +94,9 @@ class MatcherMetrics:
                                       labels, buckets=LATENCY_BUCKETS, registry=registry)
         self.events = Counter("echelon_matcher_events_total", "Events answered as the entry matcher.",
                               registry=registry)
+        self.held_events = Counter("echelon_matcher_holder_events_total", "Events matched here for another "
+                                   "matcher's entry (holder mode): each one a matcher-to-matcher message's share.",
+                                   registry=registry)
         self.batch = Histogram("echelon_matcher_batch_seconds", "Time to answer one Match batch as the entry.",
                                buckets=LATENCY_BUCKETS, registry=registry)
         self.copies = Gauge("echelon_matcher_copies", "Subscription copies held (primaries and mirrors).",
@@ -207,6 +210,7 @@ class MatcherServicer(xgrpc.MatcherServicer):
             response.stale = str(e)
             return response
         results_to_pb(results, response.results, batch.agents_only)
+        self.node.metrics.held_events.inc(len(events))
         return response
 
     async def Store(self, request: xpb.StoreRequest, context) -> xpb.StoreResponse:
