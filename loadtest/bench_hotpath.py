@@ -15,6 +15,8 @@ Pieces (the 2% and 20% workload of loadtest.bench_events: `Symbol`, `Price`):
 - `admit`: the publishing agent's per-event admission (conversion, schema check, dedup
   digest and window, the Event built);
 - `match`: a matcher's CDM index, 50 subscriptions, a batch of 256 events;
+- `matcher answer`: a matcher holding the 3 default zones answers a batch of 256 events
+  (route to zones, CDM, the MatchResponse serialized; what each tree sends an agent);
 - `client encode`: the publisher's request of one event;
 - `GC pass`: one full collection with a subscribing agent's dedup window of 500k ids
   (milliseconds, not per event).
@@ -133,6 +135,44 @@ def _match_piece(sel: int) -> float:
     return _best(lambda: index.match_agents(events), len(events))
 
 
+def _answer_piece(sel: int) -> float:
+    import inspect
+    from types import SimpleNamespace
+
+    from echelon.core.can import Zone
+    from echelon.core.filters import parse
+    from echelon.core.schema import Schema, parse_attribute
+    from echelon.core.space import Space
+    from echelon.matcher.layout import Copy, Layout, default_zones
+    from echelon.matcher.server import results_to_pb
+    from echelon.matcher.store import CopyStore
+    from echelon.matcher.zones import Zones
+    from echelon.v1 import matcher_pb2 as xpb
+    from loadtest.bench_events.workload import SCHEMA, subscriptions
+
+    schema = Schema(tuple(parse_attribute(a) for a in SCHEMA))
+    zones = [Zone(z.id, z.low, z.high, "m0") for z in default_zones("bench", Space.of(schema), ["m0", "m1", "m2"])[0]]
+    layout = Layout("bench", schema, zones, "m0", {"m0": 1, "m1": 1, "m2": 1}, "default")
+    store = CopyStore(lambda topic: [layout])
+    store.install([Copy(str(s.index), f"agent-{s.index % 3 + 1}", "bench", 1, parse(s.echelon_filter()))
+                   for s in subscriptions(sel, 50)], lambda held, new: None)
+    layout.ready = True
+    matcher = Zones("m0", SimpleNamespace(topics={"bench": SimpleNamespace(find=lambda key: layout)}), store)
+    agents_only = "agents_only" in inspect.signature(Zones.match).parameters  # this tree answers agents only
+    events = _events(256)
+
+    def once():
+        routed = layout.route(events)
+        response = xpb.MatchResponse()
+        if agents_only:
+            results_to_pb(matcher.match("bench", layout.key, events, routed, True), response.results, True)
+        else:
+            results_to_pb(matcher.match("bench", layout.key, events, routed), response.results)
+        response.SerializeToString()
+
+    return _best(once, len(events))
+
+
 def _encode_piece() -> float:
     from echelon.client.publisher import Publisher
 
@@ -161,6 +201,8 @@ PIECES = {
     "admit (publishing agent)": _admit_piece,
     "match 2% (matcher CDM)": lambda: _match_piece(2),
     "match 20% (matcher CDM)": lambda: _match_piece(20),
+    "matcher answer 2%": lambda: _answer_piece(2),
+    "matcher answer 20%": lambda: _answer_piece(20),
     "client encode (publish)": _encode_piece,
     "GC pass, 500k delivered ids (ms)": _gc_piece,
 }

@@ -1,20 +1,5 @@
-"""CDM: the counting index a matcher keeps for its zone (CBDLO section 4; ALGORITHMS.md 3).
-
-Per dimension (an attribute and a value kind, number or string) the distinct predicate
-constants c_0 < ... < c_{m-1} cut the value line into "virtual nodes": the constants
-themselves and the open gaps between them. A value is keyed exactly (not approximately)
-by where it falls: 2r when it equals c_r, 2r - 1 when it lies between c_{r-1} and c_r.
-Every predicate becomes an inclusive key range, exactly:
-
-    =v [2r, 2r]   <=v [-1, 2r]   <v [-1, 2r-1]   >=v [2r, top]   >v [2r+1, top]
-    between a and b [2r_a, 2r_b]   prefix p [2r_p, 2r_succ(p) - 1] (p <= s < succ(p))
-    !=v  any present value except key 2r (NaN included, as in Python)
-
-An absent attribute, a value of the other kind or a bool gets a key no predicate accepts
-(ABSENT); a numeric NaN gets one that only `!=` accepts. The keys are computed with numpy
-(searchsorted) when constants and values are exact as float64; otherwise with Python's
-own comparisons, so results equal `Filter.matches` exactly: no approximate step is left
-for a second, exact pass to correct.
+"""CDM: the counting index a matcher keeps for its zone (CBDLO section 4; ALGORITHMS.md 3),
+over the exact integer keys of cdm_keys.py (a predicate is a key range, a value a key).
 
 Counting (section 4): a subscription matches when the counter of its satisfied
 predicates equals its number of predicates. Counting every predicate of every
@@ -35,28 +20,25 @@ its capacity merges into the next, so a subscription is rebuilt O(log_8 k) times
 all. A delete sets a tombstone in its run; a level more than half tombstones is
 compacted.
 
-One module past 400 lines on purpose: the run layout (keys, trees, CSR) and the batch
-matcher that walks it are one data structure; split, each would reach into the other.
+A matcher's answer to a publishing agent is the set of agents per event, not the
+subscriptions: each run keeps its subscriptions' agents as small integer codes, and
+`match_agents` dedups (event, agent) pairs in numpy, touching no id string.
 """
 
 from __future__ import annotations
 
 import gc
-from bisect import bisect_left
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterable, Mapping, NamedTuple, Sequence
+from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from echelon.core.filters import Filter, Op
+from echelon.core.cdm_keys import BOTTOM, NAN, NO_EXCL, TOP, Codec, Column, Dim, Row, rows_of
+from echelon.core.filters import Filter
 
-ABSENT, NAN, BOTTOM, NO_EXCL = -4, -3, -1, -5
-TOP = 2**62
-_EXACT_INT = 2.0**53
 BATCH = 4096  # events matched per numpy pass; < 2**16 keeps the event sort a radix sort
-
-Dim = tuple[str, str]  # (attribute, "num" | "str")
+SEEN_CELLS = 1 << 20  # (event, agent) pairs deduplicated in a table up to this size, else sorted
 
 
 @contextmanager
@@ -77,132 +59,6 @@ class Subscription:
     id: str
     agent: str
     filter: Filter
-
-
-class _Row(NamedTuple):
-    """One predicate in value space; bounds None are open, `ne` rows exclude `value`."""
-
-    dim: Dim
-    lo: object = None
-    lo_strict: bool = False
-    hi: object = None
-    hi_strict: bool = False
-    ne: bool = False
-    value: object = None  # for `!=`: the excluded value (None for NaN: excludes nothing)
-
-
-def successor(p: str) -> str | None:
-    """The least string above every string starting with `p` (None: no such string)."""
-    while p:
-        c = ord(p[-1])
-        if c < 0x10FFFF:
-            return p[:-1] + chr(c + 1)
-        p = p[:-1]
-    return None
-
-
-def _rows(f: Filter) -> tuple[_Row, ...] | None:
-    """The predicates of `f` as rows; None when some predicate can never hold."""
-    f.check_shape()  # malformed predicates (between with one bound, ...) are refused
-    rows = []
-    for p in f.predicates:
-        v = p.value
-        kind = "str" if isinstance(v, str) else "num"
-        dim = (p.attribute, kind)
-        if p.op is Op.NE:
-            rows.append(_Row(dim, ne=True, value=None if v != v else v))
-            continue
-        if v != v or (p.upper is not None and p.upper != p.upper):
-            return None  # NaN satisfies no comparison
-        if p.op is Op.EQ:
-            rows.append(_Row(dim, v, False, v, False))
-        elif p.op in (Op.LT, Op.LE):
-            rows.append(_Row(dim, hi=v, hi_strict=p.op is Op.LT))
-        elif p.op in (Op.GT, Op.GE):
-            rows.append(_Row(dim, lo=v, lo_strict=p.op is Op.GT))
-        elif p.op is Op.BETWEEN:
-            rows.append(_Row(dim, v, False, p.upper, False))
-        else:  # PREFIX (validate() ensured a string)
-            rows.append(_Row(dim, v, False, successor(v), True))  # type: ignore[arg-type]
-    return tuple(rows)
-
-
-def _float_exact(c: object) -> bool:
-    try:
-        return float(c) == c  # type: ignore[arg-type]
-    except OverflowError:
-        return False
-
-
-class _Column:
-    """One dimension's values for a batch of events, extracted once and shared by runs."""
-
-    def __init__(self, events: Sequence[Mapping[str, object]], dim: Dim):
-        attr, self.kind = dim
-        self.raw = [e.get(attr) for e in events]
-        self.floats: np.ndarray | None = None
-        self.absent: np.ndarray | None = None
-        types = set(map(type, self.raw))
-        self.has_bool = bool in types  # True == 1 would merge them in a dict
-        if self.kind == "str":
-            return
-        if types <= {int, float, type(None)}:
-            try:
-                self.floats = np.array(self.raw, dtype=np.float64)  # None becomes NaN
-            except OverflowError:
-                return
-            if int in types and np.any(np.abs(self.floats) >= _EXACT_INT):
-                self.floats = None  # an int that float64 cannot hold exactly
-            elif type(None) in types:
-                self.absent = np.fromiter((v is None for v in self.raw), bool, len(self.raw))
-
-    def fits(self, v: object) -> bool:
-        """Is `v` of this dimension's kind? (A bool is neither kind.)"""
-        if self.kind == "str":
-            return isinstance(v, str)
-        return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-class _Codec:
-    """The virtual nodes of one dimension: its sorted constants and the exact keying."""
-
-    def __init__(self, kind: str, constants: set):
-        self.kind = kind
-        self.sorted = sorted(constants)
-        self.rank = {c: i for i, c in enumerate(self.sorted)}
-        self.top = 2 * len(self.sorted) - 1
-        self.array = None
-        if kind == "num" and all(_float_exact(c) for c in self.sorted):
-            self.array = np.array(self.sorted, dtype=np.float64)
-
-    def key(self, c: object) -> int:
-        return 2 * self.rank[c]
-
-    def encode(self, col: _Column) -> np.ndarray:
-        if self.array is not None and col.floats is not None:
-            f, c, m = col.floats, self.array, len(self.array)
-            i = np.searchsorted(c, f, "left")
-            eq = (c[np.minimum(i, m - 1)] == f) & (i < m) if m else np.zeros(len(f), bool)
-            keys = 2 * i - 1 + eq
-            keys[np.isnan(f)] = NAN
-            if col.absent is not None:
-                keys[col.absent] = ABSENT
-            return keys
-        if not col.has_bool:
-            try:  # each distinct value is keyed once, with Python's exact comparisons
-                table = {v: self._key_of(col, v) for v in set(col.raw)}
-                return np.fromiter(map(table.__getitem__, col.raw), np.int64, len(col.raw))
-            except TypeError:  # an unhashable value
-                pass
-        return np.fromiter((self._key_of(col, v) for v in col.raw), np.int64, len(col.raw))
-
-    def _key_of(self, col: _Column, v: object) -> int:
-        if not col.fits(v):
-            return ABSENT
-        if v != v:
-            return NAN
-        i = bisect_left(self.sorted, v)
-        return 2 * i if i < len(self.sorted) and self.sorted[i] == v else 2 * i - 1
 
 
 def _gather(items: np.ndarray, starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
@@ -265,35 +121,37 @@ class _Run:
     lists for a million subscriptions (each id touched is otherwise a cache miss).
     """
 
-    def __init__(self, entries: list[tuple[str, tuple[_Row, ...]]]):
+    def __init__(self, entries: list[tuple[str, tuple[Row, ...], int]]):
+        """`entries`: (id, predicate rows, agent code) per subscription."""
         constants: dict[Dim, set] = {}
-        for _, rows in entries:
+        for _, rows, _ in entries:
             for r in rows:
                 s = constants.setdefault(r.dim, set())
                 s.update(x for x in (r.lo, r.hi, r.value) if x is not None)
         self.dims = sorted(constants)
-        self.codecs = [_Codec(d[1], constants[d]) for d in self.dims]
+        self.codecs = [Codec(d[1], constants[d]) for d in self.dims]
         index = {d: i for i, d in enumerate(self.dims)}
-        plan = []  # (sort key, id, access row or None, other rows)
-        for sid, rows in entries:
+        plan = []  # (sort key, id, access row or None, other rows, agent code)
+        for sid, rows, agent in entries:
             keyed = [self._key_row(index[r.dim], r) for r in rows]
             ranged = [k for k in keyed if k[1] >= BOTTOM]
             if not ranged:
-                plan.append(((1, 0, 0, 0), sid, None, keyed))
+                plan.append(((1, 0, 0, 0), sid, None, keyed, agent))
                 continue
             best = min(ranged, key=self._width)
             keyed.remove(best)
-            plan.append(((0, best[0], best[1], best[2]), sid, best, keyed))
+            plan.append(((0, best[0], best[1], best[2]), sid, best, keyed, agent))
         plan.sort(key=lambda p: p[0])
         n = len(plan)
         self.ids = np.empty(n, dtype=object)
         self.ids[:] = [_fresh(p[1]) for p in plan]
+        self.agents = np.fromiter((p[4] for p in plan), np.int64, n)
         self.pos = {p[1]: j for j, p in enumerate(plan)}
         self.alive = np.ones(n, dtype=bool)
         self.dead = 0
         access: dict[int, list[tuple[int, int, int]]] = {}
         always, first, extra = [], [], []  # first: (sub, dim, lo, hi, excl); extra: the rest
-        for j, (_, _, best, others) in enumerate(plan):
+        for j, (_, _, best, others, _) in enumerate(plan):
             if best is None:
                 always.append(j)
             else:
@@ -326,7 +184,7 @@ class _Run:
         top = self.codecs[k[0]].top
         return (min(k[2], top) - k[1]) / (top + 2)
 
-    def _key_row(self, d: int, r: _Row) -> tuple[int, int, int, int]:
+    def _key_row(self, d: int, r: Row) -> tuple[int, int, int, int]:
         c = self.codecs[d]
         if r.ne:
             return d, NAN, TOP, NO_EXCL if r.value is None else c.key(r.value)
@@ -340,7 +198,7 @@ class _Run:
             self.alive[j] = False
             self.dead += 1
 
-    def match(self, columns: Mapping[Dim, _Column], n: int) -> tuple[np.ndarray, np.ndarray]:
+    def match(self, columns: Mapping[Dim, Column], n: int) -> tuple[np.ndarray, np.ndarray]:
         """(event, position) of every live subscription of this run matching each event."""
         if not self.dims:  # only empty filters: they match everything
             e, s = np.repeat(np.arange(n), self.always.size), np.tile(self.always, n)
@@ -376,11 +234,13 @@ class CountingIndex:
     def __init__(self, subscriptions: Iterable[Subscription] = (), *, base: int = 64, growth: int = 8):
         self._base, self._growth = base, growth
         self._subs: dict[str, Subscription] = {}
-        self._rows: dict[str, tuple[_Row, ...] | None] = {}
+        self._rows: dict[str, tuple[Row, ...] | None] = {}
         self._level: dict[str, int] = {}
         self._levels: list[list[str]] = [[]]
         self._dead: list[int] = [0]
         self._runs: list[_Run | None] = [None]
+        self._codes: dict[str, int] = {}  # agent -> its code in the runs (never reused)
+        self._names: list[str] = []  # code -> agent
         self.insert_many(subscriptions)
 
     def __len__(self) -> int:
@@ -402,7 +262,7 @@ class CountingIndex:
     def insert_many(self, subs: Iterable[Subscription]) -> None:
         """Add or replace many at once, placed in the first level that holds them all."""
         with _bulk():
-            parsed = [(s, _rows(s.filter)) for s in subs]  # raises before any state changes
+            parsed = [(s, rows_of(s.filter)) for s in subs]  # raises before any state changes
         if not parsed:
             return
         level = 0
@@ -434,22 +294,27 @@ class CountingIndex:
     def match(self, event: Mapping[str, object]) -> list[str]:
         return self.match_batch([event])[0]
 
+    def _parts(self, chunk: Sequence[Mapping[str, object]]) -> list[tuple[np.ndarray, np.ndarray, _Run]]:
+        """(event, position, run) of every match of a chunk, run by run (non-empty ones)."""
+        runs = [self._run(i) for i in range(len(self._levels)) if self._levels[i]]
+        columns: dict[Dim, Column] = {}
+        parts = []
+        for run in runs:
+            for d in run.dims:
+                if d not in columns:
+                    columns[d] = Column(chunk, d)
+            e, s = run.match(columns, len(chunk))
+            if e.size:
+                parts.append((e, s, run))
+        return parts
+
     def match_batch(self, events: Sequence[Mapping[str, object]]) -> list[list[str]]:
         """Ids of the subscriptions matching each event, exactly as `Filter.matches`."""
-        runs = [self._run(i) for i in range(len(self._levels)) if self._levels[i]]
         out: list[list[str]] = []
         for start in range(0, len(events), BATCH):
             chunk = events[start : start + BATCH]
             n = len(chunk)
-            columns: dict[Dim, _Column] = {}
-            parts = []
-            for run in runs:
-                for d in run.dims:
-                    if d not in columns:
-                        columns[d] = _Column(chunk, d)
-                e, s = run.match(columns, n)
-                if e.size:
-                    parts.append((e, s, run))
+            parts = self._parts(chunk)
             if not parts:
                 out += [[] for _ in range(n)]
                 continue
@@ -469,9 +334,36 @@ class CountingIndex:
             out += [ids[a:b] for a, b in zip(bounds, bounds[1:])]
         return out
 
-    def match_agents(self, events: Sequence[Mapping[str, object]]) -> list[set[str]]:
-        """The agents holding a matching subscription, per event (the matcher's answer)."""
-        return [{self._subs[i].agent for i in ids} for ids in self.match_batch(events)]
+    def match_agents(self, events: Sequence[Mapping[str, object]]) -> tuple[list[list[str]], int]:
+        """The agents holding a matching subscription, per event, each once (what a matcher
+        answers a publishing agent), and the number of (event, subscription) matches.
+        (Event, agent code) pairs are deduplicated as integers: no id is touched."""
+        out: list[list[str]] = []
+        total = 0
+        for start in range(0, len(events), BATCH):
+            chunk = events[start : start + BATCH]
+            n = len(chunk)
+            parts = self._parts(chunk)
+            if not parts:
+                out += [[] for _ in range(n)]
+                continue
+            e = np.concatenate([p[0] for p in parts])
+            codes = np.concatenate([run.agents[s] for _, s, run in parts])
+            total += e.size
+            width = len(self._names)
+            if n * width <= SEEN_CELLS:  # a table of (event, agent) cells: no sort
+                seen = np.zeros((n, width), dtype=bool)
+                seen[e, codes] = True
+                ev, who = np.nonzero(seen)
+            else:
+                pairs = np.unique(e * width + codes)
+                ev = pairs // width
+                who = pairs - ev * width
+            names = self._names
+            agents = [names[c] for c in who.tolist()]
+            bounds = np.searchsorted(ev, np.arange(n + 1)).tolist()
+            out += [agents[a:b] for a, b in zip(bounds, bounds[1:])]
+        return out, total
 
     # -- levels ------------------------------------------------------------------------
 
@@ -499,12 +391,20 @@ class CountingIndex:
             self._runs[level] = self._runs[level + 1] = None
             level += 1
 
+    def _code(self, agent: str) -> int:
+        code = self._codes.get(agent)
+        if code is None:
+            code = self._codes[agent] = len(self._names)
+            self._names.append(agent)
+        return code
+
     def _run(self, level: int) -> _Run:
         run = self._runs[level]
         if run is None:
             live = self._live(level)
             self._levels[level], self._dead[level] = live, 0
             with _bulk():
-                run = _Run([(i, self._rows[i]) for i in live if self._rows[i] is not None])  # type: ignore[misc]
+                run = _Run([(i, self._rows[i], self._code(self._subs[i].agent))  # type: ignore[misc]
+                            for i in live if self._rows[i] is not None])
             self._runs[level] = run
         return run

@@ -1,20 +1,30 @@
 """The entry's side of Match (Meghdoot 3.4 over the tier): each event goes only to the
-zones its affected region meets, in the active layout; one MatchZones call per matcher
-per batch (the entry's own zones locally, a zone's replicas round-robin); answers
-merged by subscription id. A zone whose members cannot be reached, or a layout a holder
-has retired, makes the batch wait for the layouts to change (a dead matcher's zones
-recovered, a switch completed), up to the matcher's deadline, then UNAVAILABLE.
+zones its affected region meets, in the active layout; one holder-mode Match message per
+matcher per batch, on a long-lived stream (peers.py; the entry's own zones locally, a
+zone's replicas round-robin); answers merged per event (by subscription id, or as a set
+of agents when only the agents are asked for). A zone whose members cannot be reached,
+or a layout a holder has retired, makes the batch wait for the layouts to change (a dead
+matcher's zones recovered, a switch completed), up to the matcher's deadline, then
+UNAVAILABLE.
+
+The entry also scores, per batch, how many of its events each matcher holds zones for
+(`weights`): the matcher with the most is the best entry for such batches, since it
+answers them with the fewest peer messages (none when it holds every zone they meet).
+The service suggests it to the agent (MatchResponse.entry, server.py). Measured on the
+bench workload (loadtest.bench_events: 3 matchers, default zones), every event meets the
+zone of one matcher, so an agent that follows the suggestion is answered with no
+matcher-to-matcher message at all.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
-from typing import Awaitable, Callable, Mapping, Sequence
+from typing import Awaitable, Callable, Mapping, MutableMapping, Sequence
 
 from echelon.matcher.adoption import Layouts
 from echelon.matcher.layout import Layout
-from echelon.matcher.peers import Matches, PeerUnavailable, StaleLayout, Transport
+from echelon.matcher.peers import Agents, Matches, PeerUnavailable, StaleLayout, Transport
 from echelon.matcher.zones import Zones
 
 TOPIC_WAIT = 3.0  # how long a batch waits for a topic this matcher has not seen yet
@@ -34,19 +44,26 @@ class Fanout:
         self.deadline = deadline
         self._rr = 0
 
-    async def match(self, events: Sequence[tuple[str, Mapping[str, object]]]) -> list[dict[str, str]]:
-        """The entry's side of Match: per event, {subscription id: agent}."""
-        out: list[dict[str, str]] = [{} for _ in events]
+    async def match(self, events: Sequence[tuple[str, Mapping[str, object]]], agents_only: bool = False,
+                    wire: Sequence | None = None,
+                    weights: MutableMapping[str, int] | None = None) -> list[Matches] | list[Agents]:
+        """The entry's side of Match: per event, {subscription id: agent} (or its agents).
+        `wire`: the events as received, forwarded to holders as they are; `weights`
+        (filled if given): matcher -> events of the batch it holds a zone of."""
+        out: list = [set() if agents_only else {} for _ in events]
         groups: dict[str, list[int]] = defaultdict(list)
         for i, (topic, _) in enumerate(events):
             groups[topic].append(i)
         deadline = asyncio.get_running_loop().time() + self.deadline
-        await asyncio.gather(*(self._match_topic(t, [events[i][1] for i in idxs], idxs, out, deadline)
+        await asyncio.gather(*(self._match_topic(t, [events[i][1] for i in idxs],
+                                                 None if wire is None else [wire[i] for i in idxs], idxs, out,
+                                                 deadline, agents_only, weights)
                                for t, idxs in groups.items()))
         return out
 
-    async def _match_topic(self, topic: str, events: list[Mapping[str, object]], positions: list[int],
-                           out: list[dict[str, str]], deadline: float) -> None:
+    async def _match_topic(self, topic: str, events: list[Mapping[str, object]], wire: list | None,
+                           positions: list[int], out: list, deadline: float, agents_only: bool,
+                           weights: MutableMapping[str, int] | None) -> None:
         loop = asyncio.get_running_loop()
         unknown_until = loop.time() + TOPIC_WAIT
         failed: set[str] = set()
@@ -58,21 +75,24 @@ class Fanout:
                     return  # a topic no matcher has seen holds no subscription
                 await self.wait_change(deadline, f"no active layout for topic {topic!r}", 0.1)
                 continue
-            plan = self._assign(layout, layout.route(events), failed)
+            routed = layout.route(events)
+            plan = self._assign(layout, routed, failed)
             if plan is None:  # a zone with no reachable member: wait for the layout to change
                 await self.wait_change(deadline, f"no member of some zone of topic {topic!r} is reachable")
                 failed.clear()
                 continue
-            results = await asyncio.gather(*(self._zones_at(p, topic, layout.key, events, z)
+            results = await asyncio.gather(*(self._zones_at(p, topic, layout.key, events, wire, z, agents_only)
                                              for p, z in plan.items()), return_exceptions=True)
             errors = [r for r in results if isinstance(r, BaseException)]
             if not errors:
                 for part in results:
                     for i, found in part.items():
-                        if out[positions[i]]:
-                            out[positions[i]].update(found)
-                        else:
-                            out[positions[i]] = found
+                        if found:
+                            out[positions[i]] |= found
+                if weights is not None:
+                    for zone, idxs in routed.items():
+                        for m in layout.members[zone]:
+                            weights[m] = weights.get(m, 0) + len(idxs)
                 return
             for e in errors:
                 if not isinstance(e, (PeerUnavailable, StaleLayout)):
@@ -94,12 +114,13 @@ class Fanout:
         return plan
 
     async def _zones_at(self, peer: str, topic: str, key: str, events: list[Mapping[str, object]],
-                        zones: dict[str, list[int]]) -> dict[int, Matches]:
+                        wire: list | None, zones: dict[str, list[int]], agents_only: bool) -> dict[int, object]:
         if peer == self.me:
-            results = self.zones.match(topic, key, events, zones)
+            results = self.zones.match(topic, key, events, zones, agents_only)
             return {i: results[i] for idxs in zones.values() for i in idxs}
         needed = sorted({i for idxs in zones.values() for i in idxs})
         at = {i: j for j, i in enumerate(needed)}
         results = await self.transport.match_zones(peer, topic, key, [events[i] for i in needed],
-                                                   {z: [at[i] for i in idxs] for z, idxs in zones.items()})
+                                                   {z: [at[i] for i in idxs] for z, idxs in zones.items()},
+                                                   agents_only, None if wire is None else [wire[i] for i in needed])
         return {i: results[at[i]] for i in needed}

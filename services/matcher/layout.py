@@ -45,7 +45,10 @@ from echelon.core.can import Zone, ZoneMap
 from echelon.core.cdm import CountingIndex, Subscription
 from echelon.core.filters import Filter
 from echelon.core.schema import Schema
-from echelon.core.space import Point, Space
+from echelon.core.space import Point, Space, value_key
+
+
+STRING_KEYS = 65536  # string values whose keys a layout remembers for routing
 
 
 @dataclass(frozen=True, eq=False)
@@ -132,6 +135,10 @@ class Layout:
         low, top = np.asarray(self.space.low), np.asarray(self.space.high)
         # Only dimensions some zone cuts tell zones apart.
         self._cols = np.flatnonzero(np.any((self._lo > low) | (self._hi < top), axis=0))
+        cut = sorted({int(c) // 2 for c in self._cols})  # the attributes of those dimensions
+        self._route_attrs = [(i, self.space.attributes[i]) for i in cut]
+        self._route_cols = np.array([c for i in cut for c in (2 * i, 2 * i + 1)], dtype=np.int64)
+        self._string_keys: dict[str, float] = {}
 
     def placed(self, sid: str) -> bool:
         return sid in self.primary
@@ -210,19 +217,42 @@ class Layout:
 
         `ZoneMap.affected` for a whole batch at once: the affected region of event point
         (c1, c1, ..., cn, cn) is [L1, c1] x [c1, H1] x ...; a zone [lo, hi) (closed at the
-        top of the domain) meets it iff lo <= b and (a < hi, or a == hi == top)."""
+        top of the domain) meets it iff lo <= b and (a < hi, or a == hi == top). Only the
+        attributes some zone cuts are keyed: on the others every zone meets every region."""
         if len(self._ids) == 1 or not events:
             return {self._ids[0]: list(range(len(events)))} if events else {}
-        ep = np.array([self.space.event_point(e) for e in events], dtype=np.float64)
-        low, top = np.asarray(self.space.low), np.asarray(self.space.high)
+        ep = np.empty((len(events), 2 * len(self._route_attrs)), dtype=np.float64)
+        for j, (i, attr) in enumerate(self._route_attrs):
+            ep[:, 2 * j], ep[:, 2 * j + 1] = self._keys(i, attr, [e.get(attr.name) for e in events])
+        cols = self._route_cols
+        low, top = np.asarray(self.space.low)[cols], np.asarray(self.space.high)[cols]
         a, b = np.empty_like(ep), np.empty_like(ep)
         a[:, 0::2], a[:, 1::2] = low[0::2], ep[:, 0::2]
         b[:, 0::2], b[:, 1::2] = ep[:, 1::2], top[1::2]
-        lo, hi = self._lo[None], self._hi[None]
-        step = max(1, (1 << 22) // self._lo.size)  # events per pass: bounded temporaries
+        lo, hi = self._lo[None, :, cols], self._hi[None, :, cols]
+        step = max(1, (1 << 22) // max(1, lo.size))  # events per pass: bounded temporaries
         hit = np.concatenate([np.all((lo <= b[i:i + step, None]) & ((a[i:i + step, None] < hi) | (
             (a[i:i + step, None] == hi) & (hi == top))), axis=2) for i in range(0, len(ep), step)])  # (events, zones)
         out: dict[str, list[int]] = {}
         for j in np.flatnonzero(hit.any(axis=0)):
             out[self._ids[j]] = np.flatnonzero(hit[:, j]).tolist()
         return out
+
+    def _keys(self, i: int, attr, values: list) -> tuple[list[float], list[float]]:
+        """Attribute i's (c, c) pair of each event point; (L_i, H_i) when unset or unusable.
+        String keys are remembered (a topic's symbols repeat; bounded)."""
+        low, high = self.space.low[2 * i], self.space.high[2 * i + 1]
+        known = self._string_keys
+        if len(known) > STRING_KEYS:
+            known.clear()
+        keys = []
+        for v in values:
+            k = known.get(v) if type(v) is str else None
+            if k is None:
+                k = None if v is None else value_key(attr, v)
+                if type(v) is str:
+                    known[v] = k
+            keys.append(k)
+        if None not in keys:
+            return keys, keys
+        return [low if k is None else k for k in keys], [high if k is None else k for k in keys]

@@ -1,7 +1,8 @@
 """The matcher service: the gRPC face of the tier protocol (tier.py) at one matcher.
 
 Agents call `Register`, `Remove`, `Match` and `Reconcile` on any matcher (the entry);
-matchers call each other's `Store`, `Drop`, `MatchZones`, `Sync` and `Holdings`. Zones
+matchers call each other's `Store`, `Drop`, `Match` in holder mode, `Sync` and
+`Holdings`. A `Match` answer suggests the agent's next entry (fanout.py says why). Zones
 come from the routing plan when it names the topic, else from the default plan
 (layout.py). Agents remain the owners of their subscriptions: they refill a matcher that
 comes back with a new incarnation (agent/matching.py), a safety net under the mirrors,
@@ -23,11 +24,11 @@ from echelon.core.can import Zone
 from echelon.core.schema import SchemaError
 from echelon.agent.dataplane import PARK_SECONDS
 from echelon.matcher.layout import Copy
-from echelon.matcher.peers import GrpcTransport, Matches, StaleLayout, Status, TierView
+from echelon.matcher.peers import Agents, GrpcTransport, Matches, StaleLayout, Status, TierView
 from echelon.matcher.reconcile import Reaper, holdings, reconcile
 from echelon.matcher.sample import EventSampler, sample
 from echelon.matcher.tier import Tier
-from echelon.runtime.errors import FailedPrecondition, InvalidArgument
+from echelon.runtime.errors import InvalidArgument
 from echelon.runtime.member import lifetime
 from echelon.runtime.metrics import LATENCY_BUCKETS
 from echelon.runtime.node import Node, NodeConfig
@@ -46,13 +47,20 @@ def copy_from_pb(s: xpb.Subscription) -> Copy:
     return Copy(s.id, s.agent, s.topic, s.version, filter_from_pb(s.filter), s)
 
 
-def results_to_pb(results: list[Matches], out) -> None:
-    """Per event {subscription: agent} into MatchResults, grouped by agent."""
+def results_to_pb(results: list[Matches] | list[Agents], out, agents_only: bool) -> None:
+    """Per event {subscription: agent} into MatchResults, grouped by agent; or its agents."""
+    add = out.add
+    if agents_only:
+        for r in results:
+            res = add()
+            for agent in r:  # in place: no AgentMatches built apart and copied in (upb)
+                res.agents.add(agent=agent)
+        return
     for r in results:
         by_agent: dict[str, list[str]] = defaultdict(list)
         for sid, agent in r.items():
             by_agent[agent].append(sid)
-        res = out.add()
+        res = add()
         for agent, sids in by_agent.items():
             res.agents.add(agent=agent, subscriptions=sids)
 
@@ -86,6 +94,9 @@ class MatcherMetrics:
                                       labels, buckets=LATENCY_BUCKETS, registry=registry)
         self.events = Counter("echelon_matcher_events_total", "Events answered as the entry matcher.",
                               registry=registry)
+        self.held_events = Counter("echelon_matcher_holder_events_total", "Events matched here for another "
+                                   "matcher's entry (holder mode): each one a matcher-to-matcher message's share.",
+                                   registry=registry)
         self.batch = Histogram("echelon_matcher_batch_seconds", "Time to answer one Match batch as the entry.",
                                buckets=LATENCY_BUCKETS, registry=registry)
         self.copies = Gauge("echelon_matcher_copies", "Subscription copies held (primaries and mirrors).",
@@ -166,18 +177,41 @@ class MatcherServicer(xgrpc.MatcherServicer):
         return xpb.RemoveResponse(removed=removed)
 
     async def Match(self, request_iterator, context):
-        require_member(context, None, "agent", "Match")
-        metrics = self.node.metrics
+        require_member(context, None, ("agent", "matcher"), "Match")
         async for batch in request_iterator:
-            start = time.perf_counter()
-            events = [(e.topic, attributes_from_pb(e.attributes)) for e in batch.events]
-            self.node.events.add(events)
-            results = await self.tier.match(events)
-            response = xpb.MatchResponse(batch_id=batch.batch_id)
-            results_to_pb(results, response.results)
-            metrics.events.inc(len(batch.events))
-            metrics.batch.observe(time.perf_counter() - start)
-            yield response
+            yield self._holder(batch) if batch.layout else await self._entry(batch)
+
+    async def _entry(self, batch: xpb.MatchRequest) -> xpb.MatchResponse:
+        """An agent's batch: every zone its events meet, here or at their holders."""
+        start = time.perf_counter()
+        events = [(e.topic, attributes_from_pb(e.attributes)) for e in batch.events]
+        self.node.events.add(events)
+        weights: dict[str, int] = {}
+        results = await self.tier.match(events, batch.agents_only, batch.events, weights)
+        response = xpb.MatchResponse(batch_id=batch.batch_id)
+        results_to_pb(results, response.results, batch.agents_only)
+        best = max(weights, key=weights.__getitem__, default=self.tier.me)
+        if weights.get(best, 0) > weights.get(self.tier.me, 0):
+            response.entry = best
+        self.node.metrics.events.inc(len(batch.events))
+        self.node.metrics.batch.observe(time.perf_counter() - start)
+        return response
+
+    def _holder(self, batch: xpb.MatchRequest) -> xpb.MatchResponse:
+        """Another matcher's request: the named zones of one layout held here, nothing more."""
+        events = [attributes_from_pb(e.attributes) for e in batch.events]
+        zones = {z.zone: list(z.events) for z in batch.zones}
+        if any(i >= len(events) for idxs in zones.values() for i in idxs):
+            raise InvalidArgument("zone event positions out of range")
+        response = xpb.MatchResponse(batch_id=batch.batch_id)
+        try:
+            results = self.tier.match_zones(batch.topic, batch.layout, events, zones, batch.agents_only)
+        except StaleLayout as e:
+            response.stale = str(e)
+            return response
+        results_to_pb(results, response.results, batch.agents_only)
+        self.node.metrics.held_events.inc(len(events))
+        return response
 
     async def Store(self, request: xpb.StoreRequest, context) -> xpb.StoreResponse:
         require_member(context, request.sender, "matcher", "Store")
@@ -191,22 +225,6 @@ class MatcherServicer(xgrpc.MatcherServicer):
             raise InvalidArgument("one version per id")
         removed = await self.tier.drop(list(zip(request.ids, request.versions)), request.sender, list(request.sent_to))
         return xpb.DropResponse(removed=removed)
-
-    async def MatchZones(self, request: xpb.MatchZonesRequest, context) -> xpb.MatchZonesResponse:
-        require_member(context, None, "matcher", "MatchZones")
-        events = [attributes_from_pb(e.attributes) for e in request.events]
-        zones = {z.zone: list(z.events) for z in request.zones}
-        if any(i >= len(events) for idxs in zones.values() for i in idxs):
-            raise InvalidArgument("zone event positions out of range")
-        try:
-            results = self.tier.match_zones(request.topic, request.layout, events, zones)
-        except StaleLayout as e:
-            raise FailedPrecondition(str(e)) from None
-        response = xpb.MatchZonesResponse()
-        add = response.results.add  # in place: no Matches built apart and copied in (upb)
-        for r in results:
-            add(subscriptions=r.keys(), agents=r.values())
-        return response
 
     async def Sync(self, request: xpb.SyncRequest, context) -> xpb.SyncResponse:
         require_member(context, request.member, "matcher", "Sync")

@@ -19,8 +19,9 @@ Every matcher derives the layout from its view, so all agree once their views ag
   forwards it under its own layouts the sender did not route by, so a registration
   racing a layout change reaches the new holders too.
 - Match: the entry routes each event to the zones its affected region meets, in its
-  active layout, one MatchZones call per matcher per batch (fanout.py); each zone
-  matches with match_batch on its CDM index. Subscription ids are deduplicated.
+  active layout, one holder-mode Match message per matcher per batch, on a long-lived
+  stream (fanout.py, peers.py); each zone matches with its CDM index. Subscription ids
+  (or agents) are deduplicated.
 - Handoff: when the layout of a topic changes (a plan splits, moves or replicates a
   zone; a matcher joins, restarts or dies), each matcher adopts the new layout as
   *pending* and pushes every copy it holds to the new layout's holders that did not
@@ -40,14 +41,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Mapping, MutableMapping, Sequence
 
 from echelon.core.schema import Schema
 from echelon.matcher.adoption import CHUNK, Layouts
 from echelon.matcher.barrier import Barrier
 from echelon.matcher.fanout import TOPIC_WAIT, Fanout
 from echelon.matcher.layout import Copy
-from echelon.matcher.peers import Matches, PeerUnavailable, Status, TierView, Transport, wait
+from echelon.matcher.peers import Agents, Matches, PeerUnavailable, Status, TierView, Transport, wait
 from echelon.matcher.removal import Drops, Removal
 from echelon.matcher.store import CopyStore
 from echelon.matcher.zones import Zones
@@ -218,14 +219,17 @@ class Tier:
         self._called()
         return await self.removal.drop(items, sender, sent_to)
 
-    async def match(self, events: Sequence[tuple[str, Mapping[str, object]]]) -> list[Matches]:
-        """The entry's side of Match (fanout.py): per event, {subscription id: agent}."""
-        return await self.fanout.match(events)
+    async def match(self, events: Sequence[tuple[str, Mapping[str, object]]], agents_only: bool = False,
+                    wire: Sequence | None = None,
+                    weights: MutableMapping[str, int] | None = None) -> list[Matches] | list[Agents]:
+        """The entry's side of Match (fanout.py): per event, {subscription id: agent}, or
+        the set of agents when `agents_only`."""
+        return await self.fanout.match(events, agents_only, wire, weights)
 
     def match_zones(self, topic: str, key: str, events: Sequence[Mapping[str, object]],
-                    zones: Mapping[str, Sequence[int]]) -> list[Matches]:
+                    zones: Mapping[str, Sequence[int]], agents_only: bool = False) -> list[Matches] | list[Agents]:
         self._called()
-        return self.zones.match(topic, key, events, zones)
+        return self.zones.match(topic, key, events, zones, agents_only)
 
     def on_status(self, peer: str, lifetime: int, seq: int, status: dict[str, Status]) -> None:
         self._called()

@@ -1,6 +1,7 @@
 """Zone matching at a holder (Meghdoot 3.4): a batch of events against this matcher's
-CDM indexes of some zones of one layout, the `MatchZones` side of `Match` (fanout.py is
-the entry's side)."""
+CDM indexes of some zones of one layout, the holder's side of `Match` (fanout.py is the
+entry's side). An answer of agents only (what a publishing agent routes by) comes from
+the index's agent codes, never building a {subscription: agent} map per event."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Callable, Mapping, Sequence
 
 from echelon.matcher.adoption import Layouts
 from echelon.matcher.layout import Layout
-from echelon.matcher.peers import Matches, StaleLayout
+from echelon.matcher.peers import Agents, Matches, StaleLayout
 from echelon.matcher.store import CopyStore
 
 # (topic, zone, events, matches, seconds) of one zone's batch, for the service's metrics
@@ -24,21 +25,29 @@ class Zones:
         self.observe: Observer | None = None
 
     def match(self, topic: str, key: str, events: Sequence[Mapping[str, object]],
-              zones: Mapping[str, Sequence[int]]) -> list[Matches]:
-        """Per event, {subscription id: agent} over the zones named (event positions each)."""
+              zones: Mapping[str, Sequence[int]], agents_only: bool = False) -> list[Matches] | list[Agents]:
+        """Per event, {subscription id: agent} over the zones named (event positions each),
+        or the set of agents when `agents_only`."""
         ts = self.layouts.topics.get(topic)
         layout = ts.find(key) if ts else None
         if layout is None or not layout.ready or any(z not in layout.index for z in zones):
             raise StaleLayout(f"matcher {self.me} holds no layout {key} of topic {topic!r} with those zones")
-        out: list[Matches] = [{} for _ in events]
+        out: list = [set() for _ in events] if agents_only else [{} for _ in events]
         agent = self.store.agents.__getitem__
         for zone, idxs in zones.items():
             start = time.perf_counter()
-            found = layout.index[zone].match_batch([events[i] for i in idxs])
-            n = 0
-            for i, sids in zip(idxs, found):
-                out[i].update(zip(sids, map(agent, sids)))
-                n += len(sids)
+            batch = [events[i] for i in idxs]
+            index = layout.index[zone]
+            if agents_only:
+                found, n = index.match_agents(batch)
+                for i, agents in zip(idxs, found):
+                    if agents:
+                        out[i].update(agents)
+            else:
+                n = 0
+                for i, sids in zip(idxs, index.match_batch(batch)):
+                    out[i].update(zip(sids, map(agent, sids)))
+                    n += len(sids)
             if self.observe:
                 self.observe(topic, zone, len(idxs), n, time.perf_counter() - start)
         return out

@@ -48,12 +48,20 @@ class RemoveResponse(_message.Message):
     def __init__(self, removed: _Optional[int] = ...) -> None: ...
 
 class MatchRequest(_message.Message):
-    __slots__ = ("batch_id", "events")
+    __slots__ = ("batch_id", "events", "agents_only", "topic", "layout", "zones")
     BATCH_ID_FIELD_NUMBER: _ClassVar[int]
     EVENTS_FIELD_NUMBER: _ClassVar[int]
+    AGENTS_ONLY_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    LAYOUT_FIELD_NUMBER: _ClassVar[int]
+    ZONES_FIELD_NUMBER: _ClassVar[int]
     batch_id: int
     events: _containers.RepeatedCompositeFieldContainer[_common_pb2.Event]
-    def __init__(self, batch_id: _Optional[int] = ..., events: _Optional[_Iterable[_Union[_common_pb2.Event, _Mapping]]] = ...) -> None: ...
+    agents_only: bool
+    topic: str
+    layout: str
+    zones: _containers.RepeatedCompositeFieldContainer[ZoneEvents]
+    def __init__(self, batch_id: _Optional[int] = ..., events: _Optional[_Iterable[_Union[_common_pb2.Event, _Mapping]]] = ..., agents_only: _Optional[bool] = ..., topic: _Optional[str] = ..., layout: _Optional[str] = ..., zones: _Optional[_Iterable[_Union[ZoneEvents, _Mapping]]] = ...) -> None: ...
 
 class AgentMatches(_message.Message):
     __slots__ = ("agent", "subscriptions")
@@ -70,12 +78,16 @@ class MatchResult(_message.Message):
     def __init__(self, agents: _Optional[_Iterable[_Union[AgentMatches, _Mapping]]] = ...) -> None: ...
 
 class MatchResponse(_message.Message):
-    __slots__ = ("batch_id", "results")
+    __slots__ = ("batch_id", "results", "stale", "entry")
     BATCH_ID_FIELD_NUMBER: _ClassVar[int]
     RESULTS_FIELD_NUMBER: _ClassVar[int]
+    STALE_FIELD_NUMBER: _ClassVar[int]
+    ENTRY_FIELD_NUMBER: _ClassVar[int]
     batch_id: int
     results: _containers.RepeatedCompositeFieldContainer[MatchResult]
-    def __init__(self, batch_id: _Optional[int] = ..., results: _Optional[_Iterable[_Union[MatchResult, _Mapping]]] = ...) -> None: ...
+    stale: str
+    entry: str
+    def __init__(self, batch_id: _Optional[int] = ..., results: _Optional[_Iterable[_Union[MatchResult, _Mapping]]] = ..., stale: _Optional[str] = ..., entry: _Optional[str] = ...) -> None: ...
 
 class StoreRequest(_message.Message):
     __slots__ = ("sender", "topic", "layouts", "subscriptions")
@@ -120,32 +132,6 @@ class ZoneEvents(_message.Message):
     zone: str
     events: _containers.RepeatedScalarFieldContainer[int]
     def __init__(self, zone: _Optional[str] = ..., events: _Optional[_Iterable[int]] = ...) -> None: ...
-
-class MatchZonesRequest(_message.Message):
-    __slots__ = ("topic", "layout", "events", "zones")
-    TOPIC_FIELD_NUMBER: _ClassVar[int]
-    LAYOUT_FIELD_NUMBER: _ClassVar[int]
-    EVENTS_FIELD_NUMBER: _ClassVar[int]
-    ZONES_FIELD_NUMBER: _ClassVar[int]
-    topic: str
-    layout: str
-    events: _containers.RepeatedCompositeFieldContainer[_common_pb2.Event]
-    zones: _containers.RepeatedCompositeFieldContainer[ZoneEvents]
-    def __init__(self, topic: _Optional[str] = ..., layout: _Optional[str] = ..., events: _Optional[_Iterable[_Union[_common_pb2.Event, _Mapping]]] = ..., zones: _Optional[_Iterable[_Union[ZoneEvents, _Mapping]]] = ...) -> None: ...
-
-class Matches(_message.Message):
-    __slots__ = ("subscriptions", "agents")
-    SUBSCRIPTIONS_FIELD_NUMBER: _ClassVar[int]
-    AGENTS_FIELD_NUMBER: _ClassVar[int]
-    subscriptions: _containers.RepeatedScalarFieldContainer[str]
-    agents: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, subscriptions: _Optional[_Iterable[str]] = ..., agents: _Optional[_Iterable[str]] = ...) -> None: ...
-
-class MatchZonesResponse(_message.Message):
-    __slots__ = ("results",)
-    RESULTS_FIELD_NUMBER: _ClassVar[int]
-    results: _containers.RepeatedCompositeFieldContainer[Matches]
-    def __init__(self, results: _Optional[_Iterable[_Union[Matches, _Mapping]]] = ...) -> None: ...
 
 class LayoutStatus(_message.Message):
     __slots__ = ("topic", "adopted", "pushed", "filled", "active")

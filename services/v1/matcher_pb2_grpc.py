@@ -59,11 +59,6 @@ class MatcherStub:
                 request_serializer=echelon_dot_v1_dot_matcher__pb2.DropRequest.SerializeToString,
                 response_deserializer=echelon_dot_v1_dot_matcher__pb2.DropResponse.FromString,
                 _registered_method=True)
-        self.MatchZones = channel.unary_unary(
-                '/echelon.v1.Matcher/MatchZones',
-                request_serializer=echelon_dot_v1_dot_matcher__pb2.MatchZonesRequest.SerializeToString,
-                response_deserializer=echelon_dot_v1_dot_matcher__pb2.MatchZonesResponse.FromString,
-                _registered_method=True)
         self.Sync = channel.unary_unary(
                 '/echelon.v1.Matcher/Sync',
                 request_serializer=echelon_dot_v1_dot_matcher__pb2.SyncRequest.SerializeToString,
@@ -113,7 +108,10 @@ class MatcherServicer:
     def Match(self, request_iterator, context):
         """A stream of event batches; each batch is answered by one response with one
         result per event, in order. The entry visits only the zones in each event's
-        affected region (matcher-to-matcher MatchZones, one call per matcher per batch).
+        affected region: its own locally, another matcher's over a long-lived Match stream
+        of its own in holder mode (MatchRequest.layout set: only the named zones, no
+        further hop), one message per matcher per batch. MatchResponse.entry suggests the
+        matcher holding the batch's zones.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -130,14 +128,6 @@ class MatcherServicer:
 
     def Drop(self, request, context):
         """Removal (or replacement), sent to every matcher: drop the copies and keep a tombstone.
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-    def MatchZones(self, request, context):
-        """Match events against the zones this matcher holds in the named layout;
-        FAILED_PRECONDITION when it no longer (or not yet) holds that layout.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -209,11 +199,6 @@ def add_MatcherServicer_to_server(servicer, server):
                     servicer.Drop,
                     request_deserializer=echelon_dot_v1_dot_matcher__pb2.DropRequest.FromString,
                     response_serializer=echelon_dot_v1_dot_matcher__pb2.DropResponse.SerializeToString,
-            ),
-            'MatchZones': grpc.unary_unary_rpc_method_handler(
-                    servicer.MatchZones,
-                    request_deserializer=echelon_dot_v1_dot_matcher__pb2.MatchZonesRequest.FromString,
-                    response_serializer=echelon_dot_v1_dot_matcher__pb2.MatchZonesResponse.SerializeToString,
             ),
             'Sync': grpc.unary_unary_rpc_method_handler(
                     servicer.Sync,
@@ -376,33 +361,6 @@ class Matcher:
             '/echelon.v1.Matcher/Drop',
             echelon_dot_v1_dot_matcher__pb2.DropRequest.SerializeToString,
             echelon_dot_v1_dot_matcher__pb2.DropResponse.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def MatchZones(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
-            target,
-            '/echelon.v1.Matcher/MatchZones',
-            echelon_dot_v1_dot_matcher__pb2.MatchZonesRequest.SerializeToString,
-            echelon_dot_v1_dot_matcher__pb2.MatchZonesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -125,8 +125,8 @@ class Wire:
     async def drop(self, peer, items, sent_to):
         return await (await self._hop(peer)).drop(items, self.me, sent_to)
 
-    async def match_zones(self, peer, topic, layout, events, zones):
-        return (await self._hop(peer)).match_zones(topic, layout, events, zones)
+    async def match_zones(self, peer, topic, layout, events, zones, agents_only=False, wire=None):
+        return (await self._hop(peer)).match_zones(topic, layout, events, zones, agents_only)
 
     async def sync(self, peer, seq, status):
         (await self._hop(peer)).on_status(self.me, self.incarnation, seq, status)
@@ -188,8 +188,10 @@ async def scenario(data, schema: Schema, seed: int) -> None:
 
     async def match_now(batch) -> None:
         entry = net.cores[data.draw(st.sampled_from(sorted(net.cores)), label="entry")]
-        got = await entry.match([(topic, e) for e in batch])
-        assert got == [ref.expect(topic, e) for e in batch]
+        agents_only = data.draw(st.booleans(), label="agents only")
+        got = await entry.match([(topic, e) for e in batch], agents_only)
+        want = [ref.expect(topic, e) for e in batch]
+        assert got == ([set(w.values()) for w in want] if agents_only else want)
 
     def plan_change(kind: str) -> bool:
         zm = ZoneMap(space, net.plan.get(topic) or default_zones(topic, space, sorted(net.cores))[0])
@@ -333,6 +335,18 @@ def test_one_batch_mixes_topics_and_one_register_mixes_topics():
         assert sum(len(w) for (t, _), w in zip(events, want) if t == "quotes") > 10
         for core in net.cores.values():
             assert await core.match(events) == want
+            weights = {}
+            assert await core.match(events, True, None, weights) == [set(w.values()) for w in want]
+            # The score behind the suggested entry: per matcher, the (event, zone met)
+            # pairs whose zone it is a member of, from core.can's zones_for_event.
+            score: dict[str, int] = {}
+            for t, e in events:
+                layout = core.layouts.topics[t].active
+                zm = ZoneMap(layout.space, layout.zones)
+                for z in zm.zones_for_event(layout.space.event_point(e)):
+                    for m in z.members:
+                        score[m] = score.get(m, 0) + 1
+            assert weights == score
         for core in net.cores.values():
             await core.stop()
 

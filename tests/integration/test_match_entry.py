@@ -1,0 +1,112 @@
+"""The Match path between matchers and the agent's choice of entry (services/matcher/
+fanout.py, peers.py; services/agent/matching.py), on real gRPC servers in one process.
+
+- An agent follows the entry a matcher suggests: on a schemaless topic (one zone, an
+  owner and a replica) it ends up at a member of the zone, after which no event needs a
+  matcher-to-matcher message (the holders' counter stops), and every delivery equals
+  brute force.
+- Holder mode on a live stream: a layout not held is answered `stale` and the same
+  stream answers the next request; positions out of range are INVALID_ARGUMENT.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+
+import grpc
+import pytest
+
+from echelon.core.filters import parse
+from echelon.matcher.layout import default_zones
+from echelon.core.space import Space
+from echelon.core.schema import Schema
+from echelon.runtime.wire import attributes_to_pb
+from echelon.v1 import common_pb2 as pb
+from echelon.v1 import matcher_pb2 as xpb
+from echelon.v1 import matcher_pb2_grpc as xgrpc
+from tests.harness import Cluster, wait_for
+
+FILTERS = ["x = 1", "x >= 2", 'y prefix "a"', "x < 0", ""]
+
+
+def holder_events(c: Cluster) -> float:
+    return sum(m.metrics.held_events._value.get() for m in c.matcher_nodes)
+
+
+@pytest.mark.timeout(90)
+async def test_the_agent_moves_to_the_suggested_entry_and_no_peer_message_follows():
+    c = Cluster(agents=2, matchers=3)
+    try:
+        await c.start()
+        ids = sorted(m.config.id for m in c.matcher_nodes)
+        topic = next(t for t in (f"free{i}" for i in range(100))  # the agent's first entry holds no zone of it
+                     if ids[0] not in default_zones(t, Space.of(Schema()), ids)[0][0].members)
+        members = default_zones(topic, Space.of(Schema()), ids)[0][0].members
+        publisher, subscriber = c.client(0), c.client(1)
+        await publisher.create_topic(topic)
+        got: dict[int, list[int]] = defaultdict(list)
+        subs, readers = [], []
+        for i, text in enumerate(FILTERS):
+            sub = subscriber.subscribe(topic, text, name=f"s{i}", max_outstanding=1000)
+            await sub.start()
+
+            async def read(sub=sub, i=i):
+                async for m in sub:
+                    got[i].append(int.from_bytes(m.payload, "little"))
+                    await m.ack()
+
+            subs.append(sub)
+            readers.append(asyncio.create_task(read()))
+        matching = c.agent_nodes[0].matching
+        matching._rr = [m.id for m in matching.matchers()].index(ids[0])  # start at a matcher outside the zone
+        events = [{"x": k % 5 - 1, "y": "ab" if k % 3 else "b"} for k in range(60)]
+        pub = publisher.publisher()
+        for k, e in enumerate(events[:20]):
+            await pub.publish(topic, e, payload=k.to_bytes(4, "little"))
+        await wait_for(lambda: matching._stream_matcher in members, 10, what="the agent at a member of the zone")
+        held = holder_events(c)
+        assert held > 0  # the first entry asked a member
+        for k, e in enumerate(events[20:], 20):
+            await pub.publish(topic, e, payload=k.to_bytes(4, "little"))
+        want = {i: [k for k, e in enumerate(events) if parse(text).matches(e)] for i, text in enumerate(FILTERS)}
+        await wait_for(lambda: all(len(got[i]) >= len(w) for i, w in want.items()), 10, what="every delivery")
+        assert {i: sorted(v) for i, v in got.items() if v} == {i: w for i, w in want.items() if w}
+        assert holder_events(c) == held  # answered at the member alone
+        await pub.close()
+        for t in readers:
+            t.cancel()
+        for s in subs:
+            await s.close()
+    finally:
+        await c.stop()
+
+
+async def test_holder_mode_answers_stale_on_a_live_stream_and_refuses_bad_positions():
+    c = Cluster(agents=1, matchers=2)
+    try:
+        await c.start()
+        client = c.client(0)
+        await client.create_topic("free")
+        async with client.subscribe("free", "x = 1", name="s"):
+            node = next(m for m in c.matcher_nodes if m.tier.layouts.topics["free"].active
+                        and m.tier.layouts.topics["free"].active.index)
+            layout = node.tier.layouts.topics["free"].active
+            event = pb.Event(attributes=attributes_to_pb({"x": 1}))
+            async with grpc.aio.insecure_channel(node.address) as ch:
+                call = xgrpc.MatcherStub(ch).Match()
+                await call.write(xpb.MatchRequest(topic="free", layout="nope", events=[event],
+                                                  zones=[xpb.ZoneEvents(zone="all", events=[0])]))
+                r = await call.read()
+                assert "holds no layout nope" in r.stale and not r.results
+                await call.write(xpb.MatchRequest(topic="free", layout=layout.key, agents_only=True, events=[event],
+                                                  zones=[xpb.ZoneEvents(zone="all", events=[0])]))
+                r = await call.read()
+                assert not r.stale and [[a.agent for a in x.agents] for x in r.results] == [["agent-0"]]
+                await call.write(xpb.MatchRequest(topic="free", layout=layout.key, events=[event],
+                                                  zones=[xpb.ZoneEvents(zone="all", events=[3])]))
+                with pytest.raises(grpc.aio.AioRpcError) as err:
+                    await call.read()
+                assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    finally:
+        await c.stop()
