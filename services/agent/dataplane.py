@@ -199,22 +199,25 @@ class DataPlane:
     # -- sending ---------------------------------------------------------------------
 
     def _forward(self, source: str, source_key: str, items) -> dict[str, rpb.RelayFrame]:
-        """Route (message, destinations, hold) items from this node and send the frames.
+        """Route (message, its topic, destinations, hold) items from this node and send the frames.
 
         Returns the frames sent, by target. Each hold's pending count covers its frames.
         """
         per_target: dict[str, tuple[rpb.RelayFrame, list[Hold]]] = {}
-        for msg, dests, hold in items:
-            routes, lost = self.trees.route(source_key, msg.event.topic, msg.stripe, dests)
+        for msg, topic, dests, hold in items:
+            routes, lost = self.trees.route(source_key, topic, msg.stripe, dests)
             if lost:
-                self._park(source, source_key, msg, lost)
+                self._park(source, source_key, msg, topic, lost)
             for target, ds in routes.items():
                 entry = per_target.get(target)
                 if entry is None:
                     entry = per_target[target] = (rpb.RelayFrame(source=source, source_key=source_key), [])
-                entry[0].messages.add(destinations=ds, slice_index=msg.slice_index, slice_count=msg.slice_count,
-                                      payload_size=msg.payload_size, stripe=msg.stripe,
-                                      aborted=msg.aborted).event.CopyFrom(msg.event)  # half the cost of event=
+                if msg.encoded_event:  # a whole message: its bytes as they came (no re-encoding)
+                    entry[0].messages.add(destinations=ds, encoded_event=msg.encoded_event)
+                else:
+                    entry[0].messages.add(destinations=ds, slice_index=msg.slice_index, slice_count=msg.slice_count,
+                                          payload_size=msg.payload_size, stripe=msg.stripe,
+                                          aborted=msg.aborted).event.CopyFrom(msg.event)  # half the cost of event=
                 entry[1].append(hold)
         for target, (frame, holds) in per_target.items():
             self._send(target, frame, holds)
@@ -248,13 +251,13 @@ class DataPlane:
             # Path update: the target left the view with this frame unacknowledged.
             self.node.metrics.rerouted.inc(len(frame.messages))
             self._forward(frame.source, frame.source_key,
-                          [(m, list(m.destinations), h) for m, h in zip(frame.messages, holds)])
+                          [(m, event_of(m).topic, list(m.destinations), h) for m, h in zip(frame.messages, holds)])
         for h in holds:
             h.release()
 
     # -- parking: destinations whose member is DEAD here --------------------------------
 
-    def _park(self, source: str, source_key: str, msg: rpb.RelayMessage, lost: list[str]) -> None:
+    def _park(self, source: str, source_key: str, msg: rpb.RelayMessage, topic: str, lost: list[str]) -> None:
         dropped = 0
         size = 0
         now = time.monotonic()
@@ -266,7 +269,7 @@ class DataPlane:
             if self.parked_count >= self.park_messages or self.parked_bytes + size > self.park_bytes:
                 dropped += 1
                 continue
-            self.parked.setdefault(d, deque()).append(_Parked(now, source, source_key, msg, size))
+            self.parked.setdefault(d, deque()).append(_Parked(now, source, source_key, msg, topic, size))
             self.parked_count += 1
             self.parked_bytes += size
             self.node.metrics.parked.inc()
@@ -302,7 +305,7 @@ class DataPlane:
 
     def _send_parked(self, member_id: str, entries: list[_Parked]) -> None:
         first = entries[0]
-        self._forward(first.source, first.source_key, [(e.msg, [member_id], Hold()) for e in entries])
+        self._forward(first.source, first.source_key, [(e.msg, e.topic, [member_id], Hold()) for e in entries])
 
     def expire(self, now: float | None = None) -> None:
         """Drop (and count as lost) what was parked longer than `park_seconds`."""
@@ -335,7 +338,7 @@ class DataPlane:
         job = Job(ack)
         items, touched, local = [], [], []
         for msg in frame.messages:
-            ev = msg.event
+            ev = event_of(msg)
             key = (source, ev.id.producer_id, ev.id.sequence, msg.slice_index)
             sliced = msg.slice_count > 1
             if msg.aborted:  # its slices' holds must not stop a retry of the publish being forwarded
@@ -348,7 +351,7 @@ class DataPlane:
                 hold = (self.slice_holds if sliced else self.holds).get(key)
                 if hold is not None:
                     touched.append(hold)
-                mine = self._deliver(msg, local)
+                mine = self._deliver(msg, ev, local)
                 if mine is not None:
                     touched.append(mine)
                 continue
@@ -356,10 +359,10 @@ class DataPlane:
             fresh = [d for d in dests if d != me and d not in hold.covered]
             if fresh:
                 hold.covered.update(fresh)
-                items.append((msg, fresh, hold))
+                items.append((msg, ev.topic, fresh, hold))
             touched.append(hold)
             if me in dests:
-                mine = self._deliver(msg, local)
+                mine = self._deliver(msg, ev, local)
                 if mine is not None:
                     touched.append(mine)
         if local:
@@ -370,16 +373,16 @@ class DataPlane:
             job.wait(hold)
         job.arm()
 
-    def _deliver(self, msg: rpb.RelayMessage, local: list[pb.Event] | None = None) -> Hold | None:
+    def _deliver(self, msg: rpb.RelayMessage, event: pb.Event, local: list[pb.Event] | None = None) -> Hold | None:
         """Local delivery. A slice's: a hold that settles once the local subscriptions
         wrote it; a whole event is delivered at once (no hold: the small events' path), or
         queued in `local` to go with the rest of its frame (one filter pass, delivery.py),
         which goes first when a slice comes (FIFO)."""
         if msg.slice_count <= 1 and not msg.aborted:
             if local is None:
-                self.node.deliver_local([msg.event])
+                self.node.deliver_local([event])
             else:
-                local.append(msg.event)
+                local.append(event)
             return None
         if local:
             self.node.deliver_local(local)
@@ -461,10 +464,8 @@ class DataPlane:
                 # is queued (order), then wait.
                 await self._flush(run, futures)
                 await self._fence(producer, _STRIPE0)
-            msg = rpb.RelayMessage(event=event)
-            if payload:
-                msg.event.payload = payload
-            run.add(msg, remote, producer, len(payload) + 64)
+            run.add(rpb.RelayMessage(encoded_event=encode(event, payload)), event.topic, remote, producer,
+                    len(payload) + 64)
             if run.bytes >= FRAME_BYTES:
                 await self._flush(run, futures)
         await self._flush(run, futures)
@@ -484,7 +485,7 @@ class DataPlane:
         # and down as each frame settles (a re-route counts its new frames before the old
         # one lets go), so it reaches zero when every copy of the run is acknowledged.
         hold = Hold()
-        sent = self._forward(self.id, self.node.address, [(m, d, hold) for m, d in run.small])
+        sent = self._forward(self.id, self.node.address, [(m, t, d, hold) for m, t, d in run.small])
         job.wait(hold)
         job.arm()
         futures.extend([future] * len(run.small))
@@ -525,10 +526,10 @@ class DataPlane:
                                        payload_size=size, stripe=schedule[i % len(schedule)] if i else 0)
                 i += 1
                 hold = Hold()
-                sent = self._forward(self.id, self.node.address, [(msg, remote, hold)]) if remote else {}
+                sent = self._forward(self.id, self.node.address, [(msg, event.topic, remote, hold)]) if remote else {}
                 job.wait(hold)
                 if local:
-                    mine = self._deliver(msg)
+                    mine = self._deliver(msg, msg.event)
                     job.wait(mine)
                     behind.append(mine)
                     await self._local_room(behind)
@@ -541,9 +542,9 @@ class DataPlane:
             end = rpb.RelayMessage(event=slice_event(event, b"", 1), slice_index=count, slice_count=count,
                                    payload_size=size, aborted=True)
             if remote:
-                self._forward(self.id, self.node.address, [(end, remote, Hold())])
+                self._forward(self.id, self.node.address, [(end, event.topic, remote, Hold())])
             if local:
-                self._deliver(end)
+                self._deliver(end, end.event)
         job.arm()
         return future
 
@@ -561,13 +562,26 @@ class DataPlane:
 _STRIPE0 = frozenset((0,))
 
 
+def encode(event: pb.Event, payload: bytes) -> bytes:
+    """A whole message's `encoded_event`: the event (no payload) and its payload, serialized
+    once. Two serialized messages side by side parse as one merged message, so the payload
+    is appended as its own field rather than copied into the event first."""
+    data = event.SerializeToString()
+    return data + pb.Event(payload=payload).SerializeToString() if payload else data
+
+
+def event_of(msg: rpb.RelayMessage) -> pb.Event:
+    """A relay message's event, decoded from its bytes if it is a whole message."""
+    return pb.Event.FromString(msg.encoded_event) if msg.encoded_event else msg.event
+
+
 class _Parked:
     """One message waiting for one DEAD destination to come back."""
 
-    __slots__ = ("at", "source", "source_key", "msg", "size")
+    __slots__ = ("at", "source", "source_key", "msg", "topic", "size")
 
-    def __init__(self, at: float, source: str, source_key: str, msg: rpb.RelayMessage, size: int):
-        self.at, self.source, self.source_key, self.msg, self.size = at, source, source_key, msg, size
+    def __init__(self, at: float, source: str, source_key: str, msg: rpb.RelayMessage, topic: str, size: int):
+        self.at, self.source, self.source_key, self.msg, self.topic, self.size = at, source, source_key, msg, topic, size
 
 
 class _Run:
@@ -578,13 +592,13 @@ class _Run:
     def __init__(self):
         self.clear()
 
-    def add(self, msg: rpb.RelayMessage, remote: list[str], producer: str, size: int) -> None:
-        self.small.append((msg, remote))
+    def add(self, msg: rpb.RelayMessage, topic: str, remote: list[str], producer: str, size: int) -> None:
+        self.small.append((msg, topic, remote))
         self.producers.add(producer)
         self.bytes += size
 
     def clear(self) -> None:
-        self.small: list[tuple[rpb.RelayMessage, list[str]]] = []
+        self.small: list[tuple[rpb.RelayMessage, str, list[str]]] = []
         self.producers: set[str] = set()
         self.bytes = 0
 
