@@ -126,20 +126,28 @@ class DataPlane:
 
     def forward(self, source: str, source_key: str, items) -> dict[str, rpb.RelayFrame]:
         """Route (message, its topic, destinations, hold) items from this node and send the frames.
+        A message is a RelayMessage, or the bytes of a whole one's event (the root's: no
+        RelayMessage built per event).
 
         Returns the frames sent, by target. Each hold's pending count covers its frames.
         """
         per_target: dict[str, tuple[rpb.RelayFrame, list[Hold]]] = {}
+        route = self.trees.route
         for msg, topic, dests, hold in items:
-            routes, lost = self.trees.route(source_key, topic, msg.stripe, dests)
+            if msg.__class__ is bytes:
+                data, stripe = msg, 0
+            else:
+                data, stripe = msg.encoded_event, msg.stripe
+            routes, lost = route(source_key, topic, stripe, dests)
             if lost:
-                self._park(source, source_key, msg, topic, lost)
+                self._park(source, source_key, rpb.RelayMessage(encoded_event=data) if msg is data else msg, topic,
+                           lost)
             for target, ds in routes.items():
                 entry = per_target.get(target)
                 if entry is None:
                     entry = per_target[target] = (rpb.RelayFrame(source=source, source_key=source_key), [])
-                if msg.encoded_event:  # a whole message: its bytes as they came (no re-encoding)
-                    entry[0].messages.add(destinations=ds, encoded_event=msg.encoded_event)
+                if data:  # a whole message: its bytes as they came (no re-encoding)
+                    entry[0].messages.add(destinations=ds, encoded_event=data)
                 else:
                     entry[0].messages.add(destinations=ds, slice_index=msg.slice_index, slice_count=msg.slice_count,
                                           payload_size=msg.payload_size, stripe=msg.stripe,
@@ -243,14 +251,26 @@ class DataPlane:
         me, source = self.id, frame.source
         job = Job(ack)
         items, touched, local = [], [], []
+        holds, decode = self.holds, pb.Event.FromString
         for msg in frame.messages:
+            dests = msg.destinations
+            data = msg.encoded_event
+            if data and len(dests) == 1 and dests[0] == me:
+                # The common case, kept short: a whole message for this node alone, delivered
+                # with the rest of the frame. It waits for an earlier copy's hold, if one forwarded.
+                ev = decode(data)
+                if holds:
+                    hold = holds.get((source, ev.id.producer_id, ev.id.sequence, 0))
+                    if hold is not None:
+                        touched.append(hold)
+                local.append(ev)
+                continue
             ev = event_of(msg)
             key = (source, ev.id.producer_id, ev.id.sequence, msg.slice_index)
             sliced = msg.slice_count > 1
             if msg.aborted:  # its slices' holds must not stop a retry of the publish being forwarded
                 for i in range(msg.slice_count):
                     self.slice_holds.pop((source, ev.id.producer_id, ev.id.sequence, i), None)
-            dests = msg.destinations
             if len(dests) == 1 and dests[0] == me:
                 # A leaf's copy forwards nothing: no hold of its own (the common case), but
                 # it waits for an earlier copy's hold, if one forwarded.

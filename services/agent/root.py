@@ -124,21 +124,24 @@ class Root:
         """
         futures: list[asyncio.Future] = []
         run = _Run()
+        me, slice_bytes, producers = self.id, self.plane.slice_bytes, self._open
         for event, payload, dests in items:
             producer = event.id.producer_id
-            remote = [d for d in dests if d != self.id]
-            if self.sliced(payload):
+            remote = [d for d in dests if d != me] if me in dests else dests
+            if len(payload) > slice_bytes or isinstance(payload, PayloadReader):
                 await self._flush(run, futures)
-                futures.append(await self._publish_large(event, payload, remote, self.id in dests))
+                futures.append(await self._publish_large(event, payload, remote, me in dests))
                 continue
-            p = self._open.get(producer)
+            p = producers.get(producer)
             if p is not None and (p.striped or p.barrier):
                 # Striped predecessors, or some sent on an older view, in flight: flush what
                 # is queued (order), then wait.
                 await self._flush(run, futures)
                 await self._fence(producer, _STRIPE0)
-            run.add(rpb.RelayMessage(encoded_event=encode(event, payload)), event.topic, remote, producer,
-                    len(payload) + 64)
+            # The bytes themselves as the message (`DataPlane.forward`): no RelayMessage per event.
+            run.small.append((encode(event, payload), event.topic, remote))
+            run.producers.add(producer)
+            run.bytes += len(payload) + 64
             if run.bytes >= FRAME_BYTES:
                 await self._flush(run, futures)
         await self._flush(run, futures)
@@ -250,13 +253,8 @@ class _Run:
     def __init__(self):
         self.clear()
 
-    def add(self, msg: rpb.RelayMessage, topic: str, remote: list[str], producer: str, size: int) -> None:
-        self.small.append((msg, topic, remote))
-        self.producers.add(producer)
-        self.bytes += size
-
     def clear(self) -> None:
-        self.small: list[tuple[rpb.RelayMessage, str, list[str]]] = []
+        self.small: list[tuple[bytes, str, list[str]]] = []  # (encoded event, topic, destinations)
         self.producers: set[str] = set()
         self.bytes = 0
 
