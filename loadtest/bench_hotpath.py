@@ -18,6 +18,12 @@ Pieces (the 2% and 20% workload of loadtest.bench_events: `Symbol`, `Price`):
 - `matcher answer`: a matcher holding the 3 default zones answers a batch of 256 events
   (route to zones, CDM, the MatchResponse serialized; what each tree sends an agent);
 - `client encode`: the publisher's request of one event;
+- `relay root`: the publishing agent's data plane sending a matched batch of 256 events
+  as the root (frames built, queued on fake links, acked, the run's future done), each
+  event to one of 3 agents as at 2%;
+- `relay receive`: a subscribing agent's data plane taking a frame of 170 events from
+  that root (the tree's own frames: decoded, keyed, handed to local delivery, acked);
+  local delivery itself is the `deliver` piece;
 - `GC pass`: one full collection with a subscribing agent's dedup window of 500k ids
   (milliseconds, not per event).
 """
@@ -173,6 +179,103 @@ def _answer_piece(sel: int) -> float:
     return _best(once, len(events))
 
 
+class _Link:
+    """A relay link that queues frames (their futures settled by the piece)."""
+
+    def __init__(self):
+        self.frames = []
+
+    def send(self, frame):
+        import asyncio
+
+        future = asyncio.get_running_loop().create_future()
+        self.frames.append((frame, future))
+        return future
+
+    async def room(self):
+        return None
+
+
+def _relay_plane(me: str, deliver):
+    """A DataPlane over a view of 4 agents (agent-0 roots), links that queue frames."""
+    from types import SimpleNamespace
+
+    from prometheus_client import CollectorRegistry
+
+    from echelon.agent.dataplane import DataPlane
+    from echelon.agent.metrics import AgentMetrics
+    from echelon.agent.trees import Trees
+    from echelon.core.dedup import DedupWindow
+    from echelon.v1 import membership_pb2 as mpb
+
+    members = [mpb.Member(id=f"agent-{i}", address=f"127.0.0.1:{7200 + i}", role=mpb.ROLE_AGENT,
+                          subscribes=["bench"] if i else []) for i in range(4)]
+    links: dict[str, _Link] = {}
+    node = SimpleNamespace(id=me, address=f"127.0.0.1:{7200 + int(me[-1])}", metrics=AgentMetrics(CollectorRegistry()),
+                           dedup=DedupWindow(), stopping=False, deliver_local=deliver, open_stream=lambda h, s: [],
+                           link=lambda m: links.setdefault(m.id, _Link()))
+    trees = Trees(me, node.address)
+    trees.update(members)
+    return DataPlane(node, trees), links
+
+
+def _relay_items(n: int):
+    from echelon.runtime.wire import attributes_to_pb
+    from echelon.v1 import common_pb2 as pb
+
+    now = time.time_ns()
+    return [(pb.Event(id=pb.MessageId(producer_id="agent-0:1:1763900000000000000", sequence=i + 1), topic="bench",
+                      attributes=attributes_to_pb(a), publish_time_unix_nanos=now), i.to_bytes(16, "little"),
+             [f"agent-{1 + i % 3}"]) for i, a in enumerate(_events(n))]
+
+
+def _relay_root_piece() -> float:
+    import asyncio
+
+    plane, links = _relay_plane("agent-0", lambda events: len(events))
+    items = _relay_items(256)
+    loop = asyncio.new_event_loop()
+
+    async def publish():
+        futures = await plane.publish(items)
+        for link in links.values():
+            for _, f in link.frames:
+                f.set_result(True)
+            link.frames.clear()
+        await asyncio.sleep(0)  # the acks' callbacks: holds released, the run's future done
+        assert all(f.done() for f in futures)
+
+    try:
+        return _best(lambda: loop.run_until_complete(publish()), len(items))
+    finally:
+        loop.close()
+
+
+def _relay_receive_piece() -> float:
+    """A frame of 170 events for a child of the root alone (a leaf's work), as this
+    tree's root builds it."""
+    import asyncio
+
+    root, links = _relay_plane("agent-0", lambda events: len(events))
+    loop = asyncio.new_event_loop()
+    try:
+        for child in ("agent-1", "agent-2", "agent-3"):
+            items = [(e, p, [child]) for e, p, _ in _relay_items(170)]
+            loop.run_until_complete(root.publish(items))
+            if child in links:
+                break
+    finally:
+        loop.close()
+    frame = links[child].frames[-1][0]  # the last: for `child` alone
+    leaf, _ = _relay_plane(child, lambda events: len(events))  # holds none: the frame is all for it
+    acks = []
+
+    def once():
+        leaf.receive(frame, lambda: acks.append(1))
+
+    return _best(once, len(frame.messages))
+
+
 def _encode_piece() -> float:
     from echelon.client.publisher import Publisher
 
@@ -204,13 +307,16 @@ PIECES = {
     "matcher answer 2%": lambda: _answer_piece(2),
     "matcher answer 20%": lambda: _answer_piece(20),
     "client encode (publish)": _encode_piece,
+    "relay root, 256 events": _relay_root_piece,
+    "relay receive, frame of 170": _relay_receive_piece,
     "GC pass, 500k delivered ids (ms)": _gc_piece,
 }
 
 
 async def _cluster(seconds: float) -> dict:
     """One Echelon cluster (loadtest.bench_events' processes, 2%, 1 publisher): a
-    saturation cell and a 1k/s cell, batch-DELIVERED; per-service CPU per 1,000 events."""
+    saturation cell and a 1k/s cell, batch-DELIVERED; per-service CPU per 1,000 events
+    in each."""
     from loadtest.bench_events.run import Run, parse
     from loadtest.bench_events.systems import SYSTEMS
     from loadtest.bench_events.workload import Pool, subscriptions
@@ -243,6 +349,7 @@ async def _cluster(seconds: float) -> dict:
               "cpu ms/1k: load generator": 1000 * sat["cpu_s_per_1k_loadgen"],
               "cpu ms/1k: all services": 1000 * sat["cpu_s_per_1k_services"],
               # At 1,000/s every event travels alone: the cost per message, not per event.
+              "1k/s cpu ms/1k: publishing agent": 1000 * low["cpu_s_per_1k"].get("agent-0", 0.0),
               "1k/s cpu ms/1k: all services": 1000 * low["cpu_s_per_1k_services"],
               "1k/s cpu ms/1k: load generator": 1000 * low["cpu_s_per_1k_loadgen"]}
     return result

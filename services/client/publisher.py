@@ -15,7 +15,9 @@ Batching (issue 12), as NATS's client does it: publishes queue in an outbox and 
 stream takes everything queued whenever it is ready to write, packed into `batch`
 requests of up to MAX_BATCH_EVENTS events / MAX_BATCH_BYTES. So batching adds no delay:
 a lone publish goes at once (no timer), and under load events coalesce while the previous
-write is on its way. `publish_batch()` waits on one future for the whole batch.
+write is on its way. `publish_batch()` waits on one future for the whole batch. Acks
+come coalesced (`coalesce_acks`): the agent answers the requests that settled together
+in one message.
 """
 
 from __future__ import annotations
@@ -248,9 +250,10 @@ class Publisher:
     def _outer(self, batch: list[ppb.PublishRequest]) -> ppb.PublishRequest:
         if len(batch) == 1:
             req = batch[0]
-            req.producer_id, req.ack_level = self.producer_id, self.ack_level
+            req.producer_id, req.ack_level, req.coalesce_acks = self.producer_id, self.ack_level, True
             return req
-        return ppb.PublishRequest(producer_id=self.producer_id, ack_level=self.ack_level, batch=batch)
+        return ppb.PublishRequest(producer_id=self.producer_id, ack_level=self.ack_level, batch=batch,
+                                  coalesce_acks=True)
 
     async def _end_stream(self) -> None:
         """Half-close the stream (the agent ends it once every ack is sent), then wait for it."""

@@ -58,7 +58,8 @@ class PubSubServicer:
     def Publish(self, request_iterator, context):
         """One long-lived stream per producer; every request is answered by one ack,
         in the order the requests were sent (a request carrying a `batch` by one ack
-        carrying the batch's acks).
+        carrying the batch's acks; with `coalesce_acks`, consecutive requests' acks may
+        share one message).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

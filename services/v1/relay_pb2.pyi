@@ -20,7 +20,7 @@ class RelayFrame(_message.Message):
     def __init__(self, seq: _Optional[int] = ..., source: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[RelayMessage, _Mapping]]] = ..., source_key: _Optional[str] = ...) -> None: ...
 
 class RelayMessage(_message.Message):
-    __slots__ = ("event", "destinations", "slice_index", "slice_count", "payload_size", "stripe", "aborted")
+    __slots__ = ("event", "destinations", "slice_index", "slice_count", "payload_size", "stripe", "aborted", "encoded_event")
     EVENT_FIELD_NUMBER: _ClassVar[int]
     DESTINATIONS_FIELD_NUMBER: _ClassVar[int]
     SLICE_INDEX_FIELD_NUMBER: _ClassVar[int]
@@ -28,6 +28,7 @@ class RelayMessage(_message.Message):
     PAYLOAD_SIZE_FIELD_NUMBER: _ClassVar[int]
     STRIPE_FIELD_NUMBER: _ClassVar[int]
     ABORTED_FIELD_NUMBER: _ClassVar[int]
+    ENCODED_EVENT_FIELD_NUMBER: _ClassVar[int]
     event: _common_pb2.Event
     destinations: _containers.RepeatedScalarFieldContainer[str]
     slice_index: int
@@ -35,7 +36,8 @@ class RelayMessage(_message.Message):
     payload_size: int
     stripe: int
     aborted: bool
-    def __init__(self, event: _Optional[_Union[_common_pb2.Event, _Mapping]] = ..., destinations: _Optional[_Iterable[str]] = ..., slice_index: _Optional[int] = ..., slice_count: _Optional[int] = ..., payload_size: _Optional[int] = ..., stripe: _Optional[int] = ..., aborted: _Optional[bool] = ...) -> None: ...
+    encoded_event: bytes
+    def __init__(self, event: _Optional[_Union[_common_pb2.Event, _Mapping]] = ..., destinations: _Optional[_Iterable[str]] = ..., slice_index: _Optional[int] = ..., slice_count: _Optional[int] = ..., payload_size: _Optional[int] = ..., stripe: _Optional[int] = ..., aborted: _Optional[bool] = ..., encoded_event: _Optional[bytes] = ...) -> None: ...
 
 class RelayAck(_message.Message):
     __slots__ = ("seqs",)

@@ -92,3 +92,40 @@ def test_the_agent_applies_through_and_explicit_ids():
     (again,) = sub.take(1)
     assert again[0] == 7 and again[1].redeliveries == 1
     assert sub.ack([], 0, through=100) == 3 and not sub.unacked
+
+
+async def test_acks_of_requests_that_settle_together_share_a_message_when_the_client_asks(cluster):
+    """`coalesce_acks`: the acks of consecutive requests already settled go in one message,
+    in order; without it, one ack message per request as before. The agent's matching is
+    held (a gate in front of the real matcher call) until all five requests are queued, so
+    they settle in at most two dispatches."""
+    c0 = cluster.client(0)
+    await c0.create_topic("t")
+    agent = cluster.agent_nodes[0]
+    real, gate, matched = agent.matching.match, asyncio.Event(), []
+
+    async def gated(events):
+        matched.append(len(events))
+        await gate.wait()
+        return await real(events)
+
+    agent.matching.match = gated
+    try:
+        for coalesce, producer in ((True, "c"), (False, "s")):
+            gate.clear()
+            matched.clear()
+            requests = [ppb.PublishRequest(producer_id=producer, topic="t", attributes=attributes_to_pb({"n": i}),
+                                           sequence=i, coalesce_acks=coalesce) for i in range(1, 6)]
+            async with grpc.aio.insecure_channel(agent.address) as ch:
+                call = pgrpc.PubSubStub(ch).Publish(iter(requests))
+                await wait_for(lambda: matched and matched[0] + agent.dispatcher._queue.qsize() == 5, 10)
+                gate.set()
+                replies = [reply async for reply in call]
+            acks = [a for r in replies for a in (r.acks or [r])]
+            assert [(a.producer_id, a.sequence, a.code) for a in acks] == [(producer, i, 0) for i in range(1, 6)]
+            if coalesce:
+                assert len(replies) <= 2 and all(r.acks and not r.sequence for r in replies)
+            else:
+                assert len(replies) == 5 and not any(r.acks for r in replies)
+    finally:
+        agent.matching.match = real

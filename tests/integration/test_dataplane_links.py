@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
+import grpc
+
 from echelon.agent.links import Link
 from echelon.runtime.server import Server
 from echelon.v1 import common_pb2 as pb
@@ -57,4 +59,34 @@ async def test_frames_survive_a_broken_stream():
         assert link.enqueued == link.dequeued == 40
     finally:
         await link.close()
+        await server.stop(0)
+
+
+class _Bytes:
+    def inc(self, n: int) -> None:
+        pass
+
+
+async def test_acks_of_frames_streaming_in_are_coalesced():
+    """While frames stream in, a settled ack waits (up to the delay) for the next ones and
+    they go back together: a burst of 20 frames each acknowledged at once on arrival is
+    answered in a few RelayAcks, every frame exactly once. (A long delay here, so the
+    burst surely streams in within it on a loaded machine.)"""
+    from echelon.agent.relay import RelayServicer
+
+    ready = asyncio.Event()
+    ready.set()
+    servicer = RelayServicer(ready, lambda peer: _Bytes(), lambda peer, frame, ack: ack(), ack_delay=0.5)
+    server = Server()
+    server.add(rgrpc.add_RelayServicer_to_server, servicer, "echelon.v1.Relay")
+    address = f"127.0.0.1:{free_port()}"
+    await server.start(address)
+    try:
+        async with grpc.aio.insecure_channel(address) as ch:
+            frames = [rpb.RelayFrame(seq=i, messages=frame(i).messages) for i in range(1, 21)]
+            call = rgrpc.RelayStub(ch).Stream(iter(frames))
+            messages = [list(ack.seqs) async for ack in call]
+        assert sorted(s for m in messages for s in m) == list(range(1, 21))
+        assert len(messages) < 20
+    finally:
         await server.stop(0)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from echelon.agent.dataplane import DataPlane
+from echelon.agent.dataplane import DataPlane, event_of
 from echelon.agent.subscriptions import CLOCK_SKEW_NS, Subscription
 from echelon.core.filters import parse
 from echelon.v1 import common_pb2 as pb
@@ -25,14 +25,15 @@ def setup():
 
 
 def receive(plane, seq: int, dests: list[str], acks: list) -> None:
-    msg = rpb.RelayMessage(event=pb.Event(id=pb.MessageId(producer_id="p", sequence=seq), topic="t"),
-                           destinations=dests)
+    event = pb.Event(id=pb.MessageId(producer_id="p", sequence=seq), topic="t")
+    msg = rpb.RelayMessage(encoded_event=event.SerializeToString(), destinations=dests)
     plane.receive(rpb.RelayFrame(source="a0", source_key=PAPER[0], messages=[msg]), lambda: acks.append(seq))
 
 
 def sent_to(node, member_id: str) -> list[tuple[int, list[str]]]:
     link = node.links.get(member_id)
-    return [(m.event.id.sequence, list(m.destinations)) for f, _ in (link.frames if link else []) for m in f.messages]
+    return [(event_of(m).id.sequence, list(m.destinations)) for f, _ in (link.frames if link else [])
+            for m in f.messages]
 
 
 def settle_all(node) -> None:
@@ -101,3 +102,20 @@ def test_a_subscription_is_owed_only_what_was_published_after_it_existed():
     assert sub.owes(at(sub.created_ns - CLOCK_SKEW_NS // 2))  # the publisher's clock is a bit behind
     assert not sub.owes(at(sub.created_ns - 3 * CLOCK_SKEW_NS))  # before a restart: for the old process
     assert sub.owes(pb.Event())  # no publish time: no opinion
+
+
+async def test_the_root_parks_a_dead_destinations_messages_too():
+    members = view(PAPER)
+    node = FakeNode(members[0], members)
+    plane = DataPlane(node, node.trees, park_seconds=30.0)
+    dead = members[-1]
+    node.trees.update(members[:-1], dead=[dead.id])
+    plane.on_view()
+    event = pb.Event(id=pb.MessageId(producer_id="p", sequence=1), topic="t")
+    (future,) = await plane.publish([(event, b"x", [dead.id])])
+    assert future.done() and plane.parked_count == 1  # delivered to everyone in the view: none
+    node.trees.update(members)
+    plane.on_view()
+    sent = [(event_of(m).payload, list(m.destinations)) for link in node.links.values() for f, _ in link.frames
+            for m in f.messages]
+    assert sent == [(b"x", [dead.id])] and plane.parked_count == 0  # down its tree, as the root sends

@@ -423,3 +423,32 @@ async def test_after_a_view_change_the_root_holds_a_producer_back_until_its_old_
     (new,) = await asyncio.wait_for(held, 5)
     assert old.done() and other[0].done() and not new.done()
     assert sum(len(link.frames) for link in node.links.values()) > sent  # p:2 went out after p:1 was held
+
+
+async def test_a_whole_message_travels_as_the_roots_bytes_and_the_older_form_is_still_read():
+    """The root serializes a small event once (`encoded_event`, payload included); a relay
+    forwards those bytes unchanged and delivers the same event locally. A message in the
+    older form (`event` set) is delivered and forwarded alike (an agent not yet upgraded)."""
+    from echelon.agent.dataplane import DataPlane, event_of
+
+    members = view(PAPER)
+    relay, tree, by_key = relay_with_grandchildren(members)
+    below = [by_key[k].id for k in tree.subtree(relay.address)]
+    root = FakeNode(members[0], members)
+    event = pb.Event(id=pb.MessageId(producer_id="p", sequence=1), topic="t", publish_time_unix_nanos=7)
+    event.attributes["x"].int_value = 3
+    await DataPlane(root, root.trees).publish([(event, b"the payload", below)])
+    whole = pb.Event()
+    whole.CopyFrom(event)
+    whole.payload = b"the payload"
+    (frame, _), = root.links[relay.id].frames
+    (msg,) = frame.messages
+    assert not msg.HasField("event") and event_of(msg) == whole and sorted(msg.destinations) == sorted(below)
+    for form in (msg, rpb.RelayMessage(event=whole, destinations=below)):
+        node = FakeNode(relay, members)
+        plane = DataPlane(node, node.trees)
+        plane.receive(rpb.RelayFrame(source="a0", source_key=PAPER[0], messages=[form]), lambda: None)
+        assert node.delivered == [whole]
+        forwarded = [m for link in node.links.values() for f, _ in link.frames for m in f.messages]
+        assert sorted(d for m in forwarded for d in m.destinations) == sorted(set(below) - {relay.id})
+        assert all(m.encoded_event == msg.encoded_event if form is msg else event_of(m) == whole for m in forwarded)

@@ -1,0 +1,52 @@
+"""Holds and jobs: how acks aggregate up an LBDD tree (LBDD section 3.3; DESIGN.md
+"Guarantees"; dataplane.py says who holds what).
+
+A node keeps every message it forwards in a `Hold` until each copy it produced is
+acknowledged (`pending` counts the frames carrying it); a `Job` waits for a set of holds
+to settle and then fires once: an incoming frame's ack upstream, a run of the root's
+messages reported delivered. Neither allocates a future per message.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+
+class Hold:
+    """One message (or slice) this node is responsible for until its copies are acked."""
+
+    __slots__ = ("covered", "pending", "waiters")
+
+    def __init__(self):
+        self.covered: set[str] = set()
+        self.pending = 0  # frames carrying it, not yet acknowledged
+        self.waiters: list[Job] = []
+
+    def release(self) -> None:
+        self.pending -= 1
+        if self.pending == 0 and self.waiters:
+            waiters, self.waiters = self.waiters, []
+            for job in waiters:
+                job.tick()
+
+
+class Job:
+    """Waits for a set of holds to settle, then calls `done` once."""
+
+    __slots__ = ("count", "done")
+
+    def __init__(self, done: Callable[[], None]):
+        self.count = 1  # the arming guard
+        self.done = done
+
+    def wait(self, hold: Hold) -> None:
+        if hold.pending:
+            self.count += 1
+            hold.waiters.append(self)
+
+    def tick(self) -> None:
+        self.count -= 1
+        if self.count == 0:
+            self.done()
+
+    arm = tick
