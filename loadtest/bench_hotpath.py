@@ -166,9 +166,9 @@ PIECES = {
 }
 
 
-async def _cluster(seconds: float) -> dict:
-    """One Echelon cluster (loadtest.bench_events' processes, 2%, 1 publisher): a
-    saturation cell and a 1k/s cell, batch-DELIVERED; per-service CPU per 1,000 events."""
+async def _cluster(seconds: float, selectivity: int = 2) -> dict:
+    """One Echelon cluster (loadtest.bench_events' processes, 1 publisher): a saturation
+    cell and a 1k/s cell, batch-DELIVERED; per-service CPU per 1,000 events."""
     from loadtest.bench_events.run import Run, parse
     from loadtest.bench_events.systems import SYSTEMS
     from loadtest.bench_events.workload import Pool, subscriptions
@@ -179,14 +179,14 @@ async def _cluster(seconds: float) -> dict:
     await system.start()
     rows = {}
     try:
-        subs = subscriptions(2, 50)
+        subs = subscriptions(selectivity, 50)
         pool = Pool.draw(subs)
         await system.open_subs(subs, pool, run.deliver)
         await run.warm_up(system, subs, pool)
         for rate in (None, 1000):
             sends = await system.publishers(1, "batch-DELIVERED", pool)
             rows[rate or "max"] = await run.cell(system, sends, rate, pool, subs, {
-                "system": "echelon", "mode": "batch-DELIVERED", "selectivity": 2, "publishers": 1})
+                "system": "echelon", "mode": "batch-DELIVERED", "selectivity": selectivity, "publishers": 1})
             await system.close_publishers()
     finally:
         await system.stop()
@@ -203,11 +203,11 @@ async def _cluster(seconds: float) -> dict:
     return result
 
 
-def child(cluster: float) -> None:
+def child(cluster: float, selectivity: int) -> None:
     if cluster:
         import asyncio
 
-        print(json.dumps(asyncio.run(_cluster(cluster))))
+        print(json.dumps(asyncio.run(_cluster(cluster, selectivity))))
         return
     out = {}
     for name, piece in PIECES.items():
@@ -234,11 +234,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--cluster", type=float, default=0.0, metavar="SECONDS",
                     help="instead of the pieces: a whole cluster per tree and round (saturation and 1k/s "
-                         "cells of SECONDS each, 2%%, 1 publisher): events/s, latency, CPU per service")
+                         "cells of SECONDS each, 1 publisher): events/s, latency, CPU per service")
+    ap.add_argument("--selectivity", type=int, choices=(2, 20), default=2,
+                    help="the cluster's workload: 2%% or 20%% of the events match each subscription")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
-        child(args.cluster)
+        child(args.cluster, args.selectivity)
         return
     runs: dict[str, list[dict]] = {"base": [], "head": []}
     with tempfile.TemporaryDirectory(prefix="bench_hotpath.") as tmp:
@@ -248,7 +250,8 @@ def main(argv: list[str] | None = None) -> None:
             for tree in ("base", "head"):
                 env = {**os.environ, "PYTHONPATH": trees[tree]}
                 # This file runs as a script in either tree: `echelon` and `loadtest` are that tree's.
-                out = subprocess.run([sys.executable, __file__, "--child", "--cluster", str(args.cluster)], env=env,
+                out = subprocess.run([sys.executable, __file__, "--child", "--cluster", str(args.cluster),
+                                      "--selectivity", str(args.selectivity)], env=env,
                                      cwd=trees[tree], capture_output=True, text=True, timeout=900)
                 if out.returncode:
                     raise SystemExit(f"{tree} child failed:\n{out.stderr}")
@@ -256,7 +259,7 @@ def main(argv: list[str] | None = None) -> None:
             print(f"round {r + 1}/{args.rounds} done", file=sys.stderr, flush=True)
     rev = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", args.base], capture_output=True,
                          text=True).stdout.strip()
-    print(f"{'' if args.cluster else 'us per event, '}median of {args.rounds} alternating rounds; base {args.base} ({rev}), head this tree; "
+    print(f"{f'{args.selectivity}% selectivity, ' if args.cluster else 'us per event, '}median of {args.rounds} alternating rounds; base {args.base} ({rev}), head this tree; "
           f"load average {os.getloadavg()[0]:.1f}")
     unit = "" if args.cluster else " us"
     print(f"{'piece':32} {'base' + unit:>9} {'head' + unit:>9} {'gain':>9}   gain per round")
