@@ -313,10 +313,9 @@ PIECES = {
 }
 
 
-async def _cluster(seconds: float) -> dict:
-    """One Echelon cluster (loadtest.bench_events' processes, 2%, 1 publisher): a
-    saturation cell and a 1k/s cell, batch-DELIVERED; per-service CPU per 1,000 events
-    in each."""
+async def _cluster(seconds: float, selectivity: int = 2) -> dict:
+    """One Echelon cluster (loadtest.bench_events' processes, 1 publisher): a saturation
+    cell and a 1k/s cell, batch-DELIVERED; per-service CPU per 1,000 events in each."""
     from loadtest.bench_events.run import Run, parse
     from loadtest.bench_events.systems import SYSTEMS
     from loadtest.bench_events.workload import Pool, subscriptions
@@ -327,14 +326,14 @@ async def _cluster(seconds: float) -> dict:
     await system.start()
     rows = {}
     try:
-        subs = subscriptions(2, 50)
+        subs = subscriptions(selectivity, 50)
         pool = Pool.draw(subs)
         await system.open_subs(subs, pool, run.deliver)
         await run.warm_up(system, subs, pool)
         for rate in (None, 1000):
             sends = await system.publishers(1, "batch-DELIVERED", pool)
             rows[rate or "max"] = await run.cell(system, sends, rate, pool, subs, {
-                "system": "echelon", "mode": "batch-DELIVERED", "selectivity": 2, "publishers": 1})
+                "system": "echelon", "mode": "batch-DELIVERED", "selectivity": selectivity, "publishers": 1})
             await system.close_publishers()
     finally:
         await system.stop()
@@ -355,13 +354,13 @@ async def _cluster(seconds: float) -> dict:
     return result
 
 
-def child(cluster: float) -> None:
+def child(cluster: float, selectivity: int) -> None:
     if cluster:
         try:
             from echelon.runtime.loop import run  # the load generator on the services' loop
         except ImportError:  # a base tree from before runtime/loop.py
             from asyncio import run
-        print(json.dumps(run(_cluster(cluster))))
+        print(json.dumps(run(_cluster(cluster, selectivity))))
         return
     out = {}
     for name, piece in PIECES.items():
@@ -388,7 +387,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--cluster", type=float, default=0.0, metavar="SECONDS",
                     help="instead of the pieces: a whole cluster per tree and round (saturation and 1k/s "
-                         "cells of SECONDS each, 2%%, 1 publisher): events/s, latency, CPU per service")
+                         "cells of SECONDS each, 1 publisher): events/s, latency, CPU per service")
+    ap.add_argument("--selectivity", type=int, choices=(2, 20), default=2,
+                    help="the cluster's workload: 2%% or 20%% of the events match each subscription")
     ap.add_argument("--base-env", action="append", default=[], metavar="NAME=VALUE",
                     help="set in the base side's environment (its cluster's processes inherit it): with "
                          "--base HEAD, one setting side by side, e.g. ECHELON_EVENT_LOOP=asyncio")
@@ -397,7 +398,7 @@ def main(argv: list[str] | None = None) -> None:
     if any("=" not in e for e in args.base_env):
         ap.error("--base-env takes NAME=VALUE")
     if args.child:
-        child(args.cluster)
+        child(args.cluster, args.selectivity)
         return
     runs: dict[str, list[dict]] = {"base": [], "head": []}
     with tempfile.TemporaryDirectory(prefix="bench_hotpath.") as tmp:
@@ -408,7 +409,8 @@ def main(argv: list[str] | None = None) -> None:
                 env = {**os.environ, "PYTHONPATH": trees[tree],
                        **(dict(e.split("=", 1) for e in args.base_env) if tree == "base" else {})}
                 # This file runs as a script in either tree: `echelon` and `loadtest` are that tree's.
-                out = subprocess.run([sys.executable, __file__, "--child", "--cluster", str(args.cluster)], env=env,
+                out = subprocess.run([sys.executable, __file__, "--child", "--cluster", str(args.cluster),
+                                      "--selectivity", str(args.selectivity)], env=env,
                                      cwd=trees[tree], capture_output=True, text=True, timeout=900)
                 if out.returncode:
                     raise SystemExit(f"{tree} child failed:\n{out.stderr}")
@@ -416,7 +418,8 @@ def main(argv: list[str] | None = None) -> None:
             print(f"round {r + 1}/{args.rounds} done", file=sys.stderr, flush=True)
     rev = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", args.base], capture_output=True,
                          text=True).stdout.strip()
-    print(f"{'' if args.cluster else 'us per event, '}median of {args.rounds} alternating rounds; base {args.base} ({rev})"
+    print(f"{f'{args.selectivity}% selectivity, ' if args.cluster else 'us per event, '}median of {args.rounds} "
+          f"alternating rounds; base {args.base} ({rev})"
           f"{' with ' + ' '.join(args.base_env) if args.base_env else ''}, head this tree; "
           f"load average {os.getloadavg()[0]:.1f}")
     unit = "" if args.cluster else " us"

@@ -85,10 +85,12 @@ class Echelon:
 
     async def open_subs(self, subs: list[Sub], pool: Pool, sink: Sink) -> None:
         async def drain(sub, index):
-            async for m in sub:
-                event_id, sent = PAYLOAD.unpack(m.payload)
-                sink(index, event_id, sent)
-                await m.ack()
+            # The batch API (client/subscription.py): what has arrived, settled in one call.
+            async for batch in sub.batches():
+                for m in batch:
+                    event_id, sent = PAYLOAD.unpack(m.payload)
+                    sink(index, event_id, sent)
+                await sub.ack(batch)
 
         for s in subs:
             sub = self.sub_clients[s.index % SUB_AGENTS].subscribe(TOPIC, s.echelon_filter(), max_outstanding=1024)

@@ -31,33 +31,36 @@ callback form never runs more than `max_outstanding` callbacks at once. A named
 subscription (`name=`) outlives its stream: whatever was not acked when it closed is
 redelivered to the next stream with that name (`redelivery_count` + 1).
 
-Batching (issue 12): the agent sends many deliveries per message; acks and nacks are
-group-committed: `ack()` queues the ack and returns (it does not wait for the write),
-and one flush task writes everything queued by then in one request (nacks first, then
-one ack that is cumulative, `through`, up to the oldest message still handed out, plus
-the ids above it). A lone ack goes out on the next turn of the event loop; under load
-acks coalesce while the previous write is on its way. `close()` writes what is queued
-before it half-closes the stream.
+Batching (issue 12): the agent sends many deliveries per message, and an application
+may take them many at a time and settle them in one call:
+
+    async for batch in sub.batches(max_messages=256):   # what has arrived, at least one
+        store([m.payload for m in batch])
+        await sub.ack(batch)                             # or: await sub.nack(batch, delay=5.0)
+
+Acks are delayed and cumulative (client/acks.py: one write for many, flushed by a
+timer, a quarter of the window, a nack, or close()); `ack()` queues and returns.
+Received deliveries wait in a plain deque (one wakeup per message received, not per
+delivery) and become `Message`s (client/message.py) only when handed out.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import inspect
 import logging
-from collections import OrderedDict
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Awaitable, Callable
+from collections import OrderedDict, deque
+from typing import TYPE_CHECKING, AsyncIterator, Awaitable, Callable, Iterable
 
 import grpc
 
+from echelon.client.acks import Settlements
 from echelon.client.errors import (ClientClosed, DataLoss, EchelonError, FailedPrecondition, InvalidArgument,
                                    Timeout, Unavailable, from_rpc_error, from_status)
+from echelon.client.message import Message, _Incoming, check_delay
 from echelon.core.filters import Filter
-from echelon.core.schema import Value
 from echelon.runtime.transport import SUBSCRIPTION_KEY
-from echelon.runtime.wire import attributes_from_pb, filter_to_pb
+from echelon.runtime.wire import filter_to_pb
 from echelon.v1 import pubsub_pb2 as ppb
 from echelon.v1 import pubsub_pb2_grpc as pgrpc
 
@@ -66,94 +69,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("echelon.client")
 
-MAX_NACK_DELAY = 600.0  # seconds; the agent refuses more
 ACKED_MEMORY = 200_000  # message ids a durable subscription remembers having acked
 MAX_WHOLE = 64 << 20  # payloads up to this are assembled and handed whole
-CHUNKS_AHEAD = 64  # chunks of a streamed payload received ahead of the application (64 KiB each by default)
-_END = object()  # in the inbox: nothing more will be handed out
+MAX_BATCH = 256  # messages handed out by one receive() unless asked otherwise
 
 Callback = Callable[["Message"], "Awaitable[None] | None"]
-
-
-@dataclass
-class Message:
-    """One delivery. Settle it with `ack()` or `nack(delay=...)`; the first settles, later calls do nothing."""
-
-    topic: str
-    attributes: dict[str, Value]
-    payload: bytes
-    producer_id: str
-    sequence: int
-    ordering_key: str
-    redelivery_count: int
-    delivery_id: int
-    publish_time_ns: int
-    _subscription: "Subscription" = field(repr=False, default=None)  # type: ignore[assignment]
-    settled: bool = field(default=False, init=False)
-    payload_size: int = 0  # of a streamed payload (`payload` is then empty: read `chunks()`)
-    _chunks: "_Incoming | None" = field(repr=False, default=None)
-
-    @property
-    def streamed(self) -> bool:
-        """Is the payload to be read with `chunks()` (it was above `max_whole`)?"""
-        return self._chunks is not None
-
-    async def chunks(self):
-        """The payload as it arrives, chunk by chunk (once); DataLoss if it was lost on
-        the way (its publishing agent died, or this subscription fell behind)."""
-        if self._chunks is None:
-            if self.payload:
-                yield self.payload
-            return
-        incoming = self._chunks
-        if incoming.read:
-            raise FailedPrecondition("a streamed payload's chunks can be read once")
-        incoming.read = True
-        while (item := await incoming.queue.get()) is not None:
-            if isinstance(item, EchelonError):
-                raise item
-            yield item
-
-    async def ack(self) -> None:
-        """Processed: the agent forgets it and may send one more (queued for the stream at
-        once, written with the next flush; raises ClientClosed if the stream has ended). A
-        streamed payload's unread chunks are dropped."""
-        if self._chunks is not None:
-            self._chunks.drop()
-        await self._subscription._settle(self, None)
-
-    async def nack(self, delay: float = 0.0) -> None:
-        """Not processed: the agent redelivers it after `delay` seconds (0 to 600)."""
-        if not 0 <= delay <= MAX_NACK_DELAY:
-            raise InvalidArgument(f"nack delay {delay}s: 0 to {MAX_NACK_DELAY:g}s")
-        if self._chunks is not None:
-            self._chunks.drop()  # and the agent does not redeliver it: nothing holds a copy
-        await self._subscription._settle(self, delay)
-
-
-class _Incoming:
-    """A sliced payload being received: assembled (`whole`), or queued for `chunks()`."""
-
-    __slots__ = ("head", "whole", "parts", "queue", "read", "dropped")
-
-    def __init__(self, head: ppb.Delivery, whole: bool):
-        self.head = head
-        self.whole = whole
-        self.parts: list[bytes] = []
-        self.queue: asyncio.Queue = asyncio.Queue(CHUNKS_AHEAD)
-        self.read = False
-        self.dropped = False
-
-    async def put(self, item) -> None:
-        if not self.dropped:
-            await self.queue.put(item)
-
-    def drop(self) -> None:
-        """Unread chunks are dropped, and so is what comes after (the reader is not held up)."""
-        self.dropped = True
-        while not self.queue.empty():
-            self.queue.get_nowait()
-
 
 class Subscription:
     """A subscription stream, made by `Client.subscribe()`; `async with` opens and closes it."""
@@ -184,12 +104,12 @@ class Subscription:
         self._callback = callback
         self._state = "new"  # new -> open -> draining -> closed
         self._write = asyncio.Lock()  # one write at a time on a stream
-        self._acks: list[int] = []  # settled, not yet written
-        self._nacks: dict[int, list[int]] = {}  # delay in ms -> ids
-        self._credits = 0
-        self._flushing: asyncio.Task | None = None
-        self._inbox: asyncio.Queue = asyncio.Queue()
-        self._handed: dict[int, Message] = {}  # given to the application, not yet settled
+        self._handed: dict[int, Message] = {}  # given to the application, not yet settled (in id order)
+        self.settlements = Settlements(self._write_requests, lambda: next(iter(self._handed), None),
+                                       max_outstanding)
+        self._inbox: deque = deque()  # Deliveries (and _Incoming) received, not yet handed out
+        self._arrived = asyncio.Event()
+        self._no_more = False  # nothing more comes into the inbox
         self._settled = asyncio.Event()
         self._callbacks: set[asyncio.Task] = set()
         self._call = None
@@ -258,13 +178,41 @@ class Subscription:
         """The next message; Timeout after `timeout` seconds (the stream stays open).
         Raises ClientClosed once the subscription is draining or closed, or the error
         the stream ended with (e.g. ResourceExhausted past the agent's backlog bound)."""
+        return (await self.receive(1, timeout))[0]
+
+    async def receive(self, max_messages: int = MAX_BATCH, timeout: float | None = None) -> list[Message]:
+        """The messages received by now, up to `max_messages`; waits for the first (Timeout
+        after `timeout` seconds). Raises as next() does."""
         if self._callback is not None:
             raise FailedPrecondition("this subscription hands its messages to its callback")
-        try:
-            item = await asyncio.wait_for(self._inbox.get(), timeout)
-        except asyncio.TimeoutError:
-            raise Timeout(f"no message within {timeout}s") from None
-        return self._hand(item)
+        if max_messages < 1:
+            raise InvalidArgument(f"max_messages {max_messages}: at least 1")
+        await self._wait(timeout)
+        return self._hand(max_messages)
+
+    async def batches(self, max_messages: int = MAX_BATCH) -> AsyncIterator[list[Message]]:
+        """receive() until the subscription is draining or closed (then it ends; an error
+        the stream ended with is raised)."""
+        while True:
+            try:
+                batch = await self.receive(max_messages)
+            except ClientClosed:
+                return
+            yield batch
+
+    async def ack(self, messages: Iterable[Message]) -> None:
+        """Settle many messages of this subscription in one call, as each one's `ack()`."""
+        self._settle(messages, None)
+
+    async def nack(self, messages: Iterable[Message], delay: float = 0.0) -> None:
+        """As each one's `nack(delay)`."""
+        self._settle(messages, check_delay(delay))
+
+    async def flush(self) -> None:
+        """Write the settlements queued by now (acks are delayed: client/acks.py) and wait
+        for the write: the agent has them once this returns, unless the stream ended."""
+        if self._call is not None and not self._ended.is_set():
+            await self.settlements.flush()
 
     def __aiter__(self):
         return self
@@ -289,7 +237,7 @@ class Subscription:
             await self.close()
             return
         self._state = "draining"  # from here on acks give no credit back
-        self._inbox.put_nowait(_END)
+        self._arrived.set()  # waiting readers see it
         waits = [asyncio.ensure_future(self._settled.wait()) if self._handed else None, *self._callbacks]
         waits = [w for w in waits if w is not None]
         late = set()
@@ -303,19 +251,18 @@ class Subscription:
                           f"unsettled after {timeout}s (they will be redelivered to a named subscription)")
 
     async def close(self) -> None:
-        """End the stream now: callbacks are cancelled, acks already sent are applied, and
+        """End the stream now: callbacks are cancelled, acks already given are applied, and
         every unacked message goes back to the agent."""
         if self._state == "closed":
             return
         self._state = "closed"
         self.client._forget(self)
-        self._inbox.put_nowait(_END)
+        self._arrived.set()
         for task in list(self._callbacks):
             task.cancel()
         await asyncio.gather(*self._callbacks, return_exceptions=True)
-        if self._flushing is not None:  # acks already given are written before the half-close
-            await asyncio.gather(self._flushing, return_exceptions=True)
         if self._call is not None and not self._ended.is_set():
+            await self.flush()  # acks already given are written before the half-close
             async with self._write:
                 self._half_closed = True
                 try:
@@ -326,6 +273,7 @@ class Subscription:
                 await asyncio.wait_for(self._ended.wait(), 5.0)
             except asyncio.TimeoutError:
                 self._call.cancel()
+        self.settlements.cancel()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -338,26 +286,38 @@ class Subscription:
                 if delivery.chunked or delivery.delivery_id in self._incoming:  # never in a batch
                     await self._chunk(delivery)
                     continue
-                for d in delivery.batch or (delivery,):
-                    if self._acked is not None and (d.event.id.producer_id, d.event.id.sequence) in self._acked:
-                        self.acked_redeliveries += 1  # acked by us before: acked again, not handed out
-                        asyncio.create_task(self._write_quietly(ppb.SubscribeRequest(
-                            ack=ppb.SubscriberAck(delivery_ids=[d.delivery_id], credits=1))))
-                        continue
-                    self._inbox.put_nowait(d)
+                batch = delivery.batch or (delivery,)
+                if self._acked is not None:
+                    batch = [d for d in batch if not self._acked_before(d)]
+                self._inbox.extend(batch)
+                self._arrived.set()
         except grpc.aio.AioRpcError as e:
             if self._state != "closed":
                 self._error = from_rpc_error(e)
         finally:
             self._ended.set()
-            self._inbox.put_nowait(_END)
+            self.settlements.cancel()
+            self._no_more = True
+            self._arrived.set()
+
+    def _acked_before(self, d: ppb.Delivery) -> bool:
+        """Acked by us before (durable): acked again, not handed out."""
+        if (d.event.id.producer_id, d.event.id.sequence) not in self._acked:
+            return False
+        self.acked_redeliveries += 1
+        self.settlements.ack(d.delivery_id, self._credit(), handed=False)
+        return True
+
+    def _credit(self) -> int:
+        return 1 if self._state == "open" else 0  # draining: let nothing new in
 
     async def _chunk(self, d: ppb.Delivery) -> None:
         """A sliced payload's head or one of its pieces (protos: Delivery)."""
         if d.chunked:
             incoming = self._incoming[d.delivery_id] = _Incoming(d, d.payload_size <= self.max_whole)
             if not incoming.whole:
-                self._inbox.put_nowait(incoming)
+                self._inbox.append(incoming)
+                self._arrived.set()
             return
         incoming = self._incoming[d.delivery_id]
         if d.chunk:
@@ -372,84 +332,70 @@ class Subscription:
             await incoming.put(DataLoss(f"the payload was lost on its way: {d.aborted}") if d.aborted else None)
         elif d.aborted:  # never handed out: settled here, so its credit comes back
             log.warning("a %d-byte payload was lost on its way: %s", incoming.head.payload_size, d.aborted)
-            ack = ppb.SubscriberAck(delivery_ids=[d.delivery_id], credits=int(self._state == "open"))
-            async with self._write:
-                with contextlib.suppress(grpc.aio.AioRpcError, asyncio.InvalidStateError):
-                    await self._call.write(ppb.SubscribeRequest(ack=ack))
+            self.settlements.ack(d.delivery_id, self._credit(), handed=False)
         else:
             incoming.head.event.payload = b"".join(incoming.parts)
-            self._inbox.put_nowait(incoming.head)
+            self._inbox.append(incoming.head)
+            self._arrived.set()
 
-    def _hand(self, item) -> Message:
-        if item is _END or self._state != "open":
-            self._inbox.put_nowait(_END)  # every later call ends too
+    async def _wait(self, timeout: float | None) -> None:
+        """Until the inbox has something, or nothing more will come; Timeout after `timeout`."""
+        while not self._inbox and not self._no_more and self._state == "open":
+            self._arrived.clear()
+            try:
+                await asyncio.wait_for(self._arrived.wait(), timeout)
+            except asyncio.TimeoutError:
+                raise Timeout(f"no message within {timeout}s") from None
+
+    def _hand(self, most: int) -> list[Message]:
+        """Up to `most` messages from the inbox, recorded as handed out; raises once the
+        subscription is draining or closed, or the stream ended and the inbox is empty."""
+        if self._state != "open" or not self._inbox:
             if self._error is not None:
                 raise self._error
             raise ClientClosed(f"subscription is {'closed' if self._state != 'open' else 'ended'}")
-        incoming = item if isinstance(item, _Incoming) else None
-        item = incoming.head if incoming else item
-        e = item.event
-        msg = Message(e.topic, attributes_from_pb(e.attributes), e.payload, e.id.producer_id, e.id.sequence,
-                      e.ordering_key, item.redelivery_count, item.delivery_id, e.publish_time_unix_nanos, self,
-                      payload_size=item.payload_size or len(e.payload), _chunks=incoming)
-        self._handed[msg.delivery_id] = msg
+        out = []
+        inbox, handed = self._inbox, self._handed
+        while inbox and len(out) < most:
+            item = inbox.popleft()
+            msg = Message(item.head, self, item) if isinstance(item, _Incoming) else Message(item, self)
+            handed[msg.delivery_id] = msg
+            out.append(msg)
         self._settled.clear()
-        return msg
+        return out
 
-    async def _settle(self, msg: Message, nack_delay: float | None) -> None:
-        if msg.settled:
+    def _settle(self, messages: Iterable[Message], nack_delay: float | None) -> None:
+        """Queue the settlement of each message not settled yet (client/acks.py writes them)."""
+        messages = [m for m in messages if not m.settled]
+        if not messages:
             return
+        if any(m._subscription is not self for m in messages):
+            raise InvalidArgument("a message of another subscription: settle it with its own")
         if self._half_closed or self._ended.is_set():
             raise ClientClosed("subscription is closed: the agent redelivers this message to a named subscription")
-        msg.settled = True
-        self._credits += 1 if self._state == "open" else 0  # draining: let nothing new in
-        if nack_delay is None and self._acked is not None:
-            self._acked[(msg.producer_id, msg.sequence)] = None
-            if len(self._acked) > ACKED_MEMORY:
-                self._acked.popitem(last=False)
-        if nack_delay is None:
-            self._acks.append(msg.delivery_id)
-        else:
-            self._nacks.setdefault(round(nack_delay * 1000), []).append(msg.delivery_id)
-        self._handed.pop(msg.delivery_id, None)
-        if not self._handed:
+        credit, settlements, handed = self._credit(), self.settlements, self._handed
+        for msg in messages:
+            msg.settled = True
+            if msg._chunks is not None:
+                msg._chunks.drop()  # and a nacked one is not redelivered: nothing holds a copy
+            if nack_delay is not None:
+                settlements.nack(msg.delivery_id, round(nack_delay * 1000), credit)
+            else:
+                if self._acked is not None:
+                    self._acked[(msg.producer_id, msg.sequence)] = None
+                    if len(self._acked) > ACKED_MEMORY:
+                        self._acked.popitem(last=False)
+                settlements.ack(msg.delivery_id, credit)
+            handed.pop(msg.delivery_id, None)
+        if not handed:
             self._settled.set()
-        if self._flushing is None:
-            self._flushing = asyncio.create_task(self._flush_settled())
 
-    async def _flush_settled(self) -> None:
-        """Write every settlement queued until the queue is empty: one flush for all the
-        acks given while the previous write was on its way. A write that fails means the
-        stream ended: next() and wait_closed() report how, and the agent redelivers the
-        unacknowledged messages to a named subscription."""
-        try:
-            while self._acks or self._nacks:
-                acks, self._acks = self._acks, []
-                nacks, self._nacks = self._nacks, {}
-                credits, self._credits = self._credits, 0
-                requests = [ppb.SubscribeRequest(nack=ppb.SubscriberNack(delivery_ids=ids, delay_ms=delay))
-                            for delay, ids in nacks.items()]
-                # Every id below the oldest message still handed out is settled (handed in id order).
-                oldest = next(iter(self._handed), None)
-                through = max((i for i in acks if oldest is None or i < oldest), default=0)
-                if acks or credits:
-                    requests.append(ppb.SubscribeRequest(ack=ppb.SubscriberAck(
-                        delivery_ids=[i for i in acks if i > through], credits=credits, through=through)))
-                async with self._write:
-                    for req in requests:
-                        await self._call.write(req)
-        except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
-            self._acks, self._nacks = [], {}
-        finally:
-            self._flushing = None
-
-    async def _write_quietly(self, req: ppb.SubscribeRequest) -> None:
-        try:
-            async with self._write:
-                if not self._half_closed:
-                    await self._call.write(req)
-        except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
-            pass  # the stream ended: the agent redelivers it, and it is acked again then
+    async def _write_requests(self, requests: list[ppb.SubscribeRequest]) -> None:
+        async with self._write:
+            if self._half_closed:
+                raise asyncio.InvalidStateError("the stream is half-closed")
+            for req in requests:
+                await self._call.write(req)
 
     async def _dispatch(self) -> None:
         """Hand each message to the callback in its own task, at most max_outstanding at once."""
@@ -457,7 +403,8 @@ class Subscription:
         while True:
             await slots.acquire()
             try:
-                msg = self._hand(await self._inbox.get())
+                await self._wait(None)
+                (msg,) = self._hand(1)
             except EchelonError:
                 return
             task = asyncio.create_task(self._run_callback(msg))

@@ -58,6 +58,8 @@ async def take(sub, n: int, ack: bool = True, timeout: float = 15.0) -> list[int
         got.append(msg.attributes["n"])
         if ack:
             await msg.ack()
+    if ack:
+        await sub.flush()  # acks are delayed (client/acks.py): the agent has them from here
     return got
 
 

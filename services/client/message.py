@@ -1,0 +1,142 @@
+"""One delivery as the application holds it (`Message`), and a sliced payload being
+received (`_Incoming`), for client/subscription.py.
+
+A Message wraps the Delivery it came in (issue 12): its fields are read from it when
+asked, and `attributes` is converted to Python values on first use, not for every
+message received (an application that reads only the payload never pays for it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+from echelon.client.errors import EchelonError, FailedPrecondition, InvalidArgument
+from echelon.core.schema import Value
+from echelon.runtime.wire import attributes_from_pb
+from echelon.v1 import pubsub_pb2 as ppb
+
+if TYPE_CHECKING:
+    from echelon.client.subscription import Subscription
+
+MAX_NACK_DELAY = 600.0  # seconds; the agent refuses more
+CHUNKS_AHEAD = 64  # chunks of a streamed payload received ahead of the application (64 KiB each by default)
+
+
+class Message:
+    """One delivery. Settle it with `ack()` or `nack(delay=...)`; the first settles, later calls do nothing."""
+
+    __slots__ = ("_delivery", "_subscription", "_chunks", "_attributes", "delivery_id", "settled")
+
+    def __init__(self, delivery: ppb.Delivery, subscription: "Subscription", chunks: "_Incoming | None" = None):
+        self._delivery = delivery
+        self._subscription = subscription
+        self._chunks = chunks
+        self._attributes: dict[str, Value] | None = None
+        self.delivery_id: int = delivery.delivery_id
+        self.settled = False
+
+    @property
+    def attributes(self) -> dict[str, Value]:
+        if self._attributes is None:
+            self._attributes = attributes_from_pb(self._delivery.event.attributes)
+        return self._attributes
+
+    @property
+    def topic(self) -> str:
+        return self._delivery.event.topic
+
+    @property
+    def payload(self) -> bytes:
+        return self._delivery.event.payload
+
+    @property
+    def producer_id(self) -> str:
+        return self._delivery.event.id.producer_id
+
+    @property
+    def sequence(self) -> int:
+        return self._delivery.event.id.sequence
+
+    @property
+    def ordering_key(self) -> str:
+        return self._delivery.event.ordering_key
+
+    @property
+    def redelivery_count(self) -> int:
+        return self._delivery.redelivery_count
+
+    @property
+    def publish_time_ns(self) -> int:
+        return self._delivery.event.publish_time_unix_nanos
+
+    @property
+    def payload_size(self) -> int:
+        """Its payload's size (of a streamed payload too, whose `payload` is empty: read `chunks()`)."""
+        return self._delivery.payload_size or len(self._delivery.event.payload)
+
+    @property
+    def streamed(self) -> bool:
+        """Is the payload to be read with `chunks()` (it was above `max_whole`)?"""
+        return self._chunks is not None
+
+    def __repr__(self) -> str:
+        return (f"Message(topic={self.topic!r}, attributes={self.attributes!r}, producer_id={self.producer_id!r}, "
+                f"sequence={self.sequence}, redelivery_count={self.redelivery_count}, "
+                f"payload_size={self.payload_size})")
+
+    async def chunks(self):
+        """The payload as it arrives, chunk by chunk (once); DataLoss if it was lost on
+        the way (its publishing agent died, or this subscription fell behind)."""
+        if self._chunks is None:
+            if self.payload:
+                yield self.payload
+            return
+        incoming = self._chunks
+        if incoming.read:
+            raise FailedPrecondition("a streamed payload's chunks can be read once")
+        incoming.read = True
+        while (item := await incoming.queue.get()) is not None:
+            if isinstance(item, EchelonError):
+                raise item
+            yield item
+
+    async def ack(self) -> None:
+        """Processed: the agent forgets it and may send one more (queued for the stream at
+        once, written with a later flush: client/acks.py; raises ClientClosed if the stream
+        has ended). A streamed payload's unread chunks are dropped."""
+        self._subscription._settle((self,), None)
+
+    async def nack(self, delay: float = 0.0) -> None:
+        """Not processed: the agent redelivers it after `delay` seconds (0 to 600)."""
+        self._subscription._settle((self,), check_delay(delay))
+
+
+def check_delay(delay: float) -> float:
+    if not 0 <= delay <= MAX_NACK_DELAY:
+        raise InvalidArgument(f"nack delay {delay}s: 0 to {MAX_NACK_DELAY:g}s")
+    return delay
+
+
+class _Incoming:
+    """A sliced payload being received: assembled (`whole`), or queued for `chunks()`."""
+
+    __slots__ = ("head", "whole", "parts", "queue", "read", "dropped")
+
+    def __init__(self, head: ppb.Delivery, whole: bool):
+        self.head = head
+        self.whole = whole
+        self.parts: list[bytes] = []
+        self.queue: asyncio.Queue = asyncio.Queue(CHUNKS_AHEAD)
+        self.read = False
+        self.dropped = False
+
+    async def put(self, item) -> None:
+        if not self.dropped:
+            await self.queue.put(item)
+
+    def drop(self) -> None:
+        """Unread chunks are dropped, and so is what comes after (the reader is not held up)."""
+        self.dropped = True
+        while not self.queue.empty():
+            self.queue.get_nowait()
