@@ -33,14 +33,17 @@ class Dispatcher:
         self.plane = plane
         self.gateway = gateway
         self.deliver = deliver
-        self._queue: asyncio.Queue[tuple[list[pb.Event], list[bytes | PayloadStream], asyncio.Future]] = asyncio.Queue()
+        self._queue: asyncio.Queue[tuple[list[pb.Event], list[bytes | PayloadStream], asyncio.Future, bool]] = \
+            asyncio.Queue()
 
-    def submit(self, events: list[pb.Event], payloads: list[bytes | PayloadStream]) -> asyncio.Future:
+    def submit(self, events: list[pb.Event], payloads: list[bytes | PayloadStream], alone: bool = False
+               ) -> asyncio.Future:
         """Queue validated events (their payloads apart, whole or arriving) as one unit; its
         one future gives (destinations per event, the unit's delivery futures: done when
-        every destination holds its events). One future per unit, not per event."""
+        every destination holds its events). One future per unit, not per event. `alone`:
+        its publisher waits on it with nothing else in flight (its frames' acks must not wait)."""
         future = asyncio.get_running_loop().create_future()
-        self._queue.put_nowait((events, payloads, future))
+        self._queue.put_nowait((events, payloads, future, alone))
         return future
 
     async def run(self) -> None:
@@ -55,14 +58,14 @@ class Dispatcher:
                 results = await self.matching.match(events)
                 await self._fan_out(units, events, results)
             except EchelonError as e:
-                for *_, future in units:
+                for _, _, future, _ in units:
                     if not future.done():
                         future.set_exception(e)
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # noqa: BLE001 - never let the dispatcher die
                 log.exception("dispatch failed")
-                for *_, future in units:
+                for _, _, future, _ in units:
                     if not future.done():
                         future.set_exception(Unavailable(f"dispatch failed: {e}"))
 
@@ -101,12 +104,14 @@ class Dispatcher:
         if local:
             self.deliver(local)  # in order, one filter pass (delivery.py)
         # Accepted: held here. The futures report delivery once every destination has it.
+        may_wait = not any(unit[3] for unit in units)  # no publisher waits on these alone
         if any(r[2] for r in remote):  # at once: a payload still arriving is read by both
-            delivered, handed = await asyncio.gather(self.plane.publish(items), self.gateway.publish(remote))
+            delivered, handed = await asyncio.gather(self.plane.publish(items, may_wait),
+                                                     self.gateway.publish(remote, may_wait))
         else:
-            delivered, handed = await self.plane.publish(items), [None] * len(items)
+            delivered, handed = await self.plane.publish(items, may_wait), [None] * len(items)
         at = 0
-        for unit_events, _, future in units:
+        for unit_events, _, future, _ in units:
             end = at + len(unit_events)
             counts = [len(items[i][2]) + len(remote[i][2]) for i in range(at, end)]
             # The plane's futures are shared by a run of events: each waited on once.
