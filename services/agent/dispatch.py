@@ -5,7 +5,16 @@ MAX_BATCH events or the queue is empty, matches them at once on the matcher tier
 this region's destinations to the data plane as the root of their trees and other
 regions' to the gateway plane, for a router of this region (DESIGN.md, "The path of one
 event", steps 2-4; gateway.py). A payload still arriving (`slices.PayloadStream`) is read
-by each plane that has destinations for it, both at once (each through its own reader)."""
+by each plane that has destinations for it, both at once (each through its own reader).
+
+One match round trip at a time (issue 12, decided, not measured): `matching.match` is one
+request and its answer on one stream (agent/matching.py), which takes no second call
+while one is out; units that come meanwhile go in the next batch, so under load batches
+grow rather than calls multiply. Overlapping rounds would shorten the queueing at middle
+rates but adds no capacity when the machine's cores are the limit.
+
+A unit whose publisher waits on it alone (`submit(alone=True)`) makes its dispatch's
+frames ask for their acks at once (`ack_may_wait` unset, relay.py)."""
 
 from __future__ import annotations
 
