@@ -126,11 +126,11 @@ class Root:
         """
         futures: list[asyncio.Future] = []
         run = _Run(ack_may_wait)
-        me, slice_bytes, producers = self.id, self.plane.slice_bytes, self._open
+        me, producers = self.id, self._open
         for event, payload, dests in items:
             producer = event.id.producer_id
             remote = [d for d in dests if d != me] if me in dests else dests
-            if len(payload) > slice_bytes or isinstance(payload, PayloadReader):
+            if self.sliced(payload):
                 await self._flush(run, futures)
                 futures.append(await self._publish_large(event, payload, remote, me in dests))
                 continue
