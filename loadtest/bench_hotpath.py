@@ -103,7 +103,6 @@ def _admit_piece() -> float:
     subscription (what the per-event path touches)."""
     from types import SimpleNamespace
 
-    from echelon.agent.pubsub import PubSubServicer
     from echelon.agent.topics import Topics
     from echelon.core.dedup import DedupWindow
     from echelon.core.schema import Schema, parse_attribute
@@ -115,6 +114,10 @@ def _admit_piece() -> float:
     topic = pb.Topic(name="bench", created_unix_ms=1,
                      schema=schema_to_pb(Schema(tuple(parse_attribute(a) for a in SCHEMA))))
     node = SimpleNamespace(topics=Topics(lambda: None, None), durables=SimpleNamespace(refuse=lambda t, a: None))
+    try:  # where the publish half lives in this tree
+        from echelon.agent.publishing import Publishing as PubSubServicer
+    except ImportError:
+        from echelon.agent.pubsub import PubSubServicer
     servicer = PubSubServicer.__new__(PubSubServicer)
     servicer.node = node
     outer = ppb.PublishRequest(batch=[ppb.PublishRequest(topic="bench", attributes=attributes_to_pb(a),

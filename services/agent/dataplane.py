@@ -124,12 +124,13 @@ class DataPlane:
 
     # -- sending ---------------------------------------------------------------------
 
-    def forward(self, source: str, source_key: str, items) -> dict[str, rpb.RelayFrame]:
+    def forward(self, source: str, source_key: str, items, ack_may_wait: bool = False) -> dict[str, rpb.RelayFrame]:
         """Route (message, its topic, destinations, hold) items from this node and send the frames.
         A message is a RelayMessage, or the bytes of a whole one's event (the root's: no
         RelayMessage built per event).
 
         Returns the frames sent, by target. Each hold's pending count covers its frames.
+        `ack_may_wait`: the frames' receivers may delay their acks (relay.py).
         """
         per_target: dict[str, tuple[rpb.RelayFrame, list[Hold]]] = {}
         route = self.trees.route
@@ -145,7 +146,8 @@ class DataPlane:
             for target, ds in routes.items():
                 entry = per_target.get(target)
                 if entry is None:
-                    entry = per_target[target] = (rpb.RelayFrame(source=source, source_key=source_key), [])
+                    entry = per_target[target] = (rpb.RelayFrame(source=source, source_key=source_key,
+                                                                     ack_may_wait=ack_may_wait), [])
                 if data:  # a whole message: its bytes as they came (no re-encoding)
                     entry[0].messages.add(destinations=ds, encoded_event=data)
                 else:
@@ -294,7 +296,7 @@ class DataPlane:
         if local:
             self.node.deliver_local(local)
         if items:
-            self.forward(frame.source, frame.source_key, items)
+            self.forward(frame.source, frame.source_key, items, frame.ack_may_wait)
         for hold in touched:
             job.wait(hold)
         job.arm()
@@ -319,9 +321,10 @@ class DataPlane:
 
     # -- the root (root.py) ----------------------------------------------------------
 
-    async def publish(self, items: list[tuple[pb.Event, bytes, list[str]]]) -> list[asyncio.Future]:
+    async def publish(self, items: list[tuple[pb.Event, bytes, list[str]]], ack_may_wait: bool = False
+                      ) -> list[asyncio.Future]:
         """Send a matched batch as the root (`Root.publish`)."""
-        return await self.root.publish(items)
+        return await self.root.publish(items, ack_may_wait)
 
     def sliced(self, payload) -> bool:
         """Does this payload go as slices (and so is delivered locally by `publish`)?"""

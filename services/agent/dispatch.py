@@ -5,7 +5,16 @@ MAX_BATCH events or the queue is empty, matches them at once on the matcher tier
 this region's destinations to the data plane as the root of their trees and other
 regions' to the gateway plane, for a router of this region (DESIGN.md, "The path of one
 event", steps 2-4; gateway.py). A payload still arriving (`slices.PayloadStream`) is read
-by each plane that has destinations for it, both at once (each through its own reader)."""
+by each plane that has destinations for it, both at once (each through its own reader).
+
+One match round trip at a time (issue 12, decided, not measured): `matching.match` is one
+request and its answer on one stream (agent/matching.py), which takes no second call
+while one is out; units that come meanwhile go in the next batch, so under load batches
+grow rather than calls multiply. Overlapping rounds would shorten the queueing at middle
+rates but adds no capacity when the machine's cores are the limit.
+
+A unit whose publisher waits on it alone (`submit(alone=True)`) makes its dispatch's
+frames ask for their acks at once (`ack_may_wait` unset, relay.py)."""
 
 from __future__ import annotations
 
@@ -33,14 +42,17 @@ class Dispatcher:
         self.plane = plane
         self.gateway = gateway
         self.deliver = deliver
-        self._queue: asyncio.Queue[tuple[list[pb.Event], list[bytes | PayloadStream], asyncio.Future]] = asyncio.Queue()
+        self._queue: asyncio.Queue[tuple[list[pb.Event], list[bytes | PayloadStream], asyncio.Future, bool]] = \
+            asyncio.Queue()
 
-    def submit(self, events: list[pb.Event], payloads: list[bytes | PayloadStream]) -> asyncio.Future:
+    def submit(self, events: list[pb.Event], payloads: list[bytes | PayloadStream], alone: bool = False
+               ) -> asyncio.Future:
         """Queue validated events (their payloads apart, whole or arriving) as one unit; its
         one future gives (destinations per event, the unit's delivery futures: done when
-        every destination holds its events). One future per unit, not per event."""
+        every destination holds its events). One future per unit, not per event. `alone`:
+        its publisher waits on it with nothing else in flight (its frames' acks must not wait)."""
         future = asyncio.get_running_loop().create_future()
-        self._queue.put_nowait((events, payloads, future))
+        self._queue.put_nowait((events, payloads, future, alone))
         return future
 
     async def run(self) -> None:
@@ -55,14 +67,14 @@ class Dispatcher:
                 results = await self.matching.match(events)
                 await self._fan_out(units, events, results)
             except EchelonError as e:
-                for *_, future in units:
+                for _, _, future, _ in units:
                     if not future.done():
                         future.set_exception(e)
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # noqa: BLE001 - never let the dispatcher die
                 log.exception("dispatch failed")
-                for *_, future in units:
+                for _, _, future, _ in units:
                     if not future.done():
                         future.set_exception(Unavailable(f"dispatch failed: {e}"))
 
@@ -101,12 +113,14 @@ class Dispatcher:
         if local:
             self.deliver(local)  # in order, one filter pass (delivery.py)
         # Accepted: held here. The futures report delivery once every destination has it.
+        may_wait = not any(unit[3] for unit in units)  # no publisher waits on these alone
         if any(r[2] for r in remote):  # at once: a payload still arriving is read by both
-            delivered, handed = await asyncio.gather(self.plane.publish(items), self.gateway.publish(remote))
+            delivered, handed = await asyncio.gather(self.plane.publish(items, may_wait),
+                                                     self.gateway.publish(remote, may_wait))
         else:
-            delivered, handed = await self.plane.publish(items), [None] * len(items)
+            delivered, handed = await self.plane.publish(items, may_wait), [None] * len(items)
         at = 0
-        for unit_events, _, future in units:
+        for unit_events, _, future, _ in units:
             end = at + len(unit_events)
             counts = [len(items[i][2]) + len(remote[i][2]) for i in range(at, end)]
             # The plane's futures are shared by a run of events: each waited on once.

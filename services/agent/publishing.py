@@ -11,7 +11,10 @@ acked as one unit (one future, one ack message). A client that sets `coalesce_ac
 (the SDK does) also takes the acks of consecutive requests in one message: when an ack
 is written, the acks of the requests after it that are already settled go with it (no
 wait: under load they settle together, and with DELIVERED the relays' coalesced acks,
-relay.py, settle a few at once even at a low rate).
+relay.py, settle a few at once even at a low rate). A DELIVERED request that arrives
+with nothing else of its stream in flight is `alone`: its publisher waits on it, so its
+frames ask the relays for their acks at once (a loop of `await publish()` never waits
+for an ack delay).
 
 A sliced publish (slice_count > 1; never in a batch: a unit of its own) is cut through
 (slices.py): slice 0 is validated and dispatched at once with a `PayloadStream`, the
@@ -50,12 +53,15 @@ class _Unit:
     producer, sequence and what became of it (an Entry for a duplicate, an exception
     for a refusal, None for an event dispatched in `future`'s unit)."""
 
-    __slots__ = ("batched", "ack_level", "coalesce", "rows", "future")
+    __slots__ = ("batched", "ack_level", "coalesce", "alone", "rows", "future")
 
-    def __init__(self, batched: bool, ack_level: int, coalesce: bool = False):
+    def __init__(self, batched: bool, ack_level: int, coalesce: bool = False, alone: bool = False):
         self.batched = batched
         self.ack_level = ack_level
         self.coalesce = coalesce  # its ack may share a message with the acks before it
+        # Its publisher waits on its DELIVERED ack with nothing else in flight: the relays
+        # ack its frames at once (relay.py), as for `await publish()` in a loop.
+        self.alone = alone and ack_level == ppb.ACK_LEVEL_DELIVERED
         self.rows: list[tuple[str, str, int, object]] = []
         self.future: asyncio.Future | None = None
 
@@ -137,7 +143,7 @@ class Publishing:
             unit.rows.append((req.topic, producer, seq, outcome))
         if not events:
             return
-        future = node.dispatcher.submit(events, kept)
+        future = node.dispatcher.submit(events, kept, unit.alone)
         stream = kept[0] if isinstance(kept[0], PayloadStream) else None  # a sliced publish: a unit alone
         if stream is not None:
             future = _failing_with(future, stream)
@@ -236,7 +242,7 @@ class Publishing:
                 if sliced and req.slice_index:  # a later slice: into its payload's stream, acked with slice 0
                     await self._feed(req, (producer, next_seq(req.sequence)), streams)
                     continue
-                unit = _Unit(bool(req.batch), req.ack_level, req.coalesce_acks)
+                unit = _Unit(bool(req.batch), req.ack_level, req.coalesce_acks, alone=not in_flight)
                 if req.batch:
                     reqs = req.batch
                     seqs = [next_seq(r.sequence) for r in reqs]

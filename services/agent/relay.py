@@ -3,14 +3,19 @@
 acks go back coalesced.
 
 Coalesced acks (issue 12). A gRPC message costs ~100 us of CPU at each end, and at a low
-rate every frame carries one event: an ack per frame doubles the link's messages. So
-while frames stream in (the last two came less than ACK_DELAY apart), an ack that
-settles waits up to ACK_DELAY for the next ones and they go back as one RelayAck; a
-lone frame (a sequential publisher, a quiet link) is acknowledged at once, and under
-load acks coalesce by themselves (ACK_BATCH or more settled while the last ack was
-written go at once). Nothing on the delivery path waits for an ack: frames are forwarded
-and delivered on arrival. What waits is the root's DELIVERED ack to its publisher (by
-at most ACK_DELAY per hop) and the sender's window, bounded in bytes (links.py).
+rate every frame carries one event: an ack per frame doubles the link's messages. So an
+ack that settles while frames stream in (the last two came less than ACK_DELAY apart)
+waits up to ACK_DELAY for the next ones', and they go back as one RelayAck; under load
+acks coalesce by themselves (all those settled while the last was written go at once,
+and ACK_BATCH of them go without waiting). Only frames that say so wait
+(`ack_may_wait`): the root leaves it unset when a publisher waits on the frame alone (a
+DELIVERED publish with nothing else in flight on its stream, as `await publish()` in a
+loop does), so a sequential publisher never waits for an ack delay; anything unset
+(an older sender, a re-route) is acknowledged at once, as are the acks settled with it.
+Nothing on the delivery path waits for an ack: frames are forwarded and delivered on
+arrival. What waits is the root's DELIVERED ack to its publisher (by at most ACK_DELAY
+per hop, when that publisher has more in flight) and the sender's window, bounded in
+bytes (links.py).
 """
 
 from __future__ import annotations
@@ -51,38 +56,64 @@ class RelayServicer(rgrpc.RelayServicer):
         received = self.received(peer)
         loop = asyncio.get_running_loop()
         settled: list[int] = []  # acks not yet written
+        state = _Acks()
         wake = asyncio.Event()
-        gap = [float("inf"), loop.time()]  # seconds between the last two frames, the last's arrival
         await self.ready.wait()
 
-        def ack(seq: int) -> None:
+        def ack(seq: int, may_wait: bool) -> None:
             settled.append(seq)
+            state.hurry = state.hurry or not may_wait
+            wake.set()
+
+        def due() -> None:
+            state.due = True
             wake.set()
 
         async def read():
             async for frame in request_iterator:
                 now = loop.time()
-                gap[:] = now - gap[1], now
+                state.gap, state.last = now - state.last, now
                 received.inc(frame.ByteSize())
-                self.receive(peer, frame, lambda seq=frame.seq: ack(seq))
+                self.receive(peer, frame, lambda seq=frame.seq, w=frame.ack_may_wait: ack(seq, w))
 
         reader = asyncio.create_task(read())
         reader.add_done_callback(lambda _: wake.set())
         try:
             while True:
-                if not settled:
-                    if reader.done():
-                        break
-                    wake.clear()
-                    await wake.wait()
+                if settled and not (state.hurry or state.due or reader.done() or len(settled) >= ACK_BATCH
+                                    or state.gap >= self.ack_delay):
+                    if state.timer is None:  # frames are streaming in: the next ones' acks may join
+                        state.timer = loop.call_later(self.ack_delay, due)
+                elif settled:
+                    if state.timer is not None:
+                        state.timer.cancel()
+                    state.timer, state.due, state.hurry = None, False, False
+                    seqs = settled[:]
+                    settled.clear()
+                    yield rpb.RelayAck(seqs=seqs)
                     continue
-                if not reader.done() and len(settled) < ACK_BATCH and gap[0] < self.ack_delay:
-                    await asyncio.sleep(self.ack_delay)  # frames are streaming in: theirs may join
-                seqs = settled[:]
-                settled.clear()
-                yield rpb.RelayAck(seqs=seqs)
+                elif reader.done():
+                    break
+                wake.clear()
+                await wake.wait()
             error = reader.exception() if not reader.cancelled() else None
             if error is not None and not isinstance(error, grpc.aio.AioRpcError):
                 log.error("relay stream from %s failed", peer, exc_info=error)
         finally:
             reader.cancel()
+            if state.timer is not None:
+                state.timer.cancel()
+
+
+class _Acks:
+    """One stream's ack state: the gap between its last two frames, whether an ack must go
+    now (`hurry`: a frame without `ack_may_wait`; `due`: the delay ran out), the timer."""
+
+    __slots__ = ("gap", "last", "hurry", "due", "timer")
+
+    def __init__(self):
+        self.gap = float("inf")
+        self.last = float("-inf")  # the first frame's gap is infinite: nothing streams in yet
+        self.hurry = False
+        self.due = False
+        self.timer: asyncio.TimerHandle | None = None

@@ -113,22 +113,24 @@ class Root:
                 return
             await asyncio.wait(behind)
 
-    async def publish(self, items: list[tuple[pb.Event, bytes, list[str]]]) -> list[asyncio.Future]:
+    async def publish(self, items: list[tuple[pb.Event, bytes, list[str]]], ack_may_wait: bool = False
+                      ) -> list[asyncio.Future]:
         """Send a matched batch as the root: (event without payload, payload, destination ids).
 
         A payload is bytes, or a `slices.PayloadReader` (cut through as it arrives).
         Returns one future per event, done when every destination holds it; the small
         events of one frame flush share one future (a run). Local delivery of a payload
         above the slice size is done here, slice by slice; of the rest, the caller's.
-        Waits while a link has a window queued (backpressure).
+        Waits while a link has a window queued (backpressure). `ack_may_wait`: no publisher
+        waits on these alone, the small events' frames may have their acks delayed (relay.py).
         """
         futures: list[asyncio.Future] = []
-        run = _Run()
-        me, slice_bytes, producers = self.id, self.plane.slice_bytes, self._open
+        run = _Run(ack_may_wait)
+        me, producers = self.id, self._open
         for event, payload, dests in items:
             producer = event.id.producer_id
             remote = [d for d in dests if d != me] if me in dests else dests
-            if len(payload) > slice_bytes or isinstance(payload, PayloadReader):
+            if self.sliced(payload):
                 await self._flush(run, futures)
                 futures.append(await self._publish_large(event, payload, remote, me in dests))
                 continue
@@ -161,7 +163,8 @@ class Root:
         # and down as each frame settles (a re-route counts its new frames before the old
         # one lets go), so it reaches zero when every copy of the run is acknowledged.
         hold = Hold()
-        sent = self.plane.forward(self.id, self.node.address, [(m, t, d, hold) for m, t, d in run.small])
+        sent = self.plane.forward(self.id, self.node.address, [(m, t, d, hold) for m, t, d in run.small],
+                                  run.ack_may_wait)
         job.wait(hold)
         job.arm()
         futures.extend([future] * len(run.small))
@@ -248,9 +251,10 @@ def encode(event: pb.Event, payload: bytes) -> bytes:
 class _Run:
     """The root's small events queued for one frame flush, and their producers."""
 
-    __slots__ = ("small", "producers", "bytes")
+    __slots__ = ("small", "producers", "bytes", "ack_may_wait")
 
-    def __init__(self):
+    def __init__(self, ack_may_wait: bool = False):
+        self.ack_may_wait = ack_may_wait
         self.clear()
 
     def clear(self) -> None:

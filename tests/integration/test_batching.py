@@ -129,3 +129,34 @@ async def test_acks_of_requests_that_settle_together_share_a_message_when_the_cl
                 assert len(replies) == 5 and not any(r.acks for r in replies)
     finally:
         agent.matching.match = real
+
+
+async def test_frames_of_a_publisher_waiting_alone_ask_for_their_acks_at_once(cluster):
+    """A DELIVERED publish with nothing else in flight on its stream (`await publish()` in a
+    loop) goes in frames without `ack_may_wait`: no relay delays the ack it waits on. An
+    ACCEPTED publisher's frames may have their acks delayed (nobody waits on them)."""
+    from echelon.agent.links import Link
+    from echelon.client import AckLevel
+
+    c0, c1 = cluster.client(0), cluster.client(1)
+    await c0.create_topic("t")
+    sent, real = [], Link.send
+
+    def send(self, frame):
+        sent.append(frame.ack_may_wait)
+        return real(self, frame)
+
+    Link.send = send
+    try:
+        async with c1.subscribe("t", "") as sub:
+            async with c0.publisher(ack_level=AckLevel.DELIVERED) as pub:
+                for i in range(3):
+                    assert (await pub.publish("t", {"n": i})).destinations == 1
+            assert sent == [False] * 3
+            async with c0.publisher(ack_level=AckLevel.ACCEPTED) as pub:
+                await pub.publish("t", {"n": 3})
+            await wait_for(lambda: len(sent) == 4)
+            assert sent[3] is True
+            assert [m.attributes["n"] for m in await drain(sub)] == [0, 1, 2, 3]
+    finally:
+        Link.send = real

@@ -67,26 +67,37 @@ class _Bytes:
         pass
 
 
-async def test_acks_of_frames_streaming_in_are_coalesced():
-    """While frames stream in, a settled ack waits (up to the delay) for the next ones and
-    they go back together: a burst of 20 frames each acknowledged at once on arrival is
-    answered in a few RelayAcks, every frame exactly once. (A long delay here, so the
-    burst surely streams in within it on a loaded machine.)"""
+async def test_a_relay_holds_acks_only_for_frames_that_may_wait_and_while_they_stream_in():
+    """A lone frame is acked at once (nothing streams in); a frame with `ack_may_wait`
+    that comes right after another has its ack held (here for 30 s); a frame without it
+    is acked at once and takes the held ack along: one RelayAck for both."""
     from echelon.agent.relay import RelayServicer
 
     ready = asyncio.Event()
     ready.set()
-    servicer = RelayServicer(ready, lambda peer: _Bytes(), lambda peer, frame, ack: ack(), ack_delay=0.5)
+    servicer = RelayServicer(ready, lambda peer: _Bytes(), lambda peer, frame, ack: ack(), ack_delay=30.0)
     server = Server()
     server.add(rgrpc.add_RelayServicer_to_server, servicer, "echelon.v1.Relay")
     address = f"127.0.0.1:{free_port()}"
     await server.start(address)
+    outbox: asyncio.Queue = asyncio.Queue()
+
+    async def frames():
+        while (f := await outbox.get()) is not None:
+            yield f
+
     try:
         async with grpc.aio.insecure_channel(address) as ch:
-            frames = [rpb.RelayFrame(seq=i, messages=frame(i).messages) for i in range(1, 21)]
-            call = rgrpc.RelayStub(ch).Stream(iter(frames))
-            messages = [list(ack.seqs) async for ack in call]
-        assert sorted(s for m in messages for s in m) == list(range(1, 21))
-        assert len(messages) < 20
+            call = rgrpc.RelayStub(ch).Stream(frames())
+            outbox.put_nowait(rpb.RelayFrame(seq=1, ack_may_wait=True, messages=frame(1).messages))
+            assert list((await asyncio.wait_for(call.read(), 10)).seqs) == [1]  # alone: at once
+            outbox.put_nowait(rpb.RelayFrame(seq=2, ack_may_wait=True, messages=frame(2).messages))
+            read = asyncio.ensure_future(call.read())
+            done, _ = await asyncio.wait({read}, timeout=0.5)
+            assert not done  # held: it came right after another and may wait
+            outbox.put_nowait(rpb.RelayFrame(seq=3, messages=frame(3).messages))
+            assert list((await asyncio.wait_for(read, 10)).seqs) == [2, 3]
+            outbox.put_nowait(None)
+            assert await asyncio.wait_for(call.read(), 10) is grpc.aio.EOF  # nothing more
     finally:
         await server.stop(0)
