@@ -111,7 +111,9 @@ async def test_evidence_suspects_and_the_member_refutes(c3):
     assert m0.metrics.evidence.labels("suspected")._value.get() == 1
     await wait_for(lambda: all(state(m, "agent-1") == "alive" for m in c3.membership_nodes), 1,
                    what="the suspicion refuted")
-    assert m0.metrics.refuted.labels("beat")._value.get() + m0.metrics.refuted.labels("incarnation")._value.get() == 1
+    # At least this one: on a loaded machine a late heartbeat gets another member suspected
+    # and refuted too (the counter has no member label).
+    assert m0.metrics.refuted.labels("beat")._value.get() + m0.metrics.refuted.labels("incarnation")._value.get() >= 1
     await wait_for(lambda: target.membership.member.incarnation > before, 1, what="the prompt answered")
     assert all(r.state.value == "alive" for m in c3.membership_nodes for r in m.replica.log.snapshot().members.values())
 
