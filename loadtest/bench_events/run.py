@@ -154,6 +154,7 @@ class Run:
                 pool = Pool.draw(subs)
                 await system.open_subs(subs, pool, self.deliver)
                 await self.warm_up(system, subs, pool)
+                loop.started()  # the load generator's GC as the services' (runtime/loop.py)
                 for npub in self.args.publishers:
                     for mode in MODES[name]:
                         sends = await system.publishers(npub, mode, pool)
