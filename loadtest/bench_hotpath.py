@@ -212,7 +212,39 @@ async def _cluster(seconds: float) -> dict:
     return result
 
 
-def child(cluster: float) -> None:
+async def _idle(seconds: float) -> dict:
+    """The bench cluster with no traffic: CPU milliseconds per second of each tier (the mean
+    of its processes) and of all, over `seconds` once it has served for 5 s (heartbeats,
+    view streams, housekeeping loops: what a cluster costs doing nothing)."""
+    import asyncio
+
+    from loadtest.bench_events.systems import Echelon
+    from loadtest.bench_events.workload import cpu_seconds
+
+    system = Echelon(Path(tempfile.mkdtemp(prefix="bench_hotpath_idle.")))
+    await system.start()
+    try:
+        await asyncio.sleep(5)
+        pids = system.pids()
+        before, t0 = {k: cpu_seconds(p) for k, p in pids.items()}, time.monotonic()
+        await asyncio.sleep(seconds)
+        per = {k: (cpu_seconds(p) - before[k]) * 1000 / (time.monotonic() - t0) for k, p in pids.items()}
+    finally:
+        await system.stop()
+    out = {}
+    for tier in ("agent", "matcher", "membership"):
+        v = [x for k, x in per.items() if k.startswith(tier + "-")]
+        out[f"idle cpu ms per s: {tier} (mean)"] = sum(v) / len(v)
+    out["idle cpu ms per s: all services"] = sum(per.values())
+    return out
+
+
+def child(cluster: float, idle: float = 0.0) -> None:
+    if idle:
+        import asyncio
+
+        print(json.dumps(asyncio.run(_idle(idle))))
+        return
     if cluster:
         try:
             from echelon.runtime.loop import run  # the load generator on the services' loop
@@ -246,6 +278,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--cluster", type=float, default=0.0, metavar="SECONDS",
                     help="instead of the pieces: a whole cluster per tree and round (saturation and 1k/s "
                          "cells of SECONDS each, 2%%, 1 publisher): events/s, latency, CPU per service")
+    ap.add_argument("--idle", type=float, default=0.0, metavar="SECONDS",
+                    help="instead: a whole cluster per tree and round doing nothing, CPU ms per second per tier")
     ap.add_argument("--base-env", action="append", default=[], metavar="NAME=VALUE",
                     help="set in the base side's environment (its cluster's processes inherit it): with "
                          "--base HEAD, one setting side by side, e.g. ECHELON_EVENT_LOOP=asyncio")
@@ -254,7 +288,7 @@ def main(argv: list[str] | None = None) -> None:
     if any("=" not in e for e in args.base_env):
         ap.error("--base-env takes NAME=VALUE")
     if args.child:
-        child(args.cluster)
+        child(args.cluster, args.idle)
         return
     runs: dict[str, list[dict]] = {"base": [], "head": []}
     with tempfile.TemporaryDirectory(prefix="bench_hotpath.") as tmp:
@@ -265,7 +299,8 @@ def main(argv: list[str] | None = None) -> None:
                 env = {**os.environ, "PYTHONPATH": trees[tree],
                        **(dict(e.split("=", 1) for e in args.base_env) if tree == "base" else {})}
                 # This file runs as a script in either tree: `echelon` and `loadtest` are that tree's.
-                out = subprocess.run([sys.executable, __file__, "--child", "--cluster", str(args.cluster)], env=env,
+                out = subprocess.run([sys.executable, __file__, "--child", "--cluster", str(args.cluster),
+                                      *(["--idle", str(args.idle)] if args.idle else [])], env=env,
                                      cwd=trees[tree], capture_output=True, text=True, timeout=900)
                 if out.returncode:
                     raise SystemExit(f"{tree} child failed:\n{out.stderr}")
@@ -273,21 +308,21 @@ def main(argv: list[str] | None = None) -> None:
             print(f"round {r + 1}/{args.rounds} done", file=sys.stderr, flush=True)
     rev = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", args.base], capture_output=True,
                          text=True).stdout.strip()
-    print(f"{'' if args.cluster else 'us per event, '}median of {args.rounds} alternating rounds; base {args.base} ({rev})"
+    print(f"{'' if args.cluster or args.idle else 'us per event, '}median of {args.rounds} alternating rounds; base {args.base} ({rev})"
           f"{' with ' + ' '.join(args.base_env) if args.base_env else ''}, head this tree; "
           f"load average {os.getloadavg()[0]:.1f}")
-    unit = "" if args.cluster else " us"
-    print(f"{'piece':32} {'base' + unit:>9} {'head' + unit:>9} {'gain':>9}   gain per round")
+    unit = "" if args.cluster or args.idle else " us"
+    print(f"{'piece':38} {'base' + unit:>9} {'head' + unit:>9} {'gain':>9}   gain per round")
     for name in runs["head"][0]:
         vals = {t: [r[name] for r in runs[t] if isinstance(r.get(name), float)] for t in runs}
         if not vals["base"] or not vals["head"]:
             why = runs["base" if not vals["base"] else "head"][0].get(name, "not measured by that tree")
-            print(f"{name:32} {'-':>9} {'-':>9}  ({why})")
+            print(f"{name:38} {'-':>9} {'-':>9}  ({why})")
             continue
         b, h = statistics.median(vals["base"]), statistics.median(vals["head"])
         # Each round's own ratio too: base and head ran back to back, under about the same load.
         pairs = sorted((hh / bb if name.endswith("/s") else bb / hh) for bb, hh in zip(vals["base"], vals["head"]))
-        print(f"{name:32} {b:9.2f} {h:9.2f} {(h / b if name.endswith('/s') else b / h):9.2f}"
+        print(f"{name:38} {b:9.2f} {h:9.2f} {(h / b if name.endswith('/s') else b / h):9.2f}"
               f"   {' '.join(f'{p:.2f}' for p in pairs)}")
 
 
