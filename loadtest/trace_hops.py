@@ -141,13 +141,14 @@ def install() -> list[str]:
             return original(self, events, *a, **kw)
         return _deliver_many
 
-    started = [0]
+    started = [0, 0]
 
     def collected(phase: str, info: dict) -> None:  # the cyclic GC's pauses, by generation
         if phase == "start":
-            started[0] = time.perf_counter_ns()
+            started[:] = time.perf_counter_ns(), time.thread_time_ns()
         else:
-            sink.stamp(f"gc{info['generation']}", (f"{time.perf_counter_ns() - started[0]}",))
+            sink.stamp(f"gc{info['generation']}", (f"{time.perf_counter_ns() - started[0]}/"
+                                                   f"{time.thread_time_ns() - started[1]}",))
     gc.callbacks.append(collected)
 
     wrap("echelon.agent.pubsub", "PubSubServicer._admit", admit)
@@ -264,7 +265,8 @@ async def run(args) -> dict:
         await system.stop()
     by_key: dict[str, dict[str, int]] = defaultdict(dict)
     ids: dict[str, int] = {}
-    pauses: dict[tuple[str, str], list[tuple[int, float]]] = defaultdict(list)  # (pid, gc<gen>) -> (end, ms)
+    # (pid, gc<generation>) -> (end, wall ms, CPU ms of the collecting thread)
+    pauses: dict[tuple[str, str], list[tuple[int, float, float]]] = defaultdict(list)
     if _SINK is not None:
         _SINK.file.flush()
     missing = set()
@@ -272,7 +274,8 @@ async def run(args) -> dict:
         for line in f.read_text().splitlines():
             point, key, t = line.split("\t")
             if point.startswith("gc"):
-                pauses[(f.stem, point)].append((int(t), int(key) / 1e6))
+                wall, cpu = key.split("/")
+                pauses[(f.stem, point)].append((int(t), int(wall) / 1e6, int(cpu) / 1e6))
             elif point == "map":
                 k, _, i = key.rpartition("=")
                 ids[k] = int(i)
@@ -292,10 +295,11 @@ async def run(args) -> dict:
         end = max((t for m in (received, acked) for i, t in m.items() if i in ids), default=0)
         gcs[name] = {}
         for (pid, gen), v in sorted(pauses.items(), key=lambda kv: (names.get(kv[0][0], kv[0][0]), kv[0][1])):
-            during = [ms for t, ms in v if start <= t <= end]
+            during = [(wall, cpu) for t, wall, cpu in v if start <= t <= end]
             if during:
-                gcs[name][f"{names.get(pid, pid)} {gen}"] = {"n": len(during), "total_ms": sum(during),
-                                                             "max_ms": max(during)}
+                gcs[name][f"{names.get(pid, pid)} {gen}"] = {
+                    "n": len(during), "cpu_ms": sum(c for _, c in during), "max_cpu_ms": max(c for _, c in during),
+                    "max_wall_ms": max(w for w, _ in during)}
     return {"cells": report, "gc": gcs, "missing": sorted(missing), "trace_dir": str(trace)}
 
 
@@ -317,9 +321,10 @@ def main(argv: list[str] | None = None) -> None:
         for hop, r in rows.items():
             print(f"  {hop:36} {r['n']:6d} {r['p50_ms']:8.2f} {r['p90_ms']:8.2f} {r['p99_ms']:8.2f} {r['mean_ms']:8.2f}")
     for cell, passes in out["gc"].items():
-        print(f"\nthe cyclic GC's passes during {cell}, per process and generation (wall ms)")
+        print(f"\nthe cyclic GC's passes during {cell}, per process and generation")
         for name, g in passes.items():
-            print(f"  {name:26} {g['n']:5d} passes  total {g['total_ms']:7.1f}  max {g['max_ms']:6.2f}")
+            print(f"  {name:26} {g['n']:5d} passes  CPU {g['cpu_ms']:7.1f} ms, the longest {g['max_cpu_ms']:6.2f} ms "
+                  f"CPU / {g['max_wall_ms']:6.2f} ms wall")
     if out["missing"]:
         print(f"\nnot traced (no longer in the code): {', '.join(out['missing'])}")
     if args.json:
