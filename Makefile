@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 SYSTEM := $(VENV)/.system
 
-.PHONY: install proto dashboards demo up test chaos bench bench-replan bench-events bench-hotpath bench-durable bench-tls replan-loop bulk-scale clean
+.PHONY: install proto dashboards demo up test chaos bench bench-replan bench-events bench-hotpath trace-hops bench-durable bench-tls replan-loop bulk-scale clean
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) on PATH"; exit 1; }
@@ -66,12 +66,19 @@ bench-replan: $(STAMP)
 bench-events: $(STAMP) $(SYSTEM)
 	$(PY) -m loadtest.bench_events --out out/bench_events --profile $(BENCH_ARGS)
 
-# The hot path's per-event pieces, then whole clusters, this tree against BASE (default main),
-# alternating in one run (a few minutes each): microseconds per event and CPU per service.
+# The hot path's per-event pieces, then whole clusters, then idle clusters, this tree against
+# BASE (default main), alternating in one run (a few minutes each): microseconds per event,
+# CPU per service, CPU per second of a cluster doing nothing.
 BASE ?= main
 bench-hotpath: $(STAMP)
 	$(PY) -m loadtest.bench_hotpath --base $(BASE)
 	$(PY) -m loadtest.bench_hotpath --base $(BASE) --cluster 3
+	$(PY) -m loadtest.bench_hotpath --base $(BASE) --idle 10
+
+# One event's latency hop by hop (publisher, agent, matcher, relay, subscriber) at 50/s and
+# 1,000/s on the bench cluster, and the GC passes in each process (about a minute).
+trace-hops: $(STAMP)
+	$(PY) -m loadtest.trace_hops
 
 # Durable vs ephemeral subscriptions, throughput and p99 side by side, per fsync policy
 # (a cluster of processes per policy, a few minutes): a table and out/bench_durable/*.png.

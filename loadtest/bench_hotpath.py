@@ -18,6 +18,11 @@ Pieces (the 2% and 20% workload of loadtest.bench_events: `Symbol`, `Price`):
 - `client encode`: the publisher's request of one event;
 - `GC pass`: one full collection with a subscribing agent's dedup window of 500k ids
   (milliseconds, not per event).
+
+`--cluster SECONDS` runs whole clusters instead (saturation and 1k/s: events/s, latency,
+CPU per 1,000 events per service), `--idle SECONDS` clusters doing nothing (CPU ms per
+second per tier), and `--base-env NAME=VALUE` sets a variable on the base side only: with
+`--base HEAD`, one setting of one tree side by side (e.g. `ECHELON_EVENT_LOOP=asyncio`).
 """
 
 from __future__ import annotations
