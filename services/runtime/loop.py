@@ -5,8 +5,8 @@ grpc.aio runs on either: it reads its completion queue in a thread of its own an
 loop through a socket the loop watches (`add_reader`), which uvloop implements. What uvloop
 saves is the loop's own work per wakeup (its timers, handles and epoll calls are C): each
 gRPC message wakes a loop once on each side, so at low rates, where every event travels
-alone, that is a share of every hop. Measured side by side in loadtest/README.md
-("Event loop, idle CPU and the 1k/s latency").
+alone, that is a share of every hop. Measured side by side (loadtest/README.md, "The
+processes"): the services' CPU per event 10% lower at saturation, 22% at 1,000 events/s.
 
 `ECHELON_EVENT_LOOP=asyncio` turns it off (a debugging aid: asyncio's debug mode and some
 profilers know only asyncio's loop); `uvloop` is the default when importable.
