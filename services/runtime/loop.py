@@ -6,7 +6,8 @@ loop through a socket the loop watches (`add_reader`), which uvloop implements. 
 saves is the loop's own work per wakeup (its timers, handles and epoll calls are C): each
 gRPC message wakes a loop once on each side, so at low rates, where every event travels
 alone, that is a share of every hop. Measured side by side (loadtest/README.md, "The
-processes"): the services' CPU per event 10% lower at saturation, 22% at 1,000 events/s.
+processes"): at 1,000 events/s the services' CPU per event 2-4% lower on a quiet machine,
+10-22% on a loaded one.
 
 `ECHELON_EVENT_LOOP=asyncio` turns it off (a debugging aid: asyncio's debug mode and some
 profilers know only asyncio's loop); `uvloop` is the default when importable.
