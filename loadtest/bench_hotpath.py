@@ -26,6 +26,11 @@ Pieces (the 2% and 20% workload of loadtest.bench_events: `Symbol`, `Price`):
   local delivery itself is the `deliver` piece;
 - `GC pass`: one full collection with a subscribing agent's dedup window of 500k ids
   (milliseconds, not per event).
+
+`--cluster SECONDS` runs whole clusters instead (saturation and 1k/s: events/s, latency,
+CPU per 1,000 events per service), `--idle SECONDS` clusters doing nothing (CPU ms per
+second per tier), and `--base-env NAME=VALUE` sets a variable on the base side only: with
+`--base HEAD`, one setting of one tree side by side (e.g. `ECHELON_EVENT_LOOP=asyncio`).
 """
 
 from __future__ import annotations
@@ -319,6 +324,11 @@ PIECES = {
 async def _cluster(seconds: float, selectivity: int = 2) -> dict:
     """One Echelon cluster (loadtest.bench_events' processes, 1 publisher): a saturation
     cell and a 1k/s cell, batch-DELIVERED; per-service CPU per 1,000 events in each."""
+    try:
+        from echelon.runtime.loop import started
+    except ImportError:  # a base tree from before it: the GC's defaults
+        def started() -> None:
+            pass
     from loadtest.bench_events.run import Run, parse
     from loadtest.bench_events.systems import SYSTEMS
     from loadtest.bench_events.workload import Pool, subscriptions
@@ -333,6 +343,7 @@ async def _cluster(seconds: float, selectivity: int = 2) -> dict:
         pool = Pool.draw(subs)
         await system.open_subs(subs, pool, run.deliver)
         await run.warm_up(system, subs, pool)
+        started()
         for rate in (None, 1000):
             sends = await system.publishers(1, "batch-DELIVERED", pool)
             rows[rate or "max"] = await run.cell(system, sends, rate, pool, subs, {
@@ -357,7 +368,39 @@ async def _cluster(seconds: float, selectivity: int = 2) -> dict:
     return result
 
 
-def child(cluster: float, selectivity: int) -> None:
+async def _idle(seconds: float) -> dict:
+    """The bench cluster with no traffic: CPU milliseconds per second of each tier (the mean
+    of its processes) and of all, over `seconds` once it has served for 5 s (heartbeats,
+    view streams, housekeeping loops: what a cluster costs doing nothing)."""
+    import asyncio
+
+    from loadtest.bench_events.systems import Echelon
+    from loadtest.bench_events.workload import cpu_seconds
+
+    system = Echelon(Path(tempfile.mkdtemp(prefix="bench_hotpath_idle.")))
+    await system.start()
+    try:
+        await asyncio.sleep(5)
+        pids = system.pids()
+        before, t0 = {k: cpu_seconds(p) for k, p in pids.items()}, time.monotonic()
+        await asyncio.sleep(seconds)
+        per = {k: (cpu_seconds(p) - before[k]) * 1000 / (time.monotonic() - t0) for k, p in pids.items()}
+    finally:
+        await system.stop()
+    out = {}
+    for tier in ("agent", "matcher", "membership"):
+        v = [x for k, x in per.items() if k.startswith(tier + "-")]
+        out[f"idle cpu ms per s: {tier} (mean)"] = sum(v) / len(v)
+    out["idle cpu ms per s: all services"] = sum(per.values())
+    return out
+
+
+def child(cluster: float, selectivity: int = 2, idle: float = 0.0) -> None:
+    if idle:
+        import asyncio
+
+        print(json.dumps(asyncio.run(_idle(idle))))
+        return
     if cluster:
         try:
             from echelon.runtime.loop import run  # the load generator on the services' loop
@@ -393,6 +436,8 @@ def main(argv: list[str] | None = None) -> None:
                          "cells of SECONDS each, 1 publisher): events/s, latency, CPU per service")
     ap.add_argument("--selectivity", type=int, choices=(2, 20), default=2,
                     help="the cluster's workload: 2%% or 20%% of the events match each subscription")
+    ap.add_argument("--idle", type=float, default=0.0, metavar="SECONDS",
+                    help="instead: a whole cluster per tree and round doing nothing, CPU ms per second per tier")
     ap.add_argument("--base-env", action="append", default=[], metavar="NAME=VALUE",
                     help="set in the base side's environment (its cluster's processes inherit it): with "
                          "--base HEAD, one setting side by side, e.g. ECHELON_EVENT_LOOP=asyncio")
@@ -401,7 +446,7 @@ def main(argv: list[str] | None = None) -> None:
     if any("=" not in e for e in args.base_env):
         ap.error("--base-env takes NAME=VALUE")
     if args.child:
-        child(args.cluster, args.selectivity)
+        child(args.cluster, args.selectivity, args.idle)
         return
     runs: dict[str, list[dict]] = {"base": [], "head": []}
     with tempfile.TemporaryDirectory(prefix="bench_hotpath.") as tmp:
@@ -413,7 +458,8 @@ def main(argv: list[str] | None = None) -> None:
                        **(dict(e.split("=", 1) for e in args.base_env) if tree == "base" else {})}
                 # This file runs as a script in either tree: `echelon` and `loadtest` are that tree's.
                 out = subprocess.run([sys.executable, __file__, "--child", "--cluster", str(args.cluster),
-                                      "--selectivity", str(args.selectivity)], env=env,
+                                      "--selectivity", str(args.selectivity),
+                                      *(["--idle", str(args.idle)] if args.idle else [])], env=env,
                                      cwd=trees[tree], capture_output=True, text=True, timeout=900)
                 if out.returncode:
                     raise SystemExit(f"{tree} child failed:\n{out.stderr}")
@@ -421,22 +467,23 @@ def main(argv: list[str] | None = None) -> None:
             print(f"round {r + 1}/{args.rounds} done", file=sys.stderr, flush=True)
     rev = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", args.base], capture_output=True,
                          text=True).stdout.strip()
-    print(f"{f'{args.selectivity}% selectivity, ' if args.cluster else 'us per event, '}median of {args.rounds} "
+    print(f"{f'{args.selectivity}% selectivity, ' if args.cluster else ''}"
+          f"{'' if args.cluster or args.idle else 'us per event, '}median of {args.rounds} "
           f"alternating rounds; base {args.base} ({rev})"
           f"{' with ' + ' '.join(args.base_env) if args.base_env else ''}, head this tree; "
           f"load average {os.getloadavg()[0]:.1f}")
-    unit = "" if args.cluster else " us"
-    print(f"{'piece':32} {'base' + unit:>9} {'head' + unit:>9} {'gain':>9}   gain per round")
+    unit = "" if args.cluster or args.idle else " us"
+    print(f"{'piece':38} {'base' + unit:>9} {'head' + unit:>9} {'gain':>9}   gain per round")
     for name in runs["head"][0]:
         vals = {t: [r[name] for r in runs[t] if isinstance(r.get(name), float)] for t in runs}
         if not vals["base"] or not vals["head"]:
             why = runs["base" if not vals["base"] else "head"][0].get(name, "not measured by that tree")
-            print(f"{name:32} {'-':>9} {'-':>9}  ({why})")
+            print(f"{name:38} {'-':>9} {'-':>9}  ({why})")
             continue
         b, h = statistics.median(vals["base"]), statistics.median(vals["head"])
         # Each round's own ratio too: base and head ran back to back, under about the same load.
         pairs = sorted((hh / bb if name.endswith("/s") else bb / hh) for bb, hh in zip(vals["base"], vals["head"]))
-        print(f"{name:32} {b:9.2f} {h:9.2f} {(h / b if name.endswith('/s') else b / h):9.2f}"
+        print(f"{name:38} {b:9.2f} {h:9.2f} {(h / b if name.endswith('/s') else b / h):9.2f}"
               f"   {' '.join(f'{p:.2f}' for p in pairs)}")
 
 

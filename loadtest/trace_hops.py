@@ -31,6 +31,7 @@ import argparse
 import asyncio
 import atexit
 import functools
+import gc
 import json
 import os
 import statistics
@@ -72,12 +73,16 @@ def _keys(events) -> list[str]:
     return [f"{e.id.producer_id}:{e.id.sequence}" for e in events]
 
 
+_SINK: _Sink | None = None
+
+
 def install() -> list[str]:
     """Wrap the traced functions of this process's `echelon`; returns those missing."""
     directory = os.environ.get(TRACE_ENV)
     if not directory:
         return []
-    sink = _Sink(Path(directory) / f"{os.getpid()}.tsv")
+    global _SINK
+    sink = _SINK = _Sink(Path(directory) / f"{os.getpid()}.tsv")
     missing = []
 
     def wrap(module: str, qualname: str, make):
@@ -135,6 +140,16 @@ def install() -> list[str]:
             sink.stamp("sub in", _keys(events))
             return original(self, events, *a, **kw)
         return _deliver_many
+
+    started = [0, 0]
+
+    def collected(phase: str, info: dict) -> None:  # the cyclic GC's pauses, by generation
+        if phase == "start":
+            started[:] = time.perf_counter_ns(), time.thread_time_ns()
+        else:
+            sink.stamp(f"gc{info['generation']}", (f"{time.perf_counter_ns() - started[0]}/"
+                                                   f"{time.thread_time_ns() - started[1]}",))
+    gc.callbacks.append(collected)
 
     wrap("echelon.agent.pubsub", "PubSubServicer._admit", admit)
     wrap("echelon.agent.matching", "MatchClient.match", match)
@@ -203,6 +218,7 @@ def _pct(v: list[float], q: float) -> float:
 
 async def run(args) -> dict:
     from echelon.client import AckLevel
+    from echelon.runtime.loop import started
     from loadtest.bench_events.systems import Echelon
     from loadtest.bench_events.workload import Pool, subscriptions
     from loadtest.bench_events.run import Run, parse
@@ -214,8 +230,10 @@ async def run(args) -> dict:
     root = str(Path(__file__).resolve().parent.parent)
     os.environ[TRACE_ENV] = str(trace)
     os.environ["PYTHONPATH"] = os.pathsep.join([str(site), root, os.environ.get("PYTHONPATH", "")])
+    install()  # here too: the load generator's GC pauses
     system = Echelon(trace / "logs")
     await system.start()
+    pids = {**system.pids(), "load generator": os.getpid()}
     received: dict[int, int] = {}
     offset = time.time_ns() - time.perf_counter_ns()
     run_ = Run(parse(["--systems", "echelon", "--out", str(trace)]))
@@ -228,6 +246,7 @@ async def run(args) -> dict:
         pool = Pool.draw(subs)
         await system.open_subs(subs, pool, run_.deliver)
         await run_.warm_up(system, subs, pool)
+        started()
         run_.sink = sink
         from echelon.client import Client
 
@@ -246,11 +265,18 @@ async def run(args) -> dict:
         await system.stop()
     by_key: dict[str, dict[str, int]] = defaultdict(dict)
     ids: dict[str, int] = {}
+    # (pid, gc<generation>) -> (end, wall ms, CPU ms of the collecting thread)
+    pauses: dict[tuple[str, str], list[tuple[int, float, float]]] = defaultdict(list)
+    if _SINK is not None:
+        _SINK.file.flush()
     missing = set()
     for f in trace.glob("*.tsv"):
         for line in f.read_text().splitlines():
             point, key, t = line.split("\t")
-            if point == "map":
+            if point.startswith("gc"):
+                wall, cpu = key.split("/")
+                pauses[(f.stem, point)].append((int(t), int(wall) / 1e6, int(cpu) / 1e6))
+            elif point == "map":
                 k, _, i = key.rpartition("=")
                 ids[k] = int(i)
             else:
@@ -259,12 +285,22 @@ async def run(args) -> dict:
     for f in trace.glob("*.missing"):
         missing |= set(f.read_text().split())
     stamps["sent"], stamps["delivered"], stamps["acked"] = sent, received, acked
-    report = {}
+    report, gcs = {}, {}
+    names = {str(pid): name for name, pid in pids.items()}
     for name, ids in cells:
         rows = _budget(stamps, ids)
         report[name] = {k: {"n": len(v), "p50_ms": _pct(v, 0.5), "p90_ms": _pct(v, 0.9), "p99_ms": _pct(v, 0.99),
                             "mean_ms": statistics.fmean(v) if v else float("nan")} for k, v in rows}
-    return {"cells": report, "missing": sorted(missing), "trace_dir": str(trace)}
+        start = min((sent[i] for i in ids if i in sent), default=0)
+        end = max((t for m in (received, acked) for i, t in m.items() if i in ids), default=0)
+        gcs[name] = {}
+        for (pid, gen), v in sorted(pauses.items(), key=lambda kv: (names.get(kv[0][0], kv[0][0]), kv[0][1])):
+            during = [(wall, cpu) for t, wall, cpu in v if start <= t <= end]
+            if during:
+                gcs[name][f"{names.get(pid, pid)} {gen}"] = {
+                    "n": len(during), "cpu_ms": sum(c for _, c in during), "max_cpu_ms": max(c for _, c in during),
+                    "max_wall_ms": max(w for w, _ in during)}
+    return {"cells": report, "gc": gcs, "missing": sorted(missing), "trace_dir": str(trace)}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -284,6 +320,11 @@ def main(argv: list[str] | None = None) -> None:
         print(f"  {'hop':36} {'n':>6} {'p50':>8} {'p90':>8} {'p99':>8} {'mean':>8}")
         for hop, r in rows.items():
             print(f"  {hop:36} {r['n']:6d} {r['p50_ms']:8.2f} {r['p90_ms']:8.2f} {r['p99_ms']:8.2f} {r['mean_ms']:8.2f}")
+    for cell, passes in out["gc"].items():
+        print(f"\nthe cyclic GC's passes during {cell}, per process and generation")
+        for name, g in passes.items():
+            print(f"  {name:26} {g['n']:5d} passes  CPU {g['cpu_ms']:7.1f} ms, the longest {g['max_cpu_ms']:6.2f} ms "
+                  f"CPU / {g['max_wall_ms']:6.2f} ms wall")
     if out["missing"]:
         print(f"\nnot traced (no longer in the code): {', '.join(out['missing'])}")
     if args.json:

@@ -8,7 +8,6 @@ Every option can also come from the environment: `ECHELON_<COMMAND>_<OPTION>`, e
 from __future__ import annotations
 
 import asyncio
-import gc
 import json
 import signal
 import sys
@@ -120,11 +119,7 @@ def _serve(make_node) -> None:
 
         async def start() -> None:
             await node.start()
-            # What starting built (modules, protobuf descriptors, the view) lives as long as
-            # the process: out of the cyclic GC's full passes. Young passes every 10,000
-            # allocations, not 700: one publish allocates dozens of objects (issue 12).
-            gc.freeze()
-            gc.set_threshold(10_000, 10, 10)
+            loop.started()  # the GC's settings for a long-lived process
 
         await run_until_signalled(start, node.stop)
 
