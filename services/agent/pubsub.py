@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 import grpc
 
 from echelon.agent.durable_rpc import relay
+from echelon.agent.shared_stream import SharedStream
 from echelon.agent.slices import PayloadStream, payload_error
 from echelon.core.dedup import DedupWindow, Entry, Seen
 from echelon.runtime.errors import (AlreadyExists, InvalidArgument, NotFound, ResourceExhausted, Unavailable,
@@ -298,6 +299,11 @@ class PubSubServicer(pgrpc.PubSubServicer):
         first = await anext(request_iterator.__aiter__(), None)
         if first is None or not first.HasField("open"):
             raise InvalidArgument("the first request of a subscription must be `open`")
+        if first.open.sid:  # many subscriptions on this stream (shared_stream.py)
+            async for delivery in SharedStream(node, self._chunked, MAX_DELIVERIES).serve(first, request_iterator,
+                                                                                          context):
+                yield delivery
+            return
         # The caller's right and subscription count, checked here, before a durable open is
         # relayed to its holder (which sees this agent, a member, as the caller). `release`
         # runs once however the stream ends.

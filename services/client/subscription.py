@@ -54,10 +54,11 @@ from typing import TYPE_CHECKING, AsyncIterator, Awaitable, Callable, Iterable
 
 import grpc
 
-from echelon.client.acks import Settlements
+from echelon.client.acks import Flusher, Settlements
 from echelon.client.errors import (ClientClosed, DataLoss, EchelonError, FailedPrecondition, InvalidArgument,
                                    Timeout, Unavailable, from_rpc_error, from_status)
 from echelon.client.message import Message, _Incoming, check_delay
+from echelon.client.shared import SharedStream
 from echelon.core.filters import Filter
 from echelon.runtime.transport import SUBSCRIPTION_KEY
 from echelon.runtime.wire import filter_to_pb
@@ -79,7 +80,8 @@ class Subscription:
     """A subscription stream, made by `Client.subscribe()`; `async with` opens and closes it."""
 
     def __init__(self, client: "Client", topic: str, flt: str | Filter, name: str, max_outstanding: int,
-                 callback: Callback | None, durable: ppb.DurableOptions | None = None, max_whole: int = MAX_WHOLE):
+                 callback: Callback | None, durable: ppb.DurableOptions | None = None, max_whole: int = MAX_WHOLE,
+                 shared: bool = False):
         if max_outstanding < 1:
             raise InvalidArgument(f"max_outstanding {max_outstanding}: at least 1")
         if max_whole < 0:
@@ -101,11 +103,14 @@ class Subscription:
         else:
             open_.filter_text = flt
         self._open = open_
+        self.id = ""  # cluster-wide ("<agent>/<name>"), once open
         self._callback = callback
         self._state = "new"  # new -> open -> draining -> closed
         self._write = asyncio.Lock()  # one write at a time on a stream
         self._handed: dict[int, Message] = {}  # given to the application, not yet settled (in id order)
-        self.settlements = Settlements(self._write_requests, lambda: next(iter(self._handed), None),
+        self._shared: SharedStream | None = None  # set once open on the client's shared stream
+        self._share = shared and durable is None
+        self.settlements = Settlements(Flusher(self._write_requests), lambda: next(iter(self._handed), None),
                                        max_outstanding)
         self._inbox: deque = deque()  # Deliveries (and _Incoming) received, not yet handed out
         self._arrived = asyncio.Event()
@@ -141,13 +146,20 @@ class Subscription:
             raise
         # Reads run in their own task: cancelling a pending read would cancel the RPC,
         # so `next(timeout=...)` waits on the inbox instead.
-        self._tasks.append(asyncio.create_task(self._read(), name="subscription reader"))
+        if self._shared is None:
+            self._tasks.append(asyncio.create_task(self._read(), name="subscription reader"))
         if self._callback is not None:
             self._tasks.append(asyncio.create_task(self._dispatch(), name="subscription callbacks"))
 
     async def _open_stream(self) -> None:
         """Open on the client's first agent; a durable subscription fails over to the next
         ones while they are unreachable (any agent serves it)."""
+        if self._share:
+            stream = self._shared = SharedStream.of(self.client)
+            sid = stream.sid()
+            self.settlements = Settlements(stream.flusher, self.settlements._oldest, self.max_outstanding, sid)
+            self.id = await stream.open(self, self._open, sid)
+            return
         tries = len(self.client.addresses) if self._acked is not None else 1
         for i in range(tries):
             try:
@@ -166,6 +178,7 @@ class Subscription:
         # (bad filter, unknown topic) ends the call without them.
         metadata = dict(await call.initial_metadata() or ())
         if SUBSCRIPTION_KEY in metadata:
+            self.id = metadata[SUBSCRIPTION_KEY]
             if self._acked is not None:  # a seek moved what is owed: acked messages may come again
                 self.client._seen_seeks(self.name, metadata.get("x-echelon-seeks", ""))
             return
@@ -210,9 +223,9 @@ class Subscription:
 
     async def flush(self) -> None:
         """Write the settlements queued by now (acks are delayed: client/acks.py) and wait
-        for the write: the agent has them once this returns, unless the stream ended."""
-        if self._call is not None and not self._ended.is_set():
-            await self.settlements.flush()
+        for the write: the agent applies them before anything written later on the stream."""
+        if not self._ended.is_set():
+            await self.settlements.flusher.flush()
 
     def __aiter__(self):
         return self
@@ -261,7 +274,11 @@ class Subscription:
         for task in list(self._callbacks):
             task.cancel()
         await asyncio.gather(*self._callbacks, return_exceptions=True)
-        if self._call is not None and not self._ended.is_set():
+        if self._shared is not None and not self._ended.is_set():
+            await self.flush()  # acks already given are written before the close
+            self._half_closed = True
+            await self._shared.close(self.settlements.sid)
+        elif self._call is not None and not self._ended.is_set():
             await self.flush()  # acks already given are written before the half-close
             async with self._write:
                 self._half_closed = True
@@ -274,6 +291,8 @@ class Subscription:
             except asyncio.TimeoutError:
                 self._call.cancel()
         self.settlements.cancel()
+        if self._shared is None:
+            self.settlements.flusher.cancel()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -281,24 +300,36 @@ class Subscription:
     # -- internals ---------------------------------------------------------------------
 
     async def _read(self) -> None:
+        """A stream of its own: what comes, into the inbox."""
+        error = None
         try:
             async for delivery in self._call:
                 if delivery.chunked or delivery.delivery_id in self._incoming:  # never in a batch
                     await self._chunk(delivery)
-                    continue
-                batch = delivery.batch or (delivery,)
-                if self._acked is not None:
-                    batch = [d for d in batch if not self._acked_before(d)]
-                self._inbox.extend(batch)
-                self._arrived.set()
+                else:
+                    self._receive(delivery.batch or (delivery,))
         except grpc.aio.AioRpcError as e:
-            if self._state != "closed":
-                self._error = from_rpc_error(e)
+            error = from_rpc_error(e)
         finally:
-            self._ended.set()
-            self.settlements.cancel()
-            self._no_more = True
-            self._arrived.set()
+            self._finish(error)
+
+    def _receive(self, batch) -> None:
+        """Deliveries (not chunks) received: into the inbox."""
+        if self._acked is not None:
+            batch = [d for d in batch if not self._acked_before(d)]
+        self._inbox.extend(batch)
+        self._arrived.set()
+
+    def _finish(self, error: EchelonError | None) -> None:
+        """The stream ended (a shared one: this subscription's part of it), with `error` or not."""
+        if error is not None and self._state != "closed":
+            self._error = error
+        self._ended.set()
+        self.settlements.cancel()
+        if self._shared is None:
+            self.settlements.flusher.cancel()
+        self._no_more = True
+        self._arrived.set()
 
     def _acked_before(self, d: ppb.Delivery) -> bool:
         """Acked by us before (durable): acked again, not handed out."""

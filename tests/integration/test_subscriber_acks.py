@@ -42,16 +42,16 @@ async def test_many_acks_go_out_in_one_write_when_the_timer_fires(cluster):
         for m in msgs:
             await m.ack()
         held = agent_sub(cluster, "s")
-        assert len(held.unacked) == 20 and sub.settlements.writes == 0  # queued, not written
+        assert len(held.unacked) == 20 and sub.settlements.flusher.writes == 0  # queued, not written
         await wait_for(lambda: not held.unacked, 10, what="the timer's flush")
-        assert sub.settlements.writes == 1  # one SubscriberAck (cumulative) for the twenty
+        assert sub.settlements.flusher.writes == 1  # one SubscriberAck (cumulative) for the twenty
 
 
 async def test_a_quarter_of_the_window_flushes_without_the_timer(cluster):
     c = cluster.client(1)
     await c.create_topic("t")
     async with c.subscribe("t", "", name="s", max_outstanding=8) as sub:
-        sub.settlements.delay = HOUR
+        sub.settlements.flusher.delay = HOUR
         await publish(cluster, 3)
         first, *rest = await receive(sub, 3)
         await first.ack()  # 1 of the 2 that flush a window of 8
@@ -66,7 +66,7 @@ async def test_a_window_of_one_never_waits_for_the_timer(cluster):
     c = cluster.client(1)
     await c.create_topic("t")
     async with c.subscribe("t", "", max_outstanding=1) as sub:
-        sub.settlements.delay = HOUR
+        sub.settlements.flusher.delay = HOUR
         await publish(cluster, 10)
         for i in range(10):
             msg = await sub.next(timeout=10)
@@ -78,7 +78,7 @@ async def test_a_nack_goes_at_once_with_the_acks_before_it(cluster):
     c = cluster.client(1)
     await c.create_topic("t")
     async with c.subscribe("t", "", name="s", max_outstanding=1000) as sub:
-        sub.settlements.delay = HOUR
+        sub.settlements.flusher.delay = HOUR
         await publish(cluster, 3)
         a, b, c_ = await receive(sub, 3)
         await a.ack()
@@ -96,7 +96,7 @@ async def test_close_writes_the_queued_acks_before_it_half_closes(cluster):
     await c.create_topic("t")
     sub = c.subscribe("t", "", name="s", max_outstanding=1000)
     await sub.start()
-    sub.settlements.delay = HOUR
+    sub.settlements.flusher.delay = HOUR
     await publish(cluster, 5)
     msgs = await receive(sub, 5)
     await sub.ack(msgs[:4])
@@ -131,4 +131,4 @@ async def test_batches_come_in_order_and_are_settled_in_one_call(cluster):
             await sub.receive(0)
         await sub.flush()
         held = agent_sub(cluster, "s")
-        assert not held.unacked and not held.backlog
+        await wait_for(lambda: not held.unacked and not held.backlog, 10, what="the acks applied")
