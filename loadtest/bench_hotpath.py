@@ -199,7 +199,12 @@ async def _cluster(seconds: float, selectivity: int = 2) -> dict:
                                                           and k != "agent-0"),
               "cpu ms/1k: matchers": 1000 * sum(v for k, v in cpu.items() if k.startswith("matcher")),
               "cpu ms/1k: load generator": 1000 * sat["cpu_s_per_1k_loadgen"],
-              "cpu ms/1k: all services": 1000 * sat["cpu_s_per_1k_services"]}
+              "cpu ms/1k: all services": 1000 * sat["cpu_s_per_1k_services"],
+              # At 1k/s the cost is the number of messages (each event travels nearly alone).
+              "1k/s cpu ms/1k: subscribing agents": 1000 * sum(v for k, v in low["cpu_s_per_1k"].items()
+                                                               if k.startswith("agent-") and k != "agent-0"),
+              "1k/s cpu ms/1k: load generator": 1000 * low["cpu_s_per_1k_loadgen"],
+              "1k/s cpu ms/1k: all services": 1000 * low["cpu_s_per_1k_services"]}
     return result
 
 

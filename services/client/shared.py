@@ -116,8 +116,8 @@ class SharedStream:
                     sub = self.subs.get(d.sid)
                     if sub is None:
                         continue  # closed here meanwhile: the agent takes it back with the close
-                    if d.chunked or d.delivery_id in sub._incoming:  # never in a batch
-                        await sub._chunk(d)
+                    if d.chunked or d.delivery_id in sub._sliced:  # never in a batch
+                        await sub._sliced.receive(d)
                     else:
                         by_sub.setdefault(d.sid, []).append(d)
                 for sid, ds in by_sub.items():

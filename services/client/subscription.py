@@ -55,9 +55,9 @@ from typing import TYPE_CHECKING, AsyncIterator, Awaitable, Callable, Iterable
 import grpc
 
 from echelon.client.acks import Flusher, Settlements
-from echelon.client.errors import (ClientClosed, DataLoss, EchelonError, FailedPrecondition, InvalidArgument,
+from echelon.client.errors import (ClientClosed, EchelonError, FailedPrecondition, InvalidArgument,
                                    Timeout, Unavailable, from_rpc_error, from_status)
-from echelon.client.message import Message, _Incoming, check_delay
+from echelon.client.message import Message, Sliced, _Incoming, check_delay
 from echelon.client.shared import SharedStream
 from echelon.core.filters import Filter
 from echelon.runtime.transport import SUBSCRIPTION_KEY
@@ -87,7 +87,7 @@ class Subscription:
         if max_whole < 0:
             raise InvalidArgument(f"max_whole {max_whole}: at least 0")
         self.max_whole = max_whole
-        self._incoming: dict[int, _Incoming] = {}  # sliced payloads being received, by delivery id
+        self._sliced = Sliced(max_whole, self._put, self._lost)  # sliced payloads being received
         self.client = client
         self.name = name
         self.max_outstanding = max_outstanding
@@ -304,8 +304,8 @@ class Subscription:
         error = None
         try:
             async for delivery in self._call:
-                if delivery.chunked or delivery.delivery_id in self._incoming:  # never in a batch
-                    await self._chunk(delivery)
+                if delivery.chunked or delivery.delivery_id in self._sliced:  # never in a batch
+                    await self._sliced.receive(delivery)
                 else:
                     self._receive(delivery.batch or (delivery,))
         except grpc.aio.AioRpcError as e:
@@ -342,32 +342,12 @@ class Subscription:
     def _credit(self) -> int:
         return 1 if self._state == "open" else 0  # draining: let nothing new in
 
-    async def _chunk(self, d: ppb.Delivery) -> None:
-        """A sliced payload's head or one of its pieces (protos: Delivery)."""
-        if d.chunked:
-            incoming = self._incoming[d.delivery_id] = _Incoming(d, d.payload_size <= self.max_whole)
-            if not incoming.whole:
-                self._inbox.append(incoming)
-                self._arrived.set()
-            return
-        incoming = self._incoming[d.delivery_id]
-        if d.chunk:
-            if incoming.whole:
-                incoming.parts.append(d.chunk)
-            else:
-                await incoming.put(d.chunk)  # waits while the application is CHUNKS_AHEAD behind
-        if not (d.last or d.aborted):
-            return
-        del self._incoming[d.delivery_id]
-        if not incoming.whole:
-            await incoming.put(DataLoss(f"the payload was lost on its way: {d.aborted}") if d.aborted else None)
-        elif d.aborted:  # never handed out: settled here, so its credit comes back
-            log.warning("a %d-byte payload was lost on its way: %s", incoming.head.payload_size, d.aborted)
-            self.settlements.ack(d.delivery_id, self._credit(), handed=False)
-        else:
-            incoming.head.event.payload = b"".join(incoming.parts)
-            self._inbox.append(incoming.head)
-            self._arrived.set()
+    def _put(self, item) -> None:
+        self._inbox.append(item)
+        self._arrived.set()
+
+    def _lost(self, delivery_id: int) -> None:
+        self.settlements.ack(delivery_id, self._credit(), handed=False)  # never handed out: its credit comes back
 
     async def _wait(self, timeout: float | None) -> None:
         """Until the inbox has something, or nothing more will come; Timeout after `timeout`."""
