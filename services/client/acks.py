@@ -6,9 +6,10 @@ cumulative `through` up to the oldest message still handed out, the ids above it
 the credits) when the first of these comes:
 
 - a nack is queued: the application wants it back now;
-- the settlements queued reach a quarter of the window (`max_outstanding`): the agent
-  still has most of its credits, so it never waits on acks we sit on (a window of 1-4
-  flushes every settlement at once);
+- the settlements queued reach a quarter of the window (`max_outstanding`), or the
+  agent's credits left (the window less what we hold: received, handed out, or settled
+  and queued) fall under a quarter: so the agent never runs dry while we sit on acks (a
+  window of 1-4 flushes every settlement at once);
 - ACK_DELAY after the first settlement queued;
 - `flush()`: the subscription closes (everything queued is written before the
   half-close), or the application asks.
@@ -42,9 +43,12 @@ FLUSH_FRACTION = 4  # flush once a 1/FLUSH_FRACTION of the window is settled and
 class Settlements:
     """One subscription's queued acks, nacks and credits (flushed by its stream's Flusher)."""
 
-    def __init__(self, flusher: "Flusher", oldest: Callable[[], int | None], window: int, sid: int = 0):
+    def __init__(self, flusher: "Flusher", oldest: Callable[[], int | None], held: Callable[[], int], window: int,
+                 sid: int = 0):
         self.flusher = flusher
         self._oldest = oldest  # the oldest delivery id still handed out (None: none)
+        self._held = held  # deliveries received and not settled (waiting, or handed out)
+        self.window = window
         self.threshold = max(1, window // FLUSH_FRACTION)
         self.sid = sid  # on a shared stream: the subscription's (client/shared.py)
         self.acks: list[int] = []  # handed out in id order: eligible for `through`
@@ -64,7 +68,16 @@ class Settlements:
     def _queue(self, credit: int, urgent: bool) -> None:
         self.credits += credit
         self.queued += 1
-        self.flusher.queued(self, urgent or self.queued >= self.threshold)
+        self.flusher.queued(self, urgent or self.queued >= self.threshold or self._low())
+
+    def _low(self) -> bool:
+        """Has the agent under a quarter of the window left? (At most the window less what we hold.)"""
+        return self.window - self._held() - self.queued < self.threshold
+
+    def received(self) -> None:
+        """Deliveries came: what they used of the agent's credits may make ours urgent."""
+        if self.queued and self._low():
+            self.flusher.queued(self, True)
 
     def cancel(self) -> None:
         """The subscription ended: what is queued is dropped (the agent redelivers it)."""

@@ -111,7 +111,7 @@ class Subscription:
         self._shared: SharedStream | None = None  # set once open on the client's shared stream
         self._share = shared and durable is None
         self.settlements = Settlements(Flusher(self._write_requests), lambda: next(iter(self._handed), None),
-                                       max_outstanding)
+                                       lambda: len(self._inbox) + len(self._handed), max_outstanding)
         self._inbox: deque = deque()  # Deliveries (and _Incoming) received, not yet handed out
         self._arrived = asyncio.Event()
         self._no_more = False  # nothing more comes into the inbox
@@ -157,7 +157,8 @@ class Subscription:
         if self._share:
             stream = self._shared = SharedStream.of(self.client)
             sid = stream.sid()
-            self.settlements = Settlements(stream.flusher, self.settlements._oldest, self.max_outstanding, sid)
+            s = self.settlements
+            self.settlements = Settlements(stream.flusher, s._oldest, s._held, self.max_outstanding, sid)
             self.id = await stream.open(self, self._open, sid)
             return
         tries = len(self.client.addresses) if self._acked is not None else 1
@@ -319,6 +320,7 @@ class Subscription:
             batch = [d for d in batch if not self._acked_before(d)]
         self._inbox.extend(batch)
         self._arrived.set()
+        self.settlements.received()
 
     def _finish(self, error: EchelonError | None) -> None:
         """The stream ended (a shared one: this subscription's part of it), with `error` or not."""
@@ -345,6 +347,7 @@ class Subscription:
     def _put(self, item) -> None:
         self._inbox.append(item)
         self._arrived.set()
+        self.settlements.received()
 
     def _lost(self, delivery_id: int) -> None:
         self.settlements.ack(delivery_id, self._credit(), handed=False)  # never handed out: its credit comes back

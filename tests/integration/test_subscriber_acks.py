@@ -61,6 +61,23 @@ async def test_a_quarter_of_the_window_flushes_without_the_timer(cluster):
         assert held.credits == 8
 
 
+async def test_acks_go_before_the_agent_runs_out_of_credits(cluster):
+    """Held messages use the window too: once what we hold leaves the agent under a
+    quarter of it, a queued ack goes at once (here the agent would have none left)."""
+    c = cluster.client(1)
+    await c.create_topic("t")
+    async with c.subscribe("t", "", max_outstanding=8) as sub:
+        sub.settlements.flusher.delay = HOUR
+        await publish(cluster, 4)
+        first, *_ = await receive(sub, 4)
+        await first.ack()  # 4 of 8 credits left: no hurry
+        await publish(cluster, 5, start=4)  # 4 come at once (the agent's last credits), the 5th waits
+        held = await receive(sub, 4)
+        assert [m.attributes["n"] for m in held] == [4, 5, 6, 7]
+        (last,) = await receive(sub, 1)  # the ack went when the 4 came: one credit back
+        assert last.attributes == {"n": 8}
+
+
 async def test_a_window_of_one_never_waits_for_the_timer(cluster):
     """Were the acks held back, the agent would have no credit for the second message."""
     c = cluster.client(1)
