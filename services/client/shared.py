@@ -7,6 +7,11 @@ is what it is on a stream of its own (credits, acks, drain, close); the stream r
 its deliveries by sid, and one Flusher (client/acks.py) writes the settlements of all
 its subscriptions in one request. Refused opens end only their subscription; the
 stream's end ends them all with its error.
+
+The stream is read by one task: a payload streamed to the application (above
+`max_whole`, read with `chunks()`) holds the other subscriptions' deliveries while its
+reader is CHUNKS_AHEAD behind. A subscription that reads such payloads slowly is better
+off on a stream of its own (`subscribe(..., shared=False)`).
 """
 
 from __future__ import annotations
@@ -38,6 +43,8 @@ class SharedStream:
         self._lock = asyncio.Lock()  # one write at a time
         self._next_sid = 1
         self._closing = False  # half-closed (or about to be): no more opens
+        self._left: asyncio.Future | None = None  # the half-close, once begun
+        self.messages = 0  # Delivery messages read: what the benchmarks count
         self._reader = asyncio.create_task(self._read(), name="shared subscription stream")
 
     @staticmethod
@@ -89,15 +96,26 @@ class SharedStream:
         await self._leave()
 
     async def _leave(self) -> None:
-        """No subscription left: half-close (the next subscribe opens a new stream)."""
-        if self.subs or self._closing:
+        """No subscription left: half-close (the next subscribe opens a new stream). Every
+        caller waits for the same half-close, so a closing client closes its channel after it."""
+        if self.subs:
             return
         self._closing = True
-        async with self._lock:
-            try:
-                await self.call.done_writing()
-            except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
-                pass  # already ended
+        if self._left is None:
+            self._left = asyncio.ensure_future(self._half_close())
+        await asyncio.shield(self._left)
+
+    async def _half_close(self) -> None:
+        if not self._reader.done():
+            async with self._lock:
+                try:
+                    await self.call.done_writing()
+                except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
+                    pass  # already ended
+        # The agent ends the stream once it has read the half-close.
+        _, late = await asyncio.wait({self._reader}, timeout=CLOSE_WAIT)
+        if late:
+            self.call.cancel()
 
     async def _write(self, requests: list[ppb.SubscribeRequest]) -> None:
         req = requests[0] if len(requests) == 1 else ppb.SubscribeRequest(batch=requests)
@@ -108,6 +126,7 @@ class SharedStream:
         error = None
         try:
             async for delivery in self.call:
+                self.messages += 1
                 by_sub: dict[int, list] = {}
                 for d in delivery.batch or (delivery,):
                     if not d.delivery_id:
@@ -150,4 +169,5 @@ class SharedStream:
         if sub is not None:
             sub._finish(error)
             if not self.subs:
-                asyncio.ensure_future(self._leave())
+                self._closing = True
+                self._left = self._left or asyncio.ensure_future(self._half_close())
