@@ -6,7 +6,10 @@ per subscription, and came back as one ack message each; a grpc.aio message cost
 ~90-100 us of CPU per endpoint, so at low rates the message count is the cost. On a
 shared stream one Delivery message carries whatever all the stream's subscriptions have
 ready (up to MAX_DELIVERIES, each element with its `sid`), and one request carries the
-acks of many (`SubscribeRequest.batch`).
+acks of many (`SubscribeRequest.batch`). Measured (loadtest.bench_hotpath --cluster 5
+--selectivity 20: 50 subscriptions over 3 clients, each event matching ~10; main against
+this tree in one run): at 1,000 events/s 0.18 Delivery messages per event against 1.46,
+the subscribing agents' CPU per 1,000 events 1.34x lower, the subscribers' 1.42x.
 
 Each subscription keeps its own credits, ids, acks and nacks (subscriptions.py); what
 the stream adds is the sid. Opens are answered in the stream (a status Delivery: opened,
