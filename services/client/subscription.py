@@ -50,14 +50,13 @@ run): the load generator, whose 50 subscribers take batches, spent 1.70x less CP
 from __future__ import annotations
 
 import asyncio
-import inspect
-import logging
 from collections import OrderedDict, deque
 from typing import TYPE_CHECKING, AsyncIterator, Awaitable, Callable, Iterable
 
 import grpc
 
 from echelon.client.acks import Flusher, Settlements
+from echelon.client.callbacks import dispatch
 from echelon.client.errors import (ClientClosed, EchelonError, FailedPrecondition, InvalidArgument,
                                    Timeout, Unavailable, from_rpc_error, from_status)
 from echelon.client.message import Message, Sliced, _Incoming, check_delay
@@ -70,8 +69,6 @@ from echelon.v1 import pubsub_pb2_grpc as pgrpc
 
 if TYPE_CHECKING:
     from echelon.client.client import Client
-
-log = logging.getLogger("echelon.client")
 
 ACKED_MEMORY = 200_000  # message ids a durable subscription remembers having acked
 MAX_WHOLE = 64 << 20  # payloads up to this are assembled and handed whole
@@ -152,7 +149,7 @@ class Subscription:
         if self._shared is None:
             self._tasks.append(asyncio.create_task(self._read(), name="subscription reader"))
         if self._callback is not None:
-            self._tasks.append(asyncio.create_task(self._dispatch(), name="subscription callbacks"))
+            self._tasks.append(asyncio.create_task(dispatch(self, self._callback), name="subscription callbacks"))
 
     async def _open_stream(self) -> None:
         """Open on the client's first agent; a durable subscription fails over to the next
@@ -413,32 +410,3 @@ class Subscription:
                 raise asyncio.InvalidStateError("the stream is half-closed")
             for req in requests:
                 await self._call.write(req)
-
-    async def _dispatch(self) -> None:
-        """Hand each message to the callback in its own task, at most max_outstanding at once."""
-        slots = asyncio.Semaphore(self.max_outstanding)
-        while True:
-            await slots.acquire()
-            try:
-                await self._wait(None)
-                (msg,) = self._hand(1)
-            except EchelonError:
-                return
-            task = asyncio.create_task(self._run_callback(msg))
-            self._callbacks.add(task)
-            task.add_done_callback(lambda t: (self._callbacks.discard(t), slots.release()))
-
-    async def _run_callback(self, msg: Message) -> None:
-        try:
-            result = self._callback(msg)
-            if inspect.isawaitable(result):
-                await result
-            settle = msg.ack()
-        except Exception:  # noqa: BLE001 - the message is redelivered; the error is logged and counted
-            self.callback_errors += 1
-            log.exception("subscription callback failed on %s:%d; nacked", msg.producer_id, msg.sequence)
-            settle = msg.nack()
-        try:
-            await settle
-        except ClientClosed:
-            pass  # the stream ended meanwhile: the agent redelivers it (named subscriptions)
