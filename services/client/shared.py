@@ -140,7 +140,9 @@ class SharedStream:
                     else:
                         by_sub.setdefault(d.sid, []).append(d)
                 for sid, ds in by_sub.items():
-                    self.subs[sid]._receive(ds)
+                    sub = self.subs.get(sid)
+                    if sub is not None:  # not closed while a chunk above was awaited
+                        sub._receive(ds)
         except grpc.aio.AioRpcError as e:
             error = from_rpc_error(e)
         finally:
