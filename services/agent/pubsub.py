@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from echelon.agent.durable_rpc import relay
 from echelon.agent.publishing import Publishing
+from echelon.agent.shared_stream import SharedStream
 from echelon.runtime.errors import InvalidArgument, NotFound, ResourceExhausted
 from echelon.runtime.transport import SUBSCRIPTION_KEY
 from echelon.v1 import pubsub_pb2 as ppb
@@ -50,6 +51,11 @@ class PubSubServicer(pgrpc.PubSubServicer):
         first = await anext(request_iterator.__aiter__(), None)
         if first is None or not first.HasField("open"):
             raise InvalidArgument("the first request of a subscription must be `open`")
+        if first.open.sid:  # many subscriptions on this stream (shared_stream.py)
+            async for delivery in SharedStream(node, self._chunked, MAX_DELIVERIES).serve(first, request_iterator,
+                                                                                          context):
+                yield delivery
+            return
         # The caller's right and subscription count, checked here, before a durable open is
         # relayed to its holder (which sees this agent, a member, as the caller). `release`
         # runs once however the stream ends.

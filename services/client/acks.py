@@ -6,22 +6,27 @@ cumulative `through` up to the oldest message still handed out, the ids above it
 the credits) when the first of these comes:
 
 - a nack is queued: the application wants it back now;
-- the settlements queued reach a quarter of the window (`max_outstanding`): the agent
-  still has most of its credits, so it never waits on acks we sit on (a window of 1-4
-  flushes every settlement at once);
+- the settlements queued reach a quarter of the window (`max_outstanding`), or the
+  agent's credits left (the window less what we hold: received, handed out, or settled
+  and queued) fall under a quarter: so the agent never runs dry while we sit on acks (a
+  window of 1-4 flushes every settlement at once);
 - ACK_DELAY after the first settlement queued;
 - `flush()`: the subscription closes (everything queued is written before the
-  half-close), or it has another request to write anyway (it goes with it).
+  half-close), or the application asks.
 
-While a write is on its way the next settlements accumulate for the one after it.
+On a shared stream (client/shared.py) one write carries the settlements of all its
+subscriptions (`SubscribeRequest.batch`), whichever of them triggered it; while a write
+is on its way the next settlements accumulate for the one after it.
 
-Why these numbers (measured, loadtest.bench_hotpath, 20% selectivity at 1,000 events/s:
-each subscription receives ~200 deliveries/s, one per message): an ack message costs
-as much CPU as the delivery it answers (~90-100 us per endpoint), so one per delivery
-doubled the subscriber side's messages. A 50 ms delay answers ~10 deliveries with one
-ack at that rate; it costs nothing in latency (deliveries do not wait on acks while
-credits remain) and widens only what a stream that breaks redelivers (at-least-once:
-an ack in flight was never certain).
+Why these numbers: an ack message costs about what the delivery it answers costs
+(~90-100 us of CPU per endpoint), so one per delivery message doubled the subscriber
+side's messages. Deliveries do not wait on acks while credits remain, so the delay
+costs no latency; it only widens what a broken stream redelivers (at-least-once: an ack
+in flight was never certain). A stream writes at most one timer flush per ACK_DELAY: 20
+a second, whatever the rate. Measured (loadtest.bench_hotpath --cluster 5 --selectivity
+20, main against this tree in one run, 2 rounds, a loaded machine): at 1,000 events/s
+the subscribers wrote 0.05 ack messages per event against main's 1.36 (with shared
+streams, client/shared.py), and read 0.18 Delivery messages per event against 1.46.
 """
 
 from __future__ import annotations
@@ -38,22 +43,21 @@ FLUSH_FRACTION = 4  # flush once a 1/FLUSH_FRACTION of the window is settled and
 
 
 class Settlements:
-    """A subscription stream's queued acks, nacks and credits, and their flushes."""
+    """One subscription's queued acks, nacks and credits (flushed by its stream's Flusher)."""
 
-    def __init__(self, write: Callable[[list[ppb.SubscribeRequest]], Awaitable[None]],
-                 oldest: Callable[[], int | None], window: int, delay: float = ACK_DELAY):
-        self._write = write  # writes the requests in order; raises if the stream has ended
+    def __init__(self, flusher: "Flusher", oldest: Callable[[], int | None], held: Callable[[], int], window: int,
+                 sid: int = 0):
+        self.flusher = flusher
         self._oldest = oldest  # the oldest delivery id still handed out (None: none)
+        self._held = held  # deliveries received and not settled (waiting, or handed out)
+        self.window = window
         self.threshold = max(1, window // FLUSH_FRACTION)
-        self.delay = delay
+        self.sid = sid  # on a shared stream: the subscription's (client/shared.py)
         self.acks: list[int] = []  # handed out in id order: eligible for `through`
         self.loose: list[int] = []  # never handed out (their ids may pass ones not yet handed): by id only
         self.nacks: dict[int, list[int]] = {}  # delay in ms -> ids
         self.credits = 0
         self.queued = 0
-        self.writes = 0  # requests written (acks and nacks): what the tests and benchmarks count
-        self._timer: asyncio.TimerHandle | None = None
-        self._flushing: asyncio.Task | None = None
 
     def ack(self, delivery_id: int, credit: int, handed: bool = True) -> None:
         (self.acks if handed else self.loose).append(delivery_id)
@@ -66,7 +70,52 @@ class Settlements:
     def _queue(self, credit: int, urgent: bool) -> None:
         self.credits += credit
         self.queued += 1
-        if urgent or self.queued >= self.threshold:
+        self.flusher.queued(self, urgent or self.queued >= self.threshold or self._low())
+
+    def _low(self) -> bool:
+        """Has the agent under a quarter of the window left? (At most the window less what we hold.)"""
+        return self.window - self._held() - self.queued < self.threshold
+
+    def received(self) -> None:
+        """Deliveries came: what they used of the agent's credits may make ours urgent."""
+        if self.queued and self._low():
+            self.flusher.queued(self, True)
+
+    def cancel(self) -> None:
+        """The subscription ended: what is queued is dropped (the agent redelivers it)."""
+        self.acks, self.loose, self.nacks, self.credits, self.queued = [], [], {}, 0, 0
+
+    def take(self) -> list[ppb.SubscribeRequest]:
+        """The requests for everything queued (nacks first, so a cumulative ack cannot
+        cover a nacked id), and the queue emptied."""
+        acks, loose, nacks, credits, sid = self.acks, self.loose, self.nacks, self.credits, self.sid
+        self.cancel()
+        requests = [ppb.SubscribeRequest(nack=ppb.SubscriberNack(delivery_ids=ids, delay_ms=delay, sid=sid))
+                    for delay, ids in nacks.items()]
+        if acks or loose or credits:
+            # Every id below the oldest message still handed out is settled (handed in id order).
+            oldest = self._oldest()
+            through = max((i for i in acks if oldest is None or i < oldest), default=0)
+            requests.append(ppb.SubscribeRequest(ack=ppb.SubscriberAck(
+                delivery_ids=[i for i in acks if i > through] + loose, credits=credits, through=through, sid=sid)))
+        return requests
+
+
+class Flusher:
+    """When a stream's queued settlements are written: one write for every subscription
+    of the stream with something queued."""
+
+    def __init__(self, write: Callable[[list[ppb.SubscribeRequest]], Awaitable[None]], delay: float = ACK_DELAY):
+        self._write = write  # writes the requests in order; raises if the stream has ended
+        self.delay = delay
+        self.writes = 0  # writes made: what the tests and benchmarks count
+        self._pending: dict[Settlements, None] = {}
+        self._timer: asyncio.TimerHandle | None = None
+        self._flushing: asyncio.Task | None = None
+
+    def queued(self, settlements: Settlements, now: bool) -> None:
+        self._pending[settlements] = None
+        if now:
             self._start()
         elif self._timer is None and self._flushing is None:
             self._timer = asyncio.get_running_loop().call_later(self.delay, self._start)
@@ -75,7 +124,7 @@ class Settlements:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        if self._flushing is None and self.queued:
+        if self._flushing is None and self._pending:
             self._flushing = asyncio.create_task(self._flush())
 
     async def flush(self) -> None:
@@ -89,34 +138,22 @@ class Settlements:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        self.acks, self.loose, self.nacks, self.credits, self.queued = [], [], {}, 0, 0
+        for s in self._pending:
+            s.cancel()
+        self._pending.clear()
 
     async def _flush(self) -> None:
         """Write what is queued until nothing is: the settlements given while a write was
         on its way go in the next. A write that fails means the stream ended: next() and
         wait_closed() report how, and the agent redelivers what was not acked."""
         try:
-            while self.queued:
-                requests = self.take()
-                self.writes += len(requests)
-                await self._write(requests)
+            while self._pending:
+                pending, self._pending = self._pending, {}
+                requests = [r for s in pending for r in s.take()]
+                if requests:
+                    self.writes += 1
+                    await self._write(requests)
         except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
             self.cancel()
         finally:
             self._flushing = None
-
-    def take(self) -> list[ppb.SubscribeRequest]:
-        """The requests for everything queued (nacks first, so a cumulative ack cannot
-        cover a nacked id), and the queue emptied."""
-        acks, nacks, credits = self.acks, self.nacks, self.credits
-        loose = self.loose
-        self.acks, self.loose, self.nacks, self.credits, self.queued = [], [], {}, 0, 0
-        requests = [ppb.SubscribeRequest(nack=ppb.SubscriberNack(delivery_ids=ids, delay_ms=delay))
-                    for delay, ids in nacks.items()]
-        if acks or loose or credits:
-            # Every id below the oldest message still handed out is settled (handed in id order).
-            oldest = self._oldest()
-            through = max((i for i in acks if oldest is None or i < oldest), default=0)
-            requests.append(ppb.SubscribeRequest(ack=ppb.SubscriberAck(
-                delivery_ids=[i for i in acks if i > through] + loose, credits=credits, through=through)))
-        return requests

@@ -57,6 +57,7 @@ class Client:
         self._subscriptions: set[Subscription] = set()
         self._acked: dict[str, OrderedDict] = {}  # durable subscription -> message ids acked (client/durable.py)
         self._seeks: dict[str, str] = {}  # durable subscription -> its seek count when last opened
+        self._shared_stream = None  # the stream its subscriptions share (client/shared.py)
         self._state = "open"  # open -> draining -> closed
 
     async def __aenter__(self) -> "Client":
@@ -133,7 +134,7 @@ class Client:
 
     def subscribe(self, topic: str, filter: str | Filter = "", *, name: str = "", max_outstanding: int = 64,
                   callback: Callback | None = None, durable: Durable | bool | None = None,
-                  max_whole: int = MAX_WHOLE) -> Subscription:
+                  max_whole: int = MAX_WHOLE, shared: bool = True) -> Subscription:
         """A subscription to the events of `topic` that match `filter`; open it with `async with`.
 
             async with client.subscribe("quotes", 'Symbol = "aapl" and High >= 45') as sub:
@@ -146,12 +147,13 @@ class Client:
         once; without, iterate. Either way the agent has at most `max_outstanding`
         deliveries unsettled. `durable` (with `name`) makes it a cluster object that outlives
         any agent (client/durable.py). A payload above `max_whole` bytes is read with
-        `msg.chunks()` as it arrives (subscription.py)."""
+        `msg.chunks()` as it arrives (subscription.py). `shared`: on the stream the client's
+        other subscriptions share (client/shared.py); a durable one has its own."""
         self._check_open()
         if durable and not name:
             raise InvalidArgument("a durable subscription needs a name")
         options = (durable if isinstance(durable, Durable) else Durable()).to_pb() if durable else None
-        return Subscription(self, topic, filter, name, max_outstanding, callback, options, max_whole)
+        return Subscription(self, topic, filter, name, max_outstanding, callback, options, max_whole, shared)
 
     async def unsubscribe(self, name: str, timeout: float | None = None) -> None:
         """Remove a named subscription and drop its backlog; NotFound if the agent has none."""

@@ -1,5 +1,5 @@
-"""One delivery as the application holds it (`Message`), and a sliced payload being
-received (`_Incoming`), for client/subscription.py.
+"""One delivery as the application holds it (`Message`), and the sliced payloads a
+subscription is receiving (`Sliced`, `_Incoming`), for client/subscription.py.
 
 A Message wraps the Delivery it came in (issue 12): its fields are read from it when
 asked, and `attributes` is converted to Python values on first use, not for every
@@ -9,15 +9,18 @@ message received (an application that reads only the payload never pays for it).
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+import logging
+from typing import TYPE_CHECKING, Callable
 
-from echelon.client.errors import EchelonError, FailedPrecondition, InvalidArgument
+from echelon.client.errors import DataLoss, EchelonError, FailedPrecondition, InvalidArgument
 from echelon.core.schema import Value
 from echelon.runtime.wire import attributes_from_pb
 from echelon.v1 import pubsub_pb2 as ppb
 
 if TYPE_CHECKING:
     from echelon.client.subscription import Subscription
+
+log = logging.getLogger("echelon.client")
 
 MAX_NACK_DELAY = 600.0  # seconds; the agent refuses more
 CHUNKS_AHEAD = 64  # chunks of a streamed payload received ahead of the application (64 KiB each by default)
@@ -140,3 +143,43 @@ class _Incoming:
         self.dropped = True
         while not self.queue.empty():
             self.queue.get_nowait()
+
+
+class Sliced:
+    """A subscription's sliced payloads being received, by delivery id (protos: Delivery):
+    one up to `max_whole` bytes is assembled and handed whole, a larger one is handed at
+    its head and read with `chunks()`."""
+
+    def __init__(self, max_whole: int, hand: Callable[[object], None], lost: Callable[[int], None]):
+        self.max_whole = max_whole
+        self.hand = hand  # into the inbox: a Delivery (whole) or an _Incoming (streamed)
+        self.lost = lost  # a payload lost before it was handed out: settled
+        self.incoming: dict[int, _Incoming] = {}
+
+    def __contains__(self, delivery_id: int) -> bool:
+        return delivery_id in self.incoming
+
+    async def receive(self, d: ppb.Delivery) -> None:
+        """A sliced payload's head or one of its pieces."""
+        if d.chunked:
+            incoming = self.incoming[d.delivery_id] = _Incoming(d, d.payload_size <= self.max_whole)
+            if not incoming.whole:
+                self.hand(incoming)
+            return
+        incoming = self.incoming[d.delivery_id]
+        if d.chunk:
+            if incoming.whole:
+                incoming.parts.append(d.chunk)
+            else:
+                await incoming.put(d.chunk)  # waits while the application is CHUNKS_AHEAD behind
+        if not (d.last or d.aborted):
+            return
+        del self.incoming[d.delivery_id]
+        if not incoming.whole:
+            await incoming.put(DataLoss(f"the payload was lost on its way: {d.aborted}") if d.aborted else None)
+        elif d.aborted:
+            log.warning("a %d-byte payload was lost on its way: %s", incoming.head.payload_size, d.aborted)
+            self.lost(d.delivery_id)
+        else:
+            incoming.head.event.payload = b"".join(incoming.parts)
+            self.hand(incoming.head)

@@ -91,17 +91,21 @@ class PublishAck(_message.Message):
     def __init__(self, producer_id: _Optional[str] = ..., sequence: _Optional[int] = ..., code: _Optional[int] = ..., error: _Optional[str] = ..., destinations: _Optional[int] = ..., duplicate: _Optional[bool] = ..., acks: _Optional[_Iterable[_Union[PublishAck, _Mapping]]] = ...) -> None: ...
 
 class SubscribeRequest(_message.Message):
-    __slots__ = ("open", "ack", "nack")
+    __slots__ = ("open", "ack", "nack", "close", "batch")
     OPEN_FIELD_NUMBER: _ClassVar[int]
     ACK_FIELD_NUMBER: _ClassVar[int]
     NACK_FIELD_NUMBER: _ClassVar[int]
+    CLOSE_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
     open: SubscriptionOpen
     ack: SubscriberAck
     nack: SubscriberNack
-    def __init__(self, open: _Optional[_Union[SubscriptionOpen, _Mapping]] = ..., ack: _Optional[_Union[SubscriberAck, _Mapping]] = ..., nack: _Optional[_Union[SubscriberNack, _Mapping]] = ...) -> None: ...
+    close: SubscriptionClose
+    batch: _containers.RepeatedCompositeFieldContainer[SubscribeRequest]
+    def __init__(self, open: _Optional[_Union[SubscriptionOpen, _Mapping]] = ..., ack: _Optional[_Union[SubscriberAck, _Mapping]] = ..., nack: _Optional[_Union[SubscriberNack, _Mapping]] = ..., close: _Optional[_Union[SubscriptionClose, _Mapping]] = ..., batch: _Optional[_Iterable[_Union[SubscribeRequest, _Mapping]]] = ...) -> None: ...
 
 class SubscriptionOpen(_message.Message):
-    __slots__ = ("topic", "filter", "filter_text", "subscription", "credits", "durable", "routed")
+    __slots__ = ("topic", "filter", "filter_text", "subscription", "credits", "durable", "routed", "sid")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     FILTER_FIELD_NUMBER: _ClassVar[int]
     FILTER_TEXT_FIELD_NUMBER: _ClassVar[int]
@@ -109,6 +113,7 @@ class SubscriptionOpen(_message.Message):
     CREDITS_FIELD_NUMBER: _ClassVar[int]
     DURABLE_FIELD_NUMBER: _ClassVar[int]
     ROUTED_FIELD_NUMBER: _ClassVar[int]
+    SID_FIELD_NUMBER: _ClassVar[int]
     topic: str
     filter: _common_pb2.Filter
     filter_text: str
@@ -116,30 +121,35 @@ class SubscriptionOpen(_message.Message):
     credits: int
     durable: DurableOptions
     routed: bool
-    def __init__(self, topic: _Optional[str] = ..., filter: _Optional[_Union[_common_pb2.Filter, _Mapping]] = ..., filter_text: _Optional[str] = ..., subscription: _Optional[str] = ..., credits: _Optional[int] = ..., durable: _Optional[_Union[DurableOptions, _Mapping]] = ..., routed: _Optional[bool] = ...) -> None: ...
+    sid: int
+    def __init__(self, topic: _Optional[str] = ..., filter: _Optional[_Union[_common_pb2.Filter, _Mapping]] = ..., filter_text: _Optional[str] = ..., subscription: _Optional[str] = ..., credits: _Optional[int] = ..., durable: _Optional[_Union[DurableOptions, _Mapping]] = ..., routed: _Optional[bool] = ..., sid: _Optional[int] = ...) -> None: ...
 
 class SubscriberAck(_message.Message):
-    __slots__ = ("delivery_ids", "credits", "through")
+    __slots__ = ("delivery_ids", "credits", "through", "sid")
     DELIVERY_IDS_FIELD_NUMBER: _ClassVar[int]
     CREDITS_FIELD_NUMBER: _ClassVar[int]
     THROUGH_FIELD_NUMBER: _ClassVar[int]
+    SID_FIELD_NUMBER: _ClassVar[int]
     delivery_ids: _containers.RepeatedScalarFieldContainer[int]
     credits: int
     through: int
-    def __init__(self, delivery_ids: _Optional[_Iterable[int]] = ..., credits: _Optional[int] = ..., through: _Optional[int] = ...) -> None: ...
+    sid: int
+    def __init__(self, delivery_ids: _Optional[_Iterable[int]] = ..., credits: _Optional[int] = ..., through: _Optional[int] = ..., sid: _Optional[int] = ...) -> None: ...
 
 class SubscriberNack(_message.Message):
-    __slots__ = ("delivery_ids", "delay_ms", "credits")
+    __slots__ = ("delivery_ids", "delay_ms", "credits", "sid")
     DELIVERY_IDS_FIELD_NUMBER: _ClassVar[int]
     DELAY_MS_FIELD_NUMBER: _ClassVar[int]
     CREDITS_FIELD_NUMBER: _ClassVar[int]
+    SID_FIELD_NUMBER: _ClassVar[int]
     delivery_ids: _containers.RepeatedScalarFieldContainer[int]
     delay_ms: int
     credits: int
-    def __init__(self, delivery_ids: _Optional[_Iterable[int]] = ..., delay_ms: _Optional[int] = ..., credits: _Optional[int] = ...) -> None: ...
+    sid: int
+    def __init__(self, delivery_ids: _Optional[_Iterable[int]] = ..., delay_ms: _Optional[int] = ..., credits: _Optional[int] = ..., sid: _Optional[int] = ...) -> None: ...
 
 class Delivery(_message.Message):
-    __slots__ = ("delivery_id", "subscription", "event", "redelivery_count", "batch", "chunked", "payload_size", "chunk", "chunk_offset", "last", "aborted")
+    __slots__ = ("delivery_id", "subscription", "event", "redelivery_count", "batch", "chunked", "payload_size", "chunk", "chunk_offset", "last", "aborted", "sid", "opened", "code", "error")
     DELIVERY_ID_FIELD_NUMBER: _ClassVar[int]
     SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
     EVENT_FIELD_NUMBER: _ClassVar[int]
@@ -151,6 +161,10 @@ class Delivery(_message.Message):
     CHUNK_OFFSET_FIELD_NUMBER: _ClassVar[int]
     LAST_FIELD_NUMBER: _ClassVar[int]
     ABORTED_FIELD_NUMBER: _ClassVar[int]
+    SID_FIELD_NUMBER: _ClassVar[int]
+    OPENED_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
     delivery_id: int
     subscription: str
     event: _common_pb2.Event
@@ -162,7 +176,11 @@ class Delivery(_message.Message):
     chunk_offset: int
     last: bool
     aborted: str
-    def __init__(self, delivery_id: _Optional[int] = ..., subscription: _Optional[str] = ..., event: _Optional[_Union[_common_pb2.Event, _Mapping]] = ..., redelivery_count: _Optional[int] = ..., batch: _Optional[_Iterable[_Union[Delivery, _Mapping]]] = ..., chunked: _Optional[bool] = ..., payload_size: _Optional[int] = ..., chunk: _Optional[bytes] = ..., chunk_offset: _Optional[int] = ..., last: _Optional[bool] = ..., aborted: _Optional[str] = ...) -> None: ...
+    sid: int
+    opened: str
+    code: int
+    error: str
+    def __init__(self, delivery_id: _Optional[int] = ..., subscription: _Optional[str] = ..., event: _Optional[_Union[_common_pb2.Event, _Mapping]] = ..., redelivery_count: _Optional[int] = ..., batch: _Optional[_Iterable[_Union[Delivery, _Mapping]]] = ..., chunked: _Optional[bool] = ..., payload_size: _Optional[int] = ..., chunk: _Optional[bytes] = ..., chunk_offset: _Optional[int] = ..., last: _Optional[bool] = ..., aborted: _Optional[str] = ..., sid: _Optional[int] = ..., opened: _Optional[str] = ..., code: _Optional[int] = ..., error: _Optional[str] = ...) -> None: ...
 
 class UnsubscribeRequest(_message.Message):
     __slots__ = ("subscription",)
@@ -243,3 +261,9 @@ class ListAclsResponse(_message.Message):
     RULES_FIELD_NUMBER: _ClassVar[int]
     rules: _containers.RepeatedCompositeFieldContainer[_common_pb2.AclRule]
     def __init__(self, rules: _Optional[_Iterable[_Union[_common_pb2.AclRule, _Mapping]]] = ...) -> None: ...
+
+class SubscriptionClose(_message.Message):
+    __slots__ = ("sid",)
+    SID_FIELD_NUMBER: _ClassVar[int]
+    sid: int
+    def __init__(self, sid: _Optional[int] = ...) -> None: ...

@@ -68,6 +68,8 @@ class PubSubServicer:
     def Subscribe(self, request_iterator, context):
         """The first request opens (or resumes) a subscription; later ones carry acks,
         nacks and flow credits. The agent never has more deliveries in flight than granted.
+        A first `open` with a `sid` makes the stream shared: it carries many subscriptions
+        (SubscriptionOpen.sid says how).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -5,7 +5,8 @@ loop, so "not written yet" right after a synchronous ack is exact, not a race).
 What each test pins: many acks go out as one write; each flush trigger (the timer, a
 quarter of the window, a nack, close) works alone with the others held off (a delay of
 an hour); a small window never stalls; the batch API hands out in order and refuses a
-message of another subscription."""
+message of another subscription. The triggers are checked on a stream of the
+subscription's own too (`shared=False`: the durable subscriptions' kind)."""
 
 from __future__ import annotations
 
@@ -42,16 +43,17 @@ async def test_many_acks_go_out_in_one_write_when_the_timer_fires(cluster):
         for m in msgs:
             await m.ack()
         held = agent_sub(cluster, "s")
-        assert len(held.unacked) == 20 and sub.settlements.writes == 0  # queued, not written
+        assert len(held.unacked) == 20 and sub.settlements.flusher.writes == 0  # queued, not written
         await wait_for(lambda: not held.unacked, 10, what="the timer's flush")
-        assert sub.settlements.writes == 1  # one SubscriberAck (cumulative) for the twenty
+        assert sub.settlements.flusher.writes == 1  # one SubscriberAck (cumulative) for the twenty
 
 
-async def test_a_quarter_of_the_window_flushes_without_the_timer(cluster):
+@pytest.mark.parametrize("shared", [True, False])
+async def test_a_quarter_of_the_window_flushes_without_the_timer(cluster, shared):
     c = cluster.client(1)
     await c.create_topic("t")
-    async with c.subscribe("t", "", name="s", max_outstanding=8) as sub:
-        sub.settlements.delay = HOUR
+    async with c.subscribe("t", "", name="s", max_outstanding=8, shared=shared) as sub:
+        sub.settlements.flusher.delay = HOUR
         await publish(cluster, 3)
         first, *rest = await receive(sub, 3)
         await first.ack()  # 1 of the 2 that flush a window of 8
@@ -61,12 +63,30 @@ async def test_a_quarter_of_the_window_flushes_without_the_timer(cluster):
         assert held.credits == 8
 
 
+@pytest.mark.parametrize("shared", [True, False])
+async def test_acks_go_before_the_agent_runs_out_of_credits(cluster, shared):
+    """Held messages use the window too: once what we hold leaves the agent under a
+    quarter of it, a queued ack goes at once (here the agent would have none left)."""
+    c = cluster.client(1)
+    await c.create_topic("t")
+    async with c.subscribe("t", "", max_outstanding=8, shared=shared) as sub:
+        sub.settlements.flusher.delay = HOUR
+        await publish(cluster, 4)
+        first, *_ = await receive(sub, 4)
+        await first.ack()  # 4 of 8 credits left: no hurry
+        await publish(cluster, 5, start=4)  # 4 come at once (the agent's last credits), the 5th waits
+        held = await receive(sub, 4)
+        assert [m.attributes["n"] for m in held] == [4, 5, 6, 7]
+        (last,) = await receive(sub, 1)  # the ack went when the 4 came: one credit back
+        assert last.attributes == {"n": 8}
+
+
 async def test_a_window_of_one_never_waits_for_the_timer(cluster):
     """Were the acks held back, the agent would have no credit for the second message."""
     c = cluster.client(1)
     await c.create_topic("t")
     async with c.subscribe("t", "", max_outstanding=1) as sub:
-        sub.settlements.delay = HOUR
+        sub.settlements.flusher.delay = HOUR
         await publish(cluster, 10)
         for i in range(10):
             msg = await sub.next(timeout=10)
@@ -74,11 +94,12 @@ async def test_a_window_of_one_never_waits_for_the_timer(cluster):
             await msg.ack()
 
 
-async def test_a_nack_goes_at_once_with_the_acks_before_it(cluster):
+@pytest.mark.parametrize("shared", [True, False])
+async def test_a_nack_goes_at_once_with_the_acks_before_it(cluster, shared):
     c = cluster.client(1)
     await c.create_topic("t")
-    async with c.subscribe("t", "", name="s", max_outstanding=1000) as sub:
-        sub.settlements.delay = HOUR
+    async with c.subscribe("t", "", name="s", max_outstanding=1000, shared=shared) as sub:
+        sub.settlements.flusher.delay = HOUR
         await publish(cluster, 3)
         a, b, c_ = await receive(sub, 3)
         await a.ack()
@@ -91,12 +112,13 @@ async def test_a_nack_goes_at_once_with_the_acks_before_it(cluster):
         await again.ack()
 
 
-async def test_close_writes_the_queued_acks_before_it_half_closes(cluster):
+@pytest.mark.parametrize("shared", [True, False])
+async def test_close_writes_the_queued_acks_before_it_half_closes(cluster, shared):
     c = cluster.client(1)
     await c.create_topic("t")
-    sub = c.subscribe("t", "", name="s", max_outstanding=1000)
+    sub = c.subscribe("t", "", name="s", max_outstanding=1000, shared=shared)
     await sub.start()
-    sub.settlements.delay = HOUR
+    sub.settlements.flusher.delay = HOUR
     await publish(cluster, 5)
     msgs = await receive(sub, 5)
     await sub.ack(msgs[:4])
@@ -131,4 +153,4 @@ async def test_batches_come_in_order_and_are_settled_in_one_call(cluster):
             await sub.receive(0)
         await sub.flush()
         held = agent_sub(cluster, "s")
-        assert not held.unacked and not held.backlog
+        await wait_for(lambda: not held.unacked and not held.backlog, 10, what="the acks applied")

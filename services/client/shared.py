@@ -1,0 +1,175 @@
+"""A client's shared subscription stream: its (non-durable) subscriptions on one
+Subscribe stream, each under a sid (agent/shared_stream.py says why and how).
+
+A Client keeps one shared stream at a time, opened by its first subscription on it and
+half-closed when its last one closes (the next opens a new one). A Subscription on it
+is what it is on a stream of its own (credits, acks, drain, close); the stream routes
+its deliveries by sid, and one Flusher (client/acks.py) writes the settlements of all
+its subscriptions in one request. Refused opens end only their subscription; the
+stream's end ends them all with its error.
+
+The stream is read by one task: a payload streamed to the application (above
+`max_whole`, read with `chunks()`) holds the other subscriptions' deliveries while its
+reader is CHUNKS_AHEAD behind. A subscription that reads such payloads slowly is better
+off on a stream of its own (`subscribe(..., shared=False)`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+import grpc
+
+from echelon.client.acks import Flusher
+from echelon.client.errors import Unavailable, from_rpc_error, from_status
+from echelon.v1 import pubsub_pb2 as ppb
+from echelon.v1 import pubsub_pb2_grpc as pgrpc
+
+if TYPE_CHECKING:
+    from echelon.client.client import Client
+    from echelon.client.subscription import Subscription
+
+CLOSE_WAIT = 5.0  # seconds a closing subscription waits for the agent's answer
+
+
+class SharedStream:
+    def __init__(self, client: "Client"):
+        self.client = client
+        self.call = pgrpc.PubSubStub(client._channel()).Subscribe()
+        self.subs: dict[int, "Subscription"] = {}  # open, or opening (deliveries may follow their answer at once)
+        self.opening: dict[int, asyncio.Future] = {}
+        self.flusher = Flusher(self._write)
+        self._lock = asyncio.Lock()  # one write at a time
+        self._next_sid = 1
+        self._closing = False  # half-closed (or about to be): no more opens
+        self._left: asyncio.Future | None = None  # the half-close, once begun
+        self.messages = 0  # Delivery messages read: what the benchmarks count
+        self._reader = asyncio.create_task(self._read(), name="shared subscription stream")
+
+    @staticmethod
+    def of(client: "Client") -> "SharedStream":
+        """The client's shared stream, a new one if it has none open."""
+        stream = client._shared_stream
+        if stream is None or stream._closing:
+            stream = client._shared_stream = SharedStream(client)
+        return stream
+
+    def sid(self) -> int:
+        """A new subscription's id on this stream."""
+        self._next_sid += 1
+        return self._next_sid - 1
+
+    async def open(self, sub: "Subscription", open_: ppb.SubscriptionOpen, sid: int) -> str:
+        """Open `sub` under `sid`: its cluster-wide id once the agent registered it; raises its refusal."""
+        shared = ppb.SubscriptionOpen()
+        shared.CopyFrom(open_)
+        shared.sid = sid
+        answer = self.opening[sid] = asyncio.get_running_loop().create_future()
+        self.subs[sid] = sub
+        try:
+            try:
+                await self._write([ppb.SubscribeRequest(open=shared)])
+            except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
+                pass  # the stream failed: the reader answers with its status
+            return await answer
+        except BaseException:
+            self.subs.pop(sid, None)
+            self.opening.pop(sid, None)
+            await self._leave()
+            raise
+
+    async def close(self, sid: int) -> None:
+        """End one subscription (after its queued settlements): the agent answers once it
+        has put its unacked deliveries back; a closing stream ends it anyway."""
+        sub = self.subs.get(sid)
+        if sub is None:
+            return
+        await self.flusher.flush()
+        try:
+            await self._write([ppb.SubscribeRequest(close=ppb.SubscriptionClose(sid=sid))])
+            await asyncio.wait_for(sub._ended.wait(), CLOSE_WAIT)
+        except (grpc.aio.AioRpcError, asyncio.InvalidStateError, asyncio.TimeoutError):
+            pass  # the stream is gone or stuck: the agent detaches everything when it ends
+        if self.subs.pop(sid, None) is not None:
+            sub._finish(None)
+        await self._leave()
+
+    async def _leave(self) -> None:
+        """No subscription left: half-close (the next subscribe opens a new stream). Every
+        caller waits for the same half-close, so a closing client closes its channel after it."""
+        if self.subs:
+            return
+        self._closing = True
+        if self._left is None:
+            self._left = asyncio.ensure_future(self._half_close())
+        await asyncio.shield(self._left)
+
+    async def _half_close(self) -> None:
+        if not self._reader.done():
+            async with self._lock:
+                try:
+                    await self.call.done_writing()
+                except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
+                    pass  # already ended
+        # The agent ends the stream once it has read the half-close.
+        _, late = await asyncio.wait({self._reader}, timeout=CLOSE_WAIT)
+        if late:
+            self.call.cancel()
+
+    async def _write(self, requests: list[ppb.SubscribeRequest]) -> None:
+        req = requests[0] if len(requests) == 1 else ppb.SubscribeRequest(batch=requests)
+        async with self._lock:
+            await self.call.write(req)
+
+    async def _read(self) -> None:
+        error = None
+        try:
+            async for delivery in self.call:
+                self.messages += 1
+                by_sub: dict[int, list] = {}
+                for d in delivery.batch or (delivery,):
+                    if not d.delivery_id:
+                        self._status(d)
+                        continue
+                    sub = self.subs.get(d.sid)
+                    if sub is None:
+                        continue  # closed here meanwhile: the agent takes it back with the close
+                    if d.chunked or d.delivery_id in sub._sliced:  # never in a batch
+                        await sub._sliced.receive(d)
+                    else:
+                        by_sub.setdefault(d.sid, []).append(d)
+                for sid, ds in by_sub.items():
+                    sub = self.subs.get(sid)
+                    if sub is not None:  # not closed while a chunk above was awaited
+                        sub._receive(ds)
+        except grpc.aio.AioRpcError as e:
+            error = from_rpc_error(e)
+        finally:
+            self._closing = True
+            if self.client._shared_stream is self:
+                self.client._shared_stream = None
+            self.flusher.cancel()
+            for answer in self.opening.values():
+                if not answer.done():
+                    answer.set_exception(error or Unavailable("the subscription stream ended"))
+            subs, self.subs = list(self.subs.values()), {}
+            for sub in subs:
+                sub._finish(error)
+
+    def _status(self, d: ppb.Delivery) -> None:
+        """An open's answer, or a subscription's end."""
+        answer = self.opening.pop(d.sid, None)
+        error = from_status(d.code, d.error) if d.code else None
+        if answer is not None:
+            if d.opened:
+                answer.set_result(d.opened)
+            else:
+                answer.set_exception(error or Unavailable("the subscription was not opened"))
+            return
+        sub = self.subs.pop(d.sid, None)
+        if sub is not None:
+            sub._finish(error)
+            if not self.subs:
+                self._closing = True
+                self._left = self._left or asyncio.ensure_future(self._half_close())

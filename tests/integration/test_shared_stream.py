@@ -1,0 +1,147 @@
+"""A shared subscription stream (issue 12; agent/shared_stream.py, client/shared.py)
+through a real agent: the wire contract read raw, then the client's subscriptions on it.
+
+Pinned: an event matching two subscriptions of the stream comes as one message; opens
+are answered in the stream and a refused one ends only itself; one subscription's
+overflow or close leaves the others receiving; acks of several subscriptions go in one
+request; what the stream's end leaves of a named subscription is redelivered; protocol
+errors end the stream."""
+
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+import pytest
+
+from echelon.client import AckLevel, errors
+from echelon.v1 import pubsub_pb2 as ppb
+from echelon.v1 import pubsub_pb2_grpc as pgrpc
+from tests.harness import wait_for
+
+
+async def publish(cluster, events: list[dict]) -> None:
+    async with cluster.client(0).publisher(ack_level=AckLevel.DELIVERED) as pub:
+        await pub.publish_batch("t", events)
+
+
+def elements(message: ppb.Delivery) -> list[ppb.Delivery]:
+    return list(message.batch) or [message]
+
+
+async def read_until(call, n: int) -> list[ppb.Delivery]:
+    """Delivery messages until `n` elements came."""
+    got: list[ppb.Delivery] = []
+    messages = []
+    while len(got) < n:
+        message = await asyncio.wait_for(call.read(), 10)
+        messages.append(message)
+        got += elements(message)
+    return messages
+
+
+async def test_the_wire_one_message_for_many_subscriptions_and_per_subscription_status(cluster):
+    c0 = cluster.client(0)
+    await c0.create_topic("t")
+    agent = cluster.agent_nodes[1]
+    async with grpc.aio.insecure_channel(agent.address) as ch:
+        call = pgrpc.PubSubStub(ch).Subscribe()
+        await call.write(ppb.SubscribeRequest(open=ppb.SubscriptionOpen(topic="t", filter_text="n >= 0", credits=10,
+                                                                        subscription="a", sid=7)))
+        await call.write(ppb.SubscribeRequest(batch=[
+            ppb.SubscribeRequest(open=ppb.SubscriptionOpen(topic="t", filter_text="n >= 1", credits=10, sid=9)),
+            ppb.SubscribeRequest(open=ppb.SubscriptionOpen(topic="nope", credits=10, sid=11)),
+            ppb.SubscribeRequest(open=ppb.SubscriptionOpen(topic="t", credits=10, sid=12, subscription="d",
+                                                           durable=ppb.DurableOptions()))]))
+        statuses = [d for m in await read_until(call, 4) for d in elements(m)]
+        assert all(not d.delivery_id for d in statuses)
+        by_sid = {d.sid: d for d in statuses}
+        assert by_sid[7].opened == agent.subs["a"].id and by_sid[9].opened.split("/")[1].startswith("~")
+        assert by_sid[11].code == grpc.StatusCode.NOT_FOUND.value[0] and "nope" in by_sid[11].error
+        assert by_sid[12].code == grpc.StatusCode.FAILED_PRECONDITION.value[0]
+        await publish(cluster, [{"n": 0}, {"n": 1}])
+        got = [d for m in await read_until(call, 3) for d in elements(m)]
+        assert sorted((d.sid, d.event.attributes["n"].int_value) for d in got) == [(7, 0), (7, 1), (9, 1)]
+        # Both subscriptions' acks in one request; the first is closed as asked, the other goes on.
+        ids = {(d.sid, d.event.attributes["n"].int_value): d.delivery_id for d in got}
+        await call.write(ppb.SubscribeRequest(batch=[
+            ppb.SubscribeRequest(ack=ppb.SubscriberAck(sid=7, through=ids[(7, 0)], credits=1)),
+            ppb.SubscribeRequest(ack=ppb.SubscriberAck(sid=9, delivery_ids=[ids[(9, 1)]], credits=1)),
+            ppb.SubscribeRequest(close=ppb.SubscriptionClose(sid=7))]))
+        (closed,) = elements(await asyncio.wait_for(call.read(), 10))
+        assert (closed.sid, closed.delivery_id, closed.code, closed.opened) == (7, 0, 0, "")
+        named = agent.subs["a"]
+        assert not named.attached and [p.event.attributes["n"].int_value for p in named.backlog] == [1]
+        await publish(cluster, [{"n": 2}])
+        (d,) = elements(await asyncio.wait_for(call.read(), 10))
+        assert (d.sid, d.event.attributes["n"].int_value) == (9, 2)
+        # A sid never opened here is the client's bug: the stream ends.
+        await call.write(ppb.SubscribeRequest(ack=ppb.SubscriberAck(delivery_ids=[1])))
+        with pytest.raises(grpc.aio.AioRpcError) as e:
+            await asyncio.wait_for(call.read(), 10)
+        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    await wait_for(lambda: not [s for s in agent.subs.values() if not s.named], 10, what="the ephemeral one closed")
+
+
+async def test_client_subscriptions_share_one_stream_and_end_alone(cluster):
+    c0, c1 = cluster.client(0), cluster.client(1)
+    await c0.create_topic("t")
+    agent = cluster.agent_nodes[1]
+    async with c1.subscribe("t", "n >= 0", name="all", max_outstanding=100) as every, \
+            c1.subscribe("t", "n >= 5", max_outstanding=100) as tail:
+        stream = c1._shared_stream
+        assert stream is not None and every._shared is stream and tail._shared is stream
+        with pytest.raises(errors.NotFound):
+            async with c1.subscribe("t-missing", ""):
+                pass
+        small = c1.subscribe("t", "n = 3", max_outstanding=100)
+        await small.start()
+        assert small._shared is stream
+        agent.subs[small.id.split("/", 1)[1]].max_backlog = 0  # overflows with its first event
+        await publish(cluster, [{"n": i} for i in range(10)])
+        with pytest.raises(errors.ResourceExhausted):
+            await small.next(timeout=10)
+        got_every = [m.attributes["n"] for m in await take(every, 10)]
+        got_tail = [m.attributes["n"] for m in await take(tail, 5)]
+        assert got_every == list(range(10)) and got_tail == list(range(5, 10))
+        assert c1._shared_stream is stream  # the others went on on the same stream
+    assert c1._shared_stream is None or c1._shared_stream._closing
+    await wait_for(lambda: not agent.subs["all"].attached, 10, what="the named one detached")
+
+
+async def take(sub, n: int) -> list:
+    got = []
+    while len(got) < n:
+        batch = await sub.receive(n - len(got), timeout=10)
+        await sub.ack(batch)
+        got += batch
+    return got
+
+
+async def test_the_stream_lost_ends_every_subscription_and_a_named_one_resumes(cluster):
+    c0, c1 = cluster.client(0), cluster.client(1)
+    await c0.create_topic("t")
+    agent = cluster.agent_nodes[1]
+    sub = c1.subscribe("t", "", name="keep", max_outstanding=100)
+    other = c1.subscribe("t", "", max_outstanding=100)
+    await sub.start()
+    await other.start()
+    await publish(cluster, [{"n": i} for i in range(4)])
+    first = await take(sub, 2)
+    unacked = [m.attributes["n"] for m in await sub.receive(2, timeout=10)]
+    unacked += [m.attributes["n"] for m in await sub.receive(1, timeout=10)] if len(unacked) < 2 else []
+    assert unacked == [2, 3]
+    await sub.flush()
+    await wait_for(lambda: len(agent.subs["keep"].unacked) + len(agent.subs["keep"].backlog) == 2, 10,
+                   what="the acks applied")
+    c1._shared_stream.call.cancel()  # the stream breaks under both
+    for s in (sub, other):
+        with pytest.raises(errors.EchelonError):
+            while True:
+                await s.next(timeout=10)
+    await sub.close()
+    await other.close()
+    async with c1.subscribe("t", "", name="keep") as again:
+        rest = await take(again, 2)
+    assert [m.attributes["n"] for m in first + rest] == [0, 1, 2, 3]
+    assert all(m.redelivery_count == 1 for m in rest)
