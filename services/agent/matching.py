@@ -9,10 +9,13 @@ matcher, failing over to the next when it cannot be reached.
 `Match` asks for the agents only (the dispatcher routes by agent, never by subscription)
 and goes to the matcher the last answer suggested (MatchResponse.entry): the one holding
 the zones of most of the batch's events, which answers with the fewest
-matcher-to-matcher messages (none when it holds them all: at 1,000 events/s that is one
-message in and one out per event instead of four more through a peer). The agent keeps
-no layout of its own: any matcher is still a correct entry, the suggestion only saves
-hops, and at most one stream switch happens per SWITCH_SECONDS.
+matcher-to-matcher messages (none when it holds them all: at 1,000 events/s, when each
+event travels alone, that saves a request to a peer and its reply per event, two of the
+four messages of a match). The agent keeps no layout of its own (sending each batch to
+the zones' holders itself would save the entry's hop too, but costs this agent, the
+busiest process, a message per holder and a copy of the tier's layout barrier): any
+matcher is still a correct entry, the suggestion only saves hops, and at most one
+stream switch happens per SWITCH_SECONDS.
 
 The agent is the owner of its subscriptions. Each registration carries a version (this
 agent's clock, increasing), so a re-registration replaces and a removal is not undone by

@@ -230,20 +230,20 @@ class ZoneStream:
             raise
 
     async def _read(self) -> None:
+        error: BaseException | None = None
         try:
             while True:
                 r = await self.call.read()
-                if r is grpc.aio.EOF:
+                if r is grpc.aio.EOF or not self.waiting:  # ended, or a reply nobody asked for
                     break
                 future = self.waiting.popleft()
                 if not future.done():
                     future.set_result(r)
-        except grpc.aio.AioRpcError as e:
-            self._fail(e)
-            return
         except asyncio.CancelledError:
             pass
-        self._fail(None)
+        except Exception as e:  # noqa: BLE001 - whatever broke the stream fails its requests
+            error = e
+        self._fail(error)
 
     def _fail(self, error: BaseException | None) -> None:
         self.broken = True

@@ -20,6 +20,8 @@ from __future__ import annotations
 import math
 import zlib
 from collections import OrderedDict, deque
+from itertools import groupby
+from operator import itemgetter
 from typing import Mapping, Sequence
 
 from echelon.matcher.tier import Tier
@@ -41,7 +43,8 @@ class EventSampler:
         self.seen: dict[str, int] = {}
 
     def add(self, events: Sequence[tuple[str, Mapping[str, object]]]) -> None:
-        for topic, attrs in events:
+        for topic, run in groupby(events, key=itemgetter(0)):  # a batch is mostly one topic: a ring op per run
+            attrs = [a for _, a in run]
             ring = self.recent.get(topic)
             if ring is None:
                 if len(self.recent) >= self.max_topics:  # the least recently seen topic goes
@@ -50,8 +53,8 @@ class EventSampler:
                 ring = self.recent[topic] = deque(maxlen=self.kept)
             else:
                 self.recent.move_to_end(topic)
-            ring.append(attrs)
-            self.seen[topic] = self.seen.get(topic, 0) + 1
+            ring.extend(attrs)
+            self.seen[topic] = self.seen.get(topic, 0) + len(attrs)
 
 
 def sample(tier: Tier, events: EventSampler, request: xpb.SampleRequest) -> xpb.SampleResponse:
