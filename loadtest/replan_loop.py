@@ -121,7 +121,7 @@ class Load:
 async def measure(args) -> dict:
     # A 1 s heartbeat (DEAD after 35 s of silence): the load saturates the machine's cores,
     # and a starved process declared dead would rejoin in a new lifetime, a new layout.
-    # A long matcher deadline too: a starved peer answers MatchZones late.
+    # A long matcher deadline too: a starved peer answers its holder-mode Match requests late.
     slow = ["--beat-interval", "1.0"]
     c = launch.Cluster(agents=1, matchers=4, memberships=1, placement=launch.Loopback(0), log_dir=args.out / "logs",
                        extra={"membership": slow, "matcher": [*slow, "--deadline", "60"], "agent": slow})

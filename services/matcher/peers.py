@@ -54,7 +54,7 @@ class PeerUnavailable(Exception):
 
 
 class StaleLayout(Exception):
-    """The layout a MatchZones call names is not held here (retired, or from an earlier lifetime)."""
+    """The layout a holder-mode Match request names is not held here (retired, or from an earlier lifetime)."""
 
 
 @dataclass(frozen=True)
