@@ -7,11 +7,16 @@ from tests.harness import Cluster
 
 
 def pytest_asyncio_loop_factories(config, item):
-    """Async tests (and the in-process clusters in them) run on the loop the service
-    processes run on (runtime/loop.py): uvloop, or asyncio's with ECHELON_EVENT_LOOP=asyncio."""
-    from echelon.runtime.loop import chosen
+    """Async tests (and the in-process clusters in them) run on asyncio's loop unless
+    ECHELON_EVENT_LOOP=uvloop asks for the services' loop (runtime/loop.py): uvloop forks a
+    subprocess itself and runs Python's at-fork handlers in the child, and with gRPC's
+    threads busy in this process one child died of a segfault in such a handler
+    (filelock's) in a full run. The service processes the tests start run on uvloop."""
+    import os
 
-    if chosen() == "uvloop":
+    from echelon.runtime.loop import ENV
+
+    if os.environ.get(ENV, "").strip().lower() == "uvloop":
         import uvloop
 
         return {"uvloop": uvloop.new_event_loop}
