@@ -1,0 +1,135 @@
+"""The whole-cluster modes of `loadtest.bench_hotpath` (issue 12): `--cluster` (a
+saturation and a 1k/s cell: events/s, latency, CPU per 1,000 events per service, the
+subscribers' stream messages per event) and `--idle` (CPU per second of a cluster doing
+nothing). Imported by name from this directory in a child process of either tree, like
+hotpath_pieces."""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+
+def _count_subscribe_messages() -> dict[str, int]:
+    """Counts the messages of every Subscribe stream this process opens from here on (the
+    load generator's subscribers, in either tree: wrapped at the generated stub): Delivery
+    messages read, requests written (acks, nacks, opens)."""
+    from echelon.v1 import pubsub_pb2_grpc as pgrpc
+
+    count = {"read": 0, "written": 0}
+
+    class Counted:
+        def __init__(self, call):
+            self._call = call
+
+        def __getattr__(self, name):
+            return getattr(self._call, name)
+
+        async def write(self, request):
+            count["written"] += 1
+            return await self._call.write(request)
+
+        async def _read(self):
+            async for message in self._call:
+                count["read"] += 1
+                yield message
+
+        def __aiter__(self):
+            return self._read()
+
+    init = pgrpc.PubSubStub.__init__
+
+    def counting_init(stub, channel):
+        init(stub, channel)
+        subscribe = stub.Subscribe
+        stub.Subscribe = lambda *a, **kw: Counted(subscribe(*a, **kw))
+
+    pgrpc.PubSubStub.__init__ = counting_init
+    return count
+
+
+async def _cluster(seconds: float, selectivity: int = 2) -> dict:
+    """One Echelon cluster (loadtest.bench_events' processes, 1 publisher): a saturation
+    cell and a 1k/s cell, batch-DELIVERED; per-service CPU per 1,000 events in each, and
+    the subscribers' Subscribe messages per event."""
+    try:
+        from echelon.runtime.loop import started
+    except ImportError:  # a base tree from before it: the GC's defaults
+        def started() -> None:
+            pass
+    from loadtest.bench_events.run import Run, parse
+    from loadtest.bench_events.systems import SYSTEMS
+    from loadtest.bench_events.workload import Pool, subscriptions
+
+    count = _count_subscribe_messages()
+    messages = {}
+    out = Path(tempfile.mkdtemp(prefix="bench_hotpath_cluster."))
+    run = Run(parse(["--systems", "echelon", "--seconds", str(seconds), "--out", str(out)]))
+    system = SYSTEMS["echelon"](out / "logs")
+    await system.start()
+    rows = {}
+    try:
+        subs = subscriptions(selectivity, 50)
+        pool = Pool.draw(subs)
+        await system.open_subs(subs, pool, run.deliver)
+        await run.warm_up(system, subs, pool)
+        started()
+        for rate in (None, 1000):
+            sends = await system.publishers(1, "batch-DELIVERED", pool)
+            before = dict(count)
+            rows[rate or "max"] = await run.cell(system, sends, rate, pool, subs, {
+                "system": "echelon", "mode": "batch-DELIVERED", "selectivity": selectivity, "publishers": 1})
+            messages[rate or "max"] = {k: (count[k] - before[k]) / max(rows[rate or "max"]["events"], 1)
+                                       for k in count}
+            await system.close_publishers()
+    finally:
+        await system.stop()
+    sat, low = rows["max"], rows[1000]
+    cpu = sat["cpu_s_per_1k"]
+    result = {"saturation published/s": sat["published_per_s"],
+              "1k/s p50 ms": low["p50_ms"], "1k/s p99 ms": low["p99_ms"],
+              "cpu ms/1k: publishing agent": 1000 * cpu.get("agent-0", 0.0),
+              "cpu ms/1k: subscribing agents": 1000 * sum(v for k, v in cpu.items() if k.startswith("agent-")
+                                                          and k != "agent-0"),
+              "cpu ms/1k: matchers": 1000 * sum(v for k, v in cpu.items() if k.startswith("matcher")),
+              "cpu ms/1k: load generator": 1000 * sat["cpu_s_per_1k_loadgen"],
+              "cpu ms/1k: all services": 1000 * sat["cpu_s_per_1k_services"],
+              # At 1,000/s every event travels alone: the cost per message, not per event.
+              "1k/s cpu ms/1k: publishing agent": 1000 * low["cpu_s_per_1k"].get("agent-0", 0.0),
+              "1k/s cpu ms/1k: subscribing agents": 1000 * sum(v for k, v in low["cpu_s_per_1k"].items()
+                                                               if k.startswith("agent-") and k != "agent-0"),
+              "1k/s cpu ms/1k: load generator": 1000 * low["cpu_s_per_1k_loadgen"],
+              "1k/s cpu ms/1k: all services": 1000 * low["cpu_s_per_1k_services"],
+              # The subscribers' stream messages per event published (each costs ~90-100 us per endpoint).
+              "1k/s Delivery msgs per event": messages[1000]["read"],
+              "1k/s ack msgs per event": messages[1000]["written"],
+              "max: Delivery msgs per event": messages["max"]["read"],
+              "max: ack msgs per event": messages["max"]["written"]}
+    return result
+
+
+async def _idle(seconds: float) -> dict:
+    """The bench cluster with no traffic: CPU milliseconds per second of each tier (the mean
+    of its processes) and of all, over `seconds` once it has served for 5 s (heartbeats,
+    view streams, housekeeping loops: what a cluster costs doing nothing)."""
+    import asyncio
+
+    from loadtest.bench_events.systems import Echelon
+    from loadtest.bench_events.workload import cpu_seconds
+
+    system = Echelon(Path(tempfile.mkdtemp(prefix="bench_hotpath_idle.")))
+    await system.start()
+    try:
+        await asyncio.sleep(5)
+        pids = system.pids()
+        before, t0 = {k: cpu_seconds(p) for k, p in pids.items()}, time.monotonic()
+        await asyncio.sleep(seconds)
+        per = {k: (cpu_seconds(p) - before[k]) * 1000 / (time.monotonic() - t0) for k, p in pids.items()}
+    finally:
+        await system.stop()
+    out = {}
+    for tier in ("agent", "matcher", "membership"):
+        v = [x for k, x in per.items() if k.startswith(tier + "-")]
+        out[f"idle cpu ms per s: {tier} (mean)"] = sum(v) / len(v)
+    out["idle cpu ms per s: all services"] = sum(per.values())
+    return out

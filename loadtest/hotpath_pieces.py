@@ -1,0 +1,299 @@
+"""The per-event pieces of `loadtest.bench_hotpath` (issue 12), each timed on identical
+inputs in a child process of either tree: microseconds per event, the best of a few
+repeats in CPU time. Imported by name from this directory (the child runs
+bench_hotpath.py as a script): this code drives the `echelon` on PYTHONPATH, either tree's.
+
+Pieces (the 2% and 20% workload of loadtest.bench_events: `Symbol`, `Price`):
+- `deliver`: a subscribing agent's local delivery of one relay frame (dedup, filter
+  check over its 17 local subscriptions, offer), for a frame of 170 events and of 1;
+- `admit`: the publishing agent's per-event admission (conversion, schema check, dedup
+  digest and window, the Event built);
+- `match`: a matcher's CDM index, 50 subscriptions, a batch of 256 events;
+- `matcher answer`: a matcher holding the 3 default zones answers a batch of 256 events
+  (route to zones, CDM, the MatchResponse serialized; what each tree sends an agent);
+- `client encode`: the publisher's request of one event;
+- `relay root`: the publishing agent's data plane sending a matched batch of 256 events
+  as the root (frames built, queued on fake links, acked, the run's future done), each
+  event to one of 3 agents as at 2%;
+- `relay receive`: a subscribing agent's data plane taking a frame of 170 events from
+  that root (the tree's own frames: decoded, keyed, handed to local delivery, acked);
+  local delivery itself is the `deliver` piece;
+- `GC pass`: one full collection with a subscribing agent's dedup window of 500k ids
+  (milliseconds, not per event).
+"""
+
+from __future__ import annotations
+
+import time
+import timeit
+
+def _events(n: int, seed: int = 3):
+    import random
+
+    from loadtest.bench_events.workload import SYMBOLS
+
+    rnd = random.Random(seed)
+    return [{"Symbol": rnd.choice(SYMBOLS), "Price": rnd.uniform(0.0, 100.0)} for _ in range(n)]
+
+
+def _best(fn, per: int, number: int = 20, repeat: int = 7) -> float:
+    """CPU microseconds per event: the best of `repeat` timings of `number` calls of `fn`
+    (each handling `per` events), in this process's CPU time (time spent waiting for a
+    core on the shared machine is not counted)."""
+    return min(timeit.repeat(fn, number=number, repeat=repeat, timer=time.process_time)) / number / per * 1e6
+
+
+def _deliver_piece(sel: int, frame: int) -> float:
+    from prometheus_client import CollectorRegistry
+
+    from echelon.agent.delivery import LocalDelivery
+    from echelon.agent.metrics import AgentMetrics
+    from echelon.agent.subscriptions import Subscription
+    from echelon.core.dedup import DedupWindow
+    from echelon.core.filters import parse
+    from echelon.runtime.wire import attributes_to_pb
+    from echelon.v1 import common_pb2 as pb
+    from loadtest.bench_events.workload import subscriptions
+
+    subs = {}
+    for s in subscriptions(sel, 50):
+        if s.index % 3 == 0:  # one subscribing agent's share of the 50
+            sub = Subscription(f"a/{s.index}", f"~{s.index}", "bench", parse(s.echelon_filter()), 1 << 30)
+            sub.attach(1 << 30)
+            subs[sub.name] = sub
+    d = LocalDelivery(lambda: subs, AgentMetrics(CollectorRegistry()), lambda s: None)
+    now = time.time_ns()
+    events = [pb.Event.FromString(pb.Event(id=pb.MessageId(producer_id="p", sequence=i + 1), topic="bench",
+                                     attributes=attributes_to_pb(a), publish_time_unix_nanos=now).SerializeToString())
+              for i, a in enumerate(_events(frame))]
+    many = getattr(d, "deliver_many", None)
+
+    def once():
+        d.dedup = DedupWindow()
+        if many is not None:
+            many(events)
+        else:
+            for e in events:
+                d.deliver(e)
+        for sub in subs.values():
+            sub.backlog.clear()
+
+    return _best(once, frame, number=max(5, 2000 // frame))
+
+
+def _admit_piece() -> float:
+    """The publishing agent's `_admit` with a stub node: the schema cache and no durable
+    subscription (what the per-event path touches)."""
+    from types import SimpleNamespace
+
+    from echelon.agent.topics import Topics
+    from echelon.core.dedup import DedupWindow
+    from echelon.core.schema import Schema, parse_attribute
+    from echelon.runtime.wire import attributes_to_pb, schema_to_pb
+    from echelon.v1 import common_pb2 as pb
+    from echelon.v1 import pubsub_pb2 as ppb
+    from loadtest.bench_events.workload import SCHEMA
+
+    topic = pb.Topic(name="bench", created_unix_ms=1,
+                     schema=schema_to_pb(Schema(tuple(parse_attribute(a) for a in SCHEMA))))
+    node = SimpleNamespace(topics=Topics(lambda: None, None), durables=SimpleNamespace(refuse=lambda t, a: None))
+    try:  # where the publish half lives in this tree
+        from echelon.agent.publishing import Publishing as PubSubServicer
+    except ImportError:
+        from echelon.agent.pubsub import PubSubServicer
+    servicer = PubSubServicer.__new__(PubSubServicer)
+    servicer.node = node
+    outer = ppb.PublishRequest(batch=[ppb.PublishRequest(topic="bench", attributes=attributes_to_pb(a),
+                                                         payload=i.to_bytes(16, "little"), sequence=i + 1)
+                                      for i, a in enumerate(_events(256))])
+    reqs = ppb.PublishRequest.FromString(outer.SerializeToString()).batch  # as parsed off the wire
+
+    def once():
+        servicer.accepted = DedupWindow(capacity=200_000)
+        for r in reqs:
+            servicer._admit(topic, r, "p", r.sequence, r.payload)
+
+    return _best(once, len(reqs))
+
+
+def _match_piece(sel: int) -> float:
+    from echelon.core.cdm import CountingIndex, Subscription
+    from echelon.core.filters import parse
+    from loadtest.bench_events.workload import subscriptions
+
+    index = CountingIndex(Subscription(str(s.index), f"agent-{s.index % 3}", parse(s.echelon_filter()))
+                          for s in subscriptions(sel, 50))
+    events = _events(256)
+    return _best(lambda: index.match_agents(events), len(events))
+
+
+def _answer_piece(sel: int) -> float:
+    import inspect
+    from types import SimpleNamespace
+
+    from echelon.core.can import Zone
+    from echelon.core.filters import parse
+    from echelon.core.schema import Schema, parse_attribute
+    from echelon.core.space import Space
+    from echelon.matcher.layout import Copy, Layout, default_zones
+    from echelon.matcher.server import results_to_pb
+    from echelon.matcher.store import CopyStore
+    from echelon.matcher.zones import Zones
+    from echelon.v1 import matcher_pb2 as xpb
+    from loadtest.bench_events.workload import SCHEMA, subscriptions
+
+    schema = Schema(tuple(parse_attribute(a) for a in SCHEMA))
+    zones = [Zone(z.id, z.low, z.high, "m0") for z in default_zones("bench", Space.of(schema), ["m0", "m1", "m2"])[0]]
+    layout = Layout("bench", schema, zones, "m0", {"m0": 1, "m1": 1, "m2": 1}, "default")
+    store = CopyStore(lambda topic: [layout])
+    store.install([Copy(str(s.index), f"agent-{s.index % 3 + 1}", "bench", 1, parse(s.echelon_filter()))
+                   for s in subscriptions(sel, 50)], lambda held, new: None)
+    layout.ready = True
+    matcher = Zones("m0", SimpleNamespace(topics={"bench": SimpleNamespace(find=lambda key: layout)}), store)
+    agents_only = "agents_only" in inspect.signature(Zones.match).parameters  # this tree answers agents only
+    events = _events(256)
+
+    def once():
+        routed = layout.route(events)
+        response = xpb.MatchResponse()
+        if agents_only:
+            results_to_pb(matcher.match("bench", layout.key, events, routed, True), response.results, True)
+        else:
+            results_to_pb(matcher.match("bench", layout.key, events, routed), response.results)
+        response.SerializeToString()
+
+    return _best(once, len(events))
+
+
+class _Link:
+    """A relay link that queues frames (their futures settled by the piece)."""
+
+    def __init__(self):
+        self.frames = []
+
+    def send(self, frame):
+        import asyncio
+
+        future = asyncio.get_running_loop().create_future()
+        self.frames.append((frame, future))
+        return future
+
+    async def room(self):
+        return None
+
+
+def _relay_plane(me: str, deliver):
+    """A DataPlane over a view of 4 agents (agent-0 roots), links that queue frames."""
+    from types import SimpleNamespace
+
+    from prometheus_client import CollectorRegistry
+
+    from echelon.agent.dataplane import DataPlane
+    from echelon.agent.metrics import AgentMetrics
+    from echelon.agent.trees import Trees
+    from echelon.core.dedup import DedupWindow
+    from echelon.v1 import membership_pb2 as mpb
+
+    members = [mpb.Member(id=f"agent-{i}", address=f"127.0.0.1:{7200 + i}", role=mpb.ROLE_AGENT,
+                          subscribes=["bench"] if i else []) for i in range(4)]
+    links: dict[str, _Link] = {}
+    node = SimpleNamespace(id=me, address=f"127.0.0.1:{7200 + int(me[-1])}", metrics=AgentMetrics(CollectorRegistry()),
+                           dedup=DedupWindow(), stopping=False, deliver_local=deliver, open_stream=lambda h, s: [],
+                           link=lambda m: links.setdefault(m.id, _Link()))
+    trees = Trees(me, node.address)
+    trees.update(members)
+    return DataPlane(node, trees), links
+
+
+def _relay_items(n: int):
+    from echelon.runtime.wire import attributes_to_pb
+    from echelon.v1 import common_pb2 as pb
+
+    now = time.time_ns()
+    return [(pb.Event(id=pb.MessageId(producer_id="agent-0:1:1763900000000000000", sequence=i + 1), topic="bench",
+                      attributes=attributes_to_pb(a), publish_time_unix_nanos=now), i.to_bytes(16, "little"),
+             [f"agent-{1 + i % 3}"]) for i, a in enumerate(_events(n))]
+
+
+def _relay_root_piece() -> float:
+    import asyncio
+
+    plane, links = _relay_plane("agent-0", lambda events: len(events))
+    items = _relay_items(256)
+    loop = asyncio.new_event_loop()
+
+    async def publish():
+        futures = await plane.publish(items)
+        for link in links.values():
+            for _, f in link.frames:
+                f.set_result(True)
+            link.frames.clear()
+        await asyncio.sleep(0)  # the acks' callbacks: holds released, the run's future done
+        assert all(f.done() for f in futures)
+
+    try:
+        return _best(lambda: loop.run_until_complete(publish()), len(items))
+    finally:
+        loop.close()
+
+
+def _relay_receive_piece() -> float:
+    """A frame of 170 events for a child of the root alone (a leaf's work), as this
+    tree's root builds it."""
+    import asyncio
+
+    root, links = _relay_plane("agent-0", lambda events: len(events))
+    loop = asyncio.new_event_loop()
+    try:
+        for child in ("agent-1", "agent-2", "agent-3"):
+            items = [(e, p, [child]) for e, p, _ in _relay_items(170)]
+            loop.run_until_complete(root.publish(items))
+            if child in links:
+                break
+    finally:
+        loop.close()
+    frame = links[child].frames[-1][0]  # the last: for `child` alone
+    leaf, _ = _relay_plane(child, lambda events: len(events))  # holds none: the frame is all for it
+    acks = []
+
+    def once():
+        leaf.receive(frame, lambda: acks.append(1))
+
+    return _best(once, len(frame.messages))
+
+
+def _encode_piece() -> float:
+    from echelon.client.publisher import Publisher
+
+    events = _events(256)
+    payload = bytes(16)
+    return _best(lambda: [Publisher._requests(None, "bench", a, payload, "") for a in events], len(events))
+
+
+def _gc_piece() -> float:
+    """CPU ms of one full pass of the cyclic GC while a subscribing agent's delivery
+    window holds 500,000 message ids (not per event: the pause every such pass adds)."""
+    import gc
+
+    from echelon.core.dedup import DedupWindow
+
+    w = DedupWindow()
+    for i in range(500_000):
+        w.first_time(("agent-0:1:1763900000000000000", i), 1.0)
+    return _best(gc.collect, 1, number=1) / 1000
+
+
+PIECES = {
+    "deliver 2%, frame of 170": lambda: _deliver_piece(2, 170),
+    "deliver 20%, frame of 170": lambda: _deliver_piece(20, 170),
+    "deliver 2%, frame of 1": lambda: _deliver_piece(2, 1),
+    "admit (publishing agent)": _admit_piece,
+    "match 2% (matcher CDM)": lambda: _match_piece(2),
+    "match 20% (matcher CDM)": lambda: _match_piece(20),
+    "matcher answer 2%": lambda: _answer_piece(2),
+    "matcher answer 20%": lambda: _answer_piece(20),
+    "client encode (publish)": _encode_piece,
+    "relay root, 256 events": _relay_root_piece,
+    "relay receive, frame of 170": _relay_receive_piece,
+    "GC pass, 500k delivered ids (ms)": _gc_piece,
+}
