@@ -1,6 +1,7 @@
 """The services' event loop choice (runtime/loop.py): uvloop by default, asyncio's on request,
 and gRPC's asyncio API working on the chosen one (a real server and channel on loopback)."""
 
+import os
 import subprocess
 import sys
 
@@ -58,6 +59,7 @@ def test_a_service_process_logs_its_loop(tmp_path):
         proc.wait(timeout=20)
 
 
-async def test_async_tests_run_on_the_services_loop():
-    """tests/conftest.py puts async tests (and their in-process clusters) on the services' loop."""
-    assert loop.running() == loop.chosen()
+async def test_async_tests_run_on_the_loop_conftest_chose():
+    """tests/conftest.py: async tests on asyncio's loop, on uvloop when ECHELON_EVENT_LOOP=uvloop."""
+    want = "uvloop" if os.environ.get(loop.ENV, "").strip().lower() == "uvloop" else "asyncio"
+    assert loop.running() == want
