@@ -140,7 +140,21 @@ async def test_replan_balances_the_stock_workload_without_losing_a_delivery(tmp_
         def complete() -> bool:
             return all(len(got[s]) >= len(v) for s, v in expected.items())
 
-        await wait_for(complete, 90, interval=0.1, what="every expected delivery")
+        def missing() -> str:
+            """Per phase (0 before the plan, 1 during the handoff, 2 after): subscriptions
+            short of their deliveries and the deliveries they lack."""
+            short: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+            for s, want in expected.items():
+                lack = set(want) - set(got[s])
+                for phase in {p.split("-")[0] for p, _ in lack}:
+                    short[phase][0] += 1
+                    short[phase][1] += sum(1 for p, _ in lack if p.startswith(phase + "-"))
+            return ", ".join(f"{phase}: {n} subscriptions lack {k}" for phase, (n, k) in sorted(short.items()))
+
+        try:
+            await wait_for(complete, 90, interval=0.1, what="every expected delivery")
+        except AssertionError as e:
+            raise AssertionError(f"{e}; missing by phase: {missing()}") from None
         await asyncio.sleep(0.5)  # anything extra would show up now
         for i in range(len(filters)):
             assert sorted(got[f"s{i}"]) == sorted(expected[f"s{i}"]), f"s{i}: {filters[i]}"
