@@ -89,8 +89,11 @@ async def test_holder_mode_answers_stale_on_a_live_stream_and_refuses_bad_positi
         client = c.client(0)
         await client.create_topic("free")
         async with client.subscribe("free", "x = 1", name="s"):
-            node = next(m for m in c.matcher_nodes if m.tier.layouts.topics["free"].active
-                        and m.tier.layouts.topics["free"].active.index)
+            def holder():  # the copy reaches its zone's holder after the entry's acknowledgement
+                return next((m for m in c.matcher_nodes if (t := m.tier.layouts.topics.get("free"))
+                             and t.active and t.active.index), None)
+
+            node = await wait_for(holder, 10, what="a matcher indexing the subscription")
             layout = node.tier.layouts.topics["free"].active
             event = pb.Event(attributes=attributes_to_pb({"x": 1}))
             async with grpc.aio.insecure_channel(node.address) as ch:
