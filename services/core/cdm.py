@@ -294,6 +294,12 @@ class CountingIndex:
     def match(self, event: Mapping[str, object]) -> list[str]:
         return self.match_batch([event])[0]
 
+    def _chunks(self, events: Sequence[Mapping[str, object]]):
+        """(its size, its matches as `_parts`) for each chunk of BATCH events, in order."""
+        for start in range(0, len(events), BATCH):
+            chunk = events[start : start + BATCH]
+            yield len(chunk), self._parts(chunk)
+
     def _parts(self, chunk: Sequence[Mapping[str, object]]) -> list[tuple[np.ndarray, np.ndarray, _Run]]:
         """(event, position, run) of every match of a chunk, run by run (non-empty ones)."""
         runs = [self._run(i) for i in range(len(self._levels)) if self._levels[i]]
@@ -311,10 +317,7 @@ class CountingIndex:
     def match_batch(self, events: Sequence[Mapping[str, object]]) -> list[list[str]]:
         """Ids of the subscriptions matching each event, exactly as `Filter.matches`."""
         out: list[list[str]] = []
-        for start in range(0, len(events), BATCH):
-            chunk = events[start : start + BATCH]
-            n = len(chunk)
-            parts = self._parts(chunk)
+        for n, parts in self._chunks(events):
             if not parts:
                 out += [[] for _ in range(n)]
                 continue
@@ -340,10 +343,7 @@ class CountingIndex:
         (Event, agent code) pairs are deduplicated as integers: no id is touched."""
         out: list[list[str]] = []
         total = 0
-        for start in range(0, len(events), BATCH):
-            chunk = events[start : start + BATCH]
-            n = len(chunk)
-            parts = self._parts(chunk)
+        for n, parts in self._chunks(events):
             if not parts:
                 out += [[] for _ in range(n)]
                 continue
