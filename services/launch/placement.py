@@ -14,7 +14,7 @@ import signal
 import socket
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol, Sequence
 
 # Port layout above a base port; a process's metrics port sits METRICS_OFFSET above its gRPC port.
@@ -75,6 +75,9 @@ class Loopback:
 
     base_port: int = 7100
     kind: str = "loopback"
+    # Free ports handed out already: the kernel may offer a released one again to the next
+    # process of the same cluster before the first has bound it.
+    given: set[int] = field(default_factory=set, repr=False, compare=False)
 
     def site(self, role: str, index: int) -> Site:
         return Site("127.0.0.1")
@@ -82,8 +85,12 @@ class Loopback:
     def ports(self, role: str, index: int) -> tuple[int, int]:
         if self.base_port:
             return layout(self.base_port, role, index)
-        port, metrics = free_ports(2)
-        return port, metrics
+        for _ in range(100):
+            port, metrics = free_ports(2)
+            if port not in self.given and metrics not in self.given:
+                self.given.update((port, metrics))
+                return port, metrics
+        raise RuntimeError("no two free loopback ports not handed out already, in 100 tries")
 
     def popen(self, site: Site, argv: Sequence[str], **kw) -> subprocess.Popen:
         # A new session, so a Ctrl-C at the terminal reaches the launcher only, which
