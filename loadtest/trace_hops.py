@@ -13,7 +13,8 @@ machine, one clock, so the differences are the time between the points:
 | sent | load generator | the payload's send time |
 | admit | agent-0 | `PubSubServicer._admit` returns (validated, id recorded) |
 | match out / back | agent-0 | `MatchClient.match` called / returned |
-| matcher in / out | a matcher | its `Match` stream: a request read / its response yielded |
+| matcher in / out | the entry matcher | its `Match` stream: an agent's request read / its response yielded |
+| holder in / out | a zone's holder | its `Match` stream: a peer matcher's request read / answered |
 | relay out | agent-0 | `Link.send` (a frame queued on the link to a subscriber's agent) |
 | sub in | agent-1..3 | `LocalDelivery.deliver_many` (the relay frame read, before filtering) |
 | delivered | load generator | the subscriber's message handed to the application |
@@ -42,7 +43,7 @@ from collections import defaultdict, deque
 from pathlib import Path
 
 TRACE_ENV = "ECHELON_TRACE_DIR"
-ORDER = ["sent", "admit", "match out", "matcher in", "matcher out", "match back", "relay out", "sub in",
+ORDER = ["sent", "admit", "match out", "matcher in", "holder in", "holder out", "matcher out", "match back", "relay out", "sub in",
          "delivered", "acked"]
 
 
@@ -116,22 +117,26 @@ def install() -> list[str]:
 
     def matcher(original):
         async def Match(self, request_iterator, context):
-            pending: deque[list[int]] = deque()
+            pending: deque[tuple[str, list[str]]] = deque()
 
             async def requests():
                 async for batch in request_iterator:
                     ids = _keys(batch.events)
-                    sink.stamp("matcher in", ids)
-                    pending.append(ids)
+                    side = "holder" if batch.layout else "matcher"  # a peer's zones, or an agent's batch
+                    sink.stamp(f"{side} in", ids)
+                    pending.append((side, ids))
                     yield batch
             async for response in original(self, requests(), context):
-                sink.stamp("matcher out", pending.popleft() if pending else ())
+                side, ids = pending.popleft() if pending else ("matcher", ())
+                sink.stamp(f"{side} out", ids)
                 yield response
         return Match
 
     def link_send(original):
+        from echelon.agent.dataplane import event_of  # a whole event travels as the root's bytes
+
         def send(self, frame, *a, **kw):
-            sink.stamp("relay out", _keys(m.event for m in frame.messages if m.slice_count <= 1))
+            sink.stamp("relay out", _keys(event_of(m) for m in frame.messages if m.slice_count <= 1))
             return original(self, frame, *a, **kw)
         return send
 
@@ -151,7 +156,7 @@ def install() -> list[str]:
                                                    f"{time.thread_time_ns() - started[1]}",))
     gc.callbacks.append(collected)
 
-    wrap("echelon.agent.pubsub", "PubSubServicer._admit", admit)
+    wrap("echelon.agent.publishing", "Publishing._admit", admit)
     wrap("echelon.agent.matching", "MatchClient.match", match)
     wrap("echelon.matcher.server", "MatcherServicer.Match", matcher)
     wrap("echelon.agent.links", "Link.send", link_send)
