@@ -128,6 +128,9 @@ class Layout:
         self.primary: dict[str, str] = {}
         self.mirror: dict[str, str] = {}
         self.ready = False
+        # The entry's promises (empty.py): zone -> expiry, and zone -> when last revoked.
+        self.promised: dict[str, float] = {}
+        self.revoked: dict[str, float] = {}
         self._extra: dict[tuple[str, str], tuple[str, ...]] = {}
         self._ids = [z.id for z in zones]
         self._lo = np.array([z.low for z in zones], dtype=np.float64).reshape(len(zones), -1)
@@ -156,6 +159,13 @@ class Layout:
                 raise ValueError("a point lies outside the space")
             out.append(np.argmax(inside, axis=1))
         return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
+
+    def primaries(self, points: Sequence[Point]) -> set[str]:
+        """The zones holding these subscription points (where `add` indexes them)."""
+        if len(self._ids) == 1 or not points:
+            return {self._ids[0]} if points else set()
+        pts = np.array(points, dtype=np.float64).reshape(len(points), -1)
+        return {self._ids[j] for j in set(self._locate(pts).tolist())}
 
     def add(self, copies: Iterable[Copy], points: Mapping[str, Point]) -> None:
         """Place copies (primary and mirror zone) and index the primaries of this matcher's zones."""

@@ -229,8 +229,16 @@ class MatcherServicer(xgrpc.MatcherServicer):
     async def Sync(self, request: xpb.SyncRequest, context) -> xpb.SyncResponse:
         require_member(context, request.member, "matcher", "Sync")
         status = {s.topic: Status(s.adopted, s.pushed, s.filled, s.active) for s in request.layouts}
-        self.tier.on_status(request.member, lifetime(request.incarnation), request.seq, status)
-        return xpb.SyncResponse()
+        empty = self.tier.on_status(request.member, lifetime(request.incarnation), request.seq, status)
+        return xpb.SyncResponse(empty=[xpb.ZoneRef(topic=t, layout=k, zone=z) for t, k, z in empty],
+                                lease_ms=round(self.tier.empty.lease * 1000))
+
+    async def Revoke(self, request: xpb.RevokeRequest, context) -> xpb.RevokeResponse:
+        require_member(context, request.sender, "matcher", "Revoke")
+        if any(not (z.topic and z.layout and z.zone) for z in request.zones):
+            raise InvalidArgument("a revoked zone needs its topic, layout and zone")
+        self.tier.empty.revoked([(z.topic, z.layout, z.zone) for z in request.zones])
+        return xpb.RevokeResponse()
 
     async def Reconcile(self, request: xpb.ReconcileRequest, context) -> xpb.ReconcileResponse:
         require_member(context, request.agent, "agent", "Reconcile")
