@@ -30,7 +30,7 @@ empty: skipping it then answers exactly what asking that holder would have.
   promise would skip. So a registration that met an unreachable holder is acknowledged
   one lease later: every promise that holder gave has ended. A restarted matcher (a new
   lifetime, so new layout keys) knows nothing of its previous life's promises: for one
-  lease after its start it installs no copy routed by a layout it does not hold.
+  lease after its start it acknowledges no copy routed by a layout it does not hold.
 - Layout changes: promises are per layout key and the entry uses only those of its
   active layout; a holder grants only on its active layout, whose object it keeps (as
   retired) until every matcher routes with a newer one (barrier.py), and copies keep
@@ -170,8 +170,9 @@ class EmptyZones:
         await asyncio.sleep(self.lease)
 
     async def grace(self, topic: str, sender_layouts: Sequence[str]) -> None:
-        """A copy routed by a layout this matcher does not hold, within a lease of its
-        start: its previous life may have promised that layout's zones empty."""
+        """Before acknowledging a copy routed by a layout this matcher does not hold,
+        within a lease of its start: its previous life may have promised that layout's
+        zones empty."""
         wait = self.born + self.lease - self.clock()
         if wait > 0:
             ts = self.layouts.topics.get(topic)

@@ -140,7 +140,12 @@ class Tier:
         route by. Returns (copies installed, ids no holder acknowledged)."""
         if sender:
             self._called()
-            await self.empty.grace(topic, sender_layouts)
+
+        def known() -> bool:
+            ts = self.layouts.topics.get(topic)
+            return ts is not None and all(ts.find(k) is not None for k in sender_layouts)
+
+        known_before = known()
         installed = []
         tell: Drops = defaultdict(list)
 
@@ -176,21 +181,25 @@ class Tier:
             else:
                 for sid in sends[p]:
                     reached[sid] += 1
-        if failed:  # an unreachable holder's promises must end before the acknowledgement
-            await self.empty.settle_unreached()
         missing = []
-        ts = self.layouts.topics.get(topic)
         layouts = self.layouts.routing(topic)
         # A copy routed by a layout this matcher has not adopted yet is kept: it will be.
-        known = ts is not None and all(ts.find(k) is not None for k in sender_layouts)
+        # (One it held when the copy came, dropped since, is no such: the fence may wait.)
+        routed_known = known_before or known()
         for c in installed:
             if self.store.copies.get(c.id) is not c:
                 continue  # replaced or removed meanwhile
             held = any(not L.placed(c.id) or L.holds(c.id) for L in layouts)
             if not held and not reached[c.id]:
                 missing.append(c.id)
-            if layouts and known and not held and c.id not in failed:
+            if layouts and routed_known and not held and c.id not in failed:
                 self.store.uninstall(c.id)  # a stray: its holders have it
+        # The acknowledgement waits (not the copies: they are placed as ever) for promises
+        # of empty zones that may still be believed (empty.py).
+        if failed:  # by a holder that could not be reached
+            await self.empty.settle_unreached()
+        if sender:  # by this matcher's previous life, for a layout routed by
+            await self.empty.grace(topic, sender_layouts)
         return len(installed), missing
 
     async def register(self, copies: Sequence[Copy]) -> int:
