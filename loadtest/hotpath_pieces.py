@@ -11,6 +11,9 @@ Pieces (the 2% and 20% workload of loadtest.bench_events: `Symbol`, `Price`):
 - `match`: a matcher's CDM index, 50 subscriptions, a batch of 256 events;
 - `matcher answer`: a matcher holding the 3 default zones answers a batch of 256 events
   (route to zones, CDM, the MatchResponse serialized; what each tree sends an agent);
+- `matcher entry, lone event`: the entry's whole `Match` of a batch of one event (the
+  request read, routing, its zones, the response built, metrics) when one matcher holds
+  the 3 default zones (no peer message in either tree): the entry's own Python work;
 - `client encode`: the publisher's request of one event;
 - `relay root`: the publishing agent's data plane sending a matched batch of 256 events
   as the root (frames built, queued on fake links, acked, the run's future done), each
@@ -165,6 +168,63 @@ def _answer_piece(sel: int) -> float:
     return _best(once, len(events))
 
 
+def _entry_piece() -> float:
+    import asyncio
+    from types import SimpleNamespace
+
+    from prometheus_client import CollectorRegistry
+
+    from echelon.core.can import Zone
+    from echelon.core.filters import parse
+    from echelon.core.schema import Schema, parse_attribute
+    from echelon.core.space import Space
+    from echelon.matcher.layout import Copy, default_zones
+    from echelon.matcher.peers import TierView
+    from echelon.matcher.sample import EventSampler
+    from echelon.matcher.server import MatcherMetrics, MatcherServicer
+    from echelon.matcher.tier import Tier
+    from echelon.runtime.wire import attributes_to_pb
+    from echelon.v1 import common_pb2 as pb
+    from echelon.v1 import matcher_pb2 as xpb
+    from loadtest.bench_events.workload import SCHEMA, subscriptions
+
+    class Alone:  # no peer: the plan gives every zone to m0, the layout is switched to by hand
+        async def sync(self, *args):
+            raise ConnectionError
+
+        async def store(self, *args):
+            return None
+
+    schema = Schema(tuple(parse_attribute(a) for a in SCHEMA))
+    ids = ["m0", "m1", "m2"]
+    zones = [Zone(z.id, z.low, z.high, "m0") for z in default_zones("bench", Space.of(schema), ids)[0]]
+    batches = [xpb.MatchRequest(batch_id=i, agents_only=True, events=[pb.Event(topic="bench",
+                                                                                attributes=attributes_to_pb(e))])
+               for i, e in enumerate(_events(200))]
+    loop = asyncio.new_event_loop()
+
+    async def setup():
+        tier = Tier("m0", Alone(), lambda: 1)
+        tier.update_view(TierView({m: 1 for m in ids}, {"bench": schema}, {"bench": zones}, 1))
+        ts = tier.layouts.topics["bench"]
+        while not ts.pending.ready:
+            await asyncio.sleep(0.01)
+        ts.active, ts.pending = ts.pending, None
+        tier.store.install([Copy(str(s.index), f"agent-{s.index % 3 + 1}", "bench", 1, parse(s.echelon_filter()))
+                            for s in subscriptions(2, 50)], lambda held, new: None)
+        node = SimpleNamespace(tier=tier, events=EventSampler())
+        node.metrics = MatcherMetrics(CollectorRegistry(), tier)
+        return MatcherServicer(node)
+
+    entry = loop.run_until_complete(setup())
+
+    async def run():
+        for b in batches:
+            await entry._entry(b)
+
+    return _best(lambda: loop.run_until_complete(run()), len(batches))
+
+
 class _Link:
     """A relay link that queues frames (their futures settled by the piece)."""
 
@@ -292,6 +352,7 @@ PIECES = {
     "match 20% (matcher CDM)": lambda: _match_piece(20),
     "matcher answer 2%": lambda: _answer_piece(2),
     "matcher answer 20%": lambda: _answer_piece(20),
+    "matcher entry, lone event": _entry_piece,
     "client encode (publish)": _encode_piece,
     "relay root, 256 events": _relay_root_piece,
     "relay receive, frame of 170": _relay_receive_piece,

@@ -60,10 +60,12 @@ class Fanout:
         for i, (topic, _) in enumerate(events):
             groups[topic].append(i)
         deadline = asyncio.get_running_loop().time() + self.deadline
-        await asyncio.gather(*(self._match_topic(t, [events[i][1] for i in idxs],
-                                                 None if wire is None else [wire[i] for i in idxs], idxs, out,
-                                                 deadline, agents_only, weights)
-                               for t, idxs in groups.items()))
+        parts = [self._match_topic(t, [events[i][1] for i in idxs], None if wire is None else [wire[i] for i in idxs],
+                                   idxs, out, deadline, agents_only, weights) for t, idxs in groups.items()]
+        if len(parts) == 1:
+            await parts[0]  # no task of its own: a lone event's answer one loop turn sooner
+        else:
+            await asyncio.gather(*parts)
         return out
 
     async def _match_topic(self, topic: str, events: list[Mapping[str, object]], wire: list | None,
@@ -86,8 +88,7 @@ class Fanout:
                 await self.wait_change(deadline, f"no member of some zone of topic {topic!r} is reachable")
                 failed.clear()
                 continue
-            results = await asyncio.gather(*(self._zones_at(p, topic, layout.key, events, wire, z, agents_only)
-                                             for p, z in plan.items()), return_exceptions=True)
+            results = await self._ask(topic, layout.key, events, wire, plan, agents_only)
             errors = [r for r in results if isinstance(r, BaseException)]
             if not errors:
                 for part in results:
@@ -133,6 +134,28 @@ class Fanout:
             self._rr += 1
             plan[self.me if self.me in members else members[self._rr % len(members)]][zone] = idxs
         return plan
+
+    async def _ask(self, topic: str, key: str, events: list[Mapping[str, object]], wire: list | None,
+                   plan: dict[str, dict[str, list[int]]], agents_only: bool) -> list:
+        """Each member's part of the plan, or the exception it raised: the entry's own at
+        once, then one peer's awaited here, several peers' together (a task each)."""
+        calls = [self._zones_at(p, topic, key, events, wire, z, agents_only)
+                 for p, z in sorted(plan.items(), key=lambda pz: pz[0] != self.me)]
+        results: list = []
+        if len(calls) > 1 + (self.me in plan):
+            if self.me in plan:
+                results += await self._ask_one(calls.pop(0))
+            return results + await asyncio.gather(*calls, return_exceptions=True)
+        for call in calls:
+            results += await self._ask_one(call)
+        return results
+
+    @staticmethod
+    async def _ask_one(call) -> list:
+        try:
+            return [await call]
+        except Exception as e:  # noqa: BLE001 - as gather(return_exceptions=True) would
+            return [e]
 
     async def _zones_at(self, peer: str, topic: str, key: str, events: list[Mapping[str, object]],
                         wire: list | None, zones: dict[str, list[int]], agents_only: bool) -> dict[int, object]:
