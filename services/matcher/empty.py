@@ -97,13 +97,13 @@ class EmptyZones:
                     out.append((topic, L.key, zone))
         return out
 
-    def _expire(self, now: float) -> None:
-        for topic in list(self.grants):
-            zones = self.grants[topic]
+    def _expire(self, now: float, topics=None) -> None:
+        for topic in list(self.grants if topics is None else topics):
+            zones = self.grants.get(topic, {})
             for k in [k for k, g in zones.items() if max(g.values(), default=0.0) <= now]:
                 del zones[k]
             if not zones:
-                del self.grants[topic]
+                self.grants.pop(topic, None)
 
     @asynccontextmanager
     async def fence(self, topic: str, copies: Sequence[Copy]):
@@ -126,17 +126,20 @@ class EmptyZones:
         zones = self.grants.get(topic)
         if not zones or not copies:
             return []
-        self._expire(self.clock())
+        self._expire(self.clock(), [topic])
         ts = self.layouts.topics.get(topic)
         out: list[ZoneRef] = []
         hit: dict[str, set[str]] = {}
+        points: dict[int, list] = {}  # by space: the layouts of one schema share theirs
         for key, zone in list(self.grants.get(topic, ())):
             L = ts.find(key) if ts else None
             if L is None:
                 out.append((topic, key, zone))
                 continue
             if key not in hit:
-                hit[key] = L.primaries([L.space.subscription_point(c.filter) for c in copies])
+                if id(L.space) not in points:
+                    points[id(L.space)] = [L.space.subscription_point(c.filter) for c in copies]
+                hit[key] = L.primaries(points[id(L.space)])
             if zone in hit[key]:
                 out.append((topic, key, zone))
         return out
