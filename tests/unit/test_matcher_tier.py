@@ -31,7 +31,7 @@ from tests.unit.test_space import events, filters, schemas
 
 
 LOOSE = [0, 1, 2, 2.5, -3, "", "a", "ab", "b"]
-LEASE = 0.3  # promises of empty zones (empty.py) short: a crash makes registrations wait one
+LEASE = 0.01  # of promises of empty zones (empty.py): a crash makes a registration wait one
 
 
 @st.composite
