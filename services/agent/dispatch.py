@@ -36,7 +36,8 @@ from echelon.v1 import matcher_pb2 as xpb
 log = logging.getLogger("echelon.agent.dispatch")
 
 MAX_BATCH = 512
-DEPTH = 4  # match batches in flight (module doc)
+DEPTH = 4  # match batches in flight at most (module doc)
+AHEAD_EVENTS = 32  # events in flight past which no other batch joins them (module doc)
 
 
 class Dispatcher:
@@ -50,7 +51,8 @@ class Dispatcher:
         self._queue: asyncio.Queue[tuple[list[pb.Event], list[bytes | PayloadStream], asyncio.Future, bool]] = \
             asyncio.Queue()
         self._rounds: asyncio.Queue[tuple[list, list[pb.Event], asyncio.Future]] = asyncio.Queue()
-        self._slots = asyncio.Semaphore(DEPTH)
+        self._out = self._out_events = 0  # batches sent and not yet handed on, their events
+        self._freed = asyncio.Event()
 
     def submit(self, events: list[pb.Event], payloads: list[bytes | PayloadStream], alone: bool = False
                ) -> asyncio.Future:
@@ -63,18 +65,23 @@ class Dispatcher:
         return future
 
     async def run(self) -> None:
-        """Take whole units into a batch and send it to be matched, at most DEPTH batches
-        unanswered or not yet handed on; `_apply` hands on their answers in the order sent."""
+        """Take whole units into a batch and send it to be matched, while fewer than DEPTH
+        batches and AHEAD_EVENTS events are unanswered or not yet handed on (the first
+        always goes); `_apply` hands on their answers in the order sent."""
         applier = asyncio.create_task(self._apply(), name="dispatch-apply")
         try:
             while True:
                 units = [await self._queue.get()]
-                await self._slots.acquire()  # units that come meanwhile join this batch
+                while self._out and (self._out >= DEPTH or self._out_events >= AHEAD_EVENTS):
+                    self._freed.clear()  # units that come meanwhile join this batch
+                    await self._freed.wait()
                 size = len(units[0][0])
                 while size < MAX_BATCH and not self._queue.empty():
                     units.append(self._queue.get_nowait())
                     size += len(units[-1][0])
                 events = [e for unit in units for e in unit[0]]
+                self._out += 1
+                self._out_events += size
                 self._rounds.put_nowait((units, events, await self.matching.send(events)))
         finally:
             applier.cancel()
@@ -97,7 +104,9 @@ class Dispatcher:
                     if not future.done():
                         future.set_exception(Unavailable(f"dispatch failed: {e}"))
             finally:
-                self._slots.release()
+                self._out -= 1
+                self._out_events -= len(events)
+                self._freed.set()
 
     async def _fan_out(self, units, events: list[pb.Event], results: list[xpb.MatchResult]) -> None:
         """Local delivery here, this region's destinations to the data plane as the root,
