@@ -107,10 +107,12 @@ def install() -> list[str]:
         return _admit
 
     def match(original):
-        async def send(self, events, *a, **kw):
-            ids = _keys(events)
+        from echelon.v1 import common_pb2 as pb
+
+        async def send(self, encoded, *a, **kw):
+            ids = _keys(pb.Event.FromString(data) for data in encoded)
             sink.stamp("match out", ids)
-            answer = await original(self, events, *a, **kw)  # the batch's future: done when answered
+            answer = await original(self, encoded, *a, **kw)  # the batch's future: done when answered
             answer.add_done_callback(lambda _: sink.stamp("match back", ids))
             return answer
         return send

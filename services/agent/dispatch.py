@@ -50,7 +50,7 @@ class Dispatcher:
         self.deliver = deliver
         self._queue: asyncio.Queue[tuple[list[pb.Event], list[bytes | PayloadStream], asyncio.Future, bool]] = \
             asyncio.Queue()
-        self._rounds: asyncio.Queue[tuple[list, list[pb.Event], asyncio.Future]] = asyncio.Queue()
+        self._rounds: asyncio.Queue[tuple[list, list[pb.Event], list[bytes], asyncio.Future]] = asyncio.Queue()
         self._out = self._out_events = 0  # batches sent and not yet handed on, their events
         self._freed = asyncio.Event()
 
@@ -80,18 +80,19 @@ class Dispatcher:
                     units.append(self._queue.get_nowait())
                     size += len(units[-1][0])
                 events = [e for unit in units for e in unit[0]]
+                encoded = [e.SerializeToString() for e in events]  # once: to the matcher, then down the trees
                 self._out += 1
                 self._out_events += size
-                self._rounds.put_nowait((units, events, await self.matching.send(events)))
+                self._rounds.put_nowait((units, events, encoded, await self.matching.send(encoded)))
         finally:
             applier.cancel()
 
     async def _apply(self) -> None:
         """Each batch's answer, in the order the batches were sent (FIFO per producer)."""
         while True:
-            units, events, answer = await self._rounds.get()
+            units, events, encoded, answer = await self._rounds.get()
             try:
-                await self._fan_out(units, events, await answer)
+                await self._fan_out(units, events, encoded, await answer)
             except EchelonError as e:
                 for _, _, future, _ in units:
                     if not future.done():
@@ -108,7 +109,8 @@ class Dispatcher:
                 self._out_events -= len(events)
                 self._freed.set()
 
-    async def _fan_out(self, units, events: list[pb.Event], results: list[xpb.MatchResult]) -> None:
+    async def _fan_out(self, units, events: list[pb.Event], encoded: list[bytes],
+                       results: list[xpb.MatchResult]) -> None:
         """Local delivery here, this region's destinations to the data plane as the root,
         other regions' to the gateway."""
         alive, dead = self.plane.trees.alive, self.plane.trees.dead
@@ -145,10 +147,10 @@ class Dispatcher:
         # Accepted: held here. The futures report delivery once every destination has it.
         may_wait = not any(unit[3] for unit in units)  # no publisher waits on these alone
         if any(r[2] for r in remote):  # at once: a payload still arriving is read by both
-            delivered, handed = await asyncio.gather(self.plane.publish(items, may_wait),
-                                                     self.gateway.publish(remote, may_wait))
+            delivered, handed = await asyncio.gather(self.plane.publish(items, may_wait, encoded),
+                                                     self.gateway.publish(remote, may_wait, encoded))
         else:
-            delivered, handed = await self.plane.publish(items, may_wait), [None] * len(items)
+            delivered, handed = await self.plane.publish(items, may_wait, encoded), [None] * len(items)
         at = 0
         for unit_events, _, future, _ in units:
             end = at + len(unit_events)

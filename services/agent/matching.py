@@ -50,7 +50,7 @@ import grpc
 
 from echelon.runtime.errors import Unavailable
 from echelon.runtime.member import MemberClient, lifetime
-from echelon.v1 import common_pb2 as pb
+from echelon.runtime.wire import length_delimited
 from echelon.v1 import matcher_pb2 as xpb
 from echelon.v1 import matcher_pb2_grpc as xgrpc
 from echelon.v1 import membership_pb2 as mpb
@@ -66,6 +66,8 @@ REMOVE_BATCH = 1000
 FLUSH_SECONDS = 2.0  # at stop, queued removals are sent for at most this long
 FRESH_SECONDS = 30.0  # a matcher this agent refilled this recently is sent removals directly too
 SWITCH_SECONDS = 1.0  # at most one move to the suggested entry per this long (no flapping)
+MATCH_METHOD = "/echelon.v1.Matcher/Match"  # written as bytes (`send`), not through the stub
+EVENTS_TAG = 2 << 3 | 2  # MatchRequest.events, length-delimited
 
 
 class MatchClient:
@@ -94,11 +96,14 @@ class MatchClient:
         self._clock = 0
         self._refill: asyncio.Task | None = None
 
-    def _stub(self, m: mpb.Member) -> xgrpc.MatcherStub:
+    def _channel(self, m: mpb.Member) -> grpc.aio.Channel:
         ch = self._channels.get(m.address)
         if ch is None:
             ch = self._channels[m.address] = self.membership.transport.dial(m.address)
-        return xgrpc.MatcherStub(ch)
+        return ch
+
+    def _stub(self, m: mpb.Member) -> xgrpc.MatcherStub:
+        return xgrpc.MatcherStub(self._channel(m))
 
     def matchers(self) -> list[mpb.Member]:
         return self.membership.alive(mpb.ROLE_MATCHER)
@@ -267,20 +272,21 @@ class MatchClient:
             self._refill = None
             self.on_view()
 
-    async def send(self, events: list[pb.Event]) -> asyncio.Future:
-        """Send a batch to be matched behind the batches still unanswered (pipelined: the
-        caller bounds how many); the future gives its results, agents only, or Unavailable
-        when no matcher answered within `timeout`. Answers come in the order sent, from
-        whichever matcher holds the stream: when it fails, every unanswered batch is sent
-        again, in order, to the next one (`_serve`)."""
-        request = xpb.MatchRequest(batch_id=next(self._batch_ids), agents_only=True)
-        add = request.events.add
-        for event in events:  # add + CopyFrom: a fifth of the cost of `events=` (upb)
-            add().CopyFrom(event)
+    async def send(self, encoded: list[bytes]) -> asyncio.Future:
+        """Send a batch of serialized events to be matched behind the batches still
+        unanswered (pipelined: the caller bounds how many); the future gives its results,
+        agents only, or Unavailable when no matcher answered within `timeout`. Answers come
+        in the order sent, from whichever matcher holds the stream: when it fails, every
+        unanswered batch is sent again, in order, to the next one (`_serve`)."""
+        batch_id = next(self._batch_ids)
+        # The request's bytes from the events' (the root sends the same bytes on): no event
+        # copied into a MatchRequest and serialized again (2.4x cheaper per event).
+        request = xpb.MatchRequest(batch_id=batch_id, agents_only=True).SerializeToString() + \
+            b"".join([length_delimited(EVENTS_TAG, data) for data in encoded])
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         async with self._lock:  # one writer: a failover's re-sends and new batches keep their order
-            self._out.append(_Round(request, future, loop.time() + self.timeout))
+            self._out.append(_Round(batch_id, request, future, loop.time() + self.timeout))
             if self._server is None or self._server.done():
                 self._server = asyncio.create_task(self._serve(), name="match-stream")
             elif self._stream is not None:
@@ -305,7 +311,8 @@ class MatchClient:
                     try:
                         async with self._lock:
                             self._close_stream()
-                            stream = self._stream = self._stub(m).Match()
+                            stream = self._stream = self._channel(m).stream_stream(
+                                MATCH_METHOD, response_deserializer=xpb.MatchResponse.FromString)()
                             self._stream_matcher = m.id
                             for r in list(self._out):
                                 await stream.write(r.request)
@@ -334,7 +341,7 @@ class MatchClient:
             response = await stream.read()
             if response is grpc.aio.EOF:
                 raise Unavailable("match stream closed")
-            if not self._out or response.batch_id != self._out[0].request.batch_id:
+            if not self._out or response.batch_id != self._out[0].batch_id:
                 raise Unavailable(f"match stream answered batch {response.batch_id} out of turn")
             r = self._out.popleft()
             if not r.future.done():
@@ -373,9 +380,10 @@ class MatchClient:
 
 
 class _Round:
-    """A batch sent to be matched: its request, its future, when it stops waiting for a matcher."""
+    """A batch sent to be matched: its id, its request's bytes, its future, when it stops
+    waiting for a matcher."""
 
-    __slots__ = ("request", "future", "deadline")
+    __slots__ = ("batch_id", "request", "future", "deadline")
 
-    def __init__(self, request: xpb.MatchRequest, future: asyncio.Future, deadline: float):
-        self.request, self.future, self.deadline = request, future, deadline
+    def __init__(self, batch_id: int, request: bytes, future: asyncio.Future, deadline: float):
+        self.batch_id, self.request, self.future, self.deadline = batch_id, request, future, deadline

@@ -104,10 +104,10 @@ async def test_acks_of_requests_that_settle_together_share_a_message_when_the_cl
     agent = cluster.agent_nodes[0]
     real, gate, matched = agent.matching.send, asyncio.Event(), []
 
-    async def gated(events):
-        matched.append(len(events))
+    async def gated(encoded):
+        matched.append(len(encoded))
         await gate.wait()
-        return await real(events)
+        return await real(encoded)
 
     agent.matching.send = gated
     try:
