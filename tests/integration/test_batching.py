@@ -102,14 +102,14 @@ async def test_acks_of_requests_that_settle_together_share_a_message_when_the_cl
     c0 = cluster.client(0)
     await c0.create_topic("t")
     agent = cluster.agent_nodes[0]
-    real, gate, matched = agent.matching.match, asyncio.Event(), []
+    real, gate, matched = agent.matching.send, asyncio.Event(), []
 
-    async def gated(events):
-        matched.append(len(events))
+    async def gated(encoded):
+        matched.append(len(encoded))
         await gate.wait()
-        return await real(events)
+        return await real(encoded)
 
-    agent.matching.match = gated
+    agent.matching.send = gated
     try:
         for coalesce, producer in ((True, "c"), (False, "s")):
             gate.clear()
@@ -128,7 +128,7 @@ async def test_acks_of_requests_that_settle_together_share_a_message_when_the_cl
             else:
                 assert len(replies) == 5 and not any(r.acks for r in replies)
     finally:
-        agent.matching.match = real
+        agent.matching.send = real
 
 
 async def test_frames_of_a_publisher_waiting_alone_ask_for_their_acks_at_once(cluster):
