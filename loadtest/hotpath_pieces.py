@@ -218,7 +218,7 @@ def _relay_items(n: int):
 def _relay_root_piece() -> float:
     import asyncio
 
-    plane, links = _relay_plane("agent-0", lambda events: len(events))
+    plane, links = _relay_plane("agent-0", lambda events, *encoded: len(events))
     items = _relay_items(256)
     loop = asyncio.new_event_loop()
 
@@ -242,7 +242,7 @@ def _relay_receive_piece() -> float:
     tree's root builds it."""
     import asyncio
 
-    root, links = _relay_plane("agent-0", lambda events: len(events))
+    root, links = _relay_plane("agent-0", lambda events, *encoded: len(events))
     loop = asyncio.new_event_loop()
     try:
         for child in ("agent-1", "agent-2", "agent-3"):
@@ -253,7 +253,7 @@ def _relay_receive_piece() -> float:
     finally:
         loop.close()
     frame = links[child].frames[-1][0]  # the last: for `child` alone
-    leaf, _ = _relay_plane(child, lambda events: len(events))  # holds none: the frame is all for it
+    leaf, _ = _relay_plane(child, lambda events, *encoded: len(events))  # holds none: the frame is all for it
     acks = []
 
     def once():

@@ -68,14 +68,17 @@ class LocalDelivery:
         self.dedup = DedupWindow()  # message ids delivered here
         self._indexes: dict[str, _TopicIndex] = {}
 
-    def deliver_many(self, events: Sequence[pb.Event]) -> int:
+    def deliver_many(self, events: Sequence[pb.Event], encoded: Sequence[bytes] | None = None) -> int:
         """Offer each event (a frame's, in order) to every matching local subscription, once
-        per message id: one filter pass per topic."""
+        per message id: one filter pass per topic. `encoded`: each event's bytes as
+        received (b"": none), kept to be sent as they are (subscriptions.Pending)."""
         now = time.monotonic()
-        fresh = []
-        for event in events:
-            if self.dedup.first_time((event.id.producer_id, event.id.sequence), now):
+        fresh, data = [], []
+        first_time = self.dedup.first_time
+        for i, event in enumerate(events):
+            if first_time((event.id.producer_id, event.id.sequence), now):
                 fresh.append(event)
+                data.append(encoded[i] if encoded is not None else b"")
             else:
                 self.metrics.duplicates.inc()
         if not fresh:
@@ -97,11 +100,11 @@ class LocalDelivery:
             for i, f in zip(positions, found):
                 matched[i] = f
         offered = 0
-        for event, subs in zip(fresh, matched):
+        for event, raw, subs in zip(fresh, data, matched):
             n = 0
             for sub in subs:
                 if sub.owes(event):
-                    if sub.offer(event):
+                    if sub.offer(event, data=raw):
                         n += 1
                     else:
                         self._overflow(sub)

@@ -26,16 +26,26 @@ from echelon.agent.slices import ChunkStream
 from echelon.core.filters import Filter
 from echelon.runtime.errors import InvalidArgument
 from echelon.v1 import common_pb2 as pb
+from echelon.v1 import pubsub_pb2 as ppb
 
 CLOCK_SKEW_NS = 500_000_000
 MAX_NACK_DELAY = 600.0  # seconds, as Google Pub/Sub's longest retry backoff
 
 
-@dataclass
+@dataclass(slots=True)
 class Pending:
     event: pb.Event
     redeliveries: int = 0
     stream: ChunkStream | None = None  # a sliced payload, handed out as it arrives (slices.py)
+    data: bytes = b""  # the event as the root serialized it (RelayMessage.encoded_event), if it came so
+
+    def into(self, d: ppb.Delivery, encoded: bool) -> None:
+        """Set the event of Delivery `d`: the bytes it came in, to a client that reads them
+        (`encoded`), else copied (issue 12: half the agent's cost per delivery)."""
+        if encoded and self.data:
+            d.encoded_event = self.data
+        else:
+            d.event.CopyFrom(self.event)  # in place: a fifth of the cost of event= (upb)
 
 
 class Subscription:
@@ -65,16 +75,16 @@ class Subscription:
         t = event.publish_time_unix_nanos
         return not t or t >= self.created_ns - CLOCK_SKEW_NS
 
-    def offer(self, event: pb.Event, stream: ChunkStream | None = None) -> bool:
-        """Queue an event for delivery (a sliced payload: its head and chunk stream);
-        False (and overflowed) past the backlog bound."""
+    def offer(self, event: pb.Event, stream: ChunkStream | None = None, data: bytes = b"") -> bool:
+        """Queue an event for delivery (a sliced payload: its head and chunk stream; `data`:
+        its bytes as received, if it came so); False (and overflowed) past the backlog bound."""
         if self.closed:
             return False
         if self.depth >= self.max_backlog:
             self.overflowed = True
             self.changed.set()
             return False
-        self.backlog.append(Pending(event, stream=stream))
+        self.backlog.append(Pending(event, 0, stream, data))
         self.changed.set()
         return True
 

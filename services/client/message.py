@@ -3,7 +3,9 @@ subscription is receiving (`Sliced`, `_Incoming`), for client/subscription.py.
 
 A Message wraps the Delivery it came in (issue 12): its fields are read from it when
 asked, and `attributes` is converted to Python values on first use, not for every
-message received (an application that reads only the payload never pays for it).
+message received (an application that reads only the payload never pays for it). A
+whole event comes as the bytes the publishing agent serialized (`encoded_event`: its
+subscriber's agent neither copies nor re-encodes it), decoded on first use.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import TYPE_CHECKING, Callable
 from echelon.client.errors import DataLoss, EchelonError, FailedPrecondition, InvalidArgument
 from echelon.core.schema import Value
 from echelon.runtime.wire import attributes_from_pb
+from echelon.v1 import common_pb2 as pb
 from echelon.v1 import pubsub_pb2 as ppb
 
 if TYPE_CHECKING:
@@ -29,41 +32,48 @@ CHUNKS_AHEAD = 64  # chunks of a streamed payload received ahead of the applicat
 class Message:
     """One delivery. Settle it with `ack()` or `nack(delay=...)`; the first settles, later calls do nothing."""
 
-    __slots__ = ("_delivery", "_subscription", "_chunks", "_attributes", "delivery_id", "settled")
+    __slots__ = ("_delivery", "_subscription", "_chunks", "_attributes", "_decoded", "delivery_id", "settled")
 
     def __init__(self, delivery: ppb.Delivery, subscription: "Subscription", chunks: "_Incoming | None" = None):
         self._delivery = delivery
         self._subscription = subscription
         self._chunks = chunks
         self._attributes: dict[str, Value] | None = None
+        self._decoded: pb.Event | None = None
         self.delivery_id: int = delivery.delivery_id
         self.settled = False
 
     @property
+    def _event(self) -> pb.Event:
+        if self._decoded is None:
+            self._decoded = event_of(self._delivery)
+        return self._decoded
+
+    @property
     def attributes(self) -> dict[str, Value]:
         if self._attributes is None:
-            self._attributes = attributes_from_pb(self._delivery.event.attributes)
+            self._attributes = attributes_from_pb(self._event.attributes)
         return self._attributes
 
     @property
     def topic(self) -> str:
-        return self._delivery.event.topic
+        return self._event.topic
 
     @property
     def payload(self) -> bytes:
-        return self._delivery.event.payload
+        return self._event.payload
 
     @property
     def producer_id(self) -> str:
-        return self._delivery.event.id.producer_id
+        return self._event.id.producer_id
 
     @property
     def sequence(self) -> int:
-        return self._delivery.event.id.sequence
+        return self._event.id.sequence
 
     @property
     def ordering_key(self) -> str:
-        return self._delivery.event.ordering_key
+        return self._event.ordering_key
 
     @property
     def redelivery_count(self) -> int:
@@ -71,12 +81,12 @@ class Message:
 
     @property
     def publish_time_ns(self) -> int:
-        return self._delivery.event.publish_time_unix_nanos
+        return self._event.publish_time_unix_nanos
 
     @property
     def payload_size(self) -> int:
         """Its payload's size (of a streamed payload too, whose `payload` is empty: read `chunks()`)."""
-        return self._delivery.payload_size or len(self._delivery.event.payload)
+        return self._delivery.payload_size or len(self._event.payload)
 
     @property
     def streamed(self) -> bool:
@@ -113,6 +123,11 @@ class Message:
     async def nack(self, delay: float = 0.0) -> None:
         """Not processed: the agent redelivers it after `delay` seconds (0 to 600)."""
         self._subscription._settle((self,), check_delay(delay))
+
+
+def event_of(d: ppb.Delivery) -> pb.Event:
+    """A delivery's event: decoded from the bytes it came in, or as it came."""
+    return pb.Event.FromString(d.encoded_event) if d.encoded_event else d.event
 
 
 def check_delay(delay: float) -> float:

@@ -59,7 +59,7 @@ from echelon.client.acks import Flusher, Settlements
 from echelon.client.callbacks import dispatch
 from echelon.client.errors import (ClientClosed, EchelonError, FailedPrecondition, InvalidArgument,
                                    Timeout, Unavailable, from_rpc_error, from_status)
-from echelon.client.message import Message, Sliced, _Incoming, check_delay
+from echelon.client.message import Message, Sliced, _Incoming, check_delay, event_of
 from echelon.client.shared import SharedStream
 from echelon.core.filters import Filter
 from echelon.runtime.transport import SUBSCRIPTION_KEY
@@ -92,7 +92,8 @@ class Subscription:
         self.name = name
         self.max_outstanding = max_outstanding
         self.callback_errors = 0  # callbacks that raised (their messages were nacked)
-        open_ = ppb.SubscriptionOpen(topic=topic, subscription=name, credits=max_outstanding, durable=durable)
+        open_ = ppb.SubscriptionOpen(topic=topic, subscription=name, credits=max_outstanding, durable=durable,
+                                     encoded_events=True)
         # Durable: message ids acked through this client under this name, so a redelivery after
         # a failover is acked again, not handed out (client/durable.py).
         self._acked: OrderedDict[tuple[str, int], None] | None = \
@@ -335,7 +336,8 @@ class Subscription:
 
     def _acked_before(self, d: ppb.Delivery) -> bool:
         """Acked by us before (durable): acked again, not handed out."""
-        if (d.event.id.producer_id, d.event.id.sequence) not in self._acked:
+        event = event_of(d)
+        if (event.id.producer_id, event.id.sequence) not in self._acked:
             return False
         self.acked_redeliveries += 1
         self.settlements.ack(d.delivery_id, self._credit(), handed=False)
