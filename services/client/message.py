@@ -4,8 +4,9 @@ subscription is receiving (`Sliced`, `_Incoming`), for client/subscription.py.
 A Message wraps the Delivery it came in (issue 12): its fields are read from it when
 asked, and `attributes` is converted to Python values on first use, not for every
 message received (an application that reads only the payload never pays for it). A
-whole event comes as the bytes the publishing agent serialized (`encoded_event`: its
-subscriber's agent neither copies nor re-encodes it), decoded on first use.
+relayed event comes as the bytes the publishing agent serialized (`encoded_event`: the
+subscriber's agent neither copies nor re-encodes it), read as an Event by the parse of
+the whole Delivery (`subscribe_call`: DeliveryRead).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from typing import TYPE_CHECKING, Callable
+
+import grpc
 
 from echelon.client.errors import DataLoss, EchelonError, FailedPrecondition, InvalidArgument
 from echelon.core.schema import Value
@@ -25,6 +28,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("echelon.client")
 
+SUBSCRIBE = f"/{ppb.DESCRIPTOR.services_by_name['PubSub'].full_name}/Subscribe"
 MAX_NACK_DELAY = 600.0  # seconds; the agent refuses more
 CHUNKS_AHEAD = 64  # chunks of a streamed payload received ahead of the application (64 KiB each by default)
 
@@ -34,7 +38,7 @@ class Message:
 
     __slots__ = ("_delivery", "_subscription", "_chunks", "_attributes", "_decoded", "delivery_id", "settled")
 
-    def __init__(self, delivery: ppb.Delivery, subscription: "Subscription", chunks: "_Incoming | None" = None):
+    def __init__(self, delivery: ppb.DeliveryRead, subscription: "Subscription", chunks: "_Incoming | None" = None):
         self._delivery = delivery
         self._subscription = subscription
         self._chunks = chunks
@@ -45,9 +49,11 @@ class Message:
 
     @property
     def _event(self) -> pb.Event:
-        if self._decoded is None:
-            self._decoded = event_of(self._delivery)
-        return self._decoded
+        event = self._decoded
+        if event is None:  # event_of, inlined: once per message
+            d = self._delivery
+            event = self._decoded = d.encoded_event if d.HasField("encoded_event") else d.event
+        return event
 
     @property
     def attributes(self) -> dict[str, Value]:
@@ -125,9 +131,15 @@ class Message:
         self._subscription._settle((self,), check_delay(delay))
 
 
-def event_of(d: ppb.Delivery) -> pb.Event:
-    """A delivery's event: decoded from the bytes it came in, or as it came."""
-    return pb.Event.FromString(d.encoded_event) if d.encoded_event else d.event
+def subscribe_call(channel: grpc.aio.Channel) -> grpc.aio.StreamStreamCall:
+    """A Subscribe call whose Deliveries are read as DeliveryRead."""
+    return channel.stream_stream(SUBSCRIBE, request_serializer=ppb.SubscribeRequest.SerializeToString,
+                                 response_deserializer=ppb.DeliveryRead.FromString)()
+
+
+def event_of(d: ppb.DeliveryRead) -> pb.Event:
+    """A delivery's event: as it came in the agent's bytes (`encoded_event`), or as a message."""
+    return d.encoded_event if d.HasField("encoded_event") else d.event
 
 
 def check_delay(delay: float) -> float:
@@ -141,7 +153,7 @@ class _Incoming:
 
     __slots__ = ("head", "whole", "parts", "queue", "read", "dropped")
 
-    def __init__(self, head: ppb.Delivery, whole: bool):
+    def __init__(self, head: ppb.DeliveryRead, whole: bool):
         self.head = head
         self.whole = whole
         self.parts: list[bytes] = []
@@ -174,7 +186,7 @@ class Sliced:
     def __contains__(self, delivery_id: int) -> bool:
         return delivery_id in self.incoming
 
-    async def receive(self, d: ppb.Delivery) -> None:
+    async def receive(self, d: ppb.DeliveryRead) -> None:
         """A sliced payload's head or one of its pieces."""
         if d.chunked:
             incoming = self.incoming[d.delivery_id] = _Incoming(d, d.payload_size <= self.max_whole)

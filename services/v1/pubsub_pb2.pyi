@@ -271,3 +271,39 @@ class SubscriptionClose(_message.Message):
     SID_FIELD_NUMBER: _ClassVar[int]
     sid: int
     def __init__(self, sid: _Optional[int] = ...) -> None: ...
+
+class DeliveryRead(_message.Message):
+    __slots__ = ("delivery_id", "subscription", "event", "redelivery_count", "batch", "chunked", "payload_size", "chunk", "chunk_offset", "last", "aborted", "sid", "opened", "code", "error", "encoded_event")
+    DELIVERY_ID_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    EVENT_FIELD_NUMBER: _ClassVar[int]
+    REDELIVERY_COUNT_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
+    CHUNKED_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_SIZE_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LAST_FIELD_NUMBER: _ClassVar[int]
+    ABORTED_FIELD_NUMBER: _ClassVar[int]
+    SID_FIELD_NUMBER: _ClassVar[int]
+    OPENED_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    ENCODED_EVENT_FIELD_NUMBER: _ClassVar[int]
+    delivery_id: int
+    subscription: str
+    event: _common_pb2.Event
+    redelivery_count: int
+    batch: _containers.RepeatedCompositeFieldContainer[DeliveryRead]
+    chunked: bool
+    payload_size: int
+    chunk: bytes
+    chunk_offset: int
+    last: bool
+    aborted: str
+    sid: int
+    opened: str
+    code: int
+    error: str
+    encoded_event: _common_pb2.Event
+    def __init__(self, delivery_id: _Optional[int] = ..., subscription: _Optional[str] = ..., event: _Optional[_Union[_common_pb2.Event, _Mapping]] = ..., redelivery_count: _Optional[int] = ..., batch: _Optional[_Iterable[_Union[DeliveryRead, _Mapping]]] = ..., chunked: _Optional[bool] = ..., payload_size: _Optional[int] = ..., chunk: _Optional[bytes] = ..., chunk_offset: _Optional[int] = ..., last: _Optional[bool] = ..., aborted: _Optional[str] = ..., sid: _Optional[int] = ..., opened: _Optional[str] = ..., code: _Optional[int] = ..., error: _Optional[str] = ..., encoded_event: _Optional[_Union[_common_pb2.Event, _Mapping]] = ...) -> None: ...
