@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from dataclasses import dataclass
 
 from echelon.agent.slices import ChunkStream
 from echelon.core.filters import Filter
@@ -32,20 +31,31 @@ CLOCK_SKEW_NS = 500_000_000
 MAX_NACK_DELAY = 600.0  # seconds, as Google Pub/Sub's longest retry backoff
 
 
-@dataclass(slots=True)
 class Pending:
-    event: pb.Event
-    redeliveries: int = 0
-    stream: ChunkStream | None = None  # a sliced payload, handed out as it arrives (slices.py)
-    data: bytes = b""  # the event as the root serialized it (RelayMessage.encoded_event), if it came so
+    """A delivery owed: its event, or (relayed) the bytes the root serialized it in alone
+    (`data`: sent on as they are, and the payload is not held twice in the backlog)."""
+
+    __slots__ = ("_event", "redeliveries", "stream", "data")
+
+    def __init__(self, event: pb.Event, redeliveries: int = 0, stream: ChunkStream | None = None, data: bytes = b""):
+        self._event = None if data else event
+        self.redeliveries = redeliveries
+        self.stream = stream  # a sliced payload, handed out as it arrives (slices.py)
+        self.data = data
+
+    @property
+    def event(self) -> pb.Event:
+        return self._event if self._event is not None else pb.Event.FromString(self.data)
 
     def into(self, d: ppb.Delivery, encoded: bool) -> None:
         """Set the event of Delivery `d`: the bytes it came in, to a client that reads them
-        (`encoded`), else copied (issue 12: half the agent's cost per delivery)."""
+        (`encoded`), else as a message (issue 12: half the agent's cost per delivery)."""
         if encoded and self.data:
             d.encoded_event = self.data
+        elif self.data:
+            d.event.MergeFromString(self.data)
         else:
-            d.event.CopyFrom(self.event)  # in place: a fifth of the cost of event= (upb)
+            d.event.CopyFrom(self._event)  # in place: a fifth of the cost of event= (upb)
 
 
 class Subscription:

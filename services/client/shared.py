@@ -135,7 +135,7 @@ class SharedStream:
                     sub = self.subs.get(d.sid)
                     if sub is None:
                         continue  # closed here meanwhile: the agent takes it back with the close
-                    if d.chunked or d.delivery_id in sub._sliced:  # never in a batch
+                    if d.chunked or d.delivery_id in sub._sliced.incoming:  # never in a batch
                         await sub._sliced.receive(d)
                     else:
                         by_sub.setdefault(d.sid, []).append(d)

@@ -32,9 +32,11 @@ def _event(rnd: random.Random, seq: int, topic: str = "t") -> pb.Event:
                     publish_time_unix_nanos=2**62)
 
 
-@pytest.mark.parametrize("compiled_subs", [delivery.COMPILED_SUBS, 0])
-def test_frames_match_brute_force(monkeypatch, compiled_subs):
-    """As it is, and with every topic past COMPILED_SUBS (large frames then go through the index)."""
+@pytest.mark.parametrize("compiled_subs,encoded", [(delivery.COMPILED_SUBS, False), (0, False),
+                                                   (delivery.COMPILED_SUBS, True)])
+def test_frames_match_brute_force(monkeypatch, compiled_subs, encoded):
+    """As it is, and with every topic past COMPILED_SUBS (large frames then go through the
+    index); `encoded`: the events come with their bytes (relayed), which the backlog keeps."""
     monkeypatch.setattr(delivery, "COMPILED_SUBS", compiled_subs)
     rnd = random.Random(5)
     subs: dict[str, Subscription] = {}
@@ -63,9 +65,10 @@ def test_frames_match_brute_force(monkeypatch, compiled_subs):
                 if s.topic == e.topic and s.filter.matches({k: getattr(v, v.WhichOneof("kind"))
                                                             for k, v in e.attributes.items()}):
                     want.setdefault(s.name, []).append(e.id.sequence)
-        d.deliver_many(frame)
+        d.deliver_many(frame, [e.SerializeToString() for e in frame] if encoded else None)
         for s in subs.values():
             got = [p.event.id.sequence for p in s.backlog]
+            assert all((p.data == p.event.SerializeToString()) == encoded for p in s.backlog)
             assert got == want.get(s.name, []), (round_, s.name, str(s.filter))
     assert any(i.index is not None for i in d._indexes.values()) == (compiled_subs == 0), \
         "the index is used past COMPILED_SUBS only"
