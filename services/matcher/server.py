@@ -40,6 +40,7 @@ from echelon.v1 import membership_pb2 as mpb
 
 log = logging.getLogger("echelon.matcher")
 
+AHEAD = 16  # an agent's Match batches matched at once on one stream (it keeps 4 in flight)
 QUIET = 1.5  # seconds without a call from another matcher (they Sync every second): drained
 
 
@@ -181,8 +182,29 @@ class MatcherServicer(xgrpc.MatcherServicer):
 
     async def Match(self, request_iterator, context):
         require_member(context, None, ("agent", "matcher"), "Match")
-        async for batch in request_iterator:
-            yield self._holder(batch) if batch.layout else await self._entry(batch)
+        # An agent keeps a few batches in flight (agent/matching.py): each is matched as it
+        # is read, its answer goes back in order; past AHEAD unanswered, reading waits.
+        answers: asyncio.Queue = asyncio.Queue(AHEAD)
+
+        async def read():
+            try:
+                async for batch in request_iterator:
+                    await answers.put(self._holder(batch) if batch.layout else asyncio.ensure_future(self._entry(batch)))
+            except Exception as e:  # noqa: BLE001 - ends the stream after the answers before it
+                await answers.put(e)
+            await answers.put(None)
+
+        reader = asyncio.create_task(read())
+        try:
+            while (answer := await answers.get()) is not None:
+                if isinstance(answer, Exception):
+                    raise answer
+                yield answer if isinstance(answer, xpb.MatchResponse) else await answer
+        finally:
+            reader.cancel()
+            while not answers.empty():
+                if isinstance(answer := answers.get_nowait(), asyncio.Future):
+                    answer.cancel()
 
     async def _entry(self, batch: xpb.MatchRequest) -> xpb.MatchResponse:
         """An agent's batch: every zone its events meet, here or at their holders."""
