@@ -50,10 +50,11 @@ def _count_subscribe_messages() -> dict[str, int]:
     return count
 
 
-async def _cluster(seconds: float, selectivity: int = 2) -> dict:
+async def _cluster(seconds: float, selectivity: int = 2, publishers: int = 1) -> dict:
     """One Echelon cluster (loadtest.bench_events' processes, 1 publisher): a saturation
     cell and a 1k/s cell, batch-DELIVERED; per-service CPU per 1,000 events in each, and
-    the subscribers' Subscribe messages per event."""
+    the subscribers' Subscribe messages per event. `publishers` above 1: a third cell,
+    saturation with that many publishers on the one agent (they share its dispatcher)."""
     try:
         from echelon.runtime.loop import started
     except ImportError:  # a base tree from before it: the GC's defaults
@@ -76,13 +77,12 @@ async def _cluster(seconds: float, selectivity: int = 2) -> dict:
         await system.open_subs(subs, pool, run.deliver)
         await run.warm_up(system, subs, pool)
         started()
-        for rate in (None, 1000):
-            sends = await system.publishers(1, "batch-DELIVERED", pool)
+        for name, rate, n in (("max", None, 1), (1000, 1000, 1), ("many", None, publishers))[:2 + (publishers > 1)]:
+            sends = await system.publishers(n, "batch-DELIVERED", pool)
             before = dict(count)
-            rows[rate or "max"] = await run.cell(system, sends, rate, pool, subs, {
-                "system": "echelon", "mode": "batch-DELIVERED", "selectivity": selectivity, "publishers": 1})
-            messages[rate or "max"] = {k: (count[k] - before[k]) / max(rows[rate or "max"]["events"], 1)
-                                       for k in count}
+            rows[name] = await run.cell(system, sends, rate, pool, subs, {
+                "system": "echelon", "mode": "batch-DELIVERED", "selectivity": selectivity, "publishers": n})
+            messages[name] = {k: (count[k] - before[k]) / max(rows[name]["events"], 1) for k in count}
             await system.close_publishers()
     finally:
         await system.stop()
@@ -107,6 +107,9 @@ async def _cluster(seconds: float, selectivity: int = 2) -> dict:
               "1k/s ack msgs per event": messages[1000]["written"],
               "max: Delivery msgs per event": messages["max"]["read"],
               "max: ack msgs per event": messages["max"]["written"]}
+    if "many" in rows:
+        result[f"saturation {publishers}p published/s"] = rows["many"]["published_per_s"]
+        result[f"{publishers}p cpu ms/1k: publishing agent"] = 1000 * rows["many"]["cpu_s_per_1k"].get("agent-0", 0.0)
     return result
 
 

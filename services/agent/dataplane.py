@@ -327,10 +327,10 @@ class DataPlane:
 
     # -- the root (root.py) ----------------------------------------------------------
 
-    async def publish(self, items: list[tuple[pb.Event, bytes, list[str]]], ack_may_wait: bool = False
-                      ) -> list[asyncio.Future]:
+    async def publish(self, items: list[tuple[pb.Event, bytes, list[str]]], ack_may_wait: bool = False,
+                      encoded: list[bytes] | None = None) -> list[asyncio.Future]:
         """Send a matched batch as the root (`Root.publish`)."""
-        return await self.root.publish(items, ack_may_wait)
+        return await self.root.publish(items, ack_may_wait, encoded)
 
     def sliced(self, payload) -> bool:
         """Does this payload go as slices (and so is delivered locally by `publish`)?"""

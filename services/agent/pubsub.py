@@ -42,9 +42,8 @@ class PubSubServicer(pgrpc.PubSubServicer):
         self.node = node
         self.publishing = Publishing(node)
 
-    async def Publish(self, request_iterator, context):
-        async for ack in self.publishing.stream(request_iterator):  # publishing.py
-            yield ack
+    def Publish(self, request_iterator, context):
+        return self.publishing.stream(request_iterator)  # publishing.py: its acks, one generator less per ack
 
     async def Subscribe(self, request_iterator, context):
         node = self.node
