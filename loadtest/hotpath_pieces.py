@@ -388,13 +388,14 @@ def _subscriber_agent(sel: int, n: int):
         delivery.dedup = leaf.node.dedup = DedupWindow()
         leaf.receive(rpb.RelayFrame.FromString(wire), lambda: None)
         out = []
-        while True:
-            message, _ = stream._fill()
-            if not len(message.batch):
+        while True:  # as each tree's serve: this one stops at a message not full, an older one at an empty one
+            filled = stream._fill()
+            if len(filled[0].batch):
+                out.append(filled[0].SerializeToString())
+            if not len(filled[0].batch) or (len(filled) == 3 and not filled[2]):
+                for sub in subs.values():
+                    sub.unacked.clear()  # as if acked: the next round starts alike
                 return out
-            out.append(message.SerializeToString())
-            for sub in subs.values():
-                sub.unacked.clear()
 
     return once, len(frame.messages)
 

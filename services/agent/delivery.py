@@ -7,12 +7,13 @@ attached: nothing here holds it for one that comes back later (slices.py).
 The filter check (issue 12): a frame's events are matched together, against the
 topic's local subscriptions compiled into one function (core/filter_code.py: ~0.4 us per
 event over 17 subscriptions, where checking each filter cost 9-18 us and the counting
-index 0.6-0.9 us in a frame of 170 events, 20-30 us for a lone one). A topic with many
-subscriptions here (past COMPILED_SUBS) is matched, in frames of INDEX_EVENTS events or
-more, with the CDM counting index (core/cdm.py, the matcher's own, exact as
-`Filter.matches`), whose cost per event grows with the matches rather than with the
-subscriptions: at 2% selectivity, 500 subscriptions, 170 events, 1.5 against 5.9 us per
-event. Both are rebuilt when the topic's subscriptions or their filters change.
+index 0.6-0.9 us in a frame of 170 events, 20-30 us for a lone one). A topic with more
+than COMPILED_SUBS subscriptions here is matched with the CDM counting index instead
+(core/cdm.py, the matcher's own, exact as `Filter.matches`): compiling costs ~30 us per
+subscription, 8x the index's build, paid again whenever the topic's subscriptions or
+their filters change, and the index's cost per event grows with the matches rather
+than with the subscriptions (2% selectivity, 500 subscriptions, 170 events: 1.5 against
+5.9 us per event).
 """
 
 from __future__ import annotations
@@ -33,29 +34,25 @@ from echelon.v1 import common_pb2 as pb
 
 log = logging.getLogger("echelon.agent.delivery")
 
-COMPILED_SUBS = 128  # a topic's local subscriptions up to which the compiled filters are always used
-INDEX_EVENTS = 16  # past COMPILED_SUBS, the frame's events of a topic from which the index is used
+COMPILED_SUBS = 128  # a topic's local subscriptions up to which they are compiled (past it: the index)
 
 
 class _TopicIndex:
-    """A topic's local subscriptions compiled (and, for many, in a counting index, made on
-    first use), with what they were built from."""
+    """A topic's local subscriptions, compiled or in a counting index, with what they were built from."""
 
     __slots__ = ("built_from", "subs", "compiled", "index")
 
     def __init__(self, built_from: tuple):
         self.built_from = built_from
         self.subs = [s for s, _ in built_from]
-        self.compiled = compile_filters([f for _, f in built_from])
-        self.index: CountingIndex | None = None
+        filters = [f for _, f in built_from]
+        self.compiled = compile_filters(filters) if len(filters) <= COMPILED_SUBS else None
+        self.index = None if self.compiled else CountingIndex(Indexed(str(i), "", f) for i, f in enumerate(filters))
 
     def match(self, attrs: Sequence[Mapping[str, object]]) -> list[list[Subscription]]:
-        subs = self.subs
-        if len(subs) > COMPILED_SUBS and len(attrs) >= INDEX_EVENTS:
-            if self.index is None:
-                self.index = CountingIndex(Indexed(str(i), "", f) for i, (_, f) in enumerate(self.built_from))
+        subs, match = self.subs, self.compiled
+        if match is None:
             return [[subs[int(i)] for i in ids] for ids in self.index.match_batch(attrs)]
-        match = self.compiled
         return [[subs[i] for i in match(a)] for a in attrs]
 
 

@@ -35,8 +35,8 @@ def _event(rnd: random.Random, seq: int, topic: str = "t") -> pb.Event:
 @pytest.mark.parametrize("compiled_subs,encoded", [(delivery.COMPILED_SUBS, False), (0, False),
                                                    (delivery.COMPILED_SUBS, True)])
 def test_frames_match_brute_force(monkeypatch, compiled_subs, encoded):
-    """As it is, and with every topic past COMPILED_SUBS (large frames then go through the
-    index); `encoded`: the events come with their bytes (relayed), which the backlog keeps."""
+    """As it is, and with every topic past COMPILED_SUBS (matched through the index);
+    `encoded`: the events come with their bytes (relayed), which the backlog keeps."""
     monkeypatch.setattr(delivery, "COMPILED_SUBS", compiled_subs)
     rnd = random.Random(5)
     subs: dict[str, Subscription] = {}
