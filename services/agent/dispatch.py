@@ -15,11 +15,12 @@ another is in flight only once the oldest is LATE (a stalled holder, a failover)
 fewer than DEPTH batches and AHEAD_EVENTS events out: otherwise units wait and join the
 next batch. Measured (trace_hops at 1,000/s, 3 alternating runs on this 2-core machine,
 the same tree with up to 4 batches always allowed vs one at a time): end-to-end p50
-31.5/32.0/25.9 ms vs 9.3/8.3/7.2, `relay out -> sub in` p50 5.7/1.6/2.0 vs 0.65/0.63/0.69;
-the wait it removes (`admit -> match out`, 1.87 ms p50 in the lead's trace) costs less
-than the extra Match rounds and smaller frames every hop then handles (one round trip
-per ~2 events instead of ~3). Under saturation a batch holds AHEAD_EVENTS at once, so
-batches grow as before.
+31.5/32.0/25.9 ms vs 9.3/8.3/7.2, `relay out -> sub in` p50 5.7/1.6/2.0 vs 0.65/0.63/0.69:
+removing the wait for the round trip (`admit -> match out`, 1.87 ms p50 in the lead's
+trace) cost more than it saved, in the extra rounds (1.8 events each at depth 4) and
+the messages every hop then handles on cores that are already busy at 1,000/s. LATE is
+~4 lone round trips (2.3-2.6 ms p50): rare unless something stalls. Under saturation a
+batch holds AHEAD_EVENTS at once, so batches grow as before.
 
 A unit whose publisher waits on it alone (`submit(alone=True)`) makes its dispatch's
 frames ask for their acks at once (`ack_may_wait` unset, relay.py)."""

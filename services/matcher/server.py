@@ -40,7 +40,7 @@ from echelon.v1 import membership_pb2 as mpb
 
 log = logging.getLogger("echelon.matcher")
 
-AHEAD = 16  # an agent's Match batches matched at once on one stream (it keeps 4 in flight)
+AHEAD = 16  # an agent's Match batches matched at once on one stream (it sends at most 4)
 QUIET = 1.5  # seconds without a call from another matcher (they Sync every second): drained
 
 
@@ -179,14 +179,15 @@ class MatcherServicer(xgrpc.MatcherServicer):
 
     async def Match(self, request_iterator, context):
         require_member(context, None, ("agent", "matcher"), "Match")
-        # An agent keeps a few batches in flight (agent/matching.py): each is matched as it
-        # is read, its answer goes back in order; past AHEAD unanswered, reading waits.
+        # An agent sends another batch when one is late (agent/dispatch.py): each is matched
+        # as it is read, its answer goes back in order; past AHEAD unanswered, reading waits.
         answers: asyncio.Queue = asyncio.Queue(AHEAD)
 
         async def read():
             try:
                 async for batch in request_iterator:
-                    await answers.put(self._holder(batch) if batch.layout else asyncio.ensure_future(self._entry(batch)))
+                    await answers.put(self._holder(batch) if batch.layout
+                                      else asyncio.ensure_future(self._entry(batch)))
             except Exception as e:  # noqa: BLE001 - ends the stream after the answers before it
                 await answers.put(e)
             await answers.put(None)
