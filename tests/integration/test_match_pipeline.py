@@ -56,8 +56,8 @@ def request(k: int) -> ppb.PublishRequest:
 async def publish_and_receive(c: Cluster, gate: Gate, held: int, release) -> None:
     """Publish N events on one stream while `gate` holds the matchers, the first `held`
     one at a time (each goes in a batch of its own once those before it are late); once
-    `held` batches wait there at once, `release` them; every ack OK in order, and the subscriber gets
-    every event in its key's order."""
+    `held` batches wait there at once, `release` them; every ack OK in order, and the
+    subscriber gets every event in its key's order."""
     await c.client(0).create_topic("t")
     sub = c.client(1).subscribe("t", "", name="all", max_outstanding=10 * N)
     await sub.start()
