@@ -12,9 +12,10 @@ from pathlib import Path
 
 def _count_subscribe_messages() -> dict[str, int]:
     """Counts the messages of every Subscribe stream this process opens from here on (the
-    load generator's subscribers, in either tree: wrapped at the generated stub): Delivery
-    messages read, requests written (acks, nacks, opens)."""
-    from echelon.v1 import pubsub_pb2_grpc as pgrpc
+    load generator's subscribers, in either tree: wrapped where the channel makes the call,
+    whether through the generated stub or not): Delivery messages read, requests written
+    (acks, nacks, opens)."""
+    from grpc.aio import _channel
 
     count = {"read": 0, "written": 0}
 
@@ -37,14 +38,15 @@ def _count_subscribe_messages() -> dict[str, int]:
         def __aiter__(self):
             return self._read()
 
-    init = pgrpc.PubSubStub.__init__
+    stream_stream = _channel.Channel.stream_stream
 
-    def counting_init(stub, channel):
-        init(stub, channel)
-        subscribe = stub.Subscribe
-        stub.Subscribe = lambda *a, **kw: Counted(subscribe(*a, **kw))
+    def counting(channel, method, *args, **kwargs):
+        make = stream_stream(channel, method, *args, **kwargs)
+        if not method.endswith("PubSub/Subscribe"):
+            return make
+        return lambda *a, **kw: Counted(make(*a, **kw))
 
-    pgrpc.PubSubStub.__init__ = counting_init
+    _channel.Channel.stream_stream = counting
     return count
 
 

@@ -34,6 +34,7 @@ import grpc
 
 from echelon.agent.slices import PayloadStream, payload_error
 from echelon.core.dedup import DedupWindow, Entry, Seen
+from echelon.core.schema import Schema
 from echelon.runtime.errors import AlreadyExists, InvalidArgument, Unavailable, status_of
 from echelon.runtime.wire import attributes_from_pb, attributes_into_pb, event_digest
 from echelon.v1 import common_pb2 as pb
@@ -88,50 +89,59 @@ class Publishing:
         self.node = node
         self._producers = 0
         self.accepted = DedupWindow(capacity=200_000)  # message ids published here, with digests
+        self._counters: dict[tuple[str, str], object] = {}  # (topic, result) -> its published counter
 
     def _admit(self, topic: pb.Topic, req: ppb.PublishRequest, producer: str, seq: int,
-               payload: bytes | PayloadStream) -> tuple[pb.Event | None, Entry]:
+               payload: bytes | PayloadStream, schema: Schema, now: float, wall: int) -> tuple[pb.Event | None, Entry]:
         """Validate and record an event's id: (the event to dispatch, its window entry), or
         (None, the first copy's entry) for a duplicate; raises a domain error for a bad
         request (nothing recorded). No await and no future: the caller dispatches a whole
-        request at once. A payload still arriving is told apart from another by its size
-        and first slice."""
+        request at once, with one clock reading (`now` for the window, `wall` the publish
+        time) and the topic's parsed `schema`."""
         attrs = attributes_from_pb(req.attributes)
-        self.node.topics.schema(topic).validate_event(attrs)  # parsed once per topic version
+        schema.validate_event(attrs)
         self.node.durables.refuse(topic.name, attrs)  # a full REJECT_PUBLISH durable subscription
         content = b"%d:%b" % (len(payload), req.payload) if isinstance(payload, PayloadStream) else payload
         # The Event's content first (the digest's input), its map filled from the converted
         # attributes (half the cost of copying the request's map); id and time after.
         event = pb.Event(topic=topic.name, ordering_key=req.ordering_key)
         attributes_into_pb(attrs, event.attributes)
-        seen, entry = self.accepted.offer((producer, seq), time.monotonic(), event_digest(event, content))
+        seen, entry = self.accepted.offer((producer, seq), now, event_digest(event, content), expire=False)
         if seen is Seen.DIFFERENT:
             raise AlreadyExists(f"message id {producer}:{seq} was already used for a different event (within the "
                                 f"dedup window): publish it under a new sequence")
         if seen is Seen.SAME:
             return None, entry  # a duplicate: answered as the first copy, not published again
-        event.id.producer_id, event.id.sequence = producer, seq
-        event.publish_time_unix_nanos = time.time_ns()
+        event.publish_time_unix_nanos = wall
+        mid = event.id
+        mid.producer_id, mid.sequence = producer, seq
         return event, entry
 
     async def _accept(self, unit: _Unit, reqs, producer: str, seqs: list[int], payloads) -> None:
         """Admit a request's events and queue the fresh ones for dispatch as one unit. A
-        duplicate's entry points at its first copy's unit until that one settles."""
+        duplicate's entry points at its first copy's unit until that one settles. Per
+        request, not per event: the topic, its schema, the clocks and the window's expiry."""
         node = self.node
-        topics: dict[str, pb.Topic] = {}
+        check_publish = node.server.access.check_publish
+        topics: dict[str, tuple[pb.Topic, Schema]] = {}
         events: list[pb.Event] = []
         kept: list[bytes] = []
         entries: list[tuple[tuple[str, int], Entry]] = []
+        rows = unit.rows
+        now, wall = time.monotonic(), time.time_ns()
+        self.accepted.expire(now)
         for req, seq, payload in zip(reqs, seqs, payloads):
             outcome = None
+            name = req.topic
             try:
                 if unit.batched and (req.batch or req.slice_count > 1):
                     raise InvalidArgument(f"batch element {producer}:{seq}: a whole event (no slices, no batch)")
-                node.server.access.check_publish(req.topic)  # the caller's right and rate (runtime/auth.py)
-                topic = topics.get(req.topic)
-                if topic is None:
-                    topic = topics[req.topic] = await node.topics.get(req.topic)
-                event, entry = self._admit(topic, req, producer, seq, payload)
+                check_publish(name)  # the caller's right and rate (runtime/auth.py)
+                known = topics.get(name)
+                if known is None:
+                    topic = await node.topics.get(name)
+                    known = topics[name] = (topic, node.topics.schema(topic))  # parsed once per topic version
+                event, entry = self._admit(known[0], req, producer, seq, payload, known[1], now, wall)
                 if event is None:
                     outcome = entry
                 else:
@@ -140,7 +150,7 @@ class Publishing:
                     kept.append(payload)
             except Exception as e:  # noqa: BLE001 - answered in order, in the ack
                 outcome = e
-            unit.rows.append((req.topic, producer, seq, outcome))
+            rows.append((name, producer, seq, outcome))
         if not events:
             return
         future = node.dispatcher.submit(events, kept, unit.alone)
@@ -153,64 +163,89 @@ class Publishing:
 
         def settled(f: asyncio.Future) -> None:
             failed = f.cancelled() or f.exception() is not None
-            counts = None if failed else f.result()[0]
-            for index, (key, entry) in enumerate(entries):
-                if failed:
+            if failed:
+                for key, _ in entries:
                     self.accepted.forget(key)  # not published: a retry may publish it
-                    if stream is not None:
-                        stream.abort(Unavailable("the payload was not published"))  # its reader must not wait
-                else:
+                if stream is not None:
+                    stream.abort(Unavailable("the payload was not published"))  # its reader must not wait
+            else:
+                counts = f.result()[0]
+                for index, (_, entry) in enumerate(entries):
                     entry.outcome = counts[index]  # the destinations, for duplicates to come
 
         future.add_done_callback(settled)
 
-    async def _ack(self, unit: _Unit, into: ppb.PublishAck | None = None) -> ppb.PublishAck:
-        """The ack of one request (a batch's: one per element, in order), once its events are
-        held at the level asked for; added to `into`'s `acks` if given (coalesced acks)."""
-        dests, error = None, None
-        if unit.future is not None:
+    @staticmethod
+    async def _wait(unit: _Unit) -> None:
+        """Until `unit.settled()`: its dispatch, its deliveries (DELIVERED), the first copies
+        of its duplicates. A future awaited alone wakes this task once (a gather: twice);
+        a failure is read from the futures by `_fill`."""
+        f = unit.future
+        if f is not None:
             try:
-                dests, deliveries = await unit.future
-                if unit.ack_level == ppb.ACK_LEVEL_DELIVERED and deliveries:
-                    await asyncio.gather(*deliveries)
-            except Exception as e:  # noqa: BLE001 - reported in the acks, the stream goes on
-                error = e
-        # A batch's acks added in place: none built apart and copied in (upb).
-        out = ppb.PublishAck() if into is None else into
-        listed = unit.batched or into is not None
-        ok: dict[str, int] = {}
+                if not f.done():
+                    await f
+                if unit.ack_level == ppb.ACK_LEVEL_DELIVERED:
+                    for d in f.result()[1]:
+                        if not d.done():
+                            await d
+            except Exception:  # noqa: BLE001 - reported in the ack by _fill
+                pass
+        for *_, outcome in unit.rows:
+            if isinstance(outcome, Entry) and not isinstance(outcome.outcome, int):
+                first = outcome.outcome[0]
+                if not first.done():
+                    await asyncio.wait((first,))  # the first copy's unit is not ours to cancel
+
+    def _fill(self, unit: _Unit, out: ppb.PublishAck, listed: bool) -> None:
+        """The ack of a settled unit, one per element in order: in `out`'s `acks` if
+        `listed` (a batch, or coalesced acks), else in `out` itself."""
+        dests, error = None, _failure(unit.future, unit.ack_level) if unit.future is not None else None
+        if error is None and unit.future is not None:
+            dests = unit.future.result()[0]
         fresh = 0
+        ok: dict[str, int] = {}
         for topic, producer, seq, outcome in unit.rows:
             ack = out.acks.add() if listed else out
             ack.producer_id, ack.sequence = producer, seq
-            try:
-                if outcome is None:
-                    if error is not None:
-                        raise error
-                    ack.destinations = dests[fresh]
-                    fresh += 1
+            if outcome is None:
+                fresh += 1
+                if error is None:
+                    ack.destinations = dests[fresh - 1]
                     ok[topic] = ok.get(topic, 0) + 1
-                elif isinstance(outcome, BaseException):
-                    raise outcome
+                    continue
+                failure = error
+            elif isinstance(outcome, BaseException):
+                failure = outcome
+            else:  # a duplicate: answered as its first copy
+                first = outcome.outcome
+                if isinstance(first, int):
+                    failure = None
                 else:
-                    ack.duplicate = True
-                    first = outcome.outcome
-                    if not isinstance(first, int):
-                        first_future, index = first
-                        first = (await asyncio.shield(first_future))[0][index]
-                    ack.destinations = first
-                    self.node.metrics.published.labels(topic, "duplicate").inc()
-            except Exception as e:  # noqa: BLE001 - reported in the ack, the stream goes on
-                if outcome is None:
-                    fresh += 1
-                code, message = status_of(e) or (grpc.StatusCode.INTERNAL, f"internal error: {type(e).__name__}")
-                if status_of(e) is None:
-                    log.exception("publish failed")
-                ack.code, ack.error = code.value[0], message
-                self.node.metrics.published.labels("", code.name.lower()).inc()
+                    first_future, index = first
+                    failure = _failure(first_future, ppb.ACK_LEVEL_ACCEPTED)
+                    if failure is None:
+                        first = first_future.result()[0][index]
+                if failure is None:
+                    ack.duplicate, ack.destinations = True, first
+                    self._count(topic, "duplicate")
+                    continue
+            status = status_of(failure)
+            if status is None:
+                log.error("publish failed", exc_info=failure)
+                status = (grpc.StatusCode.INTERNAL, f"internal error: {type(failure).__name__}")
+            ack.code, ack.error = status[0].value[0], status[1]
+            self._count("", status[0].name.lower())
         for topic, n in ok.items():
-            self.node.metrics.published.labels(topic, "ok").inc(n)
-        return out
+            self._count(topic, "ok", n)
+
+    def _count(self, topic: str, result: str, n: int = 1) -> None:
+        """Publishes counted by topic and result (the labelled child cached: `labels()`
+        costs more than the increment)."""
+        child = self._counters.get((topic, result))
+        if child is None:
+            child = self._counters[(topic, result)] = self.node.metrics.published.labels(topic, result)
+        child.inc(n)
 
     async def stream(self, request_iterator):
         """One Publish stream's acks. Each request (one event, one slice, or a `batch` of
@@ -224,8 +259,12 @@ class Publishing:
         room = asyncio.Event()
         room.set()
         in_flight = 0
+        idle = False  # the ack loop waits for a unit to arrive
         streams: dict[tuple[str, int], PayloadStream] = {}  # sliced payloads being read
         auto_seq = 0
+
+        def wake(_=None) -> None:
+            arrived.set()
 
         def next_seq(seq: int) -> int:
             nonlocal auto_seq
@@ -256,7 +295,12 @@ class Publishing:
                         await self._accept(unit, [req], producer, [seq], [req.payload])
                 in_flight += len(unit.rows)
                 pending.append(unit)  # before slice 0's data: acks go in the order of requests
-                arrived.set()
+                if idle:  # the ack loop is woken once this unit is dispatched, not now to wait for it
+                    f = unit.future
+                    if f is not None and not f.done():
+                        f.add_done_callback(wake)
+                    else:
+                        arrived.set()
                 if sliced:
                     await self._feed(req, (producer, seq), streams)
                 if in_flight >= MAX_EVENTS_IN_FLIGHT:
@@ -266,28 +310,32 @@ class Publishing:
             arrived.set()
 
         reader = asyncio.create_task(read())
-        reader.add_done_callback(lambda _: arrived.set())
+        reader.add_done_callback(wake)
         try:
             while True:
                 if not pending:
                     if reader.done():
                         reader.result()  # the reader's error (it ends with None otherwise)
                     arrived.clear()
-                    await arrived.wait()
+                    idle = True
+                    try:
+                        await arrived.wait()
+                    finally:
+                        idle = False
                     continue
                 unit = pending.popleft()
                 if unit is None:
                     break
+                if not unit.settled():
+                    await self._wait(unit)
                 acked = len(unit.rows)
+                ack = ppb.PublishAck()  # filled in place: no ack built apart and copied in (upb)
+                self._fill(unit, ack, unit.batched or unit.coalesce)
                 if unit.coalesce:  # all in `acks`, with those of the next requests already settled
-                    ack = ppb.PublishAck()
-                    await self._ack(unit, ack)
                     while pending and pending[0] is not None and pending[0].coalesce and pending[0].settled():
                         unit = pending.popleft()
-                        await self._ack(unit, ack)  # settled: no wait
+                        self._fill(unit, ack, True)
                         acked += len(unit.rows)
-                else:
-                    ack = await self._ack(unit)
                 in_flight -= acked
                 if in_flight < MAX_EVENTS_IN_FLIGHT:
                     room.set()
@@ -335,6 +383,19 @@ class Publishing:
         """A payload that will not be whole: ended down the trees, and its id free for a retry."""
         stream.abort(error)
         self.accepted.forget(key)
+
+
+def _failure(future: asyncio.Future, ack_level: int) -> BaseException | None:
+    """Why a settled unit's events are not held at `ack_level` (None: they are)."""
+    if future.cancelled():
+        return Unavailable("the publish was cancelled")
+    error = future.exception()
+    if error is None and ack_level == ppb.ACK_LEVEL_DELIVERED:
+        for d in future.result()[1]:
+            error = Unavailable("a delivery was cancelled") if d.cancelled() else d.exception()
+            if error is not None:
+                break
+    return error
 
 
 def _failing_with(dispatched: asyncio.Future, stream: PayloadStream) -> asyncio.Future:

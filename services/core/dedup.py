@@ -38,10 +38,12 @@ class DedupWindow:
         self.horizon = horizon
         self._seen: OrderedDict[Hashable, Entry | float] = OrderedDict()  # a float: first_time's
 
-    def offer(self, key: Hashable, now: float, digest: bytes = b"") -> tuple[Seen, Entry]:
+    def offer(self, key: Hashable, now: float, digest: bytes = b"", expire: bool = True) -> tuple[Seen, Entry]:
         """Record `key` the first time it is offered within the window; else say whether
-        the content matches the first offer's."""
-        self._expire(now)
+        the content matches the first offer's. `expire=False`: the caller ran `expire(now)`
+        once for many offers at one time."""
+        if expire:
+            self.expire(now)
         entry = self._seen.get(key)
         if entry.__class__ is float:  # recorded by first_time (no digest)
             entry = self._seen[key] = Entry(entry)  # type: ignore[arg-type]
@@ -56,7 +58,7 @@ class DedupWindow:
         """True the first time `key` is offered within the window; records it: its time
         alone, no Entry (a window of a million ids would otherwise hold a million objects
         that every full pass of the cyclic GC scans: ~0.2-0.5 s each, on the delivery path)."""
-        self._expire(now)
+        self.expire(now)
         if key in self._seen:
             return False
         self._seen[key] = float(now)
@@ -74,7 +76,8 @@ class DedupWindow:
     def __len__(self) -> int:
         return len(self._seen)
 
-    def _expire(self, now: float) -> None:
+    def expire(self, now: float) -> None:
+        """Forget the ids older than the horizon."""
         while self._seen:
             key, entry = next(iter(self._seen.items()))
             if now - (entry if entry.__class__ is float else entry.seen_at) <= self.horizon:

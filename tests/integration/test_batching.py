@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 
 import grpc
+import pytest
 
 from echelon.agent.subscriptions import Subscription as AgentSubscription
 from echelon.core.filters import parse
@@ -76,6 +77,36 @@ async def test_deliveries_come_many_per_message_and_a_cumulative_ack_settles_the
         await call.write(ppb.SubscribeRequest(ack=ppb.SubscriberAck(through=ids[29], delivery_ids=[ids[40]])))
         await wait_for(lambda: len(sub.unacked) == 19, 10)
         assert sorted(sub.unacked) == ids[30:40] + ids[41:]
+        call.cancel()
+
+
+@pytest.mark.parametrize("encoded,sid,on", [(True, 0, 1), (True, 7, 1), (False, 0, 1), (False, 7, 1), (True, 7, 0)])
+async def test_a_client_that_reads_encoded_events_gets_them_as_the_publishing_agent_made_them(cluster, encoded, sid,
+                                                                                               on):
+    """`encoded_events` (client/message.py): an event relayed to the subscriber's agent goes
+    on as the root's bytes (`encoded_event`), on a stream of its own or a shared one; a
+    client that did not ask (an older one) gets `event`, and so does everyone for events
+    that never were bytes (delivered on the publishing agent itself: `on` = 0)."""
+    c0 = cluster.client(0)
+    await c0.create_topic("t")
+    async with grpc.aio.insecure_channel(cluster.agent_nodes[on].address) as ch:
+        call = pgrpc.PubSubStub(ch).Subscribe()
+        await call.write(ppb.SubscribeRequest(open=ppb.SubscriptionOpen(topic="t", credits=100, sid=sid,
+                                                                        encoded_events=encoded)))
+        if sid:
+            assert (await asyncio.wait_for(call.read(), 10)).opened
+        else:
+            await call.initial_metadata()
+        async with c0.publisher() as pub:
+            await pub.publish_batch("t", [({"n": i}, bytes([i]) * i) for i in range(20)])
+        got = []
+        while len(got) < 20:
+            message = await asyncio.wait_for(call.read(), 10)
+            got += list(message.batch) or [message]
+        relayed = encoded and on != 0
+        assert all(bool(d.encoded_event) == relayed and d.HasField("event") != relayed for d in got)
+        events = [pb.Event.FromString(d.encoded_event) if relayed else d.event for d in got]
+        assert [(e.attributes["n"].int_value, e.payload) for e in events] == [(i, bytes([i]) * i) for i in range(20)]
         call.cancel()
 
 
@@ -160,3 +191,71 @@ async def test_frames_of_a_publisher_waiting_alone_ask_for_their_acks_at_once(cl
             assert [m.attributes["n"] for m in await drain(sub)] == [0, 1, 2, 3]
     finally:
         Link.send = real
+
+
+async def test_a_batch_mixing_valid_and_invalid_events_refuses_exactly_those_and_records_nothing_for_them(cluster):
+    """Each refused element gets its own precise status, in order; its id is not recorded
+    (the same sequence publishes afterwards as a first copy) and nothing of it is delivered;
+    the valid elements around it are published once, in order."""
+    c0, c1 = cluster.client(0), cluster.client(1)
+    await c0.create_topic("q", ["n:int:0:9", "s:string:4"])
+    agent = cluster.agent_nodes[0]
+
+    def q(seq: int, attrs: dict, topic: str = "q") -> ppb.PublishRequest:
+        return ppb.PublishRequest(topic=topic, attributes=attributes_to_pb(attrs), sequence=seq)
+
+    nested = q(8, {"n": 8})
+    nested.batch.add(topic="q", sequence=80)
+    bad = [q(2, {"n": 10}), q(3, {"x": 1}), q(4, {"n": "a"}), q(5, {"s": "toolong"}), q(6, {"n": 6}, "nope"), nested]
+    invalid, missing = grpc.StatusCode.INVALID_ARGUMENT.value[0], grpc.StatusCode.NOT_FOUND.value[0]
+    async with c1.subscribe("q", "") as sub:
+        (reply,) = await publish_raw(agent.address, [ppb.PublishRequest(
+            producer_id="m", ack_level=ppb.ACK_LEVEL_DELIVERED, batch=[q(1, {"n": 1}), *bad[:5], q(7, {"n": 7}),
+                                                                      bad[5]])])
+        assert [(a.sequence, a.code, a.duplicate, a.destinations) for a in reply.acks] == [
+            (1, 0, False, 1), (2, invalid, False, 0), (3, invalid, False, 0), (4, invalid, False, 0),
+            (5, invalid, False, 0), (6, missing, False, 0), (7, 0, False, 1), (8, invalid, False, 0)]
+        errors_ = [a.error for a in reply.acks]
+        assert "'n'" in errors_[1] and "'x'" in errors_[2] and "'n'" in errors_[3] and "'s'" in errors_[4]
+        assert "'nope'" in errors_[5] and "whole event" in errors_[7]
+        # The refused sequences are free: the same ids with valid events publish as first copies.
+        (again,) = await publish_raw(agent.address, [ppb.PublishRequest(
+            producer_id="m", ack_level=ppb.ACK_LEVEL_DELIVERED,
+            batch=[q(1, {"n": 1}), *(q(s, {"n": s}) for s in range(2, 7)), q(8, {"n": 8})])])
+        assert [(a.sequence, a.code, a.duplicate) for a in again.acks] == [
+            (1, 0, True), *((s, 0, False) for s in range(2, 7)), (8, 0, False)]
+        got = await drain(sub)
+    assert [m.sequence for m in got] == [1, 7, 2, 3, 4, 5, 6, 8]  # once each, in the order published
+    assert [m.attributes["n"] for m in got] == [1, 7, 2, 3, 4, 5, 6, 8]
+
+
+async def test_a_retried_batch_is_answered_as_its_first_copies_whatever_its_shape(cluster):
+    """A batch sent again (a reconnect's resend) on another stream: each element already
+    published is a duplicate with its first copy's destinations, an element reusing an id
+    for another event is ALREADY_EXISTS, a new one is published; the retry may come as
+    lone requests (the SDK resends as it packs) and is still recognised. Delivered once."""
+    c0, c1 = cluster.client(0), cluster.client(1)
+    await c0.create_topic("t")
+    agent = cluster.agent_nodes[0]
+    exists = grpc.StatusCode.ALREADY_EXISTS.value[0]
+    async with c1.subscribe("t", "n >= 2") as sub:
+        (first,) = await publish_raw(agent.address, [ppb.PublishRequest(
+            producer_id="r", ack_level=ppb.ACK_LEVEL_DELIVERED,
+            batch=[element(1, {"n": 1}, b"a"), element(2, {"n": 2}, b"b"), element(3, {"n": 3}, b"c")])])
+        assert [(a.sequence, a.code, a.destinations) for a in first.acks] == [(1, 0, 0), (2, 0, 1), (3, 0, 1)]
+        (retry,) = await publish_raw(agent.address, [ppb.PublishRequest(
+            producer_id="r", ack_level=ppb.ACK_LEVEL_DELIVERED, coalesce_acks=True,
+            batch=[element(1, {"n": 1}, b"a"), element(2, {"n": 2}, b"b"), element(3, {"n": 3}, b"changed"),
+                   element(4, {"n": 4}, b"d")])])
+        assert [(a.sequence, a.code, a.duplicate, a.destinations) for a in retry.acks] == [
+            (1, 0, True, 0), (2, 0, True, 1), (3, exists, False, 0), (4, 0, False, 1)]
+        lone = []
+        for seq, attrs, payload in ((2, {"n": 2}, b"b"), (4, {"n": 4}, b"d")):
+            r = element(seq, attrs, payload)
+            r.producer_id, r.ack_level, r.coalesce_acks = "r", ppb.ACK_LEVEL_DELIVERED, True
+            lone.append(r)
+        replies = await publish_raw(agent.address, lone)
+        assert [(a.sequence, a.code, a.duplicate, a.destinations) for r in replies for a in r.acks] == [
+            (2, 0, True, 1), (4, 0, True, 1)]
+        got = await drain(sub)
+    assert [(m.sequence, m.payload) for m in got] == [(2, b"b"), (3, b"c"), (4, b"d")]

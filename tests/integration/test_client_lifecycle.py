@@ -140,3 +140,39 @@ async def test_a_retry_of_an_accepted_publish_is_marked_duplicate(cluster):
         assert (await sub.next(timeout=5)).attributes == {"n": 1}
         with pytest.raises(errors.Timeout):
             await sub.next(timeout=0.3)  # delivered once
+
+
+async def test_a_broken_stream_is_resent_to_the_next_agent_each_event_once_in_order(cluster):
+    """The publisher's agent dies with a publish_batch (two `batch` requests built in place)
+    and lone publishes unacknowledged behind it: the publisher reconnects to its next
+    address and resends every one under its id; each is acked once with its own sequence
+    and delivered once, in order. A batch with a value no attribute can hold is refused
+    before anything is numbered or sent."""
+    from echelon.client import Client
+
+    c0 = cluster.client(0)
+    await c0.create_topic("t")
+    first, second = cluster.agent_nodes[0], cluster.agent_nodes[1]
+    matched = []
+
+    async def held(encoded):  # agent-0 never sends its batch to a matcher: its publishes stay unacknowledged
+        matched.append(len(encoded))
+        await asyncio.Event().wait()
+
+    first.matching.send = held
+    client = Client([first.address, second.address], tls=cluster.tls_dir("client-test", "client") or None)
+    cluster.clients.append(client)
+    async with cluster.client(2).subscribe("t", "", max_outstanding=1000) as sub:
+        pub = client.publisher("resent", ack_level=DELIVERED)
+        with pytest.raises(errors.InvalidArgument):
+            await pub.publish_batch("t", [{"n": -1}, {"n": object()}])
+        batch = asyncio.ensure_future(pub.publish_batch("t", [{"n": i} for i in range(600)]))
+        await asyncio.sleep(0)  # the batch's task numbers and queues its events in its first step
+        singles = [pub.publish_nowait("t", {"n": 600 + i}) for i in range(5)]
+        await wait_for(lambda: matched, 10, what="agent-0 dispatching the first batch")
+        await cluster.crash(first)
+        results = await asyncio.wait_for(batch, 30) + list(await asyncio.gather(*singles))
+        assert [(r.producer_id, r.sequence, r.destinations) for r in results] == [
+            ("resent", seq, 1) for seq in range(1, 606)]
+        got = await read_until(sub, {"n": 604})
+    assert [m.attributes["n"] for m in got] == list(range(604)) and [m.sequence for m in got] == list(range(1, 605))
