@@ -7,15 +7,20 @@ regions' to the gateway plane, for a router of this region (DESIGN.md, "The path
 event", steps 2-4; gateway.py). A payload still arriving (`slices.PayloadStream`) is read
 by each plane that has destinations for it, both at once (each through its own reader).
 
-Pipelined matching (issue 12). Up to DEPTH batches are out at once on the one Match
-stream (agent/matching.py; the matcher matches them at once and answers in order), and
-`_apply` hands on each answer in the order its batch was sent, so FIFO per producer and
-the acks are as with one round trip at a time. With one in flight (until issue 12's
-third session), an event arriving during a round trip (~2.5 ms at the trickle: entry,
-holder, back) waited for it: `admit -> match out` was 0.09 ms alone and 1.87 ms p50 at
-1,000/s. DEPTH 4: at 1,000/s events come ~1 ms apart, so about three round trips
-overlap; past DEPTH the dispatcher waits and units join the next batch, so under
-saturation batches grow rather than calls multiply (the cores are the limit there).
+Pipelined matching (issue 12), used when an answer is late. Batches can be out at once on
+the one Match stream (agent/matching.py; the matcher matches them at once and answers in
+order), and `_apply` hands on each answer in the order its batch was sent, so FIFO per
+producer and the acks are as with one round trip at a time. But a batch goes while
+another is in flight only once the oldest is LATE (a stalled holder, a failover), with
+fewer than DEPTH batches and AHEAD_EVENTS events out: otherwise units wait and join the
+next batch. Measured (trace_hops at 1,000/s, 3 alternating runs on this 2-core machine,
+the same tree with up to 4 batches always allowed vs one at a time): end-to-end p50
+31.5/32.0/25.9 ms vs 9.3/8.3/7.2, `relay out -> sub in` p50 5.7/1.6/2.0 vs 0.65/0.63/0.69:
+removing the wait for the round trip (`admit -> match out`, 1.87 ms p50 in the lead's
+trace) cost more than it saved, in the extra rounds (1.8 events each at depth 4) and
+the messages every hop then handles on cores that are already busy at 1,000/s. LATE is
+~4 lone round trips (2.3-2.6 ms p50): rare unless something stalls. Under saturation a
+batch holds AHEAD_EVENTS at once, so batches grow as before.
 
 A unit whose publisher waits on it alone (`submit(alone=True)`) makes its dispatch's
 frames ask for their acks at once (`ack_may_wait` unset, relay.py)."""
@@ -24,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from typing import Callable
 
 from echelon.agent.dataplane import DataPlane
@@ -37,7 +43,8 @@ log = logging.getLogger("echelon.agent.dispatch")
 
 MAX_BATCH = 512
 DEPTH = 4  # match batches in flight at most (module doc)
-AHEAD_EVENTS = 32  # events in flight past which no other batch joins them (module doc)
+LATE = 0.010  # seconds after which a batch's answer is late: the next batch need not wait for it
+AHEAD_EVENTS = 32  # events in flight past which no other batch joins them, late or not
 
 
 class Dispatcher:
@@ -53,6 +60,7 @@ class Dispatcher:
         self._rounds: asyncio.Queue[tuple[list, list[pb.Event], list[bytes], asyncio.Future]] = asyncio.Queue()
         self._out = self._out_events = 0  # batches sent and not yet handed on, their events
         self._freed = asyncio.Event()
+        self._sent: deque[float] = deque()  # when each batch in flight was sent, oldest first
 
     def submit(self, events: list[pb.Event], payloads: list[bytes | PayloadStream], alone: bool = False
                ) -> asyncio.Future:
@@ -65,16 +73,25 @@ class Dispatcher:
         return future
 
     async def run(self) -> None:
-        """Take whole units into a batch and send it to be matched, while fewer than DEPTH
-        batches and AHEAD_EVENTS events are unanswered or not yet handed on (the first
-        always goes); `_apply` hands on their answers in the order sent."""
+        """Take whole units into a batch and send it to be matched once nothing is in flight
+        (unanswered or not yet handed on), or the oldest in flight is LATE while fewer than
+        DEPTH batches and AHEAD_EVENTS events are; `_apply` hands on their answers in the
+        order sent."""
         applier = asyncio.create_task(self._apply(), name="dispatch-apply")
+        loop = asyncio.get_running_loop()
         try:
             while True:
                 units = [await self._queue.get()]
-                while self._out and (self._out >= DEPTH or self._out_events >= AHEAD_EVENTS):
-                    self._freed.clear()  # units that come meanwhile join this batch
+                while self._out:  # units that come meanwhile join this batch
+                    timer = None
+                    if self._out < DEPTH and self._out_events < AHEAD_EVENTS:
+                        if loop.time() >= (late := self._sent[0] + LATE):
+                            break
+                        timer = loop.call_at(late, self._freed.set)
+                    self._freed.clear()
                     await self._freed.wait()
+                    if timer is not None:
+                        timer.cancel()
                 size = len(units[0][0])
                 while size < MAX_BATCH and not self._queue.empty():
                     units.append(self._queue.get_nowait())
@@ -83,6 +100,7 @@ class Dispatcher:
                 encoded = [e.SerializeToString() for e in events]  # once: to the matcher, then down the trees
                 self._out += 1
                 self._out_events += size
+                self._sent.append(loop.time())
                 self._rounds.put_nowait((units, events, encoded, await self.matching.send(encoded)))
         finally:
             applier.cancel()
@@ -107,6 +125,7 @@ class Dispatcher:
             finally:
                 self._out -= 1
                 self._out_events -= len(events)
+                self._sent.popleft()
                 self._freed.set()
 
     async def _fan_out(self, units, events: list[pb.Event], encoded: list[bytes],

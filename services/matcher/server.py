@@ -40,7 +40,7 @@ from echelon.v1 import membership_pb2 as mpb
 
 log = logging.getLogger("echelon.matcher")
 
-AHEAD = 16  # an agent's Match batches matched at once on one stream (it keeps 4 in flight)
+AHEAD = 16  # an agent's Match batches matched at once on one stream (it sends at most 4)
 QUIET = 1.5  # seconds without a call from another matcher (they Sync every second): drained
 
 
@@ -182,14 +182,21 @@ class MatcherServicer(xgrpc.MatcherServicer):
 
     async def Match(self, request_iterator, context):
         require_member(context, None, ("agent", "matcher"), "Match")
-        # An agent keeps a few batches in flight (agent/matching.py): each is matched as it
-        # is read, its answer goes back in order; past AHEAD unanswered, reading waits.
+        # An agent sends another batch when one is late (agent/dispatch.py): each is matched
+        # as it is read, its answer goes back in order; past AHEAD unanswered, reading waits.
+        # A batch alone is matched here, inline; one read while another is matched, beside
+        # it as a task (no task per lone event).
         answers: asyncio.Queue = asyncio.Queue(AHEAD)
+        busy = [False]
 
         async def read():
             try:
                 async for batch in request_iterator:
-                    await answers.put(self._holder(batch) if batch.layout else asyncio.ensure_future(self._entry(batch)))
+                    if batch.layout:
+                        await answers.put(self._holder(batch))
+                    else:
+                        await answers.put(asyncio.ensure_future(self._entry(batch)) if busy[0] or answers.qsize()
+                                          else batch)
             except Exception as e:  # noqa: BLE001 - ends the stream after the answers before it
                 await answers.put(e)
             await answers.put(None)
@@ -199,6 +206,12 @@ class MatcherServicer(xgrpc.MatcherServicer):
             while (answer := await answers.get()) is not None:
                 if isinstance(answer, Exception):
                     raise answer
+                if isinstance(answer, xpb.MatchRequest):
+                    busy[0] = True
+                    try:
+                        answer = await self._entry(answer)
+                    finally:
+                        busy[0] = False
                 yield answer if isinstance(answer, xpb.MatchResponse) else await answer
         finally:
             reader.cancel()

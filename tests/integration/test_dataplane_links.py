@@ -1,5 +1,7 @@
 """Relay links across a broken stream: every frame queued before, during and after the
-break is sent on the new stream and acknowledged (none is lost to the dead stream)."""
+break is sent on the new stream and acknowledged (none is lost to the dead stream).
+Frames queued together go as one message when they may (same source, same
+`ack_may_wait`), and its one ack settles each of them."""
 
 from __future__ import annotations
 
@@ -18,11 +20,16 @@ from tests.harness import free_port, wait_for
 class Acker(rgrpc.RelayServicer):
     def __init__(self):
         self.seqs: list[int] = []
+        self.frames: list[tuple[str, list[int]]] = []  # per message read: source, its events' marks
 
     async def Stream(self, request_iterator, context):
         async for frame in request_iterator:
             self.seqs.append(frame.seq)
+            self.frames.append((frame.source, [m.event.payload[0] for m in frame.messages]))
             yield rpb.RelayAck(seqs=[frame.seq])
+
+    def marks(self) -> set[int]:
+        return {k for _, ks in self.frames for k in ks}
 
 
 async def serve(address: str) -> tuple[Server, Acker]:
@@ -33,8 +40,8 @@ async def serve(address: str) -> tuple[Server, Acker]:
     return server, acker
 
 
-def frame(i: int) -> rpb.RelayFrame:
-    return rpb.RelayFrame(messages=[rpb.RelayMessage(event=pb.Event(payload=bytes([i % 256]) * 1000))])
+def frame(i: int, source: str = "") -> rpb.RelayFrame:
+    return rpb.RelayFrame(source=source, messages=[rpb.RelayMessage(event=pb.Event(payload=bytes([i % 256]) * 1000))])
 
 
 async def test_frames_survive_a_broken_stream():
@@ -55,8 +62,26 @@ async def test_frames_survive_a_broken_stream():
         server, third = await serve(address)
         assert await asyncio.wait_for(asyncio.gather(*more), 10) == [True] * 20
         assert set(breaks) == {"b"}
-        assert set(second.seqs) | set(third.seqs) == set(range(2, 41)) and link.pending_bytes == 0
+        assert second.marks() | third.marks() == set(range(1, 40)) and link.pending_bytes == 0
         assert link.enqueued == link.dequeued == 40
+    finally:
+        await link.close()
+        await server.stop(0)
+
+
+async def test_frames_queued_together_go_as_one_message_per_source_and_each_is_settled():
+    address = f"127.0.0.1:{free_port()}"
+    server, acker = await serve(address)
+    link = Link("a", "b", address)
+    try:
+        # Queued before the link's stream writes anything: all waiting at once.
+        sources = ["r1"] * 30 + ["r2"] + ["r1"] * 2
+        futures = [link.send(frame(i, s)) for i, s in enumerate(sources)]
+        assert await asyncio.wait_for(asyncio.gather(*futures), 5) == [True] * len(sources)
+        assert acker.frames == [("r1", list(range(30))), ("r2", [30]), ("r1", [31, 32])]
+        assert acker.seqs == [30, 31, 33]  # each message's seq is its last frame's
+        assert link.pending_bytes == link.in_flight == 0 and not link.unacked
+        assert link.enqueued == link.dequeued == len(sources)
     finally:
         await link.close()
         await server.stop(0)

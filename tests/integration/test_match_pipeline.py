@@ -54,9 +54,10 @@ def request(k: int) -> ppb.PublishRequest:
 
 
 async def publish_and_receive(c: Cluster, gate: Gate, held: int, release) -> None:
-    """Publish N events on one stream while `gate` holds the matchers; once `held` batches
-    wait there at once, `release` them; every ack OK in order, and the subscriber gets
-    every event in its key's order."""
+    """Publish N events on one stream while `gate` holds the matchers, the first `held`
+    one at a time (each goes in a batch of its own once those before it are late); once
+    `held` batches wait there at once, `release` them; every ack OK in order, and the
+    subscriber gets every event in its key's order."""
     await c.client(0).create_topic("t")
     sub = c.client(1).subscribe("t", "", name="all", max_outstanding=10 * N)
     await sub.start()
@@ -69,8 +70,13 @@ async def publish_and_receive(c: Cluster, gate: Gate, held: int, release) -> Non
 
     reader = asyncio.create_task(read())
     try:
+        async def requests():  # one event per batch until `held` wait at the matcher, then the rest
+            for k in range(N):
+                await wait_for(lambda: len(gate.held) >= min(k, held), 10, what=f"{min(k, held)} batches held")
+                yield request(k)
+
         async with grpc.aio.insecure_channel(c.agent_nodes[0].address) as ch:
-            call = pgrpc.PubSubStub(ch).Publish(iter([request(k) for k in range(N)]))
+            call = pgrpc.PubSubStub(ch).Publish(requests())
             await wait_for(lambda: len(gate.held) >= held, 10, what=f"{held} batches in flight at once")
             gate.holding = False  # later batches go straight through
             release()
