@@ -1,6 +1,7 @@
 """The whole-cluster modes of `loadtest.bench_hotpath` (issue 12): `--cluster` (a
-saturation and a 1k/s cell: events/s, latency, CPU per 1,000 events per service, the
-subscribers' stream messages per event) and `--idle` (CPU per second of a cluster doing
+saturation and a 1k/s cell with publish_batch, a saturation cell with one event per
+publish(): events/s, latency, CPU per 1,000 events per service, the subscribers' stream
+messages per event) and `--idle` (CPU per second of a cluster doing
 nothing). Imported by name from this directory in a child process of either tree, like
 hotpath_pieces."""
 
@@ -74,17 +75,17 @@ async def _cluster(seconds: float, selectivity: int = 2) -> dict:
         await system.open_subs(subs, pool, run.deliver)
         await run.warm_up(system, subs, pool)
         started()
-        for rate in (None, 1000):
-            sends = await system.publishers(1, "batch-DELIVERED", pool)
+        for mode, rate in (("batch-DELIVERED", None), ("batch-DELIVERED", 1000), ("single-DELIVERED", None)):
+            key = "single" if mode.startswith("single") else rate or "max"
+            sends = await system.publishers(1, mode, pool)
             before = dict(count)
-            rows[rate or "max"] = await run.cell(system, sends, rate, pool, subs, {
-                "system": "echelon", "mode": "batch-DELIVERED", "selectivity": selectivity, "publishers": 1})
-            messages[rate or "max"] = {k: (count[k] - before[k]) / max(rows[rate or "max"]["events"], 1)
-                                       for k in count}
+            rows[key] = await run.cell(system, sends, rate, pool, subs, {
+                "system": "echelon", "mode": mode, "selectivity": selectivity, "publishers": 1})
+            messages[key] = {k: (count[k] - before[k]) / max(rows[key]["events"], 1) for k in count}
             await system.close_publishers()
     finally:
         await system.stop()
-    sat, low = rows["max"], rows[1000]
+    sat, low, single = rows["max"], rows[1000], rows["single"]
     cpu = sat["cpu_s_per_1k"]
     result = {"saturation published/s": sat["published_per_s"],
               "1k/s p50 ms": low["p50_ms"], "1k/s p99 ms": low["p99_ms"],
@@ -104,7 +105,11 @@ async def _cluster(seconds: float, selectivity: int = 2) -> dict:
               "1k/s Delivery msgs per event": messages[1000]["read"],
               "1k/s ack msgs per event": messages[1000]["written"],
               "max: Delivery msgs per event": messages["max"]["read"],
-              "max: ack msgs per event": messages["max"]["written"]}
+              "max: ack msgs per event": messages["max"]["written"],
+              # One event per publish() call (publish_nowait, many in flight), at saturation.
+              "single: saturation published/s": single["published_per_s"],
+              "single: cpu ms/1k: publishing agent": 1000 * single["cpu_s_per_1k"].get("agent-0", 0.0),
+              "single: cpu ms/1k: load generator": 1000 * single["cpu_s_per_1k_loadgen"]}
     return result
 
 
