@@ -389,7 +389,8 @@ def _stream_piece(batched: bool) -> float:
     membership = SimpleNamespace(topics={"bench": topic})
     node = SimpleNamespace(topics=Topics(lambda: membership, None), durables=SimpleNamespace(refuse=lambda t, a: None),
                            config=SimpleNamespace(id="agent-0"), dispatcher=SimpleNamespace(submit=submit),
-                           server=SimpleNamespace(access=SimpleNamespace(check_publish=lambda t: None)),
+                           server=SimpleNamespace(access=SimpleNamespace(check_publish=lambda t: None,
+                                                                         publish_checker=lambda now: lambda t: None)),
                            metrics=AgentMetrics(CollectorRegistry()))
     elements = [ppb.PublishRequest(topic="bench", attributes=attributes_to_pb(a), payload=i.to_bytes(16, "little"))
                 for i, a in enumerate(_events(256))]

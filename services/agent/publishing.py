@@ -122,13 +122,13 @@ class Publishing:
         duplicate's entry points at its first copy's unit until that one settles. Per
         request, not per event: the topic, its schema, the clocks and the window's expiry."""
         node = self.node
-        check_publish = node.server.access.check_publish
         topics: dict[str, tuple[pb.Topic, Schema]] = {}
         events: list[pb.Event] = []
         kept: list[bytes] = []
         entries: list[tuple[tuple[str, int], Entry]] = []
         rows = unit.rows
         now, wall = time.monotonic(), time.time_ns()
+        check_publish = node.server.access.publish_checker(now)  # the caller's rights once a topic
         self.accepted.expire(now)
         for req, seq, payload in zip(reqs, seqs, payloads):
             outcome = None
@@ -284,7 +284,9 @@ class Publishing:
                 unit = _Unit(bool(req.batch), req.ack_level, req.coalesce_acks, alone=not in_flight)
                 if req.batch:
                     reqs = req.batch
-                    seqs = [next_seq(r.sequence) for r in reqs]
+                    seqs = [r.sequence for r in reqs]
+                    if 0 in seqs:  # numbered here (a client that leaves it to the agent)
+                        seqs = [next_seq(s) for s in seqs]
                     payloads = [r.payload for r in reqs]
                     await self._accept(unit, reqs, producer, seqs, payloads)
                 else:
