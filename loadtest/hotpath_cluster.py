@@ -12,27 +12,28 @@ import time
 from pathlib import Path
 
 def _count_subscribe_messages() -> dict[str, int]:
-    """Counts the messages of every Subscribe stream this process opens from here on (the
-    load generator's subscribers, in either tree: wrapped at the generated stub): Delivery
-    messages read, requests written (acks, nacks, opens)."""
+    """Counts the messages of every Subscribe and Publish stream this process opens from
+    here on (the load generator's subscribers and publishers, in either tree: wrapped at
+    the generated stub): Delivery messages read, requests written (acks, nacks, opens);
+    Publish requests written, PublishAck messages read."""
     from echelon.v1 import pubsub_pb2_grpc as pgrpc
 
-    count = {"read": 0, "written": 0}
+    count = {"read": 0, "written": 0, "publish written": 0, "publish read": 0}
 
     class Counted:
-        def __init__(self, call):
-            self._call = call
+        def __init__(self, call, prefix: str = ""):
+            self._call, self._prefix = call, prefix
 
         def __getattr__(self, name):
             return getattr(self._call, name)
 
         async def write(self, request):
-            count["written"] += 1
+            count[self._prefix + "written"] += 1
             return await self._call.write(request)
 
         async def _read(self):
             async for message in self._call:
-                count["read"] += 1
+                count[self._prefix + "read"] += 1
                 yield message
 
         def __aiter__(self):
@@ -42,8 +43,17 @@ def _count_subscribe_messages() -> dict[str, int]:
 
     def counting_init(stub, channel):
         init(stub, channel)
-        subscribe = stub.Subscribe
+        subscribe, publish = stub.Subscribe, stub.Publish
         stub.Subscribe = lambda *a, **kw: Counted(subscribe(*a, **kw))
+
+        def counted_publish(requests, *a, **kw):
+            async def written():
+                async for request in requests:
+                    count["publish written"] += 1
+                    yield request
+            return Counted(publish(written(), *a, **kw), "publish ")
+
+        stub.Publish = counted_publish
 
     pgrpc.PubSubStub.__init__ = counting_init
     return count
@@ -106,6 +116,11 @@ async def _cluster(seconds: float, selectivity: int = 2) -> dict:
               "1k/s ack msgs per event": messages[1000]["written"],
               "max: Delivery msgs per event": messages["max"]["read"],
               "max: ack msgs per event": messages["max"]["written"],
+              # The publisher's stream: requests written, PublishAck messages read, per event.
+              "1k/s publish msgs per event": messages[1000]["publish written"],
+              "1k/s publish ack msgs per event": messages[1000]["publish read"],
+              "single: publish msgs per event": messages["single"]["publish written"],
+              "single: publish ack msgs per event": messages["single"]["publish read"],
               # One event per publish() call (publish_nowait, many in flight), at saturation.
               "single: saturation published/s": single["published_per_s"],
               "single: cpu ms/1k: publishing agent": 1000 * single["cpu_s_per_1k"].get("agent-0", 0.0),
