@@ -70,7 +70,6 @@ from __future__ import annotations
 
 import contextvars
 import logging
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -269,19 +268,17 @@ class Access:
 
     def publish_checker(self, now: float) -> Callable[[str], None]:
         """The check of each event of one publish request, at `now`: raises PermissionDenied
-        or ResourceExhausted. The caller and each topic's right are looked up once per
-        request (not per event); a token of the rate is taken per event, in order."""
+        or ResourceExhausted. Each topic's right is looked up once per request (not per
+        event); a token of the rate is taken per event, in order."""
         caller = CALLER.get()
         if caller is None or not caller.limited:
             return _unchecked
-        refusals: dict[str, str | None] = {}
+        allowed: set[str] = set()
 
         def check(topic: str) -> None:
-            refusal = refusals[topic] if topic in refusals else refusals.setdefault(
-                topic, self.acl().refusal(caller.identity, "publish", topic))
-            if refusal:
-                self.count(_V1 + "PubSub", "permission_denied")
-                raise PermissionDenied(refusal)
+            if topic not in allowed:
+                self.require("publish", topic, _V1 + "PubSub")
+                allowed.add(topic)
             over = self.quotas.publish(caller.key, now)
             if over:
                 self.count(_V1 + "PubSub", "publish_rate")
