@@ -30,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def child(cluster: float, selectivity: int = 2, idle: float = 0.0) -> None:
+def child(cluster: float, selectivity: int = 2, idle: float = 0.0, publishers: int = 1) -> None:
     # This file runs as a script: its directory is first on sys.path, so the pieces are
     # this tree's code driving the `echelon` package on PYTHONPATH (either tree's).
     from hotpath_cluster import _cluster, _idle
@@ -46,7 +46,7 @@ def child(cluster: float, selectivity: int = 2, idle: float = 0.0) -> None:
             from echelon.runtime.loop import run  # the load generator on the services' loop
         except ImportError:  # a base tree from before runtime/loop.py
             from asyncio import run
-        print(json.dumps(run(_cluster(cluster, selectivity))))
+        print(json.dumps(run(_cluster(cluster, selectivity, publishers))))
         return
     out = {}
     for name, piece in PIECES.items():
@@ -76,6 +76,8 @@ def main(argv: list[str] | None = None) -> None:
                          "cells of SECONDS each, 1 publisher): events/s, latency, CPU per service")
     ap.add_argument("--selectivity", type=int, choices=(2, 20), default=2,
                     help="the cluster's workload: 2%% or 20%% of the events match each subscription")
+    ap.add_argument("--publishers", type=int, default=1, metavar="N",
+                    help="with --cluster: a third cell, saturation with N publishers on the one agent")
     ap.add_argument("--idle", type=float, default=0.0, metavar="SECONDS",
                     help="instead: a whole cluster per tree and round doing nothing, CPU ms per second per tier")
     ap.add_argument("--base-env", action="append", default=[], metavar="NAME=VALUE",
@@ -86,7 +88,7 @@ def main(argv: list[str] | None = None) -> None:
     if any("=" not in e for e in args.base_env):
         ap.error("--base-env takes NAME=VALUE")
     if args.child:
-        child(args.cluster, args.selectivity, args.idle)
+        child(args.cluster, args.selectivity, args.idle, args.publishers)
         return
     runs: dict[str, list[dict]] = {"base": [], "head": []}
     with tempfile.TemporaryDirectory(prefix="bench_hotpath.") as tmp:
@@ -98,7 +100,7 @@ def main(argv: list[str] | None = None) -> None:
                        **(dict(e.split("=", 1) for e in args.base_env) if tree == "base" else {})}
                 # This file runs as a script in either tree: `echelon` and `loadtest` are that tree's.
                 out = subprocess.run([sys.executable, __file__, "--child", "--cluster", str(args.cluster),
-                                      "--selectivity", str(args.selectivity),
+                                      "--selectivity", str(args.selectivity), "--publishers", str(args.publishers),
                                       *(["--idle", str(args.idle)] if args.idle else [])], env=env,
                                      cwd=trees[tree], capture_output=True, text=True, timeout=900)
                 if out.returncode:

@@ -1,7 +1,7 @@
 """The whole-cluster modes of `loadtest.bench_hotpath` (issue 12): `--cluster` (a
 saturation and a 1k/s cell with publish_batch, a saturation cell with one event per
-publish(): events/s, latency, CPU per 1,000 events per service, the subscribers' stream
-messages per event) and `--idle` (CPU per second of a cluster doing
+publish(): events/s, latency, CPU per 1,000 events per service, the subscribers' and the
+publisher's stream messages per event) and `--idle` (CPU per second of a cluster doing
 nothing). Imported by name from this directory in a child process of either tree, like
 hotpath_pieces."""
 
@@ -13,10 +13,11 @@ from pathlib import Path
 
 def _count_subscribe_messages() -> dict[str, int]:
     """Counts the messages of every Subscribe and Publish stream this process opens from
-    here on (the load generator's subscribers and publishers, in either tree: wrapped at
-    the generated stub): Delivery messages read, requests written (acks, nacks, opens);
-    Publish requests written, PublishAck messages read."""
-    from echelon.v1 import pubsub_pb2_grpc as pgrpc
+    here on (the load generator's subscribers and publishers, in either tree: wrapped where
+    the channel makes the call, whether through the generated stub or not): Delivery
+    messages read, requests written (acks, nacks, opens); Publish requests written,
+    PublishAck messages read."""
+    from grpc.aio import _channel
 
     count = {"read": 0, "written": 0, "publish written": 0, "publish read": 0}
 
@@ -39,30 +40,31 @@ def _count_subscribe_messages() -> dict[str, int]:
         def __aiter__(self):
             return self._read()
 
-    init = pgrpc.PubSubStub.__init__
+    stream_stream = _channel.Channel.stream_stream
 
-    def counting_init(stub, channel):
-        init(stub, channel)
-        subscribe, publish = stub.Subscribe, stub.Publish
-        stub.Subscribe = lambda *a, **kw: Counted(subscribe(*a, **kw))
+    def counting(channel, method, *args, **kwargs):
+        make = stream_stream(channel, method, *args, **kwargs)
+        if method.endswith("PubSub/Publish"):
+            def publish(requests, *a, **kw):
+                async def written():
+                    async for request in requests:
+                        count["publish written"] += 1
+                        yield request
+                return Counted(make(written(), *a, **kw), "publish ")
+            return publish
+        if not method.endswith("PubSub/Subscribe"):
+            return make
+        return lambda *a, **kw: Counted(make(*a, **kw))
 
-        def counted_publish(requests, *a, **kw):
-            async def written():
-                async for request in requests:
-                    count["publish written"] += 1
-                    yield request
-            return Counted(publish(written(), *a, **kw), "publish ")
-
-        stub.Publish = counted_publish
-
-    pgrpc.PubSubStub.__init__ = counting_init
+    _channel.Channel.stream_stream = counting
     return count
 
 
-async def _cluster(seconds: float, selectivity: int = 2) -> dict:
+async def _cluster(seconds: float, selectivity: int = 2, publishers: int = 1) -> dict:
     """One Echelon cluster (loadtest.bench_events' processes, 1 publisher): a saturation
     cell and a 1k/s cell, batch-DELIVERED; per-service CPU per 1,000 events in each, and
-    the subscribers' Subscribe messages per event."""
+    the subscribers' Subscribe messages per event. `publishers` above 1: a third cell,
+    saturation with that many publishers on the one agent (they share its dispatcher)."""
     try:
         from echelon.runtime.loop import started
     except ImportError:  # a base tree from before it: the GC's defaults
@@ -85,17 +87,20 @@ async def _cluster(seconds: float, selectivity: int = 2) -> dict:
         await system.open_subs(subs, pool, run.deliver)
         await run.warm_up(system, subs, pool)
         started()
-        for mode, rate in (("batch-DELIVERED", None), ("batch-DELIVERED", 1000), ("single-DELIVERED", None)):
-            key = "single" if mode.startswith("single") else rate or "max"
-            sends = await system.publishers(1, mode, pool)
+        cells = [("max", None, 1, "batch-DELIVERED"), (1000, 1000, 1, "batch-DELIVERED"),
+                 ("single", None, 1, "single-DELIVERED")]
+        if publishers > 1:
+            cells.append(("many", None, publishers, "batch-DELIVERED"))
+        for name, rate, n, mode in cells:
+            sends = await system.publishers(n, mode, pool)
             before = dict(count)
-            rows[key] = await run.cell(system, sends, rate, pool, subs, {
-                "system": "echelon", "mode": mode, "selectivity": selectivity, "publishers": 1})
-            messages[key] = {k: (count[k] - before[k]) / max(rows[key]["events"], 1) for k in count}
+            rows[name] = await run.cell(system, sends, rate, pool, subs, {
+                "system": "echelon", "mode": mode, "selectivity": selectivity, "publishers": n})
+            messages[name] = {k: (count[k] - before[k]) / max(rows[name]["events"], 1) for k in count}
             await system.close_publishers()
     finally:
         await system.stop()
-    sat, low, single = rows["max"], rows[1000], rows["single"]
+    sat, low = rows["max"], rows[1000]
     cpu = sat["cpu_s_per_1k"]
     result = {"saturation published/s": sat["published_per_s"],
               "1k/s p50 ms": low["p50_ms"], "1k/s p99 ms": low["p99_ms"],
@@ -119,12 +124,13 @@ async def _cluster(seconds: float, selectivity: int = 2) -> dict:
               # The publisher's stream: requests written, PublishAck messages read, per event.
               "1k/s publish msgs per event": messages[1000]["publish written"],
               "1k/s publish ack msgs per event": messages[1000]["publish read"],
-              "single: publish msgs per event": messages["single"]["publish written"],
-              "single: publish ack msgs per event": messages["single"]["publish read"],
               # One event per publish() call (publish_nowait, many in flight), at saturation.
-              "single: saturation published/s": single["published_per_s"],
-              "single: cpu ms/1k: publishing agent": 1000 * single["cpu_s_per_1k"].get("agent-0", 0.0),
-              "single: cpu ms/1k: load generator": 1000 * single["cpu_s_per_1k_loadgen"]}
+              "single: saturation published/s": rows["single"]["published_per_s"],
+              "single: cpu ms/1k: publishing agent": 1000 * rows["single"]["cpu_s_per_1k"].get("agent-0", 0.0),
+              "single: cpu ms/1k: load generator": 1000 * rows["single"]["cpu_s_per_1k_loadgen"]}
+    if "many" in rows:
+        result[f"saturation {publishers}p published/s"] = rows["many"]["published_per_s"]
+        result[f"{publishers}p cpu ms/1k: publishing agent"] = 1000 * rows["many"]["cpu_s_per_1k"].get("agent-0", 0.0)
     return result
 
 

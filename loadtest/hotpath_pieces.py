@@ -11,6 +11,9 @@ Pieces (the 2% and 20% workload of loadtest.bench_events: `Symbol`, `Price`):
 - `match`: a matcher's CDM index, 50 subscriptions, a batch of 256 events;
 - `matcher answer`: a matcher holding the 3 default zones answers a batch of 256 events
   (route to zones, CDM, the MatchResponse serialized; what each tree sends an agent);
+- `matcher entry, lone event`: the entry's whole `Match` of a batch of one event (the
+  request read, routing, its zones, the response built, metrics) when one matcher holds
+  the 3 default zones (no peer message in either tree): the entry's own Python work;
 - `client encode`: the publisher's request of one event;
 - `client publish()` / `client publish_batch`: the SDK's whole publish path over a fake
   channel (the agent's acks come back coalesced, as the agent sends them): the event's
@@ -25,6 +28,13 @@ Pieces (the 2% and 20% workload of loadtest.bench_events: `Symbol`, `Price`):
 - `relay receive`: a subscribing agent's data plane taking a frame of 170 events from
   that root (the tree's own frames: decoded, keyed, handed to local delivery, acked);
   local delivery itself is the `deliver` piece;
+- `subscriber agent`: a subscribing agent's whole receive path for a frame of 170 events
+  (and of 1) for it alone, as the root builds it: the frame decoded, received by the data
+  plane, delivered to its 17 local subscriptions, their shared stream's Delivery messages
+  built and serialized (per event received);
+- `subscriber SDK`: the client's side of those Delivery messages at 20%: decoded, into the
+  subscriptions' inboxes, handed out as Messages, each payload read and the batch acked
+  (per delivery);
 - `GC pass`: one full collection with a subscribing agent's dedup window of 500k ids
   (milliseconds, not per event).
 """
@@ -181,6 +191,63 @@ def _answer_piece(sel: int) -> float:
     return _best(once, len(events))
 
 
+def _entry_piece() -> float:
+    import asyncio
+    from types import SimpleNamespace
+
+    from prometheus_client import CollectorRegistry
+
+    from echelon.core.can import Zone
+    from echelon.core.filters import parse
+    from echelon.core.schema import Schema, parse_attribute
+    from echelon.core.space import Space
+    from echelon.matcher.layout import Copy, default_zones
+    from echelon.matcher.peers import TierView
+    from echelon.matcher.sample import EventSampler
+    from echelon.matcher.server import MatcherMetrics, MatcherServicer
+    from echelon.matcher.tier import Tier
+    from echelon.runtime.wire import attributes_to_pb
+    from echelon.v1 import common_pb2 as pb
+    from echelon.v1 import matcher_pb2 as xpb
+    from loadtest.bench_events.workload import SCHEMA, subscriptions
+
+    class Alone:  # no peer: the plan gives every zone to m0, the layout is switched to by hand
+        async def sync(self, *args):
+            raise ConnectionError
+
+        async def store(self, *args):
+            return None
+
+    schema = Schema(tuple(parse_attribute(a) for a in SCHEMA))
+    ids = ["m0", "m1", "m2"]
+    zones = [Zone(z.id, z.low, z.high, "m0") for z in default_zones("bench", Space.of(schema), ids)[0]]
+    batches = [xpb.MatchRequest(batch_id=i, agents_only=True, events=[pb.Event(topic="bench",
+                                                                                attributes=attributes_to_pb(e))])
+               for i, e in enumerate(_events(200))]
+    loop = asyncio.new_event_loop()
+
+    async def setup():
+        tier = Tier("m0", Alone(), lambda: 1)
+        tier.update_view(TierView({m: 1 for m in ids}, {"bench": schema}, {"bench": zones}, 1))
+        ts = tier.layouts.topics["bench"]
+        while not ts.pending.ready:
+            await asyncio.sleep(0.01)
+        ts.active, ts.pending = ts.pending, None
+        tier.store.install([Copy(str(s.index), f"agent-{s.index % 3 + 1}", "bench", 1, parse(s.echelon_filter()))
+                            for s in subscriptions(2, 50)], lambda held, new: None)
+        node = SimpleNamespace(tier=tier, events=EventSampler())
+        node.metrics = MatcherMetrics(CollectorRegistry(), tier)
+        return MatcherServicer(node)
+
+    entry = loop.run_until_complete(setup())
+
+    async def run():
+        for b in batches:
+            await entry._entry(b)
+
+    return _best(lambda: loop.run_until_complete(run()), len(batches))
+
+
 class _Link:
     """A relay link that queues frames (their futures settled by the piece)."""
 
@@ -234,7 +301,7 @@ def _relay_items(n: int):
 def _relay_root_piece() -> float:
     import asyncio
 
-    plane, links = _relay_plane("agent-0", lambda events: len(events))
+    plane, links = _relay_plane("agent-0", lambda events, *encoded: len(events))
     items = _relay_items(256)
     loop = asyncio.new_event_loop()
 
@@ -256,26 +323,137 @@ def _relay_root_piece() -> float:
 def _relay_receive_piece() -> float:
     """A frame of 170 events for a child of the root alone (a leaf's work), as this
     tree's root builds it."""
-    import asyncio
-
-    root, links = _relay_plane("agent-0", lambda events: len(events))
-    loop = asyncio.new_event_loop()
-    try:
-        for child in ("agent-1", "agent-2", "agent-3"):
-            items = [(e, p, [child]) for e, p, _ in _relay_items(170)]
-            loop.run_until_complete(root.publish(items))
-            if child in links:
-                break
-    finally:
-        loop.close()
-    frame = links[child].frames[-1][0]  # the last: for `child` alone
-    leaf, _ = _relay_plane(child, lambda events: len(events))  # holds none: the frame is all for it
+    frame, child = _frame_for_leaf(170)
+    leaf, _ = _relay_plane(child, lambda events, *encoded: len(events))  # holds none: the frame is all for it
     acks = []
 
     def once():
         leaf.receive(frame, lambda: acks.append(1))
 
     return _best(once, len(frame.messages))
+
+
+def _frame_for_leaf(n: int):
+    """A frame of `n` events from agent-0 (the root) for one child of it alone, and that child."""
+    import asyncio
+
+    root, links = _relay_plane("agent-0", lambda events, *encoded: len(events))
+    loop = asyncio.new_event_loop()
+    try:
+        for child in ("agent-1", "agent-2", "agent-3"):
+            items = [(e, p, [child]) for e, p, _ in _relay_items(n)]
+            loop.run_until_complete(root.publish(items))
+            if child in links:
+                return links[child].frames[-1][0], child
+    finally:
+        loop.close()
+    raise RuntimeError("no child of the root got a frame")
+
+
+def _subscriber_agent(sel: int, n: int):
+    """A subscribing agent's data plane and local delivery (17 subscriptions of the 50, all on
+    one shared stream of a client that reads encoded events), and `once()`: one frame of `n`
+    events through it, returning the Delivery messages serialized."""
+    from collections import deque
+    from types import SimpleNamespace
+
+    from prometheus_client import CollectorRegistry
+
+    from echelon.agent.delivery import LocalDelivery
+    from echelon.agent.metrics import AgentMetrics
+    from echelon.agent.shared_stream import SharedStream
+    from echelon.agent.subscriptions import Subscription
+    from echelon.core.dedup import DedupWindow
+    from echelon.core.filters import parse
+    from echelon.v1 import relay_pb2 as rpb
+    from loadtest.bench_events.workload import subscriptions
+
+    frame, child = _frame_for_leaf(n)
+    wire = frame.SerializeToString()
+    subs = {}
+    for s in subscriptions(sel, 50):
+        if s.index % 3 == int(child[-1]) % 3:
+            sub = Subscription(f"{child}/{s.index}", f"~{s.index}", "bench", parse(s.echelon_filter()), 1 << 30)
+            sub.attach(1 << 30)
+            subs[sub.name] = sub
+    metrics = AgentMetrics(CollectorRegistry())
+    delivery = LocalDelivery(lambda: subs, metrics, lambda s: None)
+    leaf, _ = _relay_plane(child, delivery.deliver_many)
+    stream = SharedStream.__new__(SharedStream)  # its writer's part alone: no gRPC stream under it
+    stream.node, stream.max_deliveries, stream.statuses, stream._turn = SimpleNamespace(metrics=metrics), 256, deque(), 0
+    stream.encoded, stream._counted = True, {}  # a tree without them ignores them
+    stream.subs = {i + 1: s for i, s in enumerate(subs.values())}
+
+    def once() -> list[bytes]:
+        delivery.dedup = leaf.node.dedup = DedupWindow()
+        leaf.receive(rpb.RelayFrame.FromString(wire), lambda: None)
+        out = []
+        while True:
+            message, _ = stream._fill()
+            if not len(message.batch):
+                return out
+            out.append(message.SerializeToString())
+            for sub in subs.values():
+                sub.unacked.clear()
+
+    return once, len(frame.messages)
+
+
+def _subscriber_agent_piece(sel: int, n: int) -> float:
+    once, events = _subscriber_agent(sel, n)
+    return _best(once, events, number=max(5, 2000 // events))
+
+
+def _subscriber_sdk_piece(sel: int) -> float:
+    """The Delivery messages of `_subscriber_agent` (this tree's agent made them) through this
+    tree's client: each subscription's part into its inbox, handed out, payload read, acked."""
+    import asyncio
+
+    from echelon.client.client import Client
+    from echelon.client.subscription import Subscription
+    from echelon.v1 import pubsub_pb2 as ppb
+
+    once, _ = _subscriber_agent(sel, 170)
+    wires = once()
+    loop = asyncio.new_event_loop()
+
+    async def written(requests):
+        return None
+
+    async def setup():
+        client = Client("127.0.0.1:1")  # never dialled
+        subs = {}
+        for sid in range(1, 18):
+            sub = subs[sid] = Subscription(client, "bench", "", "", 1 << 20, None)
+            sub._state = "open"
+            sub.settlements.flusher._write = written
+        return subs
+
+    subs = loop.run_until_complete(setup())
+    read = getattr(ppb, "DeliveryRead", ppb.Delivery).FromString  # as this tree's client reads them
+    deliveries = sum(len(read(w).batch) or 1 for w in wires)
+
+    async def receive():
+        for w in wires:
+            message = read(w)
+            by_sub: dict[int, list] = {}
+            for d in message.batch or (message,):
+                by_sub.setdefault(d.sid, []).append(d)
+            for sid, ds in by_sub.items():
+                subs[sid]._receive(ds)
+        for sub in subs.values():
+            while sub._inbox:
+                batch = sub._hand(256)
+                for m in batch:
+                    m.payload
+                await sub.ack(batch)
+        for sub in subs.values():
+            sub.settlements.cancel()
+
+    try:
+        return _best(lambda: loop.run_until_complete(receive()), deliveries)
+    finally:
+        loop.close()
 
 
 def _encode_piece() -> float:
@@ -461,6 +639,7 @@ PIECES = {
     "match 20% (matcher CDM)": lambda: _match_piece(20),
     "matcher answer 2%": lambda: _answer_piece(2),
     "matcher answer 20%": lambda: _answer_piece(20),
+    "matcher entry, lone event": _entry_piece,
     "client encode (publish)": _encode_piece,
     "client publish(), one event each": lambda: _client_piece(False),
     "client publish_batch, 256 events": lambda: _client_piece(True),
@@ -468,5 +647,9 @@ PIECES = {
     "publish stream, batch of 256": lambda: _stream_piece(True),
     "relay root, 256 events": _relay_root_piece,
     "relay receive, frame of 170": _relay_receive_piece,
+    "subscriber agent 2%, frame of 170": lambda: _subscriber_agent_piece(2, 170),
+    "subscriber agent 20%, frame of 170": lambda: _subscriber_agent_piece(20, 170),
+    "subscriber agent 20%, frame of 1": lambda: _subscriber_agent_piece(20, 1),
+    "subscriber SDK 20% (per delivery)": lambda: _subscriber_sdk_piece(20),
     "GC pass, 500k delivered ids (ms)": _gc_piece,
 }

@@ -12,7 +12,7 @@ machine, one clock, so the differences are the time between the points:
 |---|---|---|
 | sent | load generator | the payload's send time |
 | admit | agent-0 | `PubSubServicer._admit` returns (validated, id recorded) |
-| match out / back | agent-0 | `MatchClient.match` called / returned |
+| match out / back | agent-0 | `MatchClient.send` called / its batch answered |
 | matcher in / out | the entry matcher | its `Match` stream: an agent's request read / its response yielded |
 | holder in / out | a zone's holder | its `Match` stream: a peer matcher's request read / answered |
 | relay out | agent-0 | `Link.send` (a frame queued on the link to a subscriber's agent) |
@@ -107,13 +107,15 @@ def install() -> list[str]:
         return _admit
 
     def match(original):
-        async def _match(self, events, *a, **kw):
-            ids = _keys(events)
+        from echelon.v1 import common_pb2 as pb
+
+        async def send(self, encoded, *a, **kw):
+            ids = _keys(pb.Event.FromString(data) for data in encoded)
             sink.stamp("match out", ids)
-            out = await original(self, events, *a, **kw)
-            sink.stamp("match back", ids)
-            return out
-        return _match
+            answer = await original(self, encoded, *a, **kw)  # the batch's future: done when answered
+            answer.add_done_callback(lambda _: sink.stamp("match back", ids))
+            return answer
+        return send
 
     def matcher(original):
         async def Match(self, request_iterator, context):
@@ -157,7 +159,7 @@ def install() -> list[str]:
     gc.callbacks.append(collected)
 
     wrap("echelon.agent.publishing", "Publishing._admit", admit)
-    wrap("echelon.agent.matching", "MatchClient.match", match)
+    wrap("echelon.agent.matching", "MatchClient.send", match)
     wrap("echelon.matcher.server", "MatcherServicer.Match", matcher)
     wrap("echelon.agent.links", "Link.send", link_send)
     wrap("echelon.agent.delivery", "LocalDelivery.deliver_many", deliver_many)

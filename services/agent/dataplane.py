@@ -75,8 +75,9 @@ class Host(Protocol):
     def link(self, member) -> object:
         """The `links.Link` to a member (made on first use)."""
 
-    def deliver_local(self, events: list[pb.Event]) -> int:
-        """Offer whole events (a frame's, in order) to the local subscriptions, once per message id."""
+    def deliver_local(self, events: list[pb.Event], encoded: list[bytes] | None = None) -> int:
+        """Offer whole events (a frame's, in order) to the local subscriptions, once per
+        message id; `encoded`: their bytes as received (b"": none), sent on as they are."""
 
     def open_stream(self, head: pb.Event, size: int) -> list:
         """Offer a sliced payload to the local subscriptions (slices.Streams)."""
@@ -252,20 +253,22 @@ class DataPlane:
             return  # leaving: the sender re-routes once we are out of its view
         me, source = self.id, frame.source
         job = Job(ack)
-        items, touched, local = [], [], []
+        items, touched, local, encoded = [], [], [], []
         holds, decode = self.holds, pb.Event.FromString
         for msg in frame.messages:
             dests = msg.destinations
             data = msg.encoded_event
             if data and len(dests) == 1 and dests[0] == me:
                 # The common case, kept short: a whole message for this node alone, delivered
-                # with the rest of the frame. It waits for an earlier copy's hold, if one forwarded.
+                # with the rest of the frame (its bytes too: sent on to subscribers as they
+                # came). It waits for an earlier copy's hold, if one forwarded.
                 ev = decode(data)
                 if holds:
                     hold = holds.get((source, ev.id.producer_id, ev.id.sequence, 0))
                     if hold is not None:
                         touched.append(hold)
                 local.append(ev)
+                encoded.append(data)
                 continue
             ev = event_of(msg)
             key = (source, ev.id.producer_id, ev.id.sequence, msg.slice_index)
@@ -279,7 +282,7 @@ class DataPlane:
                 hold = (self.slice_holds if sliced else self.holds).get(key)
                 if hold is not None:
                     touched.append(hold)
-                mine = self.deliver_here(msg, ev, local)
+                mine = self.deliver_here(msg, ev, local, encoded)
                 if mine is not None:
                     touched.append(mine)
                 continue
@@ -290,41 +293,44 @@ class DataPlane:
                 items.append((msg, ev.topic, fresh, hold))
             touched.append(hold)
             if me in dests:
-                mine = self.deliver_here(msg, ev, local)
+                mine = self.deliver_here(msg, ev, local, encoded)
                 if mine is not None:
                     touched.append(mine)
         if local:
-            self.node.deliver_local(local)
+            self.node.deliver_local(local, encoded)
         if items:
             self.forward(frame.source, frame.source_key, items, frame.ack_may_wait)
         for hold in touched:
             job.wait(hold)
         job.arm()
 
-    def deliver_here(self, msg: rpb.RelayMessage, event: pb.Event, local: list[pb.Event] | None = None) -> Hold | None:
+    def deliver_here(self, msg: rpb.RelayMessage, event: pb.Event, local: list[pb.Event] | None = None,
+                     encoded: list[bytes] | None = None) -> Hold | None:
         """Local delivery. A slice's: a hold that settles once the local subscriptions
         wrote it; a whole event is delivered at once (no hold: the small events' path), or
-        queued in `local` to go with the rest of its frame (one filter pass, delivery.py),
-        which goes first when a slice comes (FIFO)."""
+        queued in `local` (its bytes in `encoded`) to go with the rest of its frame (one
+        filter pass, delivery.py), which goes first when a slice comes (FIFO)."""
         if msg.slice_count <= 1 and not msg.aborted:
             if local is None:
-                self.node.deliver_local([event])
+                self.node.deliver_local([event], [msg.encoded_event])
             else:
                 local.append(event)
+                encoded.append(msg.encoded_event)
             return None
         if local:
-            self.node.deliver_local(local)
+            self.node.deliver_local(local, encoded)
             local.clear()
+            encoded.clear()
         hold = Hold()
         self.streams.add(msg, hold)
         return hold
 
     # -- the root (root.py) ----------------------------------------------------------
 
-    async def publish(self, items: list[tuple[pb.Event, bytes, list[str]]], ack_may_wait: bool = False
-                      ) -> list[asyncio.Future]:
+    async def publish(self, items: list[tuple[pb.Event, bytes, list[str]]], ack_may_wait: bool = False,
+                      encoded: list[bytes] | None = None) -> list[asyncio.Future]:
         """Send a matched batch as the root (`Root.publish`)."""
-        return await self.root.publish(items, ack_may_wait)
+        return await self.root.publish(items, ack_may_wait, encoded)
 
     def sliced(self, payload) -> bool:
         """Does this payload go as slices (and so is delivered locally by `publish`)?"""

@@ -73,9 +73,10 @@ class DurableSubscription(Subscription):
 
     # -- the log first ---------------------------------------------------------------------
 
-    def offer(self, event: pb.Event) -> bool:
+    def offer(self, event: pb.Event, data: bytes = b"") -> bool:
         """Log and queue; past the bound the policy drops (counted). Always True: a durable
-        subscription is never closed for its backlog."""
+        subscription is never closed for its backlog. (`data`, the event's bytes as
+        received, is not kept: what is sent comes from the log.)"""
         if self.closed:
             return True
         key = key_of(event)

@@ -93,7 +93,7 @@ class PlaneHost:
     metrics: object  # copies (labelled "as"), rerouted, lost, parked, unparked
     links: LinkSet
     dedup: DedupWindow  # message ids delivered here
-    deliver_local: Callable[[list[pb.Event]], int]  # a frame's whole events, in order
+    deliver_local: Callable[..., int]  # a frame's whole events, in order (and their bytes as received)
     # (head event, payload size) -> the local subscriptions' slices.ChunkStreams; a router has none
     open_stream: Callable[[pb.Event, int], list] = lambda head, size: []
     stopping: bool = False  # from then on nothing is acknowledged or re-routed

@@ -88,6 +88,8 @@ class PubSubServicer(pgrpc.PubSubServicer):
                     raise InvalidArgument("`open` may only be sent once")
 
         reader = None
+        encoded = first.open.encoded_events  # the client reads Delivery.encoded_event
+        delivered = node.metrics.deliveries.labels(sub.topic)  # once: labels() costs ~2 us a call
         try:  # entered with no await since the open: every way out below runs the cleanup
             # Headers now: the client's `start()` returns once the subscription is registered.
             await context.send_initial_metadata(((SUBSCRIPTION_KEY, sub.id), *sub.headers()))
@@ -109,7 +111,7 @@ class PubSubServicer(pgrpc.PubSubServicer):
                     sub.changed.clear()
                     await sub.changed.wait()  # the reader's end sets it too: no task per wait
                     continue
-                node.metrics.deliveries.labels(sub.topic).inc(len(items))
+                delivered.inc(len(items))
                 redelivered = sum(1 for _, p in items if p.redeliveries)
                 if redelivered:
                     node.metrics.redeliveries.inc(redelivered)
@@ -117,11 +119,11 @@ class PubSubServicer(pgrpc.PubSubServicer):
                     async for delivery in self._chunked(sub, *items[0], reader):
                         yield delivery
                     continue
-                out = ppb.Delivery()  # filled in place: each event copied once, a fifth of the cost (upb)
+                out = ppb.Delivery()  # filled in place
                 for delivery_id, p in items:
                     d = out.batch.add() if len(items) > 1 else out
                     d.delivery_id, d.subscription, d.redelivery_count = delivery_id, sub.name, p.redeliveries
-                    d.event.CopyFrom(p.event)
+                    p.into(d, encoded)
                 yield out
         finally:  # no await here: a cancelled stream runs it to the end
             release()

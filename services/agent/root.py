@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING
 
 from echelon.agent.holds import Hold, Job
 from echelon.agent.slices import STREAM_WINDOW, PayloadReader, cut, slice_count, slice_event
+from echelon.runtime.wire import length_delimited
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import relay_pb2 as rpb
 
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
     from echelon.agent.dataplane import DataPlane
 
 FRAME_BYTES = 1 << 20  # a root frame of small events is closed past this size
+PAYLOAD_TAG = 4 << 3 | 2  # Event.payload, length-delimited
 
 
 class Root:
@@ -113,9 +115,10 @@ class Root:
                 return
             await asyncio.wait(behind)
 
-    async def publish(self, items: list[tuple[pb.Event, bytes, list[str]]], ack_may_wait: bool = False
-                      ) -> list[asyncio.Future]:
-        """Send a matched batch as the root: (event without payload, payload, destination ids).
+    async def publish(self, items: list[tuple[pb.Event, bytes, list[str]]], ack_may_wait: bool = False,
+                      encoded: list[bytes] | None = None) -> list[asyncio.Future]:
+        """Send a matched batch as the root: (event without payload, payload, destination ids);
+        `encoded`: each event serialized already (the dispatcher's), else serialized here.
 
         A payload is bytes, or a `slices.PayloadReader` (cut through as it arrives).
         Returns one future per event, done when every destination holds it; the small
@@ -127,7 +130,7 @@ class Root:
         futures: list[asyncio.Future] = []
         run = _Run(ack_may_wait)
         me, producers = self.id, self._open
-        for event, payload, dests in items:
+        for i, (event, payload, dests) in enumerate(items):
             producer = event.id.producer_id
             remote = [d for d in dests if d != me] if me in dests else dests
             if self.sliced(payload):
@@ -141,7 +144,7 @@ class Root:
                 await self._flush(run, futures)
                 await self._fence(producer, _STRIPE0)
             # The bytes themselves as the message (`DataPlane.forward`): no RelayMessage per event.
-            run.small.append((encode(event, payload), event.topic, remote))
+            run.small.append((encode(event, payload, encoded[i] if encoded else None), event.topic, remote))
             run.producers.add(producer)
             run.bytes += len(payload) + 64
             if run.bytes >= FRAME_BYTES:
@@ -240,12 +243,14 @@ class Root:
 _STRIPE0 = frozenset((0,))
 
 
-def encode(event: pb.Event, payload: bytes) -> bytes:
+def encode(event: pb.Event, payload: bytes, data: bytes | None = None) -> bytes:
     """A whole message's `encoded_event`: the event (no payload) and its payload, serialized
-    once. Two serialized messages side by side parse as one merged message, so the payload
+    once (`data`: the event's bytes when the dispatcher has them, they went to the matcher
+    too). Two serialized messages side by side parse as one merged message, so the payload
     is appended as its own field rather than copied into the event first."""
-    data = event.SerializeToString()
-    return data + pb.Event(payload=payload).SerializeToString() if payload else data
+    if data is None:
+        data = event.SerializeToString()
+    return data + length_delimited(PAYLOAD_TAG, payload) if payload else data
 
 
 class _Run:

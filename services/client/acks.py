@@ -59,17 +59,18 @@ class Settlements:
         self.credits = 0
         self.queued = 0
 
-    def ack(self, delivery_id: int, credit: int, handed: bool = True) -> None:
-        (self.acks if handed else self.loose).append(delivery_id)
-        self._queue(credit, urgent=False)
+    def ack(self, delivery_ids: list[int], credit: int, handed: bool = True) -> None:
+        """Queue acks (`credit` each): a batch's at once, judged for a flush once."""
+        (self.acks if handed else self.loose).extend(delivery_ids)
+        self._queue(credit, len(delivery_ids), urgent=False)
 
     def nack(self, delivery_id: int, delay_ms: int, credit: int) -> None:
         self.nacks.setdefault(delay_ms, []).append(delivery_id)
-        self._queue(credit, urgent=True)
+        self._queue(credit, 1, urgent=True)
 
-    def _queue(self, credit: int, urgent: bool) -> None:
-        self.credits += credit
-        self.queued += 1
+    def _queue(self, credit: int, n: int, urgent: bool) -> None:
+        self.credits += credit * n
+        self.queued += n
         self.flusher.queued(self, urgent or self.queued >= self.threshold or self._low())
 
     def _low(self) -> bool:

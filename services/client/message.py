@@ -3,7 +3,10 @@ subscription is receiving (`Sliced`, `_Incoming`), for client/subscription.py.
 
 A Message wraps the Delivery it came in (issue 12): its fields are read from it when
 asked, and `attributes` is converted to Python values on first use, not for every
-message received (an application that reads only the payload never pays for it).
+message received (an application that reads only the payload never pays for it). A
+relayed event comes as the bytes the publishing agent serialized (`encoded_event`: the
+subscriber's agent neither copies nor re-encodes it), read as an Event by the parse of
+the whole Delivery (`subscribe_call`: DeliveryRead).
 """
 
 from __future__ import annotations
@@ -12,9 +15,12 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Callable
 
+import grpc
+
 from echelon.client.errors import DataLoss, EchelonError, FailedPrecondition, InvalidArgument
 from echelon.core.schema import Value
 from echelon.runtime.wire import attributes_from_pb
+from echelon.v1 import common_pb2 as pb
 from echelon.v1 import pubsub_pb2 as ppb
 
 if TYPE_CHECKING:
@@ -22,6 +28,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("echelon.client")
 
+SUBSCRIBE = f"/{ppb.DESCRIPTOR.services_by_name['PubSub'].full_name}/Subscribe"
 MAX_NACK_DELAY = 600.0  # seconds; the agent refuses more
 CHUNKS_AHEAD = 64  # chunks of a streamed payload received ahead of the application (64 KiB each by default)
 
@@ -29,41 +36,50 @@ CHUNKS_AHEAD = 64  # chunks of a streamed payload received ahead of the applicat
 class Message:
     """One delivery. Settle it with `ack()` or `nack(delay=...)`; the first settles, later calls do nothing."""
 
-    __slots__ = ("_delivery", "_subscription", "_chunks", "_attributes", "delivery_id", "settled")
+    __slots__ = ("_delivery", "_subscription", "_chunks", "_attributes", "_decoded", "delivery_id", "settled")
 
-    def __init__(self, delivery: ppb.Delivery, subscription: "Subscription", chunks: "_Incoming | None" = None):
+    def __init__(self, delivery: ppb.DeliveryRead, subscription: "Subscription", chunks: "_Incoming | None" = None):
         self._delivery = delivery
         self._subscription = subscription
         self._chunks = chunks
         self._attributes: dict[str, Value] | None = None
+        self._decoded: pb.Event | None = None
         self.delivery_id: int = delivery.delivery_id
         self.settled = False
 
     @property
+    def _event(self) -> pb.Event:
+        event = self._decoded
+        if event is None:  # event_of, inlined: once per message
+            d = self._delivery
+            event = self._decoded = d.encoded_event if d.HasField("encoded_event") else d.event
+        return event
+
+    @property
     def attributes(self) -> dict[str, Value]:
         if self._attributes is None:
-            self._attributes = attributes_from_pb(self._delivery.event.attributes)
+            self._attributes = attributes_from_pb(self._event.attributes)
         return self._attributes
 
     @property
     def topic(self) -> str:
-        return self._delivery.event.topic
+        return self._event.topic
 
     @property
     def payload(self) -> bytes:
-        return self._delivery.event.payload
+        return self._event.payload
 
     @property
     def producer_id(self) -> str:
-        return self._delivery.event.id.producer_id
+        return self._event.id.producer_id
 
     @property
     def sequence(self) -> int:
-        return self._delivery.event.id.sequence
+        return self._event.id.sequence
 
     @property
     def ordering_key(self) -> str:
-        return self._delivery.event.ordering_key
+        return self._event.ordering_key
 
     @property
     def redelivery_count(self) -> int:
@@ -71,12 +87,12 @@ class Message:
 
     @property
     def publish_time_ns(self) -> int:
-        return self._delivery.event.publish_time_unix_nanos
+        return self._event.publish_time_unix_nanos
 
     @property
     def payload_size(self) -> int:
         """Its payload's size (of a streamed payload too, whose `payload` is empty: read `chunks()`)."""
-        return self._delivery.payload_size or len(self._delivery.event.payload)
+        return self._delivery.payload_size or len(self._event.payload)
 
     @property
     def streamed(self) -> bool:
@@ -115,6 +131,17 @@ class Message:
         self._subscription._settle((self,), check_delay(delay))
 
 
+def subscribe_call(channel: grpc.aio.Channel) -> grpc.aio.StreamStreamCall:
+    """A Subscribe call whose Deliveries are read as DeliveryRead."""
+    return channel.stream_stream(SUBSCRIBE, request_serializer=ppb.SubscribeRequest.SerializeToString,
+                                 response_deserializer=ppb.DeliveryRead.FromString)()
+
+
+def event_of(d: ppb.DeliveryRead) -> pb.Event:
+    """A delivery's event: as it came in the agent's bytes (`encoded_event`), or as a message."""
+    return d.encoded_event if d.HasField("encoded_event") else d.event
+
+
 def check_delay(delay: float) -> float:
     if not 0 <= delay <= MAX_NACK_DELAY:
         raise InvalidArgument(f"nack delay {delay}s: 0 to {MAX_NACK_DELAY:g}s")
@@ -126,7 +153,7 @@ class _Incoming:
 
     __slots__ = ("head", "whole", "parts", "queue", "read", "dropped")
 
-    def __init__(self, head: ppb.Delivery, whole: bool):
+    def __init__(self, head: ppb.DeliveryRead, whole: bool):
         self.head = head
         self.whole = whole
         self.parts: list[bytes] = []
@@ -159,7 +186,7 @@ class Sliced:
     def __contains__(self, delivery_id: int) -> bool:
         return delivery_id in self.incoming
 
-    async def receive(self, d: ppb.Delivery) -> None:
+    async def receive(self, d: ppb.DeliveryRead) -> None:
         """A sliced payload's head or one of its pieces."""
         if d.chunked:
             incoming = self.incoming[d.delivery_id] = _Incoming(d, d.payload_size <= self.max_whole)

@@ -23,8 +23,8 @@ import grpc
 
 from echelon.client.acks import Flusher
 from echelon.client.errors import Unavailable, from_rpc_error, from_status
+from echelon.client.message import subscribe_call
 from echelon.v1 import pubsub_pb2 as ppb
-from echelon.v1 import pubsub_pb2_grpc as pgrpc
 
 if TYPE_CHECKING:
     from echelon.client.client import Client
@@ -36,7 +36,7 @@ CLOSE_WAIT = 5.0  # seconds a closing subscription waits for the agent's answer
 class SharedStream:
     def __init__(self, client: "Client"):
         self.client = client
-        self.call = pgrpc.PubSubStub(client._channel()).Subscribe()
+        self.call = subscribe_call(client._channel())
         self.subs: dict[int, "Subscription"] = {}  # open, or opening (deliveries may follow their answer at once)
         self.opening: dict[int, asyncio.Future] = {}
         self.flusher = Flusher(self._write)
@@ -135,7 +135,7 @@ class SharedStream:
                     sub = self.subs.get(d.sid)
                     if sub is None:
                         continue  # closed here meanwhile: the agent takes it back with the close
-                    if d.chunked or d.delivery_id in sub._sliced:  # never in a batch
+                    if d.chunked or d.delivery_id in sub._sliced.incoming:  # never in a batch
                         await sub._sliced.receive(d)
                     else:
                         by_sub.setdefault(d.sid, []).append(d)
@@ -157,7 +157,7 @@ class SharedStream:
             for sub in subs:
                 sub._finish(error)
 
-    def _status(self, d: ppb.Delivery) -> None:
+    def _status(self, d: ppb.DeliveryRead) -> None:
         """An open's answer, or a subscription's end."""
         answer = self.opening.pop(d.sid, None)
         error = from_status(d.code, d.error) if d.code else None

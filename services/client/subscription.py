@@ -59,13 +59,12 @@ from echelon.client.acks import Flusher, Settlements
 from echelon.client.callbacks import dispatch
 from echelon.client.errors import (ClientClosed, EchelonError, FailedPrecondition, InvalidArgument,
                                    Timeout, Unavailable, from_rpc_error, from_status)
-from echelon.client.message import Message, Sliced, _Incoming, check_delay
+from echelon.client.message import Message, Sliced, _Incoming, check_delay, event_of, subscribe_call
 from echelon.client.shared import SharedStream
 from echelon.core.filters import Filter
 from echelon.runtime.transport import SUBSCRIPTION_KEY
 from echelon.runtime.wire import filter_to_pb
 from echelon.v1 import pubsub_pb2 as ppb
-from echelon.v1 import pubsub_pb2_grpc as pgrpc
 
 if TYPE_CHECKING:
     from echelon.client.client import Client
@@ -92,7 +91,8 @@ class Subscription:
         self.name = name
         self.max_outstanding = max_outstanding
         self.callback_errors = 0  # callbacks that raised (their messages were nacked)
-        open_ = ppb.SubscriptionOpen(topic=topic, subscription=name, credits=max_outstanding, durable=durable)
+        open_ = ppb.SubscriptionOpen(topic=topic, subscription=name, credits=max_outstanding, durable=durable,
+                                     encoded_events=True)
         # Durable: message ids acked through this client under this name, so a redelivery after
         # a failover is acked again, not handed out (client/durable.py).
         self._acked: OrderedDict[tuple[str, int], None] | None = \
@@ -170,7 +170,7 @@ class Subscription:
                     raise
 
     async def _open_on(self, i: int) -> None:
-        call = self._call = pgrpc.PubSubStub(self.client._channel(i)).Subscribe()
+        call = self._call = subscribe_call(self.client._channel(i))
         try:
             await call.write(ppb.SubscribeRequest(open=self._open))
         except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
@@ -333,12 +333,13 @@ class Subscription:
         self._no_more = True
         self._arrived.set()
 
-    def _acked_before(self, d: ppb.Delivery) -> bool:
+    def _acked_before(self, d: ppb.DeliveryRead) -> bool:
         """Acked by us before (durable): acked again, not handed out."""
-        if (d.event.id.producer_id, d.event.id.sequence) not in self._acked:
+        event = event_of(d)
+        if (event.id.producer_id, event.id.sequence) not in self._acked:
             return False
         self.acked_redeliveries += 1
-        self.settlements.ack(d.delivery_id, self._credit(), handed=False)
+        self.settlements.ack([d.delivery_id], self._credit(), handed=False)
         return True
 
     def _credit(self) -> int:
@@ -350,7 +351,7 @@ class Subscription:
         self.settlements.received()
 
     def _lost(self, delivery_id: int) -> None:
-        self.settlements.ack(delivery_id, self._credit(), handed=False)  # never handed out: its credit comes back
+        self.settlements.ack([delivery_id], self._credit(), handed=False)  # never handed out: its credit comes back
 
     async def _wait(self, timeout: float | None) -> None:
         """Until the inbox has something, or nothing more will come; Timeout after `timeout`."""
@@ -388,6 +389,7 @@ class Subscription:
         if self._half_closed or self._ended.is_set():
             raise ClientClosed("subscription is closed: the agent redelivers this message to a named subscription")
         credit, settlements, handed = self._credit(), self.settlements, self._handed
+        acks = []
         for msg in messages:
             msg.settled = True
             if msg._chunks is not None:
@@ -399,8 +401,10 @@ class Subscription:
                     self._acked[(msg.producer_id, msg.sequence)] = None
                     if len(self._acked) > ACKED_MEMORY:
                         self._acked.popitem(last=False)
-                settlements.ack(msg.delivery_id, credit)
+                acks.append(msg.delivery_id)
             handed.pop(msg.delivery_id, None)
+        if acks:
+            settlements.ack(acks, credit)  # after the loop: the flush judged once, on what is no longer handed
         if not handed:
             self._settled.set()
 

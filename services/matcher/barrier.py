@@ -18,6 +18,7 @@ import logging
 from typing import Callable
 
 from echelon.matcher.adoption import Layouts, TopicState
+from echelon.matcher.empty import EmptyZones
 from echelon.matcher.peers import Status, Transport, wait
 from echelon.matcher.store import CopyStore
 
@@ -25,12 +26,15 @@ log = logging.getLogger("echelon.matcher.tier")
 
 
 class Barrier:
-    def __init__(self, layouts: Layouts, store: CopyStore, transport: Transport, changed: Callable[[], None]):
-        """`changed()`: a layout switched or settled (requests waiting on layouts look again)."""
+    def __init__(self, layouts: Layouts, store: CopyStore, transport: Transport, changed: Callable[[], None],
+                 empty: EmptyZones):
+        """`changed()`: a layout switched or settled (requests waiting on layouts look again);
+        `empty`: takes the zones each Sync answer promises empty."""
         self.layouts = layouts
         self.store = store
         self.transport = transport
         self.changed = changed
+        self.empty = empty
         self.peers: dict[str, tuple[int, int, dict[str, Status]]] = {}  # id -> (lifetime, seq, status)
         self._dirty = asyncio.Event()
         self._seq = 0
@@ -99,11 +103,17 @@ class Barrier:
         log.info("topic %s: settled on layout %s, dropped %d copies", topic, ts.active.key, len(strays))
 
     async def run(self) -> None:
-        """Send this matcher's status to every peer on a change, and every second anyway."""
+        """Send this matcher's status to every peer on a change, and every second anyway
+        (which renews the peers' promises of empty zones, empty.py)."""
         while True:
             await wait(self._dirty, 1.0)
             self._dirty.clear()
             self._seq += 1
             status = self.status()
-            await asyncio.gather(*(self.transport.sync(p, self._seq, status) for p in self.layouts.peers()),
-                                 return_exceptions=True)
+            peers = self.layouts.peers()
+            asked = self.empty.asking()
+            answers = await asyncio.gather(*(self.transport.sync(p, self._seq, status) for p in peers),
+                                           return_exceptions=True)
+            for p, a in zip(peers, answers):
+                if a and not isinstance(a, BaseException):
+                    self.empty.granted(p, asked, *a)

@@ -49,6 +49,7 @@ from echelon.core.space import Point, Space, value_key
 
 
 STRING_KEYS = 65536  # string values whose keys a layout remembers for routing
+SMALL = 8  # batches up to this size are routed in Python: numpy's cost per call is larger then
 
 
 @dataclass(frozen=True, eq=False)
@@ -128,6 +129,9 @@ class Layout:
         self.primary: dict[str, str] = {}
         self.mirror: dict[str, str] = {}
         self.ready = False
+        # The entry's promises (empty.py): zone -> expiry, and zone -> when last revoked.
+        self.promised: dict[str, float] = {}
+        self.revoked: dict[str, float] = {}
         self._extra: dict[tuple[str, str], tuple[str, ...]] = {}
         self._ids = [z.id for z in zones]
         self._lo = np.array([z.low for z in zones], dtype=np.float64).reshape(len(zones), -1)
@@ -138,6 +142,12 @@ class Layout:
         cut = sorted({int(c) // 2 for c in self._cols})  # the attributes of those dimensions
         self._route_attrs = [(i, self.space.attributes[i]) for i in cut]
         self._route_cols = np.array([c for i in cut for c in (2 * i, 2 * i + 1)], dtype=np.int64)
+        cols, low, top = self._route_cols, self.space.low, self.space.high
+        # For small batches: each zone's (lo, hi, top) per routed column, as Python floats.
+        self._route_zones = [(z, list(zip(self._lo[j, cols].tolist(), self._hi[j, cols].tolist(),
+                                          [float(top[c]) for c in cols])))
+                             for j, z in enumerate(self._ids)]
+        self._route_ends = [(float(low[2 * i]), float(top[2 * i + 1])) for i in cut]
         self._string_keys: dict[str, float] = {}
 
     def placed(self, sid: str) -> bool:
@@ -156,6 +166,13 @@ class Layout:
                 raise ValueError("a point lies outside the space")
             out.append(np.argmax(inside, axis=1))
         return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
+
+    def primaries(self, points: Sequence[Point]) -> set[str]:
+        """The zones holding these subscription points (where `add` indexes them)."""
+        if len(self._ids) == 1 or not points:
+            return {self._ids[0]} if points else set()
+        pts = np.array(points, dtype=np.float64).reshape(len(points), -1)
+        return {self._ids[j] for j in set(self._locate(pts).tolist())}
 
     def add(self, copies: Iterable[Copy], points: Mapping[str, Point]) -> None:
         """Place copies (primary and mirror zone) and index the primaries of this matcher's zones."""
@@ -221,6 +238,8 @@ class Layout:
         attributes some zone cuts are keyed: on the others every zone meets every region."""
         if len(self._ids) == 1 or not events:
             return {self._ids[0]: list(range(len(events)))} if events else {}
+        if len(events) <= SMALL:
+            return self._route_small(events)
         ep = np.empty((len(events), 2 * len(self._route_attrs)), dtype=np.float64)
         for j, (i, attr) in enumerate(self._route_attrs):
             ep[:, 2 * j], ep[:, 2 * j + 1] = self._keys(i, attr, [e.get(attr.name) for e in events])
@@ -236,6 +255,23 @@ class Layout:
         out: dict[str, list[int]] = {}
         for j in np.flatnonzero(hit.any(axis=0)):
             out[self._ids[j]] = np.flatnonzero(hit[:, j]).tolist()
+        return out
+
+    def _route_small(self, events: Sequence[Mapping[str, object]]) -> dict[str, list[int]]:
+        """`route` in Python, the same comparisons on the same float64 values."""
+        keys = [self._keys(i, attr, [e.get(attr.name) for e in events]) for i, attr in self._route_attrs]
+        regions = []  # per event, (a, b) per routed column, as in `route`
+        for n in range(len(events)):
+            ab = []
+            for (c_lo, c_hi), (low, top) in zip(keys, self._route_ends):
+                ab += [(low, float(c_hi[n])), (float(c_lo[n]), top)]
+            regions.append(ab)
+        out: dict[str, list[int]] = {}
+        for zone, bounds in self._route_zones:
+            hit = [n for n, ab in enumerate(regions)
+                   if all(lo <= b and (a < hi or (a == hi and hi == top)) for (a, b), (lo, hi, top) in zip(ab, bounds))]
+            if hit:
+                out[zone] = hit
         return out
 
     def _keys(self, i: int, attr, values: list) -> tuple[list[float], list[float]]:

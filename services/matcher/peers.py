@@ -31,10 +31,11 @@ from echelon.v1 import common_pb2 as pb
 from echelon.v1 import matcher_pb2 as xpb
 from echelon.v1 import matcher_pb2_grpc as xgrpc
 
-TIMEOUTS = {"Store": 30.0, "Drop": 5.0, "Match": 5.0, "Sync": 2.0, "Holdings": 5.0}
+TIMEOUTS = {"Store": 30.0, "Drop": 5.0, "Match": 5.0, "Sync": 2.0, "Holdings": 5.0, "Revoke": 5.0}
 
 Matches = dict[str, str]  # the matching subscriptions of one event -> their agents
 Agents = set[str]  # the agents of one event's matching subscriptions (agents_only)
+ZoneRef = tuple[str, str, str]  # (topic, layout key, zone): a zone promised empty (empty.py)
 
 
 async def wait(event: asyncio.Event, timeout: float) -> None:
@@ -91,7 +92,11 @@ class Transport(Protocol):
         `wire`: the same events as received (copied, not re-encoded); StaleLayout if the
         peer does not hold the layout."""
 
-    async def sync(self, peer: str, seq: int, status: dict[str, Status]) -> None: ...
+    async def sync(self, peer: str, seq: int, status: dict[str, Status]) -> tuple[float, list[ZoneRef]] | None:
+        """This matcher's status to `peer`; the answer: (lease in seconds, zones `peer`
+        promises empty to this matcher)."""
+
+    async def revoke(self, peer: str, zones: list[ZoneRef]) -> None: ...
 
 
 class GrpcTransport:
@@ -184,11 +189,16 @@ class GrpcTransport:
             return [{a.agent for a in m.agents} for m in r.results]
         return [{s: a.agent for a in m.agents for s in a.subscriptions} for m in r.results]
 
-    async def sync(self, peer: str, seq: int, status: dict[str, Status]) -> None:
+    async def sync(self, peer: str, seq: int, status: dict[str, Status]) -> tuple[float, list[ZoneRef]]:
         req = xpb.SyncRequest(member=self.me, incarnation=self.incarnation(), seq=seq,
                               layouts=[xpb.LayoutStatus(topic=t, adopted=s.adopted, pushed=s.pushed, filled=s.filled,
                                                         active=s.active) for t, s in status.items()])
-        await self._call(peer, "Sync", req)
+        r = await self._call(peer, "Sync", req)
+        return r.lease_ms / 1000, [(z.topic, z.layout, z.zone) for z in r.empty]
+
+    async def revoke(self, peer: str, zones: list[ZoneRef]) -> None:
+        await self._call(peer, "Revoke", xpb.RevokeRequest(
+            sender=self.me, zones=[xpb.ZoneRef(topic=t, layout=k, zone=z) for t, k, z in zones]))
 
     async def holdings(self, peer: str, agent: str) -> list[tuple[str, int]]:
         r = await self._call(peer, "Holdings", xpb.HoldingsRequest(agent=agent))

@@ -40,6 +40,7 @@ from echelon.v1 import membership_pb2 as mpb
 
 log = logging.getLogger("echelon.matcher")
 
+AHEAD = 16  # an agent's Match batches matched at once on one stream (it keeps 4 in flight)
 QUIET = 1.5  # seconds without a call from another matcher (they Sync every second): drained
 
 
@@ -109,16 +110,19 @@ class MatcherMetrics:
         self.handoff_copies = Counter("echelon_matcher_handoff_copies_total", "Subscription copies sent to their "
                                       "new holders in hand-offs.", registry=registry)
         registry.register(self)
-        self._labelled: set[tuple[str, str]] = set()
+        self._zone: dict[tuple[str, str], tuple] = {}  # (topic, zone) -> its children of the three
         tier.zones.observe = self.observe
         tier.on_change = self.prune
         tier.layouts.on_handoff = self.handoff
 
     def observe(self, topic: str, zone: str, events: int, matches: int, seconds: float) -> None:
-        self._labelled.add((topic, zone))
-        self.zone_events.labels(topic, zone).inc(events)
-        self.zone_matches.labels(topic, zone).inc(matches)
-        self.zone_latency.labels(topic, zone).observe(seconds)
+        children = self._zone.get((topic, zone))
+        if children is None:  # labels() looked up once per zone, not three times per batch
+            children = self._zone[topic, zone] = tuple(m.labels(topic, zone) for m in (
+                self.zone_events, self.zone_matches, self.zone_latency))
+        children[0].inc(events)
+        children[1].inc(matches)
+        children[2].observe(seconds)
 
     def handoff(self, copies: int) -> None:
         self.handoffs.inc()
@@ -127,13 +131,13 @@ class MatcherMetrics:
     def prune(self) -> None:
         """Forget the label sets of zones this matcher holds no more."""
         held = {(t, z) for t, ts in self.tier.layouts.topics.items() for L in ts.layouts() for z in L.index}
-        for key in self._labelled - held:
+        for key in set(self._zone) - held:
+            del self._zone[key]
             for metric in (self.zone_events, self.zone_matches, self.zone_latency):
                 try:
                     metric.remove(*key)
                 except KeyError:
                     pass
-        self._labelled &= held
 
     def describe(self):
         return []
@@ -178,8 +182,29 @@ class MatcherServicer(xgrpc.MatcherServicer):
 
     async def Match(self, request_iterator, context):
         require_member(context, None, ("agent", "matcher"), "Match")
-        async for batch in request_iterator:
-            yield self._holder(batch) if batch.layout else await self._entry(batch)
+        # An agent keeps a few batches in flight (agent/matching.py): each is matched as it
+        # is read, its answer goes back in order; past AHEAD unanswered, reading waits.
+        answers: asyncio.Queue = asyncio.Queue(AHEAD)
+
+        async def read():
+            try:
+                async for batch in request_iterator:
+                    await answers.put(self._holder(batch) if batch.layout else asyncio.ensure_future(self._entry(batch)))
+            except Exception as e:  # noqa: BLE001 - ends the stream after the answers before it
+                await answers.put(e)
+            await answers.put(None)
+
+        reader = asyncio.create_task(read())
+        try:
+            while (answer := await answers.get()) is not None:
+                if isinstance(answer, Exception):
+                    raise answer
+                yield answer if isinstance(answer, xpb.MatchResponse) else await answer
+        finally:
+            reader.cancel()
+            while not answers.empty():
+                if isinstance(answer := answers.get_nowait(), asyncio.Future):
+                    answer.cancel()
 
     async def _entry(self, batch: xpb.MatchRequest) -> xpb.MatchResponse:
         """An agent's batch: every zone its events meet, here or at their holders."""
@@ -229,8 +254,16 @@ class MatcherServicer(xgrpc.MatcherServicer):
     async def Sync(self, request: xpb.SyncRequest, context) -> xpb.SyncResponse:
         require_member(context, request.member, "matcher", "Sync")
         status = {s.topic: Status(s.adopted, s.pushed, s.filled, s.active) for s in request.layouts}
-        self.tier.on_status(request.member, lifetime(request.incarnation), request.seq, status)
-        return xpb.SyncResponse()
+        empty = self.tier.on_status(request.member, lifetime(request.incarnation), request.seq, status)
+        return xpb.SyncResponse(empty=[xpb.ZoneRef(topic=t, layout=k, zone=z) for t, k, z in empty],
+                                lease_ms=round(self.tier.empty.lease * 1000))
+
+    async def Revoke(self, request: xpb.RevokeRequest, context) -> xpb.RevokeResponse:
+        require_member(context, request.sender, "matcher", "Revoke")
+        if any(not (z.topic and z.layout and z.zone) for z in request.zones):
+            raise InvalidArgument("a revoked zone needs its topic, layout and zone")
+        self.tier.empty.revoked([(z.topic, z.layout, z.zone) for z in request.zones])
+        return xpb.RevokeResponse()
 
     async def Reconcile(self, request: xpb.ReconcileRequest, context) -> xpb.ReconcileResponse:
         require_member(context, request.agent, "agent", "Reconcile")

@@ -8,6 +8,7 @@ holds the entry's side of Register; each part has one job:
     removal.py   drops sent to every matcher and on to holders they did not know
     zones.py     matching a batch in this matcher's zones
     fanout.py    the entry's side of Match
+    empty.py     zones promised empty, which entries skip
 
 A matcher holds subscription *copies*. Which copies it must hold, and which it indexes
 for matching, follows from a *layout* (layout.py): a topic's zones with their members.
@@ -46,9 +47,10 @@ from typing import Callable, Mapping, MutableMapping, Sequence
 from echelon.core.schema import Schema
 from echelon.matcher.adoption import CHUNK, Layouts
 from echelon.matcher.barrier import Barrier
+from echelon.matcher.empty import LEASE, EmptyZones
 from echelon.matcher.fanout import TOPIC_WAIT, Fanout
 from echelon.matcher.layout import Copy
-from echelon.matcher.peers import Agents, Matches, PeerUnavailable, Status, TierView, Transport, wait
+from echelon.matcher.peers import Agents, Matches, PeerUnavailable, Status, TierView, Transport, ZoneRef, wait
 from echelon.matcher.removal import Drops, Removal
 from echelon.matcher.store import CopyStore
 from echelon.matcher.zones import Zones
@@ -59,7 +61,7 @@ log = logging.getLogger("echelon.matcher.tier")
 
 class Tier:
     def __init__(self, me: str, transport: Transport, lifetime: Callable[[], int] = lambda: 0,
-                 deadline: float = 8.0):
+                 deadline: float = 8.0, lease: float = LEASE):
         self.me = me
         self.transport = transport
         self.deadline = deadline
@@ -70,7 +72,8 @@ class Tier:
         self._peer_call = 0.0  # loop time of the last request from another matcher
         self.store = CopyStore(lambda topic: self.layouts.of(topic))
         self.layouts = Layouts(me, lifetime, self.store, transport, self._spawn, lambda: self.barrier.moved())
-        self.barrier = Barrier(self.layouts, self.store, transport, self._notify)
+        self.empty = EmptyZones(me, self.layouts, transport, lease)
+        self.barrier = Barrier(self.layouts, self.store, transport, self._notify, self.empty)
         self.removal = Removal(me, self.layouts, self.store, transport, self._spawn)
         self.zones = Zones(me, self.layouts, self.store)
         self.fanout = Fanout(self.layouts, self.zones, transport, self.wait_change, deadline)
@@ -78,6 +81,7 @@ class Tier:
     # -- lifecycle -------------------------------------------------------------------
 
     def start(self) -> None:
+        self.empty.start()
         self._spawn(self.barrier.run())
 
     async def stop(self) -> None:
@@ -121,6 +125,8 @@ class Tier:
 
     def update_view(self, view: TierView) -> None:
         """Adopt the layouts `view` implies (adoption.py); the barrier takes it from there."""
+        before = self.layouts.view.matchers
+        self.empty.forget({p for p, life in before.items() if view.matchers.get(p) != life})
         self.layouts.update(view)
         self.barrier.forget_gone()
         self.barrier.moved()
@@ -134,6 +140,12 @@ class Tier:
         route by. Returns (copies installed, ids no holder acknowledged)."""
         if sender:
             self._called()
+
+        def known() -> bool:
+            ts = self.layouts.topics.get(topic)
+            return ts is not None and all(ts.find(k) is not None for k in sender_layouts)
+
+        known_before = known()
         installed = []
         tell: Drops = defaultdict(list)
 
@@ -141,10 +153,11 @@ class Tier:
             for p in self.layouts.holders(held) - {self.me}:
                 tell[p].append((held.id, newer.version - 1))
 
-        for i in range(0, len(copies), CHUNK):
-            if i:
-                await asyncio.sleep(0)  # a refill of many copies must not stall the loop
-            installed += self.store.install(copies[i:i + CHUNK], replacing)
+        async with self.empty.fence(topic, copies):  # zones promised empty are revoked first
+            for i in range(0, len(copies), CHUNK):
+                if i:
+                    await asyncio.sleep(0)  # a refill of many copies must not stall the loop
+                installed += self.store.install(copies[i:i + CHUNK], replacing)
         layouts = self.layouts.routing(topic)
         sends: dict[str, dict[str, Copy]] = defaultdict(dict)
         for L in layouts:
@@ -169,18 +182,24 @@ class Tier:
                 for sid in sends[p]:
                     reached[sid] += 1
         missing = []
-        ts = self.layouts.topics.get(topic)
         layouts = self.layouts.routing(topic)
         # A copy routed by a layout this matcher has not adopted yet is kept: it will be.
-        known = ts is not None and all(ts.find(k) is not None for k in sender_layouts)
+        # (One it held when the copy came, dropped since, is no such: the fence may wait.)
+        routed_known = known_before or known()
         for c in installed:
             if self.store.copies.get(c.id) is not c:
                 continue  # replaced or removed meanwhile
             held = any(not L.placed(c.id) or L.holds(c.id) for L in layouts)
             if not held and not reached[c.id]:
                 missing.append(c.id)
-            if layouts and known and not held and c.id not in failed:
+            if layouts and routed_known and not held and c.id not in failed:
                 self.store.uninstall(c.id)  # a stray: its holders have it
+        # The acknowledgement waits (not the copies: they are placed as ever) for promises
+        # of empty zones that may still be believed (empty.py).
+        if failed:  # by a holder that could not be reached
+            await self.empty.settle_unreached()
+        if sender:  # by this matcher's previous life, for a layout routed by
+            await self.empty.grace(topic, sender_layouts)
         return len(installed), missing
 
     async def register(self, copies: Sequence[Copy]) -> int:
@@ -231,6 +250,8 @@ class Tier:
         self._called()
         return self.zones.match(topic, key, events, zones, agents_only)
 
-    def on_status(self, peer: str, lifetime: int, seq: int, status: dict[str, Status]) -> None:
+    def on_status(self, peer: str, lifetime: int, seq: int, status: dict[str, Status]) -> list[ZoneRef]:
+        """A peer's Sync; the answer: the zones promised empty to it (empty.py)."""
         self._called()
         self.barrier.on_status(peer, lifetime, seq, status)
+        return self.empty.grant(peer)

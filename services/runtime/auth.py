@@ -104,7 +104,7 @@ POLICY: dict[str, str] = {
     **{_V1 + m: MEMBER for m in ("Membership/Join", "Membership/Heartbeat", "Membership/Leave",
                                  "Membership/Suspect", "Replication/Digest", "Replication/Pull",
                                  "Replication/Push", "Relay/Stream", "Matcher/Register", "Matcher/Remove",
-                                 "Matcher/Match", "Matcher/Store", "Matcher/Drop",
+                                 "Matcher/Match", "Matcher/Store", "Matcher/Drop", "Matcher/Revoke",
                                  "Matcher/Sync", "Matcher/Reconcile", "Durable/Apply", "Durable/Fetch")},
     # Durable subscriptions by name: any identity lists and reads them; Seek and
     # DeleteSubscription need the subscribe right on the subscription's topic (checked

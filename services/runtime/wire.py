@@ -132,6 +132,18 @@ def schema_to_pb(s: Schema) -> pb.Schema:
     return out
 
 
+def length_delimited(tag: int, data: bytes) -> bytes:
+    """A serialized length-delimited field (`tag` = field number << 3 | 2): appended to a
+    serialized message, it parses as that field set (protobuf concatenation), so a message
+    can be sent or extended without building it again."""
+    n, head = len(data), bytearray((tag,))
+    while n > 0x7F:
+        head.append(n & 0x7F | 0x80)
+        n >>= 7
+    head.append(n)
+    return bytes(head) + data
+
+
 def event_digest(content: pb.Event, payload: bytes) -> bytes:
     """A digest of what a publish carries (not its id or time): tells a retry of an event
     from a different event under the same id (core/dedup.py). `content` is the Event

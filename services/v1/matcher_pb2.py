@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from echelon.v1 import common_pb2 as echelon_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x65\x63helon/v1/matcher.proto\x12\nechelon.v1\x1a\x17\x65\x63helon/v1/common.proto\"m\n\x0cSubscription\x12\n\n\x02id\x18\x01 \x01(\t\x12\r\n\x05\x61gent\x18\x02 \x01(\t\x12\r\n\x05topic\x18\x03 \x01(\t\x12\"\n\x06\x66ilter\x18\x04 \x01(\x0b\x32\x12.echelon.v1.Filter\x12\x0f\n\x07version\x18\x05 \x01(\x04\"B\n\x0fRegisterRequest\x12/\n\rsubscriptions\x18\x01 \x03(\x0b\x32\x18.echelon.v1.Subscription\"&\n\x10RegisterResponse\x12\x12\n\nregistered\x18\x01 \x01(\r\"-\n\rRemoveRequest\x12\x0b\n\x03ids\x18\x01 \x03(\t\x12\x0f\n\x07version\x18\x02 \x01(\x04\"!\n\x0eRemoveResponse\x12\x0f\n\x07removed\x18\x01 \x01(\r\"\x9e\x01\n\x0cMatchRequest\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\x04\x12!\n\x06\x65vents\x18\x02 \x03(\x0b\x32\x11.echelon.v1.Event\x12\x13\n\x0b\x61gents_only\x18\x64 \x01(\x08\x12\r\n\x05topic\x18\x65 \x01(\t\x12\x0e\n\x06layout\x18\x66 \x01(\t\x12%\n\x05zones\x18g \x03(\x0b\x32\x16.echelon.v1.ZoneEvents\"4\n\x0c\x41gentMatches\x12\r\n\x05\x61gent\x18\x01 \x01(\t\x12\x15\n\rsubscriptions\x18\x02 \x03(\t\"7\n\x0bMatchResult\x12(\n\x06\x61gents\x18\x01 \x03(\x0b\x32\x18.echelon.v1.AgentMatches\"i\n\rMatchResponse\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\x04\x12(\n\x07results\x18\x02 \x03(\x0b\x32\x17.echelon.v1.MatchResult\x12\r\n\x05stale\x18\x64 \x01(\t\x12\r\n\x05\x65ntry\x18\x65 \x01(\t\"o\n\x0cStoreRequest\x12\x0e\n\x06sender\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x0f\n\x07layouts\x18\x03 \x03(\t\x12/\n\rsubscriptions\x18\x04 \x03(\x0b\x32\x18.echelon.v1.Subscription\"\x1f\n\rStoreResponse\x12\x0e\n\x06stored\x18\x01 \x01(\r\"M\n\x0b\x44ropRequest\x12\x0e\n\x06sender\x18\x01 \x01(\t\x12\x0b\n\x03ids\x18\x02 \x03(\t\x12\x10\n\x08versions\x18\x03 \x03(\x04\x12\x0f\n\x07sent_to\x18\x04 \x03(\t\"\x1f\n\x0c\x44ropResponse\x12\x0f\n\x07removed\x18\x01 \x03(\t\"*\n\nZoneEvents\x12\x0c\n\x04zone\x18\x01 \x01(\t\x12\x0e\n\x06\x65vents\x18\x02 \x03(\r\"^\n\x0cLayoutStatus\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64opted\x18\x02 \x01(\t\x12\x0e\n\x06pushed\x18\x03 \x01(\x08\x12\x0e\n\x06\x66illed\x18\x04 \x01(\x08\x12\x0e\n\x06\x61\x63tive\x18\x05 \x01(\t\"j\n\x0bSyncRequest\x12\x0e\n\x06member\x18\x01 \x01(\t\x12\x13\n\x0bincarnation\x18\x02 \x01(\x04\x12\x0b\n\x03seq\x18\x03 \x01(\x04\x12)\n\x07layouts\x18\x04 \x03(\x0b\x32\x18.echelon.v1.LayoutStatus\"\x0e\n\x0cSyncResponse\"!\n\x10ListZonesRequest\x12\r\n\x05topic\x18\x01 \x01(\t\"y\n\x08ZoneInfo\x12\r\n\x05topic\x18\x01 \x01(\t\x12\n\n\x02id\x18\x02 \x01(\t\x12\x0b\n\x03low\x18\x03 \x03(\x01\x12\x0c\n\x04high\x18\x04 \x03(\x01\x12\x0f\n\x07members\x18\x05 \x03(\t\x12\x15\n\rsubscriptions\x18\x06 \x01(\r\x12\x0f\n\x07mirrors\x18\x07 \x01(\r\"r\n\x0bTopicLayout\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x0e\n\x06\x61\x63tive\x18\x02 \x01(\t\x12\x0f\n\x07pending\x18\x03 \x01(\t\x12\x0e\n\x06source\x18\x04 \x01(\t\x12#\n\x05zones\x18\x05 \x03(\x0b\x32\x14.echelon.v1.ZoneInfo\"\\\n\x11ListZonesResponse\x12\x0e\n\x06member\x18\x01 \x01(\t\x12\x0e\n\x06\x63opies\x18\x02 \x01(\r\x12\'\n\x06topics\x18\x03 \x03(\x0b\x32\x17.echelon.v1.TopicLayout\"&\n\x07Holding\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x04\"2\n\x10ReconcileRequest\x12\r\n\x05\x61gent\x18\x01 \x01(\t\x12\x0f\n\x07\x64igests\x18\x02 \x03(\x0c\"]\n\x11ReconcileResponse\x12\x0f\n\x07\x62uckets\x18\x01 \x03(\r\x12%\n\x08holdings\x18\x02 \x03(\x0b\x32\x13.echelon.v1.Holding\x12\x10\n\x08matchers\x18\x03 \x01(\r\" \n\x0fHoldingsRequest\x12\r\n\x05\x61gent\x18\x01 \x01(\t\"9\n\x10HoldingsResponse\x12%\n\x08holdings\x18\x01 \x03(\x0b\x32\x13.echelon.v1.Holding\"2\n\rSampleRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x12\n\nmax_points\x18\x02 \x01(\r\"?\n\x0bPointSample\x12\x0c\n\x04zone\x18\x01 \x01(\t\x12\r\n\x05total\x18\x02 \x01(\x04\x12\x13\n\x0b\x63oordinates\x18\x03 \x03(\x01\"\xa3\x01\n\x0bTopicSample\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x0c\n\x04\x64ims\x18\x02 \x01(\r\x12\x0e\n\x06layout\x18\x03 \x01(\t\x12\x0e\n\x06source\x18\x04 \x01(\t\x12.\n\rsubscriptions\x18\x05 \x03(\x0b\x32\x17.echelon.v1.PointSample\x12\'\n\x06\x65vents\x18\x06 \x01(\x0b\x32\x17.echelon.v1.PointSample\"I\n\x0eSampleResponse\x12\x0e\n\x06member\x18\x01 \x01(\t\x12\'\n\x06topics\x18\x02 \x03(\x0b\x32\x17.echelon.v1.TopicSample2\xa3\x05\n\x07Matcher\x12\x45\n\x08Register\x12\x1b.echelon.v1.RegisterRequest\x1a\x1c.echelon.v1.RegisterResponse\x12?\n\x06Remove\x12\x19.echelon.v1.RemoveRequest\x1a\x1a.echelon.v1.RemoveResponse\x12@\n\x05Match\x12\x18.echelon.v1.MatchRequest\x1a\x19.echelon.v1.MatchResponse(\x01\x30\x01\x12<\n\x05Store\x12\x18.echelon.v1.StoreRequest\x1a\x19.echelon.v1.StoreResponse\x12\x39\n\x04\x44rop\x12\x17.echelon.v1.DropRequest\x1a\x18.echelon.v1.DropResponse\x12\x39\n\x04Sync\x12\x17.echelon.v1.SyncRequest\x1a\x18.echelon.v1.SyncResponse\x12H\n\tListZones\x12\x1c.echelon.v1.ListZonesRequest\x1a\x1d.echelon.v1.ListZonesResponse\x12H\n\tReconcile\x12\x1c.echelon.v1.ReconcileRequest\x1a\x1d.echelon.v1.ReconcileResponse\x12\x45\n\x08Holdings\x12\x1b.echelon.v1.HoldingsRequest\x1a\x1c.echelon.v1.HoldingsResponse\x12?\n\x06Sample\x12\x19.echelon.v1.SampleRequest\x1a\x1a.echelon.v1.SampleResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x65\x63helon/v1/matcher.proto\x12\nechelon.v1\x1a\x17\x65\x63helon/v1/common.proto\"m\n\x0cSubscription\x12\n\n\x02id\x18\x01 \x01(\t\x12\r\n\x05\x61gent\x18\x02 \x01(\t\x12\r\n\x05topic\x18\x03 \x01(\t\x12\"\n\x06\x66ilter\x18\x04 \x01(\x0b\x32\x12.echelon.v1.Filter\x12\x0f\n\x07version\x18\x05 \x01(\x04\"B\n\x0fRegisterRequest\x12/\n\rsubscriptions\x18\x01 \x03(\x0b\x32\x18.echelon.v1.Subscription\"&\n\x10RegisterResponse\x12\x12\n\nregistered\x18\x01 \x01(\r\"-\n\rRemoveRequest\x12\x0b\n\x03ids\x18\x01 \x03(\t\x12\x0f\n\x07version\x18\x02 \x01(\x04\"!\n\x0eRemoveResponse\x12\x0f\n\x07removed\x18\x01 \x01(\r\"\x9e\x01\n\x0cMatchRequest\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\x04\x12!\n\x06\x65vents\x18\x02 \x03(\x0b\x32\x11.echelon.v1.Event\x12\x13\n\x0b\x61gents_only\x18\x64 \x01(\x08\x12\r\n\x05topic\x18\x65 \x01(\t\x12\x0e\n\x06layout\x18\x66 \x01(\t\x12%\n\x05zones\x18g \x03(\x0b\x32\x16.echelon.v1.ZoneEvents\"4\n\x0c\x41gentMatches\x12\r\n\x05\x61gent\x18\x01 \x01(\t\x12\x15\n\rsubscriptions\x18\x02 \x03(\t\"7\n\x0bMatchResult\x12(\n\x06\x61gents\x18\x01 \x03(\x0b\x32\x18.echelon.v1.AgentMatches\"i\n\rMatchResponse\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\x04\x12(\n\x07results\x18\x02 \x03(\x0b\x32\x17.echelon.v1.MatchResult\x12\r\n\x05stale\x18\x64 \x01(\t\x12\r\n\x05\x65ntry\x18\x65 \x01(\t\"o\n\x0cStoreRequest\x12\x0e\n\x06sender\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x0f\n\x07layouts\x18\x03 \x03(\t\x12/\n\rsubscriptions\x18\x04 \x03(\x0b\x32\x18.echelon.v1.Subscription\"\x1f\n\rStoreResponse\x12\x0e\n\x06stored\x18\x01 \x01(\r\"M\n\x0b\x44ropRequest\x12\x0e\n\x06sender\x18\x01 \x01(\t\x12\x0b\n\x03ids\x18\x02 \x03(\t\x12\x10\n\x08versions\x18\x03 \x03(\x04\x12\x0f\n\x07sent_to\x18\x04 \x03(\t\"\x1f\n\x0c\x44ropResponse\x12\x0f\n\x07removed\x18\x01 \x03(\t\"*\n\nZoneEvents\x12\x0c\n\x04zone\x18\x01 \x01(\t\x12\x0e\n\x06\x65vents\x18\x02 \x03(\r\"^\n\x0cLayoutStatus\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64opted\x18\x02 \x01(\t\x12\x0e\n\x06pushed\x18\x03 \x01(\x08\x12\x0e\n\x06\x66illed\x18\x04 \x01(\x08\x12\x0e\n\x06\x61\x63tive\x18\x05 \x01(\t\"j\n\x0bSyncRequest\x12\x0e\n\x06member\x18\x01 \x01(\t\x12\x13\n\x0bincarnation\x18\x02 \x01(\x04\x12\x0b\n\x03seq\x18\x03 \x01(\x04\x12)\n\x07layouts\x18\x04 \x03(\x0b\x32\x18.echelon.v1.LayoutStatus\"F\n\x0cSyncResponse\x12#\n\x05\x65mpty\x18\x8c\x01 \x03(\x0b\x32\x13.echelon.v1.ZoneRef\x12\x11\n\x08lease_ms\x18\x8d\x01 \x01(\r\"!\n\x10ListZonesRequest\x12\r\n\x05topic\x18\x01 \x01(\t\"y\n\x08ZoneInfo\x12\r\n\x05topic\x18\x01 \x01(\t\x12\n\n\x02id\x18\x02 \x01(\t\x12\x0b\n\x03low\x18\x03 \x03(\x01\x12\x0c\n\x04high\x18\x04 \x03(\x01\x12\x0f\n\x07members\x18\x05 \x03(\t\x12\x15\n\rsubscriptions\x18\x06 \x01(\r\x12\x0f\n\x07mirrors\x18\x07 \x01(\r\"r\n\x0bTopicLayout\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x0e\n\x06\x61\x63tive\x18\x02 \x01(\t\x12\x0f\n\x07pending\x18\x03 \x01(\t\x12\x0e\n\x06source\x18\x04 \x01(\t\x12#\n\x05zones\x18\x05 \x03(\x0b\x32\x14.echelon.v1.ZoneInfo\"\\\n\x11ListZonesResponse\x12\x0e\n\x06member\x18\x01 \x01(\t\x12\x0e\n\x06\x63opies\x18\x02 \x01(\r\x12\'\n\x06topics\x18\x03 \x03(\x0b\x32\x17.echelon.v1.TopicLayout\"&\n\x07Holding\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x04\"2\n\x10ReconcileRequest\x12\r\n\x05\x61gent\x18\x01 \x01(\t\x12\x0f\n\x07\x64igests\x18\x02 \x03(\x0c\"]\n\x11ReconcileResponse\x12\x0f\n\x07\x62uckets\x18\x01 \x03(\r\x12%\n\x08holdings\x18\x02 \x03(\x0b\x32\x13.echelon.v1.Holding\x12\x10\n\x08matchers\x18\x03 \x01(\r\" \n\x0fHoldingsRequest\x12\r\n\x05\x61gent\x18\x01 \x01(\t\"9\n\x10HoldingsResponse\x12%\n\x08holdings\x18\x01 \x03(\x0b\x32\x13.echelon.v1.Holding\"2\n\rSampleRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x12\n\nmax_points\x18\x02 \x01(\r\"?\n\x0bPointSample\x12\x0c\n\x04zone\x18\x01 \x01(\t\x12\r\n\x05total\x18\x02 \x01(\x04\x12\x13\n\x0b\x63oordinates\x18\x03 \x03(\x01\"\xa3\x01\n\x0bTopicSample\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x0c\n\x04\x64ims\x18\x02 \x01(\r\x12\x0e\n\x06layout\x18\x03 \x01(\t\x12\x0e\n\x06source\x18\x04 \x01(\t\x12.\n\rsubscriptions\x18\x05 \x03(\x0b\x32\x17.echelon.v1.PointSample\x12\'\n\x06\x65vents\x18\x06 \x01(\x0b\x32\x17.echelon.v1.PointSample\"I\n\x0eSampleResponse\x12\x0e\n\x06member\x18\x01 \x01(\t\x12\'\n\x06topics\x18\x02 \x03(\x0b\x32\x17.echelon.v1.TopicSample\"6\n\x07ZoneRef\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x0e\n\x06layout\x18\x02 \x01(\t\x12\x0c\n\x04zone\x18\x03 \x01(\t\"C\n\rRevokeRequest\x12\x0e\n\x06sender\x18\x01 \x01(\t\x12\"\n\x05zones\x18\x02 \x03(\x0b\x32\x13.echelon.v1.ZoneRef\"\x10\n\x0eRevokeResponse2\xe4\x05\n\x07Matcher\x12\x45\n\x08Register\x12\x1b.echelon.v1.RegisterRequest\x1a\x1c.echelon.v1.RegisterResponse\x12?\n\x06Remove\x12\x19.echelon.v1.RemoveRequest\x1a\x1a.echelon.v1.RemoveResponse\x12@\n\x05Match\x12\x18.echelon.v1.MatchRequest\x1a\x19.echelon.v1.MatchResponse(\x01\x30\x01\x12<\n\x05Store\x12\x18.echelon.v1.StoreRequest\x1a\x19.echelon.v1.StoreResponse\x12\x39\n\x04\x44rop\x12\x17.echelon.v1.DropRequest\x1a\x18.echelon.v1.DropResponse\x12\x39\n\x04Sync\x12\x17.echelon.v1.SyncRequest\x1a\x18.echelon.v1.SyncResponse\x12H\n\tListZones\x12\x1c.echelon.v1.ListZonesRequest\x1a\x1d.echelon.v1.ListZonesResponse\x12H\n\tReconcile\x12\x1c.echelon.v1.ReconcileRequest\x1a\x1d.echelon.v1.ReconcileResponse\x12\x45\n\x08Holdings\x12\x1b.echelon.v1.HoldingsRequest\x1a\x1c.echelon.v1.HoldingsResponse\x12?\n\x06Sample\x12\x19.echelon.v1.SampleRequest\x1a\x1a.echelon.v1.SampleResponse\x12?\n\x06Revoke\x12\x19.echelon.v1.RevokeRequest\x1a\x1a.echelon.v1.RevokeResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -65,33 +65,39 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SYNCREQUEST']._serialized_start=1143
   _globals['_SYNCREQUEST']._serialized_end=1249
   _globals['_SYNCRESPONSE']._serialized_start=1251
-  _globals['_SYNCRESPONSE']._serialized_end=1265
-  _globals['_LISTZONESREQUEST']._serialized_start=1267
-  _globals['_LISTZONESREQUEST']._serialized_end=1300
-  _globals['_ZONEINFO']._serialized_start=1302
-  _globals['_ZONEINFO']._serialized_end=1423
-  _globals['_TOPICLAYOUT']._serialized_start=1425
-  _globals['_TOPICLAYOUT']._serialized_end=1539
-  _globals['_LISTZONESRESPONSE']._serialized_start=1541
-  _globals['_LISTZONESRESPONSE']._serialized_end=1633
-  _globals['_HOLDING']._serialized_start=1635
-  _globals['_HOLDING']._serialized_end=1673
-  _globals['_RECONCILEREQUEST']._serialized_start=1675
-  _globals['_RECONCILEREQUEST']._serialized_end=1725
-  _globals['_RECONCILERESPONSE']._serialized_start=1727
-  _globals['_RECONCILERESPONSE']._serialized_end=1820
-  _globals['_HOLDINGSREQUEST']._serialized_start=1822
-  _globals['_HOLDINGSREQUEST']._serialized_end=1854
-  _globals['_HOLDINGSRESPONSE']._serialized_start=1856
-  _globals['_HOLDINGSRESPONSE']._serialized_end=1913
-  _globals['_SAMPLEREQUEST']._serialized_start=1915
-  _globals['_SAMPLEREQUEST']._serialized_end=1965
-  _globals['_POINTSAMPLE']._serialized_start=1967
-  _globals['_POINTSAMPLE']._serialized_end=2030
-  _globals['_TOPICSAMPLE']._serialized_start=2033
-  _globals['_TOPICSAMPLE']._serialized_end=2196
-  _globals['_SAMPLERESPONSE']._serialized_start=2198
-  _globals['_SAMPLERESPONSE']._serialized_end=2271
-  _globals['_MATCHER']._serialized_start=2274
-  _globals['_MATCHER']._serialized_end=2949
+  _globals['_SYNCRESPONSE']._serialized_end=1321
+  _globals['_LISTZONESREQUEST']._serialized_start=1323
+  _globals['_LISTZONESREQUEST']._serialized_end=1356
+  _globals['_ZONEINFO']._serialized_start=1358
+  _globals['_ZONEINFO']._serialized_end=1479
+  _globals['_TOPICLAYOUT']._serialized_start=1481
+  _globals['_TOPICLAYOUT']._serialized_end=1595
+  _globals['_LISTZONESRESPONSE']._serialized_start=1597
+  _globals['_LISTZONESRESPONSE']._serialized_end=1689
+  _globals['_HOLDING']._serialized_start=1691
+  _globals['_HOLDING']._serialized_end=1729
+  _globals['_RECONCILEREQUEST']._serialized_start=1731
+  _globals['_RECONCILEREQUEST']._serialized_end=1781
+  _globals['_RECONCILERESPONSE']._serialized_start=1783
+  _globals['_RECONCILERESPONSE']._serialized_end=1876
+  _globals['_HOLDINGSREQUEST']._serialized_start=1878
+  _globals['_HOLDINGSREQUEST']._serialized_end=1910
+  _globals['_HOLDINGSRESPONSE']._serialized_start=1912
+  _globals['_HOLDINGSRESPONSE']._serialized_end=1969
+  _globals['_SAMPLEREQUEST']._serialized_start=1971
+  _globals['_SAMPLEREQUEST']._serialized_end=2021
+  _globals['_POINTSAMPLE']._serialized_start=2023
+  _globals['_POINTSAMPLE']._serialized_end=2086
+  _globals['_TOPICSAMPLE']._serialized_start=2089
+  _globals['_TOPICSAMPLE']._serialized_end=2252
+  _globals['_SAMPLERESPONSE']._serialized_start=2254
+  _globals['_SAMPLERESPONSE']._serialized_end=2327
+  _globals['_ZONEREF']._serialized_start=2329
+  _globals['_ZONEREF']._serialized_end=2383
+  _globals['_REVOKEREQUEST']._serialized_start=2385
+  _globals['_REVOKEREQUEST']._serialized_end=2452
+  _globals['_REVOKERESPONSE']._serialized_start=2454
+  _globals['_REVOKERESPONSE']._serialized_end=2470
+  _globals['_MATCHER']._serialized_start=2473
+  _globals['_MATCHER']._serialized_end=3213
 # @@protoc_insertion_point(module_scope)

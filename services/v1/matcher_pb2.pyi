@@ -160,8 +160,12 @@ class SyncRequest(_message.Message):
     def __init__(self, member: _Optional[str] = ..., incarnation: _Optional[int] = ..., seq: _Optional[int] = ..., layouts: _Optional[_Iterable[_Union[LayoutStatus, _Mapping]]] = ...) -> None: ...
 
 class SyncResponse(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("empty", "lease_ms")
+    EMPTY_FIELD_NUMBER: _ClassVar[int]
+    LEASE_MS_FIELD_NUMBER: _ClassVar[int]
+    empty: _containers.RepeatedCompositeFieldContainer[ZoneRef]
+    lease_ms: int
+    def __init__(self, empty: _Optional[_Iterable[_Union[ZoneRef, _Mapping]]] = ..., lease_ms: _Optional[int] = ...) -> None: ...
 
 class ListZonesRequest(_message.Message):
     __slots__ = ("topic",)
@@ -290,3 +294,25 @@ class SampleResponse(_message.Message):
     member: str
     topics: _containers.RepeatedCompositeFieldContainer[TopicSample]
     def __init__(self, member: _Optional[str] = ..., topics: _Optional[_Iterable[_Union[TopicSample, _Mapping]]] = ...) -> None: ...
+
+class ZoneRef(_message.Message):
+    __slots__ = ("topic", "layout", "zone")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    LAYOUT_FIELD_NUMBER: _ClassVar[int]
+    ZONE_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    layout: str
+    zone: str
+    def __init__(self, topic: _Optional[str] = ..., layout: _Optional[str] = ..., zone: _Optional[str] = ...) -> None: ...
+
+class RevokeRequest(_message.Message):
+    __slots__ = ("sender", "zones")
+    SENDER_FIELD_NUMBER: _ClassVar[int]
+    ZONES_FIELD_NUMBER: _ClassVar[int]
+    sender: str
+    zones: _containers.RepeatedCompositeFieldContainer[ZoneRef]
+    def __init__(self, sender: _Optional[str] = ..., zones: _Optional[_Iterable[_Union[ZoneRef, _Mapping]]] = ...) -> None: ...
+
+class RevokeResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...

@@ -84,6 +84,11 @@ class MatcherStub:
                 request_serializer=echelon_dot_v1_dot_matcher__pb2.SampleRequest.SerializeToString,
                 response_deserializer=echelon_dot_v1_dot_matcher__pb2.SampleResponse.FromString,
                 _registered_method=True)
+        self.Revoke = channel.unary_unary(
+                '/echelon.v1.Matcher/Revoke',
+                request_serializer=echelon_dot_v1_dot_matcher__pb2.RevokeRequest.SerializeToString,
+                response_deserializer=echelon_dot_v1_dot_matcher__pb2.RevokeResponse.FromString,
+                _registered_method=True)
 
 
 class MatcherServicer:
@@ -172,6 +177,15 @@ class MatcherServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Revoke(self, request, context):
+        """Matcher to matcher: the zones the sender promised empty to the receiver (in a
+        SyncResponse) are no longer promised; the sender waits for this answer (or the
+        promise's lease) before it holds a copy there (services/matcher/empty.py).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MatcherServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -224,6 +238,11 @@ def add_MatcherServicer_to_server(servicer, server):
                     servicer.Sample,
                     request_deserializer=echelon_dot_v1_dot_matcher__pb2.SampleRequest.FromString,
                     response_serializer=echelon_dot_v1_dot_matcher__pb2.SampleResponse.SerializeToString,
+            ),
+            'Revoke': grpc.unary_unary_rpc_method_handler(
+                    servicer.Revoke,
+                    request_deserializer=echelon_dot_v1_dot_matcher__pb2.RevokeRequest.FromString,
+                    response_serializer=echelon_dot_v1_dot_matcher__pb2.RevokeResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -496,6 +515,33 @@ class Matcher:
             '/echelon.v1.Matcher/Sample',
             echelon_dot_v1_dot_matcher__pb2.SampleRequest.SerializeToString,
             echelon_dot_v1_dot_matcher__pb2.SampleResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Revoke(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/echelon.v1.Matcher/Revoke',
+            echelon_dot_v1_dot_matcher__pb2.RevokeRequest.SerializeToString,
+            echelon_dot_v1_dot_matcher__pb2.RevokeResponse.FromString,
             options,
             channel_credentials,
             insecure,

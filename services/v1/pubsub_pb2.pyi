@@ -105,7 +105,7 @@ class SubscribeRequest(_message.Message):
     def __init__(self, open: _Optional[_Union[SubscriptionOpen, _Mapping]] = ..., ack: _Optional[_Union[SubscriberAck, _Mapping]] = ..., nack: _Optional[_Union[SubscriberNack, _Mapping]] = ..., close: _Optional[_Union[SubscriptionClose, _Mapping]] = ..., batch: _Optional[_Iterable[_Union[SubscribeRequest, _Mapping]]] = ...) -> None: ...
 
 class SubscriptionOpen(_message.Message):
-    __slots__ = ("topic", "filter", "filter_text", "subscription", "credits", "durable", "routed", "sid")
+    __slots__ = ("topic", "filter", "filter_text", "subscription", "credits", "durable", "routed", "sid", "encoded_events")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     FILTER_FIELD_NUMBER: _ClassVar[int]
     FILTER_TEXT_FIELD_NUMBER: _ClassVar[int]
@@ -114,6 +114,7 @@ class SubscriptionOpen(_message.Message):
     DURABLE_FIELD_NUMBER: _ClassVar[int]
     ROUTED_FIELD_NUMBER: _ClassVar[int]
     SID_FIELD_NUMBER: _ClassVar[int]
+    ENCODED_EVENTS_FIELD_NUMBER: _ClassVar[int]
     topic: str
     filter: _common_pb2.Filter
     filter_text: str
@@ -122,7 +123,8 @@ class SubscriptionOpen(_message.Message):
     durable: DurableOptions
     routed: bool
     sid: int
-    def __init__(self, topic: _Optional[str] = ..., filter: _Optional[_Union[_common_pb2.Filter, _Mapping]] = ..., filter_text: _Optional[str] = ..., subscription: _Optional[str] = ..., credits: _Optional[int] = ..., durable: _Optional[_Union[DurableOptions, _Mapping]] = ..., routed: _Optional[bool] = ..., sid: _Optional[int] = ...) -> None: ...
+    encoded_events: bool
+    def __init__(self, topic: _Optional[str] = ..., filter: _Optional[_Union[_common_pb2.Filter, _Mapping]] = ..., filter_text: _Optional[str] = ..., subscription: _Optional[str] = ..., credits: _Optional[int] = ..., durable: _Optional[_Union[DurableOptions, _Mapping]] = ..., routed: _Optional[bool] = ..., sid: _Optional[int] = ..., encoded_events: _Optional[bool] = ...) -> None: ...
 
 class SubscriberAck(_message.Message):
     __slots__ = ("delivery_ids", "credits", "through", "sid")
@@ -149,7 +151,7 @@ class SubscriberNack(_message.Message):
     def __init__(self, delivery_ids: _Optional[_Iterable[int]] = ..., delay_ms: _Optional[int] = ..., credits: _Optional[int] = ..., sid: _Optional[int] = ...) -> None: ...
 
 class Delivery(_message.Message):
-    __slots__ = ("delivery_id", "subscription", "event", "redelivery_count", "batch", "chunked", "payload_size", "chunk", "chunk_offset", "last", "aborted", "sid", "opened", "code", "error")
+    __slots__ = ("delivery_id", "subscription", "event", "redelivery_count", "batch", "chunked", "payload_size", "chunk", "chunk_offset", "last", "aborted", "sid", "opened", "code", "error", "encoded_event")
     DELIVERY_ID_FIELD_NUMBER: _ClassVar[int]
     SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
     EVENT_FIELD_NUMBER: _ClassVar[int]
@@ -165,6 +167,7 @@ class Delivery(_message.Message):
     OPENED_FIELD_NUMBER: _ClassVar[int]
     CODE_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    ENCODED_EVENT_FIELD_NUMBER: _ClassVar[int]
     delivery_id: int
     subscription: str
     event: _common_pb2.Event
@@ -180,7 +183,8 @@ class Delivery(_message.Message):
     opened: str
     code: int
     error: str
-    def __init__(self, delivery_id: _Optional[int] = ..., subscription: _Optional[str] = ..., event: _Optional[_Union[_common_pb2.Event, _Mapping]] = ..., redelivery_count: _Optional[int] = ..., batch: _Optional[_Iterable[_Union[Delivery, _Mapping]]] = ..., chunked: _Optional[bool] = ..., payload_size: _Optional[int] = ..., chunk: _Optional[bytes] = ..., chunk_offset: _Optional[int] = ..., last: _Optional[bool] = ..., aborted: _Optional[str] = ..., sid: _Optional[int] = ..., opened: _Optional[str] = ..., code: _Optional[int] = ..., error: _Optional[str] = ...) -> None: ...
+    encoded_event: bytes
+    def __init__(self, delivery_id: _Optional[int] = ..., subscription: _Optional[str] = ..., event: _Optional[_Union[_common_pb2.Event, _Mapping]] = ..., redelivery_count: _Optional[int] = ..., batch: _Optional[_Iterable[_Union[Delivery, _Mapping]]] = ..., chunked: _Optional[bool] = ..., payload_size: _Optional[int] = ..., chunk: _Optional[bytes] = ..., chunk_offset: _Optional[int] = ..., last: _Optional[bool] = ..., aborted: _Optional[str] = ..., sid: _Optional[int] = ..., opened: _Optional[str] = ..., code: _Optional[int] = ..., error: _Optional[str] = ..., encoded_event: _Optional[bytes] = ...) -> None: ...
 
 class UnsubscribeRequest(_message.Message):
     __slots__ = ("subscription",)
@@ -267,3 +271,39 @@ class SubscriptionClose(_message.Message):
     SID_FIELD_NUMBER: _ClassVar[int]
     sid: int
     def __init__(self, sid: _Optional[int] = ...) -> None: ...
+
+class DeliveryRead(_message.Message):
+    __slots__ = ("delivery_id", "subscription", "event", "redelivery_count", "batch", "chunked", "payload_size", "chunk", "chunk_offset", "last", "aborted", "sid", "opened", "code", "error", "encoded_event")
+    DELIVERY_ID_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    EVENT_FIELD_NUMBER: _ClassVar[int]
+    REDELIVERY_COUNT_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
+    CHUNKED_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_SIZE_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LAST_FIELD_NUMBER: _ClassVar[int]
+    ABORTED_FIELD_NUMBER: _ClassVar[int]
+    SID_FIELD_NUMBER: _ClassVar[int]
+    OPENED_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    ENCODED_EVENT_FIELD_NUMBER: _ClassVar[int]
+    delivery_id: int
+    subscription: str
+    event: _common_pb2.Event
+    redelivery_count: int
+    batch: _containers.RepeatedCompositeFieldContainer[DeliveryRead]
+    chunked: bool
+    payload_size: int
+    chunk: bytes
+    chunk_offset: int
+    last: bool
+    aborted: str
+    sid: int
+    opened: str
+    code: int
+    error: str
+    encoded_event: _common_pb2.Event
+    def __init__(self, delivery_id: _Optional[int] = ..., subscription: _Optional[str] = ..., event: _Optional[_Union[_common_pb2.Event, _Mapping]] = ..., redelivery_count: _Optional[int] = ..., batch: _Optional[_Iterable[_Union[DeliveryRead, _Mapping]]] = ..., chunked: _Optional[bool] = ..., payload_size: _Optional[int] = ..., chunk: _Optional[bytes] = ..., chunk_offset: _Optional[int] = ..., last: _Optional[bool] = ..., aborted: _Optional[str] = ..., sid: _Optional[int] = ..., opened: _Optional[str] = ..., code: _Optional[int] = ..., error: _Optional[str] = ..., encoded_event: _Optional[_Union[_common_pb2.Event, _Mapping]] = ...) -> None: ...

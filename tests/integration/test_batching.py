@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 
 import grpc
+import pytest
 
 from echelon.agent.subscriptions import Subscription as AgentSubscription
 from echelon.core.filters import parse
@@ -79,6 +80,36 @@ async def test_deliveries_come_many_per_message_and_a_cumulative_ack_settles_the
         call.cancel()
 
 
+@pytest.mark.parametrize("encoded,sid,on", [(True, 0, 1), (True, 7, 1), (False, 0, 1), (False, 7, 1), (True, 7, 0)])
+async def test_a_client_that_reads_encoded_events_gets_them_as_the_publishing_agent_made_them(cluster, encoded, sid,
+                                                                                               on):
+    """`encoded_events` (client/message.py): an event relayed to the subscriber's agent goes
+    on as the root's bytes (`encoded_event`), on a stream of its own or a shared one; a
+    client that did not ask (an older one) gets `event`, and so does everyone for events
+    that never were bytes (delivered on the publishing agent itself: `on` = 0)."""
+    c0 = cluster.client(0)
+    await c0.create_topic("t")
+    async with grpc.aio.insecure_channel(cluster.agent_nodes[on].address) as ch:
+        call = pgrpc.PubSubStub(ch).Subscribe()
+        await call.write(ppb.SubscribeRequest(open=ppb.SubscriptionOpen(topic="t", credits=100, sid=sid,
+                                                                        encoded_events=encoded)))
+        if sid:
+            assert (await asyncio.wait_for(call.read(), 10)).opened
+        else:
+            await call.initial_metadata()
+        async with c0.publisher() as pub:
+            await pub.publish_batch("t", [({"n": i}, bytes([i]) * i) for i in range(20)])
+        got = []
+        while len(got) < 20:
+            message = await asyncio.wait_for(call.read(), 10)
+            got += list(message.batch) or [message]
+        relayed = encoded and on != 0
+        assert all(bool(d.encoded_event) == relayed and d.HasField("event") != relayed for d in got)
+        events = [pb.Event.FromString(d.encoded_event) if relayed else d.event for d in got]
+        assert [(e.attributes["n"].int_value, e.payload) for e in events] == [(i, bytes([i]) * i) for i in range(20)]
+        call.cancel()
+
+
 def test_the_agent_applies_through_and_explicit_ids():
     sub = AgentSubscription("a/s", "s", "t", parse(""), max_backlog=10)
     sub.attach(credits=10)
@@ -102,14 +133,14 @@ async def test_acks_of_requests_that_settle_together_share_a_message_when_the_cl
     c0 = cluster.client(0)
     await c0.create_topic("t")
     agent = cluster.agent_nodes[0]
-    real, gate, matched = agent.matching.match, asyncio.Event(), []
+    real, gate, matched = agent.matching.send, asyncio.Event(), []
 
-    async def gated(events):
-        matched.append(len(events))
+    async def gated(encoded):
+        matched.append(len(encoded))
         await gate.wait()
-        return await real(events)
+        return await real(encoded)
 
-    agent.matching.match = gated
+    agent.matching.send = gated
     try:
         for coalesce, producer in ((True, "c"), (False, "s")):
             gate.clear()
@@ -128,7 +159,7 @@ async def test_acks_of_requests_that_settle_together_share_a_message_when_the_cl
             else:
                 assert len(replies) == 5 and not any(r.acks for r in replies)
     finally:
-        agent.matching.match = real
+        agent.matching.send = real
 
 
 async def test_frames_of_a_publisher_waiting_alone_ask_for_their_acks_at_once(cluster):

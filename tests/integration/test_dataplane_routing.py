@@ -302,8 +302,9 @@ class FakeNode:
     def link(self, member):
         return self.links.setdefault(member.id, FakeLink(member.id))
 
-    def deliver_local(self, events):
-        for event in events:
+    def deliver_local(self, events, encoded=None):
+        for event, data in zip(events, encoded or [b""] * len(events)):
+            assert not data or pb.Event.FromString(data) == event  # a whole event's bytes, as the root made them
             if self.dedup.first_time((event.id.producer_id, event.id.sequence), 0.0):
                 self.delivered.append(event)
 

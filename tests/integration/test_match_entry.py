@@ -5,6 +5,11 @@ fanout.py, peers.py; services/agent/matching.py), on real gRPC servers in one pr
   owner and a replica) it ends up at a member of the zone, after which no event needs a
   matcher-to-matcher message (the holders' counter stops), and every delivery equals
   brute force.
+- Zones promised empty (services/matcher/empty.py): on a topic whose subscriptions all
+  live in the top zone, while every event also meets the two empty zones below it, the
+  agent moves to the top zone's holder and no event needs a matcher-to-matcher message;
+  the first subscription of an empty zone, once acknowledged, gets every event sent
+  after (its holder revoked the promises over real gRPC).
 - Holder mode on a live stream: a layout not held is answered `stale` and the same
   stream answers the next request; positions out of range are INVALID_ARGUMENT.
 """
@@ -73,6 +78,73 @@ async def test_the_agent_moves_to_the_suggested_entry_and_no_peer_message_follow
         await wait_for(lambda: all(len(got[i]) >= len(w) for i, w in want.items()), 10, what="every delivery")
         assert {i: sorted(v) for i, v in got.items() if v} == {i: w for i, w in want.items() if w}
         assert holder_events(c) == held  # answered at the member alone
+        await pub.close()
+        for t in readers:
+            t.cancel()
+        for s in subs:
+            await s.close()
+    finally:
+        await c.stop()
+
+
+@pytest.mark.timeout(90)
+async def test_zones_promised_empty_need_no_peer_message_until_their_first_subscription():
+    c = Cluster(agents=2, matchers=3)
+    try:
+        await c.start()
+        publisher, subscriber = c.client(0), c.client(1)
+        await publisher.create_topic("spans", ["x:int:0:99"])  # default zones d0 d1 d2 along x
+        got: dict[int, list[int]] = defaultdict(list)
+        subs, readers = [], []
+
+        async def subscribe(i: int, text: str) -> None:
+            sub = subscriber.subscribe("spans", text, name=f"s{i}", max_outstanding=1000)
+            await sub.start()
+
+            async def read():
+                async for m in sub:
+                    got[i].append(int.from_bytes(m.payload, "little"))
+                    await m.ack()
+
+            subs.append(sub)
+            readers.append(asyncio.create_task(read()))
+
+        filters = ["x >= 70", "x between 80 and 90", "x <= 5"]  # the last one's zone is d0
+        for i, text in enumerate(filters[:2]):
+            await subscribe(i, text)
+        layout = c.matcher_nodes[0].tier.layouts.topics["spans"].active
+        top = next(m for m in c.matcher_nodes if m.config.id == layout.members["d2"][0])
+
+        def ready():  # the agent at d2's holder, which holds promises for d0 and d1
+            L = top.tier.layouts.topics["spans"].active
+            return matching._stream_matcher == top.config.id and {"d0", "d1"} - set(L.index) <= set(L.promised)
+
+        matching = c.agent_nodes[0].matching
+        pub = publisher.publisher()
+        events = [{"x": k * 7 % 100} for k in range(150)]
+        sent = 0
+        for _ in range(100):
+            if ready():
+                break
+            await pub.publish("spans", events[sent], payload=sent.to_bytes(4, "little"))
+            sent += 1
+            await asyncio.sleep(0.1)
+        assert ready()
+        held = holder_events(c)
+        for k in range(sent, 100):
+            await pub.publish("spans", events[k], payload=k.to_bytes(4, "little"))
+        want = {i: [k for k, e in enumerate(events[:100]) if parse(t).matches(e)] for i, t in enumerate(filters[:2])}
+        await wait_for(lambda: all(len(got[i]) >= len(w) for i, w in want.items()), 10, what="every delivery")
+        assert holder_events(c) == held  # d0, d1 promised empty, d2 local: no peer message
+        await subscribe(2, filters[2])  # acknowledged: d0's holder revoked its promises
+        for k in range(100, 150):
+            await pub.publish("spans", events[k], payload=k.to_bytes(4, "little"))
+        want = {i: [k for k, e in enumerate(events) if parse(t).matches(e) and (i < 2 or k >= 100)]
+                for i, t in enumerate(filters)}
+        assert want[2]
+        await wait_for(lambda: all(len(got[i]) >= len(w) for i, w in want.items()), 10, what="every delivery")
+        assert {i: sorted(v) for i, v in got.items()} == want
+        assert sum(m.tier.empty.revocations for m in c.matcher_nodes) > 0
         await pub.close()
         for t in readers:
             t.cancel()

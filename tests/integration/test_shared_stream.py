@@ -75,6 +75,7 @@ async def test_the_wire_one_message_for_many_subscriptions_and_per_subscription_
         await publish(cluster, [{"n": 2}])
         (d,) = elements(await asyncio.wait_for(call.read(), 10))
         assert (d.sid, d.event.attributes["n"].int_value) == (9, 2)
+        assert agent.metrics.deliveries.labels("t")._value.get() == 4  # every delivery sent, counted
         # A sid never opened here is the client's bug: the stream ends.
         await call.write(ppb.SubscribeRequest(ack=ppb.SubscriberAck(delivery_ids=[1])))
         with pytest.raises(grpc.aio.AioRpcError) as e:

@@ -1,12 +1,14 @@
 """Local delivery's filter check (agent/delivery.py): a frame's events matched through
-the CDM index or filter by filter give what brute force says, once per message id, in
-order per subscription, as the subscriptions and their filters change."""
+the compiled filters or the CDM index give what brute force says, once per message id,
+in order per subscription, as the subscriptions and their filters change."""
 
 import random
 
+import pytest
 from prometheus_client import CollectorRegistry
 
-from echelon.agent.delivery import INDEX_PAIRS, LocalDelivery
+from echelon.agent import delivery
+from echelon.agent.delivery import LocalDelivery
 from echelon.agent.metrics import AgentMetrics
 from echelon.agent.subscriptions import Subscription
 from echelon.core.filters import parse
@@ -30,7 +32,12 @@ def _event(rnd: random.Random, seq: int, topic: str = "t") -> pb.Event:
                     publish_time_unix_nanos=2**62)
 
 
-def test_frames_match_brute_force():
+@pytest.mark.parametrize("compiled_subs,encoded", [(delivery.COMPILED_SUBS, False), (0, False),
+                                                   (delivery.COMPILED_SUBS, True)])
+def test_frames_match_brute_force(monkeypatch, compiled_subs, encoded):
+    """As it is, and with every topic past COMPILED_SUBS (large frames then go through the
+    index); `encoded`: the events come with their bytes (relayed), which the backlog keeps."""
+    monkeypatch.setattr(delivery, "COMPILED_SUBS", compiled_subs)
     rnd = random.Random(5)
     subs: dict[str, Subscription] = {}
     closed = []
@@ -58,16 +65,18 @@ def test_frames_match_brute_force():
                 if s.topic == e.topic and s.filter.matches({k: getattr(v, v.WhichOneof("kind"))
                                                             for k, v in e.attributes.items()}):
                     want.setdefault(s.name, []).append(e.id.sequence)
-        d.deliver_many(frame)
+        d.deliver_many(frame, [e.SerializeToString() for e in frame] if encoded else None)
         for s in subs.values():
             got = [p.event.id.sequence for p in s.backlog]
+            assert all((p.data == p.event.SerializeToString()) == encoded for p in s.backlog)
             assert got == want.get(s.name, []), (round_, s.name, str(s.filter))
-    assert d._indexes, "no frame was large enough for the index"
+    assert any(i.index is not None for i in d._indexes.values()) == (compiled_subs == 0), \
+        "the index is used past COMPILED_SUBS only"
     assert not closed
 
 
-def test_small_frames_check_each_filter():
+def test_small_frames_are_compiled():
     subs = {"s": Subscription("a/s", "s", "t", parse('Symbol = "a"'), 10)}
     d = LocalDelivery(lambda: subs, AgentMetrics(CollectorRegistry()), lambda s: None)
     d.deliver_many([_event(random.Random(1), 1)])
-    assert not d._indexes and 1 < INDEX_PAIRS
+    assert [i.index for i in d._indexes.values()] == [None]

@@ -10,7 +10,7 @@ from echelon.core.can import Zone, ZoneMap, check_tiling
 from echelon.core.filters import parse
 from echelon.core.schema import Attribute, AttrType, Schema
 from echelon.core.space import Space
-from echelon.matcher.layout import Copy, Layout, default_zones, effective_zones, layout_key
+from echelon.matcher.layout import SMALL, Copy, Layout, default_zones, effective_zones, layout_key
 from loadtest import stock
 from tests.unit.test_space import events, filters, schemas
 
@@ -77,6 +77,9 @@ def test_batch_routing_equals_zone_map_affected(data, schema):
     for i, e in enumerate(batch):
         want = {zm.zones[j].id for j in zm.affected(space.event_point(e))}
         assert {z for z, idxs in routed.items() if i in idxs} == want
+    # the same batch in numpy (larger than SMALL): the same zones for its first copy
+    wide = layout.route(batch * (SMALL + 1))
+    assert {z: [i for i in idxs if i < len(batch)] for z, idxs in wide.items() if idxs[0] < len(batch)} == routed
 
 
 @settings(max_examples=80, deadline=None)

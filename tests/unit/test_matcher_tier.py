@@ -31,6 +31,7 @@ from tests.unit.test_space import events, filters, schemas
 
 
 LOOSE = [0, 1, 2, 2.5, -3, "", "a", "ab", "b"]
+LEASE = 0.3  # promises of empty zones (empty.py) short: a crash makes registrations wait one
 
 
 @st.composite
@@ -56,8 +57,9 @@ def loose_events() -> st.SearchStrategy:
 class Net:
     """Cores wired by direct calls that yield a random number of times first."""
 
-    def __init__(self, seed: int):
+    def __init__(self, seed: int, lease: float = LEASE):
         self.rng = random.Random(seed)
+        self.lease = lease
         self.cores: dict[str, Tier] = {}
         self.incarnation: dict[str, int] = {}
         self.topics: dict[str, Schema] = {}
@@ -70,7 +72,7 @@ class Net:
     async def add(self, mid: str) -> Tier:
         self.incarnation[mid] = self.incarnation.get(mid, 0) + 1
         inc = self.incarnation[mid]
-        core = Tier(mid, self.transport(mid), lambda: inc, deadline=5.0)
+        core = Tier(mid, self.transport(mid), lambda: inc, deadline=5.0, lease=self.lease)
         self.cores[mid] = core
         core.start()
         await self.publish()
@@ -129,7 +131,14 @@ class Wire:
         return (await self._hop(peer)).match_zones(topic, layout, events, zones, agents_only)
 
     async def sync(self, peer, seq, status):
-        (await self._hop(peer)).on_status(self.me, self.incarnation, seq, status)
+        core = await self._hop(peer)
+        empty = core.on_status(self.me, self.incarnation, seq, status)
+        for _ in range(self.net.rng.randint(0, 3)):  # the answer travels too (a Revoke may overtake it)
+            await asyncio.sleep(0)
+        return core.empty.lease, empty
+
+    async def revoke(self, peer, zones):
+        (await self._hop(peer)).empty.revoked(zones)
 
 
 class Reference:

@@ -1,0 +1,60 @@
+"""Compiled filters (core/filter_code.py) against `Filter.matches` (the brute-force
+oracle) on random filters and attribute values of every kind, absent values, bools and
+literals the compiler leaves to the predicate's own check."""
+
+import math
+import random
+
+from echelon.core.filter_code import compile_filters
+from echelon.core.filters import Filter, Op, Predicate, parse
+
+NAMES = ["Symbol", "Price", "Volume", "odd name \" '"]
+VALUES = ["a", "ab", "b", "", 0, 1, -3, 2.5, 10.0, 1e300, math.inf, -math.inf, True, False, None]
+
+
+def _predicate(rnd: random.Random) -> Predicate:
+    op = rnd.choice(list(Op))
+    value = rnd.choice(VALUES[:-1])  # bool literals too: left to Predicate.holds
+    upper = None
+    if op is Op.BETWEEN:
+        upper = rnd.choice([v for v in VALUES[:-3] if isinstance(v, str) == isinstance(value, str)] or ["z"])
+    return Predicate(rnd.choice(NAMES), op, value, upper)
+
+
+def _attributes(rnd: random.Random) -> dict:
+    return {n: rnd.choice(VALUES) for n in NAMES if rnd.random() < 0.8}
+
+
+def _holds_or_error(flt: Filter, attrs: dict):
+    try:
+        return flt.matches(attrs)
+    except TypeError:
+        return TypeError
+
+
+def test_compiled_filters_match_brute_force():
+    rnd = random.Random(12)
+    checked = matched = 0
+    for _ in range(200):
+        filters = [Filter(tuple(_predicate(rnd) for _ in range(rnd.randint(0, 3)))) for _ in range(rnd.randint(0, 12))]
+        match = compile_filters(filters)
+        for _ in range(50):
+            attrs = {k: v for k, v in _attributes(rnd).items() if v is not None}
+            want = [_holds_or_error(f, attrs) for f in filters]
+            if TypeError in want:  # a comparison Python refuses: the oracle has no answer
+                continue
+            assert match(attrs) == [i for i, ok in enumerate(want) if ok], (filters, attrs)
+            checked += 1
+            matched += sum(want)
+    assert checked > 5000 and matched > 1000
+
+
+def test_parsed_filters():
+    filters = [parse('Symbol = "a" and Price >= 2'), parse(""), parse('Symbol prefix "a"'),
+               parse("Price between 1 and 3"), parse('Symbol != "a"')]
+    match = compile_filters(filters)
+    assert match({"Symbol": "ab", "Price": 2}) == [1, 2, 3, 4]
+    assert match({"Symbol": "a", "Price": 2.0}) == [0, 1, 2, 3]
+    assert match({"Price": True}) == [1]  # a bool is no number
+    assert match({}) == [1]
+    assert compile_filters([])({"Symbol": "a"}) == []
