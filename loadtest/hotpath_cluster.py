@@ -1,6 +1,7 @@
 """The whole-cluster modes of `loadtest.bench_hotpath` (issue 12): `--cluster` (a
-saturation and a 1k/s cell: events/s, latency, CPU per 1,000 events per service, the
-subscribers' stream messages per event) and `--idle` (CPU per second of a cluster doing
+saturation and a 1k/s cell with publish_batch, a saturation cell with one event per
+publish(): events/s, latency, CPU per 1,000 events per service, the subscribers' and the
+publisher's stream messages per event) and `--idle` (CPU per second of a cluster doing
 nothing). Imported by name from this directory in a child process of either tree, like
 hotpath_pieces."""
 
@@ -11,28 +12,29 @@ import time
 from pathlib import Path
 
 def _count_subscribe_messages() -> dict[str, int]:
-    """Counts the messages of every Subscribe stream this process opens from here on (the
-    load generator's subscribers, in either tree: wrapped where the channel makes the call,
-    whether through the generated stub or not): Delivery messages read, requests written
-    (acks, nacks, opens)."""
+    """Counts the messages of every Subscribe and Publish stream this process opens from
+    here on (the load generator's subscribers and publishers, in either tree: wrapped where
+    the channel makes the call, whether through the generated stub or not): Delivery
+    messages read, requests written (acks, nacks, opens); Publish requests written,
+    PublishAck messages read."""
     from grpc.aio import _channel
 
-    count = {"read": 0, "written": 0}
+    count = {"read": 0, "written": 0, "publish written": 0, "publish read": 0}
 
     class Counted:
-        def __init__(self, call):
-            self._call = call
+        def __init__(self, call, prefix: str = ""):
+            self._call, self._prefix = call, prefix
 
         def __getattr__(self, name):
             return getattr(self._call, name)
 
         async def write(self, request):
-            count["written"] += 1
+            count[self._prefix + "written"] += 1
             return await self._call.write(request)
 
         async def _read(self):
             async for message in self._call:
-                count["read"] += 1
+                count[self._prefix + "read"] += 1
                 yield message
 
         def __aiter__(self):
@@ -42,6 +44,14 @@ def _count_subscribe_messages() -> dict[str, int]:
 
     def counting(channel, method, *args, **kwargs):
         make = stream_stream(channel, method, *args, **kwargs)
+        if method.endswith("PubSub/Publish"):
+            def publish(requests, *a, **kw):
+                async def written():
+                    async for request in requests:
+                        count["publish written"] += 1
+                        yield request
+                return Counted(make(written(), *a, **kw), "publish ")
+            return publish
         if not method.endswith("PubSub/Subscribe"):
             return make
         return lambda *a, **kw: Counted(make(*a, **kw))
@@ -77,11 +87,15 @@ async def _cluster(seconds: float, selectivity: int = 2, publishers: int = 1) ->
         await system.open_subs(subs, pool, run.deliver)
         await run.warm_up(system, subs, pool)
         started()
-        for name, rate, n in (("max", None, 1), (1000, 1000, 1), ("many", None, publishers))[:2 + (publishers > 1)]:
-            sends = await system.publishers(n, "batch-DELIVERED", pool)
+        cells = [("max", None, 1, "batch-DELIVERED"), (1000, 1000, 1, "batch-DELIVERED"),
+                 ("single", None, 1, "single-DELIVERED")]
+        if publishers > 1:
+            cells.append(("many", None, publishers, "batch-DELIVERED"))
+        for name, rate, n, mode in cells:
+            sends = await system.publishers(n, mode, pool)
             before = dict(count)
             rows[name] = await run.cell(system, sends, rate, pool, subs, {
-                "system": "echelon", "mode": "batch-DELIVERED", "selectivity": selectivity, "publishers": n})
+                "system": "echelon", "mode": mode, "selectivity": selectivity, "publishers": n})
             messages[name] = {k: (count[k] - before[k]) / max(rows[name]["events"], 1) for k in count}
             await system.close_publishers()
     finally:
@@ -106,7 +120,14 @@ async def _cluster(seconds: float, selectivity: int = 2, publishers: int = 1) ->
               "1k/s Delivery msgs per event": messages[1000]["read"],
               "1k/s ack msgs per event": messages[1000]["written"],
               "max: Delivery msgs per event": messages["max"]["read"],
-              "max: ack msgs per event": messages["max"]["written"]}
+              "max: ack msgs per event": messages["max"]["written"],
+              # The publisher's stream: requests written, PublishAck messages read, per event.
+              "1k/s publish msgs per event": messages[1000]["publish written"],
+              "1k/s publish ack msgs per event": messages[1000]["publish read"],
+              # One event per publish() call (publish_nowait, many in flight), at saturation.
+              "single: saturation published/s": rows["single"]["published_per_s"],
+              "single: cpu ms/1k: publishing agent": 1000 * rows["single"]["cpu_s_per_1k"].get("agent-0", 0.0),
+              "single: cpu ms/1k: load generator": 1000 * rows["single"]["cpu_s_per_1k_loadgen"]}
     if "many" in rows:
         result[f"saturation {publishers}p published/s"] = rows["many"]["published_per_s"]
         result[f"{publishers}p cpu ms/1k: publishing agent"] = 1000 * rows["many"]["cpu_s_per_1k"].get("agent-0", 0.0)

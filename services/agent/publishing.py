@@ -122,13 +122,13 @@ class Publishing:
         duplicate's entry points at its first copy's unit until that one settles. Per
         request, not per event: the topic, its schema, the clocks and the window's expiry."""
         node = self.node
-        check_publish = node.server.access.check_publish
         topics: dict[str, tuple[pb.Topic, Schema]] = {}
         events: list[pb.Event] = []
         kept: list[bytes] = []
         entries: list[tuple[tuple[str, int], Entry]] = []
         rows = unit.rows
         now, wall = time.monotonic(), time.time_ns()
+        check_publish = node.server.access.publish_checker(now)  # the caller's rights once a topic
         self.accepted.expire(now)
         for req, seq, payload in zip(reqs, seqs, payloads):
             outcome = None
@@ -259,12 +259,8 @@ class Publishing:
         room = asyncio.Event()
         room.set()
         in_flight = 0
-        idle = False  # the ack loop waits for a unit to arrive
         streams: dict[tuple[str, int], PayloadStream] = {}  # sliced payloads being read
         auto_seq = 0
-
-        def wake(_=None) -> None:
-            arrived.set()
 
         def next_seq(seq: int) -> int:
             nonlocal auto_seq
@@ -284,7 +280,9 @@ class Publishing:
                 unit = _Unit(bool(req.batch), req.ack_level, req.coalesce_acks, alone=not in_flight)
                 if req.batch:
                     reqs = req.batch
-                    seqs = [next_seq(r.sequence) for r in reqs]
+                    seqs = [r.sequence for r in reqs]
+                    if 0 in seqs:  # numbered here (a client that leaves it to the agent)
+                        seqs = [next_seq(s) for s in seqs]
                     payloads = [r.payload for r in reqs]
                     await self._accept(unit, reqs, producer, seqs, payloads)
                 else:
@@ -295,12 +293,9 @@ class Publishing:
                         await self._accept(unit, [req], producer, [seq], [req.payload])
                 in_flight += len(unit.rows)
                 pending.append(unit)  # before slice 0's data: acks go in the order of requests
-                if idle:  # the ack loop is woken once this unit is dispatched, not now to wait for it
-                    f = unit.future
-                    if f is not None and not f.done():
-                        f.add_done_callback(wake)
-                    else:
-                        arrived.set()
+                # The ack loop woken now, to await this unit's futures itself: their completion
+                # then wakes it at once (a callback setting `arrived` costs a loop iteration more).
+                arrived.set()
                 if sliced:
                     await self._feed(req, (producer, seq), streams)
                 if in_flight >= MAX_EVENTS_IN_FLIGHT:
@@ -310,18 +305,14 @@ class Publishing:
             arrived.set()
 
         reader = asyncio.create_task(read())
-        reader.add_done_callback(wake)
+        reader.add_done_callback(lambda _: arrived.set())
         try:
             while True:
                 if not pending:
                     if reader.done():
                         reader.result()  # the reader's error (it ends with None otherwise)
                     arrived.clear()
-                    idle = True
-                    try:
-                        await arrived.wait()
-                    finally:
-                        idle = False
+                    await arrived.wait()
                     continue
                 unit = pending.popleft()
                 if unit is None:

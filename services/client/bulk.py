@@ -87,7 +87,7 @@ async def publish_stream(pub: "Publisher", topic: str, attributes: Mapping[str, 
     if size < 0:
         raise InvalidArgument(f"size {size}: at least 0")
     await pub.flush()
-    sequence = next(pub._seq)
+    sequence = pub._number()
     stub = pgrpc.PubSubStub(pub.client._channel())
     errors: list[BaseException] = []
 

@@ -11,20 +11,19 @@ On a broken stream it reconnects (to the next address, if several) and resends e
 unacknowledged message with the same (producer id, sequence), so receivers drop the
 second copy (DESIGN.md, "Guarantees"). Payloads above `SLICE_BYTES` go as slices.
 
-Batching (issue 12), as NATS's client does it: publishes queue in an outbox and the
-stream takes everything queued whenever it is ready to write, packed into `batch`
-requests of up to MAX_BATCH_EVENTS events / MAX_BATCH_BYTES. So batching adds no delay:
-a lone publish goes at once (no timer), and under load events coalesce while the previous
-write is on its way. `publish_batch()` waits on one future for the whole batch. Acks
-come coalesced (`coalesce_acks`): the agent answers the requests that settled together
-in one message.
+Batching (issue 12), as NATS's client does it: each event is built in place in the
+stream's outbox (outbox.py), and the stream takes everything queued whenever it is ready
+to write, in `batch` requests of up to MAX_BATCH_EVENTS events / MAX_BATCH_BYTES. So
+batching adds no delay: a lone publish goes at once (no timer), and under load events
+coalesce while the previous write is on its way. `publish_batch()` waits on one future
+for the whole batch. Acks come coalesced (`coalesce_acks`): the agent answers the
+requests that settled together in one message.
 """
 
 from __future__ import annotations
 
 import asyncio
 import enum
-import itertools
 import os
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -33,18 +32,15 @@ from typing import TYPE_CHECKING, AsyncIterable, Iterable, Mapping
 import grpc
 
 from echelon.client import bulk
-from echelon.client.errors import ClientClosed, EchelonError, Timeout, from_rpc_error, from_status, translating
+from echelon.client.errors import ClientClosed, EchelonError, Timeout, from_rpc_error, from_status
+from echelon.client.outbox import MAX_BATCH_BYTES, MAX_BATCH_EVENTS, SLICE_BYTES, Outbox  # noqa: F401 - public
 from echelon.core.schema import Value
-from echelon.runtime.wire import attributes_into_pb
 from echelon.v1 import pubsub_pb2 as ppb
 from echelon.v1 import pubsub_pb2_grpc as pgrpc
 
 if TYPE_CHECKING:
     from echelon.client.client import Client
 
-SLICE_BYTES = 4 << 20  # larger payloads are published as slices
-MAX_BATCH_EVENTS = 512  # events per request (a slice always goes alone)
-MAX_BATCH_BYTES = 1 << 20
 # Stream failures worth a reconnect and a resend; anything else fails the pending publishes.
 RETRIED = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.DEADLINE_EXCEEDED,
            grpc.StatusCode.INTERNAL)
@@ -94,9 +90,9 @@ class Publisher:
         self.producer_id = producer_id
         self.ack_level = AckLevel(ack_level)
         self.max_retries = max_retries
-        self._seq = itertools.count(1)
+        self._seq = 1  # the next event's sequence
         self._pending: OrderedDict[int, tuple[list[ppb.PublishRequest], asyncio.Future]] = OrderedDict()
-        self._outbox: asyncio.Queue = asyncio.Queue()
+        self._outbox = Outbox(producer_id, self.ack_level)
         self._task: asyncio.Task | None = None
         self._closed = False
 
@@ -122,7 +118,14 @@ class Publisher:
 
             futures = [pub.publish_nowait("quotes", q) for q in quotes]
             results = await asyncio.gather(*futures)"""
-        (future,) = self._enqueue([self._requests(topic, attributes or {}, payload, ordering_key)])
+        if self._closed:
+            raise ClientClosed(f"publisher {self.producer_id} is closed")
+        seq = self._seq
+        requests = self._outbox.add(topic, attributes or {}, payload, ordering_key, seq)
+        self._seq = seq + 1
+        future = asyncio.get_running_loop().create_future()
+        self._pending[seq] = (requests, future)
+        self._started()
         return future
 
     async def publish_batch(self, topic: str, events: Iterable[Event], ordering_key: str = "",
@@ -134,10 +137,25 @@ class Publisher:
         Each event is its attributes, or (attributes, payload). Every event is checked
         before any is sent. Like asyncio.gather: the first rejection is raised once all
         are settled, or with `return_exceptions=True` each rejection takes its event's place."""
-        gathered = _Gathered()
-        self._enqueue_batch(topic, events, ordering_key, gathered)
-        if not gathered.left:
+        if self._closed:
+            raise ClientClosed(f"publisher {self.producer_id} is closed")
+        outbox, first = self._outbox, self._seq
+        mark, queued = outbox.mark(), []
+        try:
+            for e in events:
+                attributes, payload = e if isinstance(e, tuple) else (e, b"")
+                queued.append(outbox.add(topic, attributes, payload, ordering_key, first + len(queued)))
+        except BaseException:
+            outbox.rollback(mark)  # nothing numbered, nothing sent
+            raise
+        if not queued:
             return []
+        self._seq = first + len(queued)
+        gathered = _Gathered(len(queued))
+        pending = self._pending
+        for index, requests in enumerate(queued):
+            pending[first + index] = (requests, (gathered, index))
+        self._started()
         results = await gathered.future
         if not return_exceptions:
             for r in results:
@@ -184,131 +202,26 @@ class Publisher:
 
     # -- internals ---------------------------------------------------------------------
 
-    def _requests(self, topic: str, attributes: Mapping[str, Value], payload: bytes,
-                  ordering_key: str) -> list[ppb.PublishRequest]:
-        """The request(s) of one event; raises InvalidArgument for an unsupported value."""
-        if len(payload) <= SLICE_BYTES:  # one request (nearly always)
-            req = ppb.PublishRequest(topic=topic, payload=payload, ordering_key=ordering_key)
-            _fill(attributes, req)
-            return [req]
-        slices = [payload[i:i + SLICE_BYTES] for i in range(0, len(payload), SLICE_BYTES)]
-        requests = []
-        for i, chunk in enumerate(slices):
-            # Producer id and ack level are the outer request's (set by `_pack`).
-            req = ppb.PublishRequest(topic=topic, payload=chunk, ordering_key=ordering_key)
-            if i == 0:
-                _fill(attributes, req)
-            req.slice_index, req.slice_count, req.payload_size = i, len(slices), len(payload)
-            requests.append(req)
-        return requests
+    def _number(self) -> int:
+        """The next sequence, for a publish that does not go through the outbox (bulk.py)."""
+        seq = self._seq
+        self._seq = seq + 1
+        return seq
 
-    def _enqueue_batch(self, topic: str, events: Iterable[Event], ordering_key: str, gathered: "_Gathered") -> None:
-        """A publish_batch's events numbered and built in place, as the elements of `batch`
-        requests (what `_pack` would otherwise copy them into), and queued as one write
-        burst; their results go to `gathered`. Every event is built before any is queued:
-        a bad one raises and nothing is sent."""
-        if self._closed:
-            raise ClientClosed(f"publisher {self.producer_id} is closed")
-        burst: list[ppb.PublishRequest] = []
-        events_requests: list[list[ppb.PublishRequest]] = []
-        outer, count, size = None, 0, 0
-        for e in events:
-            attributes, payload = e if isinstance(e, tuple) else (e, b"")
-            if len(payload) > SLICE_BYTES:  # its slices go alone, between the batches
-                requests = self._requests(topic, attributes, payload, ordering_key)
-                outer = None
-                burst.extend(requests)
-            else:
-                if outer is None or count >= MAX_BATCH_EVENTS or size >= MAX_BATCH_BYTES:
-                    outer, count, size = self._outer([]), 0, 0
-                    burst.append(outer)
-                req = outer.batch.add(topic=topic, payload=payload, ordering_key=ordering_key)
-                _fill(attributes, req)
-                count += 1
-                size += req.ByteSize()
-                requests = [req]
-            events_requests.append(requests)
-        if not events_requests:
-            return
-        if len(events_requests) == 1 and len(burst) == 1 and burst[0].batch:  # a lone event goes as itself
-            (req,) = events_requests[0] = [self._lone(burst[0].batch[0])]
-            burst[0] = req
-        gathered.start(len(events_requests))
-        self._queue(events_requests, burst, gathered)
-
-    def _enqueue(self, events: list[list[ppb.PublishRequest]]) -> list[asyncio.Future]:
-        """Number the events and put them on the stream as one write burst: a future each."""
-        if self._closed:
-            raise ClientClosed(f"publisher {self.producer_id} is closed")
-        burst = [req for requests in events for req in requests]
-        return self._queue(events, burst, None)
-
-    def _queue(self, events: list[list[ppb.PublishRequest]], burst: list[ppb.PublishRequest],
-               gathered: "_Gathered | None") -> list[asyncio.Future]:
-        """Number the events, record each one's requests (for a resend) and its sink, a
-        future or its place in `gathered`; the burst onto the stream."""
-        futures = []
-        pending = self._pending
-        numbers = self._seq
-        create = asyncio.get_running_loop().create_future
-        for index, requests in enumerate(events):
-            seq = next(numbers)
-            for req in requests:
-                req.sequence = seq
-            if gathered is None:
-                sink = create()
-                futures.append(sink)
-            else:
-                sink = (gathered, index)
-            pending[seq] = (requests, sink)
-        self._outbox.put_nowait(burst)
+    def _started(self) -> None:
         if self._task is None:
             self._task = asyncio.create_task(self._run(), name=f"publisher {self.producer_id}")
-        return futures
 
     def _fail_pending(self, error: EchelonError) -> None:
         for _, sink in self._pending.values():
             _settle(sink, error)
         self._pending.clear()
 
-    def _pack(self, burst: list[ppb.PublishRequest]):
-        """The stream's messages for what was queued: whole events in `batch` requests (a
-        lone event as itself), a slice alone."""
-        batch: list[ppb.PublishRequest] = []
-        size = 0
-        for req in burst:
-            if req.slice_count > 1 or req.batch:  # a slice alone; a batch built in place as it is
-                if batch:
-                    yield self._outer(batch)
-                    batch, size = [], 0
-                yield req if req.batch else self._lone(req)
-                continue
-            batch.append(req)
-            size += req.ByteSize()
-            if len(batch) >= MAX_BATCH_EVENTS or size >= MAX_BATCH_BYTES:
-                yield self._outer(batch)
-                batch, size = [], 0
-        if batch:
-            yield self._outer(batch)
-
-    def _outer(self, batch: list[ppb.PublishRequest]) -> ppb.PublishRequest:
-        """The request carrying `batch` (a lone event as itself)."""
-        if len(batch) == 1:
-            return self._lone(batch[0])
-        return ppb.PublishRequest(producer_id=self.producer_id, ack_level=self.ack_level, batch=batch,
-                                  coalesce_acks=True)
-
-    def _lone(self, req: ppb.PublishRequest) -> ppb.PublishRequest:
-        """`req` sent alone: the outer fields set on it (a batch's element is sent as itself)."""
-        if req.producer_id != self.producer_id:
-            req.producer_id, req.ack_level, req.coalesce_acks = self.producer_id, self.ack_level, True
-        return req
-
     async def _end_stream(self) -> None:
         """Half-close the stream (the agent ends it once every ack is sent), then wait for it."""
         if self._task is None:
             return
-        self._outbox.put_nowait(None)
+        self._outbox.end()
         try:
             await asyncio.wait_for(asyncio.shield(self._task), 5.0)
         except asyncio.TimeoutError:
@@ -317,32 +230,17 @@ class Publisher:
 
     async def _run(self) -> None:
         attempt = 0
+        outbox: Outbox | None = self._outbox
         while self._pending or not self._closed:
+            if outbox is None:  # a fresh stream: resend whatever is unacknowledged, in order, then the rest
+                outbox = self._outbox = Outbox(self.producer_id, self.ack_level)
+                for requests, _ in self._pending.values():
+                    outbox.again(requests)
+                if self._closed:
+                    outbox.end()
             stub = pgrpc.PubSubStub(self.client._channel(attempt))
-            # A fresh stream: resend whatever is unacknowledged, in order, then the rest.
-            self._outbox = asyncio.Queue()
-            for requests, _ in self._pending.values():
-                self._outbox.put_nowait(requests)
-            if self._closed:
-                self._outbox.put_nowait(None)
-
-            async def requests(outbox=self._outbox):
-                # Whatever queued while the stream was busy goes out together (flush when idle).
-                while (burst := await outbox.get()) is not None:
-                    ended = False
-                    queued = list(burst)
-                    while not outbox.empty():
-                        more = outbox.get_nowait()
-                        if more is None:
-                            ended = True
-                            break
-                        queued.extend(more)
-                    for req in self._pack(queued):
-                        yield req
-                    if ended:
-                        return
-
-            call = stub.Publish(requests())
+            call = stub.Publish(outbox.requests())
+            outbox = None
             try:
                 async for reply in call:
                     attempt = 0
@@ -367,25 +265,10 @@ class _Gathered:
 
     __slots__ = ("results", "left", "future")
 
-    def __init__(self):
-        self.results: list = []
-        self.left = 0
-        self.future: asyncio.Future | None = None
-
-    def start(self, n: int) -> None:
-        self.results = [None] * n
+    def __init__(self, n: int):
+        self.results: list = [None] * n
         self.left = n
         self.future = asyncio.get_running_loop().create_future()
-
-
-def _fill(attributes: Mapping[str, Value], req: ppb.PublishRequest) -> None:
-    """The event's attributes into its request's map, in place (2.5x cheaper than Values
-    copied in); an unsupported value raises the client's InvalidArgument."""
-    try:
-        attributes_into_pb(attributes, req.attributes)
-    except Exception:
-        with translating():  # the caller's bad value, as the client's InvalidArgument
-            raise
 
 
 def _settle(sink, outcome) -> None:

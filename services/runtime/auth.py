@@ -42,7 +42,7 @@ to keep out; a cluster on a shared network runs `--auth tokens|jwt` (and `--tls`
 Authorization, by method (`POLICY`, every RPC of every service has a row; a method
 without one is refused, so a new RPC cannot slip through): health and reflection are
 open (Kubernetes probes, grpcurl); the client API needs any identity, with per-topic
-rights checked where the topic is known (`Access.check_publish`, `Access.open_subscription`,
+rights checked where the topic is known (`Access.publish_checker`, `Access.open_subscription`,
 `Access.require`; a topic's own admin right for CreateTopic/DeleteTopic); ACL changes,
 the Control API (routing plans) and the read-only views of the cluster's inner services
 need the cluster admin (admin on `*`); joining, beating, relaying, matching and
@@ -70,7 +70,6 @@ from __future__ import annotations
 
 import contextvars
 import logging
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -267,15 +266,25 @@ class Access:
             self.count(service, "permission_denied")
             raise PermissionDenied(f"{caller.identity} may not call {what}: it is for cluster members only")
 
-    def check_publish(self, topic: str) -> None:
-        """Raise PermissionDenied or ResourceExhausted for one event of the calling stream."""
-        caller = self.require("publish", topic, _V1 + "PubSub")
-        if caller is None:
-            return
-        over = self.quotas.publish(caller.key, time.monotonic())
-        if over:
-            self.count(_V1 + "PubSub", "publish_rate")
-            raise ResourceExhausted(over)
+    def publish_checker(self, now: float) -> Callable[[str], None]:
+        """The check of each event of one publish request, at `now`: raises PermissionDenied
+        or ResourceExhausted. Each topic's right is looked up once per request (not per
+        event); a token of the rate is taken per event, in order."""
+        caller = CALLER.get()
+        if caller is None or not caller.limited:
+            return _unchecked
+        allowed: set[str] = set()
+
+        def check(topic: str) -> None:
+            if topic not in allowed:
+                self.require("publish", topic, _V1 + "PubSub")
+                allowed.add(topic)
+            over = self.quotas.publish(caller.key, now)
+            if over:
+                self.count(_V1 + "PubSub", "publish_rate")
+                raise ResourceExhausted(over)
+
+        return check
 
     def open_subscription(self, topic: str) -> Callable[[], None]:
         """Check the right and the count; returns the release to call when the stream ends
@@ -294,6 +303,10 @@ class Access:
                 self.quotas.close_subscription(caller.key)
 
         return release
+
+
+def _unchecked(topic: str) -> None:
+    """A member's or an in-process caller's publish: nothing to check."""
 
 
 _REASON = {grpc.StatusCode.UNAUTHENTICATED: "unauthenticated", grpc.StatusCode.PERMISSION_DENIED: "permission_denied",

@@ -339,3 +339,35 @@ async def test_the_routing_job_sends_its_token(secured):
             assert e.value.code() == code
     finally:
         job.configure(None)
+
+
+async def test_a_batch_is_checked_event_by_event_rights_per_topic_and_the_rate_in_order(tokens):
+    """One publish_batch over two topics, the caller holding the publish right on one only,
+    with a rate of burst 3: each event of the unpermitted topic is PERMISSION_DENIED (it
+    takes no token), the permitted ones take the tokens in order until the burst is spent,
+    then RESOURCE_EXHAUSTED; each refusal counted, only the accepted ones delivered."""
+    c = await start(tokens, Limits(publish_rate=0.001, publish_burst=3), agents=1)
+    try:
+        t = tokens[1]
+        root = c.client(0, t["root"])
+        await root.create_topic("quotes", SCHEMA)
+        await root.create_topic("news", ["Symbol:string"])
+        await root._admin("GrantAcl", ppb.AclRequest(rule=pb.AclRule(principal="user:ann", pattern="quotes",
+                                                                     rights=["publish"])), None)
+        agent = c.agent_nodes[0]
+        await wait_for(lambda: len(agent.membership.acls) == 1, what="the rule reaches the agent")
+        async with root.subscribe("quotes") as watcher:
+            batch = [ppb.PublishRequest(topic=topic, attributes={"Symbol": pb.Value(string_value=s)}, sequence=i + 1)
+                     for i, (topic, s) in enumerate([("quotes", "a"), ("news", "b"), ("quotes", "c"), ("news", "d"),
+                                                     ("quotes", "e"), ("quotes", "f")])]
+            async with channel(agent.address, t["ann"]) as ch:
+                call = pgrpc.PubSubStub(ch).Publish(iter([ppb.PublishRequest(producer_id="ann-1", batch=batch)]))
+                (reply,) = [r async for r in call]
+            denied, over = grpc.StatusCode.PERMISSION_DENIED.value[0], grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
+            assert [a.code for a in reply.acks] == [0, denied, 0, denied, 0, over]
+            assert "'news'" in reply.acks[1].error and "publish rate" in reply.acks[5].error
+            got = [(await watcher.next(timeout=10)).attributes["Symbol"] for _ in range(3)]
+            assert got == ["a", "c", "e"]
+        assert refused_count(agent, "permission_denied") == 2 and refused_count(agent, "publish_rate") == 1
+    finally:
+        await c.stop()
