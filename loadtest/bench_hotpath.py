@@ -9,7 +9,8 @@ tree and the gain (base/head for a cost, head/base for a rate: above 1 is better
 On this shared machine absolute figures drift with the load; the ratio of alternating
 runs is what to read.
 
-The pieces are in hotpath_pieces.py, the whole-cluster modes in hotpath_cluster.py.
+The pieces are listed in hotpath_pieces.py (with hotpath_publish.py, hotpath_subscribe.py,
+hotpath_inputs.py), the whole-cluster modes in hotpath_cluster.py.
 `--cluster SECONDS` runs whole clusters instead (saturation and 1k/s: events/s, latency,
 CPU per 1,000 events per service), `--idle SECONDS` clusters doing nothing (CPU ms per
 second per tier), and `--base-env NAME=VALUE` sets a variable on the base side only: with

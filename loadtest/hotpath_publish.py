@@ -1,0 +1,235 @@
+"""The publishing side's pieces of `loadtest.bench_hotpath` (listed in hotpath_pieces.py):
+the SDK's publish paths, the agent's Publish stream and admission, the relay root."""
+
+from __future__ import annotations
+
+import time
+
+from hotpath_inputs import best, relay_items, relay_plane, workload_events
+
+
+def admit_piece() -> float:
+    """The publishing agent's `_admit` with a stub node: the schema cache and no durable
+    subscription (what the per-event path touches)."""
+    import inspect
+    from types import SimpleNamespace
+
+    from echelon.agent.topics import Topics
+    from echelon.core.dedup import DedupWindow
+    from echelon.core.schema import Schema, parse_attribute
+    from echelon.runtime.wire import attributes_to_pb, schema_to_pb
+    from echelon.v1 import common_pb2 as pb
+    from echelon.v1 import pubsub_pb2 as ppb
+    from loadtest.bench_events.workload import SCHEMA
+
+    topic = pb.Topic(name="bench", created_unix_ms=1,
+                     schema=schema_to_pb(Schema(tuple(parse_attribute(a) for a in SCHEMA))))
+    node = SimpleNamespace(topics=Topics(lambda: None, None), durables=SimpleNamespace(refuse=lambda t, a: None))
+    try:  # where the publish half lives in this tree
+        from echelon.agent.publishing import Publishing as PubSubServicer
+    except ImportError:
+        from echelon.agent.pubsub import PubSubServicer
+    servicer = PubSubServicer.__new__(PubSubServicer)
+    servicer.node = node
+    outer = ppb.PublishRequest(batch=[ppb.PublishRequest(topic="bench", attributes=attributes_to_pb(a),
+                                                         payload=i.to_bytes(16, "little"), sequence=i + 1)
+                                      for i, a in enumerate(workload_events(256))])
+    reqs = ppb.PublishRequest.FromString(outer.SerializeToString()).batch  # as parsed off the wire
+    # This tree's admission takes the schema and the clocks once per request.
+    per_request = "schema" in inspect.signature(PubSubServicer._admit).parameters
+
+    def once():
+        servicer.accepted = DedupWindow(capacity=200_000)
+        if per_request:
+            now, wall = time.monotonic(), time.time_ns()
+            schema = node.topics.schema(topic)
+            for r in reqs:
+                servicer._admit(topic, r, "p", r.sequence, r.payload, schema, now, wall)
+        else:
+            for r in reqs:
+                servicer._admit(topic, r, "p", r.sequence, r.payload)
+
+    return best(once, len(reqs))
+
+
+def encode_piece() -> float:
+    from echelon.client.publisher import Publisher
+
+    events = workload_events(256)
+    payload = bytes(16)
+    if hasattr(Publisher, "_requests"):  # a tree that builds each event's request apart
+        return best(lambda: [Publisher._requests(None, "bench", a, payload, "") for a in events], len(events))
+    from echelon.client.outbox import Outbox  # this tree: built in place in the open batch
+
+    def once():
+        outbox = Outbox("p", 2)
+        for i, a in enumerate(events):
+            outbox.add("bench", a, payload, "", i + 1)
+
+    return best(once, len(events))
+
+
+class _FakeCall:
+    """A Publish call over no network: each request serialized as gRPC would, answered
+    by one coalesced PublishAck per request read (parsed, as off the wire)."""
+
+    def __init__(self, requests, serialize):
+        self._requests, self._serialize = requests, serialize
+
+    def __aiter__(self):
+        return self._replies()
+
+    async def _replies(self):
+        from echelon.v1 import pubsub_pb2 as ppb
+
+        async for req in self._requests:
+            self._serialize(req)
+            reply = ppb.PublishAck()
+            for r in req.batch or (req,):
+                reply.acks.add(producer_id=req.producer_id, sequence=r.sequence, destinations=1)
+            yield ppb.PublishAck.FromString(reply.SerializeToString())
+
+
+class _FakeChannel:
+    def stream_stream(self, method, request_serializer=None, response_deserializer=None, **kw):
+        return lambda requests, **kw: _FakeCall(requests, request_serializer)
+
+    def unary_unary(self, *a, **kw):
+        return None
+
+    unary_stream = stream_unary = unary_unary
+
+
+def client_piece(batched: bool) -> float:
+    """The SDK's publish path, `publish_nowait` per event or `publish_batch` of 256,
+    through a fake channel: CPU per event of the whole round (the fake call's own work,
+    a serialization and an ack per request, included on both sides)."""
+    import asyncio
+
+    from echelon.client.publisher import AckLevel, Publisher
+
+    channel = _FakeChannel()
+    client = type("C", (), {"_channel": lambda self, i=0: channel, "_forget": lambda self, p: None})()
+    events = workload_events(256)
+    payload = bytes(16)
+    loop = asyncio.new_event_loop()
+    pub = Publisher(client, "p", AckLevel.DELIVERED)
+
+    async def once():
+        if batched:
+            await pub.publish_batch("bench", [(a, payload) for a in events])
+        else:
+            await asyncio.gather(*[pub.publish_nowait("bench", a, payload) for a in events])
+
+    try:
+        return best(lambda: loop.run_until_complete(once()), len(events), number=10)
+    finally:
+        loop.run_until_complete(pub.close(5))
+        loop.close()
+
+
+def stream_piece(batched: bool) -> float:
+    """The publishing agent's Publish stream (read, admission, dispatch, acks) with a stub
+    node whose dispatcher holds every unit at once: 256 events, one per request (each
+    request as the SDK sends a lone event) or all in one batch request; the acks serialized."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from prometheus_client import CollectorRegistry
+
+    from echelon.agent.metrics import AgentMetrics
+    from echelon.agent.topics import Topics
+    from echelon.core.schema import Schema, parse_attribute
+    from echelon.runtime.wire import attributes_to_pb, schema_to_pb
+    from echelon.v1 import common_pb2 as pb
+    from echelon.v1 import pubsub_pb2 as ppb
+    from loadtest.bench_events.workload import SCHEMA
+
+    try:  # where the publish half lives in this tree
+        from echelon.agent.publishing import Publishing
+    except ImportError:
+        return float("nan")
+    topic = pb.Topic(name="bench", created_unix_ms=1,
+                     schema=schema_to_pb(Schema(tuple(parse_attribute(a) for a in SCHEMA))))
+    loop = asyncio.new_event_loop()
+
+    def submit(events, payloads, alone=False):
+        done = loop.create_future()
+        done.set_result(None)
+        future = loop.create_future()
+        future.set_result(([1] * len(events), [done]))
+        return future
+
+    membership = SimpleNamespace(topics={"bench": topic})
+    node = SimpleNamespace(topics=Topics(lambda: membership, None), durables=SimpleNamespace(refuse=lambda t, a: None),
+                           config=SimpleNamespace(id="agent-0"), dispatcher=SimpleNamespace(submit=submit),
+                           server=SimpleNamespace(access=SimpleNamespace(check_publish=lambda t: None,
+                                                                         publish_checker=lambda now: lambda t: None)),
+                           metrics=AgentMetrics(CollectorRegistry()))
+    elements = [ppb.PublishRequest(topic="bench", attributes=attributes_to_pb(a), payload=i.to_bytes(16, "little"))
+                for i, a in enumerate(workload_events(256))]
+    level = ppb.ACK_LEVEL_DELIVERED
+    seq = [0]
+
+    def requests():
+        """The requests as parsed off the wire, fresh sequences each round (no duplicates)."""
+        out = []
+        for e in elements:
+            seq[0] += 1
+            e.sequence = seq[0]
+        if batched:
+            out.append(ppb.PublishRequest(producer_id="p", ack_level=level, coalesce_acks=True, batch=elements))
+        else:
+            for e in elements:
+                r = ppb.PublishRequest()
+                r.CopyFrom(e)
+                r.producer_id, r.ack_level, r.coalesce_acks = "p", level, True
+                out.append(r)
+        return [ppb.PublishRequest.FromString(r.SerializeToString()) for r in out]
+
+    async def once(reqs):
+        async def feed():
+            for r in reqs:
+                yield r
+        acked = 0
+        async for ack in Publishing(node).stream(feed()):
+            ack.SerializeToString()
+            acked += len(ack.acks) or 1
+        assert acked == len(elements), acked
+
+    def timed(number: int = 10, repeat: int = 7) -> float:
+        best = float("inf")
+        for _ in range(repeat):
+            rounds = [requests() for _ in range(number)]  # parsing is gRPC's, not timed
+            t0 = time.process_time()
+            for reqs in rounds:
+                loop.run_until_complete(once(reqs))
+            best = min(best, (time.process_time() - t0) / number / len(elements) * 1e6)
+        return best
+
+    try:
+        return timed()
+    finally:
+        loop.close()
+
+
+def relay_root_piece() -> float:
+    import asyncio
+
+    plane, links = relay_plane("agent-0", lambda events, *encoded: len(events))
+    items = relay_items(256)
+    loop = asyncio.new_event_loop()
+
+    async def publish():
+        futures = await plane.publish(items)
+        for link in links.values():
+            for _, f in link.frames:
+                f.set_result(True)
+            link.frames.clear()
+        await asyncio.sleep(0)  # the acks' callbacks: holds released, the run's future done
+        assert all(f.done() for f in futures)
+
+    try:
+        return best(lambda: loop.run_until_complete(publish()), len(items))
+    finally:
+        loop.close()
