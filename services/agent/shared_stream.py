@@ -68,8 +68,7 @@ class SharedStream:
                     reader.result()  # raises the reader's error, if any
                     return  # the client half-closed
                 self._check_ends()
-                self.wake.clear()  # whatever changes from here on (an offer, an ack, an end, an open) sets it
-                out, sliced, full = self._fill()
+                out, sliced = self._fill()
                 if len(out.batch):
                     yield out if len(out.batch) > 1 else out.batch[0]
                 if sliced is not None:
@@ -77,23 +76,23 @@ class SharedStream:
                     async for d in self.chunked(self.subs[sid], delivery_id, pending, reader):
                         d.sid = sid
                         yield d
-                elif not full and not self.wake.is_set():
-                    await self.wake.wait()  # the fill took all there was: no second pass to find nothing
+                if not len(out.batch) and sliced is None:
+                    self.wake.clear()
+                    await self.wake.wait()
         finally:  # no await here: a cancelled stream runs it to the end
             reader.cancel()
             for sid in list(self.subs):
                 self._drop(sid)
 
-    def _fill(self) -> tuple[ppb.Delivery, tuple | None, bool]:
+    def _fill(self) -> tuple[ppb.Delivery, tuple | None]:
         """One message's worth: the statuses, then what the subscriptions have credit for,
-        taken round-robin; a sliced payload stops it (it goes alone, after). Full: there
-        may be more (the message is at MAX_DELIVERIES)."""
+        taken round-robin; a sliced payload stops it (it goes alone, after)."""
         out = ppb.Delivery()
         while self.statuses:
             out.batch.append(self.statuses.popleft())
         sids = list(self.subs)
         if not sids:
-            return out, None, False
+            return out, None
         self._turn = (self._turn + 1) % len(sids)
         room, encoded, subs, counted = self.max_deliveries, self.encoded, self.subs, self._counted
         metrics = self.node.metrics
@@ -110,15 +109,15 @@ class SharedStream:
             if redelivered:
                 metrics.redeliveries.inc(redelivered)
             if items[0][1].stream is not None:  # taken alone (Subscription.take)
-                return out, (sid, items[0]), False
+                return out, (sid, items[0])
             for delivery_id, p in items:
                 d = out.batch.add()  # filled in place
                 d.delivery_id, d.subscription, d.redelivery_count, d.sid = delivery_id, sub.name, p.redeliveries, sid
                 p.into(d, encoded)
             room -= len(items)
             if not room:
-                return out, None, True
-        return out, None, False
+                break
+        return out, None
 
     def _check_ends(self) -> None:
         """Subscriptions that ended on their own (as a stream of its own would end)."""

@@ -146,24 +146,3 @@ async def test_the_stream_lost_ends_every_subscription_and_a_named_one_resumes(c
         rest = await take(again, 2)
     assert [m.attributes["n"] for m in first + rest] == [0, 1, 2, 3]
     assert all(m.redelivery_count == 1 for m in rest)
-
-
-async def test_a_backlog_past_one_message_goes_out_in_full_messages_without_another_wakeup(cluster):
-    """600 events owed, then credits for them in one ack: the stream sends MAX_DELIVERIES per
-    message until none is left, without waiting for anything else to happen."""
-    from echelon.agent.pubsub import MAX_DELIVERIES
-
-    await cluster.client(0).create_topic("t")
-    agent = cluster.agent_nodes[1]
-    async with grpc.aio.insecure_channel(agent.address) as ch:
-        call = pgrpc.PubSubStub(ch).Subscribe()
-        await call.write(ppb.SubscribeRequest(open=ppb.SubscriptionOpen(topic="t", credits=0, sid=1)))
-        assert (await asyncio.wait_for(call.read(), 10)).opened
-        await publish(cluster, [{"n": i} for i in range(600)])
-        (sub,) = [s for s in agent.subs.values() if s.topic == "t"]
-        await wait_for(lambda: len(sub.backlog) == 600, 10, what="every event owed")
-        await call.write(ppb.SubscribeRequest(ack=ppb.SubscriberAck(sid=1, credits=600)))
-        messages = await read_until(call, 600)
-        assert [len(elements(m)) for m in messages] == [MAX_DELIVERIES, MAX_DELIVERIES, 600 - 2 * MAX_DELIVERIES]
-        assert [d.event.attributes["n"].int_value for m in messages for d in elements(m)] == list(range(600))
-        call.cancel()
