@@ -39,6 +39,33 @@ def holder_events(c: Cluster) -> float:
     return sum(m.metrics.held_events._value.get() for m in c.matcher_nodes)
 
 
+class _Receivers:
+    """Subscriptions of one client to a topic, each read into `got[i]` (the payloads' numbers)."""
+
+    def __init__(self, client, topic: str):
+        self.client, self.topic = client, topic
+        self.got: dict[int, list[int]] = defaultdict(list)
+        self.subs, self.readers = [], []
+
+    async def subscribe(self, i: int, text: str) -> None:
+        sub = self.client.subscribe(self.topic, text, name=f"s{i}", max_outstanding=1000)
+        await sub.start()
+
+        async def read():
+            async for m in sub:
+                self.got[i].append(int.from_bytes(m.payload, "little"))
+                await m.ack()
+
+        self.subs.append(sub)
+        self.readers.append(asyncio.create_task(read()))
+
+    async def close(self) -> None:
+        for t in self.readers:
+            t.cancel()
+        for s in self.subs:
+            await s.close()
+
+
 @pytest.mark.timeout(90)
 async def test_the_agent_moves_to_the_suggested_entry_and_no_peer_message_follows():
     c = Cluster(agents=2, matchers=3)
@@ -50,19 +77,10 @@ async def test_the_agent_moves_to_the_suggested_entry_and_no_peer_message_follow
         members = default_zones(topic, Space.of(Schema()), ids)[0][0].members
         publisher, subscriber = c.client(0), c.client(1)
         await publisher.create_topic(topic)
-        got: dict[int, list[int]] = defaultdict(list)
-        subs, readers = [], []
+        receivers = _Receivers(subscriber, topic)
+        got = receivers.got
         for i, text in enumerate(FILTERS):
-            sub = subscriber.subscribe(topic, text, name=f"s{i}", max_outstanding=1000)
-            await sub.start()
-
-            async def read(sub=sub, i=i):
-                async for m in sub:
-                    got[i].append(int.from_bytes(m.payload, "little"))
-                    await m.ack()
-
-            subs.append(sub)
-            readers.append(asyncio.create_task(read()))
+            await receivers.subscribe(i, text)
         matching = c.agent_nodes[0].matching
         matching._rr = [m.id for m in matching.matchers()].index(ids[0])  # start at a matcher outside the zone
         events = [{"x": k % 5 - 1, "y": "ab" if k % 3 else "b"} for k in range(60)]
@@ -79,10 +97,7 @@ async def test_the_agent_moves_to_the_suggested_entry_and_no_peer_message_follow
         assert {i: sorted(v) for i, v in got.items() if v} == {i: w for i, w in want.items() if w}
         assert holder_events(c) == held  # answered at the member alone
         await pub.close()
-        for t in readers:
-            t.cancel()
-        for s in subs:
-            await s.close()
+        await receivers.close()
     finally:
         await c.stop()
 
@@ -94,20 +109,8 @@ async def test_zones_promised_empty_need_no_peer_message_until_their_first_subsc
         await c.start()
         publisher, subscriber = c.client(0), c.client(1)
         await publisher.create_topic("spans", ["x:int:0:99"])  # default zones d0 d1 d2 along x
-        got: dict[int, list[int]] = defaultdict(list)
-        subs, readers = [], []
-
-        async def subscribe(i: int, text: str) -> None:
-            sub = subscriber.subscribe("spans", text, name=f"s{i}", max_outstanding=1000)
-            await sub.start()
-
-            async def read():
-                async for m in sub:
-                    got[i].append(int.from_bytes(m.payload, "little"))
-                    await m.ack()
-
-            subs.append(sub)
-            readers.append(asyncio.create_task(read()))
+        receivers = _Receivers(subscriber, "spans")
+        got, subscribe = receivers.got, receivers.subscribe
 
         filters = ["x >= 70", "x between 80 and 90", "x <= 5"]  # the last one's zone is d0
         for i, text in enumerate(filters[:2]):
@@ -146,10 +149,7 @@ async def test_zones_promised_empty_need_no_peer_message_until_their_first_subsc
         assert {i: sorted(v) for i, v in got.items()} == want
         assert sum(m.tier.empty.revocations for m in c.matcher_nodes) > 0
         await pub.close()
-        for t in readers:
-            t.cancel()
-        for s in subs:
-            await s.close()
+        await receivers.close()
     finally:
         await c.stop()
 
