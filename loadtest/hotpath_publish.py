@@ -9,13 +9,14 @@ from hotpath_inputs import best, relay_items, relay_plane, workload_events
 
 
 def admit_piece() -> float:
-    """The publishing agent's `_admit` with a stub node: the schema cache and no durable
-    subscription (what the per-event path touches)."""
-    import inspect
+    """The publishing agent's admission of a batch of 256 events (conversion, schema check,
+    dedup digest and window, the Events built, dispatched as one unit to a stub dispatcher
+    that settles it at once, the settle callbacks run) with a stub node: the schema cache,
+    no durable subscription, no rights to check (what the per-event path touches)."""
+    import asyncio
     from types import SimpleNamespace
 
     from echelon.agent.topics import Topics
-    from echelon.core.dedup import DedupWindow
     from echelon.core.schema import Schema, parse_attribute
     from echelon.runtime.wire import attributes_to_pb, schema_to_pb
     from echelon.v1 import common_pb2 as pb
@@ -24,32 +25,42 @@ def admit_piece() -> float:
 
     topic = pb.Topic(name="bench", created_unix_ms=1,
                      schema=schema_to_pb(Schema(tuple(parse_attribute(a) for a in SCHEMA))))
-    node = SimpleNamespace(topics=Topics(lambda: None, None), durables=SimpleNamespace(refuse=lambda t, a: None))
-    try:  # where the publish half lives in this tree
-        from echelon.agent.publishing import Publishing as PubSubServicer
-    except ImportError:
-        from echelon.agent.pubsub import PubSubServicer
-    servicer = PubSubServicer.__new__(PubSubServicer)
-    servicer.node = node
+    loop = asyncio.new_event_loop()
+
+    def submit(events, payloads, alone=False):
+        future = loop.create_future()
+        future.set_result(([1] * len(events), []))
+        return future
+
+    node = SimpleNamespace(topics=Topics(lambda: SimpleNamespace(topics={"bench": topic}), None),
+                           durables=SimpleNamespace(refusing={}, refuse=lambda t, a: None),
+                           dispatcher=SimpleNamespace(submit=submit), config=SimpleNamespace(id="agent-0"),
+                           server=SimpleNamespace(access=SimpleNamespace(publish_checker=lambda now: lambda t: None)))
     outer = ppb.PublishRequest(batch=[ppb.PublishRequest(topic="bench", attributes=attributes_to_pb(a),
                                                          payload=i.to_bytes(16, "little"), sequence=i + 1)
                                       for i, a in enumerate(workload_events(256))])
     reqs = ppb.PublishRequest.FromString(outer.SerializeToString()).batch  # as parsed off the wire
-    # This tree's admission takes the schema and the clocks once per request.
-    per_request = "schema" in inspect.signature(PubSubServicer._admit).parameters
+    seqs, payloads = [r.sequence for r in reqs], [r.payload for r in reqs]
+    level = ppb.ACK_LEVEL_ACCEPTED
+    try:  # this tree: admission.py, one window per Admission
+        from echelon.agent.admission import Admission, Unit
 
-    def once():
-        servicer.accepted = DedupWindow(capacity=200_000)
-        if per_request:
-            now, wall = time.monotonic(), time.time_ns()
-            schema = node.topics.schema(topic)
-            for r in reqs:
-                servicer._admit(topic, r, "p", r.sequence, r.payload, schema, now, wall)
-        else:
-            for r in reqs:
-                servicer._admit(topic, r, "p", r.sequence, r.payload)
+        def accept():
+            return Admission(node).accept(Unit(True, level, "p"), reqs, seqs, payloads)
+    except ImportError:  # the publish half's own _accept
+        from echelon.agent.publishing import Publishing, _Unit
 
-    return best(once, len(reqs))
+        def accept():
+            return Publishing(node)._accept(_Unit(True, level), reqs, "p", seqs, payloads)
+
+    async def once():
+        await accept()
+        await asyncio.sleep(0)  # the settle callbacks
+
+    try:
+        return best(lambda: loop.run_until_complete(once()), len(reqs))
+    finally:
+        loop.close()
 
 
 def encode_piece() -> float:
@@ -161,7 +172,8 @@ def stream_piece(batched: bool) -> float:
         return future
 
     membership = SimpleNamespace(topics={"bench": topic})
-    node = SimpleNamespace(topics=Topics(lambda: membership, None), durables=SimpleNamespace(refuse=lambda t, a: None),
+    node = SimpleNamespace(topics=Topics(lambda: membership, None),
+                           durables=SimpleNamespace(refusing={}, refuse=lambda t, a: None),
                            config=SimpleNamespace(id="agent-0"), dispatcher=SimpleNamespace(submit=submit),
                            server=SimpleNamespace(access=SimpleNamespace(check_publish=lambda t: None,
                                                                          publish_checker=lambda now: lambda t: None)),

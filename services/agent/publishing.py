@@ -32,12 +32,9 @@ from typing import TYPE_CHECKING
 
 import grpc
 
+from echelon.agent.admission import Admission, Unit, failure, first_copy
 from echelon.agent.slices import PayloadStream, payload_error
-from echelon.core.dedup import DedupWindow, Entry, Seen
-from echelon.core.schema import Schema
-from echelon.runtime.errors import AlreadyExists, InvalidArgument, Unavailable, status_of
-from echelon.runtime.wire import attributes_from_pb, attributes_into_pb, event_digest
-from echelon.v1 import common_pb2 as pb
+from echelon.runtime.errors import InvalidArgument, Unavailable, status_of
 from echelon.v1 import pubsub_pb2 as ppb
 
 if TYPE_CHECKING:
@@ -49,134 +46,18 @@ MAX_EVENTS_IN_FLIGHT = 8192  # per Publish stream: past it we stop reading (HTTP
 MAX_PAYLOAD = 1 << 40  # bytes of one sliced payload (a TiB: its slice count fits the wire's uint32)
 
 
-class _Unit:
-    """One request's events on their way to its ack: per element, the event's topic,
-    producer, sequence and what became of it (an Entry for a duplicate, an exception
-    for a refusal, None for an event dispatched in `future`'s unit)."""
-
-    __slots__ = ("batched", "ack_level", "coalesce", "alone", "rows", "future")
-
-    def __init__(self, batched: bool, ack_level: int, coalesce: bool = False, alone: bool = False):
-        self.batched = batched
-        self.ack_level = ack_level
-        self.coalesce = coalesce  # its ack may share a message with the acks before it
-        # Its publisher waits on its DELIVERED ack with nothing else in flight: the relays
-        # ack its frames at once (relay.py), as for `await publish()` in a loop.
-        self.alone = alone and ack_level == ppb.ACK_LEVEL_DELIVERED
-        self.rows: list[tuple[str, str, int, object]] = []
-        self.future: asyncio.Future | None = None
-
-    def settled(self) -> bool:
-        """Is its ack ready without waiting (`Publishing._ack` would not block)?"""
-        f = self.future
-        if f is not None:
-            if not f.done():
-                return False
-            if self.ack_level == ppb.ACK_LEVEL_DELIVERED and not f.cancelled() and f.exception() is None:
-                if not all(d.done() for d in f.result()[1]):
-                    return False
-        for *_, outcome in self.rows:  # a duplicate answered as its first copy, once that settled
-            if isinstance(outcome, Entry) and not isinstance(outcome.outcome, int):
-                if not outcome.outcome[0].done():
-                    return False
-        return True
-
-
 class Publishing:
-    """The agent's publish streams and the window of message ids accepted here."""
+    """The agent's publish streams; their admission and the window of message ids accepted
+    here are `admission`'s (admission.py)."""
 
     def __init__(self, node: AgentNode):
         self.node = node
         self._producers = 0
-        self.accepted = DedupWindow(capacity=200_000)  # message ids published here, with digests
+        self.admission = Admission(node)
         self._counters: dict[tuple[str, str], object] = {}  # (topic, result) -> its published counter
 
-    def _admit(self, topic: pb.Topic, req: ppb.PublishRequest, producer: str, seq: int,
-               payload: bytes | PayloadStream, schema: Schema, now: float, wall: int) -> tuple[pb.Event | None, Entry]:
-        """Validate and record an event's id: (the event to dispatch, its window entry), or
-        (None, the first copy's entry) for a duplicate; raises a domain error for a bad
-        request (nothing recorded). No await and no future: the caller dispatches a whole
-        request at once, with one clock reading (`now` for the window, `wall` the publish
-        time) and the topic's parsed `schema`."""
-        attrs = attributes_from_pb(req.attributes)
-        schema.validate_event(attrs)
-        self.node.durables.refuse(topic.name, attrs)  # a full REJECT_PUBLISH durable subscription
-        content = b"%d:%b" % (len(payload), req.payload) if isinstance(payload, PayloadStream) else payload
-        # The Event's content first (the digest's input), its map filled from the converted
-        # attributes (half the cost of copying the request's map); id and time after.
-        event = pb.Event(topic=topic.name, ordering_key=req.ordering_key)
-        attributes_into_pb(attrs, event.attributes)
-        seen, entry = self.accepted.offer((producer, seq), now, event_digest(event, content), expire=False)
-        if seen is Seen.DIFFERENT:
-            raise AlreadyExists(f"message id {producer}:{seq} was already used for a different event (within the "
-                                f"dedup window): publish it under a new sequence")
-        if seen is Seen.SAME:
-            return None, entry  # a duplicate: answered as the first copy, not published again
-        event.publish_time_unix_nanos = wall
-        mid = event.id
-        mid.producer_id, mid.sequence = producer, seq
-        return event, entry
-
-    async def _accept(self, unit: _Unit, reqs, producer: str, seqs: list[int], payloads) -> None:
-        """Admit a request's events and queue the fresh ones for dispatch as one unit. A
-        duplicate's entry points at its first copy's unit until that one settles. Per
-        request, not per event: the topic, its schema, the clocks and the window's expiry."""
-        node = self.node
-        topics: dict[str, tuple[pb.Topic, Schema]] = {}
-        events: list[pb.Event] = []
-        kept: list[bytes] = []
-        entries: list[tuple[tuple[str, int], Entry]] = []
-        rows = unit.rows
-        now, wall = time.monotonic(), time.time_ns()
-        check_publish = node.server.access.publish_checker(now)  # the caller's rights once a topic
-        self.accepted.expire(now)
-        for req, seq, payload in zip(reqs, seqs, payloads):
-            outcome = None
-            name = req.topic
-            try:
-                if unit.batched and (req.batch or req.slice_count > 1):
-                    raise InvalidArgument(f"batch element {producer}:{seq}: a whole event (no slices, no batch)")
-                check_publish(name)  # the caller's right and rate (runtime/auth.py)
-                known = topics.get(name)
-                if known is None:
-                    topic = await node.topics.get(name)
-                    known = topics[name] = (topic, node.topics.schema(topic))  # parsed once per topic version
-                event, entry = self._admit(known[0], req, producer, seq, payload, known[1], now, wall)
-                if event is None:
-                    outcome = entry
-                else:
-                    entries.append(((producer, seq), entry))
-                    events.append(event)
-                    kept.append(payload)
-            except Exception as e:  # noqa: BLE001 - answered in order, in the ack
-                outcome = e
-            rows.append((name, producer, seq, outcome))
-        if not events:
-            return
-        future = node.dispatcher.submit(events, kept, unit.alone)
-        stream = kept[0] if isinstance(kept[0], PayloadStream) else None  # a sliced publish: a unit alone
-        if stream is not None:
-            future = _failing_with(future, stream)
-        unit.future = future
-        for index, (_, entry) in enumerate(entries):
-            entry.outcome = (future, index)
-
-        def settled(f: asyncio.Future) -> None:
-            failed = f.cancelled() or f.exception() is not None
-            if failed:
-                for key, _ in entries:
-                    self.accepted.forget(key)  # not published: a retry may publish it
-                if stream is not None:
-                    stream.abort(Unavailable("the payload was not published"))  # its reader must not wait
-            else:
-                counts = f.result()[0]
-                for index, (_, entry) in enumerate(entries):
-                    entry.outcome = counts[index]  # the destinations, for duplicates to come
-
-        future.add_done_callback(settled)
-
     @staticmethod
-    async def _wait(unit: _Unit) -> None:
+    async def _wait(unit: Unit) -> None:
         """Until `unit.settled()`: its dispatch, its deliveries (DELIVERED), the first copies
         of its duplicates. A future awaited alone wakes this task once (a gather: twice);
         a failure is read from the futures by `_fill`."""
@@ -191,21 +72,21 @@ class Publishing:
                             await d
             except Exception:  # noqa: BLE001 - reported in the ack by _fill
                 pass
-        for *_, outcome in unit.rows:
-            if isinstance(outcome, Entry) and not isinstance(outcome.outcome, int):
-                first = outcome.outcome[0]
-                if not first.done():
-                    await asyncio.wait((first,))  # the first copy's unit is not ours to cancel
+        for cell, _ in unit.dups:
+            first = cell[0]
+            if first.__class__ is not list and not first.done():
+                await asyncio.wait((first,))  # the first copy's unit is not ours to cancel
 
-    def _fill(self, unit: _Unit, out: ppb.PublishAck, listed: bool) -> None:
+    def _fill(self, unit: Unit, out: ppb.PublishAck, listed: bool) -> None:
         """The ack of a settled unit, one per element in order: in `out`'s `acks` if
         `listed` (a batch, or coalesced acks), else in `out` itself."""
-        dests, error = None, _failure(unit.future, unit.ack_level) if unit.future is not None else None
+        dests, error = None, failure(unit.future, unit.ack_level) if unit.future is not None else None
         if error is None and unit.future is not None:
             dests = unit.future.result()[0]
         fresh = 0
         ok: dict[str, int] = {}
-        for topic, producer, seq, outcome in unit.rows:
+        producer = unit.producer
+        for topic, seq, outcome in unit.rows:
             ack = out.acks.add() if listed else out
             ack.producer_id, ack.sequence = producer, seq
             if outcome is None:
@@ -214,26 +95,19 @@ class Publishing:
                     ack.destinations = dests[fresh - 1]
                     ok[topic] = ok.get(topic, 0) + 1
                     continue
-                failure = error
+                refusal = error
             elif isinstance(outcome, BaseException):
-                failure = outcome
+                refusal = outcome
             else:  # a duplicate: answered as its first copy
-                first = outcome.outcome
-                if isinstance(first, int):
-                    failure = None
-                else:
-                    first_future, index = first
-                    failure = _failure(first_future, ppb.ACK_LEVEL_ACCEPTED)
-                    if failure is None:
-                        first = first_future.result()[0][index]
-                if failure is None:
+                refusal, first = first_copy(*outcome)
+                if refusal is None:
                     ack.duplicate, ack.destinations = True, first
                     self._count(topic, "duplicate")
                     continue
-            status = status_of(failure)
+            status = status_of(refusal)
             if status is None:
-                log.error("publish failed", exc_info=failure)
-                status = (grpc.StatusCode.INTERNAL, f"internal error: {type(failure).__name__}")
+                log.error("publish failed", exc_info=refusal)
+                status = (grpc.StatusCode.INTERNAL, f"internal error: {type(refusal).__name__}")
             ack.code, ack.error = status[0].value[0], status[1]
             self._count("", status[0].name.lower())
         for topic, n in ok.items():
@@ -254,7 +128,7 @@ class Publishing:
         MAX_EVENTS_IN_FLIGHT events await their acks."""
         self._producers += 1
         default_producer = f"{self.node.config.id}:{self._producers}:{time.time_ns()}"
-        pending: deque[_Unit | None] = deque()  # in the order of the requests; None: the last
+        pending: deque[Unit | None] = deque()  # in the order of the requests; None: the last
         arrived = asyncio.Event()
         room = asyncio.Event()
         room.set()
@@ -277,20 +151,20 @@ class Publishing:
                 if sliced and req.slice_index:  # a later slice: into its payload's stream, acked with slice 0
                     await self._feed(req, (producer, next_seq(req.sequence)), streams)
                     continue
-                unit = _Unit(bool(req.batch), req.ack_level, req.coalesce_acks, alone=not in_flight)
+                unit = Unit(bool(req.batch), req.ack_level, producer, req.coalesce_acks, alone=not in_flight)
                 if req.batch:
                     reqs = req.batch
                     seqs = [r.sequence for r in reqs]
                     if 0 in seqs:  # numbered here (a client that leaves it to the agent)
                         seqs = [next_seq(s) for s in seqs]
                     payloads = [r.payload for r in reqs]
-                    await self._accept(unit, reqs, producer, seqs, payloads)
+                    await self.admission.accept(unit, reqs, seqs, payloads)
                 else:
                     seq = next_seq(req.sequence)
                     if sliced:
                         await self._open_payload(unit, req, producer, seq, streams)
                     else:
-                        await self._accept(unit, [req], producer, [seq], [req.payload])
+                        await self.admission.accept(unit, [req], [seq], [req.payload])
                 in_flight += len(unit.rows)
                 pending.append(unit)  # before slice 0's data: acks go in the order of requests
                 # The ack loop woken now, to await this unit's futures itself: their completion
@@ -337,7 +211,7 @@ class Publishing:
             for key, stream in streams.items():
                 self._abort(key, stream, Unavailable("the publish stream ended before the payload's last slice"))
 
-    async def _open_payload(self, unit: _Unit, req: ppb.PublishRequest, producer: str, seq: int,
+    async def _open_payload(self, unit: Unit, req: ppb.PublishRequest, producer: str, seq: int,
                             streams: dict[tuple[str, int], PayloadStream]) -> None:
         """Slice 0 of a sliced publish: its payload accepted into `unit` as a stream still
         arriving (dispatched at once); a refused or duplicate payload's slices are dropped."""
@@ -347,10 +221,10 @@ class Publishing:
             self._abort(key, old, InvalidArgument(f"{producer}:{seq} started again before its last slice"))
         error = payload_error(req.payload_size, req.slice_count, MAX_PAYLOAD)
         if error is not None:
-            unit.rows.append((req.topic, producer, seq, error))
+            unit.rows.append((req.topic, seq, error))
             return
         stream = PayloadStream(req.payload_size)
-        await self._accept(unit, [req], producer, [seq], [stream])
+        await self.admission.accept(unit, [req], [seq], [stream])
         if unit.future is not None:
             streams[key] = stream
 
@@ -373,36 +247,5 @@ class Publishing:
     def _abort(self, key: tuple[str, int], stream: PayloadStream, error: Exception) -> None:
         """A payload that will not be whole: ended down the trees, and its id free for a retry."""
         stream.abort(error)
-        self.accepted.forget(key)
+        self.admission.accepted.forget(key)
 
-
-def _failure(future: asyncio.Future, ack_level: int) -> BaseException | None:
-    """Why a settled unit's events are not held at `ack_level` (None: they are)."""
-    if future.cancelled():
-        return Unavailable("the publish was cancelled")
-    error = future.exception()
-    if error is None and ack_level == ppb.ACK_LEVEL_DELIVERED:
-        for d in future.result()[1]:
-            error = Unavailable("a delivery was cancelled") if d.cancelled() else d.exception()
-            if error is not None:
-                break
-    return error
-
-
-def _failing_with(dispatched: asyncio.Future, stream: PayloadStream) -> asyncio.Future:
-    """The dispatch of a payload still arriving, failed if the payload did not arrive whole
-    (it is dispatched before its last slice is read: even an ACCEPTED ack must say so)."""
-    out = asyncio.get_running_loop().create_future()
-
-    def done(f: asyncio.Future) -> None:
-        if out.done():
-            return
-        if f.cancelled():
-            out.cancel()
-        elif f.exception() is not None or stream.error is not None:
-            out.set_exception(f.exception() or stream.error)
-        else:
-            out.set_result(f.result())
-
-    dispatched.add_done_callback(done)
-    return out
