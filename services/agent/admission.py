@@ -104,23 +104,35 @@ class Admission:
     async def accept(self, unit: Unit, reqs, seqs: list[int], payloads) -> None:
         """Admit a request's events into `unit` and dispatch the fresh ones as one unit.
         A bad event is refused in its row (nothing recorded), the others go on."""
-        node = self.node
-        producer, rows, dups = unit.producer, unit.rows, unit.dups
-        topics: dict[str, tuple[Schema, Fill | None]] = {}
         events: list[pb.Event] = []
         kept: list = []
         cell: list = [None]  # the unit's future, then its destinations
-        now, wall = time.monotonic(), time.time_ns()
-        check_publish = node.server.access.publish_checker(now)  # the caller's rights once a topic
+        now = time.monotonic()
+        # The caller's rights once a topic, the rate's tokens once (runtime/auth.py).
+        check_publish, end_checks = self.node.server.access.publish_checker(now, len(seqs))
+        try:
+            await self._admit(unit, reqs, seqs, payloads, check_publish, now, cell, events, kept)
+        finally:
+            end_checks()  # the tokens of events refused before the rate given back
+        if events:
+            self._dispatch(unit, events, kept, cell)
+
+    async def _admit(self, unit: Unit, reqs, seqs: list[int], payloads, check_publish, now: float, cell: list,
+                     events: list[pb.Event], kept: list) -> None:
+        """Each event into `unit.rows`; the fresh ones into `events` (payloads in `kept`),
+        recorded in the window with `cell`."""
+        producer, rows, dups = unit.producer, unit.rows, unit.dups
+        topics: dict[str, tuple[Schema, Fill | None]] = {}
+        wall = time.time_ns()
         window = self.accepted
         window.expire(now)
-        offer, durables, batched, Event = window.offer, node.durables, unit.batched, pb.Event
+        offer, durables, batched, Event = window.offer, self.node.durables, unit.batched, pb.Event
         for req, seq, payload in zip(reqs, seqs, payloads):
             name = req.topic
             try:
                 if batched and (req.slice_count > 1 or req.batch):
                     raise InvalidArgument(f"batch element {producer}:{seq}: a whole event (no slices, no batch)")
-                check_publish(name)  # the caller's right and rate (runtime/auth.py)
+                check_publish(name)
                 known = topics.get(name)
                 if known is None:
                     if events and cell[0] is None:  # ids recorded: their duplicates may come while we wait
@@ -157,8 +169,6 @@ class Admission:
                 rows.append((name, seq, None))
             except Exception as e:  # noqa: BLE001 - answered in order, in the ack
                 rows.append((name, seq, e))
-        if events:
-            self._dispatch(unit, events, kept, cell)
 
     def _dispatch(self, unit: Unit, events: list[pb.Event], kept: list, cell: list) -> None:
         waiting = cell[0]  # duplicates may wait on it already

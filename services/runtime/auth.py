@@ -266,25 +266,37 @@ class Access:
             self.count(service, "permission_denied")
             raise PermissionDenied(f"{caller.identity} may not call {what}: it is for cluster members only")
 
-    def publish_checker(self, now: float) -> Callable[[str], None]:
-        """The check of each event of one publish request, at `now`: raises PermissionDenied
-        or ResourceExhausted. Each topic's right is looked up once per request (not per
-        event); a token of the rate is taken per event, in order."""
+    def publish_checker(self, now: float, n: int = 1) -> tuple[Callable[[str], None], Callable[[], None]]:
+        """The check of each of one publish request's `n` events at `now` (raises
+        PermissionDenied or ResourceExhausted), and the call that ends them. Each topic's
+        right is looked up once per request (not per event); the rate's tokens are taken
+        for the `n` at once and used one per event, in order: the events over the rate are
+        those a token taken per event would refuse (a bucket does not refill at one `now`),
+        and the tokens of events refused before the rate (a right not held, a bad batch
+        element) are given back by the end."""
         caller = CALLER.get()
         if caller is None or not caller.limited:
-            return _unchecked
+            return _unchecked, _ended
         allowed: set[str] = set()
+        bucket = self.quotas.publish_bucket(caller.key, now)
+        left = bucket.take_up_to(now, n)
 
         def check(topic: str) -> None:
+            nonlocal left
             if topic not in allowed:
                 self.require("publish", topic, _V1 + "PubSub")
                 allowed.add(topic)
-            over = self.quotas.publish(caller.key, now)
-            if over:
+            if not left:
                 self.count(_V1 + "PubSub", "publish_rate")
-                raise ResourceExhausted(over)
+                raise ResourceExhausted(self.quotas.over_rate(caller.key))
+            left -= 1
 
-        return check
+        def end() -> None:
+            nonlocal left
+            bucket.give_back(left)
+            left = 0
+
+        return check, end
 
     def open_subscription(self, topic: str) -> Callable[[], None]:
         """Check the right and the count; returns the release to call when the stream ends
@@ -307,6 +319,10 @@ class Access:
 
 def _unchecked(topic: str) -> None:
     """A member's or an in-process caller's publish: nothing to check."""
+
+
+def _ended() -> None:
+    """The end of unchecked publishes: no token to give back."""
 
 
 _REASON = {grpc.StatusCode.UNAUTHENTICATED: "unauthenticated", grpc.StatusCode.PERMISSION_DENIED: "permission_denied",

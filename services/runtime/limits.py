@@ -76,6 +76,19 @@ class TokenBucket:
         self.tokens -= n
         return True
 
+    def take_up_to(self, now: float, n: int) -> int:
+        """Up to `n` whole tokens at once: as many as `n` calls of `take(now)` would grant
+        (the first ones; the rest would be refused, nothing refilling at one `now`)."""
+        self.tokens = min(self.burst, self.tokens + (now - self.at) * self.rate)
+        self.at = now
+        k = min(n, int(self.tokens))
+        self.tokens -= k
+        return k
+
+    def give_back(self, n: int) -> None:
+        """Tokens taken by `take_up_to` and not used (at the same `now`)."""
+        self.tokens = min(self.burst, self.tokens + n)
+
     def full(self, now: float) -> bool:
         return self.tokens + (now - self.at) * self.rate >= self.burst
 
@@ -90,15 +103,17 @@ class Quotas:
         self.connections: Counter[str] = Counter()
         self.subscriptions: Counter[str] = Counter()
 
-    def publish(self, who: str, now: float) -> str | None:
-        """None, or why this event is over the identity's rate."""
+    def publish_bucket(self, who: str, now: float) -> TokenBucket:
+        """The identity's publish rate (made full for a new one)."""
         bucket = self._buckets.get(who)
         if bucket is None:
             if len(self._buckets) >= _IDLE_BUCKETS:
                 self._buckets = {k: b for k, b in self._buckets.items() if not b.full(now)}
             bucket = self._buckets[who] = TokenBucket(self.limits.publish_rate, self.limits.publish_burst, now)
-        if bucket.take(now):
-            return None
+        return bucket
+
+    def over_rate(self, who: str) -> str:
+        """Why an event of `who` is refused by its rate."""
         return (f"publish rate of {who} over its limit of {self.limits.publish_rate:g} events/s "
                 f"(burst {self.limits.publish_burst}): slow down and retry")
 

@@ -1,0 +1,58 @@
+"""The publish rate of one request's events checked at once (Access.publish_checker: the
+tokens taken for the whole request, given back for events refused before the rate)
+against a token taken per event from a bucket of its own, over random requests."""
+
+import random
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from echelon.core.acl import Acl, Identity, Rule
+from echelon.runtime.auth import CALLER, Access, AuthConfig, Caller
+from echelon.runtime.errors import PermissionDenied, ResourceExhausted
+from echelon.runtime.limits import Limits, TokenBucket
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_request_checked_at_once_refuses_the_events_a_token_per_event_refuses(seed):
+    """Events of a topic the caller may publish on, of one it may not (denied before the
+    rate) and bad elements (refused before the checks), at steps of time that refill the
+    bucket or not: each event's answer, and the tokens held after each request."""
+    rnd = random.Random(seed)
+    limits = Limits(publish_rate=rnd.choice((0.5, 3.0, 10.0)), publish_burst=rnd.choice((1, 4, 9)))
+    access = Access(AuthConfig(limits=limits), CollectorRegistry())
+    rules = Acl([Rule("user:ann", "quotes", frozenset({"publish"}))])
+    access.acl = lambda: rules
+    caller = CALLER.set(Caller(Identity("ann"), "user:ann", "peer", True))
+    try:
+        reference = TokenBucket(limits.publish_rate, limits.publish_burst, 0.0)
+        now = 0.0
+        for step in range(400):
+            now += rnd.choice((0.0, 0.1, 0.3, 1.0))
+            topics = [rnd.choice(("quotes", "quotes", "news", "bad")) for _ in range(rnd.randrange(1, 8))]
+            check, end = access.publish_checker(now, len(topics))
+            got, want = [], []
+            for topic in topics:
+                if topic == "bad":  # a bad batch element: refused before the checks, takes no token
+                    got.append("bad")
+                    want.append("bad")
+                    continue
+                try:
+                    check(topic)
+                    got.append("ok")
+                except PermissionDenied:
+                    got.append("denied")
+                except ResourceExhausted:
+                    got.append("over")
+                want.append("denied" if topic == "news" else "ok" if reference.take(now) else "over")
+            end()
+            assert got == want, (step, topics)
+            bucket = access.quotas.publish_bucket("user:ann", now)
+            assert abs(_held(bucket, now) - _held(reference, now)) < 1e-9, step  # the unused tokens given back
+    finally:
+        CALLER.reset(caller)  # the tests after this one run in the same context
+
+
+def _held(bucket, now):
+    """The tokens `bucket` holds at `now`."""
+    return min(bucket.burst, bucket.tokens + (now - bucket.at) * bucket.rate)
