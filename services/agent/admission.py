@@ -6,6 +6,13 @@ and rate per event (runtime/auth.py), the topic's schema compiled once per topic
 the Event's digest and id offered to the window of accepted ids (core/dedup.py). The
 fresh events are dispatched as one unit.
 
+The digest of an event checked by the compiled schema is Python's hash of its topic,
+ordering key, attributes' values as the schema lists them (schema_code.py) and payload:
+no serialization (a third of the admission's cost). A retry is offered to the same
+version of the topic, so its digest is the same; a retry after the topic was made again
+with another schema is told from its first copy (ALREADY_EXISTS). -0.0 and 0.0 are one
+value here, as for every filter.
+
 What a duplicate needs of its first copy is in the first copy's record in the window:
 its unit's `cell` and its index in the unit. The cell holds the unit's dispatch future,
 then (once the dispatch succeeded) the destinations of its events: no object and no
@@ -144,15 +151,17 @@ class Admission:
                         if cell[0] is not None:
                             cell[0].cancel()
                         raise
-                attributes = req.attributes
-                event = Event(topic=name, ordering_key=req.ordering_key)
-                if known[1] is None or not known[1](attributes, event.attributes):
+                attributes, ordering_key = req.attributes, req.ordering_key
+                event = Event(topic=name, ordering_key=ordering_key)
+                items = None if known[1] is None else known[1](attributes, event.attributes)
+                if items is None:
                     event = _checked(name, req, known[0])  # raises the precise error
                 if durables.refusing:  # a full REJECT_PUBLISH durable subscription
                     durables.refuse(name, attributes_from_pb(attributes))
                 content = payload if payload.__class__ is bytes else b"%d:%b" % (len(payload), req.payload)
+                digest = event_digest(event, content) if items is None else hash((name, ordering_key, items, content))
                 key = (producer, seq)
-                seen = offer(key, now, event_digest(event, content), (cell, len(events)), False)
+                seen = offer(key, now, digest, (cell, len(events)), False)
                 if seen is _SAME:  # a duplicate: answered as the first copy, not published again
                     first = window.outcome(key)
                     rows.append((name, seq, first))
