@@ -8,8 +8,9 @@ the subscribing side's in hotpath_subscribe.py, what they share in hotpath_input
 Pieces (the 2% and 20% workload of loadtest.bench_events: `Symbol`, `Price`):
 - `deliver`: a subscribing agent's local delivery of one relay frame (dedup, filter
   check over its 17 local subscriptions, offer), for a frame of 170 events and of 1;
-- `admit`: the publishing agent's per-event admission (conversion, schema check, dedup
-  digest and window, the Event built);
+- `admit`: the publishing agent's admission of a batch of 256 events (conversion, schema
+  check, dedup digest and window, the Events built, the unit handed to a stub dispatcher
+  and settled);
 - `match`: a matcher's CDM index, 50 subscriptions, a batch of 256 events;
 - `matcher answer`: a matcher holding the 3 default zones answers a batch of 256 events
   (route to zones, CDM, the MatchResponse serialized; what each tree sends an agent);

@@ -3,8 +3,8 @@
 A publish is validated against the topic's schema, given its id (producer id +
 sequence) and checked against this agent's window of accepted ids: the same event again
 is acknowledged as a duplicate and not published again, a different event under a used
-id is refused (ALREADY_EXISTS). Then it is queued for the dispatcher (dispatch.py) and
-acknowledged in order, at the level the client asked for.
+id is refused (ALREADY_EXISTS): admission.py, per request. Then it is queued for the
+dispatcher (dispatch.py) and acknowledged in order, at the level the client asked for.
 
 Batching (issue 12): a request may carry a `batch` of events, admitted, dispatched and
 acked as one unit (one future, one ack message). A client that sets `coalesce_acks`
