@@ -68,16 +68,8 @@ class TokenBucket:
         self.rate, self.burst = rate, burst
         self.tokens, self.at = float(burst), now
 
-    def take(self, now: float, n: float = 1.0) -> bool:
-        self.tokens = min(self.burst, self.tokens + (now - self.at) * self.rate)
-        self.at = now
-        if self.tokens < n:
-            return False
-        self.tokens -= n
-        return True
-
     def take_up_to(self, now: float, n: int) -> int:
-        """Up to `n` whole tokens at once: as many as `n` calls of `take(now)` would grant
+        """Up to `n` whole tokens at once: as many as `n` events taking one each would get
         (the first ones; the rest would be refused, nothing refilling at one `now`)."""
         self.tokens = min(self.burst, self.tokens + (now - self.at) * self.rate)
         self.at = now
