@@ -73,6 +73,30 @@ def relay_items(n: int):
              [f"agent-{1 + i % 3}"]) for i, a in enumerate(workload_events(n))]
 
 
+def as_received(frame):
+    """A frame a link was handed, as its receiver parses it (a tree that sends frames as
+    bytes hands the link an `OutFrame`)."""
+    from echelon.v1 import relay_pb2 as rpb
+
+    return frame if isinstance(frame, rpb.RelayFrame) else rpb.RelayFrame.FromString(b"".join(frame.data(1)))
+
+
+def frame_for_inner(n: int):
+    """A frame of `n` events from agent-0 (the root), each for one of the three other agents
+    (as at 2%), as the child of the root that relays to the other two receives it, and
+    that child."""
+    import asyncio
+
+    root, links = relay_plane("agent-0", lambda events, *encoded: len(events))
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(root.publish(relay_items(n)))
+    finally:
+        loop.close()
+    (child, link), = links.items()  # the tree of 4: the root has one child, which relays the rest
+    return as_received(link.frames[-1][0]), child
+
+
 def frame_for_leaf(n: int):
     """A frame of `n` events from agent-0 (the root) for one child of it alone, and that child."""
     import asyncio
@@ -84,7 +108,7 @@ def frame_for_leaf(n: int):
             items = [(e, p, [child]) for e, p, _ in relay_items(n)]
             loop.run_until_complete(root.publish(items))
             if child in links:
-                return links[child].frames[-1][0], child
+                return as_received(links[child].frames[-1][0]), child
     finally:
         loop.close()
     raise RuntimeError("no child of the root got a frame")

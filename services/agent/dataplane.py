@@ -45,6 +45,7 @@ import time
 from collections import OrderedDict
 from typing import Callable, Protocol
 
+from echelon.agent.frames import OutFrame, destinations, peek
 from echelon.agent.holds import Hold, Job
 from echelon.agent.parking import PARK_BYTES, PARK_MESSAGES, PARK_SECONDS, Parked, Parking
 from echelon.agent.root import Root
@@ -97,7 +98,7 @@ class DataPlane:
         self.streams = Streams(node.open_stream, lambda key: key in node.dedup, node.dedup.forget)
         self._as_root = node.metrics.copies.labels("root")
         self._as_relay = node.metrics.copies.labels("relay")
-        self._sent: dict[asyncio.Future, tuple[rpb.RelayFrame, list[Hold]]] = {}  # frames not yet settled
+        self._sent: dict[asyncio.Future, tuple[OutFrame, list[Hold]]] = {}  # frames not yet settled
         self.parking = Parking(park_seconds, park_messages, park_bytes)
         self.root = Root(self)
 
@@ -125,42 +126,46 @@ class DataPlane:
 
     # -- sending ---------------------------------------------------------------------
 
-    def forward(self, source: str, source_key: str, items, ack_may_wait: bool = False) -> dict[str, rpb.RelayFrame]:
+    def forward(self, source: str, source_key: str, items, ack_may_wait: bool = False) -> dict[str, OutFrame]:
         """Route (message, its topic, destinations, hold) items from this node and send the frames.
-        A message is a RelayMessage, or the bytes of a whole one's event (the root's: no
-        RelayMessage built per event).
+        A message is a RelayMessage, or the bytes of a whole one's event (the root's, or as
+        a relay received them: no RelayMessage built per event).
 
         Returns the frames sent, by target. Each hold's pending count covers its frames.
         `ack_may_wait`: the frames' receivers may delay their acks (relay.py).
         """
-        per_target: dict[str, tuple[rpb.RelayFrame, list[Hold]]] = {}
+        per_target: dict[str, tuple[OutFrame, list[Hold]]] = {}
         route = self.trees.route
+        # Per route (the trees cache them: a batch repeats few destination sets), its targets
+        # and their destinations' bytes; the route itself kept so its id is not reused.
+        targets_of: dict[int, tuple] = {}
         for msg, topic, dests, hold in items:
             if msg.__class__ is bytes:
                 data, stripe = msg, 0
             else:
                 data, stripe = msg.encoded_event, msg.stripe
-            routes, lost = route(source_key, topic, stripe, dests)
-            if lost:
+            routed = route(source_key, topic, stripe, dests)
+            known = targets_of.get(id(routed))
+            if known is None:
+                known = targets_of[id(routed)] = (routed, [(t, destinations(ds)) for t, ds in routed[0].items()])
+            if routed[1]:
                 self._park(source, source_key, rpb.RelayMessage(encoded_event=data) if msg is data else msg, topic,
-                           lost)
-            for target, ds in routes.items():
+                           routed[1])
+            body = None if data or not known[1] else _slice_body(msg)
+            for target, ds in known[1]:
                 entry = per_target.get(target)
                 if entry is None:
-                    entry = per_target[target] = (rpb.RelayFrame(source=source, source_key=source_key,
-                                                                     ack_may_wait=ack_may_wait), [])
+                    entry = per_target[target] = (OutFrame(source, source_key, ack_may_wait), [])
                 if data:  # a whole message: its bytes as they came (no re-encoding)
-                    entry[0].messages.add(destinations=ds, encoded_event=data)
+                    entry[0].add_whole(ds, data)
                 else:
-                    entry[0].messages.add(destinations=ds, slice_index=msg.slice_index, slice_count=msg.slice_count,
-                                          payload_size=msg.payload_size, stripe=msg.stripe,
-                                          aborted=msg.aborted).event.CopyFrom(msg.event)  # half the cost of event=
+                    entry[0].add_message(ds, body)
                 entry[1].append(hold)
         for target, (frame, holds) in per_target.items():
             self._send(target, frame, holds)
         return {t: f for t, (f, _) in per_target.items()}
 
-    def _send(self, target: str, frame: rpb.RelayFrame, holds: list[Hold]) -> None:
+    def _send(self, target: str, frame: OutFrame, holds: list[Hold]) -> None:
         for h in holds:
             h.pending += 1
         member = self.trees.table.members[target]  # route() only names members of the view
@@ -180,15 +185,16 @@ class DataPlane:
         if entry is not None:  # settled once: by `settle`, or by the done callback
             self._settled(*entry, future)
 
-    def _settled(self, frame: rpb.RelayFrame, holds: list[Hold], future: asyncio.Future) -> None:
+    def _settled(self, frame: OutFrame, holds: list[Hold], future: asyncio.Future) -> None:
         ok = not future.cancelled() and future.result()
         if not ok:
             if self.node.stopping:
                 return  # never settle: nothing is acknowledged upstream that did not arrive
             # Path update: the target left the view with this frame unacknowledged.
-            self.node.metrics.rerouted.inc(len(frame.messages))
+            messages = frame.messages
+            self.node.metrics.rerouted.inc(len(messages))
             self.forward(frame.source, frame.source_key,
-                          [(m, event_of(m).topic, list(m.destinations), h) for m, h in zip(frame.messages, holds)])
+                          [(m, event_of(m).topic, list(m.destinations), h) for m, h in zip(messages, holds)])
         for h in holds:
             h.release()
 
@@ -258,17 +264,33 @@ class DataPlane:
         for msg in frame.messages:
             dests = msg.destinations
             data = msg.encoded_event
-            if data and len(dests) == 1 and dests[0] == me:
-                # The common case, kept short: a whole message for this node alone, delivered
-                # with the rest of the frame (its bytes too: sent on to subscribers as they
-                # came). It waits for an earlier copy's hold, if one forwarded.
-                ev = decode(data)
-                if holds:
-                    hold = holds.get((source, ev.id.producer_id, ev.id.sequence, 0))
-                    if hold is not None:
-                        touched.append(hold)
-                local.append(ev)
-                encoded.append(data)
+            if data:
+                if len(dests) == 1 and dests[0] == me:
+                    # The common case, kept short: a whole message for this node alone, delivered
+                    # with the rest of the frame (its bytes too: sent on to subscribers as they
+                    # came). It waits for an earlier copy's hold, if one forwarded.
+                    ev = decode(data)
+                    if holds:
+                        hold = holds.get((source, _key(data, ev)))
+                        if hold is not None:
+                            touched.append(hold)
+                    local.append(ev)
+                    encoded.append(data)
+                    continue
+                # A whole message to forward: keyed and routed off its bytes' front (`peek`),
+                # forwarded as those bytes, decoded only to be delivered here too.
+                front = peek(data)
+                ev = None if front is not None else decode(data)
+                key, topic = (_key(data, ev), ev.topic) if front is None else front
+                hold = self._hold((source, key))
+                fresh = [d for d in dests if d != me and d not in hold.covered]
+                if fresh:
+                    hold.covered.update(fresh)
+                    items.append((data, topic, fresh, hold))
+                touched.append(hold)
+                if me in dests:
+                    local.append(ev or decode(data))
+                    encoded.append(data)
                 continue
             ev = event_of(msg)
             key = (source, ev.id.producer_id, ev.id.sequence, msg.slice_index)
@@ -335,6 +357,24 @@ class DataPlane:
     def sliced(self, payload) -> bool:
         """Does this payload go as slices (and so is delivered locally by `publish`)?"""
         return self.root.sliced(payload)
+
+
+def _key(data: bytes, event: pb.Event | None) -> bytes:
+    """A whole message's hold key (after its root): its id's bytes, as `peek` reads them
+    (every copy carries the root's bytes, so every hop computes the same key)."""
+    front = peek(data)
+    return front[0] if front is not None else event.id.SerializeToString()
+
+
+def _slice_body(msg: rpb.RelayMessage) -> bytes:
+    """A message sent as its own (a slice): serialized without its destinations (each
+    copy's go in front)."""
+    if msg.destinations:
+        copy = rpb.RelayMessage()
+        copy.CopyFrom(msg)
+        copy.ClearField("destinations")
+        msg = copy
+    return msg.SerializeToString()
 
 
 def event_of(msg: rpb.RelayMessage) -> pb.Event:
