@@ -24,6 +24,9 @@ Pieces (the 2% and 20% workload of loadtest.bench_events: `Symbol`, `Price`):
 - `publish stream`: the publishing agent's Publish stream over a fake dispatcher (each
   unit dispatched and held at once): requests read, admitted, dispatched and acked (the
   acks built and serialized); one event per request, and a batch of 256 per request;
+- `dispatch`: the publishing agent from a dispatched unit of 256 events to its frames:
+  serialized, the Match request written (answered at once, each event for one of 3
+  agents), the answer fanned out, the root's frames queued, acked, the unit done;
 - `relay root`: the publishing agent's data plane sending a matched batch of 256 events
   as the root (frames built, queued on fake links, acked, the run's future done), each
   event to one of 3 agents as at 2%;
@@ -46,7 +49,8 @@ Pieces (the 2% and 20% workload of loadtest.bench_events: `Symbol`, `Price`):
 from __future__ import annotations
 
 from hotpath_inputs import best, workload_events
-from hotpath_publish import admit_piece, client_piece, encode_piece, relay_inner_piece, relay_root_piece, stream_piece
+from hotpath_publish import (admit_piece, client_piece, dispatch_piece, encode_piece, relay_inner_piece, relay_root_piece,
+                             stream_piece)
 from hotpath_subscribe import deliver_piece, gc_piece, relay_receive_piece, subscriber_agent_piece, subscriber_sdk_piece
 
 
@@ -171,6 +175,7 @@ PIECES = {
     "client publish_batch, 256 events": lambda: client_piece(True),
     "publish stream, one event a request": lambda: stream_piece(False),
     "publish stream, batch of 256": lambda: stream_piece(True),
+    "dispatch, 256 events": dispatch_piece,
     "relay root, 256 events": relay_root_piece,
     "relay inner, 170 events": relay_inner_piece,
     "relay receive, frame of 170": relay_receive_piece,

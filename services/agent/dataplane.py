@@ -136,21 +136,29 @@ class DataPlane:
         """
         per_target: dict[str, tuple[OutFrame, list[Hold]]] = {}
         route = self.trees.route
-        # Per route (the trees cache them: a batch repeats few destination sets), its targets
-        # and their destinations' bytes; the route itself kept so its id is not reused.
-        targets_of: dict[int, tuple] = {}
+        # The root's destination lists are shared by its events with the same agents
+        # (dispatch.py): each routed once. A relay's are its own per message: routed through
+        # the trees' cache, each route's targets and their destinations' bytes made once.
+        # Every list and route is kept so that its id is not reused meanwhile.
+        by_list: dict[tuple, tuple] | None = {} if source == self.id else None
+        by_route: dict[int, tuple] = {}
         for msg, topic, dests, hold in items:
             if msg.__class__ is bytes:
                 data, stripe = msg, 0
             else:
                 data, stripe = msg.encoded_event, msg.stripe
-            routed = route(source_key, topic, stripe, dests)
-            known = targets_of.get(id(routed))
+            known = by_list.get((id(dests), topic, stripe)) if by_list is not None else None
             if known is None:
-                known = targets_of[id(routed)] = (routed, [(t, destinations(ds)) for t, ds in routed[0].items()])
-            if routed[1]:
+                routed = route(source_key, topic, stripe, dests)
+                known = by_route.get(id(routed))
+                if known is None:
+                    known = by_route[id(routed)] = (routed, [(t, destinations(ds)) for t, ds in routed[0].items()])
+                if by_list is not None:
+                    by_list[id(dests), topic, stripe] = (*known, dests)
+            lost = known[0][1]
+            if lost:
                 self._park(source, source_key, rpb.RelayMessage(encoded_event=data) if msg is data else msg, topic,
-                           routed[1])
+                           lost)
             body = None if data or not known[1] else _slice_body(msg)
             for target, ds in known[1]:
                 entry = per_target.get(target)
@@ -350,9 +358,9 @@ class DataPlane:
     # -- the root (root.py) ----------------------------------------------------------
 
     async def publish(self, items: list[tuple[pb.Event, bytes, list[str]]], ack_may_wait: bool = False,
-                      encoded: list[bytes] | None = None) -> list[asyncio.Future]:
+                      encoded: list[bytes] | None = None, producers: list[str] | None = None) -> list[asyncio.Future]:
         """Send a matched batch as the root (`Root.publish`)."""
-        return await self.root.publish(items, ack_may_wait, encoded)
+        return await self.root.publish(items, ack_may_wait, encoded, producers)
 
     def sliced(self, payload) -> bool:
         """Does this payload go as slices (and so is delivered locally by `publish`)?"""
