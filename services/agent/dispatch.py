@@ -30,6 +30,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
+from itertools import chain
+from operator import itemgetter
 from typing import Callable
 
 from echelon.agent.dataplane import DataPlane
@@ -45,6 +47,10 @@ MAX_BATCH = 512
 DEPTH = 4  # match batches in flight at most (module doc)
 LATE = 0.010  # seconds after which a batch's answer is late: the next batch need not wait for it
 AHEAD_EVENTS = 32  # events in flight past which no other batch joins them, late or not
+
+
+_serialize, _result_key = pb.Event.SerializeToString, xpb.MatchResult.SerializeToString  # mapped in C
+_here, _far, _count = itemgetter(0), itemgetter(1), itemgetter(2)  # of a split
 
 
 class Dispatcher:
@@ -97,8 +103,8 @@ class Dispatcher:
                 while size < MAX_BATCH and not self._queue.empty():
                     units.append(self._queue.get_nowait())
                     size += len(units[-1][0])
-                events = [e for unit in units for e in unit[0]]
-                encoded = [e.SerializeToString() for e in events]  # once: to the matcher, then down the trees
+                events = list(chain.from_iterable([unit[0] for unit in units]))
+                encoded = list(map(_serialize, events))  # once: to the matcher, then down the trees
                 self._out += 1
                 self._out_events += size
                 self._sent.append(loop.time())
@@ -135,29 +141,26 @@ class Dispatcher:
         other regions' to the gateway."""
         me, alive, dead, elsewhere = self.me, self.plane.trees.alive, self.plane.trees.dead, \
             self.gateway.trees.elsewhere
-        payloads = [p for unit in units for p in unit[1]]
+        payloads = list(chain.from_iterable([unit[1] for unit in units]))
         # A batch repeats few agent sets: each split once (keyed by the result's bytes, 5x
         # cheaper than reading its agents), as (here, elsewhere, destination count).
+        keys = list(map(_result_key, results))
         routed: dict[bytes, tuple[list[str], list[str], int]] = {}
-        splits = []
-        for result in results:
-            key = result.SerializeToString()
-            split = routed.get(key)
-            if split is None:
-                agents = [a.agent for a in result.agents]
-                # A DEAD destination is parked by the data plane until it comes back (or the park ends).
-                dests = [a for a in agents if a == me or alive(a) or a in dead]
-                far = elsewhere(agents)
-                split = routed[key] = (dests, far, len(dests) + len(far))
-            splits.append(split)
+        for key, result in dict(zip(keys, results)).items():
+            agents = [a.agent for a in result.agents]
+            # A DEAD destination is parked by the data plane until it comes back (or the park ends).
+            dests = [a for a in agents if a == me or alive(a) or a in dead]
+            far = elsewhere(agents)
+            routed[key] = (dests, far, len(dests) + len(far))
+        splits = list(map(routed.__getitem__, keys))
         far_any = any(s[1] for s in routed.values())
-        if any(p.__class__ is not bytes for p in payloads) or any(me in s[0] for s in routed.values()):
+        if set(map(type, payloads)) != {bytes} or any(me in s[0] for s in routed.values()):
             items, remote, local = self._split(events, payloads, splits)
             if local:
                 self.deliver(local)  # in order, one filter pass (delivery.py)
         else:  # the common case: whole payloads, none for this agent, tuples made by zip
-            items = list(zip(events, payloads, [s[0] for s in splits]))
-            remote = list(zip(events, payloads, [s[1] for s in splits])) if far_any else []
+            items = list(zip(events, payloads, map(_here, splits)))
+            remote = list(zip(events, payloads, map(_far, splits))) if far_any else []
         # Accepted: held here. The futures report delivery once every destination has it.
         may_wait = not any(unit[3] for unit in units)  # no publisher waits on these alone
         # One producer's events per unit (Publishing's requests): the root's fences by producer.
@@ -172,7 +175,7 @@ class Dispatcher:
         at = 0
         for unit_events, _, future, _ in units:
             end = at + len(unit_events)
-            counts = [s[2] for s in splits[at:end]]
+            counts = list(map(_count, splits[at:end]))
             # The plane's futures are shared by a run of events: each waited on once.
             waits = dict.fromkeys(delivered[at:end])
             if handed is not None:
