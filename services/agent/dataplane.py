@@ -45,7 +45,7 @@ import time
 from collections import OrderedDict
 from typing import Callable, Protocol
 
-from echelon.agent.frames import OutFrame, destinations, peek
+from echelon.agent.frames import OutFrame, destinations, peek, whole_tail
 from echelon.agent.holds import Hold, Job
 from echelon.agent.parking import PARK_BYTES, PARK_MESSAGES, PARK_SECONDS, Parked, Parking
 from echelon.agent.root import Root
@@ -152,7 +152,7 @@ class DataPlane:
                 routed = route(source_key, topic, stripe, dests)
                 known = by_route.get(id(routed))
                 if known is None:
-                    known = by_route[id(routed)] = (routed, [(t, destinations(ds)) for t, ds in routed[0].items()])
+                    known = by_route[id(routed)] = (routed, [(t, ds, whole_tail(ds)) for t, ds in routed[0].items()])
                 if by_list is not None:
                     by_list[id(dests), topic, stripe] = (*known, dests)
             lost = known[0][1]
@@ -160,14 +160,14 @@ class DataPlane:
                 self._park(source, source_key, rpb.RelayMessage(encoded_event=data) if msg is data else msg, topic,
                            lost)
             body = None if data or not known[1] else _slice_body(msg)
-            for target, ds in known[1]:
+            for target, ds, tail in known[1]:
                 entry = per_target.get(target)
                 if entry is None:
                     entry = per_target[target] = (OutFrame(source, source_key, ack_may_wait), [])
                 if data:  # a whole message: its bytes as they came (no re-encoding)
-                    entry[0].add_whole(ds, data)
+                    entry[0].add_whole(tail, data)
                 else:
-                    entry[0].add_message(ds, body)
+                    entry[0].add_message(destinations(ds), body)
                 entry[1].append(hold)
         for target, (frame, holds) in per_target.items():
             self._send(target, frame, holds)

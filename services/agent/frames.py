@@ -18,7 +18,7 @@ from __future__ import annotations
 from echelon.runtime.wire import varint
 from echelon.v1 import relay_pb2 as rpb
 
-_MESSAGE = b"\x1a"  # RelayFrame.messages (3), length-delimited
+_MESSAGE = b"\x1a"  # RelayFrame.messages (3), length-delimited (written as such in `add_whole`'s format)
 _ENCODED = b"\xc2\x07"  # RelayMessage.encoded_event (120), length-delimited
 _DESTINATION = b"\x12"  # RelayMessage.destinations (2)
 _SEQ = b"\x08"  # RelayFrame.seq (1), varint
@@ -29,35 +29,35 @@ def destinations(ds: list[str]) -> bytes:
     return b"".join([_DESTINATION + varint(len(b)) + b for b in (d.encode() for d in ds)])
 
 
+def whole_tail(ds: list[str]) -> bytes:
+    """What a whole message's bytes start with after their length: its destinations and the
+    encoded event's tag (one per target, shared by every message to it)."""
+    return destinations(ds) + _ENCODED
+
+
 class OutFrame:
     """A frame being sent: its header's fields (read by the link, which merges frames of
     one source and ack policy) and its bytes in pieces, joined once when written."""
 
-    __slots__ = ("source", "source_key", "ack_may_wait", "parts", "size", "count")
+    __slots__ = ("source", "source_key", "ack_may_wait", "parts")
 
     def __init__(self, source: str, source_key: str, ack_may_wait: bool = False):
         self.source, self.source_key, self.ack_may_wait = source, source_key, ack_may_wait
-        head = rpb.RelayFrame(source=source, source_key=source_key, ack_may_wait=ack_may_wait).SerializeToString()
-        self.parts = [head]
-        self.size = len(head)
-        self.count = 0  # messages
+        self.parts = [rpb.RelayFrame(source=source, source_key=source_key, ack_may_wait=ack_may_wait).SerializeToString()]
 
-    def add_whole(self, dests: bytes, data: bytes) -> None:
-        """A whole message: `dests` from `destinations`, `data` the root's event bytes."""
-        n = len(data)
-        length = varint(n)
-        head = _MESSAGE + varint(len(dests) + 2 + len(length) + n) + dests + _ENCODED + length
-        self.parts += (head, data)
-        self.size += len(head) + n
-        self.count += 1
+    def add_whole(self, tail: bytes, data: bytes) -> None:
+        """A whole message: `tail` from `whole_tail`, `data` the root's event bytes."""
+        length = varint(len(data))
+        self.parts += (b"\x1a%b%b%b" % (varint(len(tail) + len(length) + len(data)), tail, length), data)
 
     def add_message(self, dests: bytes, body: bytes) -> None:
-        """A message serialized without its destinations (a slice)."""
-        n = len(dests) + len(body)
-        head = _MESSAGE + varint(n) + dests
-        self.parts += (head, body)
-        self.size += len(head) + len(body)
-        self.count += 1
+        """A message serialized without its destinations (a slice): `dests` from `destinations`."""
+        self.parts += (_MESSAGE + varint(len(dests) + len(body)) + dests, body)
+
+    @property
+    def size(self) -> int:
+        """Bytes, without the seq."""
+        return sum(map(len, self.parts))
 
     def data(self, seq: int) -> list[bytes]:
         """The frame's bytes as pieces, numbered `seq`."""

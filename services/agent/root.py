@@ -131,26 +131,30 @@ class Root:
         futures: list[asyncio.Future] = []
         run = _Run(ack_may_wait)
         me, open_, limit = self.id, self._open, self.plane.slice_bytes
+        checked = None  # a producer found not fenced since the last await (the next event's, mostly)
         for i, (event, payload, dests) in enumerate(items):
             if (payload.__class__ is not bytes or len(payload) > limit) and self.sliced(payload):
                 await self._flush(run, futures)
-                remote = [d for d in dests if d != me]
-                futures.append(await self._publish_large(event, payload, remote, me in dests))
+                futures.append(await self._publish_large(event, payload, [d for d in dests if d != me], me in dests))
+                checked = None
                 continue
             producer = producers[i] if producers else event.id.producer_id
-            p = open_.get(producer)
-            if p is not None and (p.striped or p.barrier):
-                # Striped predecessors, or some sent on an older view, in flight: flush what
-                # is queued (order), then wait.
-                await self._flush(run, futures)
-                await self._fence(producer, _STRIPE0)
+            if producer is not checked:
+                p = open_.get(producer)
+                if p is not None and (p.striped or p.barrier):
+                    # Striped predecessors, or some sent on an older view, in flight: flush what
+                    # is queued (order), then wait.
+                    await self._flush(run, futures)
+                    await self._fence(producer, _STRIPE0)
+                checked = producer
+                run.producers.add(producer)
             # The bytes themselves as the message (`DataPlane.forward`): no RelayMessage per event.
             run.small.append((encode(event, payload, encoded[i] if encoded else None), event.topic,
                               [d for d in dests if d != me] if me in dests else dests, run.hold))
-            run.producers.add(producer)
             run.bytes += len(payload) + 64
             if run.bytes >= FRAME_BYTES:
                 await self._flush(run, futures)
+                checked = None
         await self._flush(run, futures)
         return futures
 
