@@ -136,25 +136,24 @@ class DataPlane:
         """
         per_target: dict[str, tuple[OutFrame, list[Hold]]] = {}
         route = self.trees.route
-        # The root's destination lists are shared by its events with the same agents
-        # (dispatch.py): each routed once. A relay's are its own per message: routed through
-        # the trees' cache, each route's targets and their destinations' bytes made once.
-        # Every list and route is kept so that its id is not reused meanwhile.
-        by_list: dict[tuple, tuple] | None = {} if source == self.id else None
+        # Destination lists are shared by the messages for the same agents (the root's:
+        # dispatch.py; a relay's: `receive`): each routed once, each route's targets and their
+        # destinations' bytes made once. Every list and route is kept so that its id is not
+        # reused meanwhile.
+        by_list: dict[tuple, tuple] = {}
         by_route: dict[int, tuple] = {}
         for msg, topic, dests, hold in items:
             if msg.__class__ is bytes:
                 data, stripe = msg, 0
             else:
                 data, stripe = msg.encoded_event, msg.stripe
-            known = by_list.get((id(dests), topic, stripe)) if by_list is not None else None
+            known = by_list.get((id(dests), topic, stripe))
             if known is None:
                 routed = route(source_key, topic, stripe, dests)
                 known = by_route.get(id(routed))
                 if known is None:
                     known = by_route[id(routed)] = (routed, [(t, ds, whole_tail(ds)) for t, ds in routed[0].items()])
-                if by_list is not None:
-                    by_list[id(dests), topic, stripe] = (*known, dests)
+                by_list[id(dests), topic, stripe] = (*known, dests)
             lost = known[0][1]
             if lost:
                 self._park(source, source_key, rpb.RelayMessage(encoded_event=data) if msg is data else msg, topic,
@@ -269,6 +268,7 @@ class DataPlane:
         job = Job(ack)
         items, touched, local, encoded = [], [], [], []
         holds, decode = self.holds, pb.Event.FromString
+        below: dict[tuple, list[str]] = {}  # per destination set, the others: one list, routed once (`forward`)
         for msg in frame.messages:
             dests = msg.destinations
             data = msg.encoded_event
@@ -287,11 +287,16 @@ class DataPlane:
                     continue
                 # A whole message to forward: keyed and routed off its bytes' front (`peek`),
                 # forwarded as those bytes, decoded only to be delivered here too.
+                dests = tuple(dests)
                 front = peek(data)
                 ev = None if front is not None else decode(data)
                 key, topic = (_key(data, ev), ev.topic) if front is None else front
                 hold = self._hold((source, key))
-                fresh = [d for d in dests if d != me and d not in hold.covered]
+                fresh = below.get(dests)
+                if fresh is None:
+                    fresh = below[dests] = [d for d in dests if d != me]
+                if hold.covered:  # a second copy: only to those the first did not cover
+                    fresh = [d for d in fresh if d not in hold.covered]
                 if fresh:
                     hold.covered.update(fresh)
                     items.append((data, topic, fresh, hold))
