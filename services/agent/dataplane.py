@@ -6,14 +6,16 @@ root.py): it sends a copy only to its targets whose subtree holds a destination,
 each copy carries the destination ids of that subtree. A relay (this module's
 `receive`) computes its own targets from its own view and does the same with what it
 received. In p2p mode the root sends every copy itself. A whole message travels as the
-root's bytes (`RelayMessage.encoded_event`): a relay decodes it once, to deliver it and
-to key its hold, and forwards the bytes as they came.
+root's bytes (`RelayMessage.encoded_event`): a relay keys its hold and routes it by the
+id and topic at the front of those bytes (`frames.peek`), forwards the bytes as they
+came, and decodes them only to deliver the message here. Frames leave as bytes put
+together per target (`frames.OutFrame`), parsed back only to be re-routed.
 
 Holds (holds.py): acks aggregate up the tree. A node keeps every message it forwards in
-a `Hold`, keyed by (root, producer, sequence, slice index), until each copy it produced
-is acknowledged; it acknowledges an incoming frame only once it has delivered locally and
-every hold the frame touched is settled. So an ack at the root means the whole subtree
-has the message.
+a `Hold`, keyed by (root, its id's bytes) for a whole message and (root, producer,
+sequence, slice index) for a slice, until each copy it produced is acknowledged; it
+acknowledges an incoming frame only once it has delivered locally and every hold the
+frame touched is settled. So an ack at the root means the whole subtree has the message.
 
 Path update (Algorithm 3). When a target leaves the view, its link is closed and every
 unacknowledged frame on it comes back as not delivered, at once and in order, before
