@@ -10,7 +10,8 @@ from echelon.v1 import common_pb2 as pb
 from echelon.v1 import matcher_pb2 as xpb
 from echelon.v1 import relay_pb2 as rpb
 
-SIZES = [0, 1, 127, 128, 300, 16383, 16384, 2_097_152]  # each side of every varint length boundary
+# Each side of every varint length boundary, and of wire.varint's table.
+SIZES = [0, 1, 127, 128, 300, 4095, 4096, 16383, 16384, 2_097_152]
 
 
 def event(i: int) -> pb.Event:
@@ -37,7 +38,7 @@ def test_a_match_request_from_serialized_events_parses_as_the_one_built():
 
 
 def test_the_roots_bytes_are_the_event_with_its_payload_whether_serialized_before_or_not():
-    for n in SIZES[:6]:
+    for n in SIZES[:8]:
         e, payload = event(n), b"\x07" * n
         whole = pb.Event()
         whole.CopyFrom(e)
@@ -74,7 +75,7 @@ def test_a_frame_built_as_bytes_is_the_relay_frame_protobuf_writes():
 
 
 def test_peek_reads_the_key_and_topic_a_decode_reads_or_declines():
-    for n in SIZES[:6]:
+    for n in SIZES[:8]:
         for topic in ("t", "x" * 127, "y" * 128):
             e = event(n)
             e.topic = topic
