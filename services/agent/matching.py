@@ -282,8 +282,9 @@ class MatchClient:
         batch_id = next(self._batch_ids)
         # The request's bytes from the events' (the root sends the same bytes on): no event
         # copied into a MatchRequest and serialized again (2.4x cheaper per event).
+        fields = zip(itertools.repeat(_EVENTS), map(varint, map(len, encoded)), encoded)  # iterated in C
         request = xpb.MatchRequest(batch_id=batch_id, agents_only=True).SerializeToString() + \
-            b"".join([_EVENTS + varint(len(data)) + data for data in encoded])
+            b"".join(itertools.chain.from_iterable(fields))
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         async with self._lock:  # one writer: a failover's re-sends and new batches keep their order
