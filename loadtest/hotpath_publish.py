@@ -238,19 +238,27 @@ def relay_root_piece() -> float:
 def relay_inner_piece() -> float:
     """An inner relay's data plane taking a frame of 170 events from the root, each for it
     or one of its two children (as at 2%): a third decoded and handed to local delivery (a
-    stub), the rest keyed and forwarded (frames built, queued on fake links, acked); its
-    holds forgotten between rounds (else every copy is a duplicate)."""
+    stub), the rest keyed and forwarded (frames built, queued on fake links, acked). Its
+    table of holds full of settled ones, as under load (each new hold forgets an old one);
+    the frame's own forgotten between rounds (else every copy is a duplicate)."""
     import asyncio
 
     from hotpath_inputs import frame_for_inner
 
+    from echelon.agent import dataplane
+    from echelon.agent.holds import Hold
+
     frame, child = frame_for_inner(170)
+    made = sum(list(m.destinations) != [child] for m in frame.messages)  # its holds: the newest after it
     plane, links = relay_plane(child, lambda events, *encoded: len(events))
+    for i in range(dataplane.MAX_HOLDS):
+        plane.holds["settled", i] = Hold()
     loop = asyncio.new_event_loop()
 
     async def once():
-        plane.holds.clear()
         plane.receive(frame, lambda: None)
+        for _ in range(made):
+            plane.holds.popitem()
         for link in links.values():
             for _, f in link.frames:
                 f.set_result(True)

@@ -119,11 +119,13 @@ class DataPlane:
         hold = holds.get(key)
         if hold is None:
             hold = holds[key] = Hold()
-            while len(holds) > bound:
-                oldest = next(iter(holds.values()))
-                if oldest.pending:
-                    break  # still in flight: the table is bounded by the windows anyway
-                holds.popitem(last=False)
+            if len(holds) > bound + (bound >> 4):  # the oldest settled ones forgotten in bulk
+                while len(holds) > bound:
+                    old_key, oldest = holds.popitem(last=False)
+                    if oldest.pending:  # still in flight: the table is bounded by the windows anyway
+                        holds[old_key] = oldest
+                        holds.move_to_end(old_key, last=False)
+                        break
         return hold
 
     # -- sending ---------------------------------------------------------------------
@@ -297,10 +299,11 @@ class DataPlane:
                 fresh = below.get(dests)
                 if fresh is None:
                     fresh = below[dests] = [d for d in dests if d != me]
-                if hold.covered:  # a second copy: only to those the first did not cover
-                    fresh = [d for d in fresh if d not in hold.covered]
+                covered = hold.covered
+                if covered:  # a second copy: only to those the first did not cover
+                    fresh = [d for d in fresh if d not in covered]
                 if fresh:
-                    hold.covered.update(fresh)
+                    hold.covered = [*covered, *fresh] if covered else fresh
                     items.append((data, topic, fresh, hold))
                 touched.append(hold)
                 if me in dests:
@@ -326,7 +329,7 @@ class DataPlane:
             hold = self._hold(key, sliced)
             fresh = [d for d in dests if d != me and d not in hold.covered]
             if fresh:
-                hold.covered.update(fresh)
+                hold.covered = [*hold.covered, *fresh]
                 items.append((msg, ev.topic, fresh, hold))
             touched.append(hold)
             if me in dests:

@@ -496,3 +496,25 @@ async def test_a_relay_forwards_a_whole_message_once_and_reroutes_it_when_a_chil
         link.settle(True)
     await asyncio.sleep(0)
     assert sorted(acks) == [1, 2]
+
+
+def test_a_relay_forgets_its_oldest_settled_holds_past_the_bound_and_keeps_those_in_flight(monkeypatch):
+    """Past MAX_HOLDS (and a sixteenth more) the oldest settled holds go, down to the bound;
+    a hold still in flight is never forgotten, nor anything after it."""
+    from echelon.agent import dataplane
+
+    monkeypatch.setattr(dataplane, "MAX_HOLDS", 64)
+    members = view(PAPER)
+    node = FakeNode(members[1], members)
+    plane = dataplane.DataPlane(node, node.trees)
+    holds = [plane._hold(("a0", i)) for i in range(68)]
+    assert len(plane.holds) == 68  # within the slack: nothing forgotten yet
+    holds.append(plane._hold(("a0", 68)))
+    assert list(plane.holds) == [("a0", i) for i in range(5, 69)]  # the oldest 5 gone, down to 64
+    assert plane._hold(("a0", 5)) is holds[5] and plane._hold(("a0", 0)) is not holds[0]  # remembered, forgotten
+    holds[10].pending = 1  # in flight
+    for i in range(69, 100):
+        plane._hold(("a0", i))
+    # 5..9 went; 10 stays, and so does everything after it (past the slack: bounded by the windows)
+    assert list(plane.holds) == [("a0", i) for i in range(10, 69)] + [("a0", 0)] + [("a0", i) for i in range(69, 100)]
+    assert plane.holds[("a0", 10)] is holds[10]
