@@ -63,14 +63,39 @@ def relay_plane(me: str, deliver):
     return DataPlane(node, trees), links
 
 
-def relay_items(n: int):
+def relay_items(n: int, first: int = 0):
     from echelon.runtime.wire import attributes_to_pb
     from echelon.v1 import common_pb2 as pb
 
     now = time.time_ns()
-    return [(pb.Event(id=pb.MessageId(producer_id="agent-0:1:1763900000000000000", sequence=i + 1), topic="bench",
+    return [(pb.Event(id=pb.MessageId(producer_id="agent-0:1:1763900000000000000", sequence=first + i + 1), topic="bench",
                       attributes=attributes_to_pb(a), publish_time_unix_nanos=now), i.to_bytes(16, "little"),
              [f"agent-{1 + i % 3}"]) for i, a in enumerate(workload_events(n))]
+
+
+def as_received(frame):
+    """A frame a link was handed, as its receiver parses it (a tree that sends frames as
+    bytes hands the link an `OutFrame`)."""
+    from echelon.v1 import relay_pb2 as rpb
+
+    return frame if isinstance(frame, rpb.RelayFrame) else rpb.RelayFrame.FromString(b"".join(frame.data(1)))
+
+
+def frames_for_inner(n: int, count: int):
+    """`count` frames of `n` events each (sequences following on) from agent-0 (the root),
+    each event for one of the three other agents (as at 2%), as the child of the root that
+    relays to the other two receives them, and that child."""
+    import asyncio
+
+    root, links = relay_plane("agent-0", lambda events, *encoded: len(events))
+    loop = asyncio.new_event_loop()
+    try:
+        for k in range(count):
+            loop.run_until_complete(root.publish(relay_items(n, k * n)))
+    finally:
+        loop.close()
+    (child, link), = links.items()  # the tree of 4: the root has one child, which relays the rest
+    return [as_received(f) for f, _ in link.frames], child
 
 
 def frame_for_leaf(n: int):
@@ -84,7 +109,7 @@ def frame_for_leaf(n: int):
             items = [(e, p, [child]) for e, p, _ in relay_items(n)]
             loop.run_until_complete(root.publish(items))
             if child in links:
-                return links[child].frames[-1][0], child
+                return as_received(links[child].frames[-1][0]), child
     finally:
         loop.close()
     raise RuntimeError("no child of the root got a frame")

@@ -25,9 +25,14 @@ Pieces (the 2% and 20% workload of loadtest.bench_events: `Symbol`, `Price`):
 - `publish stream`: the publishing agent's Publish stream over a fake dispatcher (each
   unit dispatched and held at once): requests read, admitted, dispatched and acked (the
   acks built and serialized); one event per request, and a batch of 256 per request;
+- `dispatch`: the publishing agent from a dispatched unit of 256 events to its frames:
+  serialized, the Match request written (answered at once, each event for one of 3
+  agents), the answer fanned out, the root's frames queued, acked, the unit done;
 - `relay root`: the publishing agent's data plane sending a matched batch of 256 events
   as the root (frames built, queued on fake links, acked, the run's future done), each
   event to one of 3 agents as at 2%;
+- `relay inner`: the root's child that relays to the other two agents taking a frame of
+  170 events, each for it or one of them: keyed, forwarded, a third delivered here;
 - `relay receive`: a subscribing agent's data plane taking a frame of 170 events from
   that root (the tree's own frames: decoded, keyed, handed to local delivery, acked);
   local delivery itself is the `deliver` piece;
@@ -45,7 +50,8 @@ Pieces (the 2% and 20% workload of loadtest.bench_events: `Symbol`, `Price`):
 from __future__ import annotations
 
 from hotpath_inputs import best, workload_events
-from hotpath_publish import admit_piece, client_piece, encode_piece, relay_root_piece, stream_piece
+from hotpath_publish import (admit_piece, client_piece, dispatch_piece, encode_piece, relay_inner_piece, relay_root_piece,
+                             stream_piece)
 from hotpath_subscribe import deliver_piece, gc_piece, relay_receive_piece, subscriber_agent_piece, subscriber_sdk_piece
 
 
@@ -170,7 +176,9 @@ PIECES = {
     "client publish_batch, 256 events": lambda: client_piece(True),
     "publish stream, one event a request": lambda: stream_piece(False),
     "publish stream, batch of 256": lambda: stream_piece(True),
+    "dispatch, 256 events": dispatch_piece,
     "relay root, 256 events": relay_root_piece,
+    "relay inner, 170 events": relay_inner_piece,
     "relay receive, frame of 170": relay_receive_piece,
     "subscriber agent 2%, frame of 170": lambda: subscriber_agent_piece(2, 170),
     "subscriber agent 20%, frame of 170": lambda: subscriber_agent_piece(20, 170),

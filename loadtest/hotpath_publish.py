@@ -262,3 +262,92 @@ def relay_root_piece() -> float:
         return best(lambda: loop.run_until_complete(publish()), len(items))
     finally:
         loop.close()
+
+
+def relay_inner_piece() -> float:
+    """An inner relay's data plane taking frames of 170 events from the root, each event for
+    it or one of its two children (as at 2%): a third decoded and handed to local delivery
+    (a stub), the rest keyed and forwarded (frames built, queued on fake links, acked). Its
+    table of holds starts full of settled ones, as under load: each new hold has an old one
+    forgotten (every frame's events are new ones). Each timing spans 40 frames (4,520 new
+    holds): past any table's slack (dataplane.MAX_HOLDS / 16), so a bulk forgetting is
+    in every one of them."""
+    import asyncio
+
+    from hotpath_inputs import frames_for_inner
+
+    from echelon.agent import dataplane
+    from echelon.agent.holds import Hold
+
+    number, repeat = 40, 3
+    frames, child = frames_for_inner(170, number * repeat)
+    plane, links = relay_plane(child, lambda events, *encoded: len(events))
+    for i in range(dataplane.MAX_HOLDS):
+        plane.holds["settled", i] = Hold()
+    loop = asyncio.new_event_loop()
+    rounds = iter(frames)
+
+    async def once():
+        plane.receive(next(rounds), lambda: None)
+        for link in links.values():
+            for _, f in link.frames:
+                f.set_result(True)
+            link.frames.clear()
+        await asyncio.sleep(0)
+
+    try:
+        return best(lambda: loop.run_until_complete(once()), len(frames[0].messages), number, repeat)
+    finally:
+        loop.close()
+
+
+def dispatch_piece() -> float:
+    """The publishing agent from a dispatched unit of 256 admitted events to its frames: the
+    events serialized once, the Match request built and written (MatchClient.send, on a
+    stream that answers at once: the answer parsed as off the wire, each event for one of
+    3 agents as at 2%), the answer fanned out, the root's frames built and queued on fake
+    links, acked, the unit's futures done."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from echelon.agent.dataplane import DataPlane
+    from echelon.agent.dispatch import Dispatcher
+    from echelon.agent.gateway import Gateway
+    from echelon.agent.matching import MatchClient
+    from echelon.v1 import matcher_pb2 as xpb
+
+    plane, links = relay_plane("agent-0", lambda events, *encoded: len(events))
+    gateway = DataPlane(plane.node, Gateway("agent-0", "r"), plane.slice_bytes)
+    items = relay_items(256)
+    events, payloads = [e for e, _, _ in items], [p for _, p, _ in items]
+    answer = xpb.MatchResponse(results=[xpb.MatchResult(agents=[xpb.AgentMatches(agent=d) for d in ds])
+                                        for _, _, ds in items]).SerializeToString()
+    loop = asyncio.new_event_loop()
+    matching = MatchClient(SimpleNamespace())
+
+    class Stream:  # the matcher's answer, read as MatchClient._read reads it
+        async def write(self, request):
+            r = matching._out.popleft()
+            r.future.set_result(list(xpb.MatchResponse.FromString(answer).results))
+
+    async def start():
+        matching._server, matching._stream = loop.create_future(), Stream()  # a stream open, its reader busy
+        return Dispatcher("agent-0", matching, plane, gateway, lambda events: len(events))
+
+    dispatcher = loop.run_until_complete(start())
+    runner = loop.create_task(dispatcher.run())
+
+    async def once():
+        counts, delivered = await dispatcher.submit(events, payloads)
+        for link in links.values():
+            for _, f in link.frames:
+                f.set_result(True)
+            link.frames.clear()
+        await asyncio.wait(delivered)
+
+    try:
+        return best(lambda: loop.run_until_complete(once()), len(events))
+    finally:
+        runner.cancel()
+        loop.run_until_complete(asyncio.gather(runner, return_exceptions=True))
+        loop.close()

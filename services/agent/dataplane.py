@@ -6,14 +6,16 @@ root.py): it sends a copy only to its targets whose subtree holds a destination,
 each copy carries the destination ids of that subtree. A relay (this module's
 `receive`) computes its own targets from its own view and does the same with what it
 received. In p2p mode the root sends every copy itself. A whole message travels as the
-root's bytes (`RelayMessage.encoded_event`): a relay decodes it once, to deliver it and
-to key its hold, and forwards the bytes as they came.
+root's bytes (`RelayMessage.encoded_event`): a relay keys its hold and routes it by the
+id and topic at the front of those bytes (`frames.peek`), forwards the bytes as they
+came, and decodes them only to deliver the message here. Frames leave as bytes put
+together per target (`frames.OutFrame`), parsed back only to be re-routed.
 
 Holds (holds.py): acks aggregate up the tree. A node keeps every message it forwards in
-a `Hold`, keyed by (root, producer, sequence, slice index), until each copy it produced
-is acknowledged; it acknowledges an incoming frame only once it has delivered locally and
-every hold the frame touched is settled. So an ack at the root means the whole subtree
-has the message.
+a `Hold`, keyed by (root, its id's bytes) for a whole message and (root, producer,
+sequence, slice index) for a slice, until each copy it produced is acknowledged; it
+acknowledges an incoming frame only once it has delivered locally and every hold the
+frame touched is settled. So an ack at the root means the whole subtree has the message.
 
 Path update (Algorithm 3). When a target leaves the view, its link is closed and every
 unacknowledged frame on it comes back as not delivered, at once and in order, before
@@ -45,6 +47,7 @@ import time
 from collections import OrderedDict
 from typing import Callable, Protocol
 
+from echelon.agent.frames import OutFrame, destinations, peek, whole_tail
 from echelon.agent.holds import Hold, Job
 from echelon.agent.parking import PARK_BYTES, PARK_MESSAGES, PARK_SECONDS, Parked, Parking
 from echelon.agent.root import Root
@@ -97,7 +100,7 @@ class DataPlane:
         self.streams = Streams(node.open_stream, lambda key: key in node.dedup, node.dedup.forget)
         self._as_root = node.metrics.copies.labels("root")
         self._as_relay = node.metrics.copies.labels("relay")
-        self._sent: dict[asyncio.Future, tuple[rpb.RelayFrame, list[Hold]]] = {}  # frames not yet settled
+        self._sent: dict[asyncio.Future, tuple[OutFrame, list[Hold]]] = {}  # frames not yet settled
         self.parking = Parking(park_seconds, park_messages, park_bytes)
         self.root = Root(self)
 
@@ -116,51 +119,64 @@ class DataPlane:
         hold = holds.get(key)
         if hold is None:
             hold = holds[key] = Hold()
-            while len(holds) > bound:
-                oldest = next(iter(holds.values()))
-                if oldest.pending:
-                    break  # still in flight: the table is bounded by the windows anyway
-                holds.popitem(last=False)
+            if len(holds) > bound + (bound >> 4):  # the oldest settled ones forgotten in bulk
+                while len(holds) > bound:
+                    old_key, oldest = holds.popitem(last=False)
+                    if oldest.pending:  # still in flight: the table is bounded by the windows anyway
+                        holds[old_key] = oldest
+                        holds.move_to_end(old_key, last=False)
+                        break
         return hold
 
     # -- sending ---------------------------------------------------------------------
 
-    def forward(self, source: str, source_key: str, items, ack_may_wait: bool = False) -> dict[str, rpb.RelayFrame]:
+    def forward(self, source: str, source_key: str, items, ack_may_wait: bool = False) -> dict[str, OutFrame]:
         """Route (message, its topic, destinations, hold) items from this node and send the frames.
-        A message is a RelayMessage, or the bytes of a whole one's event (the root's: no
-        RelayMessage built per event).
+        A message is a RelayMessage, or the bytes of a whole one's event (the root's, or as
+        a relay received them: no RelayMessage built per event).
 
         Returns the frames sent, by target. Each hold's pending count covers its frames.
         `ack_may_wait`: the frames' receivers may delay their acks (relay.py).
         """
-        per_target: dict[str, tuple[rpb.RelayFrame, list[Hold]]] = {}
+        per_target: dict[str, tuple[OutFrame, list[Hold]]] = {}
         route = self.trees.route
+        # Destination lists are shared by the messages for the same agents (the root's:
+        # dispatch.py; a relay's: `receive`): each routed once, each route's targets and their
+        # destinations' bytes made once. Every list and route is kept so that its id is not
+        # reused meanwhile.
+        by_list: dict[tuple, tuple] = {}
+        by_route: dict[int, tuple] = {}
         for msg, topic, dests, hold in items:
             if msg.__class__ is bytes:
                 data, stripe = msg, 0
             else:
                 data, stripe = msg.encoded_event, msg.stripe
-            routes, lost = route(source_key, topic, stripe, dests)
+            known = by_list.get((id(dests), topic, stripe))
+            if known is None:
+                routed = route(source_key, topic, stripe, dests)
+                known = by_route.get(id(routed))
+                if known is None:
+                    known = by_route[id(routed)] = (routed, [(t, ds, whole_tail(ds)) for t, ds in routed[0].items()])
+                by_list[id(dests), topic, stripe] = (*known, dests)
+            lost = known[0][1]
             if lost:
                 self._park(source, source_key, rpb.RelayMessage(encoded_event=data) if msg is data else msg, topic,
                            lost)
-            for target, ds in routes.items():
+            body = None if data or not known[1] else _slice_body(msg)
+            for target, ds, tail in known[1]:
                 entry = per_target.get(target)
                 if entry is None:
-                    entry = per_target[target] = (rpb.RelayFrame(source=source, source_key=source_key,
-                                                                     ack_may_wait=ack_may_wait), [])
+                    entry = per_target[target] = (OutFrame(source, source_key, ack_may_wait), [])
                 if data:  # a whole message: its bytes as they came (no re-encoding)
-                    entry[0].messages.add(destinations=ds, encoded_event=data)
+                    entry[0].add_whole(tail, data)
                 else:
-                    entry[0].messages.add(destinations=ds, slice_index=msg.slice_index, slice_count=msg.slice_count,
-                                          payload_size=msg.payload_size, stripe=msg.stripe,
-                                          aborted=msg.aborted).event.CopyFrom(msg.event)  # half the cost of event=
+                    entry[0].add_message(destinations(ds), body)
                 entry[1].append(hold)
         for target, (frame, holds) in per_target.items():
             self._send(target, frame, holds)
         return {t: f for t, (f, _) in per_target.items()}
 
-    def _send(self, target: str, frame: rpb.RelayFrame, holds: list[Hold]) -> None:
+    def _send(self, target: str, frame: OutFrame, holds: list[Hold]) -> None:
         for h in holds:
             h.pending += 1
         member = self.trees.table.members[target]  # route() only names members of the view
@@ -180,15 +196,16 @@ class DataPlane:
         if entry is not None:  # settled once: by `settle`, or by the done callback
             self._settled(*entry, future)
 
-    def _settled(self, frame: rpb.RelayFrame, holds: list[Hold], future: asyncio.Future) -> None:
+    def _settled(self, frame: OutFrame, holds: list[Hold], future: asyncio.Future) -> None:
         ok = not future.cancelled() and future.result()
         if not ok:
             if self.node.stopping:
                 return  # never settle: nothing is acknowledged upstream that did not arrive
             # Path update: the target left the view with this frame unacknowledged.
-            self.node.metrics.rerouted.inc(len(frame.messages))
+            messages = frame.messages
+            self.node.metrics.rerouted.inc(len(messages))
             self.forward(frame.source, frame.source_key,
-                          [(m, event_of(m).topic, list(m.destinations), h) for m, h in zip(frame.messages, holds)])
+                          [(m, event_of(m).topic, list(m.destinations), h) for m, h in zip(messages, holds)])
         for h in holds:
             h.release()
 
@@ -255,20 +272,43 @@ class DataPlane:
         job = Job(ack)
         items, touched, local, encoded = [], [], [], []
         holds, decode = self.holds, pb.Event.FromString
+        below: dict[tuple, list[str]] = {}  # per destination set, the others: one list, routed once (`forward`)
         for msg in frame.messages:
             dests = msg.destinations
             data = msg.encoded_event
-            if data and len(dests) == 1 and dests[0] == me:
-                # The common case, kept short: a whole message for this node alone, delivered
-                # with the rest of the frame (its bytes too: sent on to subscribers as they
-                # came). It waits for an earlier copy's hold, if one forwarded.
-                ev = decode(data)
-                if holds:
-                    hold = holds.get((source, ev.id.producer_id, ev.id.sequence, 0))
-                    if hold is not None:
-                        touched.append(hold)
-                local.append(ev)
-                encoded.append(data)
+            if data:
+                if len(dests) == 1 and dests[0] == me:
+                    # The common case, kept short: a whole message for this node alone, delivered
+                    # with the rest of the frame (its bytes too: sent on to subscribers as they
+                    # came). It waits for an earlier copy's hold, if one forwarded.
+                    ev = decode(data)
+                    if holds:
+                        hold = holds.get((source, _key(data, ev)))
+                        if hold is not None:
+                            touched.append(hold)
+                    local.append(ev)
+                    encoded.append(data)
+                    continue
+                # A whole message to forward: keyed and routed off its bytes' front (`peek`),
+                # forwarded as those bytes, decoded only to be delivered here too.
+                dests = tuple(dests)
+                front = peek(data)
+                ev = None if front is not None else decode(data)
+                key, topic = (_key(data, ev), ev.topic) if front is None else front
+                hold = self._hold((source, key))
+                fresh = below.get(dests)
+                if fresh is None:
+                    fresh = below[dests] = [d for d in dests if d != me]
+                covered = hold.covered
+                if covered:  # a second copy: only to those the first did not cover
+                    fresh = [d for d in fresh if d not in covered]
+                if fresh:
+                    hold.covered = [*covered, *fresh] if covered else fresh
+                    items.append((data, topic, fresh, hold))
+                touched.append(hold)
+                if me in dests:
+                    local.append(ev or decode(data))
+                    encoded.append(data)
                 continue
             ev = event_of(msg)
             key = (source, ev.id.producer_id, ev.id.sequence, msg.slice_index)
@@ -289,7 +329,7 @@ class DataPlane:
             hold = self._hold(key, sliced)
             fresh = [d for d in dests if d != me and d not in hold.covered]
             if fresh:
-                hold.covered.update(fresh)
+                hold.covered = [*hold.covered, *fresh]
                 items.append((msg, ev.topic, fresh, hold))
             touched.append(hold)
             if me in dests:
@@ -328,13 +368,31 @@ class DataPlane:
     # -- the root (root.py) ----------------------------------------------------------
 
     async def publish(self, items: list[tuple[pb.Event, bytes, list[str]]], ack_may_wait: bool = False,
-                      encoded: list[bytes] | None = None) -> list[asyncio.Future]:
+                      encoded: list[bytes] | None = None, producers: list[str] | None = None) -> list[asyncio.Future]:
         """Send a matched batch as the root (`Root.publish`)."""
-        return await self.root.publish(items, ack_may_wait, encoded)
+        return await self.root.publish(items, ack_may_wait, encoded, producers)
 
     def sliced(self, payload) -> bool:
         """Does this payload go as slices (and so is delivered locally by `publish`)?"""
         return self.root.sliced(payload)
+
+
+def _key(data: bytes, event: pb.Event | None) -> bytes:
+    """A whole message's hold key (after its root): its id's bytes, as `peek` reads them
+    (every copy carries the root's bytes, so every hop computes the same key)."""
+    front = peek(data)
+    return front[0] if front is not None else event.id.SerializeToString()
+
+
+def _slice_body(msg: rpb.RelayMessage) -> bytes:
+    """A message sent as its own (a slice): serialized without its destinations (each
+    copy's go in front)."""
+    if msg.destinations:
+        copy = rpb.RelayMessage()
+        copy.CopyFrom(msg)
+        copy.ClearField("destinations")
+        msg = copy
+    return msg.SerializeToString()
 
 
 def event_of(msg: rpb.RelayMessage) -> pb.Event:

@@ -30,6 +30,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
+from itertools import chain
+from operator import itemgetter
 from typing import Callable
 
 from echelon.agent.dataplane import DataPlane
@@ -45,6 +47,10 @@ MAX_BATCH = 512
 DEPTH = 4  # match batches in flight at most (module doc)
 LATE = 0.010  # seconds after which a batch's answer is late: the next batch need not wait for it
 AHEAD_EVENTS = 32  # events in flight past which no other batch joins them, late or not
+
+
+_serialize, _result_key = pb.Event.SerializeToString, xpb.MatchResult.SerializeToString  # mapped in C
+_here, _far, _count = itemgetter(0), itemgetter(1), itemgetter(2)  # of a split
 
 
 class Dispatcher:
@@ -66,8 +72,9 @@ class Dispatcher:
                ) -> asyncio.Future:
         """Queue validated events (their payloads apart, whole or arriving) as one unit; its
         one future gives (destinations per event, the unit's delivery futures: done when
-        every destination holds its events). One future per unit, not per event. `alone`:
-        its publisher waits on it with nothing else in flight (its frames' acks must not wait)."""
+        every destination holds its events). One future per unit, not per event; a unit's
+        events are one producer's. `alone`: its publisher waits on it with nothing else in
+        flight (its frames' acks must not wait)."""
         future = asyncio.get_running_loop().create_future()
         self._queue.put_nowait((events, payloads, future, alone))
         return future
@@ -96,8 +103,8 @@ class Dispatcher:
                 while size < MAX_BATCH and not self._queue.empty():
                     units.append(self._queue.get_nowait())
                     size += len(units[-1][0])
-                events = [e for unit in units for e in unit[0]]
-                encoded = [e.SerializeToString() for e in events]  # once: to the matcher, then down the trees
+                events = list(chain.from_iterable([unit[0] for unit in units]))
+                encoded = list(map(_serialize, events))  # once: to the matcher, then down the trees
                 self._out += 1
                 self._out_events += size
                 self._sent.append(loop.time())
@@ -132,18 +139,57 @@ class Dispatcher:
                        results: list[xpb.MatchResult]) -> None:
         """Local delivery here, this region's destinations to the data plane as the root,
         other regions' to the gateway."""
-        alive, dead = self.plane.trees.alive, self.plane.trees.dead
-        payloads = [p for unit in units for p in unit[1]]
+        me, alive, dead, elsewhere = self.me, self.plane.trees.alive, self.plane.trees.dead, \
+            self.gateway.trees.elsewhere
+        payloads = list(chain.from_iterable([unit[1] for unit in units]))
+        # A batch repeats few agent sets: each split once (keyed by the result's bytes, 5x
+        # cheaper than reading its agents), as (here, elsewhere, destination count).
+        keys = list(map(_result_key, results))
+        routed: dict[bytes, tuple[list[str], list[str], int]] = {}
+        for key, result in dict(zip(keys, results)).items():
+            agents = [a.agent for a in result.agents]
+            # A DEAD destination is parked by the data plane until it comes back (or the park ends).
+            dests = [a for a in agents if a == me or alive(a) or a in dead]
+            far = elsewhere(agents)
+            routed[key] = (dests, far, len(dests) + len(far))
+        splits = list(map(routed.__getitem__, keys))
+        far_any = any(s[1] for s in routed.values())
+        if set(map(type, payloads)) != {bytes} or any(me in s[0] for s in routed.values()):
+            items, remote, local = self._split(events, payloads, splits)
+            if local:
+                self.deliver(local)  # in order, one filter pass (delivery.py)
+        else:  # the common case: whole payloads, none for this agent, tuples made by zip
+            items = list(zip(events, payloads, map(_here, splits)))
+            remote = list(zip(events, payloads, map(_far, splits))) if far_any else []
+        # Accepted: held here. The futures report delivery once every destination has it.
+        may_wait = not any(unit[3] for unit in units)  # no publisher waits on these alone
+        # One producer's events per unit (Publishing's requests): the root's fences by producer.
+        producers: list[str] = []
+        for unit in units:
+            producers += [unit[0][0].id.producer_id] * len(unit[0])
+        if far_any:  # at once: a payload still arriving is read by both
+            delivered, handed = await asyncio.gather(self.plane.publish(items, may_wait, encoded, producers),
+                                                     self.gateway.publish(remote, may_wait, encoded, producers))
+        else:
+            delivered, handed = await self.plane.publish(items, may_wait, encoded, producers), None
+        at = 0
+        for unit_events, _, future, _ in units:
+            end = at + len(unit_events)
+            counts = list(map(_count, splits[at:end]))
+            # The plane's futures are shared by a run of events: each waited on once.
+            waits = dict.fromkeys(delivered[at:end])
+            if handed is not None:
+                waits.update(dict.fromkeys(f for f in handed[at:end] if f is not None))
+            at = end
+            if not future.done():
+                future.set_result((counts, list(waits)))
+
+    def _split(self, events, payloads, splits):
+        """Per event (its payload, here whole or arriving): the plane's item, the gateway's,
+        and the whole events for this agent's own subscriptions."""
         items, remote, local = [], [], []
-        routed: dict[tuple[str, ...], tuple[list[str], list[str]]] = {}  # a batch repeats few agent sets
-        for event, payload, result in zip(events, payloads, results):
-            agents = tuple([a.agent for a in result.agents])
-            split = routed.get(agents)
-            if split is None:
-                # A DEAD destination is parked by the data plane until it comes back (or the park ends).
-                split = routed[agents] = ([a for a in agents if a == self.me or alive(a) or a in dead],
-                                          self.gateway.trees.elsewhere(agents))
-            dests, far = split
+        me = self.me
+        for event, payload, (dests, far, _) in zip(events, payloads, splits):
             if isinstance(payload, PayloadStream):
                 readers = iter(payload.split(bool(dests) + bool(far)))  # none: it is read and dropped
                 here = next(readers) if dests else b""
@@ -152,7 +198,7 @@ class Dispatcher:
                 items.append((event, here, dests))
                 continue
             remote.append((event, payload, far))
-            if self.me in dests and not self.plane.sliced(payload):
+            if me in dests and not self.plane.sliced(payload):
                 if payload:
                     whole = pb.Event()
                     whole.CopyFrom(event)
@@ -161,22 +207,4 @@ class Dispatcher:
                 else:
                     local.append(event)
             items.append((event, payload, dests))
-        if local:
-            self.deliver(local)  # in order, one filter pass (delivery.py)
-        # Accepted: held here. The futures report delivery once every destination has it.
-        may_wait = not any(unit[3] for unit in units)  # no publisher waits on these alone
-        if any(r[2] for r in remote):  # at once: a payload still arriving is read by both
-            delivered, handed = await asyncio.gather(self.plane.publish(items, may_wait, encoded),
-                                                     self.gateway.publish(remote, may_wait, encoded))
-        else:
-            delivered, handed = await self.plane.publish(items, may_wait, encoded), [None] * len(items)
-        at = 0
-        for unit_events, _, future, _ in units:
-            end = at + len(unit_events)
-            counts = [len(items[i][2]) + len(remote[i][2]) for i in range(at, end)]
-            # The plane's futures are shared by a run of events: each waited on once.
-            waits = dict.fromkeys(delivered[at:end])
-            waits.update(dict.fromkeys(f for f in handed[at:end] if f is not None))
-            at = end
-            if not future.done():
-                future.set_result((counts, list(waits)))
+        return items, remote, local

@@ -9,7 +9,7 @@ messages reported delivered. Neither allocates a future per message.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Sequence
 
 
 class Hold:
@@ -18,7 +18,7 @@ class Hold:
     __slots__ = ("covered", "pending", "waiters")
 
     def __init__(self):
-        self.covered: set[str] = set()
+        self.covered: Sequence[str] = ()  # destinations taken on; replaced, never changed (it may be shared)
         self.pending = 0  # frames carrying it, not yet acknowledged
         self.waiters: list[Job] = []
 

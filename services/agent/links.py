@@ -35,6 +35,7 @@ from typing import Callable
 
 import grpc
 
+from echelon.agent.frames import OutFrame
 from echelon.runtime.transport import MEMBER_KEY, OWN_SUBCHANNEL, PLAIN, RECONNECT_OPTIONS, Transport
 from echelon.v1 import relay_pb2 as rpb
 
@@ -67,8 +68,8 @@ class Link:
         self.on_break = on_break
         self.metrics = metrics or LinkMetrics()
         self.transport = transport
-        self.outbox: deque[tuple[int, rpb.RelayFrame, int]] = deque()  # not yet sent on this stream
-        self.unacked: dict[int, tuple[rpb.RelayFrame, int, asyncio.Future]] = {}
+        self.outbox: deque[tuple[int, OutFrame, int]] = deque()  # not yet sent on this stream
+        self.unacked: dict[int, tuple[OutFrame, int, asyncio.Future]] = {}
         self.in_flight = 0  # bytes on the wire, unacknowledged
         self.pending_bytes = 0  # bytes queued or on the wire, unacknowledged
         self.enqueued = 0  # frames, for the congestion element
@@ -87,17 +88,16 @@ class Link:
     def queue_length(self) -> int:
         return len(self.unacked)
 
-    def send(self, frame: rpb.RelayFrame) -> asyncio.Future:
+    def send(self, frame: OutFrame) -> asyncio.Future:
         """Queue a frame; the future resolves True when acknowledged, False if the link closed first."""
         future = asyncio.get_running_loop().create_future()
         if self.closed:
             future.set_result(False)
             return future
         self._seq += 1
-        frame.seq = self._seq
-        size = frame.ByteSize()
-        self.unacked[frame.seq] = (frame, size, future)
-        self.outbox.append((frame.seq, frame, size))
+        seq, size = self._seq, frame.size
+        self.unacked[seq] = (frame, size, future)
+        self.outbox.append((seq, frame, size))
         self.pending_bytes += size
         self.enqueued += 1
         if self.metrics.enqueued:
@@ -200,7 +200,7 @@ class Link:
                 seq, frame, size = self.outbox.popleft()
                 if seq not in self.unacked:
                     continue
-                parts, total, merged = [frame.SerializeToString()], size, []
+                parts, total, merged = frame.data(seq), size, []
                 while self.outbox and total + (nxt := self.outbox[0])[2] <= MERGE_BYTES and \
                         (f := nxt[1]).source == frame.source and f.source_key == frame.source_key and \
                         f.ack_may_wait == frame.ack_may_wait:
@@ -208,7 +208,7 @@ class Link:
                     if nxt[0] in self.unacked:
                         merged.append(seq)
                         seq = nxt[0]
-                        parts.append(f.SerializeToString())
+                        parts += f.data(seq)
                         total += nxt[2]
                 if merged:
                     self._groups[seq] = merged
@@ -216,6 +216,6 @@ class Link:
                 self.sent_bytes += total
                 if sent_bytes:
                     sent_bytes.inc(total)
-                yield parts[0] if len(parts) == 1 else b"".join(parts)
+                yield b"".join(parts)
             self._wake.clear()
             await self._wake.wait()

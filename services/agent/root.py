@@ -116,9 +116,10 @@ class Root:
             await asyncio.wait(behind)
 
     async def publish(self, items: list[tuple[pb.Event, bytes, list[str]]], ack_may_wait: bool = False,
-                      encoded: list[bytes] | None = None) -> list[asyncio.Future]:
+                      encoded: list[bytes] | None = None, producers: list[str] | None = None) -> list[asyncio.Future]:
         """Send a matched batch as the root: (event without payload, payload, destination ids);
-        `encoded`: each event serialized already (the dispatcher's), else serialized here.
+        `encoded`: each event serialized already (the dispatcher's), else serialized here;
+        `producers`: each event's producer, when the caller knows them (else read off the events).
 
         A payload is bytes, or a `slices.PayloadReader` (cut through as it arrives).
         Returns one future per event, done when every destination holds it; the small
@@ -129,26 +130,31 @@ class Root:
         """
         futures: list[asyncio.Future] = []
         run = _Run(ack_may_wait)
-        me, producers = self.id, self._open
+        me, open_, limit = self.id, self._open, self.plane.slice_bytes
+        checked = None  # a producer found not fenced since the last await (the next event's, mostly)
         for i, (event, payload, dests) in enumerate(items):
-            producer = event.id.producer_id
-            remote = [d for d in dests if d != me] if me in dests else dests
-            if self.sliced(payload):
+            if (payload.__class__ is not bytes or len(payload) > limit) and self.sliced(payload):
                 await self._flush(run, futures)
-                futures.append(await self._publish_large(event, payload, remote, me in dests))
+                futures.append(await self._publish_large(event, payload, [d for d in dests if d != me], me in dests))
+                checked = None
                 continue
-            p = producers.get(producer)
-            if p is not None and (p.striped or p.barrier):
-                # Striped predecessors, or some sent on an older view, in flight: flush what
-                # is queued (order), then wait.
-                await self._flush(run, futures)
-                await self._fence(producer, _STRIPE0)
+            producer = producers[i] if producers else event.id.producer_id
+            if producer is not checked:
+                p = open_.get(producer)
+                if p is not None and (p.striped or p.barrier):
+                    # Striped predecessors, or some sent on an older view, in flight: flush what
+                    # is queued (order), then wait.
+                    await self._flush(run, futures)
+                    await self._fence(producer, _STRIPE0)
+                checked = producer
+                run.producers.add(producer)
             # The bytes themselves as the message (`DataPlane.forward`): no RelayMessage per event.
-            run.small.append((encode(event, payload, encoded[i] if encoded else None), event.topic, remote))
-            run.producers.add(producer)
+            run.small.append((encode(event, payload, encoded[i] if encoded else None), event.topic,
+                              [d for d in dests if d != me] if me in dests else dests, run.hold))
             run.bytes += len(payload) + 64
             if run.bytes >= FRAME_BYTES:
                 await self._flush(run, futures)
+                checked = None
         await self._flush(run, futures)
         return futures
 
@@ -165,10 +171,8 @@ class Root:
         # `covered`: one hold for the whole run. Its count goes up once per (frame, message)
         # and down as each frame settles (a re-route counts its new frames before the old
         # one lets go), so it reaches zero when every copy of the run is acknowledged.
-        hold = Hold()
-        sent = self.plane.forward(self.id, self.node.address, [(m, t, d, hold) for m, t, d in run.small],
-                                  run.ack_may_wait)
-        job.wait(hold)
+        sent = self.plane.forward(self.id, self.node.address, run.small, run.ack_may_wait)
+        job.wait(run.hold)
         job.arm()
         futures.extend([future] * len(run.small))
         run.clear()
@@ -254,18 +258,20 @@ def encode(event: pb.Event, payload: bytes, data: bytes | None = None) -> bytes:
 
 
 class _Run:
-    """The root's small events queued for one frame flush, and their producers."""
+    """The root's small events queued for one frame flush, their producers and their one hold."""
 
-    __slots__ = ("small", "producers", "bytes", "ack_may_wait")
+    __slots__ = ("small", "producers", "bytes", "ack_may_wait", "hold")
 
     def __init__(self, ack_may_wait: bool = False):
         self.ack_may_wait = ack_may_wait
         self.clear()
 
     def clear(self) -> None:
-        self.small: list[tuple[bytes, str, list[str]]] = []  # (encoded event, topic, destinations)
+        # (a whole message's bytes: the event and its payload, topic, destinations, the run's hold)
+        self.small: list[tuple[bytes, str, list[str], Hold]] = []
         self.producers: set[str] = set()
         self.bytes = 0
+        self.hold = Hold()
 
 
 class _Producer:

@@ -131,16 +131,28 @@ def schema_to_pb(s: Schema) -> pb.Schema:
     return out
 
 
-def length_delimited(tag: int, data: bytes) -> bytes:
-    """A serialized length-delimited field (`tag` = field number << 3 | 2): appended to a
-    serialized message, it parses as that field set (protobuf concatenation), so a message
-    can be sent or extended without building it again."""
-    n, head = len(data), bytearray((tag,))
+def varint(n: int) -> bytes:
+    """`n` (>= 0) as a protobuf varint: from a table below _SHORT (message lengths on the
+    hot path, twice as fast as computing them)."""
+    if n < _SHORT:
+        return _VARINTS[n]
+    head = bytearray()
     while n > 0x7F:
         head.append(n & 0x7F | 0x80)
         n >>= 7
     head.append(n)
-    return bytes(head) + data
+    return bytes(head)
+
+
+_SHORT = 4096
+_VARINTS = [bytes((n,)) if n < 0x80 else bytes((n & 0x7F | 0x80, n >> 7)) for n in range(_SHORT)]
+
+
+def length_delimited(tag: int, data: bytes) -> bytes:
+    """A serialized length-delimited field (`tag` = field number << 3 | 2, below 128): appended
+    to a serialized message, it parses as that field set (protobuf concatenation), so a
+    message can be sent or extended without building it again."""
+    return _VARINTS[tag] + varint(len(data)) + data
 
 
 def event_digest(content: pb.Event, payload: bytes) -> int:

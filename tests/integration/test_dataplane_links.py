@@ -9,6 +9,7 @@ import asyncio
 
 import grpc
 
+from echelon.agent.frames import OutFrame
 from echelon.agent.links import Link
 from echelon.runtime.server import Server
 from echelon.v1 import common_pb2 as pb
@@ -40,8 +41,10 @@ async def serve(address: str) -> tuple[Server, Acker]:
     return server, acker
 
 
-def frame(i: int, source: str = "") -> rpb.RelayFrame:
-    return rpb.RelayFrame(source=source, messages=[rpb.RelayMessage(event=pb.Event(payload=bytes([i % 256]) * 1000))])
+def frame(i: int, source: str = "") -> OutFrame:
+    out = OutFrame(source, "")
+    out.add_message(b"", rpb.RelayMessage(event=pb.Event(payload=bytes([i % 256]) * 1000)).SerializeToString())
+    return out
 
 
 async def test_frames_survive_a_broken_stream():

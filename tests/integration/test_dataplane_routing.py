@@ -453,3 +453,68 @@ async def test_a_whole_message_travels_as_the_roots_bytes_and_the_older_form_is_
         forwarded = [m for link in node.links.values() for f, _ in link.frames for m in f.messages]
         assert sorted(d for m in forwarded for d in m.destinations) == sorted(set(below) - {relay.id})
         assert all(m.encoded_event == msg.encoded_event if form is msg else event_of(m) == whole for m in forwarded)
+
+
+@pytest.mark.parametrize("producer", ["p", "p" * 200])  # keyed off the bytes' front, or decoded (frames.peek)
+async def test_a_relay_forwards_a_whole_message_once_and_reroutes_it_when_a_child_leaves(producer):
+    """An inner relay takes the root's bytes for itself and its subtree: delivered here,
+    forwarded unchanged to its children; a second copy (a path update upstream) is neither
+    forwarded nor delivered again, and its ack waits for the first copy's subtree. A child
+    that leaves with the frame unacknowledged: the message re-routed to its orphans."""
+    from echelon.agent.dataplane import DataPlane
+
+    members = view(PAPER)
+    relay, tree, by_key = relay_with_grandchildren(members)
+    below = [by_key[k].id for k in tree.subtree(relay.address)]
+    root = FakeNode(members[0], members)
+    event = pb.Event(id=pb.MessageId(producer_id=producer, sequence=1), topic="t", publish_time_unix_nanos=7)
+    event.attributes["x"].int_value = 3
+    await DataPlane(root, root.trees).publish([(event, b"", below)])
+    (frame, _), = root.links[relay.id].frames
+    received = rpb.RelayFrame.FromString(b"".join(frame.data(1)))  # as the relay's stream parses it
+    node = FakeNode(relay, members)
+    plane = DataPlane(node, node.trees)
+    acks = []
+    plane.receive(received, lambda: acks.append(1))
+    plane.receive(received, lambda: acks.append(2))
+    assert node.delivered == [event]
+    children = {by_key[c].id for c in tree.children[relay.address]}
+    assert {p: len(link.frames) for p, link in node.links.items()} == {c: 1 for c in children}
+    forwarded = [m for link in node.links.values() for f, _ in link.frames for m in f.messages]
+    assert {m.encoded_event for m in forwarded} == {received.messages[0].encoded_event}
+    assert sorted(d for m in forwarded for d in m.destinations) == sorted(set(below) - {relay.id})
+    dead_key = next(c for c in tree.children[relay.address] if tree.children[c])
+    dead = by_key[dead_key]
+    node.trees.update([m for m in members if m.id != dead.id])
+    node.links.pop(dead.id).settle(False)
+    await asyncio.sleep(0)
+    rerouted = {d for link in node.links.values() for f, _ in link.frames[1:] for m in f.messages
+                for d in m.destinations}
+    assert rerouted == {by_key[k].id for k in tree.subtree(dead_key)} - {dead.id}
+    assert acks == []  # the subtree does not hold it yet
+    for link in node.links.values():
+        link.settle(True)
+    await asyncio.sleep(0)
+    assert sorted(acks) == [1, 2]
+
+
+def test_a_relay_forgets_its_oldest_settled_holds_past_the_bound_and_keeps_those_in_flight(monkeypatch):
+    """Past MAX_HOLDS (and a sixteenth more) the oldest settled holds go, down to the bound;
+    a hold still in flight is never forgotten, nor anything after it."""
+    from echelon.agent import dataplane
+
+    monkeypatch.setattr(dataplane, "MAX_HOLDS", 64)
+    members = view(PAPER)
+    node = FakeNode(members[1], members)
+    plane = dataplane.DataPlane(node, node.trees)
+    holds = [plane._hold(("a0", i)) for i in range(68)]
+    assert len(plane.holds) == 68  # within the slack: nothing forgotten yet
+    holds.append(plane._hold(("a0", 68)))
+    assert list(plane.holds) == [("a0", i) for i in range(5, 69)]  # the oldest 5 gone, down to 64
+    assert plane._hold(("a0", 5)) is holds[5] and plane._hold(("a0", 0)) is not holds[0]  # remembered, forgotten
+    holds[10].pending = 1  # in flight
+    for i in range(69, 100):
+        plane._hold(("a0", i))
+    # 5..9 went; 10 stays, and so does everything after it (past the slack: bounded by the windows)
+    assert list(plane.holds) == [("a0", i) for i in range(10, 69)] + [("a0", 0)] + [("a0", i) for i in range(69, 100)]
+    assert plane.holds[("a0", 10)] is holds[10]

@@ -1,14 +1,17 @@
 """Messages sent as bytes put together from serialized parts (runtime.wire.length_delimited:
-the agent's Match requests and the root's whole events), against protobuf's own
-serialization of the same message as the oracle."""
+the agent's Match requests and the root's whole events; agent.frames: relay frames), against
+protobuf's own serialization of the same message as the oracle."""
 
+from echelon.agent.frames import OutFrame, destinations, peek, whole_tail
 from echelon.agent.matching import EVENTS_TAG
 from echelon.agent.root import PAYLOAD_TAG, encode
 from echelon.runtime.wire import attributes_to_pb, length_delimited
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import matcher_pb2 as xpb
+from echelon.v1 import relay_pb2 as rpb
 
-SIZES = [0, 1, 127, 128, 300, 16383, 16384, 2_097_152]  # each side of every varint length boundary
+# Each side of every varint length boundary, and of wire.varint's table.
+SIZES = [0, 1, 127, 128, 300, 4095, 4096, 16383, 16384, 2_097_152]
 
 
 def event(i: int) -> pb.Event:
@@ -35,10 +38,53 @@ def test_a_match_request_from_serialized_events_parses_as_the_one_built():
 
 
 def test_the_roots_bytes_are_the_event_with_its_payload_whether_serialized_before_or_not():
-    for n in SIZES[:6]:
+    for n in SIZES[:8]:
         e, payload = event(n), b"\x07" * n
         whole = pb.Event()
         whole.CopyFrom(e)
         whole.payload = payload
         assert pb.Event.FromString(encode(e, payload)) == whole
         assert encode(e, payload, e.SerializeToString()) == encode(e, payload)
+
+
+def test_a_frame_built_as_bytes_is_the_relay_frame_protobuf_writes():
+    """Whole messages and slices, destination lists of 0-3 ids, events and bodies on each side
+    of the varint length boundaries; numbered, and two frames side by side parse as one (their
+    messages in order, the last seq)."""
+    frames, built = [], []
+    for k, seq in enumerate((1, 300, 2**40)):
+        out = OutFrame(f"agent-{k}", f"127.0.0.1:{7000 + k}", ack_may_wait=bool(k % 2))
+        oracle = rpb.RelayFrame(seq=seq, source=out.source, source_key=out.source_key, ack_may_wait=out.ack_may_wait)
+        for i, n in enumerate(SIZES[:6]):
+            ds = [f"agent-{j}" for j in range(i % 4)]
+            data = event(n).SerializeToString()
+            out.add_whole(whole_tail(ds), data)
+            oracle.messages.add(destinations=ds, encoded_event=data)
+            piece = rpb.RelayMessage(event=pb.Event(payload=b"s" * n), slice_index=i, slice_count=9, stripe=3)
+            out.add_message(destinations(ds), piece.SerializeToString())
+            oracle.messages.add().CopyFrom(piece)
+            oracle.messages[-1].destinations.extend(ds)
+        wire = b"".join(out.data(seq))
+        assert rpb.RelayFrame.FromString(wire) == oracle  # (the header's fields first: other bytes, the same frame)
+        assert out.size == len(wire) - len(out.data(seq)[0])
+        assert list(out.messages) == list(oracle.messages)
+        frames.append(wire)
+        built.append(oracle)
+    merged = rpb.RelayFrame.FromString(frames[1] + frames[2])  # as a link merges frames
+    assert list(merged.messages) == list(built[1].messages) + list(built[2].messages) and merged.seq == 2**40
+
+
+def test_peek_reads_the_key_and_topic_a_decode_reads_or_declines():
+    for n in SIZES[:8]:
+        for topic in ("t", "x" * 127, "y" * 128):
+            e = event(n)
+            e.topic = topic
+            e.id.producer_id = "p" * (n % 200)
+            data = e.SerializeToString()
+            front = peek(data)
+            short = len(e.id.SerializeToString()) < 128 and len(topic.encode()) < 128
+            assert (front is not None) == short
+            if front is not None:
+                assert front == (e.id.SerializeToString(), topic)
+    assert peek(pb.Event(topic="t").SerializeToString()) is None  # no id: decoded instead
+    assert peek(b"") is None and peek(b"\x0a\x01\x0a") is None
