@@ -97,7 +97,7 @@ class SharedStream:
             return out, None, False
         self._turn = (self._turn + 1) % len(sids)
         room, encoded, subs, counted = self.max_deliveries, self.encoded, self.subs, self._counted
-        metrics = self.node.metrics
+        metrics, add = self.node.metrics, out.batch.add
         more = False
         for sid in sids[self._turn:] + sids[:self._turn]:
             sub = subs[sid]
@@ -113,10 +113,16 @@ class SharedStream:
                 metrics.redeliveries.inc(redelivered)
             if items[0][1].stream is not None:  # taken alone (Subscription.take)
                 return out, (sid, items[0]), False
+            name = sub.name
             for delivery_id, p in items:
-                d = out.batch.add()  # filled in place
-                d.delivery_id, d.subscription, d.redelivery_count, d.sid = delivery_id, sub.name, p.redeliveries, sid
-                p.into(d, encoded)
+                d = add()  # filled in place
+                d.delivery_id, d.subscription, d.sid = delivery_id, name, sid
+                if p.redeliveries:
+                    d.redelivery_count = p.redeliveries
+                if encoded and p.data:  # Pending.into's common case, inline
+                    d.encoded_event = p.data
+                else:
+                    p.into(d, encoded)
             room -= len(items)
             if not room:
                 return out, None, True

@@ -22,13 +22,16 @@ from typing import Callable, Mapping, Sequence
 
 from echelon.core.filters import Filter, Op, Predicate
 
-Matcher = Callable[[Mapping[str, object]], list[int]]
+Matcher = Callable[[Sequence[Mapping[str, object]]], list[list[int]]]
 
 _COMPARE = {Op.EQ: "==", Op.NE: "!=", Op.LT: "<", Op.LE: "<=", Op.GT: ">", Op.GE: ">="}
 
 
 def compile_filters(filters: Sequence[Filter]) -> Matcher:
-    """A function of an event's attributes: the positions in `filters` of those it satisfies, in order."""
+    """A function of a batch of events' attributes: for each filter (in the order of
+    `filters`), the positions in the batch of the events it satisfies, in order. One call
+    per batch, the loop over its events inside: a frame's events come together, and each
+    subscription takes its own in one go (delivery.py)."""
     consts: dict[str, object] = {}
     attrs: dict[str, int] = {}  # attribute name -> its local's number
     tests: list[str] = []
@@ -45,14 +48,17 @@ def compile_filters(filters: Sequence[Filter]) -> Matcher:
 
     for flt in filters:
         tests.append(" and ".join(_predicate(p, local(p.attribute), const) for p in flt.predicates) or "True")
-    lines = ["def match(a):", "    g = a.get"]
+    lines = ["def match(batch):"]
+    lines += [f"    r{pos} = []" for pos in range(len(tests))]
+    lines += ["    for j, a in enumerate(batch):", "        g = a.get"]
     for attribute, i in attrs.items():
-        lines += [f"    x{i} = g({const(attribute)})", f"    c{i} = x{i}.__class__",
-                  f"    s{i} = c{i} is str", f"    n{i} = c{i} is int or c{i} is float"]
-    lines.append("    r = []")
+        lines += [f"        x{i} = g({const(attribute)})", f"        c{i} = x{i}.__class__",
+                  f"        s{i} = c{i} is str", f"        n{i} = c{i} is int or c{i} is float"]
     for pos, test in enumerate(tests):
-        lines.append(f"    if {test}: r.append({pos})")
-    lines.append("    return r")
+        lines.append(f"        if {test}: r{pos}.append(j)")
+    if not tests:
+        lines.append("        pass")
+    lines.append(f"    return [{', '.join(f'r{pos}' for pos in range(len(tests)))}]")
     namespace = dict(consts)
     exec(compile("\n".join(lines), "<filters>", "exec"), namespace)  # noqa: S102 - our own text, constants bound
     return namespace["match"]  # type: ignore[return-value]
