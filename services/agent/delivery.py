@@ -48,15 +48,15 @@ class _TopicIndex:
         self.built_from = built_from
         self.subs = [s for s, _ in built_from]
         filters = [f for _, f in built_from]
-        self.compiled = compile_filters(filters) if len(filters) <= COMPILED_SUBS else None
+        self.compiled = compile_filters(filters, wire=True) if len(filters) <= COMPILED_SUBS else None
         self.index = None if self.compiled else CountingIndex(Indexed(str(i), "", f) for i, f in enumerate(filters))
 
-    def match(self, attrs: Sequence[Mapping[str, object]]) -> list[list[int]]:
-        """For each of `subs`, the positions in `attrs` (a frame's events) of those it matches, in order."""
+    def match(self, events: Sequence[pb.Event]) -> list[list[int]]:
+        """For each of `subs`, the positions in `events` (a frame's) of those it matches, in order."""
         if self.compiled is not None:
-            return self.compiled(attrs)
+            return self.compiled([e.attributes for e in events])  # read in place
         found: list[list[int]] = [[] for _ in self.subs]
-        for j, ids in enumerate(self.index.match_batch(attrs)):
+        for j, ids in enumerate(self.index.match_batch([attributes_from_pb(e.attributes) for e in events])):
             for i in ids:
                 found[int(i)].append(j)
         return found
@@ -104,7 +104,7 @@ class LocalDelivery:
             index = indexes.get(topic)
             if index is None:
                 continue
-            found = index.match([attributes_from_pb(e.attributes) for e in evs])
+            found = index.match(evs)
             for sub, js in zip(index.subs, found):
                 if not js:
                     continue
