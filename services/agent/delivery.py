@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import time
+from itertools import compress
 from operator import attrgetter
 from typing import Callable, Mapping, Sequence
 
@@ -37,6 +38,7 @@ log = logging.getLogger("echelon.agent.delivery")
 
 COMPILED_SUBS = 128  # a topic's local subscriptions up to which they are compiled (past it: the index)
 _filter = attrgetter("filter")
+_message_id = attrgetter("id.producer_id", "id.sequence")  # the dedup window's key
 
 
 class _TopicIndex:
@@ -79,17 +81,15 @@ class LocalDelivery:
         kept to be sent as they are (subscriptions.Pending). The latency histogram gets one
         sample per frame (its first event delivered: the others came with it)."""
         now = time.monotonic()
-        fresh, data = [], []
         first_time = self.dedup.first_time
-        for i, event in enumerate(events):
-            eid = event.id
-            if first_time((eid.producer_id, eid.sequence), now):
-                fresh.append(event)
-                data.append(encoded[i] if encoded is not None else b"")
-        if len(fresh) < len(events):
-            self.metrics.duplicates.inc(len(events) - len(fresh))
-        if not fresh:
-            return 0
+        firsts = [first_time(key, now) for key in map(_message_id, events)]
+        data = encoded if encoded is not None else [b""] * len(events)
+        fresh = events
+        if not all(firsts):  # copies (a re-route's): dropped, counted
+            self.metrics.duplicates.inc(firsts.count(False))
+            fresh, data = list(compress(events, firsts)), list(compress(data, firsts))
+            if not fresh:
+                return 0
         indexes = self._topic_indexes()
         topics = [e.topic for e in fresh]
         if topics.count(topics[0]) == len(topics):  # one topic: the common case, no regrouping

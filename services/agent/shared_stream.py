@@ -55,7 +55,7 @@ class SharedStream:
         self.wake = asyncio.Event()  # every subscription's `changed`, and the reader's news
         self._turn = 0  # the subscription served first, rotated for fairness
         self.encoded = False  # the client reads Delivery.encoded_event (its first open says)
-        self._counted: dict = {}  # topic -> its deliveries counter (labels() costs ~2 us a call)
+        self._counted: dict = {}  # (counter family, topic) -> its series (_counter)
 
     async def serve(self, first: ppb.SubscribeRequest, requests, context):
         self.encoded = first.open.encoded_events
@@ -96,7 +96,7 @@ class SharedStream:
         if not sids:
             return out, None, False
         self._turn = (self._turn + 1) % len(sids)
-        room, encoded, subs, counted = self.max_deliveries, self.encoded, self.subs, self._counted
+        room, encoded, subs = self.max_deliveries, self.encoded, self.subs
         metrics, add = self.node.metrics, out.batch.add
         more = False
         for sid in sids[self._turn:] + sids[:self._turn]:
@@ -104,25 +104,22 @@ class SharedStream:
             if sub.credits <= 0 or not sub.backlog:
                 continue  # nothing to take (Subscription.take's test, without the call: most of them, most times)
             items = sub.take(room)
-            counter = counted.get(sub.topic)
-            if counter is None:
-                counter = counted[sub.topic] = metrics.deliveries.labels(sub.topic)
-            counter.inc(len(items))
-            redelivered = sum(1 for _, p in items if p.redeliveries)
-            if redelivered:
-                metrics.redeliveries.inc(redelivered)
-            if items[0][1].stream is not None:  # taken alone (Subscription.take)
+            self._counter(metrics.deliveries, sub.topic).inc(len(items))
+            if items[0][1].stream is not None:  # taken alone (Subscription.take); never a redelivery
                 return out, (sid, items[0]), False
-            name = sub.name
+            name, redelivered = sub.name, 0
             for delivery_id, p in items:
                 d = add()  # filled in place
                 d.delivery_id, d.subscription, d.sid = delivery_id, name, sid
                 if p.redeliveries:
                     d.redelivery_count = p.redeliveries
+                    redelivered += 1
                 if encoded and p.data:  # Pending.into's common case, inline
                     d.encoded_event = p.data
                 else:
                     p.into(d, encoded)
+            if redelivered:
+                metrics.redeliveries.inc(redelivered)
             room -= len(items)
             if not room:
                 return out, None, True
@@ -130,6 +127,13 @@ class SharedStream:
             # `wake` for it, so the writer must come back without waiting (b2d3caf hung here).
             more = more or (sub.credits > 0 and bool(sub.backlog))
         return out, None, more
+
+    def _counter(self, family, topic: str):
+        """`family`'s series of `topic` (labels() costs ~2 us a call: once per topic and family)."""
+        counter = self._counted.get((family, topic))
+        if counter is None:
+            counter = self._counted[(family, topic)] = family.labels(topic)
+        return counter
 
     def _check_ends(self) -> None:
         """Subscriptions that ended on their own (as a stream of its own would end)."""
@@ -150,8 +154,8 @@ class SharedStream:
                 if kind == "ack":
                     sub = self._sub(r.ack.sid)
                     if sub is not None:
-                        self.node.metrics.acks.labels(sub.topic).inc(sub.ack(r.ack.delivery_ids, r.ack.credits,
-                                                                             r.ack.through))
+                        self._counter(self.node.metrics.acks, sub.topic).inc(
+                            sub.ack(r.ack.delivery_ids, r.ack.credits, r.ack.through))
                 elif kind == "nack":
                     sub = self._sub(r.nack.sid)
                     if sub is not None:
