@@ -155,11 +155,11 @@ class Subscription:
 
     def ack(self, delivery_ids, credits: int, through: int = 0) -> int:
         """Forget acked deliveries: the ids listed and, cumulatively, every one up to
-        `through` (unacked is in id order: ids are given increasing, and a redelivery
-        gets a new id)."""
+        `through` (ids are given consecutively, and a redelivery gets a new id: each id
+        is looked up once, by the first `through` past it)."""
         acked = 0
         pop = self.unacked.pop
-        if through >= self._unsettled:  # ids are consecutive: each one up to `through` once, never again
+        if through >= self._unsettled:
             through = min(through, self._next_id - 1)
             for i in range(self._unsettled, through + 1):
                 if pop(i, None) is not None:
