@@ -40,6 +40,8 @@ Pieces (the 2% and 20% workload of loadtest.bench_events: `Symbol`, `Price`):
   (and of 1) for it alone, as the root builds it: the frame decoded, received by the data
   plane, delivered to its 17 local subscriptions, their shared stream's Delivery messages
   built and serialized (per event received);
+- `subscription queue`: one subscription's backlog per delivery: 256 relayed events
+  offered, taken in one go, acked cumulatively by a client keeping 768 out;
 - `subscriber SDK`: the client's side of those Delivery messages at 20%: decoded, into the
   subscriptions' inboxes, handed out as Messages, each payload read and the batch acked
   (per delivery);
@@ -50,9 +52,10 @@ Pieces (the 2% and 20% workload of loadtest.bench_events: `Symbol`, `Price`):
 from __future__ import annotations
 
 from hotpath_inputs import best, workload_events
-from hotpath_publish import (admit_piece, client_piece, dispatch_piece, encode_piece, relay_inner_piece, relay_root_piece,
-                             stream_piece)
-from hotpath_subscribe import deliver_piece, gc_piece, relay_receive_piece, subscriber_agent_piece, subscriber_sdk_piece
+from hotpath_publish import (admit_piece, client_piece, dispatch_piece, encode_piece, relay_inner_piece,
+                             relay_root_piece, stream_piece)
+from hotpath_subscribe import (deliver_piece, gc_piece, queue_piece, relay_receive_piece, subscriber_agent_piece,
+                               subscriber_sdk_piece)
 
 
 def _match_piece(sel: int) -> float:
@@ -183,6 +186,7 @@ PIECES = {
     "subscriber agent 2%, frame of 170": lambda: subscriber_agent_piece(2, 170),
     "subscriber agent 20%, frame of 170": lambda: subscriber_agent_piece(20, 170),
     "subscriber agent 20%, frame of 1": lambda: subscriber_agent_piece(20, 1),
+    "subscription queue (per delivery)": queue_piece,
     "subscriber SDK 20% (per delivery)": lambda: subscriber_sdk_piece(20),
     "GC pass, 500k delivered ids (ms)": gc_piece,
 }

@@ -1,5 +1,6 @@
 """The subscribing side's pieces of `loadtest.bench_hotpath` (listed in hotpath_pieces.py):
-a relay frame received, local delivery, the shared stream, the SDK's receive path, the GC."""
+a relay frame received, local delivery, the shared stream, a subscription's queue, the SDK's
+receive path, the GC."""
 
 from __future__ import annotations
 
@@ -164,6 +165,36 @@ def subscriber_sdk_piece(sel: int) -> float:
         return best(lambda: loop.run_until_complete(receive()), deliveries)
     finally:
         loop.close()
+
+
+def queue_piece() -> float:
+    """One subscription's queue per delivery: 256 relayed events offered, taken in one go
+    and acked cumulatively by a client that keeps 768 out (the settled ids and the credits
+    back in one ack, as client/acks.py sends them)."""
+    from echelon.agent.subscriptions import Subscription
+    from echelon.core.filters import parse
+    from echelon.v1 import common_pb2 as pb
+
+    sub = Subscription("a/s", "~s", "bench", parse(""), 1 << 30)
+    sub.attach(1024)
+    event = pb.Event(id=pb.MessageId(producer_id="p", sequence=1), topic="bench")
+    data = event.SerializeToString()
+
+    many = getattr(sub, "offer_many", None)  # a frame's events in one call, where the tree has it
+
+    def once():
+        if many is not None:
+            many([event] * 256, [data] * 256)
+        else:
+            for e in [event] * 256:
+                sub.offer(e, data=data)
+        taken = sub.take(256)
+        if len(sub.unacked) > 768:
+            sub.ack((), 256, taken[0][0] - 768)
+
+    for _ in range(4):
+        once()
+    return best(once, 256)
 
 
 def gc_piece() -> float:

@@ -34,7 +34,8 @@ class AgentMetrics:
                                   "here).", ["direction"], registry=r)
         self.removals_queued = Gauge("echelon_agent_subscription_removals_queued", "Subscription removals not "
                                      "yet acknowledged by a matcher (retried).", registry=r)
-        self.latency = Histogram("echelon_agent_delivery_latency_seconds", "Publish to local enqueue.",
+        self.latency = Histogram("echelon_agent_delivery_latency_seconds", "Publish to local enqueue (one sample per "
+                                 "relay frame: its first event delivered, the others came with it).",
                                  buckets=LATENCY_BUCKETS, registry=r)
         self.copies = Counter("echelon_agent_copies_sent_total", "Frames sent, as tree root or as relay.",
                               ["as"], registry=r)

@@ -55,7 +55,7 @@ class SharedStream:
         self.wake = asyncio.Event()  # every subscription's `changed`, and the reader's news
         self._turn = 0  # the subscription served first, rotated for fairness
         self.encoded = False  # the client reads Delivery.encoded_event (its first open says)
-        self._counted: dict = {}  # topic -> its deliveries counter (labels() costs ~2 us a call)
+        self._counted: dict = {}  # (counter family, topic) -> its series (_counter)
 
     async def serve(self, first: ppb.SubscribeRequest, requests, context):
         self.encoded = first.open.encoded_events
@@ -68,7 +68,8 @@ class SharedStream:
                     reader.result()  # raises the reader's error, if any
                     return  # the client half-closed
                 self._check_ends()
-                out, sliced = self._fill()
+                self.wake.clear()  # whatever changes from here on (an offer, an ack, an end, an open) sets it
+                out, sliced, more = self._fill()
                 if len(out.batch):
                     yield out if len(out.batch) > 1 else out.batch[0]
                 if sliced is not None:
@@ -76,48 +77,63 @@ class SharedStream:
                     async for d in self.chunked(self.subs[sid], delivery_id, pending, reader):
                         d.sid = sid
                         yield d
-                if not len(out.batch) and sliced is None:
-                    self.wake.clear()
-                    await self.wake.wait()
+                elif not more and not self.wake.is_set():
+                    await self.wake.wait()  # the fill took all there was: no second pass to find nothing
         finally:  # no await here: a cancelled stream runs it to the end
             reader.cancel()
             for sid in list(self.subs):
                 self._drop(sid)
 
-    def _fill(self) -> tuple[ppb.Delivery, tuple | None]:
+    def _fill(self) -> tuple[ppb.Delivery, tuple | None, bool]:
         """One message's worth: the statuses, then what the subscriptions have credit for,
-        taken round-robin; a sliced payload stops it (it goes alone, after)."""
+        taken round-robin; a sliced payload stops it (it goes alone, after). More: there
+        may be more to take now (the message is at MAX_DELIVERIES, or a subscription
+        stopped at a sliced payload), else only a change (which sets `wake`) brings more."""
         out = ppb.Delivery()
         while self.statuses:
             out.batch.append(self.statuses.popleft())
         sids = list(self.subs)
         if not sids:
-            return out, None
+            return out, None, False
         self._turn = (self._turn + 1) % len(sids)
-        room, encoded, subs, counted = self.max_deliveries, self.encoded, self.subs, self._counted
-        metrics = self.node.metrics
+        room, encoded, subs = self.max_deliveries, self.encoded, self.subs
+        metrics, add = self.node.metrics, out.batch.add
+        more = False
         for sid in sids[self._turn:] + sids[:self._turn]:
             sub = subs[sid]
             if sub.credits <= 0 or not sub.backlog:
                 continue  # nothing to take (Subscription.take's test, without the call: most of them, most times)
             items = sub.take(room)
-            counter = counted.get(sub.topic)
-            if counter is None:
-                counter = counted[sub.topic] = metrics.deliveries.labels(sub.topic)
-            counter.inc(len(items))
-            redelivered = sum(1 for _, p in items if p.redeliveries)
+            self._counter(metrics.deliveries, sub.topic).inc(len(items))
+            if items[0][1].stream is not None:  # taken alone (Subscription.take); never a redelivery
+                return out, (sid, items[0]), False
+            name, redelivered = sub.name, 0
+            for delivery_id, p in items:
+                d = add()  # filled in place
+                d.delivery_id, d.subscription, d.sid = delivery_id, name, sid
+                if p.redeliveries:
+                    d.redelivery_count = p.redeliveries
+                    redelivered += 1
+                if encoded and p.data:  # Pending.into's common case, inline
+                    d.encoded_event = p.data
+                else:
+                    p.into(d, encoded)
             if redelivered:
                 metrics.redeliveries.inc(redelivered)
-            if items[0][1].stream is not None:  # taken alone (Subscription.take)
-                return out, (sid, items[0])
-            for delivery_id, p in items:
-                d = out.batch.add()  # filled in place
-                d.delivery_id, d.subscription, d.redelivery_count, d.sid = delivery_id, sub.name, p.redeliveries, sid
-                p.into(d, encoded)
             room -= len(items)
             if not room:
-                break
-        return out, None
+                return out, None, True
+            # Stopped short of its credits at a sliced payload (taken alone): nothing will set
+            # `wake` for it, so the writer must come back without waiting (b2d3caf hung here).
+            more = more or (sub.credits > 0 and bool(sub.backlog))
+        return out, None, more
+
+    def _counter(self, family, topic: str):
+        """`family`'s series of `topic` (labels() costs ~2 us a call: once per topic and family)."""
+        counter = self._counted.get((family, topic))
+        if counter is None:
+            counter = self._counted[(family, topic)] = family.labels(topic)
+        return counter
 
     def _check_ends(self) -> None:
         """Subscriptions that ended on their own (as a stream of its own would end)."""
@@ -138,8 +154,8 @@ class SharedStream:
                 if kind == "ack":
                     sub = self._sub(r.ack.sid)
                     if sub is not None:
-                        self.node.metrics.acks.labels(sub.topic).inc(sub.ack(r.ack.delivery_ids, r.ack.credits,
-                                                                             r.ack.through))
+                        self._counter(self.node.metrics.acks, sub.topic).inc(
+                            sub.ack(r.ack.delivery_ids, r.ack.credits, r.ack.through))
                 elif kind == "nack":
                     sub = self._sub(r.nack.sid)
                     if sub is not None:

@@ -20,6 +20,8 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
+from itertools import islice
+from operator import attrgetter
 
 from echelon.agent.slices import ChunkStream
 from echelon.core.filters import Filter
@@ -29,6 +31,7 @@ from echelon.v1 import pubsub_pb2 as ppb
 
 CLOCK_SKEW_NS = 500_000_000
 MAX_NACK_DELAY = 600.0  # seconds, as Google Pub/Sub's longest retry backoff
+_stream = attrgetter("stream")
 
 
 class Pending:
@@ -79,6 +82,7 @@ class Subscription:
         self.changed = asyncio.Event()
         self.created_ns = time.time_ns()
         self._next_id = 1
+        self._unsettled = 1  # no id below it is in `unacked` (cumulative acks start here)
 
     def owes(self, event: pb.Event) -> bool:
         """Was `event` published after this subscription existed (give or take the skew)?"""
@@ -98,33 +102,70 @@ class Subscription:
         self.changed.set()
         return True
 
+    def offer_many(self, events: list[pb.Event], data: list[bytes]) -> int | None:
+        """`offer` for a frame's events matched here, in order (each with its bytes as
+        received, b"": none): those owed are queued, one wakeup for all; how many, or None
+        past the backlog bound (overflowed, those below it queued). A durable subscription
+        logs each (its own `offer`)."""
+        if self.durable:
+            return sum(self.offer(e, data=d) for e, d in zip(events, data) if self.owes(e))
+        if self.closed:
+            return None
+        floor = self.created_ns - CLOCK_SKEW_NS  # as `owes`
+        owed = [Pending(e, 0, None, d) for e, d in zip(events, data)
+                if not (t := e.publish_time_unix_nanos) or t >= floor]
+        room = self.max_backlog - self.depth
+        if len(owed) > room:
+            self.backlog.extend(owed[:max(room, 0)])
+            self.overflowed = True
+            self.changed.set()
+            return None
+        if owed:
+            self.backlog.extend(owed)
+            self.changed.set()
+        return len(owed)
+
     def take(self, most: int = 1) -> list[tuple[int, Pending]]:
         """The next deliveries the client has credit for (at most `most`), ids increasing.
         A sliced payload is taken alone: it goes out as a head and its chunks, not in a batch."""
-        taken = []
-        while self.credits > 0 and self.backlog and len(taken) < most:
-            if taken and (taken[0][1].stream is not None or self.backlog[0].stream is not None):
-                break
-            pending = self.backlog.popleft()
+        n = min(self.credits, len(self.backlog), most)
+        if n <= 0:
+            return []
+        backlog = self.backlog
+        if n == 1 or backlog[0].stream is not None:  # one: a lone event, or a sliced payload alone
+            pending = backlog.popleft()
             delivery_id = self._next_id
             self._next_id += 1
-            self.unacked[delivery_id] = pending
             self.credits -= 1
-            taken.append((delivery_id, pending))
-        return taken
+            self.unacked[delivery_id] = pending
+            return [(delivery_id, pending)]
+        taken = list(islice(backlog, n))
+        streams = list(map(_stream, taken))
+        if streams.count(None) != n:  # a sliced payload among them: what comes before it
+            del taken[next(i for i, stream in enumerate(streams) if stream is not None):]
+            n = len(taken)
+        popleft = backlog.popleft
+        for _ in range(n):
+            popleft()
+        ids = range(self._next_id, self._next_id + n)
+        self._next_id += n
+        self.credits -= n
+        self.unacked.update(zip(ids, taken))
+        return list(zip(ids, taken))
 
     def ack(self, delivery_ids, credits: int, through: int = 0) -> int:
         """Forget acked deliveries: the ids listed and, cumulatively, every one up to
-        `through` (unacked is in id order: ids are given increasing, and a redelivery
-        gets a new id)."""
+        `through` (ids are given consecutively, and a redelivery gets a new id: each id
+        is looked up once, by the first `through` past it)."""
         acked = 0
-        while self.unacked and through:
-            first = next(iter(self.unacked))
-            if first > through:
-                break
-            del self.unacked[first]
-            acked += 1
-        acked += sum(self.unacked.pop(i, None) is not None for i in delivery_ids)
+        pop = self.unacked.pop
+        if through >= self._unsettled:
+            through = min(through, self._next_id - 1)
+            for i in range(self._unsettled, through + 1):
+                if pop(i, None) is not None:
+                    acked += 1
+            self._unsettled = through + 1
+        acked += sum(pop(i, None) is not None for i in delivery_ids)
         self.credits += credits
         self.changed.set()
         return acked

@@ -5,9 +5,11 @@ Checking each filter with `Filter.matches` walks its predicates through a genera
 a method call each: ~0.5 us per (event, filter) pair, 9-18 us per event over one agent's
 17 subscriptions of the bench workload, for every event it receives. The counting index
 (core/cdm.py) beats that per event in large frames, but costs 20-30 us per call, which a
-lone event pays alone. Compiled, the whole set is one call per event: each attribute a
-filter names is read and its kind (string or number) found once, then every filter is
-one boolean expression over those locals.
+lone event pays alone. Compiled, the whole set is one call per frame: for each event,
+each attribute a filter names is read and its kind (string or number) found once, then
+every filter is one boolean expression over those locals, except filters that are one
+equality (`Symbol = "x"`, the commonest): those of an attribute are found by one dict
+lookup of its value, whatever their number.
 
 Exact as `Filter.matches` (each predicate as `Predicate.holds`) for the values events
 carry (int, float, str: runtime/wire.py): no value, a bool, or a value of the other
@@ -22,13 +24,21 @@ from typing import Callable, Mapping, Sequence
 
 from echelon.core.filters import Filter, Op, Predicate
 
-Matcher = Callable[[Mapping[str, object]], list[int]]
+Matcher = Callable[[Sequence[Mapping[str, object]]], list[list[int]]]
 
 _COMPARE = {Op.EQ: "==", Op.NE: "!=", Op.LT: "<", Op.LE: "<=", Op.GT: ">", Op.GE: ">="}
 
 
-def compile_filters(filters: Sequence[Filter]) -> Matcher:
-    """A function of an event's attributes: the positions in `filters` of those it satisfies, in order."""
+def compile_filters(filters: Sequence[Filter], wire: bool = False) -> Matcher:
+    """A function of a batch of events' attributes: for each filter (in the order of
+    `filters`), the positions in the batch of the events it satisfies, in order. One call
+    per batch, the loop over its events inside: a frame's events come together, and each
+    subscription takes its own in one go (delivery.py).
+
+    `wire`: each item of the batch is an event's attribute map as received (names to
+    values with a `kind` oneof, the contract's Value), read in place: only the attributes
+    the filters name, where converting every one to a dict first cost ~0.9 us an event.
+    A value with no kind set, or NaN (both refused at publish), satisfies no predicate."""
     consts: dict[str, object] = {}
     attrs: dict[str, int] = {}  # attribute name -> its local's number
     tests: list[str] = []
@@ -43,16 +53,34 @@ def compile_filters(filters: Sequence[Filter]) -> Matcher:
             attrs[attribute] = len(attrs)
         return attrs[attribute]
 
-    for flt in filters:
-        tests.append(" and ".join(_predicate(p, local(p.attribute), const) for p in flt.predicates) or "True")
-    lines = ["def match(a):", "    g = a.get"]
+    equal: dict[tuple[int, str], dict[object, list[int]]] = {}  # (attribute, kind) -> literal -> filters
+    for pos, flt in enumerate(filters):
+        (p, *more) = flt.predicates or (None,)
+        kind = "s" if p is not None and p.value.__class__ is str else "n"
+        if p is not None and not more and p.op is Op.EQ and p.value.__class__ in (str, int, float) and \
+                p.value == p.value:  # one equality (not NaN): by lookup
+            equal.setdefault((local(p.attribute), kind), {}).setdefault(p.value, []).append(pos)
+            tests.append("")
+        else:
+            tests.append(" and ".join(_predicate(p, local(p.attribute), const) for p in flt.predicates) or "True")
+    lines = ["def match(batch):"]
+    lines += [f"    r{pos} = []" for pos in range(len(tests))]
+    lines += [f"    rs = [{', '.join(f'r{pos}' for pos in range(len(tests)))}]",
+              "    for j, a in enumerate(batch):", "        g = a.get"]
     for attribute, i in attrs.items():
-        lines += [f"    x{i} = g({const(attribute)})", f"    c{i} = x{i}.__class__",
-                  f"    s{i} = c{i} is str", f"    n{i} = c{i} is int or c{i} is float"]
-    lines.append("    r = []")
+        lines.append(f"        x{i} = g({const(attribute)})")
+        if wire:
+            lines += [f"        if x{i} is not None:", f"            w = x{i}.WhichOneof('kind')",
+                      f"            x{i} = None if w is None else getattr(x{i}, w)",
+                      f"            if x{i} != x{i}: x{i} = None"]
+        lines += [f"        c{i} = x{i}.__class__",
+                  f"        s{i} = c{i} is str", f"        n{i} = c{i} is int or c{i} is float"]
+    for (i, kind), table in equal.items():  # the value's filters (1 == 1.0, as ==), if it is of the kind
+        lines += [f"        if {kind}{i}:", f"            for pos in {const(table)}.get(x{i}, ()): rs[pos].append(j)"]
     for pos, test in enumerate(tests):
-        lines.append(f"    if {test}: r.append({pos})")
-    lines.append("    return r")
+        if test:
+            lines.append(f"        if {test}: r{pos}.append(j)")
+    lines.append("    return rs")
     namespace = dict(consts)
     exec(compile("\n".join(lines), "<filters>", "exec"), namespace)  # noqa: S102 - our own text, constants bound
     return namespace["match"]  # type: ignore[return-value]

@@ -5,7 +5,9 @@ Pinned: an event matching two subscriptions of the stream comes as one message; 
 are answered in the stream and a refused one ends only itself; one subscription's
 overflow or close leaves the others receiving; acks of several subscriptions go in one
 request; what the stream's end leaves of a named subscription is redelivered; protocol
-errors end the stream."""
+errors end the stream; the writer, which waits once a fill took all there was, finds a
+backlog past one message and a sliced payload behind small events without another
+wakeup."""
 
 from __future__ import annotations
 
@@ -146,3 +148,51 @@ async def test_the_stream_lost_ends_every_subscription_and_a_named_one_resumes(c
         rest = await take(again, 2)
     assert [m.attributes["n"] for m in first + rest] == [0, 1, 2, 3]
     assert all(m.redelivery_count == 1 for m in rest)
+
+
+async def test_a_sliced_payload_behind_small_events_follows_them_without_another_wakeup(cluster):
+    """Three small events and a sliced payload owed to one subscription, then credits for all
+    in one ack: the writer's fill takes the small ones and stops at the payload (it goes
+    alone); nothing else happens (no event, no ack), so the writer must find it by itself.
+    A writer that waited after a fill not full hung here (`echelon demo` did, b2d3caf)."""
+    await cluster.client(0).create_topic("t")
+    agent = cluster.agent_nodes[1]
+    data = bytes(range(256)) * 1200  # 300 KiB: 5 relay slices
+    async with grpc.aio.insecure_channel(agent.address) as ch:
+        call = pgrpc.PubSubStub(ch).Subscribe()
+        await call.write(ppb.SubscribeRequest(open=ppb.SubscriptionOpen(topic="t", credits=0, sid=1)))
+        assert (await asyncio.wait_for(call.read(), 10)).opened
+        async with cluster.client(0).publisher(ack_level=AckLevel.DELIVERED) as pub:
+            small = asyncio.ensure_future(pub.publish_batch("t", [{"n": i} for i in range(3)]))
+            big = asyncio.ensure_future(pub.publish("t", {"n": 3}, payload=data))
+            (sub,) = [s for s in agent.subs.values() if s.topic == "t"]
+            await wait_for(lambda: len(sub.backlog) == 4 and sub.backlog[-1].stream is not None, 10,
+                           what="the small events and the payload's head owed")
+            await call.write(ppb.SubscribeRequest(ack=ppb.SubscriberAck(sid=1, credits=4)))
+            got = []
+            while not got or not (got[-1].last or got[-1].aborted):
+                got += elements(await asyncio.wait_for(call.read(), 10))
+            await asyncio.wait_for(asyncio.gather(small, big), 10)
+    assert [d.event.attributes["n"].int_value for d in got if d.delivery_id and not (d.chunk or d.last)] == [0, 1, 2, 3]
+    assert got[-1].last and b"".join(d.chunk for d in got) == data
+
+
+async def test_a_backlog_past_one_message_goes_out_in_full_messages_without_another_wakeup(cluster):
+    """600 events owed, then credits for them in one ack: the stream sends MAX_DELIVERIES per
+    message until none is left, without waiting for anything else to happen."""
+    from echelon.agent.pubsub import MAX_DELIVERIES
+
+    await cluster.client(0).create_topic("t")
+    agent = cluster.agent_nodes[1]
+    async with grpc.aio.insecure_channel(agent.address) as ch:
+        call = pgrpc.PubSubStub(ch).Subscribe()
+        await call.write(ppb.SubscribeRequest(open=ppb.SubscriptionOpen(topic="t", credits=0, sid=1)))
+        assert (await asyncio.wait_for(call.read(), 10)).opened
+        await publish(cluster, [{"n": i} for i in range(600)])
+        (sub,) = [s for s in agent.subs.values() if s.topic == "t"]
+        await wait_for(lambda: len(sub.backlog) == 600, 10, what="every event owed")
+        await call.write(ppb.SubscribeRequest(ack=ppb.SubscriberAck(sid=1, credits=600)))
+        messages = await read_until(call, 600)
+        assert [len(elements(m)) for m in messages] == [MAX_DELIVERIES, MAX_DELIVERIES, 600 - 2 * MAX_DELIVERIES]
+        assert [d.event.attributes["n"].int_value for m in messages for d in elements(m)] == list(range(600))
+        call.cancel()

@@ -1,12 +1,15 @@
 """Compiled filters (core/filter_code.py) against `Filter.matches` (the brute-force
 oracle) on random filters and attribute values of every kind, absent values, bools and
-literals the compiler leaves to the predicate's own check."""
+literals the compiler leaves to the predicate's own check; the same read in place from
+protobuf attribute maps (`wire`)."""
 
 import math
 import random
 
 from echelon.core.filter_code import compile_filters
 from echelon.core.filters import Filter, Op, Predicate, parse
+from echelon.runtime.wire import attributes_to_pb
+from echelon.v1 import common_pb2 as pb
 
 NAMES = ["Symbol", "Price", "Volume", "odd name \" '"]
 VALUES = ["a", "ab", "b", "", 0, 1, -3, 2.5, 10.0, 1e300, math.inf, -math.inf, True, False, None]
@@ -38,23 +41,41 @@ def test_compiled_filters_match_brute_force():
     for _ in range(200):
         filters = [Filter(tuple(_predicate(rnd) for _ in range(rnd.randint(0, 3)))) for _ in range(rnd.randint(0, 12))]
         match = compile_filters(filters)
+        batch = []
         for _ in range(50):
             attrs = {k: v for k, v in _attributes(rnd).items() if v is not None}
-            want = [_holds_or_error(f, attrs) for f in filters]
-            if TypeError in want:  # a comparison Python refuses: the oracle has no answer
-                continue
-            assert match(attrs) == [i for i, ok in enumerate(want) if ok], (filters, attrs)
-            checked += 1
-            matched += sum(want)
-    assert checked > 5000 and matched > 1000
+            if TypeError not in [_holds_or_error(f, attrs) for f in filters]:  # else the oracle has no answer
+                batch.append(attrs)
+        want = [[j for j, attrs in enumerate(batch) if f.matches(attrs)] for f in filters]
+        assert match(batch) == want, (filters, batch)
+        assert compile_filters(filters, wire=True)([_wire(attrs) for attrs in batch]) == want, (filters, batch)
+        assert [match([attrs]) for attrs in batch[:5]] == [[[0] if j in w else [] for w in want] for j in range(5)]
+        checked += len(batch) * len(filters)
+        matched += sum(map(len, want))
+    assert checked > 20000 and matched > 5000
+
+
+def _wire(attrs: dict):
+    """`attrs` as an event carries them (a protobuf map of Values), as received."""
+    event = pb.Event(attributes={k: v for k, v in attributes_to_pb(
+        {k: x for k, x in attrs.items() if not isinstance(x, bool)}).items()})
+    return pb.Event.FromString(event.SerializeToString()).attributes
+
+
+def test_wire_values_not_set_or_nan_satisfy_nothing():
+    """A value read in place with no kind set, or NaN (refused at publish), is as absent."""
+    filters = [parse("Price != 1"), parse("Price >= 0"), parse(""), parse('Symbol != "a"')]
+    events = [pb.Event(attributes={"Price": pb.Value(), "Symbol": pb.Value(string_value="b")}),
+              pb.Event(attributes={"Price": pb.Value(float_value=math.nan)}), pb.Event()]
+    got = compile_filters(filters, wire=True)([pb.Event.FromString(e.SerializeToString()).attributes for e in events])
+    assert got == [[], [], [0, 1, 2], [0]]
 
 
 def test_parsed_filters():
     filters = [parse('Symbol = "a" and Price >= 2'), parse(""), parse('Symbol prefix "a"'),
                parse("Price between 1 and 3"), parse('Symbol != "a"')]
     match = compile_filters(filters)
-    assert match({"Symbol": "ab", "Price": 2}) == [1, 2, 3, 4]
-    assert match({"Symbol": "a", "Price": 2.0}) == [0, 1, 2, 3]
-    assert match({"Price": True}) == [1]  # a bool is no number
-    assert match({}) == [1]
-    assert compile_filters([])({"Symbol": "a"}) == []
+    batch = [{"Symbol": "ab", "Price": 2}, {"Symbol": "a", "Price": 2.0}, {"Price": True}, {}]  # a bool is no number
+    assert match(batch) == [[1], [0, 1, 2, 3], [0, 1], [0, 1], [0]]
+    assert match([]) == [[]] * 5
+    assert compile_filters([])([{"Symbol": "a"}]) == []
