@@ -17,7 +17,8 @@ to write, in `batch` requests of up to MAX_BATCH_EVENTS events / MAX_BATCH_BYTES
 batching adds no delay: a lone publish goes at once (no timer), and under load events
 coalesce while the previous write is on its way. `publish_batch()` waits on one future
 for the whole batch. Acks come coalesced (`coalesce_acks`): the agent answers the
-requests that settled together in one message.
+requests that settled together in one message, and each ack finds its event by its
+offset in its publish call's run (client/results.py).
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ import grpc
 from echelon.client import bulk
 from echelon.client.errors import ClientClosed, EchelonError, Timeout, from_rpc_error
 from echelon.client.outbox import MAX_BATCH_BYTES, MAX_BATCH_EVENTS, SLICE_BYTES, Outbox  # noqa: F401 - public
-from echelon.client.results import Pending, PublishResult, Run  # noqa: F401 - public
+from echelon.client.results import Pending, Run
+from echelon.client.results import PublishResult  # noqa: F401 - public
 from echelon.core.schema import Value
 from echelon.v1 import pubsub_pb2 as ppb
 from echelon.v1 import pubsub_pb2_grpc as pgrpc
@@ -222,4 +224,3 @@ class Publisher:
                     self._fail_pending(from_rpc_error(e))
                     attempt = 0
                 await asyncio.sleep(min(0.05 * 2 ** attempt, 2.0))
-
