@@ -39,7 +39,7 @@ class Inbox:
         self._inbox: deque = deque()  # Deliveries (and _Incoming) received, not yet handed out
         self._waiters: list[asyncio.Future] = []  # readers waiting for the inbox (`_wake`)
         self._no_more = False  # nothing more comes into the inbox
-        self._handed: deque[list[Message]] = deque()  # the batches handed out, in id order (`_oldest`)
+        self._handed: deque[tuple[Message, ...]] = deque()  # the batches handed out, in id order (`_oldest`)
         self._unsettled = 0  # of those, not settled yet
         self._all_settled: asyncio.Future | None = None  # drain() waiting for `_unsettled` to reach 0
 
@@ -125,13 +125,13 @@ class Inbox:
             self._oldest()
             if len(self._handed) > 2 * self._unsettled + 64:  # held behind an old unsettled one
                 self._handed = deque(b for b in self._handed if not all(m.settled for m in b))
-        self._handed.append(out)
+        self._handed.append(tuple(out))  # (the application may change its list)
         self._unsettled += len(out)
         return out
 
     def _settle(self, messages: Iterable[Message], nack_delay: float | None) -> None:
         """Queue the settlement of each message not settled yet (client/acks.py writes them)."""
-        given, messages = messages, [m for m in messages if not m.settled]
+        messages = [m for m in messages if not m.settled]
         if not messages:
             return
         for m in messages:
@@ -139,13 +139,17 @@ class Inbox:
                 raise InvalidArgument("a message of another subscription: settle it with its own")
         if self._half_closed or self._ended.is_set():
             raise ClientClosed("subscription is closed: the agent redelivers this message to a named subscription")
+        settled = []
         for msg in messages:
-            msg.settled = True
-            if msg._chunks is not None:
-                msg._chunks.drop()  # and a nacked one is not redelivered: nothing holds a copy
+            if not msg.settled:  # (a message given twice is settled once: one credit back)
+                msg.settled = True
+                settled.append(msg)
+                if msg._chunks is not None:
+                    msg._chunks.drop()  # and a nacked one is not redelivered: nothing holds a copy
+        messages = settled
         self._unsettled -= len(messages)
-        if self._handed and self._handed[0] is given:  # the oldest batch, settled whole: let it go now
-            self._handed.popleft()
+        if not self._unsettled:  # every batch handed out is settled: let them go now
+            self._handed.clear()
         credit, settlements = self._credit(), self.settlements
         ids = [m.delivery_id for m in messages]
         if nack_delay is not None:
