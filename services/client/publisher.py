@@ -33,7 +33,7 @@ import grpc
 from echelon.client import bulk
 from echelon.client.errors import ClientClosed, EchelonError, Timeout, from_rpc_error
 from echelon.client.outbox import MAX_BATCH_BYTES, MAX_BATCH_EVENTS, SLICE_BYTES, Outbox  # noqa: F401 - public
-from echelon.client.results import Pending, Run
+from echelon.client.results import Pending
 from echelon.client.results import PublishResult  # noqa: F401 - public
 from echelon.core.schema import Value
 from echelon.v1 import pubsub_pb2 as ppb
@@ -100,10 +100,9 @@ class Publisher:
         seq = self._seq
         requests = self._outbox.add(topic, attributes or {}, payload, ordering_key, seq)
         self._seq = seq + 1
-        run = Run(seq, [requests], single=True)
-        self._pending.add(run)
+        future = self._pending.one(seq, requests)
         self._started()
-        return run.future
+        return future
 
     async def publish_batch(self, topic: str, events: Iterable[Event], ordering_key: str = "",
                             return_exceptions: bool = False) -> list:
@@ -126,10 +125,9 @@ class Publisher:
         if not queued:
             return []
         self._seq = first + len(queued)
-        run = Run(first, queued, single=False)
-        self._pending.add(run)
+        future = self._pending.batch(first, queued)
         self._started()
-        results = await run.future
+        results = await future
         if not return_exceptions:
             for r in results:
                 if isinstance(r, BaseException):

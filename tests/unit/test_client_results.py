@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from echelon.client import errors
-from echelon.client.results import Pending, PublishResult, Run
+from echelon.client.results import Pending, PublishResult
 from echelon.v1 import pubsub_pb2 as ppb
 
 
@@ -30,15 +30,19 @@ def seen(x):
 
 
 @settings(max_examples=60, deadline=None)
-@given(sizes=st.lists(st.integers(1, 6), min_size=1, max_size=6), data=st.data())
+@given(sizes=st.lists(st.integers(0, 6), min_size=1, max_size=8), data=st.data())
 def test_acks_in_any_order_with_repeats_and_strays_land_on_their_events(sizes, data):
     async def run():
         pending = Pending("p")
-        runs, seq = [], 1
-        for n in sizes:  # a publish() is a run of one, a publish_batch a run of n
-            runs.append(Run(seq, [f"req{s}" for s in range(seq, seq + n)], single=n == 1))
-            pending.add(runs[-1])
-            seq += n
+        calls, seq, lone = [], 1, set()  # (first sequence, events, future); lone: the first sequences of publish()es
+        for n in sizes:  # 0: a lone publish() (runs of them share a run), else a publish_batch of n
+            if n == 0:
+                calls.append((seq, 1, pending.one(seq, f"req{seq}")))
+                lone.add(seq)
+                seq += 1
+            else:
+                calls.append((seq, n, pending.batch(seq, [f"req{s}" for s in range(seq, seq + n)])))
+                seq += n
         total = seq - 1
         order = data.draw(st.lists(st.integers(0, total + 2), max_size=3 * total))  # 0 and past the end: strays
         refused = data.draw(st.sets(st.integers(1, total)))
@@ -49,35 +53,34 @@ def test_acks_in_any_order_with_repeats_and_strays_land_on_their_events(sizes, d
                 if 1 <= a.sequence <= total and a.sequence not in oracle:
                     oracle[a.sequence] = outcome_of(a)
             pending.acked([ppb.PublishAck.FromString(a.SerializeToString()) for a in reply])
-        for r in runs:
-            events = range(r.first, r.first + len(r.requests))
-            assert r.future.done() == all(s in oracle for s in events)
-            if r.future.done():
-                if r.single:
-                    got = [seen(r.future.exception() or r.future.result())]
-                else:
-                    got = [seen(x) for x in r.future.result()]
-                assert got == [oracle[s] for s in events]
+        for first, n, future in calls:
+            events = range(first, first + n)
+            if first in lone:  # settled at its own ack
+                assert future.done() == (first in oracle)
+                if future.done():
+                    assert seen(future.exception() or future.result()) == oracle[first]
+            else:
+                assert future.done() == all(s in oracle for s in events)
+                if future.done():
+                    assert [seen(x) for x in future.result()] == [oracle[s] for s in events]
         assert list(pending.unacked()) == [f"req{s}" for s in range(1, total + 1) if s not in oracle]
         pending.fail(errors.Unavailable("gone 0"))
-        assert all(r.future.done() for r in runs) and not pending
-        for r in runs:
-            got = [r.future.exception() or r.future.result()] if r.single else r.future.result()
-            assert [seen(x) for x in got] == [oracle.get(s, ("error", 0)) for s in range(r.first, r.first + len(got))]
+        assert all(future.done() for _, _, future in calls) and not pending
         assert list(pending.unacked()) == []
+        for first, n, future in calls:
+            got = [future.exception() or future.result()] if first in lone else future.result()
+            assert [seen(x) for x in got] == [oracle.get(s, ("error", 0)) for s in range(first, first + n)]
 
     asyncio.run(run())
 
 
 async def test_a_failure_keeps_what_was_acked_and_settles_the_rest_with_it():
     pending = Pending("p")
-    batch = Run(1, ["a", "b", "c"], single=False)
-    lone = Run(4, ["d"], single=True)
-    pending.add(batch)
-    pending.add(lone)
-    pending.acked([ack(1)])
-    assert pending.futures() == [batch.future, lone.future] and not batch.future.done()
+    batch = pending.batch(1, ["a", "b", "c"])
+    lone = [pending.one(4, "d"), pending.one(5, "e")]
+    pending.acked([ack(1), ack(5)])
+    assert pending.futures() == [batch, *lone] and not batch.done() and lone[1].result().sequence == 5
     gone = errors.Unavailable("gone")
     pending.fail(gone)
-    assert batch.future.result() == [PublishResult("p", 1, 1, False), gone, gone]
-    assert lone.future.exception() is gone
+    assert batch.result() == [PublishResult("p", 1, 1, False), gone, gone]
+    assert lone[0].exception() is gone and lone[1].result() == PublishResult("p", 5, 2, True)
