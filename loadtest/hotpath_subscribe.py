@@ -174,6 +174,7 @@ def subscriber_tasks_piece(sel: int) -> float:
     batch; the settlements written to a stream that takes them (per delivery)."""
     import asyncio
 
+    from echelon.client.acks import Flusher
     from echelon.client.client import Client
     from echelon.client.shared import SharedStream
     from echelon.client.subscription import Subscription
@@ -212,7 +213,7 @@ def subscriber_tasks_piece(sel: int) -> float:
         client = Client("127.0.0.1:1")  # never dialled
         stream = SharedStream.__new__(SharedStream)
         stream.client, stream.call, stream.subs, stream.opening, stream.messages = client, Call(), {}, {}, 0
-        stream._closing, stream._lock = False, asyncio.Lock()
+        stream._closing, stream._lock, stream.flusher = False, asyncio.Lock(), Flusher(written)
         client._shared_stream = stream
         tasks = []
         for sid in range(1, 18):
