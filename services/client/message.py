@@ -72,8 +72,10 @@ class Message:
 
     @property
     def payload(self) -> bytes:
-        event = self._decoded  # `_event`, inlined: the one field most applications read
-        return (event if event is not None else self._event).payload
+        # The one field most applications read, without `_event`'s HasField: an unset
+        # Event's payload is empty, so the other form's is the payload then.
+        d = self._delivery
+        return d.encoded_event.payload or d.event.payload
 
     @property
     def producer_id(self) -> str:
