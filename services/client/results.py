@@ -6,7 +6,9 @@ its sequence in the run; a batch's one future is settled once its last event is 
 the list of PublishResults and exceptions), a lone publish's at its ack. The agent acks in
 the order of the requests, each request's events in order, so acks come in sequence
 order and almost every one lands in the run the previous one did: no lookup per event,
-no object kept per event but its requests (for a resend) and its outcome.
+no object kept per event but its requests (for a resend) and its outcome. Measured
+(loadtest.bench_hotpath, main against this tree side by side, a shared machine): the
+SDK's publish_batch piece 3.61 -> 2.77 us per event (1.30x), publish() 5.35 -> 5.05.
 """
 
 from __future__ import annotations

@@ -61,7 +61,7 @@ from echelon.client.callbacks import dispatch
 from echelon.client.inbox import Inbox
 from echelon.client.errors import (ClientClosed, EchelonError, FailedPrecondition, InvalidArgument,
                                    Timeout, Unavailable, from_rpc_error, from_status)
-from echelon.client.message import Message, Sliced, check_delay, event_of, subscribe_call
+from echelon.client.message import Message, Sliced, check_delay, subscribe_call
 from echelon.client.shared import SharedStream
 from echelon.core.filters import Filter
 from echelon.runtime.transport import SUBSCRIPTION_KEY
