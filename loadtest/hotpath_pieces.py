@@ -45,6 +45,10 @@ Pieces (the 2% and 20% workload of loadtest.bench_events: `Symbol`, `Price`):
 - `subscriber SDK`: the client's side of those Delivery messages at 20%: decoded, into the
   subscriptions' inboxes, handed out as Messages, each payload read and the batch acked
   (per delivery);
+- `subscriber SDK, batches() tasks`: the same Delivery messages (2% and 20%) through the
+  client as an application takes them: the shared stream's reader task routing them, a
+  task per subscription in `async for batch in sub.batches()` woken, payloads read, each
+  batch acked (per delivery: what each wakeup costs, spread over what it hands out);
 - `GC pass`: one full collection with a subscribing agent's dedup window of 500k ids
   (milliseconds, not per event).
 """
@@ -55,7 +59,7 @@ from hotpath_inputs import best, workload_events
 from hotpath_publish import (admit_piece, client_piece, dispatch_piece, encode_piece, relay_inner_piece,
                              relay_root_piece, stream_piece)
 from hotpath_subscribe import (deliver_piece, gc_piece, queue_piece, relay_receive_piece, subscriber_agent_piece,
-                               subscriber_sdk_piece)
+                               subscriber_sdk_piece, subscriber_tasks_piece)
 
 
 def _match_piece(sel: int) -> float:
@@ -188,5 +192,7 @@ PIECES = {
     "subscriber agent 20%, frame of 1": lambda: subscriber_agent_piece(20, 1),
     "subscription queue (per delivery)": queue_piece,
     "subscriber SDK 20% (per delivery)": lambda: subscriber_sdk_piece(20),
+    "subscriber SDK 2%, batches() tasks": lambda: subscriber_tasks_piece(2),
+    "subscriber SDK 20%, batches() tasks": lambda: subscriber_tasks_piece(20),
     "GC pass, 500k delivered ids (ms)": gc_piece,
 }

@@ -197,6 +197,81 @@ def queue_piece() -> float:
     return best(once, 256)
 
 
+def subscriber_tasks_piece(sel: int) -> float:
+    """The client's whole receive path as an application runs it: the Delivery messages of
+    `_subscriber_agent` (a frame of 170 events) read by the shared stream's reader task,
+    which hands each subscription its part; 17 tasks each in `async for batch in
+    sub.batches()` (as loadtest.bench_events), woken, reading every payload and acking the
+    batch; the settlements written to a stream that takes them (per delivery)."""
+    import asyncio
+
+    from echelon.client.acks import Flusher
+    from echelon.client.client import Client
+    from echelon.client.shared import SharedStream
+    from echelon.client.subscription import Subscription
+    from echelon.v1 import pubsub_pb2 as ppb
+
+    once, _ = _subscriber_agent(sel, 170)
+    wires = once()
+    read = getattr(ppb, "DeliveryRead", ppb.Delivery).FromString
+    deliveries = sum(len(read(w).batch) or 1 for w in wires)
+    loop = asyncio.new_event_loop()
+    state = {"left": 0, "done": None, "feed": None}
+
+    class Call:  # the Subscribe call: each round's messages, parsed as gRPC parses them
+        def __aiter__(self):
+            return self._messages()
+
+        async def _messages(self):
+            while True:
+                state["feed"] = loop.create_future()
+                for w in await state["feed"]:
+                    yield read(w)
+
+    async def written(requests):
+        return None
+
+    async def drain(sub):
+        async for batch in sub.batches():
+            for m in batch:
+                m.payload
+            await sub.ack(batch)
+            state["left"] -= len(batch)
+            if state["left"] <= 0:
+                state["done"].set_result(None)
+
+    async def setup():
+        client = Client("127.0.0.1:1")  # never dialled
+        stream = SharedStream.__new__(SharedStream)
+        stream.client, stream.call, stream.subs, stream.opening, stream.messages = client, Call(), {}, {}, 0
+        stream._closing, stream._lock, stream.flusher = False, asyncio.Lock(), Flusher(written)
+        client._shared_stream = stream
+        tasks = []
+        for sid in range(1, 18):
+            sub = stream.subs[sid] = Subscription(client, "bench", "", "", 1 << 20, None)
+            sub._state, sub._shared = "open", stream
+            sub.settlements.flusher._write = written
+            tasks.append(asyncio.create_task(drain(sub)))
+        tasks.append(asyncio.create_task(stream._read()))
+        await asyncio.sleep(0)
+        return tasks
+
+    tasks = loop.run_until_complete(setup())
+
+    async def receive():
+        state["left"], state["done"] = deliveries, loop.create_future()
+        state["feed"].set_result(wires)
+        await state["done"]
+
+    try:
+        return best(lambda: loop.run_until_complete(receive()), deliveries)
+    finally:
+        for t in tasks:
+            t.cancel()
+        loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+        loop.close()
+
+
 def gc_piece() -> float:
     """CPU ms of one full pass of the cyclic GC while a subscribing agent's delivery
     window holds 500,000 message ids (not per event: the pause every such pass adds)."""

@@ -96,9 +96,13 @@ class Settlements:
         if acks or loose or credits:
             # Every id below the oldest message still handed out is settled (handed in id order).
             oldest = self._oldest()
-            through = max((i for i in acks if oldest is None or i < oldest), default=0)
+            if oldest is None:  # none handed out is unsettled: the highest covers them all
+                through, above = max(acks, default=0), loose
+            else:
+                through = max((i for i in acks if i < oldest), default=0)
+                above = [i for i in acks if i > through] + loose
             requests.append(ppb.SubscribeRequest(ack=ppb.SubscriberAck(
-                delivery_ids=[i for i in acks if i > through] + loose, credits=credits, through=through, sid=sid)))
+                delivery_ids=above, credits=credits, through=through, sid=sid)))
         return requests
 
 

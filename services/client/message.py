@@ -38,10 +38,15 @@ class Message:
 
     __slots__ = ("_delivery", "_subscription", "_chunks", "_attributes", "_decoded", "delivery_id", "settled")
 
-    def __init__(self, delivery: ppb.DeliveryRead, subscription: "Subscription", chunks: "_Incoming | None" = None):
+    def __init__(self, delivery: "ppb.DeliveryRead | _Incoming", subscription: "Subscription"):
+        """`delivery`: as it came, or the head of a payload streamed to `chunks()`."""
+        if type(delivery) is _Incoming:
+            self._chunks = delivery
+            delivery = delivery.head
+        else:
+            self._chunks = None
         self._delivery = delivery
         self._subscription = subscription
-        self._chunks = chunks
         self._attributes: dict[str, Value] | None = None
         self._decoded: pb.Event | None = None
         self.delivery_id: int = delivery.delivery_id
@@ -67,7 +72,10 @@ class Message:
 
     @property
     def payload(self) -> bytes:
-        return self._event.payload
+        # The one field most applications read, without `_event`'s HasField: an unset
+        # Event's payload is empty, so the other form's is the payload then.
+        d = self._delivery
+        return d.encoded_event.payload or d.event.payload
 
     @property
     def producer_id(self) -> str:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from typing import Mapping
+from typing import Iterable, Mapping
 
 from echelon.client.errors import translating
 from echelon.core.schema import Value
@@ -40,37 +40,62 @@ class Outbox:
         self._wake: asyncio.Future | None = None  # the writer waiting for something to write
 
     def add(self, topic: str, attributes: Mapping[str, Value], payload: bytes, ordering_key: str,
-            seq: int) -> list[ppb.PublishRequest]:
-        """One event's request(s), queued: returned to be kept for a resend. Raises the
-        client's InvalidArgument for a value no attribute can hold (nothing queued)."""
-        if len(payload) > SLICE_BYTES:
-            requests = self._slices(topic, attributes, payload, ordering_key, seq)
-            self._close()
-            self.ready.extend(requests)
-        else:
-            batch = self._batch()
-            req = batch.batch.add(topic=topic, payload=payload, ordering_key=ordering_key, sequence=seq)
-            try:
-                _fill(attributes, req)
-            except BaseException:
-                del batch.batch[-1]
-                raise
-            self.count += 1
-            self.size += req.ByteSize()
-            requests = [req]
-        self._notify()
-        return requests
+            seq: int) -> ppb.PublishRequest | list[ppb.PublishRequest]:
+        """One event queued: its request (in the open batch), or its list of slices, to be
+        kept for a resend (`again`). Raises the client's InvalidArgument for a value no
+        attribute can hold (nothing queued)."""
+        return self.extend(topic, ((attributes, payload),), ordering_key, seq)[0]
 
-    def again(self, requests: list[ppb.PublishRequest]) -> None:
-        """An unacknowledged event's requests queued again (on a new stream), as they were."""
-        if requests[0].slice_count > 1:
+    def extend(self, topic: str, events: Iterable, ordering_key: str, first: int) -> list:
+        """Events queued with sequences from `first` on, each its attributes or
+        (attributes, payload): what `add` returns for each. A refused one raises as `add`
+        does; those before it stay queued (publish_batch rolls them back: `rollback`)."""
+        kept = []
+        seq = first
+        elements = None
+        count, size = self.count, self.size
+        try:
+            for e in events:
+                attributes, payload = e if isinstance(e, tuple) else (e, b"")
+                if len(payload) > SLICE_BYTES:
+                    self.count, self.size = count, size
+                    kept.append(self._sliced(topic, attributes, payload, ordering_key, seq))
+                    elements, count, size = None, 0, 0
+                    seq += 1
+                    continue
+                if elements is None or count >= MAX_BATCH_EVENTS or size >= MAX_BATCH_BYTES:
+                    self.count, self.size = count, size
+                    elements = self._batch().batch
+                    count, size = self.count, self.size
+                req = elements.add(topic=topic, payload=payload, ordering_key=ordering_key, sequence=seq) \
+                    if ordering_key else elements.add(topic=topic, payload=payload, sequence=seq)
+                try:
+                    attributes_into_pb(attributes, req.attributes)
+                except BaseException:
+                    del elements[-1]
+                    with translating():  # the caller's bad value, as the client's InvalidArgument
+                        raise
+                count += 1
+                size += req.ByteSize()
+                kept.append(req)
+                seq += 1
+        finally:
+            if elements is not None:
+                self.count, self.size = count, size
+            self._notify()
+        return kept
+
+    def again(self, requests: ppb.PublishRequest | list[ppb.PublishRequest]) -> None:
+        """An unacknowledged event's requests (as `add` returned them) queued again (on a
+        new stream), as they were."""
+        if type(requests) is list:  # slices
             self._close()
             self.ready.extend(requests)
         else:
             batch = self._batch()
-            batch.batch.append(requests[0])  # a copy: the old stream's request is left as it was
+            batch.batch.append(requests)  # a copy: the old stream's request is left as it was
             self.count += 1
-            self.size += requests[0].ByteSize()
+            self.size += requests.ByteSize()
         self._notify()
 
     def mark(self) -> tuple:
@@ -130,8 +155,9 @@ class Outbox:
         req.producer_id, req.ack_level, req.coalesce_acks = self.producer_id, self.ack_level, True
         return req
 
-    def _slices(self, topic: str, attributes: Mapping[str, Value], payload: bytes, ordering_key: str,
+    def _sliced(self, topic: str, attributes: Mapping[str, Value], payload: bytes, ordering_key: str,
                 seq: int) -> list[ppb.PublishRequest]:
+        """A payload above SLICE_BYTES: its slices queued, each a request alone, in its place."""
         count = -(-len(payload) // SLICE_BYTES)
         requests = []
         for i in range(count):
@@ -139,8 +165,11 @@ class Outbox:
                                                  ordering_key=ordering_key, sequence=seq, slice_index=i,
                                                  slice_count=count, payload_size=len(payload)))
             if i == 0:
-                _fill(attributes, req)
+                with translating():  # the caller's bad value, as the client's InvalidArgument
+                    attributes_into_pb(attributes, req.attributes)
             requests.append(req)
+        self._close()
+        self.ready.extend(requests)
         return requests
 
     def _notify(self) -> None:
@@ -149,12 +178,3 @@ class Outbox:
                 self._wake.set_result(None)
             self._wake = None
 
-
-def _fill(attributes: Mapping[str, Value], req: ppb.PublishRequest) -> None:
-    """The event's attributes into its request's map, in place (2.5x cheaper than Values
-    copied in); an unsupported value raises the client's InvalidArgument."""
-    try:
-        attributes_into_pb(attributes, req.attributes)
-    except Exception:
-        with translating():  # the caller's bad value, as the client's InvalidArgument
-            raise

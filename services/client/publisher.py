@@ -17,7 +17,8 @@ to write, in `batch` requests of up to MAX_BATCH_EVENTS events / MAX_BATCH_BYTES
 batching adds no delay: a lone publish goes at once (no timer), and under load events
 coalesce while the previous write is on its way. `publish_batch()` waits on one future
 for the whole batch. Acks come coalesced (`coalesce_acks`): the agent answers the
-requests that settled together in one message.
+requests that settled together in one message, and each ack finds its event by its
+offset in its publish call's run (client/results.py).
 """
 
 from __future__ import annotations
@@ -25,15 +26,15 @@ from __future__ import annotations
 import asyncio
 import enum
 import os
-from collections import OrderedDict
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, AsyncIterable, Iterable, Mapping
 
 import grpc
 
 from echelon.client import bulk
-from echelon.client.errors import ClientClosed, EchelonError, Timeout, from_rpc_error, from_status
+from echelon.client.errors import ClientClosed, EchelonError, Timeout, from_rpc_error
 from echelon.client.outbox import MAX_BATCH_BYTES, MAX_BATCH_EVENTS, SLICE_BYTES, Outbox  # noqa: F401 - public
+from echelon.client.results import Pending
+from echelon.client.results import PublishResult  # noqa: F401 - public
 from echelon.core.schema import Value
 from echelon.v1 import pubsub_pb2 as ppb
 from echelon.v1 import pubsub_pb2_grpc as pgrpc
@@ -55,30 +56,6 @@ class AckLevel(enum.IntEnum):
     DELIVERED = ppb.ACK_LEVEL_DELIVERED  # every destination agent holds it
 
 
-@dataclass(frozen=True)
-class PublishResult:
-    """The agent's ack of one publish.
-
-    `destinations`: agents that held a matching subscription at publish time (0: nobody
-    was subscribed to it). `duplicate`: the agent had already accepted this (producer id,
-    sequence) for the same event (a retry after a lost ack): it was not published again,
-    and `destinations` are the first copy's."""
-
-    producer_id: str
-    sequence: int
-    destinations: int
-    duplicate: bool = False
-
-    @classmethod
-    def _of(cls, producer_id: str, sequence: int, destinations: int, duplicate: bool) -> "PublishResult":
-        """One per acked event: its fields set directly (a frozen dataclass's __init__
-        sets each through object.__setattr__, four times the cost)."""
-        result = object.__new__(cls)
-        result.__dict__.update(producer_id=producer_id, sequence=sequence, destinations=destinations,
-                               duplicate=duplicate)
-        return result
-
-
 class Publisher:
     """Publishes on one stream; an async context manager that flushes and closes on exit.
 
@@ -91,7 +68,7 @@ class Publisher:
         self.ack_level = AckLevel(ack_level)
         self.max_retries = max_retries
         self._seq = 1  # the next event's sequence
-        self._pending: OrderedDict[int, tuple[list[ppb.PublishRequest], asyncio.Future]] = OrderedDict()
+        self._pending = Pending(producer_id)  # unacknowledged events (client/results.py)
         self._outbox = Outbox(producer_id, self.ack_level)
         self._task: asyncio.Task | None = None
         self._closed = False
@@ -123,8 +100,7 @@ class Publisher:
         seq = self._seq
         requests = self._outbox.add(topic, attributes or {}, payload, ordering_key, seq)
         self._seq = seq + 1
-        future = asyncio.get_running_loop().create_future()
-        self._pending[seq] = (requests, future)
+        future = self._pending.one(seq, requests)
         self._started()
         return future
 
@@ -140,23 +116,18 @@ class Publisher:
         if self._closed:
             raise ClientClosed(f"publisher {self.producer_id} is closed")
         outbox, first = self._outbox, self._seq
-        mark, queued = outbox.mark(), []
+        mark = outbox.mark()
         try:
-            for e in events:
-                attributes, payload = e if isinstance(e, tuple) else (e, b"")
-                queued.append(outbox.add(topic, attributes, payload, ordering_key, first + len(queued)))
+            queued = outbox.extend(topic, events, ordering_key, first)
         except BaseException:
             outbox.rollback(mark)  # nothing numbered, nothing sent
             raise
         if not queued:
             return []
         self._seq = first + len(queued)
-        gathered = _Gathered(len(queued))
-        pending = self._pending
-        for index, requests in enumerate(queued):
-            pending[first + index] = (requests, (gathered, index))
+        future = self._pending.batch(first, queued)
         self._started()
-        results = await gathered.future
+        results = await future
         if not return_exceptions:
             for r in results:
                 if isinstance(r, BaseException):
@@ -180,7 +151,7 @@ class Publisher:
 
     async def flush(self, timeout: float | None = None) -> None:
         """Wait until every queued publish is acknowledged or failed; Timeout after `timeout` s."""
-        futures = list(dict.fromkeys(_future(sink) for _, sink in self._pending.values()))
+        futures = self._pending.futures()
         if not futures:
             return
         _, late = await asyncio.wait(futures, timeout=timeout)
@@ -213,9 +184,7 @@ class Publisher:
             self._task = asyncio.create_task(self._run(), name=f"publisher {self.producer_id}")
 
     def _fail_pending(self, error: EchelonError) -> None:
-        for _, sink in self._pending.values():
-            _settle(sink, error)
-        self._pending.clear()
+        self._pending.fail(error)
 
     async def _end_stream(self) -> None:
         """Half-close the stream (the agent ends it once every ack is sent), then wait for it."""
@@ -234,7 +203,7 @@ class Publisher:
         while self._pending or not self._closed:
             if outbox is None:  # a fresh stream: resend whatever is unacknowledged, in order, then the rest
                 outbox = self._outbox = Outbox(self.producer_id, self.ack_level)
-                for requests, _ in self._pending.values():
+                for requests in self._pending.unacked():
                     outbox.again(requests)
                 if self._closed:
                     outbox.end()
@@ -244,12 +213,7 @@ class Publisher:
             try:
                 async for reply in call:
                     attempt = 0
-                    for ack in reply.acks or (reply,):
-                        entry = self._pending.pop(ack.sequence, None)
-                        if entry is None:
-                            continue
-                        _settle(entry[1], from_status(ack.code, ack.error) if ack.code else
-                                PublishResult._of(ack.producer_id, ack.sequence, ack.destinations, ack.duplicate))
+                    self._pending.acked(reply.acks or (reply,))
                 if self._closed and not self._pending:
                     return  # our half-close ended the stream
             except grpc.aio.AioRpcError as e:
@@ -258,33 +222,3 @@ class Publisher:
                     self._fail_pending(from_rpc_error(e))
                     attempt = 0
                 await asyncio.sleep(min(0.05 * 2 ** attempt, 2.0))
-
-
-class _Gathered:
-    """The results of one publish_batch, in order, and its one future."""
-
-    __slots__ = ("results", "left", "future")
-
-    def __init__(self, n: int):
-        self.results: list = [None] * n
-        self.left = n
-        self.future = asyncio.get_running_loop().create_future()
-
-
-def _settle(sink, outcome) -> None:
-    """Give an event's outcome (a PublishResult or an exception) to its future or batch."""
-    if isinstance(sink, tuple):
-        gathered, index = sink
-        gathered.results[index] = outcome
-        gathered.left -= 1
-        if gathered.left == 0 and not gathered.future.done():
-            gathered.future.set_result(gathered.results)
-    elif not sink.done():
-        if isinstance(outcome, BaseException):
-            sink.set_exception(outcome)
-        else:
-            sink.set_result(outcome)
-
-
-def _future(sink) -> asyncio.Future:
-    return sink[0].future if isinstance(sink, tuple) else sink

@@ -125,23 +125,31 @@ class SharedStream:
     async def _read(self) -> None:
         error = None
         try:
+            subs = self.subs
             async for delivery in self.call:
                 self.messages += 1
                 by_sub: dict[int, list] = {}
+                last = None  # the sid of the delivery before (a message holds each one's in a row)
                 for d in delivery.batch or (delivery,):
                     if not d.delivery_id:
                         self._status(d)
+                        last = None  # (it may have ended one)
                         continue
-                    sub = self.subs.get(d.sid)
-                    if sub is None:
+                    sid = d.sid
+                    if sid != last:
+                        last, sub = sid, subs.get(sid)
+                        ds = None if sub is None else by_sub.setdefault(sid, [])
+                        incoming = None if sub is None else sub._sliced.incoming
+                    if ds is None:
                         continue  # closed here meanwhile: the agent takes it back with the close
-                    if d.chunked or d.delivery_id in sub._sliced.incoming:  # never in a batch
+                    if d.chunked or (incoming and d.delivery_id in incoming):  # never in a batch
                         await sub._sliced.receive(d)
+                        last = None
                     else:
-                        by_sub.setdefault(d.sid, []).append(d)
+                        ds.append(d)
                 for sid, ds in by_sub.items():
-                    sub = self.subs.get(sid)
-                    if sub is not None:  # not closed while a chunk above was awaited
+                    sub = subs.get(sid)
+                    if sub is not None and ds:  # not closed while a chunk above was awaited
                         sub._receive(ds)
         except grpc.aio.AioRpcError as e:
             error = from_rpc_error(e)

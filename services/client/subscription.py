@@ -41,7 +41,8 @@ may take them many at a time and settle them in one call:
 Acks are delayed and cumulative (client/acks.py: one write for many, flushed by a
 timer, a quarter of the window, a nack, or close()); `ack()` queues and returns.
 Received deliveries wait in a plain deque (one wakeup per message received, not per
-delivery) and become `Message`s (client/message.py) only when handed out. Measured
+delivery) and become `Message`s (client/message.py) only when handed out (the inbox,
+from received to settled: client/inbox.py). Measured
 (loadtest.bench_hotpath --cluster 5 --selectivity 20, main against this tree in one
 run): the load generator, whose 50 subscribers take batches, spent 1.70x less CPU per
 1,000 events at saturation, 1.42x less at 1,000 events/s.
@@ -50,16 +51,17 @@ run): the load generator, whose 50 subscribers take batches, spent 1.70x less CP
 from __future__ import annotations
 
 import asyncio
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from typing import TYPE_CHECKING, AsyncIterator, Awaitable, Callable, Iterable
 
 import grpc
 
 from echelon.client.acks import Flusher, Settlements
 from echelon.client.callbacks import dispatch
+from echelon.client.inbox import Inbox
 from echelon.client.errors import (ClientClosed, EchelonError, FailedPrecondition, InvalidArgument,
                                    Timeout, Unavailable, from_rpc_error, from_status)
-from echelon.client.message import Message, Sliced, _Incoming, check_delay, event_of, subscribe_call
+from echelon.client.message import Message, Sliced, check_delay, subscribe_call
 from echelon.client.shared import SharedStream
 from echelon.core.filters import Filter
 from echelon.runtime.transport import SUBSCRIPTION_KEY
@@ -69,13 +71,12 @@ from echelon.v1 import pubsub_pb2 as ppb
 if TYPE_CHECKING:
     from echelon.client.client import Client
 
-ACKED_MEMORY = 200_000  # message ids a durable subscription remembers having acked
 MAX_WHOLE = 64 << 20  # payloads up to this are assembled and handed whole
 MAX_BATCH = 256  # messages handed out by one receive() unless asked otherwise
 
 Callback = Callable[["Message"], "Awaitable[None] | None"]
 
-class Subscription:
+class Subscription(Inbox):
     """A subscription stream, made by `Client.subscribe()`; `async with` opens and closes it."""
 
     def __init__(self, client: "Client", topic: str, flt: str | Filter, name: str, max_outstanding: int,
@@ -107,15 +108,10 @@ class Subscription:
         self._callback = callback
         self._state = "new"  # new -> open -> draining -> closed
         self._write = asyncio.Lock()  # one write at a time on a stream
-        self._handed: dict[int, Message] = {}  # given to the application, not yet settled (in id order)
         self._shared: SharedStream | None = None  # set once open on the client's shared stream
         self._share = shared and durable is None
-        self.settlements = Settlements(Flusher(self._write_requests), lambda: next(iter(self._handed), None),
-                                       lambda: len(self._inbox) + len(self._handed), max_outstanding)
-        self._inbox: deque = deque()  # Deliveries (and _Incoming) received, not yet handed out
-        self._arrived = asyncio.Event()
-        self._no_more = False  # nothing more comes into the inbox
-        self._settled = asyncio.Event()
+        self._init_inbox()
+        self.settlements = Settlements(Flusher(self._write_requests), self._oldest, self._held, max_outstanding)
         self._callbacks: set[asyncio.Task] = set()
         self._call = None
         self._half_closed = False
@@ -207,9 +203,15 @@ class Subscription:
     async def batches(self, max_messages: int = MAX_BATCH) -> AsyncIterator[list[Message]]:
         """receive() until the subscription is draining or closed (then it ends; an error
         the stream ended with is raised)."""
+        if self._callback is not None:
+            raise FailedPrecondition("this subscription hands its messages to its callback")
+        if max_messages < 1:
+            raise InvalidArgument(f"max_messages {max_messages}: at least 1")
         while True:
+            if not self._inbox:
+                await self._wait(None)
             try:
-                batch = await self.receive(max_messages)
+                batch = self._hand(max_messages)
             except ClientClosed:
                 return
             yield batch
@@ -251,8 +253,8 @@ class Subscription:
             await self.close()
             return
         self._state = "draining"  # from here on acks give no credit back
-        self._arrived.set()  # waiting readers see it
-        waits = [asyncio.ensure_future(self._settled.wait()) if self._handed else None, *self._callbacks]
+        self._wake()  # waiting readers see it
+        waits = [self._settled() if self._unsettled else None, *self._callbacks]
         waits = [w for w in waits if w is not None]
         late = set()
         if waits:
@@ -261,7 +263,7 @@ class Subscription:
                 w.cancel()
         await self.close()
         if late:
-            raise Timeout(f"subscription {self.name or self._open.topic!r}: {len(self._handed)} messages "
+            raise Timeout(f"subscription {self.name or self._open.topic!r}: {self._unsettled} messages "
                           f"unsettled after {timeout}s (they will be redelivered to a named subscription)")
 
     async def close(self) -> None:
@@ -271,7 +273,7 @@ class Subscription:
             return
         self._state = "closed"
         self.client._forget(self)
-        self._arrived.set()
+        self._wake()
         for task in list(self._callbacks):
             task.cancel()
         await asyncio.gather(*self._callbacks, return_exceptions=True)
@@ -314,14 +316,6 @@ class Subscription:
         finally:
             self._finish(error)
 
-    def _receive(self, batch) -> None:
-        """Deliveries (not chunks) received: into the inbox."""
-        if self._acked is not None:
-            batch = [d for d in batch if not self._acked_before(d)]
-        self._inbox.extend(batch)
-        self._arrived.set()
-        self.settlements.received()
-
     def _finish(self, error: EchelonError | None) -> None:
         """The stream ended (a shared one: this subscription's part of it), with `error` or not."""
         if error is not None and self._state != "closed":
@@ -331,82 +325,7 @@ class Subscription:
         if self._shared is None:
             self.settlements.flusher.cancel()
         self._no_more = True
-        self._arrived.set()
-
-    def _acked_before(self, d: ppb.DeliveryRead) -> bool:
-        """Acked by us before (durable): acked again, not handed out."""
-        event = event_of(d)
-        if (event.id.producer_id, event.id.sequence) not in self._acked:
-            return False
-        self.acked_redeliveries += 1
-        self.settlements.ack([d.delivery_id], self._credit(), handed=False)
-        return True
-
-    def _credit(self) -> int:
-        return 1 if self._state == "open" else 0  # draining: let nothing new in
-
-    def _put(self, item) -> None:
-        self._inbox.append(item)
-        self._arrived.set()
-        self.settlements.received()
-
-    def _lost(self, delivery_id: int) -> None:
-        self.settlements.ack([delivery_id], self._credit(), handed=False)  # never handed out: its credit comes back
-
-    async def _wait(self, timeout: float | None) -> None:
-        """Until the inbox has something, or nothing more will come; Timeout after `timeout`."""
-        while not self._inbox and not self._no_more and self._state == "open":
-            self._arrived.clear()
-            try:
-                await asyncio.wait_for(self._arrived.wait(), timeout)
-            except asyncio.TimeoutError:
-                raise Timeout(f"no message within {timeout}s") from None
-
-    def _hand(self, most: int) -> list[Message]:
-        """Up to `most` messages from the inbox, recorded as handed out; raises once the
-        subscription is draining or closed, or the stream ended and the inbox is empty."""
-        if self._state != "open" or not self._inbox:
-            if self._error is not None:
-                raise self._error
-            raise ClientClosed(f"subscription is {'closed' if self._state != 'open' else 'ended'}")
-        out = []
-        inbox, handed = self._inbox, self._handed
-        while inbox and len(out) < most:
-            item = inbox.popleft()
-            msg = Message(item.head, self, item) if isinstance(item, _Incoming) else Message(item, self)
-            handed[msg.delivery_id] = msg
-            out.append(msg)
-        self._settled.clear()
-        return out
-
-    def _settle(self, messages: Iterable[Message], nack_delay: float | None) -> None:
-        """Queue the settlement of each message not settled yet (client/acks.py writes them)."""
-        messages = [m for m in messages if not m.settled]
-        if not messages:
-            return
-        if any(m._subscription is not self for m in messages):
-            raise InvalidArgument("a message of another subscription: settle it with its own")
-        if self._half_closed or self._ended.is_set():
-            raise ClientClosed("subscription is closed: the agent redelivers this message to a named subscription")
-        credit, settlements, handed = self._credit(), self.settlements, self._handed
-        acks = []
-        for msg in messages:
-            msg.settled = True
-            if msg._chunks is not None:
-                msg._chunks.drop()  # and a nacked one is not redelivered: nothing holds a copy
-            if nack_delay is not None:
-                settlements.nack(msg.delivery_id, round(nack_delay * 1000), credit)
-            else:
-                if self._acked is not None:
-                    self._acked[(msg.producer_id, msg.sequence)] = None
-                    if len(self._acked) > ACKED_MEMORY:
-                        self._acked.popitem(last=False)
-                acks.append(msg.delivery_id)
-            handed.pop(msg.delivery_id, None)
-        if acks:
-            settlements.ack(acks, credit)  # after the loop: the flush judged once, on what is no longer handed
-        if not handed:
-            self._settled.set()
+        self._wake()
 
     async def _write_requests(self, requests: list[ppb.SubscribeRequest]) -> None:
         async with self._write:
