@@ -12,7 +12,8 @@ Pieces (the 2% and 20% workload of loadtest.bench_events: `Symbol`, `Price`):
   digest and window, the Event built);
 - `match`: a matcher's CDM index, 50 subscriptions, a batch of 256 events;
 - `matcher answer`: a matcher holding the 3 default zones answers a batch of 256 events
-  (route to zones, CDM, the MatchResponse serialized; what each tree sends an agent);
+  (route to zones, CDM, the MatchResponse serialized, or its bytes built where the tree
+  has matcher/answer.py; what each tree sends an agent);
 - `matcher entry, lone event`: the entry's whole `Match` of a batch of one event (the
   request read, routing, its zones, the response built, metrics) when one matcher holds
   the 3 default zones (no peer message in either tree): the entry's own Python work;
@@ -68,7 +69,7 @@ def _answer_piece(sel: int) -> float:
     from echelon.core.schema import Schema, parse_attribute
     from echelon.core.space import Space
     from echelon.matcher.layout import Copy, Layout, default_zones
-    from echelon.matcher.server import results_to_pb
+    from echelon.matcher import server
     from echelon.matcher.store import CopyStore
     from echelon.matcher.zones import Zones
     from echelon.v1 import matcher_pb2 as xpb
@@ -85,13 +86,18 @@ def _answer_piece(sel: int) -> float:
     agents_only = "agents_only" in inspect.signature(Zones.match).parameters  # this tree answers agents only
     events = workload_events(256)
 
+    answers = server.Answers() if hasattr(server, "Answers") else None  # this tree builds the answer's bytes
+
     def once():
         routed = layout.route(events)
+        if answers is not None:
+            answers.response(0, matcher.match("bench", layout.key, events, routed, True), True)
+            return
         response = xpb.MatchResponse()
         if agents_only:
-            results_to_pb(matcher.match("bench", layout.key, events, routed, True), response.results, True)
+            server.results_to_pb(matcher.match("bench", layout.key, events, routed, True), response.results, True)
         else:
-            results_to_pb(matcher.match("bench", layout.key, events, routed), response.results)
+            server.results_to_pb(matcher.match("bench", layout.key, events, routed), response.results)
         response.SerializeToString()
 
     return best(once, len(events))

@@ -56,9 +56,13 @@ class Fanout:
         `wire`: the events as received, forwarded to holders as they are; `weights`
         (filled if given): matcher -> events of the batch it holds a zone of."""
         out: list = [set() if agents_only else {} for _ in events]
-        groups: dict[str, list[int]] = defaultdict(list)
-        for i, (topic, _) in enumerate(events):
-            groups[topic].append(i)
+        topics = {topic for topic, _ in events}
+        groups: dict[str, Sequence[int]] = defaultdict(list)
+        if len(topics) == 1:  # a batch is mostly one topic: its positions need no grouping
+            groups[topics.pop()] = range(len(events))
+        else:
+            for i, (topic, _) in enumerate(events):
+                groups[topic].append(i)
         deadline = asyncio.get_running_loop().time() + self.deadline
         parts = [self._match_topic(t, [events[i][1] for i in idxs], None if wire is None else [wire[i] for i in idxs],
                                    idxs, out, deadline, agents_only, weights) for t, idxs in groups.items()]
@@ -69,7 +73,7 @@ class Fanout:
         return out
 
     async def _match_topic(self, topic: str, events: list[Mapping[str, object]], wire: list | None,
-                           positions: list[int], out: list, deadline: float, agents_only: bool,
+                           positions: Sequence[int], out: list, deadline: float, agents_only: bool,
                            weights: MutableMapping[str, int] | None) -> None:
         loop = asyncio.get_running_loop()
         unknown_until = loop.time() + TOPIC_WAIT
@@ -91,10 +95,10 @@ class Fanout:
             results = await self._ask(topic, layout.key, events, wire, plan, agents_only)
             errors = [r for r in results if isinstance(r, BaseException)]
             if not errors:
-                for part in results:
-                    for i, found in part.items():
+                for part in results:  # per event of the topic, its matches in that member's zones (or None)
+                    for i, found in zip(positions, part):
                         if found:
-                            out[positions[i]] |= found
+                            out[i] |= found
                 if weights is not None:
                     for zone, idxs in routed.items():
                         for m in layout.members[zone]:
@@ -158,13 +162,16 @@ class Fanout:
             return [e]
 
     async def _zones_at(self, peer: str, topic: str, key: str, events: list[Mapping[str, object]],
-                        wire: list | None, zones: dict[str, list[int]], agents_only: bool) -> dict[int, object]:
+                        wire: list | None, zones: dict[str, list[int]], agents_only: bool) -> list:
+        """Per event, its matches in `zones` at `peer` (None, or empty, where it met none of them)."""
         if peer == self.me:
-            results = self.zones.match(topic, key, events, zones, agents_only)
-            return {i: results[i] for idxs in zones.values() for i in idxs}
+            return self.zones.match(topic, key, events, zones, agents_only)
         needed = sorted({i for idxs in zones.values() for i in idxs})
         at = {i: j for j, i in enumerate(needed)}
         results = await self.transport.match_zones(peer, topic, key, [events[i] for i in needed],
                                                    {z: [at[i] for i in idxs] for z, idxs in zones.items()},
                                                    agents_only, None if wire is None else [wire[i] for i in needed])
-        return {i: results[at[i]] for i in needed}
+        out: list = [None] * len(events)
+        for i, found in zip(needed, results):
+            out[i] = found
+        return out
