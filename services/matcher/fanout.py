@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
+from operator import itemgetter
 from typing import Awaitable, Callable, Mapping, MutableMapping, Sequence
 
 from echelon.matcher.adoption import Layouts
@@ -56,10 +57,10 @@ class Fanout:
         `wire`: the events as received, forwarded to holders as they are; `weights`
         (filled if given): matcher -> events of the batch it holds a zone of."""
         deadline = asyncio.get_running_loop().time() + self.deadline
-        topics = {topic for topic, _ in events}
+        topics = set(map(itemgetter(0), events))
         if len(topics) == 1:  # a batch is mostly one topic: no regrouping, no task of its own
-            return await self._match_topic(topics.pop(), [e for _, e in events], wire, deadline, agents_only,
-                                           weights)
+            return await self._match_topic(topics.pop(), list(map(itemgetter(1), events)), wire, deadline,
+                                           agents_only, weights)
         groups: dict[str, list[int]] = defaultdict(list)
         for i, (topic, _) in enumerate(events):
             groups[topic].append(i)
