@@ -13,10 +13,13 @@ Pieces (the 2% and 20% workload of loadtest.bench_events: `Symbol`, `Price`):
   and settled);
 - `match`: a matcher's CDM index, 50 subscriptions, a batch of 256 events;
 - `matcher answer`: a matcher holding the 3 default zones answers a batch of 256 events
-  (route to zones, CDM, the MatchResponse serialized; what each tree sends an agent);
-- `matcher entry, lone event`: the entry's whole `Match` of a batch of one event (the
-  request read, routing, its zones, the response built, metrics) when one matcher holds
-  the 3 default zones (no peer message in either tree): the entry's own Python work;
+  (route to zones, CDM, the MatchResponse serialized, or its bytes built where the tree
+  has matcher/answer.py; what each tree sends an agent);
+- `matcher entry, lone event` / `batch of 512`: the entry's whole `Match` of a batch of
+  one event, and of 512 (the agents' batches at saturation) (the request read, routing,
+  its zones, the response built and serialized, metrics, the routing job's sample) when
+  one matcher holds the 3 default zones (no peer message in either tree): the entry's
+  own Python work;
 - `client encode`: the publisher's request of one event;
 - `client publish()` / `client publish_batch`: the SDK's whole publish path over a fake
   channel (the agent's acks come back coalesced, as the agent sends them): the event's
@@ -82,7 +85,7 @@ def _answer_piece(sel: int) -> float:
     from echelon.core.schema import Schema, parse_attribute
     from echelon.core.space import Space
     from echelon.matcher.layout import Copy, Layout, default_zones
-    from echelon.matcher.server import results_to_pb
+    from echelon.matcher import server
     from echelon.matcher.store import CopyStore
     from echelon.matcher.zones import Zones
     from echelon.v1 import matcher_pb2 as xpb
@@ -99,19 +102,24 @@ def _answer_piece(sel: int) -> float:
     agents_only = "agents_only" in inspect.signature(Zones.match).parameters  # this tree answers agents only
     events = workload_events(256)
 
+    answers = server.Answers() if hasattr(server, "Answers") else None  # this tree builds the answer's bytes
+
     def once():
         routed = layout.route(events)
+        if answers is not None:
+            answers.response(0, matcher.match("bench", layout.key, events, routed, True), True)
+            return
         response = xpb.MatchResponse()
         if agents_only:
-            results_to_pb(matcher.match("bench", layout.key, events, routed, True), response.results, True)
+            server.results_to_pb(matcher.match("bench", layout.key, events, routed, True), response.results, True)
         else:
-            results_to_pb(matcher.match("bench", layout.key, events, routed), response.results)
+            server.results_to_pb(matcher.match("bench", layout.key, events, routed), response.results)
         response.SerializeToString()
 
     return best(once, len(events))
 
 
-def _entry_piece() -> float:
+def _entry_piece(size: int = 1) -> float:
     import asyncio
     from types import SimpleNamespace
 
@@ -141,9 +149,11 @@ def _entry_piece() -> float:
     schema = Schema(tuple(parse_attribute(a) for a in SCHEMA))
     ids = ["m0", "m1", "m2"]
     zones = [Zone(z.id, z.low, z.high, "m0") for z in default_zones("bench", Space.of(schema), ids)[0]]
-    batches = [xpb.MatchRequest(batch_id=i, agents_only=True, events=[pb.Event(topic="bench",
-                                                                                attributes=attributes_to_pb(e))])
-               for i, e in enumerate(workload_events(200))]
+    events = workload_events(200 if size == 1 else 4 * size)
+    batches = [xpb.MatchRequest(batch_id=i, agents_only=True, events=[
+        pb.Event(id=pb.MessageId(producer_id="pub-0", sequence=j), topic="bench", attributes=attributes_to_pb(e),
+                 publish_time_unix_nanos=1_700_000_000_000_000_000 + j) for j, e in enumerate(events[k:k + size])])
+        for i, k in enumerate(range(0, len(events), size))]
     loop = asyncio.new_event_loop()
 
     async def setup():
@@ -163,9 +173,11 @@ def _entry_piece() -> float:
 
     async def run():
         for b in batches:
-            await entry._entry(b)
+            answer = await entry._entry(b)
+            if not isinstance(answer, bytes):  # a tree whose answer gRPC serializes
+                answer.SerializeToString()
 
-    return best(lambda: loop.run_until_complete(run()), len(batches))
+    return best(lambda: loop.run_until_complete(run()), len(events))
 
 
 PIECES = {
@@ -178,6 +190,7 @@ PIECES = {
     "matcher answer 2%": lambda: _answer_piece(2),
     "matcher answer 20%": lambda: _answer_piece(20),
     "matcher entry, lone event": _entry_piece,
+    "matcher entry, batch of 512": lambda: _entry_piece(512),
     "client encode (publish)": encode_piece,
     "client publish(), one event each": lambda: client_piece(False),
     "client publish_batch, 256 events": lambda: client_piece(True),

@@ -43,7 +43,7 @@ def service_options(f):
                      help="Prometheus /metrics port (unset: no endpoint)."),
         click.option("--region", default="local", show_default=True),
         click.option("--beat-interval", default=0.2, type=click.FloatRange(0.01, 10), show_default=True,
-                     help="Heartbeat interval, seconds."),
+                     help="Heartbeat interval T, seconds: members beat every 2 T, silence is SUSPECT after 5 T."),
         click.option("--grace", default=5.0, type=click.FloatRange(0, 300), show_default=True,
                      help="Seconds to drain on SIGTERM."),
         click.option("--log-level", default="info", type=click.Choice(["debug", "info", "warning", "error"])),

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
+from operator import itemgetter
 from typing import Awaitable, Callable, Mapping, MutableMapping, Sequence
 
 from echelon.matcher.adoption import Layouts
@@ -55,22 +56,27 @@ class Fanout:
         """The entry's side of Match: per event, {subscription id: agent} (or its agents).
         `wire`: the events as received, forwarded to holders as they are; `weights`
         (filled if given): matcher -> events of the batch it holds a zone of."""
-        out: list = [set() if agents_only else {} for _ in events]
+        deadline = asyncio.get_running_loop().time() + self.deadline
+        topics = set(map(itemgetter(0), events))
+        if len(topics) == 1:  # a batch is mostly one topic: no regrouping, no task of its own
+            return await self._match_topic(topics.pop(), list(map(itemgetter(1), events)), wire, deadline,
+                                           agents_only, weights)
         groups: dict[str, list[int]] = defaultdict(list)
         for i, (topic, _) in enumerate(events):
             groups[topic].append(i)
-        deadline = asyncio.get_running_loop().time() + self.deadline
-        parts = [self._match_topic(t, [events[i][1] for i in idxs], None if wire is None else [wire[i] for i in idxs],
-                                   idxs, out, deadline, agents_only, weights) for t, idxs in groups.items()]
-        if len(parts) == 1:
-            await parts[0]  # no task of its own: a lone event's answer one loop turn sooner
-        else:
-            await asyncio.gather(*parts)
+        found = await asyncio.gather(*(self._match_topic(t, [events[i][1] for i in idxs],
+                                                         None if wire is None else [wire[i] for i in idxs],
+                                                         deadline, agents_only, weights)
+                                       for t, idxs in groups.items()))
+        out: list = [None] * len(events)
+        for idxs, part in zip(groups.values(), found):
+            for i, matches in zip(idxs, part):
+                out[i] = matches
         return out
 
-    async def _match_topic(self, topic: str, events: list[Mapping[str, object]], wire: list | None,
-                           positions: list[int], out: list, deadline: float, agents_only: bool,
-                           weights: MutableMapping[str, int] | None) -> None:
+    async def _match_topic(self, topic: str, events: list[Mapping[str, object]], wire: Sequence | None,
+                           deadline: float, agents_only: bool,
+                           weights: MutableMapping[str, int] | None) -> list[Matches] | list[Agents]:
         loop = asyncio.get_running_loop()
         unknown_until = loop.time() + TOPIC_WAIT
         failed: set[str] = set()
@@ -79,7 +85,7 @@ class Fanout:
             layout = ts.active if ts else None
             if layout is None:
                 if topic not in self.layouts.view.topics and loop.time() > unknown_until:
-                    return  # a topic no matcher has seen holds no subscription
+                    return _merge([], len(events), agents_only)  # a topic no matcher has seen holds no subscription
                 await self.wait_change(deadline, f"no active layout for topic {topic!r}", 0.1)
                 continue
             routed = self._needed(layout, layout.route(events))
@@ -91,15 +97,11 @@ class Fanout:
             results = await self._ask(topic, layout.key, events, wire, plan, agents_only)
             errors = [r for r in results if isinstance(r, BaseException)]
             if not errors:
-                for part in results:
-                    for i, found in part.items():
-                        if found:
-                            out[positions[i]] |= found
                 if weights is not None:
                     for zone, idxs in routed.items():
                         for m in layout.members[zone]:
                             weights[m] = weights.get(m, 0) + len(idxs)
-                return
+                return _merge(results, len(events), agents_only)
             for e in errors:
                 if not isinstance(e, (PeerUnavailable, StaleLayout)):
                     raise e
@@ -158,13 +160,33 @@ class Fanout:
             return [e]
 
     async def _zones_at(self, peer: str, topic: str, key: str, events: list[Mapping[str, object]],
-                        wire: list | None, zones: dict[str, list[int]], agents_only: bool) -> dict[int, object]:
+                        wire: list | None, zones: dict[str, list[int]], agents_only: bool) -> list:
+        """Per event, its matches in `zones` at `peer` (None, or empty, where it met none of them)."""
         if peer == self.me:
-            results = self.zones.match(topic, key, events, zones, agents_only)
-            return {i: results[i] for idxs in zones.values() for i in idxs}
+            return self.zones.match(topic, key, events, zones, agents_only)
         needed = sorted({i for idxs in zones.values() for i in idxs})
         at = {i: j for j, i in enumerate(needed)}
         results = await self.transport.match_zones(peer, topic, key, [events[i] for i in needed],
                                                    {z: [at[i] for i in idxs] for z, idxs in zones.items()},
                                                    agents_only, None if wire is None else [wire[i] for i in needed])
-        return {i: results[at[i]] for i in needed}
+        out: list = [None] * len(events)
+        for i, found in zip(needed, results):
+            out[i] = found
+        return out
+
+
+def _merge(parts: list[list], n: int, agents_only: bool) -> list[Matches] | list[Agents]:
+    """Per event, the union of its matches over the members' parts (each per event: its own
+    new set or map, or None where that member had none of its zones). One local part, the
+    usual case, is the answer as it is."""
+    if len(parts) == 1 and None not in parts[0]:
+        return parts[0]
+    merged: list = [None] * n
+    for part in parts:
+        for i, found in enumerate(part):
+            if found:
+                if merged[i] is None:
+                    merged[i] = found
+                else:
+                    merged[i] |= found
+    return [m if m is not None else set() if agents_only else {} for m in merged]

@@ -17,14 +17,16 @@ import logging
 import time
 from collections import defaultdict
 
+import grpc
 from prometheus_client import Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 
 from echelon.core.can import Zone
 from echelon.core.schema import SchemaError
 from echelon.agent.dataplane import PARK_SECONDS
+from echelon.matcher.answer import Answers
 from echelon.matcher.layout import Copy
-from echelon.matcher.peers import Agents, GrpcTransport, Matches, StaleLayout, Status, TierView
+from echelon.matcher.peers import GrpcTransport, StaleLayout, Status, TierView
 from echelon.matcher.reconcile import Reaper, holdings, reconcile
 from echelon.matcher.sample import EventSampler, sample
 from echelon.matcher.tier import Tier
@@ -42,28 +44,31 @@ log = logging.getLogger("echelon.matcher")
 
 AHEAD = 16  # an agent's Match batches matched at once on one stream (it sends at most 4)
 QUIET = 1.5  # seconds without a call from another matcher (they Sync every second): drained
+SERVICE = xpb.DESCRIPTOR.services_by_name["Matcher"].full_name
 
 
 def copy_from_pb(s: xpb.Subscription) -> Copy:
     return Copy(s.id, s.agent, s.topic, s.version, filter_from_pb(s.filter), s)
 
 
-def results_to_pb(results: list[Matches] | list[Agents], out, agents_only: bool) -> None:
-    """Per event {subscription: agent} into MatchResults, grouped by agent; or its agents."""
-    add = out.add
-    if agents_only:
-        for r in results:
-            res = add()
-            for agent in r:  # in place: no AgentMatches built apart and copied in (upb)
-                res.agents.add(agent=agent)
-        return
-    for r in results:
-        by_agent: dict[str, list[str]] = defaultdict(list)
-        for sid, agent in r.items():
-            by_agent[agent].append(sid)
-        res = add()
-        for agent, sids in by_agent.items():
-            res.agents.add(agent=agent, subscriptions=sids)
+def add_matcher_servicer(servicer: xgrpc.MatcherServicer, server) -> None:
+    """The generated registration, but `Match` answers go out as the bytes answer.py built
+    (a message still serialized: the holder's `stale` answer)."""
+    handlers = {}
+
+    class Capture:
+        def add_generic_rpc_handlers(self, _):
+            pass
+
+        def add_registered_method_handlers(self, _, found):
+            handlers.update(found)
+
+    xgrpc.add_MatcherServicer_to_server(servicer, Capture())
+    match = handlers["Match"]
+    handlers["Match"] = grpc.stream_stream_rpc_method_handler(
+        match.stream_stream, match.request_deserializer, lambda r: r if type(r) is bytes else r.SerializeToString())
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
+    server.add_registered_method_handlers(SERVICE, handlers)
 
 
 def tier_view(member) -> TierView:
@@ -156,6 +161,7 @@ class MatcherServicer(xgrpc.MatcherServicer):
     def __init__(self, node: "MatcherNode"):
         self.node = node
         self.tier = node.tier
+        self.answers = Answers()
 
     async def Register(self, request: xpb.RegisterRequest, context) -> xpb.RegisterResponse:
         copies = []
@@ -212,44 +218,39 @@ class MatcherServicer(xgrpc.MatcherServicer):
                         answer = await self._entry(answer)
                     finally:
                         busy[0] = False
-                yield answer if isinstance(answer, xpb.MatchResponse) else await answer
+                yield answer if isinstance(answer, (bytes, xpb.MatchResponse)) else await answer
         finally:
             reader.cancel()
             while not answers.empty():
                 if isinstance(answer := answers.get_nowait(), asyncio.Future):
                     answer.cancel()
 
-    async def _entry(self, batch: xpb.MatchRequest) -> xpb.MatchResponse:
+    async def _entry(self, batch: xpb.MatchRequest) -> bytes:
         """An agent's batch: every zone its events meet, here or at their holders."""
         start = time.perf_counter()
         events = [(e.topic, attributes_from_pb(e.attributes)) for e in batch.events]
         self.node.events.add(events)
         weights: dict[str, int] = {}
         results = await self.tier.match(events, batch.agents_only, batch.events, weights)
-        response = xpb.MatchResponse(batch_id=batch.batch_id)
-        results_to_pb(results, response.results, batch.agents_only)
         best = max(weights, key=weights.__getitem__, default=self.tier.me)
-        if weights.get(best, 0) > weights.get(self.tier.me, 0):
-            response.entry = best
+        response = self.answers.response(batch.batch_id, results, batch.agents_only,
+                                         best if weights.get(best, 0) > weights.get(self.tier.me, 0) else "")
         self.node.metrics.events.inc(len(batch.events))
         self.node.metrics.batch.observe(time.perf_counter() - start)
         return response
 
-    def _holder(self, batch: xpb.MatchRequest) -> xpb.MatchResponse:
+    def _holder(self, batch: xpb.MatchRequest) -> bytes | xpb.MatchResponse:
         """Another matcher's request: the named zones of one layout held here, nothing more."""
         events = [attributes_from_pb(e.attributes) for e in batch.events]
         zones = {z.zone: list(z.events) for z in batch.zones}
         if any(i >= len(events) for idxs in zones.values() for i in idxs):
             raise InvalidArgument("zone event positions out of range")
-        response = xpb.MatchResponse(batch_id=batch.batch_id)
         try:
             results = self.tier.match_zones(batch.topic, batch.layout, events, zones, batch.agents_only)
         except StaleLayout as e:
-            response.stale = str(e)
-            return response
-        results_to_pb(results, response.results, batch.agents_only)
+            return xpb.MatchResponse(batch_id=batch.batch_id, stale=str(e))
         self.node.metrics.held_events.inc(len(events))
-        return response
+        return self.answers.response(batch.batch_id, results, batch.agents_only)
 
     async def Store(self, request: xpb.StoreRequest, context) -> xpb.StoreResponse:
         require_member(context, request.sender, "matcher", "Store")
@@ -321,8 +322,7 @@ class MatcherNode(Node):
         self._reaping: asyncio.Task | None = None
         self.events = EventSampler()  # for Sample: the routing job's event points
         self.matcher = MatcherServicer(self)
-        self.server.add(xgrpc.add_MatcherServicer_to_server, self.matcher,
-                        xpb.DESCRIPTOR.services_by_name["Matcher"].full_name)
+        self.server.add(add_matcher_servicer, self.matcher, SERVICE)
 
     def incarnation(self) -> int:
         return self.membership.member.incarnation if self.membership else 0

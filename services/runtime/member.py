@@ -34,6 +34,7 @@ from typing import Callable
 import grpc
 
 from echelon.core.acl import rule_key
+from echelon.core.detector import BEAT_EVERY
 from echelon.core.replication import watch_target
 from echelon.core.view import View, ViewDelta, merge
 from echelon.runtime.transport import INCARNATION_KEY, PLAIN, RECONNECT_OPTIONS, Transport
@@ -199,7 +200,7 @@ class MemberClient:
                 beat.publishes.extend(self.member.publishes)
                 beat.subscribes.extend(self.member.subscribes)
             yield beat
-            await asyncio.sleep(self.beat_interval)
+            await asyncio.sleep(BEAT_EVERY * self.beat_interval)
 
     async def _beat_loop(self, address: str) -> None:
         backoff = self.beat_interval

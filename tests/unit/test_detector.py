@@ -9,6 +9,7 @@ import random
 import pytest
 
 from echelon.core.detector import (
+    BEAT_EVERY,
     Detector,
     MemberGone,
     MemberRecord,
@@ -25,10 +26,11 @@ def rec(mid: str, inc: int = 1, address: str | None = None, **kw) -> MemberRecor
 
 
 def run(det: Detector, start: float, end: float, beats: dict[str, int] | None = None):
-    """Tick from `start` to `end`; members in `beats` beat every interval at that incarnation."""
+    """Tick from `start` to `end`; members in `beats` beat as members do (every BEAT_EVERY
+    intervals) at that incarnation."""
     out, now, n = [], start, 0
     while now <= end + 1e-9:
-        if beats and n % round(det.heartbeat_interval / TICK) == 0:
+        if beats and n % round(BEAT_EVERY * det.heartbeat_interval / TICK) == 0:
             for mid, inc in beats.items():
                 out += det.beat(mid, inc, now)
         out += det.tick(now)
@@ -58,13 +60,15 @@ def test_defaults_are_expressed_in_beats():
 def test_an_ended_stream_is_a_crash_declared_within_two_seconds():
     det = Detector()
     det.join(rec("a"), 0.0)
-    run(det, 0.0, 1.0, beats={"a": 1})  # last beat at 1.0
-    assert det.stream_ended("a", 1.1, last_beat=1.0) == []  # the process died: its socket closed
-    out = run(det, 1.05, 3.0)
+    run(det, 0.0, 1.2, beats={"a": 1})  # last beat at 1.2
+    last = det.get("a").last_beat
+    assert last == pytest.approx(1.2)
+    assert det.stream_ended("a", 1.25, last_beat=last) == []  # the process died: its socket closed
+    out = run(det, 1.25, 3.2)
     assert states(out) == [("a", State.ALIVE, State.SUSPECT), ("a", State.SUSPECT, State.DEAD)]
     suspect, dead = out
-    assert suspect.at <= dead.at == pytest.approx(2.1) and dead.reason == "stream ended"
-    assert dead.silence == pytest.approx(1.1) and dead.at - 1.1 < 2.0
+    assert suspect.at <= dead.at == pytest.approx(2.25) and dead.reason == "stream ended"
+    assert dead.silence == pytest.approx(1.05) and dead.at - 1.25 < 2.0
     assert list(det.stats.detection_latencies) == [dead.silence]
     assert det.get("a").state is State.DEAD and det.live() == set()
     assert det.get("a").stream_ended is None
@@ -119,6 +123,9 @@ def test_steady_beats_keep_a_member_alive():
     det.join(rec("a"), 0.0)
     assert run(det, 0.0, 10.0, beats={"a": 1}) == []
     assert det.get("a").state is State.ALIVE
+    assert det.stats.late_beats == 0  # a beat every BEAT_EVERY intervals is on time
+    det.beat("a", 1, 10.0 + 2 * BEAT_EVERY * det.heartbeat_interval + TICK)
+    assert det.stats.late_beats == 1
 
 
 def test_plain_beat_refutes_silence_suspicion():
@@ -300,7 +307,7 @@ def test_a_stalled_detector_does_not_kill_everyone_on_resume():
 
 
 def simulate(n: int, seconds: float, loss: float, delay, seed: int, accuse_every: float = 0.0):
-    """n members beat every 0.2 s over ordered streams: each beat lost with probability
+    """n members beat every BEAT_EVERY * 0.2 s over ordered streams: each beat lost with probability
     `loss`, delayed by `delay(rng)`, never overtaking the previous one (one stream).
     With `accuse_every`, a random peer falsely reports a random member that often."""
     rng = random.Random(seed)
@@ -309,12 +316,13 @@ def simulate(n: int, seconds: float, loss: float, delay, seed: int, accuse_every
     for m in ids:
         det.join(rec(m), 0.0)
     events = []  # (time, order, kind, member)
+    period = BEAT_EVERY * det.heartbeat_interval
     for m in ids:
-        phase, last = rng.uniform(0, 0.2), 0.0
-        for k in range(int(seconds / 0.2)):
+        phase, last = rng.uniform(0, period), 0.0
+        for k in range(int(seconds / period)):
             if rng.random() < loss:
                 continue
-            last = max(last, phase + k * 0.2 + delay(rng))
+            last = max(last, phase + k * period + delay(rng))
             events.append((last, 0, "beat", m))
     for k in range(1, int(seconds / TICK) + 1):
         events.append((k * TICK, 2, "tick", ""))
