@@ -69,6 +69,7 @@ class Run:
         pids = system.pids()
         own = os.getpid()
         cpu0 = {k: cpu_seconds(p) for k, p in pids.items()}
+        overflowed0 = getattr(system, "overflowed", 0)
         gen0 = cpu_seconds(own)
         wire0 = tcp_bytes_sent(set(pids.values()) | {own})
         window = WINDOW // len(sends)
@@ -131,6 +132,7 @@ class Run:
         row = {**meta, "rate": rate or "max", "events": last - first, "acked": acked[0], "errors": dict(errors),
                "expected_deliveries": expected, "useful_deliveries": received.useful,
                "late_deliveries_of_earlier_cells": late[0],
+               "subscriptions_overflowed": getattr(system, "overflowed", 0) - overflowed0,
                "published_per_s": published, "delivered_per_s": received.useful / dlv_s if dlv_s else 0.0,
                "p50_ms": percentile(lat, 0.5), "p99_ms": percentile(lat, 0.99), "p999_ms": percentile(lat, 0.999),
                "cpu_s_per_1k": {k: v / max(acked[0], 1) * 1000 for k, v in cpu.items()},
@@ -223,6 +225,8 @@ def fmt(v, spec=".0f") -> str:
 
 def line(r: dict) -> str:
     held = "" if r.get("sustained", True) else " NOT HELD"
+    if r.get("subscriptions_overflowed"):
+        held += f" ({r['subscriptions_overflowed']} slow subscriptions closed by their agents, subscribed again)"
     return (f"{r['system']:8} {r['mode']:17} {r['selectivity']:>3}% {r['publishers']}p {str(r['rate']):>6}: "
             f"pub {r['published_per_s']:9.0f}/s dlv {r['delivered_per_s']:9.0f}/s p50 {fmt(r['p50_ms'], '.2f')} "
             f"p99 {fmt(r['p99_ms'], '.2f')} ms{held}")

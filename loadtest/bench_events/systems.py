@@ -56,6 +56,7 @@ class Echelon:
         self.log_dir = log_dir / ("echelon-tls" if tls else "echelon")
         self.subs, self.tasks = [], []
         self.clients: list = []
+        self.overflowed = 0  # subscriptions the agents closed as slow consumers (open_subs)
 
     async def start(self, attempts: int = 3) -> None:
         """Start the cluster; again on fresh ports if one was taken between being picked
@@ -84,19 +85,35 @@ class Echelon:
         return self.cluster.process("agent-0").pid
 
     async def open_subs(self, subs: list[Sub], pool: Pool, sink: Sink) -> None:
-        async def drain(sub, index):
-            # The batch API (client/subscription.py): what has arrived, settled in one call.
-            async for batch in sub.batches():
-                for m in batch:
-                    event_id, sent = PAYLOAD.unpack(m.payload)
-                    sink(index, event_id, sent)
-                await sub.ack(batch)
+        from echelon.client.errors import ResourceExhausted
+
+        async def drain(s, slot, sub):
+            while True:
+                try:
+                    # The batch API (client/subscription.py): what has arrived, settled in one call.
+                    async for batch in sub.batches():
+                        for m in batch:
+                            event_id, sent = PAYLOAD.unpack(m.payload)
+                            sink(s.index, event_id, sent)
+                        await sub.ack(batch)
+                    return
+                except ResourceExhausted:
+                    # A slow consumer: its backlog on the agent passed the bound (an ACCEPTED
+                    # publisher at saturation outruns 10 deliveries per event) and the agent
+                    # closed it. Counted (the cell's `overflowed`) and subscribed again, as an
+                    # application would; what it missed meanwhile is missing from the cell.
+                    self.overflowed += 1
+                    sub = self.subs[slot] = await self._subscribe(s)
 
         for s in subs:
-            sub = self.sub_clients[s.index % SUB_AGENTS].subscribe(TOPIC, s.echelon_filter(), max_outstanding=1024)
-            await sub.start()
+            sub = await self._subscribe(s)
             self.subs.append(sub)
-            self.tasks.append(asyncio.create_task(drain(sub, s.index)))
+            self.tasks.append(asyncio.create_task(drain(s, len(self.subs) - 1, sub)))
+
+    async def _subscribe(self, s: Sub):
+        sub = self.sub_clients[s.index % SUB_AGENTS].subscribe(TOPIC, s.echelon_filter(), max_outstanding=1024)
+        await sub.start()
+        return sub
 
     async def close_subs(self) -> None:
         for t in self.tasks:
