@@ -109,13 +109,7 @@ class DurableSubscription(Subscription):
         """As Subscription.ack (listed ids and, cumulatively, every one up to `through`), the
         log first: the credits come back once the acks are committed."""
         crash_point("ack-received")
-        done = []
-        while self.unacked and through:
-            first = next(iter(self.unacked))
-            if first > through:
-                break
-            done.append(self.unacked.pop(first))
-        done += [self.unacked.pop(i) for i in delivery_ids if i in self.unacked]
+        done = self.settle(delivery_ids, through)
         keys = [key_of(p.event) for p in done]
         if keys:
             self.store.ack(self.name, self.topic, keys)

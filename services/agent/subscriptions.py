@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from itertools import islice
+from itertools import islice, repeat
 from operator import attrgetter
 
 from echelon.agent.slices import ChunkStream
@@ -154,21 +154,23 @@ class Subscription:
         return list(zip(ids, taken))
 
     def ack(self, delivery_ids, credits: int, through: int = 0) -> int:
-        """Forget acked deliveries: the ids listed and, cumulatively, every one up to
-        `through` (ids are given consecutively, and a redelivery gets a new id: each id
-        is looked up once, by the first `through` past it)."""
-        acked = 0
-        pop = self.unacked.pop
-        if through >= self._unsettled:
-            through = min(through, self._next_id - 1)
-            for i in range(self._unsettled, through + 1):
-                if pop(i, None) is not None:
-                    acked += 1
-            self._unsettled = through + 1
-        acked += sum(pop(i, None) is not None for i in delivery_ids)
+        """Forget acked deliveries (`settle`) and take the credits back."""
+        acked = len(self.settle(delivery_ids, through))
         self.credits += credits
         self.changed.set()
         return acked
+
+    def settle(self, delivery_ids, through: int = 0) -> list[Pending]:
+        """Take acked deliveries out of `unacked`: every one up to `through`, cumulatively,
+        then the ids listed (ids are given consecutively, and a redelivery gets a new id: each
+        id is looked up once, by the first `through` past it)."""
+        pop, done = self.unacked.pop, []
+        if through >= self._unsettled:
+            through = min(through, self._next_id - 1)
+            done = [p for p in map(pop, range(self._unsettled, through + 1), repeat(None)) if p is not None]
+            self._unsettled = through + 1
+        done += [p for p in map(pop, delivery_ids, repeat(None)) if p is not None]
+        return done
 
     def nack(self, delivery_ids, delay: float, credits: int) -> int:
         """Give deliveries back unprocessed: redelivered after `delay` seconds."""
