@@ -2,27 +2,35 @@
 different event reusing the id.
 
 A client that retries after a lost ack (even through another agent) resends the same
-(producer id, sequence); every receiver remembers the ids it has seen for `horizon`
-seconds and at most `capacity` of them, oldest forgotten first. Time comes in as `now`
-(not decreasing from one call to the next).
+(producer id, sequence); every receiver remembers the ids it has seen for a while and
+recognises a retry within it. Time comes in as `now` (not decreasing from one call to
+the next).
 
 An offer may carry a digest of the event's content: a later offer of the id with
 another digest is `Seen.DIFFERENT` (the publishing agent refuses it rather than drop it
 as a duplicate). An offer also keeps what its owner says of the first copy (`outcome`,
 read back with `outcome(key)`), so a duplicate can be answered as the first was.
 
-Per id, a plain dict holds its record and a deque its place in the order of arrival:
-no object per id but the record (a float for `first_time`, a tuple for `offer`), no
-OrderedDict links (issue 12: the window is on every publish and every delivery). An id
-forgotten leaves its place in the deque behind: counted in `_stale`, skipped when the
-oldest are dropped (forgetting is rare: a publish that failed).
+The window's guarantee, exactly (tests/unit/test_dedup.py checks both bounds against a
+brute-force list of every offer). An id first offered at time t is recognised as long as
+it was not forgotten, `now - t <= horizon` and fewer than `capacity` other ids were
+first offered after it. It is forgotten once `now - t > 2 * horizon`, or once
+`2 * capacity - 1` ids first offered after it are held or were dropped with it. Between
+the two it may be either. So the window holds at most `2 * capacity - 1` ids.
+
+Generations (issue 12: the window is on every publish and every delivery, and at a
+million ids every new id used to evict the oldest one by one): ids go into a young dict;
+when it holds `capacity` ids, or its first id passes the horizon, it becomes the old
+dict and the old one is dropped whole; the old one also goes once its newest id passes
+the horizon. A lookup is two dict probes, eviction one dict freed per `capacity` ids,
+and `forget` a pop. `generation` counts the moves: an id offered while it was g is
+held no longer than while it is g + 1.
 """
 
 from __future__ import annotations
 
 import enum
 import math
-from collections import deque
 from typing import Any, Hashable
 
 
@@ -33,107 +41,102 @@ class Seen(enum.Enum):
 
 
 _FIRST, _SAME, _DIFFERENT = Seen.FIRST, Seen.SAME, Seen.DIFFERENT
+_INF = math.inf
 
 
 class DedupWindow:
     def __init__(self, capacity: int = 1_000_000, horizon: float = 600.0):
         self.capacity = capacity
         self.horizon = horizon
+        self.generation = 0  # moves of the young dict to old (module doc)
         # id -> its time (first_time), or (time, digest, outcome) (offer)
-        self._seen: dict[Hashable, float | tuple[float, object, Any]] = {}
-        self._order: deque[Hashable] = deque()  # the ids in order of arrival, forgotten ones too
-        self._stale: dict[Hashable, int] = {}  # id -> its places in _order left by `forget`
-        self._oldest = math.inf  # the time of the oldest id held (inf: none)
+        self._young: dict[Hashable, float | tuple[float, object, Any]] = {}
+        self._old: dict[Hashable, float | tuple[float, object, Any]] = {}
+        self._since = _INF  # the time of the young dict's first id (inf: empty)
+        self._newest = -_INF  # the time of the young dict's newest id
+        self._old_newest = _INF  # the time of the old dict's newest id (inf: empty)
+        self._due = _INF  # the earlier of `_since` and `_old_newest`: past the horizon, `_expire`
 
     def offer(self, key: Hashable, now: float, digest: object = b"", outcome: Any = None,
               expire: bool = True) -> Seen:
         """Record `key` (with `outcome`) the first time it is offered within the window;
         else say whether the content matches the first offer's. `expire=False`: the caller
         ran `expire(now)` once for many offers at one time."""
-        if expire and now - self._oldest > self.horizon:
-            self._drop(now)
-        seen = self._seen
-        record = seen.get(key)
+        if expire and now - self._due > self.horizon:
+            self._expire(now)
+        young = self._young
+        record = young.get(key)
         if record is None:
-            if not seen:
-                self._oldest = now
-            seen[key] = (now, digest, outcome)
-            self._order.append(key)
-            if len(seen) > self.capacity:
-                self._drop(None)
-            return _FIRST
+            record = self._old.get(key)
+            if record is None:
+                if not young:
+                    self._start(now)
+                young[key] = (now, digest, outcome)
+                self._newest = now
+                if len(young) >= self.capacity:
+                    self._rotate()
+                return _FIRST
         if record.__class__ is float:  # recorded by first_time: no digest
             return _SAME if digest == b"" else _DIFFERENT
         return _SAME if record[1] == digest else _DIFFERENT  # type: ignore[index]
 
     def outcome(self, key: Hashable) -> Any:
         """What the owner said of `key`'s first copy (None for an id of `first_time`, or not held)."""
-        record = self._seen.get(key)
+        record = self._young.get(key)
+        if record is None:
+            record = self._old.get(key)
         return None if record is None or record.__class__ is float else record[2]  # type: ignore[index]
 
     def first_time(self, key: Hashable, now: float) -> bool:
         """True the first time `key` is offered within the window; records it: its time
         alone (a window of a million ids would otherwise hold a million objects that every
         full pass of the cyclic GC scans: ~0.2-0.5 s each, on the delivery path)."""
-        if now - self._oldest > self.horizon:
-            self._drop(now)
-        seen = self._seen
-        if key in seen:
+        if now - self._due > self.horizon:
+            self._expire(now)
+        young = self._young
+        if key in young or key in self._old:
             return False
-        if not seen:
-            self._oldest = now
-        seen[key] = float(now)
-        self._order.append(key)
-        if len(seen) > self.capacity:
-            self._drop(None)
+        if not young:
+            self._start(now)
+        young[key] = float(now)
+        self._newest = now
+        if len(young) >= self.capacity:
+            self._rotate()
         return True
 
     def forget(self, key: Hashable) -> None:
         """The first copy was not published after all: the id may be used again."""
-        if self._seen.pop(key, None) is not None:
-            self._stale[key] = self._stale.get(key, 0) + 1
-            if not self._seen:
-                self._reset()
+        if self._young.pop(key, None) is None:
+            self._old.pop(key, None)
 
     def __contains__(self, key: Hashable) -> bool:
-        return key in self._seen
+        return key in self._young or key in self._old
 
     def __len__(self) -> int:
-        return len(self._seen)
+        return len(self._young) + len(self._old)
 
     def expire(self, now: float) -> None:
-        """Forget the ids older than the horizon."""
-        if now - self._oldest > self.horizon:
-            self._drop(now)
+        """Forget the ids the horizon lets go (module doc: whole dicts, so some older than
+        the horizon may stay, none older than twice the horizon)."""
+        if now - self._due > self.horizon:
+            self._expire(now)
 
-    def _drop(self, now: float | None) -> None:
-        """Forget the oldest ids: those older than the horizon at `now`, or (None) one, to
-        stay within the capacity. `_oldest` is then the time of the oldest left."""
-        seen, order, stale = self._seen, self._order, self._stale
-        while order:
-            key = order[0]
-            if stale:
-                n = stale.get(key)
-                if n is not None:  # a place `forget` left (older than the key's live one)
-                    order.popleft()
-                    if n == 1:
-                        del stale[key]
-                    else:
-                        stale[key] = n - 1
-                    continue
-            record = seen[key]
-            at = record if record.__class__ is float else record[0]  # type: ignore[index]
-            if now is not None and now - at <= self.horizon:
-                self._oldest = at
-                return
-            order.popleft()
-            del seen[key]
-            if now is None:
-                now = -math.inf  # one dropped: the next one held is the oldest
-        self._reset()
+    def _start(self, now: float) -> None:
+        """The young dict's first id, at `now`."""
+        self._since = now
+        self._due = min(now, self._old_newest)
 
-    def _reset(self) -> None:
-        """Nothing held: no place left behind either."""
-        self._order.clear()
-        self._stale.clear()
-        self._oldest = math.inf
+    def _rotate(self) -> None:
+        """The young dict becomes the old one; the old one is dropped."""
+        self._old, self._young = self._young, {}
+        self._old_newest, self._since = self._newest, _INF
+        self._due = self._old_newest
+        self.generation += 1
+
+    def _expire(self, now: float) -> None:
+        horizon = self.horizon
+        if now - self._since > horizon:  # its first id is past the horizon (its later ones may not be)
+            self._rotate()
+        if now - self._old_newest > horizon:  # every id in it is past the horizon
+            self._old, self._old_newest = {}, _INF
+        self._due = min(self._since, self._old_newest)
