@@ -59,7 +59,7 @@ Pieces (the 2% and 20% workload of loadtest.bench_events: `Symbol`, `Price`):
 from __future__ import annotations
 
 from hotpath_inputs import best, workload_events
-from hotpath_publish import (admit_piece, client_piece, dispatch_piece, encode_piece, relay_inner_piece,
+from hotpath_publish import (admit_full_piece, admit_piece, client_piece, dispatch_piece, encode_piece, relay_inner_piece,
                              relay_root_piece, stream_piece)
 from hotpath_subscribe import (deliver_piece, gc_piece, queue_piece, relay_receive_piece, subscriber_agent_piece,
                                subscriber_sdk_piece, subscriber_tasks_piece)
@@ -185,6 +185,7 @@ PIECES = {
     "deliver 20%, frame of 170": lambda: deliver_piece(20, 170),
     "deliver 2%, frame of 1": lambda: deliver_piece(2, 1),
     "admit (publishing agent)": admit_piece,
+    "admit, full window (publishing agent)": admit_full_piece,
     "match 2% (matcher CDM)": lambda: _match_piece(2),
     "match 20% (matcher CDM)": lambda: _match_piece(20),
     "matcher answer 2%": lambda: _answer_piece(2),

@@ -14,10 +14,62 @@ def admit_piece() -> float:
     that settles it at once, the settle callbacks run) with a stub node: the schema cache,
     no durable subscription, no rights to check (what the per-event path touches)."""
     import asyncio
+
+    from echelon.core.dedup import DedupWindow
+
+    loop, admission, batch = _admission(256)
+
+    async def once():
+        admission.accepted = DedupWindow(capacity=200_000)
+        await batch(1)
+        await asyncio.sleep(0)  # the settle callbacks
+
+    try:
+        return best(lambda: loop.run_until_complete(once()), 256)
+    finally:
+        loop.close()
+
+
+def admit_full_piece() -> float:
+    """The admission as at saturation: its window full (as many ids accepted before as it
+    holds, so each new one makes an old one go), the services' GC settings
+    (runtime/loop.started, before the window fills), and the CPU of a whole window's worth of
+    batches of 256 in one timing: eviction and GC passes included, not the best of repeats."""
+    import asyncio
+    import gc
+
+    loop, admission, batch = _admission(256)
+    capacity = admission.accepted.capacity
+    rounds = capacity // 256
+
+    async def fill(first: int, n: int):
+        for k in range(first, first + n):
+            await batch(k * 256 + 1)
+            await asyncio.sleep(0)  # the settle callbacks
+
+    thresholds = gc.get_threshold()
+    gc.collect()
+    gc.freeze()  # what a service built before it runs (its window fills after)
+    gc.set_threshold(10_000, 10, 10)
+    try:
+        loop.run_until_complete(fill(0, rounds + rounds // 2))  # past one generation of the window, full
+        start = time.process_time()
+        loop.run_until_complete(fill(rounds + rounds // 2, rounds))
+        return (time.process_time() - start) / (rounds * 256) * 1e6
+    finally:
+        gc.set_threshold(*thresholds)
+        gc.unfreeze()
+        loop.close()
+
+
+def _admission(size: int):
+    """An event loop, an Admission with a stub node (the schema cache, no durable
+    subscription, no rights to check, a dispatcher that settles each unit at once), and
+    `batch(first)`: a batch of `size` events as parsed off the wire, sequences from `first`."""
+    import asyncio
     from types import SimpleNamespace
 
     from echelon.agent.topics import Topics
-    from echelon.core.dedup import DedupWindow
     from echelon.core.schema import Schema, parse_attribute
     from echelon.runtime.wire import attributes_to_pb, schema_to_pb
     from echelon.v1 import common_pb2 as pb
@@ -39,35 +91,27 @@ def admit_piece() -> float:
                            server=SimpleNamespace(access=SimpleNamespace(publish_checker=_unchecked)))
     outer = ppb.PublishRequest(batch=[ppb.PublishRequest(topic="bench", attributes=attributes_to_pb(a),
                                                          payload=i.to_bytes(16, "little"), sequence=i + 1)
-                                      for i, a in enumerate(workload_events(256))])
+                                      for i, a in enumerate(workload_events(size))])
     reqs = ppb.PublishRequest.FromString(outer.SerializeToString()).batch  # as parsed off the wire
-    seqs, payloads = [r.sequence for r in reqs], [r.payload for r in reqs]
+    payloads = [r.payload for r in reqs]
     level = ppb.ACK_LEVEL_ACCEPTED
-    # One admission for every round (its caches warm, as in an agent), a new window each.
+    # One admission for every round (its caches warm, as in an agent).
     try:  # this tree: admission.py
         from echelon.agent.admission import Admission, Unit
 
         admission = Admission(node)
 
-        def accept():
-            return admission.accept(Unit(True, level, "p"), reqs, seqs, payloads)
+        def batch(first: int):
+            return admission.accept(Unit(True, level, "p"), reqs, list(range(first, first + size)), payloads)
     except ImportError:  # the publish half's own _accept
         from echelon.agent.publishing import Publishing, _Unit
 
         admission = Publishing(node)
 
-        def accept():
-            return admission._accept(_Unit(True, level), reqs, "p", seqs, payloads)
+        def batch(first: int):
+            return admission._accept(_Unit(True, level), reqs, "p", list(range(first, first + size)), payloads)
 
-    async def once():
-        admission.accepted = DedupWindow(capacity=200_000)
-        await accept()
-        await asyncio.sleep(0)  # the settle callbacks
-
-    try:
-        return best(lambda: loop.run_until_complete(once()), len(reqs))
-    finally:
-        loop.close()
+    return loop, admission, batch
 
 
 def _unchecked(now, n=None):
