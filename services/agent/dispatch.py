@@ -36,6 +36,7 @@ from typing import Callable
 
 from echelon.agent.dataplane import DataPlane
 from echelon.agent.matching import MatchClient
+from echelon.agent.root import encode_all
 from echelon.agent.slices import PayloadStream
 from echelon.runtime.errors import EchelonError, Unavailable
 from echelon.v1 import common_pb2 as pb
@@ -167,11 +168,12 @@ class Dispatcher:
         producers: list[str] = []
         for unit in units:
             producers += [unit[0][0].id.producer_id] * len(unit[0])
+        wholes = encode_all(encoded, payloads)  # each event with its payload: what the trees carry
         if far_any:  # at once: a payload still arriving is read by both
-            delivered, handed = await asyncio.gather(self.plane.publish(items, may_wait, encoded, producers),
-                                                     self.gateway.publish(remote, may_wait, encoded, producers))
+            delivered, handed = await asyncio.gather(self.plane.publish(items, may_wait, wholes, producers),
+                                                     self.gateway.publish(remote, may_wait, wholes, producers))
         else:
-            delivered, handed = await self.plane.publish(items, may_wait, encoded, producers), None
+            delivered, handed = await self.plane.publish(items, may_wait, wholes, producers), None
         at = 0
         for unit_events, _, future, _ in units:
             end = at + len(unit_events)

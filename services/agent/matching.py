@@ -50,7 +50,7 @@ import grpc
 
 from echelon.runtime.errors import Unavailable
 from echelon.runtime.member import MemberClient, lifetime
-from echelon.runtime.wire import varint
+from echelon.runtime.wire import varints
 from echelon.v1 import matcher_pb2 as xpb
 from echelon.v1 import matcher_pb2_grpc as xgrpc
 from echelon.v1 import membership_pb2 as mpb
@@ -282,7 +282,7 @@ class MatchClient:
         batch_id = next(self._batch_ids)
         # The request's bytes from the events' (the root sends the same bytes on): no event
         # copied into a MatchRequest and serialized again (2.4x cheaper per event).
-        fields = zip(itertools.repeat(_EVENTS), map(varint, map(len, encoded)), encoded)  # iterated in C
+        fields = zip(itertools.repeat(_EVENTS), varints(list(map(len, encoded))), encoded)  # iterated in C
         request = xpb.MatchRequest(batch_id=batch_id, agents_only=True).SerializeToString() + \
             b"".join(itertools.chain.from_iterable(fields))
         loop = asyncio.get_running_loop()

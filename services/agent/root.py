@@ -35,11 +35,12 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from itertools import repeat
 from typing import TYPE_CHECKING
 
 from echelon.agent.holds import Hold, Job
 from echelon.agent.slices import STREAM_WINDOW, PayloadReader, cut, slice_count, slice_event
-from echelon.runtime.wire import length_delimited
+from echelon.runtime.wire import length_delimited, varints
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import relay_pb2 as rpb
 
@@ -118,7 +119,8 @@ class Root:
     async def publish(self, items: list[tuple[pb.Event, bytes, list[str]]], ack_may_wait: bool = False,
                       encoded: list[bytes] | None = None, producers: list[str] | None = None) -> list[asyncio.Future]:
         """Send a matched batch as the root: (event without payload, payload, destination ids);
-        `encoded`: each event serialized already (the dispatcher's), else serialized here;
+        `encoded`: each message's bytes made already (`encode_all`, the dispatcher's), else
+        made here;
         `producers`: each event's producer, when the caller knows them (else read off the events).
 
         A payload is bytes, or a `slices.PayloadReader` (cut through as it arrives).
@@ -149,7 +151,7 @@ class Root:
                 checked = producer
                 run.producers.add(producer)
             # The bytes themselves as the message (`DataPlane.forward`): no RelayMessage per event.
-            run.small.append((encode(event, payload, encoded[i] if encoded else None), event.topic,
+            run.small.append((encoded[i] if encoded else encode(event, payload), event.topic,
                               [d for d in dests if d != me] if me in dests else dests, run.hold))
             run.bytes += len(payload) + 64
             if run.bytes >= FRAME_BYTES:
@@ -255,6 +257,23 @@ def encode(event: pb.Event, payload: bytes, data: bytes | None = None) -> bytes:
     if data is None:
         data = event.SerializeToString()
     return data + length_delimited(PAYLOAD_TAG, payload) if payload else data
+
+
+def encode_all(encoded: list[bytes], payloads: list) -> list[bytes]:
+    """`encode` of a batch's events (serialized: `encoded`) with their payloads, put together
+    in C when every payload is bytes of 1 to 4,095 bytes (the common case: no Python call
+    per event); an event whose payload is not bytes (a payload still arriving) is its bytes
+    alone, as for an empty payload."""
+    if set(map(type, payloads)) == _BYTES:
+        lengths = list(map(len, payloads))
+        if min(lengths) > 0 and max(lengths) < _SHORT_PAYLOAD:
+            return list(map(b"".join, zip(encoded, repeat(_PAYLOAD_TAG), varints(lengths), payloads)))
+    return [encode(None, p, data) if p.__class__ is bytes else data for data, p in zip(encoded, payloads)]
+
+
+_SHORT_PAYLOAD = 4096  # below it, a payload's length is one table look-up (wire.varints)
+_PAYLOAD_TAG = bytes((PAYLOAD_TAG,))
+_BYTES = {bytes}
 
 
 class _Run:

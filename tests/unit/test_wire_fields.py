@@ -4,7 +4,7 @@ protobuf's own serialization of the same message as the oracle."""
 
 from echelon.agent.frames import OutFrame, destinations, peek, whole_tail
 from echelon.agent.matching import EVENTS_TAG
-from echelon.agent.root import PAYLOAD_TAG, encode
+from echelon.agent.root import PAYLOAD_TAG, encode, encode_all
 from echelon.runtime.wire import attributes_to_pb, length_delimited
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import matcher_pb2 as xpb
@@ -45,6 +45,20 @@ def test_the_roots_bytes_are_the_event_with_its_payload_whether_serialized_befor
         whole.payload = payload
         assert pb.Event.FromString(encode(e, payload)) == whole
         assert encode(e, payload, e.SerializeToString()) == encode(e, payload)
+
+
+def test_a_batchs_bytes_are_each_event_with_its_payload():
+    """`encode_all` in C (payloads of 1 to 4,095 bytes) and event by event (an empty payload,
+    a longer one, one still arriving: its event alone) gives what `encode` gives."""
+    events = [event(n) for n in SIZES]
+    encoded = [e.SerializeToString() for e in events]
+    short = [b"\x07" * n for n in (1, 127, 128, 300, 4095)]
+    assert encode_all(encoded[:5], short) == [encode(e, p) for e, p in zip(events, short)]
+    mixed = [b"\x07" * n for n in SIZES[:8]]
+    assert encode_all(encoded[:8], mixed) == [encode(e, p) for e, p in zip(events, mixed)]
+    arriving = object()
+    assert encode_all(encoded[:2], [b"x", arriving]) == [encode(events[0], b"x"), encoded[1]]
+    assert encode_all([], []) == []
 
 
 def test_a_frame_built_as_bytes_is_the_relay_frame_protobuf_writes():
