@@ -16,6 +16,7 @@ fields in field-number order: its id, then its topic).
 from __future__ import annotations
 
 from echelon.runtime.wire import varint
+from echelon.v1 import common_pb2 as pb
 from echelon.v1 import relay_pb2 as rpb
 
 _MESSAGE = b"\x1a"  # RelayFrame.messages (3), length-delimited (written as such in `add_whole`'s format)
@@ -67,6 +68,19 @@ class OutFrame:
     def messages(self):
         """The frame's messages, parsed back (re-routing, tests)."""
         return rpb.RelayFrame.FromString(b"".join(self.parts)).messages
+
+
+def message_key(data: bytes) -> bytes | None:
+    """A whole message's key alone (as `peek`: its Event's serialized id, also the agent's
+    dedup key), or None when the root's bytes do not start with it."""
+    if len(data) > 2 and data[0] == 0x0A and data[1] < 0x80 and len(data) >= data[1] + 2:
+        return data[2:data[1] + 2]
+    return None
+
+
+def id_key(producer_id: str, sequence: int) -> bytes:
+    """`message_key` of the message (producer_id, sequence), for those not read off bytes."""
+    return pb.MessageId(producer_id=producer_id, sequence=sequence).SerializeToString()
 
 
 def peek(data: bytes) -> tuple[bytes, str] | None:
