@@ -275,7 +275,6 @@ class DataPlane:
         # Per destination set of this frame: its whole messages' one hold (their copies go in
         # the same frames; holds.py) and whether this node is among them.
         groups: dict = {}
-        slack = MAX_HOLDS + (MAX_HOLDS >> 4)  # the oldest settled holds forgotten in bulk past it
         for msg in frame.messages:
             dests = msg.destinations
             data = msg.encoded_event
@@ -311,8 +310,6 @@ class DataPlane:
                 first = holds.get(key)
                 if first is None:
                     holds[key] = hold
-                    if len(holds) > slack:
-                        _forget_settled(holds, MAX_HOLDS)
                     if hold.covered:
                         items.append((data, topic, hold.covered, hold))
                 else:  # a second copy: only to those the first did not cover, and its ack waits for the first's
@@ -355,6 +352,8 @@ class DataPlane:
             self.node.deliver_local(local, encoded)
         if items:
             self.forward(frame.source, frame.source_key, items, frame.ack_may_wait)
+        if len(holds) > MAX_HOLDS + (MAX_HOLDS >> 4):  # once sent, this frame's are in flight: kept
+            _forget_settled(holds, MAX_HOLDS)
         for hold in touched:
             job.wait(hold)
         job.arm()
