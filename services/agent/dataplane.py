@@ -47,7 +47,7 @@ import time
 from collections import OrderedDict
 from typing import Callable, Protocol
 
-from echelon.agent.frames import OutFrame, destinations, id_key, message_key, peek, whole_tail
+from echelon.agent.frames import OutFrame, destinations, id_key, peek, whole_tail
 from echelon.agent.holds import Hold, Job
 from echelon.agent.parking import PARK_BYTES, PARK_MESSAGES, PARK_SECONDS, Parked, Parking
 from echelon.agent.root import Root
@@ -153,23 +153,28 @@ class DataPlane:
             if known is None:
                 routed = route(source_key, topic, stripe, dests)
                 known = by_route.get(id(routed))
-                if known is None:
-                    known = by_route[id(routed)] = (routed, [(t, ds, whole_tail(ds)) for t, ds in routed[0].items()])
+                if known is None:  # per target of the route: where its messages and holds go
+                    sinks = []
+                    for target, ds in routed[0].items():
+                        entry = per_target.get(target)
+                        if entry is None:
+                            entry = per_target[target] = (OutFrame(source, source_key, ack_may_wait), [])
+                        sinks.append((entry[0], entry[1].append, ds, whole_tail(ds)))
+                    known = by_route[id(routed)] = (routed, sinks)
                 by_list[id(dests), topic, stripe] = (*known, dests)
             lost = known[0][1]
             if lost:
                 self._park(source, source_key, rpb.RelayMessage(encoded_event=data) if msg is data else msg, topic,
                            lost)
-            body = None if data or not known[1] else _slice_body(msg)
-            for target, ds, tail in known[1]:
-                entry = per_target.get(target)
-                if entry is None:
-                    entry = per_target[target] = (OutFrame(source, source_key, ack_may_wait), [])
-                if data:  # a whole message: its bytes as they came (no re-encoding)
-                    entry[0].add_whole(tail, data)
-                else:
-                    entry[0].add_message(destinations(ds), body)
-                entry[1].append(hold)
+            if data:  # a whole message: its bytes as they came (no re-encoding)
+                for frame, held, _, tail in known[1]:
+                    frame.add_whole(tail, data)
+                    held(hold)
+            elif known[1]:
+                body = _slice_body(msg)
+                for frame, held, ds, _ in known[1]:
+                    frame.add_message(destinations(ds), body)
+                    held(hold)
         for target, (frame, holds) in per_target.items():
             self._send(target, frame, holds)
         return {t: f for t, (f, _) in per_target.items()}
@@ -286,8 +291,9 @@ class DataPlane:
                         # with the rest of the frame (its bytes too: sent on to subscribers as they
                         # came). It waits for an earlier copy's hold, if one forwarded.
                         ev = decode(data)
-                        if holds:
-                            hold = holds.get((source, message_key(data) or ev.id.SerializeToString()))
+                        if holds:  # its key: the id's bytes (`peek`'s, the front alone: a relay's every local message)
+                            hold = holds.get((source, data[2:data[1] + 2] if data[0] == 0x0A and data[1] < 0x80
+                                              else ev.id.SerializeToString()))
                             if hold is not None:
                                 touched.append(hold)
                         local.append(ev)
@@ -394,8 +400,11 @@ class DataPlane:
 def _forget_settled(holds: OrderedDict, bound: int) -> None:
     """The oldest settled holds forgotten in bulk, down to `bound` (called past a sixteenth
     above it); one still in flight stops it: the table is bounded by the windows anyway."""
-    while len(holds) > bound:
+    settled = None  # the last hold found settled: the next entries mostly share it (a frame's, holds.py)
+    for _ in range(len(holds) - bound):
         old_key, oldest = holds.popitem(last=False)
+        if oldest is settled:
+            continue
         hold = oldest
         while hold is not None and not hold.pending:
             hold = hold.prior
@@ -403,6 +412,7 @@ def _forget_settled(holds: OrderedDict, bound: int) -> None:
             holds[old_key] = oldest
             holds.move_to_end(old_key, last=False)
             break
+        settled = oldest
 
 
 def _slice_body(msg: rpb.RelayMessage) -> bytes:

@@ -70,7 +70,7 @@ class _TopicIndex:
 
 
 class LocalDelivery:
-    """`dedup` knows a message by its id's bytes (frames.message_key, frames.id_key)."""
+    """`dedup` knows a message by its id's bytes (frames.peek, frames.id_key)."""
 
     def __init__(self, subs: Callable[[], Mapping[str, Subscription]], metrics: AgentMetrics,
                  close: Callable[[Subscription], object]):
@@ -90,8 +90,8 @@ class LocalDelivery:
         now = time.monotonic()
         first_time = self.dedup.first_time
         data = encoded if encoded is not None else [b""] * len(events)
-        # The dedup key: the id's bytes, read off the front of the root's (frames.message_key,
-        # inline: a fifth of the cost of reading the decoded id's fields), else serialized.
+        # The dedup key: the id's bytes, read off the front of the root's (as frames.peek reads
+        # it: a fifth of the cost of reading the decoded id's fields), else serialized.
         firsts = [first_time(d[2:d[1] + 2] if d[:1] == b"\n" and d[1] < 0x80 and len(d) >= d[1] + 2
                              else e.id.SerializeToString(), now) for e, d in zip(events, data)]
         fresh = events

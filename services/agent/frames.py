@@ -70,16 +70,9 @@ class OutFrame:
         return rpb.RelayFrame.FromString(b"".join(self.parts)).messages
 
 
-def message_key(data: bytes) -> bytes | None:
-    """A whole message's key alone (as `peek`: its Event's serialized id, also the agent's
-    dedup key), or None when the root's bytes do not start with it."""
-    if len(data) > 2 and data[0] == 0x0A and data[1] < 0x80 and len(data) >= data[1] + 2:
-        return data[2:data[1] + 2]
-    return None
-
-
 def id_key(producer_id: str, sequence: int) -> bytes:
-    """`message_key` of the message (producer_id, sequence), for those not read off bytes."""
+    """The key of the message (producer_id, sequence) as `peek` reads it off the root's
+    bytes: its id serialized (the agent's dedup window's key too, delivery.py)."""
     return pb.MessageId(producer_id=producer_id, sequence=sequence).SerializeToString()
 
 
