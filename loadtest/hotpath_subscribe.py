@@ -29,15 +29,15 @@ def deliver_piece(sel: int, frame: int) -> float:
             subs[sub.name] = sub
     d = LocalDelivery(lambda: subs, AgentMetrics(CollectorRegistry()), lambda s: None)
     now = time.time_ns()
-    events = [pb.Event.FromString(pb.Event(id=pb.MessageId(producer_id="p", sequence=i + 1), topic="bench",
-                                     attributes=attributes_to_pb(a), publish_time_unix_nanos=now).SerializeToString())
-              for i, a in enumerate(workload_events(frame))]
+    encoded = [pb.Event(id=pb.MessageId(producer_id="p", sequence=i + 1), topic="bench", attributes=attributes_to_pb(a),
+                        publish_time_unix_nanos=now).SerializeToString() for i, a in enumerate(workload_events(frame))]
+    events = list(map(pb.Event.FromString, encoded))
     many = getattr(d, "deliver_many", None)
 
     def once():
         d.dedup = DedupWindow()
         if many is not None:
-            many(events)
+            many(events, encoded)  # as a relay frame's events come: with the bytes they came in
         else:
             for e in events:
                 d.deliver(e)

@@ -47,7 +47,7 @@ import time
 from collections import OrderedDict
 from typing import Callable, Protocol
 
-from echelon.agent.frames import OutFrame, destinations, peek, whole_tail
+from echelon.agent.frames import OutFrame, destinations, id_key, peek, whole_tail
 from echelon.agent.holds import Hold, Job
 from echelon.agent.parking import PARK_BYTES, PARK_MESSAGES, PARK_SECONDS, Parked, Parking
 from echelon.agent.root import Root
@@ -72,7 +72,7 @@ class Host(Protocol):
     id: str
     address: str
     metrics: object  # counters: copies (labelled "as"), rerouted, lost, parked, unparked
-    dedup: object  # `key in dedup`: a message id already delivered here
+    dedup: object  # `key in dedup`: a message id (its bytes: frames.id_key) already delivered here
     stopping: bool  # from then on nothing is acknowledged or re-routed
 
     def link(self, member) -> object:
@@ -97,10 +97,13 @@ class DataPlane:
         self.slice_bytes = slice_bytes
         self.holds: OrderedDict[tuple, Hold] = OrderedDict()
         self.slice_holds: OrderedDict[tuple, Hold] = OrderedDict()
-        self.streams = Streams(node.open_stream, lambda key: key in node.dedup, node.dedup.forget)
+        # The dedup window knows a message by its id's bytes (delivery.py); Streams by (producer, sequence).
+        self.streams = Streams(node.open_stream, lambda key: id_key(*key) in node.dedup,
+                               lambda key: node.dedup.forget(id_key(*key)))
         self._as_root = node.metrics.copies.labels("root")
         self._as_relay = node.metrics.copies.labels("relay")
-        self._sent: dict[asyncio.Future, tuple[OutFrame, list[Hold]]] = {}  # frames not yet settled
+        # Frames not yet settled: each message's hold (to re-route it), and those distinct.
+        self._sent: dict[asyncio.Future, tuple[OutFrame, list[Hold], list[Hold]]] = {}
         self.parking = Parking(park_seconds, park_messages, park_bytes)
         self.root = Root(self)
 
@@ -119,13 +122,8 @@ class DataPlane:
         hold = holds.get(key)
         if hold is None:
             hold = holds[key] = Hold()
-            if len(holds) > bound + (bound >> 4):  # the oldest settled ones forgotten in bulk
-                while len(holds) > bound:
-                    old_key, oldest = holds.popitem(last=False)
-                    if oldest.pending:  # still in flight: the table is bounded by the windows anyway
-                        holds[old_key] = oldest
-                        holds.move_to_end(old_key, last=False)
-                        break
+            if len(holds) > bound + (bound >> 4):
+                _forget_settled(holds, bound)
         return hold
 
     # -- sending ---------------------------------------------------------------------
@@ -155,34 +153,41 @@ class DataPlane:
             if known is None:
                 routed = route(source_key, topic, stripe, dests)
                 known = by_route.get(id(routed))
-                if known is None:
-                    known = by_route[id(routed)] = (routed, [(t, ds, whole_tail(ds)) for t, ds in routed[0].items()])
+                if known is None:  # per target of the route: where its messages and holds go
+                    sinks = []
+                    for target, ds in routed[0].items():
+                        entry = per_target.get(target)
+                        if entry is None:
+                            entry = per_target[target] = (OutFrame(source, source_key, ack_may_wait), [])
+                        sinks.append((entry[0], entry[1].append, ds, whole_tail(ds)))
+                    known = by_route[id(routed)] = (routed, sinks)
                 by_list[id(dests), topic, stripe] = (*known, dests)
             lost = known[0][1]
             if lost:
                 self._park(source, source_key, rpb.RelayMessage(encoded_event=data) if msg is data else msg, topic,
                            lost)
-            body = None if data or not known[1] else _slice_body(msg)
-            for target, ds, tail in known[1]:
-                entry = per_target.get(target)
-                if entry is None:
-                    entry = per_target[target] = (OutFrame(source, source_key, ack_may_wait), [])
-                if data:  # a whole message: its bytes as they came (no re-encoding)
-                    entry[0].add_whole(tail, data)
-                else:
-                    entry[0].add_message(destinations(ds), body)
-                entry[1].append(hold)
+            if data:  # a whole message: its bytes as they came (no re-encoding)
+                for frame, held, _, tail in known[1]:
+                    frame.add_whole(tail, data)
+                    held(hold)
+            elif known[1]:
+                body = _slice_body(msg)
+                for frame, held, ds, _ in known[1]:
+                    frame.add_message(destinations(ds), body)
+                    held(hold)
         for target, (frame, holds) in per_target.items():
             self._send(target, frame, holds)
         return {t: f for t, (f, _) in per_target.items()}
 
     def _send(self, target: str, frame: OutFrame, holds: list[Hold]) -> None:
-        for h in holds:
+        # Each distinct hold counts the frame once (holds.py): most frames carry one or a few.
+        distinct = holds[:1] if holds.count(holds[0]) == len(holds) else list(dict.fromkeys(holds))
+        for h in distinct:
             h.pending += 1
         member = self.trees.table.members[target]  # route() only names members of the view
         future = self.node.link(member).send(frame)
         (self._as_root if frame.source == self.id else self._as_relay).inc()
-        self._sent[future] = (frame, holds)
+        self._sent[future] = (frame, holds, distinct)
         future.add_done_callback(self._settle)
 
     def settle(self, futures) -> None:
@@ -196,7 +201,7 @@ class DataPlane:
         if entry is not None:  # settled once: by `settle`, or by the done callback
             self._settled(*entry, future)
 
-    def _settled(self, frame: OutFrame, holds: list[Hold], future: asyncio.Future) -> None:
+    def _settled(self, frame: OutFrame, holds: list[Hold], distinct: list[Hold], future: asyncio.Future) -> None:
         ok = not future.cancelled() and future.result()
         if not ok:
             if self.node.stopping:
@@ -206,7 +211,7 @@ class DataPlane:
             self.node.metrics.rerouted.inc(len(messages))
             self.forward(frame.source, frame.source_key,
                           [(m, event_of(m).topic, list(m.destinations), h) for m, h in zip(messages, holds)])
-        for h in holds:
+        for h in distinct:
             h.release()
 
     # -- parking: destinations whose member is DEAD here --------------------------------
@@ -272,41 +277,54 @@ class DataPlane:
         job = Job(ack)
         items, touched, local, encoded = [], [], [], []
         holds, decode = self.holds, pb.Event.FromString
-        below: dict[tuple, list[str]] = {}  # per destination set, the others: one list, routed once (`forward`)
+        # Per destination set of this frame: its whole messages' one hold (their copies go in
+        # the same frames; holds.py) and whether this node is among them.
+        groups: dict = {}
         for msg in frame.messages:
             dests = msg.destinations
             data = msg.encoded_event
             if data:
-                if len(dests) == 1 and dests[0] == me:
-                    # The common case, kept short: a whole message for this node alone, delivered
-                    # with the rest of the frame (its bytes too: sent on to subscribers as they
-                    # came). It waits for an earlier copy's hold, if one forwarded.
-                    ev = decode(data)
-                    if holds:
-                        hold = holds.get((source, _key(data, ev)))
-                        if hold is not None:
-                            touched.append(hold)
-                    local.append(ev)
-                    encoded.append(data)
-                    continue
+                if len(dests) == 1:
+                    gkey = dests[0]
+                    if gkey == me:
+                        # The common case, kept short: a whole message for this node alone, delivered
+                        # with the rest of the frame (its bytes too: sent on to subscribers as they
+                        # came). It waits for an earlier copy's hold, if one forwarded.
+                        ev = decode(data)
+                        if holds:  # its key: the id's bytes (`peek`'s, the front alone: a relay's every local message)
+                            hold = holds.get((source, data[2:data[1] + 2] if data[0] == 0x0A and data[1] < 0x80
+                                              else ev.id.SerializeToString()))
+                            if hold is not None:
+                                touched.append(hold)
+                        local.append(ev)
+                        encoded.append(data)
+                        continue
+                else:
+                    gkey = tuple(dests)
                 # A whole message to forward: keyed and routed off its bytes' front (`peek`),
                 # forwarded as those bytes, decoded only to be delivered here too.
-                dests = tuple(dests)
                 front = peek(data)
                 ev = None if front is not None else decode(data)
-                key, topic = (_key(data, ev), ev.topic) if front is None else front
-                hold = self._hold((source, key))
-                fresh = below.get(dests)
-                if fresh is None:
-                    fresh = below[dests] = [d for d in dests if d != me]
-                covered = hold.covered
-                if covered:  # a second copy: only to those the first did not cover
-                    fresh = [d for d in fresh if d not in covered]
-                if fresh:
-                    hold.covered = [*covered, *fresh] if covered else fresh
-                    items.append((data, topic, fresh, hold))
-                touched.append(hold)
-                if me in dests:
+                key, topic = front if ev is None else (ev.id.SerializeToString(), ev.topic)
+                key = (source, key)
+                group = groups.get(gkey)
+                if group is None:
+                    ds = (gkey,) if gkey.__class__ is str else gkey
+                    group = groups[gkey] = (Hold([d for d in ds if d != me]), me in ds)
+                    touched.append(group[0])
+                hold, mine = group
+                first = holds.get(key)
+                if first is None:
+                    holds[key] = hold
+                    if hold.covered:
+                        items.append((data, topic, hold.covered, hold))
+                else:  # a second copy: only to those the first did not cover, and its ack waits for the first's
+                    fresh = [d for d in hold.covered if d not in first.covered]
+                    if fresh:
+                        first = holds[key] = Hold([*first.covered, *fresh], first)
+                        items.append((data, topic, fresh, first))
+                    touched.append(first)
+                if mine:
                     local.append(ev or decode(data))
                     encoded.append(data)
                 continue
@@ -340,6 +358,8 @@ class DataPlane:
             self.node.deliver_local(local, encoded)
         if items:
             self.forward(frame.source, frame.source_key, items, frame.ack_may_wait)
+        if len(holds) > MAX_HOLDS + (MAX_HOLDS >> 4):  # once sent, this frame's are in flight: kept
+            _forget_settled(holds, MAX_HOLDS)
         for hold in touched:
             job.wait(hold)
         job.arm()
@@ -377,11 +397,22 @@ class DataPlane:
         return self.root.sliced(payload)
 
 
-def _key(data: bytes, event: pb.Event | None) -> bytes:
-    """A whole message's hold key (after its root): its id's bytes, as `peek` reads them
-    (every copy carries the root's bytes, so every hop computes the same key)."""
-    front = peek(data)
-    return front[0] if front is not None else event.id.SerializeToString()
+def _forget_settled(holds: OrderedDict, bound: int) -> None:
+    """The oldest settled holds forgotten in bulk, down to `bound` (called past a sixteenth
+    above it); one still in flight stops it: the table is bounded by the windows anyway."""
+    settled = None  # the last hold found settled: the next entries mostly share it (a frame's, holds.py)
+    for _ in range(len(holds) - bound):
+        old_key, oldest = holds.popitem(last=False)
+        if oldest is settled:
+            continue
+        hold = oldest
+        while hold is not None and not hold.pending:
+            hold = hold.prior
+        if hold is not None:
+            holds[old_key] = oldest
+            holds.move_to_end(old_key, last=False)
+            break
+        settled = oldest
 
 
 def _slice_body(msg: rpb.RelayMessage) -> bytes:

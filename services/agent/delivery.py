@@ -44,7 +44,6 @@ log = logging.getLogger("echelon.agent.delivery")
 
 COMPILED_SUBS = 128  # a topic's local subscriptions up to which they are compiled (past it: the index)
 _filter = attrgetter("filter")
-_message_id = attrgetter("id.producer_id", "id.sequence")  # the dedup window's key
 
 
 class _TopicIndex:
@@ -71,6 +70,8 @@ class _TopicIndex:
 
 
 class LocalDelivery:
+    """`dedup` knows a message by its id's bytes (frames.peek, frames.id_key)."""
+
     def __init__(self, subs: Callable[[], Mapping[str, Subscription]], metrics: AgentMetrics,
                  close: Callable[[Subscription], object]):
         self.subs = subs
@@ -88,8 +89,11 @@ class LocalDelivery:
         sample per frame (its first event delivered: the others came with it)."""
         now = time.monotonic()
         first_time = self.dedup.first_time
-        firsts = [first_time(key, now) for key in map(_message_id, events)]
         data = encoded if encoded is not None else [b""] * len(events)
+        # The dedup key: the id's bytes, read off the front of the root's (as frames.peek reads
+        # it: a fifth of the cost of reading the decoded id's fields), else serialized.
+        firsts = [first_time(d[2:d[1] + 2] if d[:1] == b"\n" and d[1] < 0x80 and len(d) >= d[1] + 2
+                             else e.id.SerializeToString(), now) for e, d in zip(events, data)]
         fresh = events
         if not all(firsts):  # copies (a re-route's): dropped, counted
             self.metrics.duplicates.inc(firsts.count(False))
@@ -146,7 +150,7 @@ class LocalDelivery:
         """Offer a sliced payload (its head: no payload, `size` bytes to come); the chunk
         streams of the subscriptions that take it. A matching subscription with no stream
         attached does not get it (counted as aborted)."""
-        if not self.dedup.first_time((head.id.producer_id, head.id.sequence), time.monotonic()):
+        if not self.dedup.first_time(head.id.SerializeToString(), time.monotonic()):
             self.metrics.duplicates.inc()
             return []
         attrs = attributes_from_pb(head.attributes)

@@ -16,6 +16,7 @@ fields in field-number order: its id, then its topic).
 from __future__ import annotations
 
 from echelon.runtime.wire import varint
+from echelon.v1 import common_pb2 as pb
 from echelon.v1 import relay_pb2 as rpb
 
 _MESSAGE = b"\x1a"  # RelayFrame.messages (3), length-delimited (written as such in `add_whole`'s format)
@@ -67,6 +68,12 @@ class OutFrame:
     def messages(self):
         """The frame's messages, parsed back (re-routing, tests)."""
         return rpb.RelayFrame.FromString(b"".join(self.parts)).messages
+
+
+def id_key(producer_id: str, sequence: int) -> bytes:
+    """The key of the message (producer_id, sequence) as `peek` reads it off the root's
+    bytes: its id serialized (the agent's dedup window's key too, delivery.py)."""
+    return pb.MessageId(producer_id=producer_id, sequence=sequence).SerializeToString()
 
 
 def peek(data: bytes) -> tuple[bytes, str] | None:

@@ -5,6 +5,12 @@ A node keeps every message it forwards in a `Hold` until each copy it produced i
 acknowledged (`pending` counts the frames carrying it); a `Job` waits for a set of holds
 to settle and then fires once: an incoming frame's ack upstream, a run of the root's
 messages reported delivered. Neither allocates a future per message.
+
+Per frame, not per message (issue 12): the messages of one incoming frame that go to
+the same destinations share one hold (a relay forwards them in the same frames), and a
+frame counts each distinct hold it carries once. A later copy of one of them that must
+go further gets a hold of its own, chained to the first (`prior`): what waits for it
+waits for both.
 """
 
 from __future__ import annotations
@@ -15,12 +21,13 @@ from typing import Callable, Sequence
 class Hold:
     """One message (or slice) this node is responsible for until its copies are acked."""
 
-    __slots__ = ("covered", "pending", "waiters")
+    __slots__ = ("covered", "pending", "waiters", "prior")
 
-    def __init__(self):
-        self.covered: Sequence[str] = ()  # destinations taken on; replaced, never changed (it may be shared)
+    def __init__(self, covered: Sequence[str] = (), prior: "Hold | None" = None):
+        self.covered = covered  # destinations taken on; replaced, never changed (it may be shared)
         self.pending = 0  # frames carrying it, not yet acknowledged
         self.waiters: list[Job] = []
+        self.prior = prior  # an earlier copy's hold of the same message: waited for with this one
 
     def release(self) -> None:
         self.pending -= 1
@@ -39,10 +46,12 @@ class Job:
         self.count = 1  # the arming guard
         self.done = done
 
-    def wait(self, hold: Hold) -> None:
-        if hold.pending:
-            self.count += 1
-            hold.waiters.append(self)
+    def wait(self, hold: Hold | None) -> None:
+        while hold is not None:
+            if hold.pending:
+                self.count += 1
+                hold.waiters.append(self)
+            hold = hold.prior
 
     def tick(self) -> None:
         self.count -= 1

@@ -35,6 +35,16 @@ log = logging.getLogger("echelon.relay")
 
 ACK_DELAY = 0.002  # seconds a settled ack may wait for the next frames' while frames stream in
 ACK_BATCH = 64  # settled acks that go at once, without waiting
+SERVICE = rpb.DESCRIPTOR.services_by_name["Relay"].full_name
+
+
+def add_RelayServicer_to_server(servicer: "RelayServicer", server) -> None:
+    """relay_pb2_grpc's, with each frame handed to `Stream` as its bytes, parsed there: its
+    size is then known without walking the parsed frame (ByteSize: ~0.1 us per message)."""
+    handlers = {"Stream": grpc.stream_stream_rpc_method_handler(
+        servicer.Stream, request_deserializer=None, response_serializer=rpb.RelayAck.SerializeToString)}
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
+    server.add_registered_method_handlers(SERVICE, handlers)
 
 
 class RelayServicer(rgrpc.RelayServicer):
@@ -73,7 +83,11 @@ class RelayServicer(rgrpc.RelayServicer):
             async for frame in request_iterator:
                 now = loop.time()
                 state.gap, state.last = now - state.last, now
-                received.inc(frame.ByteSize())
+                if frame.__class__ is bytes:  # registered by `add_RelayServicer_to_server` (an agent)
+                    received.inc(len(frame))
+                    frame = rpb.RelayFrame.FromString(frame)
+                else:  # parsed by gRPC (a router's registration)
+                    received.inc(frame.ByteSize())
                 self.receive(peer, frame, lambda seq=frame.seq, w=frame.ack_may_wait: ack(seq, w))
 
         reader = asyncio.create_task(read())

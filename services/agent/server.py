@@ -34,7 +34,7 @@ from echelon.agent.metrics import AgentMetrics
 from echelon.agent.pubsub import PubSubServicer
 from echelon.agent.reconcile import PERIOD, Reconciler
 from echelon.agent.registry import Registry
-from echelon.agent.relay import RelayServicer
+from echelon.agent.relay import RelayServicer, add_RelayServicer_to_server
 from echelon.agent.store import FSYNC_POLICIES, Store
 from echelon.agent.subscriptions import Subscription
 from echelon.agent.topics import Topics
@@ -46,7 +46,6 @@ from echelon.v1 import membership_pb2 as mpb
 from echelon.v1 import pubsub_pb2 as ppb
 from echelon.v1 import pubsub_pb2_grpc as pgrpc
 from echelon.v1 import relay_pb2 as rpb
-from echelon.v1 import relay_pb2_grpc as rgrpc
 
 log = logging.getLogger("echelon.agent")
 
@@ -100,7 +99,7 @@ class AgentNode(Node):
                         ppb.DESCRIPTOR.services_by_name["Admin"].full_name)
         self.server.add(dgrpc.add_DurableServicer_to_server, DurableServicer(lambda: self.durables),
                         dpb.DESCRIPTOR.services_by_name["Durable"].full_name)
-        self.server.add(rgrpc.add_RelayServicer_to_server, RelayServicer(
+        self.server.add(add_RelayServicer_to_server, RelayServicer(
             self.ready, lambda peer: self.links.received(peer, peer in self.membership.members),
             lambda peer, frame, ack: self.plane.receive(frame, ack)),
                         rpb.DESCRIPTOR.services_by_name["Relay"].full_name)

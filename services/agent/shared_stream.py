@@ -98,15 +98,17 @@ class SharedStream:
         self._turn = (self._turn + 1) % len(sids)
         room, encoded, subs = self.max_deliveries, self.encoded, self.subs
         metrics, add = self.node.metrics, out.batch.add
-        more = False
+        more, sliced = False, None
+        taken: dict[str, int] = {}  # deliveries by topic: one counter call per topic and message
         for sid in sids[self._turn:] + sids[:self._turn]:
             sub = subs[sid]
             if sub.credits <= 0 or not sub.backlog:
                 continue  # nothing to take (Subscription.take's test, without the call: most of them, most times)
             items = sub.take(room)
-            self._counter(metrics.deliveries, sub.topic).inc(len(items))
+            taken[sub.topic] = taken.get(sub.topic, 0) + len(items)
             if items[0][1].stream is not None:  # taken alone (Subscription.take); never a redelivery
-                return out, (sid, items[0]), False
+                sliced, more = (sid, items[0]), False
+                break
             name, redelivered = sub.name, 0
             for delivery_id, p in items:
                 d = add()  # filled in place
@@ -122,11 +124,14 @@ class SharedStream:
                 metrics.redeliveries.inc(redelivered)
             room -= len(items)
             if not room:
-                return out, None, True
+                more = True
+                break
             # Stopped short of its credits at a sliced payload (taken alone): nothing will set
             # `wake` for it, so the writer must come back without waiting (b2d3caf hung here).
             more = more or (sub.credits > 0 and bool(sub.backlog))
-        return out, None, more
+        for topic, n in taken.items():
+            self._counter(metrics.deliveries, topic).inc(n)
+        return out, sliced, more
 
     def _counter(self, family, topic: str):
         """`family`'s series of `topic` (labels() costs ~2 us a call: once per topic and family)."""
@@ -149,24 +154,29 @@ class SharedStream:
     async def _read(self, first: ppb.SubscribeRequest, requests) -> None:
         await self._open(first.open)
         async for req in requests:
-            for r in req.batch or (req,):
-                kind = r.WhichOneof("kind")
-                if kind == "ack":
-                    sub = self._sub(r.ack.sid)
-                    if sub is not None:
-                        self._counter(self.node.metrics.acks, sub.topic).inc(
-                            sub.ack(r.ack.delivery_ids, r.ack.credits, r.ack.through))
-                elif kind == "nack":
-                    sub = self._sub(r.nack.sid)
-                    if sub is not None:
-                        sub.nack(r.nack.delivery_ids, r.nack.delay_ms / 1000, r.nack.credits)
-                elif kind == "open":
-                    await self._open(r.open)
-                elif kind == "close":
-                    if r.close.sid in self.subs:
-                        self._end(r.close.sid, None)
-                else:
-                    raise InvalidArgument("a request of a shared stream carries open, ack, nack, close or a batch")
+            acked: dict[str, int] = {}  # by topic: one counter call per topic and request
+            try:
+                for r in req.batch or (req,):
+                    kind = r.WhichOneof("kind")
+                    if kind == "ack":
+                        sub = self._sub(r.ack.sid)
+                        if sub is not None:
+                            acked[sub.topic] = acked.get(sub.topic, 0) + sub.ack(r.ack.delivery_ids, r.ack.credits,
+                                                                                 r.ack.through)
+                    elif kind == "nack":
+                        sub = self._sub(r.nack.sid)
+                        if sub is not None:
+                            sub.nack(r.nack.delivery_ids, r.nack.delay_ms / 1000, r.nack.credits)
+                    elif kind == "open":
+                        await self._open(r.open)
+                    elif kind == "close":
+                        if r.close.sid in self.subs:
+                            self._end(r.close.sid, None)
+                    else:
+                        raise InvalidArgument("a request of a shared stream carries open, ack, nack, close or a batch")
+            finally:
+                for topic, n in acked.items():
+                    self._counter(self.node.metrics.acks, topic).inc(n)
 
     def _sub(self, sid: int) -> Subscription | None:
         """The subscription of an ack or nack: None for one that ended meanwhile (what it

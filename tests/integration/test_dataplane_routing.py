@@ -305,11 +305,11 @@ class FakeNode:
     def deliver_local(self, events, encoded=None):
         for event, data in zip(events, encoded or [b""] * len(events)):
             assert not data or pb.Event.FromString(data) == event  # a whole event's bytes, as the root made them
-            if self.dedup.first_time((event.id.producer_id, event.id.sequence), 0.0):
+            if self.dedup.first_time(event.id.SerializeToString(), 0.0):  # the agent's key (delivery.py)
                 self.delivered.append(event)
 
     def open_stream(self, head, size):
-        if not self.dedup.first_time((head.id.producer_id, head.id.sequence), 0.0):
+        if not self.dedup.first_time(head.id.SerializeToString(), 0.0):
             return []
         self.delivered.append(ChunkStream(size))
         return self.delivered[-1:]
@@ -496,6 +496,48 @@ async def test_a_relay_forwards_a_whole_message_once_and_reroutes_it_when_a_chil
         link.settle(True)
     await asyncio.sleep(0)
     assert sorted(acks) == [1, 2]
+
+
+async def test_a_later_copy_for_more_destinations_goes_only_to_them_and_its_ack_waits_for_every_copy():
+    """Messages of one frame share a hold per destination set (holds.py). A second copy of
+    one of them naming more destinations (a path update upstream) is forwarded only to
+    those the first did not cover; its ack, and a third copy's, waits for the first copy's
+    frames and the second's; the other messages of the first frame are not forwarded again."""
+    from echelon.agent.dataplane import DataPlane
+
+    members = view(PAPER)
+    relay, tree, by_key = relay_with_grandchildren(members)
+    children = [c for c in tree.children[relay.address]]
+    first_part = [by_key[k].id for k in tree.subtree(children[0])]
+    every = [by_key[k].id for k in tree.subtree(relay.address) if k != relay.address]
+    events = [pb.Event(id=pb.MessageId(producer_id="p", sequence=i), topic="t", publish_time_unix_nanos=7)
+              for i in (1, 2)]
+
+    def frame(dests, events):
+        return rpb.RelayFrame(source=members[0].id, source_key=members[0].address, messages=[
+            rpb.RelayMessage(encoded_event=e.SerializeToString(), destinations=dests) for e in events])
+
+    node = FakeNode(relay, members)
+    plane = DataPlane(node, node.trees)
+    acks = []
+    plane.receive(frame(first_part, events), lambda: acks.append(1))
+    sent = {p: len(link.frames) for p, link in node.links.items()}
+    assert sum(sent.values()) == 1  # both messages in one frame to the first child
+    plane.receive(frame(every, events[:1]), lambda: acks.append(2))
+    plane.receive(frame(every, events[:1]), lambda: acks.append(3))  # nothing left to forward
+    later = [(p, f) for p, link in node.links.items() for f, _ in link.frames[sent.get(p, 0):]]
+    assert sorted(d for _, f in later for m in f.messages for d in m.destinations) == \
+        sorted(set(every) - set(first_part))
+    assert {m.encoded_event for _, f in later for m in f.messages} == {events[0].SerializeToString()}
+    for p, link in node.links.items():  # the later copies' frames acknowledged first
+        for f, future in link.frames[sent.get(p, 0):]:
+            future.set_result(True)
+    await asyncio.sleep(0)
+    assert acks == []  # the first copy's subtree does not hold it yet
+    for link in node.links.values():
+        link.settle(True)
+    await asyncio.sleep(0)
+    assert sorted(acks) == [1, 2, 3]
 
 
 def test_a_relay_forgets_its_oldest_settled_holds_past_the_bound_and_keeps_those_in_flight(monkeypatch):

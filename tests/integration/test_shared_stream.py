@@ -72,6 +72,7 @@ async def test_the_wire_one_message_for_many_subscriptions_and_per_subscription_
             ppb.SubscribeRequest(close=ppb.SubscriptionClose(sid=7))]))
         (closed,) = elements(await asyncio.wait_for(call.read(), 10))
         assert (closed.sid, closed.delivery_id, closed.code, closed.opened) == (7, 0, 0, "")
+        assert agent.metrics.acks.labels("t")._value.get() == 2  # both acks of the request, counted
         named = agent.subs["a"]
         assert not named.attached and [p.event.attributes["n"].int_value for p in named.backlog] == [1]
         await publish(cluster, [{"n": 2}])
