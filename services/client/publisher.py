@@ -37,7 +37,6 @@ from echelon.client.results import Pending
 from echelon.client.results import PublishResult  # noqa: F401 - public
 from echelon.core.schema import Value
 from echelon.v1 import pubsub_pb2 as ppb
-from echelon.v1 import pubsub_pb2_grpc as pgrpc
 
 if TYPE_CHECKING:
     from echelon.client.client import Client
@@ -47,6 +46,15 @@ RETRIED = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCo
            grpc.StatusCode.INTERNAL)
 
 Event = Mapping[str, Value] | tuple[Mapping[str, Value], bytes]
+
+
+PUBLISH = f"/{ppb.DESCRIPTOR.services_by_name['PubSub'].full_name}/Publish"
+
+
+def publish_call(channel: grpc.aio.Channel, requests) -> grpc.aio.StreamStreamCall:
+    """A Publish call whose requests are written as they come: serialized (the outbox's)."""
+    return channel.stream_stream(PUBLISH, request_serializer=None, response_deserializer=ppb.PublishAck.FromString)(
+        requests)
 
 
 class AckLevel(enum.IntEnum):
@@ -207,8 +215,7 @@ class Publisher:
                     outbox.again(requests)
                 if self._closed:
                     outbox.end()
-            stub = pgrpc.PubSubStub(self.client._channel(attempt))
-            call = stub.Publish(outbox.requests())
+            call = publish_call(self.client._channel(attempt), outbox.requests())
             outbox = None
             try:
                 async for reply in call:
