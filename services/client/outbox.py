@@ -115,11 +115,12 @@ class Outbox:
     async def requests(self):
         """The stream's requests (serialized): whatever is queued when the writer is ready
         (the open batch closed then), until `end`."""
+        loop = asyncio.get_running_loop()
         while True:
             if not self.ready and self.open is None:
                 if self.ended:
                     return
-                self._wake = asyncio.get_running_loop().create_future()
+                self._wake = loop.create_future()
                 await self._wake
                 continue
             self._close()
