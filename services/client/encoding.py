@@ -20,6 +20,10 @@ from echelon.runtime.wire import value_to_pb
 
 _pack_double = struct.Struct("<d").pack
 _ONE = [bytes((i,)) for i in range(128)]
+_PAYLOAD = [b"\x1a" + b for b in _ONE]  # a payload's tag and length, below 128 bytes
+_ELEMENT = [b"\xa2\x01" + b for b in _ONE]  # an element's tag and length, below 128 bytes
+_SEQUENCE = [b"\x30" + b for b in _ONE]  # a sequence's tag and value, below 128
+_SEQUENCE_LOW = [b"\x30" + bytes((i | 0x80,)) for i in range(128)]  # its tag and low 7 bits, above
 _INT64 = 1 << 63
 CACHED = 4096  # names, topics and string values kept encoded (each cache is emptied when full)
 
@@ -28,6 +32,10 @@ def varint(n: int) -> bytes:
     """An unsigned varint (n >= 0)."""
     if n < 0x80:
         return _ONE[n]
+    if n < 0x4000:
+        return bytes(((n & 0x7F) | 0x80, n >> 7))
+    if n < 0x200000:
+        return bytes(((n & 0x7F) | 0x80, ((n >> 7) & 0x7F) | 0x80, n >> 14))
     out = bytearray()
     while n >= 0x80:
         out.append((n & 0x7F) | 0x80)
@@ -52,6 +60,7 @@ class Encoder:
         self._names: dict[str, bytes] = {}  # name -> the map entry's key field
         self._floats: dict[str, bytes] = {}  # name -> a float entry up to its 8 bytes
         self._strings: dict[tuple[str, str], bytes] = {}  # (name, value) -> the whole entry
+        self._high, self._high_varint = 0, b"\x00"  # a sequence's bits above the low 7, encoded
 
     def event(self, topic: str, attributes: Mapping[str, Value], payload: bytes, ordering_key: str,
               seq: int) -> bytes:
@@ -70,18 +79,27 @@ class Encoder:
             else:
                 parts.append(self._other(name, x))
         if payload:
-            parts.append(b"\x1a" + varint(len(payload)))
+            n = len(payload)
+            parts.append(_PAYLOAD[n] if n < 0x80 else b"\x1a" + varint(n))
             parts.append(payload)
         if ordering_key:
             parts.append(field(b"\x22", ordering_key.encode()))
-        parts.append(b"\x30" + varint(seq))
+        if seq < 0x80:
+            parts.append(_SEQUENCE[seq])
+        else:  # its low 7 bits, then the varint of the rest: the same for 128 sequences in a row
+            parts.append(_SEQUENCE_LOW[seq & 0x7F])
+            if seq >> 7 != self._high:
+                self._high = seq >> 7
+                self._high_varint = varint(self._high)
+            parts.append(self._high_varint)
         return b"".join(parts)
 
     def request(self, events: list[bytes]) -> bytes:
         """A batch request: the outer fields, each event framed as an element (batch = 20)."""
         parts = [self.outer]
         for e in events:
-            parts.append(b"\xa2\x01" + varint(len(e)))
+            n = len(e)
+            parts.append(_ELEMENT[n] if n < 0x80 else b"\xa2\x01" + varint(n))
             parts.append(e)
         return b"".join(parts)
 

@@ -46,7 +46,7 @@ def same(wire: bytes, expected: ppb.PublishRequest) -> bool:
 
 
 def test_varints_are_protobufs():
-    for n in [0, 1, 127, 128, 255, 16383, 16384, 1 << 35, (1 << 64) - 1]:
+    for n in [0, 1, 127, 128, 255, 16383, 16384, 2097151, 2097152, 1 << 35, (1 << 64) - 1]:
         assert ppb.PublishRequest.FromString(b"\x30" + varint(n)).sequence == n
 
 
