@@ -86,7 +86,7 @@ def encode_piece() -> float:
     payload = bytes(16)
     if hasattr(Publisher, "_requests"):  # a tree that builds each event's request apart
         return best(lambda: [Publisher._requests(None, "bench", a, payload, "") for a in events], len(events))
-    from echelon.client.outbox import Outbox  # this tree: built in place in the open batch
+    from echelon.client.outbox import Outbox  # a tree that builds (or encodes) it into the open batch
 
     def once():
         outbox = Outbox("p", 2)

@@ -11,14 +11,14 @@ On a broken stream it reconnects (to the next address, if several) and resends e
 unacknowledged message with the same (producer id, sequence), so receivers drop the
 second copy (DESIGN.md, "Guarantees"). Payloads above `SLICE_BYTES` go as slices.
 
-Batching (issue 12), as NATS's client does it: each event is built in place in the
-stream's outbox (outbox.py), and the stream takes everything queued whenever it is ready
-to write, in `batch` requests of up to MAX_BATCH_EVENTS events / MAX_BATCH_BYTES. So
-batching adds no delay: a lone publish goes at once (no timer), and under load events
-coalesce while the previous write is on its way. `publish_batch()` waits on one future
-for the whole batch. Acks come coalesced (`coalesce_acks`): the agent answers the
-requests that settled together in one message, and each ack finds its event by its
-offset in its publish call's run (client/results.py).
+Batching (issue 12), as NATS's client does it: each event is encoded once, as wire
+bytes, into the stream's outbox (outbox.py, encoding.py), and the stream takes
+everything queued whenever it is ready to write, in `batch` requests of up to
+MAX_BATCH_EVENTS events / MAX_BATCH_BYTES. So batching adds no delay: a lone publish goes
+at once (no timer), and under load events coalesce while the previous write is on its
+way. `publish_batch()` waits on one future for the whole batch. Acks come coalesced
+(`coalesce_acks`): the agent answers the requests that settled together in one message,
+and each ack finds its event by its offset in its publish call's run (client/results.py).
 """
 
 from __future__ import annotations
