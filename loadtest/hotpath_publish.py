@@ -130,7 +130,7 @@ def encode_piece() -> float:
     payload = bytes(16)
     if hasattr(Publisher, "_requests"):  # a tree that builds each event's request apart
         return best(lambda: [Publisher._requests(None, "bench", a, payload, "") for a in events], len(events))
-    from echelon.client.outbox import Outbox  # this tree: built in place in the open batch
+    from echelon.client.outbox import Outbox  # a tree that builds (or encodes) it into the open batch
 
     def once():
         outbox = Outbox("p", 2)
@@ -141,8 +141,9 @@ def encode_piece() -> float:
 
 
 class _FakeCall:
-    """A Publish call over no network: each request serialized as gRPC would, answered
-    by one coalesced PublishAck per request read (parsed, as off the wire)."""
+    """A Publish call over no network: each request serialized as gRPC would (unless the
+    tree writes it serialized), parsed, and answered by one coalesced PublishAck per
+    request (parsed, as off the wire)."""
 
     def __init__(self, requests, serialize):
         self._requests, self._serialize = requests, serialize
@@ -154,7 +155,7 @@ class _FakeCall:
         from echelon.v1 import pubsub_pb2 as ppb
 
         async for req in self._requests:
-            self._serialize(req)
+            req = ppb.PublishRequest.FromString(self._serialize(req) if self._serialize else req)  # as the agent reads it
             reply = ppb.PublishAck()
             for r in req.batch or (req,):
                 reply.acks.add(producer_id=req.producer_id, sequence=r.sequence, destinations=1)

@@ -62,7 +62,11 @@ class Settlements:
     def ack(self, delivery_ids: list[int], credit: int, handed: bool = True) -> None:
         """Queue acks (`credit` each): a batch's at once, judged for a flush once."""
         (self.acks if handed else self.loose).extend(delivery_ids)
-        self._queue(credit, len(delivery_ids), urgent=False)
+        n = len(delivery_ids)
+        self.credits += credit * n
+        queued = self.queued = self.queued + n
+        # `_queue` inlined (once per batch settled): urgent past the threshold, or when `_low`.
+        self.flusher.queued(self, queued >= self.threshold or self.window - self._held() - queued < self.threshold)
 
     def nack(self, delivery_id: int, delay_ms: int, credit: int) -> None:
         self.nacks.setdefault(delay_ms, []).append(delivery_id)
@@ -117,20 +121,27 @@ class Flusher:
         self._pending: dict[Settlements, None] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._flushing: asyncio.Task | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # (get_running_loop() costs a syscall per call)
 
     def queued(self, settlements: Settlements, now: bool) -> None:
         self._pending[settlements] = None
         if now:
             self._start()
         elif self._timer is None and self._flushing is None:
-            self._timer = asyncio.get_running_loop().call_later(self.delay, self._start)
+            self._timer = self._running().call_later(self.delay, self._start)
 
     def _start(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
         if self._flushing is None and self._pending:
-            self._flushing = asyncio.create_task(self._flush())
+            self._flushing = self._running().create_task(self._flush())
+
+    def _running(self) -> asyncio.AbstractEventLoop:
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        return loop
 
     async def flush(self) -> None:
         """Write everything queued now (and wait for it)."""

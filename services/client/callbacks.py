@@ -22,6 +22,7 @@ log = logging.getLogger("echelon.client")
 async def dispatch(sub: "Subscription", callback: "Callback") -> None:
     """Until the subscription ends: each message to the callback, at most max_outstanding at once."""
     slots = asyncio.Semaphore(sub.max_outstanding)
+    loop = asyncio.get_running_loop()  # once: each call costs a syscall (getpid)
     while True:
         await slots.acquire()
         try:
@@ -29,7 +30,7 @@ async def dispatch(sub: "Subscription", callback: "Callback") -> None:
             (msg,) = sub._hand(1)
         except EchelonError:
             return
-        task = asyncio.create_task(_run(sub, callback, msg))
+        task = loop.create_task(_run(sub, callback, msg))
         sub._callbacks.add(task)
         task.add_done_callback(lambda t: (sub._callbacks.discard(t), slots.release()))
 

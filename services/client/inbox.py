@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict, deque
+from itertools import repeat
 from typing import Iterable
 
 from echelon.client.acks import Settlements
@@ -40,6 +41,7 @@ class Inbox:
     acked_redeliveries: int
 
     def _init_inbox(self) -> None:
+        self._loop: asyncio.AbstractEventLoop | None = None  # (asyncio.get_running_loop() costs a syscall per call)
         self._inbox: deque = deque()  # Deliveries (and _Incoming) received, not yet handed out
         self._waiters: list[asyncio.Future] = []  # readers waiting for the inbox (`_wake`)
         self._no_more = False  # nothing more comes into the inbox
@@ -94,7 +96,10 @@ class Inbox:
         (A future of its own per reader, awaited as it is: an asyncio.Event's wait() and a
         wait_for() cost two coroutines per wakeup, and a wakeup comes per message received.)"""
         while not self._inbox and not self._no_more and self._state == "open":
-            waiter = asyncio.get_running_loop().create_future()
+            loop = self._loop
+            if loop is None:
+                loop = self._loop = asyncio.get_running_loop()
+            waiter = loop.create_future()
             self._waiters.append(waiter)
             try:
                 if timeout is None:
@@ -119,19 +124,26 @@ class Inbox:
     def _hand(self, most: int) -> list[Message]:
         """Up to `most` messages from the inbox, recorded as handed out; raises once the
         subscription is draining or closed, or the stream ended and the inbox is empty."""
-        if self._state != "open" or not self._inbox:
+        inbox = self._inbox
+        if self._state != "open" or not inbox:
             if self._error is not None:
                 raise self._error
             raise ClientClosed(f"subscription is {'closed' if self._state != 'open' else 'ended'}")
-        pop = self._inbox.popleft
-        out = [Message(pop(), self) for _ in range(min(most, len(self._inbox)))]
-        if len(self._handed) > 2 * self._unsettled + 64:  # settled batches not yet dropped by `_oldest`
+        if len(inbox) <= most:  # (the common case: all of it, each made in C's loop)
+            batch = tuple(map(Message, inbox, repeat(self, len(inbox))))
+            inbox.clear()
+        else:
+            pop = inbox.popleft
+            batch = tuple([Message(pop(), self) for _ in range(most)])
+        handed = self._handed
+        if len(handed) > 2 * self._unsettled + 64:  # settled batches not yet dropped by `_oldest`
             self._oldest()
-            if len(self._handed) > 2 * self._unsettled + 64:  # held behind an old unsettled one
-                self._handed = deque(b for b in self._handed if not all(m.settled for m in b))
-        self._handed.append(tuple(out))  # (the application may change its list)
-        self._unsettled += len(out)
-        return out
+            handed = self._handed
+            if len(handed) > 2 * self._unsettled + 64:  # held behind an old unsettled one
+                handed = self._handed = deque(b for b in handed if not all(m.settled for m in b))
+        handed.append(batch)  # kept as a tuple: the application may change its list
+        self._unsettled += len(batch)
+        return list(batch)
 
     def _settle(self, messages: Iterable[Message], nack_delay: float | None) -> None:
         """Queue the settlement of each message not settled yet (client/acks.py writes them)."""
@@ -143,31 +155,29 @@ class Inbox:
                 raise InvalidArgument("a message of another subscription: settle it with its own")
         if self._half_closed or self._ended.is_set():
             raise ClientClosed("subscription is closed: the agent redelivers this message to a named subscription")
-        settled = []
-        for msg in messages:
-            if not msg.settled:  # (a message given twice is settled once: one credit back)
-                msg.settled = True
-                settled.append(msg)
-                if msg._chunks is not None:
-                    msg._chunks.drop()  # and a nacked one is not redelivered: nothing holds a copy
-        messages = settled
-        self._unsettled -= len(messages)
-        if not self._unsettled:  # every batch handed out is settled: let them go now
+        ids = []
+        for m in messages:
+            if not m.settled:  # (a message given twice is settled once: one credit back)
+                m.settled = True
+                ids.append(m.delivery_id)
+                if m._chunks is not None:
+                    m._chunks.drop()  # and a nacked one is not redelivered: nothing holds a copy
+        unsettled = self._unsettled = self._unsettled - len(ids)
+        if not unsettled:  # every batch handed out is settled: let them go now
             self._handed.clear()
         credit, settlements = self._credit(), self.settlements
-        ids = [m.delivery_id for m in messages]
         if nack_delay is not None:
             for i in ids:
                 settlements.nack(i, round(nack_delay * 1000), credit)
         else:
             acked = self._acked
             if acked is not None:
-                for msg in messages:
-                    acked[(msg.producer_id, msg.sequence)] = None
+                for m in messages:
+                    acked[(m.producer_id, m.sequence)] = None
                 while len(acked) > ACKED_MEMORY:
                     acked.popitem(last=False)
             settlements.ack(ids, credit)  # after the loop: the flush judged once, on what is no longer handed
-        if not self._unsettled and self._all_settled is not None and not self._all_settled.done():
+        if not unsettled and self._all_settled is not None and not self._all_settled.done():
             self._all_settled.set_result(None)
 
     def _settled(self) -> asyncio.Future:

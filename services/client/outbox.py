@@ -1,12 +1,13 @@
 """What a `Publisher`'s stream has yet to write (issue 12: client batching, as NATS's).
 
-Each event is built once, in place: as the next element of the open `batch` request,
-whether it comes from `publish()` or `publish_batch()` (no request built apart and copied
-into a batch later). The stream's writer takes everything queued whenever it is ready to
-write: the open batch is closed then, so batching adds no delay (a lone publish goes at
-once, as itself) and under load events coalesce while the previous write is on its way.
-A batch closes at MAX_BATCH_EVENTS events or MAX_BATCH_BYTES; a payload above SLICE_BYTES
-goes as slices, each a request alone, in its place between the batches.
+Each event is encoded once, as wire bytes (encoding.py), into the open batch, whether it
+comes from `publish()` or `publish_batch()`; those bytes are what a resend sends again.
+The stream's writer takes everything queued whenever it is ready to write: the open batch
+is closed then (its request joined from its events' bytes), so batching adds no delay (a
+lone publish goes at once, as itself) and under load events coalesce while the previous
+write is on its way. A batch closes at MAX_BATCH_EVENTS events or MAX_BATCH_BYTES; a
+payload above SLICE_BYTES goes as slices, each a request alone, in its place between the
+batches. Requests are queued serialized: the stream writes them as they are.
 
 One `Outbox` per stream: a reconnect starts a new one with the unacknowledged events
 again (`again`), so a broken stream's writer can never take what the next one sends.
@@ -18,6 +19,7 @@ import asyncio
 from collections import deque
 from typing import Iterable, Mapping
 
+from echelon.client.encoding import Encoder
 from echelon.client.errors import translating
 from echelon.core.schema import Value
 from echelon.runtime.wire import attributes_into_pb
@@ -32,16 +34,16 @@ class Outbox:
     def __init__(self, producer_id: str, ack_level: int):
         self.producer_id = producer_id
         self.ack_level = ack_level
-        self.ready: deque[ppb.PublishRequest] = deque()  # closed batches, lone events, slices, in order
-        self.open: ppb.PublishRequest | None = None  # the batch being filled
-        self.count = 0  # events in `open`
+        self.encoder = Encoder(producer_id, ack_level)
+        self.ready: deque[bytes] = deque()  # closed batches, lone events, slices, in order (serialized)
+        self.open: list[bytes] | None = None  # the events of the batch being filled
         self.size = 0  # their bytes
         self.ended = False  # half-close once all is written
         self._wake: asyncio.Future | None = None  # the writer waiting for something to write
 
     def add(self, topic: str, attributes: Mapping[str, Value], payload: bytes, ordering_key: str,
-            seq: int) -> ppb.PublishRequest | list[ppb.PublishRequest]:
-        """One event queued: its request (in the open batch), or its list of slices, to be
+            seq: int) -> bytes | list[bytes]:
+        """One event queued: its bytes (in the open batch), or its list of slices, to be
         kept for a resend (`again`). Raises the client's InvalidArgument for a value no
         attribute can hold (nothing queued)."""
         return self.extend(topic, ((attributes, payload),), ordering_key, seq)[0]
@@ -52,63 +54,58 @@ class Outbox:
         does; those before it stay queued (publish_batch rolls them back: `rollback`)."""
         kept = []
         seq = first
-        elements = None
-        count, size = self.count, self.size
+        encode = self.encoder.event
+        batch, size = self.open, self.size
         try:
             for e in events:
                 attributes, payload = e if isinstance(e, tuple) else (e, b"")
                 if len(payload) > SLICE_BYTES:
-                    self.count, self.size = count, size
+                    self.size = size
                     kept.append(self._sliced(topic, attributes, payload, ordering_key, seq))
-                    elements, count, size = None, 0, 0
+                    batch, size = None, 0
                     seq += 1
                     continue
-                if elements is None or count >= MAX_BATCH_EVENTS or size >= MAX_BATCH_BYTES:
-                    self.count, self.size = count, size
-                    elements = self._batch().batch
-                    count, size = self.count, self.size
-                req = elements.add(topic=topic, payload=payload, ordering_key=ordering_key, sequence=seq) \
-                    if ordering_key else elements.add(topic=topic, payload=payload, sequence=seq)
                 try:
-                    attributes_into_pb(attributes, req.attributes)
+                    event = encode(topic, attributes, payload, ordering_key, seq)
                 except BaseException:
-                    del elements[-1]
                     with translating():  # the caller's bad value, as the client's InvalidArgument
                         raise
-                count += 1
-                size += req.ByteSize()
-                kept.append(req)
+                if batch is None or len(batch) >= MAX_BATCH_EVENTS or size >= MAX_BATCH_BYTES:
+                    self.size = size
+                    batch = self._batch()
+                    size = 0
+                batch.append(event)
+                size += len(event)
+                kept.append(event)
                 seq += 1
         finally:
-            if elements is not None:
-                self.count, self.size = count, size
+            if batch is not None:
+                self.size = size
             self._notify()
         return kept
 
-    def again(self, requests: ppb.PublishRequest | list[ppb.PublishRequest]) -> None:
+    def again(self, requests: bytes | list[bytes]) -> None:
         """An unacknowledged event's requests (as `add` returned them) queued again (on a
         new stream), as they were."""
         if type(requests) is list:  # slices
             self._close()
             self.ready.extend(requests)
         else:
-            batch = self._batch()
-            batch.batch.append(requests)  # a copy: the old stream's request is left as it was
-            self.count += 1
-            self.size += requests.ByteSize()
+            self._batch().append(requests)
+            self.size += len(requests)
         self._notify()
 
     def mark(self) -> tuple:
         """The outbox as it is, to `rollback` to (no write may happen in between)."""
-        return len(self.ready), self.open, len(self.open.batch) if self.open is not None else 0, self.count, self.size
+        return len(self.ready), self.open, len(self.open) if self.open is not None else 0, self.size
 
     def rollback(self, mark: tuple) -> None:
         """Forget what was queued since `mark` (a publish_batch refused part way through)."""
-        n, self.open, k, self.count, self.size = mark
+        n, self.open, k, self.size = mark
         while len(self.ready) > n:
             self.ready.pop()
         if self.open is not None:
-            del self.open.batch[k:]
+            del self.open[k:]
 
     def end(self) -> None:
         """Half-close the stream once everything queued is written."""
@@ -116,13 +113,14 @@ class Outbox:
         self._notify()
 
     async def requests(self):
-        """The stream's requests: whatever is queued when the writer is ready (the open
-        batch closed then), until `end`."""
+        """The stream's requests (serialized): whatever is queued when the writer is ready
+        (the open batch closed then), until `end`."""
+        loop = asyncio.get_running_loop()
         while True:
             if not self.ready and self.open is None:
                 if self.ended:
                     return
-                self._wake = asyncio.get_running_loop().create_future()
+                self._wake = loop.create_future()
                 await self._wake
                 continue
             self._close()
@@ -132,42 +130,39 @@ class Outbox:
 
     # -- internals ---------------------------------------------------------------------
 
-    def _batch(self) -> ppb.PublishRequest:
+    def _batch(self) -> list[bytes]:
         """The open batch, a new one if there is none or it is full."""
-        if self.open is None or self.count >= MAX_BATCH_EVENTS or self.size >= MAX_BATCH_BYTES:
+        if self.open is None or len(self.open) >= MAX_BATCH_EVENTS or self.size >= MAX_BATCH_BYTES:
             self._close()
-            self.open = ppb.PublishRequest(producer_id=self.producer_id, ack_level=self.ack_level,
-                                           coalesce_acks=True)
+            self.open = []
         return self.open
 
     def _close(self) -> None:
-        """The open batch to the ready ones (a batch of one as its event alone)."""
+        """The open batch to the ready ones (a batch of one as its event alone). The list
+        is left as it was: a rollback's mark may hold it."""
         if self.open is None:
             return
         batch = self.open
-        self.open, self.count, self.size = None, 0, 0
-        n = len(batch.batch)
-        if n:  # (none: its only event was refused)
-            self.ready.append(self._alone(batch.batch[0]) if n == 1 else batch)
-
-    def _alone(self, req: ppb.PublishRequest) -> ppb.PublishRequest:
-        """`req` as a request of its own: the outer fields set on it."""
-        req.producer_id, req.ack_level, req.coalesce_acks = self.producer_id, self.ack_level, True
-        return req
+        self.open, self.size = None, 0
+        if len(batch) > 1:
+            self.ready.append(self.encoder.request(batch))
+        elif batch:  # (none: its only event was refused)
+            self.ready.append(self.encoder.alone(batch[0]))
 
     def _sliced(self, topic: str, attributes: Mapping[str, Value], payload: bytes, ordering_key: str,
-                seq: int) -> list[ppb.PublishRequest]:
+                seq: int) -> list[bytes]:
         """A payload above SLICE_BYTES: its slices queued, each a request alone, in its place."""
         count = -(-len(payload) // SLICE_BYTES)
         requests = []
         for i in range(count):
-            req = self._alone(ppb.PublishRequest(topic=topic, payload=payload[i * SLICE_BYTES:(i + 1) * SLICE_BYTES],
-                                                 ordering_key=ordering_key, sequence=seq, slice_index=i,
-                                                 slice_count=count, payload_size=len(payload)))
+            req = ppb.PublishRequest(topic=topic, payload=payload[i * SLICE_BYTES:(i + 1) * SLICE_BYTES],
+                                     ordering_key=ordering_key, sequence=seq, slice_index=i, slice_count=count,
+                                     payload_size=len(payload), producer_id=self.producer_id,
+                                     ack_level=self.ack_level, coalesce_acks=True)
             if i == 0:
                 with translating():  # the caller's bad value, as the client's InvalidArgument
                     attributes_into_pb(attributes, req.attributes)
-            requests.append(req)
+            requests.append(req.SerializeToString())
         self._close()
         self.ready.extend(requests)
         return requests
@@ -177,4 +172,3 @@ class Outbox:
             if not self._wake.done():
                 self._wake.set_result(None)
             self._wake = None
-

@@ -11,14 +11,14 @@ On a broken stream it reconnects (to the next address, if several) and resends e
 unacknowledged message with the same (producer id, sequence), so receivers drop the
 second copy (DESIGN.md, "Guarantees"). Payloads above `SLICE_BYTES` go as slices.
 
-Batching (issue 12), as NATS's client does it: each event is built in place in the
-stream's outbox (outbox.py), and the stream takes everything queued whenever it is ready
-to write, in `batch` requests of up to MAX_BATCH_EVENTS events / MAX_BATCH_BYTES. So
-batching adds no delay: a lone publish goes at once (no timer), and under load events
-coalesce while the previous write is on its way. `publish_batch()` waits on one future
-for the whole batch. Acks come coalesced (`coalesce_acks`): the agent answers the
-requests that settled together in one message, and each ack finds its event by its
-offset in its publish call's run (client/results.py).
+Batching (issue 12), as NATS's client does it: each event is encoded once, as wire
+bytes, into the stream's outbox (outbox.py, encoding.py), and the stream takes
+everything queued whenever it is ready to write, in `batch` requests of up to
+MAX_BATCH_EVENTS events / MAX_BATCH_BYTES. So batching adds no delay: a lone publish goes
+at once (no timer), and under load events coalesce while the previous write is on its
+way. `publish_batch()` waits on one future for the whole batch. Acks come coalesced
+(`coalesce_acks`): the agent answers the requests that settled together in one message,
+and each ack finds its event by its offset in its publish call's run (client/results.py).
 """
 
 from __future__ import annotations
@@ -37,7 +37,6 @@ from echelon.client.results import Pending
 from echelon.client.results import PublishResult  # noqa: F401 - public
 from echelon.core.schema import Value
 from echelon.v1 import pubsub_pb2 as ppb
-from echelon.v1 import pubsub_pb2_grpc as pgrpc
 
 if TYPE_CHECKING:
     from echelon.client.client import Client
@@ -47,6 +46,15 @@ RETRIED = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCo
            grpc.StatusCode.INTERNAL)
 
 Event = Mapping[str, Value] | tuple[Mapping[str, Value], bytes]
+
+
+PUBLISH = f"/{ppb.DESCRIPTOR.services_by_name['PubSub'].full_name}/Publish"
+
+
+def publish_call(channel: grpc.aio.Channel, requests) -> grpc.aio.StreamStreamCall:
+    """A Publish call whose requests are written as they come: serialized (the outbox's)."""
+    return channel.stream_stream(PUBLISH, request_serializer=None, response_deserializer=ppb.PublishAck.FromString)(
+        requests)
 
 
 class AckLevel(enum.IntEnum):
@@ -207,8 +215,7 @@ class Publisher:
                     outbox.again(requests)
                 if self._closed:
                     outbox.end()
-            stub = pgrpc.PubSubStub(self.client._channel(attempt))
-            call = stub.Publish(outbox.requests())
+            call = publish_call(self.client._channel(attempt), outbox.requests())
             outbox = None
             try:
                 async for reply in call:

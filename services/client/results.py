@@ -46,13 +46,14 @@ class Run:
 
     __slots__ = ("first", "requests", "outcomes", "left", "future", "futures")
 
-    def __init__(self, first: int, requests: list, futures: list[asyncio.Future] | None = None):
+    def __init__(self, first: int, requests: list, futures: list[asyncio.Future] | None = None,
+                 future: asyncio.Future | None = None):
         self.first = first
         self.requests = requests
         self.outcomes: list = [None] * len(requests)
         self.left = len(requests)
         self.futures = futures
-        self.future = asyncio.get_running_loop().create_future() if futures is None else None
+        self.future = future
 
 
 LONE_RUN = 512  # lone publishes in one run: its acked ones are let go when all are
@@ -64,20 +65,21 @@ class Pending:
     def __init__(self, producer_id: str):
         self.producer_id = producer_id
         self.runs: deque[Run] = deque()
+        self._loop: asyncio.AbstractEventLoop | None = None  # (asyncio.get_running_loop() makes a syscall per call)
 
     def __bool__(self) -> bool:
         return bool(self.runs)
 
     def batch(self, first: int, requests: list) -> asyncio.Future:
         """A publish_batch's events (numbered from `first`): the future of their outcomes."""
-        run = Run(first, requests)
+        run = Run(first, requests, future=self._future())
         self.runs.append(run)
         return run.future
 
     def one(self, seq: int, requests) -> asyncio.Future:
         """A lone publish: the future of its outcome (the next event of the last run of lone
         ones, if it follows it: no run made per event)."""
-        future = asyncio.get_running_loop().create_future()
+        future = self._future()
         runs = self.runs
         if runs:
             last = runs[-1]
@@ -146,6 +148,12 @@ class Pending:
 
     def futures(self) -> list[asyncio.Future]:
         return [f for run in self.runs for f in (run.futures or (run.future,))]
+
+    def _future(self) -> asyncio.Future:
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        return loop.create_future()
 
     def _left(self, run: Run, left: int) -> None:
         run.left = left

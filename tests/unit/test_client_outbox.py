@@ -1,4 +1,4 @@
-"""The publisher's outbox (client/outbox.py): events built in place in the open batch, what
+"""The publisher's outbox (client/outbox.py): events encoded into the open batch, what
 the writer takes when it is ready (a batch closed then, a lone event as itself, slices
 alone in their place), a refused event or a publish_batch rolled back leaving exactly what
 was there, and a resend reproducing the same requests."""
@@ -15,9 +15,9 @@ from echelon.v1 import pubsub_pb2 as ppb
 
 
 async def take(outbox: Outbox) -> list[ppb.PublishRequest]:
-    """What the writer takes now (the outbox ended so that it returns)."""
+    """What the writer takes now (the outbox ended so that it returns), parsed."""
     outbox.end()
-    return [r async for r in outbox.requests()]
+    return [ppb.PublishRequest.FromString(r) async for r in outbox.requests()]
 
 
 def events_of(requests: list[ppb.PublishRequest]) -> list[tuple[int, int, int]]:
@@ -50,7 +50,7 @@ async def test_a_refused_value_or_a_rolled_back_batch_leaves_exactly_what_was_qu
     outbox = Outbox("p", ppb.ACK_LEVEL_DELIVERED)
     with pytest.raises(errors.InvalidArgument):
         outbox.add("t", {"n": object()}, b"", "", 1)
-    assert outbox.open is None or not outbox.open.batch
+    assert not outbox.open
     outbox.add("t", {"n": 1}, b"", "", 1)
     mark = outbox.mark()
     for i in range(MAX_BATCH_EVENTS + 10):  # past one batch: a second one opened
@@ -77,6 +77,6 @@ async def test_a_resend_reproduces_the_requests_and_the_writer_waits_for_events(
         again.again(requests)
     resent = [await waiting]
     again.end()
-    resent += [r async for r in writer]
+    resent = [ppb.PublishRequest.FromString(r) for r in resent + [r async for r in writer]]
     assert events_of(resent) == events_of(sent)
     assert [e.payload for r in resent for e in (r.batch or [r])] == [e.payload for r in sent for e in (r.batch or [r])]
