@@ -22,6 +22,7 @@ for a second, exact pass to correct.
 from __future__ import annotations
 
 from bisect import bisect_left
+from operator import methodcaller
 from typing import Mapping, NamedTuple, Sequence
 
 import numpy as np
@@ -95,7 +96,7 @@ class Column:
 
     def __init__(self, events: Sequence[Mapping[str, object]], dim: Dim):
         attr, self.kind = dim
-        self.raw = [e.get(attr) for e in events]
+        self.raw = list(map(methodcaller("get", attr), events))  # in C: no Python step per event
         self.floats: np.ndarray | None = None
         self.absent: np.ndarray | None = None
         types = set(map(type, self.raw))

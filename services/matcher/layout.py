@@ -37,6 +37,7 @@ from __future__ import annotations
 import hashlib
 import zlib
 from dataclasses import dataclass
+from operator import methodcaller
 from typing import Iterable, Mapping, Sequence
 
 import numpy as np
@@ -150,6 +151,14 @@ class Layout:
         self._route_ends = [(float(low[2 * i]), float(top[2 * i + 1])) for i in cut]
         self._string_keys: dict[str, float] = {}
 
+    def reads(self) -> set[str]:
+        """The event attributes this layout's routing and this matcher's indexes use: all
+        an entry needs to read from an event (Fanout reads no other)."""
+        names = {attr.name for _, attr in self._route_attrs}
+        for index in self.index.values():
+            names.update(index.attributes())
+        return names
+
     def placed(self, sid: str) -> bool:
         return sid in self.primary
 
@@ -242,7 +251,7 @@ class Layout:
             return self._route_small(events)
         ep = np.empty((len(events), 2 * len(self._route_attrs)), dtype=np.float64)
         for j, (i, attr) in enumerate(self._route_attrs):
-            ep[:, 2 * j], ep[:, 2 * j + 1] = self._keys(i, attr, [e.get(attr.name) for e in events])
+            ep[:, 2 * j], ep[:, 2 * j + 1] = self._keys(i, attr, list(map(methodcaller("get", attr.name), events)))
         cols = self._route_cols
         low, top = np.asarray(self.space.low)[cols], np.asarray(self.space.high)[cols]
         a, b = np.empty_like(ep), np.empty_like(ep)
@@ -259,7 +268,7 @@ class Layout:
 
     def _route_small(self, events: Sequence[Mapping[str, object]]) -> dict[str, list[int]]:
         """`route` in Python, the same comparisons on the same float64 values."""
-        keys = [self._keys(i, attr, [e.get(attr.name) for e in events]) for i, attr in self._route_attrs]
+        keys = [self._keys(i, attr, list(map(methodcaller("get", attr.name), events))) for i, attr in self._route_attrs]
         regions = []  # per event, (a, b) per routed column, as in `route`
         for n in range(len(events)):
             ab = []
@@ -281,14 +290,14 @@ class Layout:
         known = self._string_keys
         if len(known) > STRING_KEYS:
             known.clear()
-        keys = []
-        for v in values:
-            k = known.get(v) if type(v) is str else None
-            if k is None:
-                k = None if v is None else value_key(attr, v)
-                if type(v) is str:
-                    known[v] = k
-            keys.append(k)
+        keys = list(map(known.get, values))  # in C; only strings are known, so other values miss
+        if None in keys:
+            for n, k in enumerate(keys):
+                v = values[n]
+                if k is None and v is not None:
+                    k = keys[n] = value_key(attr, v)
+                    if type(v) is str:
+                        known[v] = k
         if None not in keys:
             return keys, keys
         return [low if k is None else k for k in keys], [high if k is None else k for k in keys]

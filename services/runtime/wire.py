@@ -6,7 +6,7 @@ raises InvalidArgument naming the field, before any state changes.
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Collection, Iterable, Mapping
 
 from echelon.core.filters import Filter, Op, Predicate, parse
 from echelon.core.schema import Attribute, AttrType, Schema, SchemaError, Value
@@ -57,6 +57,26 @@ def attributes_from_pb(attrs: Mapping[str, pb.Value]) -> dict[str, Value]:
         if x is None or x != x:  # unset, or NaN
             value_from_pb(v, "attribute", name)
         out[name] = x
+    return out
+
+
+def attributes_read(events: Iterable[pb.Event], names: Collection[str]) -> list[dict[str, Value]]:
+    """Per event, only its attributes named in `names` (those it has), checked as
+    attributes_from_pb checks them: a matcher reads what its zones and index use, not every
+    attribute into a dict (issue 12: that was a sixth of the matching matcher's CPU)."""
+    out = []
+    for e in events:
+        attrs = e.attributes
+        got = {}
+        for name in names:
+            if name in attrs:
+                v = attrs[name]
+                kind = v.WhichOneof("kind")
+                x = getattr(v, kind) if kind is not None else None
+                if x is None or x != x:  # unset, or NaN
+                    value_from_pb(v, "attribute", name)
+                got[name] = x
+        out.append(got)
     return out
 
 
