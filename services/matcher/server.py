@@ -36,7 +36,7 @@ from echelon.runtime.member import lifetime
 from echelon.runtime.metrics import LATENCY_BUCKETS
 from echelon.runtime.node import Node, NodeConfig
 from echelon.runtime.transport import require_member
-from echelon.runtime.wire import attributes_from_pb, attributes_read, filter_from_pb, schema_from_pb
+from echelon.runtime.wire import attributes_from_pb, attributes_read, filter_from_pb, schema_from_pb, value_field
 from echelon.v1 import matcher_pb2 as xpb
 from echelon.v1 import matcher_pb2_grpc as xgrpc
 from echelon.v1 import membership_pb2 as mpb
@@ -59,7 +59,7 @@ def _sampled(event) -> dict:
         out: dict = {}
         for name in event.attributes:
             try:
-                out.update(attributes_read((event,), (name,))[0])
+                out.update(attributes_read((event,), {name: value_field(None)})[0])
             except InvalidArgument:
                 pass
         return out
@@ -264,6 +264,8 @@ class MatcherServicer(xgrpc.MatcherServicer):
         zones = {z.zone: list(z.events) for z in batch.zones}
         if any(i >= len(wire) for idxs in zones.values() for i in idxs):
             raise InvalidArgument("zone event positions out of range")
+        if any(a >= b for idxs in zones.values() for a, b in zip(idxs, idxs[1:])):  # as an entry sends them
+            raise InvalidArgument("zone event positions not increasing")
         try:  # reads only the attributes the layout uses
             results = self.tier.match_zones(batch.topic, batch.layout, None, zones, batch.agents_only, wire)
         except StaleLayout as e:

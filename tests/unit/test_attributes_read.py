@@ -1,7 +1,8 @@
 """What a matcher reads of an event (issue 12): runtime/wire.py `attributes_read` takes the
-named attributes only, checked as `attributes_from_pb` checks them (the oracle), and
+named attributes only, checked as `attributes_from_pb` checks them (the oracle);
 core/cdm.py `CountingIndex.attributes` names what its live subscriptions use, through
-inserts, replacements and deletes (oracle: the filters held)."""
+inserts, replacements and deletes (oracle: the filters held); an event kept for the
+routing job's sample has all its attributes, its good ones when one is unset or NaN."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 
 from echelon.core.cdm import CountingIndex, Subscription
 from echelon.core.filters import parse
+from echelon.matcher.server import _sampled
 from echelon.runtime.errors import InvalidArgument
 from echelon.runtime.wire import attributes_from_pb, attributes_read, attributes_to_pb
 from echelon.v1 import common_pb2 as pb
@@ -55,3 +57,11 @@ def test_index_attributes_follow_its_live_subscriptions():
             held[sid] = rnd.choice(filters)
             index.insert(Subscription(sid, "a", parse(held[sid])))
         assert set(index.attributes()) == {p.attribute for f in held.values() for p in parse(f).predicates}
+
+
+def test_an_event_kept_for_the_sample_has_all_its_attributes_or_its_good_ones():
+    good = pb.Event(topic="t", attributes=attributes_to_pb({"a": "x", "b": 2, "c": 1.5}))
+    assert _sampled(good) == {"a": "x", "b": 2, "c": 1.5}
+    bad = pb.Event(topic="t", attributes={"a": pb.Value(string_value="x"), "b": pb.Value(),
+                                          "c": pb.Value(float_value=float("nan")), "d": pb.Value(int_value=0)})
+    assert _sampled(bad) == {"a": "x", "d": 0}
