@@ -39,6 +39,8 @@ from echelon.core.filters import Filter
 
 BATCH = 4096  # events matched per numpy pass; < 2**16 keeps the event sort a radix sort
 SEEN_CELLS = 1 << 20  # (event, agent) pairs deduplicated in a table up to this size, else sorted
+AGENT_SETS = 4096  # distinct agent sets kept by match_agents (past it, forgotten and made again)
+_NONE: frozenset[str] = frozenset()
 
 
 @contextmanager
@@ -241,6 +243,8 @@ class CountingIndex:
         self._runs: list[_Run | None] = [None]
         self._codes: dict[str, int] = {}  # agent -> its code in the runs (never reused)
         self._names: list[str] = []  # code -> agent
+        self._attributes: dict[str, int] = {}  # attribute -> live subscriptions naming it
+        self._sets: dict[bytes, frozenset[str]] = {}  # agent sets by their row of codes (match_agents)
         self.insert_many(subscriptions)
 
     def __len__(self) -> int:
@@ -254,6 +258,10 @@ class CountingIndex:
 
     def subscriptions(self) -> list[Subscription]:
         return list(self._subs.values())
+
+    def attributes(self) -> Iterable[str]:
+        """The attributes some subscription here names: the only ones matching reads."""
+        return self._attributes.keys()
 
     def insert(self, sub: Subscription) -> None:
         """Add or replace (same id) one subscription; SchemaError for a malformed filter."""
@@ -273,6 +281,8 @@ class CountingIndex:
             self.delete(s.id)
             self._subs[s.id], self._rows[s.id], self._level[s.id] = s, rows, level
             self._levels[level].append(s.id)
+            for name in {p.attribute for p in s.filter.predicates}:
+                self._attributes[name] = self._attributes.get(name, 0) + 1
         self._runs[level] = None
         self._cascade(level)
 
@@ -281,7 +291,12 @@ class CountingIndex:
         level = self._level.pop(sid, None)
         if level is None:
             return False
-        del self._subs[sid], self._rows[sid]
+        for name in {p.attribute for p in self._subs.pop(sid).filter.predicates}:
+            if self._attributes[name] == 1:
+                del self._attributes[name]
+            else:
+                self._attributes[name] -= 1
+        del self._rows[sid]
         run = self._runs[level]
         if run is not None:
             run.kill(sid)
@@ -337,15 +352,16 @@ class CountingIndex:
             out += [ids[a:b] for a, b in zip(bounds, bounds[1:])]
         return out
 
-    def match_agents(self, events: Sequence[Mapping[str, object]]) -> tuple[list[list[str]], int]:
-        """The agents holding a matching subscription, per event, each once (what a matcher
-        answers a publishing agent), and the number of (event, subscription) matches.
-        (Event, agent code) pairs are deduplicated as integers: no id is touched."""
-        out: list[list[str]] = []
+    def match_agents(self, events: Sequence[Mapping[str, object]]) -> tuple[list[frozenset[str]], int]:
+        """The agents holding a matching subscription, per event (what a matcher answers a
+        publishing agent), and the number of (event, subscription) matches. (Event, agent
+        code) pairs are deduplicated as integers: no id is touched; each event's set is
+        made in C (no Python step per event)."""
+        out: list[frozenset[str]] = []
         total = 0
         for n, parts in self._chunks(events):
             if not parts:
-                out += [[] for _ in range(n)]
+                out += [_NONE] * n
                 continue
             e = np.concatenate([p[0] for p in parts])
             codes = np.concatenate([run.agents[s] for _, s, run in parts])
@@ -354,16 +370,34 @@ class CountingIndex:
             if n * width <= SEEN_CELLS:  # a table of (event, agent) cells: no sort
                 seen = np.zeros((n, width), dtype=bool)
                 seen[e, codes] = True
-                ev, who = np.nonzero(seen)
-            else:
-                pairs = np.unique(e * width + codes)
-                ev = pairs // width
-                who = pairs - ev * width
-            names = self._names
-            agents = [names[c] for c in who.tolist()]
+                out += self._agent_sets(seen)
+                continue
+            pairs = np.unique(e * width + codes)
+            ev = pairs // width
+            agents = list(map(self._names.__getitem__, (pairs - ev * width).tolist()))
             bounds = np.searchsorted(ev, np.arange(n + 1)).tolist()
-            out += [agents[a:b] for a, b in zip(bounds, bounds[1:])]
+            out += map(frozenset, map(agents.__getitem__, map(slice, bounds, bounds[1:])))
         return out, total
+
+    def _agent_sets(self, seen: np.ndarray) -> list[frozenset[str]]:
+        """Each row's agents (a row of `seen` per event, a column per agent code), as one
+        frozenset per distinct row, kept: a row packed into bytes is its key, looked up
+        in C (a topic's events meet few agent sets; a new frozenset per event cost 4x)."""
+        packed = np.packbits(seen, axis=1)
+        keys = packed.view(f"V{packed.shape[1]}").ravel().tolist()  # a bytes object per row
+        kept = self._sets
+        found = list(map(kept.get, keys))
+        if None in found:
+            if len(kept) > AGENT_SETS:
+                kept.clear()
+            names = self._names
+            for i, agents in enumerate(found):
+                if agents is None:
+                    agents = kept.get(keys[i])
+                    if agents is None:
+                        agents = kept[keys[i]] = frozenset(map(names.__getitem__, np.flatnonzero(seen[i]).tolist()))
+                    found[i] = agents
+        return found
 
     # -- levels ------------------------------------------------------------------------
 

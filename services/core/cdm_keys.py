@@ -22,6 +22,7 @@ for a second, exact pass to correct.
 from __future__ import annotations
 
 from bisect import bisect_left
+from operator import methodcaller
 from typing import Mapping, NamedTuple, Sequence
 
 import numpy as np
@@ -31,6 +32,7 @@ from echelon.core.filters import Filter, Op
 ABSENT, NAN, BOTTOM, NO_EXCL = -4, -3, -1, -5
 TOP = 2**62
 _EXACT_INT = 2.0**53
+KNOWN = 65536  # values whose keys a codec keeps (past it, forgotten and keyed again)
 
 Dim = tuple[str, str]  # (attribute, "num" | "str")
 
@@ -95,7 +97,7 @@ class Column:
 
     def __init__(self, events: Sequence[Mapping[str, object]], dim: Dim):
         attr, self.kind = dim
-        self.raw = [e.get(attr) for e in events]
+        self.raw = list(map(methodcaller("get", attr), events))  # in C: no Python step per event
         self.floats: np.ndarray | None = None
         self.absent: np.ndarray | None = None
         types = set(map(type, self.raw))
@@ -128,6 +130,7 @@ class Codec:
         self.rank = {c: i for i, c in enumerate(self.sorted)}
         self.top = 2 * len(self.sorted) - 1
         self.array = None
+        self._known: dict = {}  # value -> key, for values keyed in Python (`encode`)
         if kind == "num" and all(_float_exact(c) for c in self.sorted):
             self.array = np.array(self.sorted, dtype=np.float64)
 
@@ -145,11 +148,22 @@ class Codec:
                 keys[col.absent] = ABSENT
             return keys
         if not col.has_bool:
-            try:  # each distinct value is keyed once, with Python's exact comparisons
-                table = {v: self._key_of(col, v) for v in set(col.raw)}
-                return np.fromiter(map(table.__getitem__, col.raw), np.int64, len(col.raw))
+            # Each value keyed once with Python's exact comparisons, and kept: a run's
+            # constants never change, and a topic's strings repeat (looked up in C).
+            known = self._known
+            try:
+                keys = list(map(known.get, col.raw))
             except TypeError:  # an unhashable value
-                pass
+                keys = None
+            if keys is not None:
+                if None in keys:
+                    if len(known) > KNOWN:
+                        known.clear()
+                    for n, k in enumerate(keys):
+                        if k is None:
+                            v = col.raw[n]
+                            k = keys[n] = known[v] = self._key_of(col, v)
+                return np.fromiter(keys, np.int64, len(keys))
         return np.fromiter((self._key_of(col, v) for v in col.raw), np.int64, len(col.raw))
 
     def _key_of(self, col: Column, v: object) -> int:

@@ -39,8 +39,7 @@ class Answers:
     """MatchResponse bytes; the MatchResult of each agent set made once (see the module doc)."""
 
     def __init__(self) -> None:
-        self._one: dict[str, bytes] = {}  # agent -> the result of an event matched by it alone
-        self._many: dict[frozenset[str], bytes] = {}
+        self._sets: dict[frozenset[str], bytes] = {frozenset(): EMPTY}
 
     def response(self, batch_id: int, results: list[Matches] | list[Agents], agents_only: bool,
                  entry: str = "") -> bytes:
@@ -48,28 +47,23 @@ class Answers:
         head = xpb.MatchResponse(batch_id=batch_id, entry=entry).SerializeToString()  # once per batch
         if not agents_only:
             return head + b"".join(map(self._matches, results))
-        one, many = self._one, self._many
-        parts = [head]
-        for agents in results:
-            if not agents:
-                parts.append(EMPTY)
-            elif len(agents) == 1:
-                for agent in agents:
-                    part = one.get(agent)
-                    if part is None:
-                        if len(one) >= KEPT:
-                            one.clear()
-                        part = one[agent] = length_delimited(RESULTS, _agent_matches(agent))
-                    parts.append(part)
-            else:
-                key = frozenset(agents)
-                part = many.get(key)
+        # Looked up in C, no Python step per event (a frozenset is its own frozenset, its
+        # hash kept); only a set not seen yet is made here.
+        keys = list(map(frozenset, results))
+        parts = list(map(self._sets.get, keys))
+        if None in parts:
+            sets = self._sets
+            for i, part in enumerate(parts):
                 if part is None:
-                    if len(many) >= KEPT:
-                        many.clear()
-                    part = many[key] = length_delimited(RESULTS, b"".join(_agent_matches(a) for a in sorted(key)))
-                parts.append(part)
-        return b"".join(parts)
+                    part = sets.get(keys[i])
+                    if part is None:
+                        if len(sets) >= KEPT:
+                            sets.clear()
+                            sets[frozenset()] = EMPTY
+                        part = sets[keys[i]] = length_delimited(
+                            RESULTS, b"".join(_agent_matches(a) for a in sorted(keys[i])))
+                    parts[i] = part
+        return head + b"".join(parts)
 
     @staticmethod
     def _matches(matches: Matches) -> bytes:

@@ -25,13 +25,14 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 from typing import Awaitable, Callable, Mapping, MutableMapping, Sequence
 
 from echelon.matcher.adoption import Layouts
 from echelon.matcher.layout import Layout
 from echelon.matcher.peers import Agents, Matches, PeerUnavailable, StaleLayout, Transport
 from echelon.matcher.zones import Zones
+from echelon.runtime.wire import attributes_read
 
 TOPIC_WAIT = 3.0  # how long a batch waits for a topic this matcher has not seen yet
 
@@ -50,31 +51,37 @@ class Fanout:
         self.deadline = deadline
         self._rr = 0
 
-    async def match(self, events: Sequence[tuple[str, Mapping[str, object]]], agents_only: bool = False,
+    async def match(self, events: Sequence[tuple[str, Mapping[str, object]]] | None, agents_only: bool = False,
                     wire: Sequence | None = None,
-                    weights: MutableMapping[str, int] | None = None) -> list[Matches] | list[Agents]:
+                    weights: MutableMapping[str, int] | None = None,
+                    topics: Sequence[str] | None = None) -> list[Matches] | list[Agents]:
         """The entry's side of Match: per event, {subscription id: agent} (or its agents).
-        `wire`: the events as received, forwarded to holders as they are; `weights`
-        (filled if given): matcher -> events of the batch it holds a zone of."""
+        `wire`: the events as received, forwarded to holders as they are; `events` None:
+        read from `wire` (their `topics` given or read), only the attributes the topic's
+        layout reads (Layout.reads: its routing's and this matcher's indexes'), when its
+        events are matched. `weights` (filled if given): matcher -> events of the batch it
+        holds a zone of."""
         deadline = asyncio.get_running_loop().time() + self.deadline
-        topics = set(map(itemgetter(0), events))
-        if len(topics) == 1:  # a batch is mostly one topic: no regrouping, no task of its own
-            return await self._match_topic(topics.pop(), list(map(itemgetter(1), events)), wire, deadline,
-                                           agents_only, weights)
+        if topics is None:
+            topics = list(map(itemgetter(0), events) if events is not None else map(attrgetter("topic"), wire))
+        distinct = set(topics)
+        if len(distinct) == 1:  # a batch is mostly one topic: no regrouping, no task of its own
+            return await self._match_topic(distinct.pop(), None if events is None else list(map(itemgetter(1), events)),
+                                           wire, deadline, agents_only, weights)
         groups: dict[str, list[int]] = defaultdict(list)
-        for i, (topic, _) in enumerate(events):
+        for i, topic in enumerate(topics):
             groups[topic].append(i)
-        found = await asyncio.gather(*(self._match_topic(t, [events[i][1] for i in idxs],
+        found = await asyncio.gather(*(self._match_topic(t, None if events is None else [events[i][1] for i in idxs],
                                                          None if wire is None else [wire[i] for i in idxs],
                                                          deadline, agents_only, weights)
                                        for t, idxs in groups.items()))
-        out: list = [None] * len(events)
+        out: list = [None] * len(topics)
         for idxs, part in zip(groups.values(), found):
             for i, matches in zip(idxs, part):
                 out[i] = matches
         return out
 
-    async def _match_topic(self, topic: str, events: list[Mapping[str, object]], wire: Sequence | None,
+    async def _match_topic(self, topic: str, events: list[Mapping[str, object]] | None, wire: Sequence | None,
                            deadline: float, agents_only: bool,
                            weights: MutableMapping[str, int] | None) -> list[Matches] | list[Agents]:
         loop = asyncio.get_running_loop()
@@ -85,23 +92,27 @@ class Fanout:
             layout = ts.active if ts else None
             if layout is None:
                 if topic not in self.layouts.view.topics and loop.time() > unknown_until:
-                    return _merge([], len(events), agents_only)  # a topic no matcher has seen holds no subscription
+                    # a topic no matcher has seen holds no subscription
+                    return _merge([], len(events if events is not None else wire), agents_only)
                 await self.wait_change(deadline, f"no active layout for topic {topic!r}", 0.1)
                 continue
-            routed = self._needed(layout, layout.route(events))
+            # Read here, with no await before the local zones are matched: what a subscription
+            # added meanwhile names is read too.
+            evs = events if events is not None else attributes_read(wire, layout.reads())
+            routed = self._needed(layout, layout.route(evs))
             plan = self._assign(layout, routed, failed)
             if plan is None:  # a zone with no reachable member: wait for the layout to change
                 await self.wait_change(deadline, f"no member of some zone of topic {topic!r} is reachable")
                 failed.clear()
                 continue
-            results = await self._ask(topic, layout.key, events, wire, plan, agents_only)
+            results = await self._ask(topic, layout.key, evs, wire, plan, agents_only)
             errors = [r for r in results if isinstance(r, BaseException)]
             if not errors:
                 if weights is not None:
                     for zone, idxs in routed.items():
                         for m in layout.members[zone]:
                             weights[m] = weights.get(m, 0) + len(idxs)
-                return _merge(results, len(events), agents_only)
+                return _merge(results, len(evs), agents_only)
             for e in errors:
                 if not isinstance(e, (PeerUnavailable, StaleLayout)):
                     raise e

@@ -37,6 +37,7 @@ from __future__ import annotations
 import hashlib
 import zlib
 from dataclasses import dataclass
+from operator import methodcaller
 from typing import Iterable, Mapping, Sequence
 
 import numpy as np
@@ -44,8 +45,9 @@ import numpy as np
 from echelon.core.can import Zone, ZoneMap
 from echelon.core.cdm import CountingIndex, Subscription
 from echelon.core.filters import Filter
-from echelon.core.schema import Schema
+from echelon.core.schema import AttrType, Schema
 from echelon.core.space import Point, Space, value_key
+from echelon.runtime.wire import value_field
 
 
 STRING_KEYS = 65536  # string values whose keys a layout remembers for routing
@@ -149,6 +151,20 @@ class Layout:
                              for j, z in enumerate(self._ids)]
         self._route_ends = [(float(low[2 * i]), float(top[2 * i + 1])) for i in cut]
         self._string_keys: dict[str, float] = {}
+        self._fields = {a.name: value_field(a) for a in schema.attributes}
+        # One routed string attribute (the default plan's, a plan cut along a symbol): the
+        # zones each value's region meets, kept as a row of the (events, zones) table.
+        one = len(self._route_attrs) == 1 and self._route_attrs[0][1].type is AttrType.STRING
+        self._met: dict[str, bytes] | None = {} if one else None
+
+    def reads(self) -> dict[str, str]:
+        """The event attributes this layout's routing and this matcher's indexes use (all
+        an entry or holder reads of an event), each with its Value field (wire.attributes_read)."""
+        names = {attr.name for _, attr in self._route_attrs}
+        for index in self.index.values():
+            names.update(index.attributes())
+        fields = self._fields
+        return {name: fields.get(name) or value_field(None) for name in names}
 
     def placed(self, sid: str) -> bool:
         return sid in self.primary
@@ -240,9 +256,13 @@ class Layout:
             return {self._ids[0]: list(range(len(events)))} if events else {}
         if len(events) <= SMALL:
             return self._route_small(events)
+        return self._groups(self._hit(events) if self._met is None else self._hit_kept(events))
+
+    def _hit(self, events: Sequence[Mapping[str, object]]) -> np.ndarray:
+        """(events, zones): does zone j meet event i's affected region (see `route`)."""
         ep = np.empty((len(events), 2 * len(self._route_attrs)), dtype=np.float64)
         for j, (i, attr) in enumerate(self._route_attrs):
-            ep[:, 2 * j], ep[:, 2 * j + 1] = self._keys(i, attr, [e.get(attr.name) for e in events])
+            ep[:, 2 * j], ep[:, 2 * j + 1] = self._keys(i, attr, list(map(methodcaller("get", attr.name), events)))
         cols = self._route_cols
         low, top = np.asarray(self.space.low)[cols], np.asarray(self.space.high)[cols]
         a, b = np.empty_like(ep), np.empty_like(ep)
@@ -250,16 +270,37 @@ class Layout:
         b[:, 0::2], b[:, 1::2] = ep[:, 1::2], top[1::2]
         lo, hi = self._lo[None, :, cols], self._hi[None, :, cols]
         step = max(1, (1 << 22) // max(1, lo.size))  # events per pass: bounded temporaries
-        hit = np.concatenate([np.all((lo <= b[i:i + step, None]) & ((a[i:i + step, None] < hi) | (
-            (a[i:i + step, None] == hi) & (hi == top))), axis=2) for i in range(0, len(ep), step)])  # (events, zones)
+        return np.concatenate([np.all((lo <= b[i:i + step, None]) & ((a[i:i + step, None] < hi) | (
+            (a[i:i + step, None] == hi) & (hi == top))), axis=2) for i in range(0, len(ep), step)])
+
+    def _hit_kept(self, events: Sequence[Mapping[str, object]]) -> np.ndarray:
+        """`_hit` from the rows kept per string value (looked up in C); only values not
+        kept (new strings, values of another kind) go through `_hit`."""
+        met = self._met
+        values = list(map(methodcaller("get", self._route_attrs[0][1].name), events))
+        rows = list(map(met.get, values))  # only strings are kept, so other values miss
+        if None in rows:
+            if len(met) > STRING_KEYS:
+                met.clear()
+            missed = [n for n, row in enumerate(rows) if row is None]
+            for n, row in zip(missed, self._hit([events[n] for n in missed])):
+                rows[n] = row.tobytes()
+                if type(values[n]) is str:
+                    met[values[n]] = rows[n]
+        return np.frombuffer(b"".join(rows), dtype=bool).reshape(len(events), len(self._ids))
+
+    def _groups(self, hit: np.ndarray) -> dict[str, list[int]]:
+        """Per zone met, its events' positions."""
         out: dict[str, list[int]] = {}
+        if hit.all(axis=0).sum() == hit.any(axis=0).sum():  # each zone met by all or none: one list each
+            return {self._ids[j]: list(range(len(hit))) for j in np.flatnonzero(hit[0])}
         for j in np.flatnonzero(hit.any(axis=0)):
             out[self._ids[j]] = np.flatnonzero(hit[:, j]).tolist()
         return out
 
     def _route_small(self, events: Sequence[Mapping[str, object]]) -> dict[str, list[int]]:
         """`route` in Python, the same comparisons on the same float64 values."""
-        keys = [self._keys(i, attr, [e.get(attr.name) for e in events]) for i, attr in self._route_attrs]
+        keys = [self._keys(i, attr, list(map(methodcaller("get", attr.name), events))) for i, attr in self._route_attrs]
         regions = []  # per event, (a, b) per routed column, as in `route`
         for n in range(len(events)):
             ab = []
@@ -281,14 +322,14 @@ class Layout:
         known = self._string_keys
         if len(known) > STRING_KEYS:
             known.clear()
-        keys = []
-        for v in values:
-            k = known.get(v) if type(v) is str else None
-            if k is None:
-                k = None if v is None else value_key(attr, v)
-                if type(v) is str:
-                    known[v] = k
-            keys.append(k)
+        keys = list(map(known.get, values))  # in C; only strings are known, so other values miss
+        if None in keys:
+            for n, k in enumerate(keys):
+                v = values[n]
+                if k is None and v is not None:
+                    k = keys[n] = value_key(attr, v)
+                    if type(v) is str:
+                        known[v] = k
         if None not in keys:
             return keys, keys
         return [low if k is None else k for k in keys], [high if k is None else k for k in keys]

@@ -17,7 +17,7 @@ import asyncio
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Protocol, Sequence
+from typing import AbstractSet, Callable, Mapping, Protocol, Sequence
 
 import grpc
 
@@ -34,7 +34,7 @@ from echelon.v1 import matcher_pb2_grpc as xgrpc
 TIMEOUTS = {"Store": 30.0, "Drop": 5.0, "Match": 5.0, "Sync": 2.0, "Holdings": 5.0, "Revoke": 5.0}
 
 Matches = dict[str, str]  # the matching subscriptions of one event -> their agents
-Agents = set[str]  # the agents of one event's matching subscriptions (agents_only)
+Agents = AbstractSet[str]  # the agents of one event's matching subscriptions (agents_only)
 ZoneRef = tuple[str, str, str]  # (topic, layout key, zone): a zone promised empty (empty.py)
 
 

@@ -21,8 +21,7 @@ from __future__ import annotations
 import math
 import zlib
 from collections import Counter, OrderedDict, deque
-from operator import itemgetter
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from echelon.matcher.tier import Tier
 from echelon.runtime.errors import InvalidArgument
@@ -46,9 +45,10 @@ class EventSampler:
         self.seen: dict[str, int] = {}
         self._skip = 0  # events to pass over before the next one kept
 
-    def add(self, events: Sequence[tuple[str, Mapping[str, object]]]) -> None:
-        counts = Counter(map(itemgetter(0), events))  # counted in C: no Python step per event
-        for topic, n in counts.items():
+    def add(self, topics: Sequence[str], events: Sequence, read: Callable[[object], Mapping] | None = None) -> None:
+        """Each event's topic in `topics`; `read` makes the attributes of one event of
+        `events` (as received) kept, called only on the one in `every` kept."""
+        for topic, n in Counter(topics).items():  # counted in C: no Python step per event
             if topic not in self.recent:
                 if len(self.recent) >= self.max_topics:  # the least recently seen topic goes
                     old, _ = self.recent.popitem(last=False)
@@ -57,12 +57,12 @@ class EventSampler:
             else:
                 self.recent.move_to_end(topic)
             self.seen[topic] = self.seen.get(topic, 0) + n
-        picked = events[self._skip::self.every]
+        picked = range(self._skip, len(events), self.every)
         self._skip = (self._skip - len(events)) % self.every
-        for topic, attrs in picked:
-            ring = self.recent.get(topic)
+        for i in picked:
+            ring = self.recent.get(topics[i])
             if ring is not None:  # None: a topic of this batch already pushed out by more than max_topics
-                ring.append(attrs)
+                ring.append(events[i] if read is None else read(events[i]))
 
 
 def sample(tier: Tier, events: EventSampler, request: xpb.SampleRequest) -> xpb.SampleResponse:

@@ -16,6 +16,7 @@ import asyncio
 import logging
 import time
 from collections import defaultdict
+from operator import attrgetter
 
 import grpc
 from prometheus_client import Counter, Gauge, Histogram
@@ -35,7 +36,7 @@ from echelon.runtime.member import lifetime
 from echelon.runtime.metrics import LATENCY_BUCKETS
 from echelon.runtime.node import Node, NodeConfig
 from echelon.runtime.transport import require_member
-from echelon.runtime.wire import attributes_from_pb, filter_from_pb, schema_from_pb
+from echelon.runtime.wire import attributes_from_pb, attributes_read, filter_from_pb, schema_from_pb, value_field
 from echelon.v1 import matcher_pb2 as xpb
 from echelon.v1 import matcher_pb2_grpc as xgrpc
 from echelon.v1 import membership_pb2 as mpb
@@ -45,6 +46,23 @@ log = logging.getLogger("echelon.matcher")
 AHEAD = 16  # an agent's Match batches matched at once on one stream (it sends at most 4)
 QUIET = 1.5  # seconds without a call from another matcher (they Sync every second): drained
 SERVICE = xpb.DESCRIPTOR.services_by_name["Matcher"].full_name
+
+
+def _sampled(event) -> dict:
+    """An event kept for Sample: all its attributes. One whose value is unset or NaN where
+    no zone or index here looked (the agent checks every attribute against the schema
+    before it asks; a value nothing here reads is not this matcher's to refuse) keeps the
+    rest: its point gives such an attribute the whole domain."""
+    try:
+        return attributes_from_pb(event.attributes)
+    except InvalidArgument:
+        out: dict = {}
+        for name in event.attributes:
+            try:
+                out.update(attributes_read((event,), {name: value_field(None)})[0])
+            except InvalidArgument:
+                pass
+        return out
 
 
 def copy_from_pb(s: xpb.Subscription) -> Copy:
@@ -228,10 +246,11 @@ class MatcherServicer(xgrpc.MatcherServicer):
     async def _entry(self, batch: xpb.MatchRequest) -> bytes:
         """An agent's batch: every zone its events meet, here or at their holders."""
         start = time.perf_counter()
-        events = [(e.topic, attributes_from_pb(e.attributes)) for e in batch.events]
-        self.node.events.add(events)
+        wire = batch.events
+        topics = list(map(attrgetter("topic"), wire))
+        self.node.events.add(topics, wire, _sampled)
         weights: dict[str, int] = {}
-        results = await self.tier.match(events, batch.agents_only, batch.events, weights)
+        results = await self.tier.match(None, batch.agents_only, wire, weights, topics)  # reads what it matches on
         best = max(weights, key=weights.__getitem__, default=self.tier.me)
         response = self.answers.response(batch.batch_id, results, batch.agents_only,
                                          best if weights.get(best, 0) > weights.get(self.tier.me, 0) else "")
@@ -241,15 +260,17 @@ class MatcherServicer(xgrpc.MatcherServicer):
 
     def _holder(self, batch: xpb.MatchRequest) -> bytes | xpb.MatchResponse:
         """Another matcher's request: the named zones of one layout held here, nothing more."""
-        events = [attributes_from_pb(e.attributes) for e in batch.events]
+        wire = batch.events
         zones = {z.zone: list(z.events) for z in batch.zones}
-        if any(i >= len(events) for idxs in zones.values() for i in idxs):
+        if any(i >= len(wire) for idxs in zones.values() for i in idxs):
             raise InvalidArgument("zone event positions out of range")
-        try:
-            results = self.tier.match_zones(batch.topic, batch.layout, events, zones, batch.agents_only)
+        if any(a >= b for idxs in zones.values() for a, b in zip(idxs, idxs[1:])):  # as an entry sends them
+            raise InvalidArgument("zone event positions not increasing")
+        try:  # reads only the attributes the layout uses
+            results = self.tier.match_zones(batch.topic, batch.layout, None, zones, batch.agents_only, wire)
         except StaleLayout as e:
             return xpb.MatchResponse(batch_id=batch.batch_id, stale=str(e))
-        self.node.metrics.held_events.inc(len(events))
+        self.node.metrics.held_events.inc(len(wire))
         return self.answers.response(batch.batch_id, results, batch.agents_only)
 
     async def Store(self, request: xpb.StoreRequest, context) -> xpb.StoreResponse:

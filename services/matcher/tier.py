@@ -238,17 +238,18 @@ class Tier:
         self._called()
         return await self.removal.drop(items, sender, sent_to)
 
-    async def match(self, events: Sequence[tuple[str, Mapping[str, object]]], agents_only: bool = False,
-                    wire: Sequence | None = None,
-                    weights: MutableMapping[str, int] | None = None) -> list[Matches] | list[Agents]:
+    async def match(self, events: Sequence[tuple[str, Mapping[str, object]]] | None, agents_only: bool = False,
+                    wire: Sequence | None = None, weights: MutableMapping[str, int] | None = None,
+                    topics: Sequence[str] | None = None) -> list[Matches] | list[Agents]:
         """The entry's side of Match (fanout.py): per event, {subscription id: agent}, or
         the set of agents when `agents_only`."""
-        return await self.fanout.match(events, agents_only, wire, weights)
+        return await self.fanout.match(events, agents_only, wire, weights, topics)
 
-    def match_zones(self, topic: str, key: str, events: Sequence[Mapping[str, object]],
-                    zones: Mapping[str, Sequence[int]], agents_only: bool = False) -> list[Matches] | list[Agents]:
+    def match_zones(self, topic: str, key: str, events: Sequence[Mapping[str, object]] | None,
+                    zones: Mapping[str, Sequence[int]], agents_only: bool = False,
+                    wire: Sequence | None = None) -> list[Matches] | list[Agents]:
         self._called()
-        return self.zones.match(topic, key, events, zones, agents_only)
+        return self.zones.match(topic, key, events, zones, agents_only, wire)
 
     def on_status(self, peer: str, lifetime: int, seq: int, status: dict[str, Status]) -> list[ZoneRef]:
         """A peer's Sync; the answer: the zones promised empty to it (empty.py)."""

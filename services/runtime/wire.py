@@ -60,6 +60,38 @@ def attributes_from_pb(attrs: Mapping[str, pb.Value]) -> dict[str, Value]:
     return out
 
 
+def attributes_read(events: Iterable[pb.Event], fields: Mapping[str, str]) -> list[dict[str, Value]]:
+    """Per event, only its attributes named in `fields` (those it has), checked as
+    attributes_from_pb checks them: a matcher reads what its zones and index use, not every
+    attribute into a dict (issue 12: that was a sixth of the matching matcher's CPU).
+    `fields`: name -> the Value field its values are expected in (value_field), read
+    first; only a value not there (zero, empty, another kind, unset, NaN) is read by kind."""
+    out = []
+    for e in events:
+        attrs = e.attributes
+        got = {}
+        for name, field in fields.items():
+            if name in attrs:
+                v = attrs[name]
+                x = getattr(v, field)
+                if not x or x != x:
+                    kind = v.WhichOneof("kind")
+                    x = getattr(v, kind) if kind is not None else None
+                    if x is None or x != x:  # unset, or NaN
+                        value_from_pb(v, "attribute", name)
+                got[name] = x
+        out.append(got)
+    return out
+
+
+def value_field(attr: Attribute | None) -> str:
+    """The Value field an attribute's values are in (a guess for one no schema names)."""
+    return _FIELDS[attr.type] if attr is not None else "string_value"
+
+
+_FIELDS = {AttrType.INT: "int_value", AttrType.FLOAT: "float_value", AttrType.STRING: "string_value"}
+
+
 def attributes_to_pb(attrs: Mapping[str, Value]) -> dict[str, pb.Value]:
     return {name: value_to_pb(v) for name, v in attrs.items()}
 

@@ -11,7 +11,8 @@ fanout.py, peers.py; services/agent/matching.py), on real gRPC servers in one pr
   the first subscription of an empty zone, once acknowledged, gets every event sent
   after (its holder revoked the promises over real gRPC).
 - Holder mode on a live stream: a layout not held is answered `stale` and the same
-  stream answers the next request; positions out of range are INVALID_ARGUMENT.
+  stream answers the next request; positions out of range or not increasing are
+  INVALID_ARGUMENT.
 """
 
 from __future__ import annotations
@@ -183,5 +184,11 @@ async def test_holder_mode_answers_stale_on_a_live_stream_and_refuses_bad_positi
                 with pytest.raises(grpc.aio.AioRpcError) as err:
                     await call.read()
                 assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+                call = xgrpc.MatcherStub(ch).Match()  # positions repeated: refused as well
+                await call.write(xpb.MatchRequest(topic="free", layout=layout.key, events=[event, event],
+                                                  zones=[xpb.ZoneEvents(zone="all", events=[0, 0])]))
+                with pytest.raises(grpc.aio.AioRpcError) as err:
+                    await call.read()
+                assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "not increasing" in err.value.details()
     finally:
         await c.stop()

@@ -3,6 +3,8 @@ members replaced, holders of a subscription, and batch routing equal to ZoneMap'
 
 from __future__ import annotations
 
+import random
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -80,6 +82,27 @@ def test_batch_routing_equals_zone_map_affected(data, schema):
     # the same batch in numpy (larger than SMALL): the same zones for its first copy
     wide = layout.route(batch * (SMALL + 1))
     assert {z: [i for i in idxs if i < len(batch)] for z, idxs in wide.items() if idxs[0] < len(batch)} == routed
+    assert layout.route(batch * (SMALL + 1)) == wide  # again: from what the layout kept per string
+
+
+def test_routing_on_one_string_attribute_equals_zone_map_affected_from_kept_rows():
+    """The default plan of a schema led by a string (bench_events' shape): the zones each
+    value meets are kept per string; every batch, new values or not, values of another
+    kind or unset among them, equals ZoneMap.affected."""
+    schema = Schema((Attribute("Symbol", AttrType.STRING), Attribute("Price", AttrType.FLOAT, 0, 100)))
+    space = Space.of(schema)
+    zones, _ = default_zones("t", space, ["m0", "m1", "m2"])
+    zm = ZoneMap(space, zones)
+    layout = Layout("t", schema, zones, "m0", {"m0": 1, "m1": 1, "m2": 1}, "default")
+    rnd = random.Random(4)
+    values = ["", "a", "s07", "s49", "zz", "\uffff", "M", 3, 2.5, None]
+    for _ in range(30):
+        batch = [{"Price": 1.0} | ({} if v is None else {"Symbol": v})
+                 for v in (rnd.choice(values) for _ in range(rnd.choice([SMALL + 1, 40, 470])))]
+        routed = layout.route(batch)
+        for i, e in enumerate(batch):
+            want = {zm.zones[j].id for j in zm.affected(space.event_point(e))}
+            assert {z for z, idxs in routed.items() if i in idxs} == want
 
 
 @settings(max_examples=80, deadline=None)
