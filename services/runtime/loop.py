@@ -59,10 +59,18 @@ def running() -> str:
 def started() -> None:
     """Call once a process has built what it runs with (modules, protobuf descriptors, the
     view, a benchmark's cluster): that lives as long as the process, so it goes out of the
-    cyclic GC's passes (`gc.freeze`), and young passes run every 10,000 allocations, not
+    cyclic GC's passes (`gc.freeze`), and young passes run every `YOUNG` allocations, not
     700: one publish allocates dozens of objects (issue 12). Measured with
     loadtest.trace_hops: the services then make at most one young pass in a 4 s cell at
     1,000/s; the load generator on the defaults made 60, and an older-generation pass
     held it up to 131 ms (wall) in one."""
     gc.freeze()
-    gc.set_threshold(10_000, 10, 10)
+    gc.set_threshold(YOUNG, 10, 10)
+
+
+# At saturation most young objects are still in flight when a pass comes (events held for
+# their acks), so each pass scans and promotes them, and every 10th scans them again: at
+# 10,000 the agents spent 4-7% of their CPU in the GC (gc.callbacks, one saturation cell),
+# at 100,000 0-3%, in passes of up to ~25 ms; at 1,000/s no pass at all in an 8 s cell.
+# Cyclic garbage waits at most that many allocations longer.
+YOUNG = 100_000
