@@ -11,7 +11,7 @@ machine, one clock, so the differences are the time between the points:
 | point | process | wrapped |
 |---|---|---|
 | sent | load generator | the payload's send time |
-| admit | agent-0 | `PubSubServicer._admit` returns (validated, id recorded) |
+| admit | agent-0 | `Admission._admit` returns (validated, id recorded) |
 | match out / back | agent-0 | `MatchClient.send` called / its batch answered |
 | matcher in / out | the entry matcher | its `Match` stream: an agent's request read / its response yielded |
 | holder in / out | a zone's holder | its `Match` stream: a peer matcher's request read / answered |
@@ -98,11 +98,13 @@ def install() -> list[str]:
         setattr(owner, attr, functools.wraps(original)(make(original)))
 
     def admit(original):
-        def _admit(self, topic, req, producer, seq, payload, *a, **kw):
-            out = original(self, topic, req, producer, seq, payload, *a, **kw)
-            if isinstance(payload, bytes) and (i := _id(payload)) is not None and i >= 0:
-                sink.stamp("admit", (f"{producer}:{seq}",))
-                sink.stamp("map", (f"{producer}:{seq}={i}",))
+        async def _admit(self, unit, reqs, seqs, payloads, *a, **kw):
+            out = await original(self, unit, reqs, seqs, payloads, *a, **kw)
+            producer = unit.producer
+            for seq, payload in zip(seqs, payloads):
+                if isinstance(payload, bytes) and (i := _id(payload)) is not None and i >= 0:
+                    sink.stamp("admit", (f"{producer}:{seq}",))
+                    sink.stamp("map", (f"{producer}:{seq}={i}",))
             return out
         return _admit
 
@@ -136,9 +138,11 @@ def install() -> list[str]:
 
     def link_send(original):
         from echelon.agent.dataplane import event_of  # a whole event travels as the root's bytes
+        from echelon.v1 import relay_pb2 as rpb
 
-        def send(self, frame, *a, **kw):
-            sink.stamp("relay out", _keys(event_of(m) for m in frame.messages if m.slice_count <= 1))
+        def send(self, frame, *a, **kw):  # an OutFrame: its bytes in pieces
+            messages = rpb.RelayFrame.FromString(b"".join(frame.parts)).messages
+            sink.stamp("relay out", _keys(event_of(m) for m in messages if m.slice_count <= 1))
             return original(self, frame, *a, **kw)
         return send
 
@@ -158,7 +162,7 @@ def install() -> list[str]:
                                                    f"{time.thread_time_ns() - started[1]}",))
     gc.callbacks.append(collected)
 
-    wrap("echelon.agent.publishing", "Publishing._admit", admit)
+    wrap("echelon.agent.admission", "Admission._admit", admit)
     wrap("echelon.agent.matching", "MatchClient.send", match)
     wrap("echelon.matcher.server", "MatcherServicer.Match", matcher)
     wrap("echelon.agent.links", "Link.send", link_send)
