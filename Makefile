@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 SYSTEM := $(VENV)/.system
 
-.PHONY: install proto dashboards demo up test chaos bench bench-replan bench-events bench-hotpath trace-hops bench-durable bench-tls replan-loop bulk-scale clean
+.PHONY: install proto dashboards demo up test chaos bench bench-replan bench-events bench-hotpath bench-lowrate trace-hops bench-durable bench-tls replan-loop bulk-scale clean
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) on PATH"; exit 1; }
@@ -79,6 +79,11 @@ bench-hotpath: $(STAMP)
 # 1,000/s on the bench cluster, and the GC passes in each process (about a minute).
 trace-hops: $(STAMP)
 	$(PY) -m loadtest.trace_hops
+
+# Every 1,000/s cell of bench-events, this tree against BASE on whole clusters, alternating
+# (about 2 minutes a round): p50/p99, stream messages per event, CPU per 1,000 events.
+bench-lowrate: $(STAMP)
+	$(PY) -m loadtest.bench_lowrate --base $(BASE)
 
 # Durable vs ephemeral subscriptions, throughput and p99 side by side, per fsync policy
 # (a cluster of processes per policy, a few minutes): a table and out/bench_durable/*.png.

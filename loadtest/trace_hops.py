@@ -1,8 +1,8 @@
 """Where one event's latency goes, hop by hop (issue 12): `python -m loadtest.trace_hops`.
 
 The bench cluster of loadtest.bench_events (4 agents, 3 matchers, 3 membership replicas,
-2% selectivity, 50 subscriptions, one publisher on agent-0, `publish_batch` at
-DELIVERED) runs with a tracer in every service process: a `sitecustomize` on the
+2% selectivity or `--selectivity 20`, 50 subscriptions, one publisher on agent-0,
+`publish_batch` at DELIVERED) runs with a tracer in every service process: a `sitecustomize` on the
 children's PYTHONPATH wraps a few functions on the event's way and writes, per event id
 (the payload's first 8 bytes), the wall-clock time each was reached. The load generator
 adds its own: sent, delivered to the subscriber, acknowledged to the publisher. One
@@ -11,7 +11,7 @@ machine, one clock, so the differences are the time between the points:
 | point | process | wrapped |
 |---|---|---|
 | sent | load generator | the payload's send time |
-| admit | agent-0 | `PubSubServicer._admit` returns (validated, id recorded) |
+| admit | agent-0 | `Admission._admit` returns (validated, id recorded) |
 | match out / back | agent-0 | `MatchClient.send` called / its batch answered |
 | matcher in / out | the entry matcher | its `Match` stream: an agent's request read / its response yielded |
 | holder in / out | a zone's holder | its `Match` stream: a peer matcher's request read / answered |
@@ -19,6 +19,11 @@ machine, one clock, so the differences are the time between the points:
 | sub in | agent-1..3 | `LocalDelivery.deliver_many` (the relay frame read, before filtering) |
 | delivered | load generator | the subscriber's message handed to the application |
 | acked | load generator | `publish_batch` returned (DELIVERED) |
+
+Beside the hops, per cell: the gRPC messages per event, by kind (relay frames written and
+RelayAcks read by the links, Match requests, and the load generator's Publish and
+Subscribe streams): at a low rate every event travels nearly alone, so at ~90-100 us of
+CPU per message at each end they are the cluster's CPU per event.
 
 Cells: a trickle (one event every 20 ms: each event alone in the cluster, the cost of the
 hops themselves) and fixed rates (default 1,000/s: the hops plus the queueing behind the
@@ -39,7 +44,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections import defaultdict, deque
+from collections import Counter, defaultdict, deque
 from pathlib import Path
 
 TRACE_ENV = "ECHELON_TRACE_DIR"
@@ -75,6 +80,9 @@ def _keys(events) -> list[str]:
 
 
 _SINK: _Sink | None = None
+# The load generator's streams (loadtest.hotpath_cluster's counter) by what they carry.
+_STREAMS = {"publish written": "publish request", "publish read": "publish ack", "read": "Delivery",
+            "written": "subscriber ack"}
 
 
 def install() -> list[str]:
@@ -98,11 +106,13 @@ def install() -> list[str]:
         setattr(owner, attr, functools.wraps(original)(make(original)))
 
     def admit(original):
-        def _admit(self, topic, req, producer, seq, payload, *a, **kw):
-            out = original(self, topic, req, producer, seq, payload, *a, **kw)
-            if isinstance(payload, bytes) and (i := _id(payload)) is not None and i >= 0:
-                sink.stamp("admit", (f"{producer}:{seq}",))
-                sink.stamp("map", (f"{producer}:{seq}={i}",))
+        async def _admit(self, unit, reqs, seqs, payloads, *a, **kw):
+            out = await original(self, unit, reqs, seqs, payloads, *a, **kw)
+            producer = unit.producer
+            for seq, payload in zip(seqs, payloads):
+                if isinstance(payload, bytes) and (i := _id(payload)) is not None and i >= 0:
+                    sink.stamp("admit", (f"{producer}:{seq}",))
+                    sink.stamp("map", (f"{producer}:{seq}={i}",))
             return out
         return _admit
 
@@ -112,6 +122,7 @@ def install() -> list[str]:
         async def send(self, encoded, *a, **kw):
             ids = _keys(pb.Event.FromString(data) for data in encoded)
             sink.stamp("match out", ids)
+            sink.stamp("msg", ("match request",))
             answer = await original(self, encoded, *a, **kw)  # the batch's future: done when answered
             answer.add_done_callback(lambda _: sink.stamp("match back", ids))
             return answer
@@ -136,11 +147,26 @@ def install() -> list[str]:
 
     def link_send(original):
         from echelon.agent.dataplane import event_of  # a whole event travels as the root's bytes
+        from echelon.v1 import relay_pb2 as rpb
 
-        def send(self, frame, *a, **kw):
-            sink.stamp("relay out", _keys(event_of(m) for m in frame.messages if m.slice_count <= 1))
+        def send(self, frame, *a, **kw):  # an OutFrame: its bytes in pieces
+            messages = rpb.RelayFrame.FromString(b"".join(frame.parts)).messages
+            sink.stamp("relay out", _keys(event_of(m) for m in messages if m.slice_count <= 1))
             return original(self, frame, *a, **kw)
         return send
+
+    def frames(original):  # a link's stream: each message yielded is a relay frame written
+        async def _frames(self, *a, **kw):
+            async for data in original(self, *a, **kw):
+                sink.stamp("msg", ("relay frame",))
+                yield data
+        return _frames
+
+    def acked(original):  # one RelayAck message read by a link
+        def _acked(self, seqs, *a, **kw):
+            sink.stamp("msg", ("relay ack",))
+            return original(self, seqs, *a, **kw)
+        return _acked
 
     def deliver_many(original):
         def _deliver_many(self, events, *a, **kw):
@@ -158,10 +184,12 @@ def install() -> list[str]:
                                                    f"{time.thread_time_ns() - started[1]}",))
     gc.callbacks.append(collected)
 
-    wrap("echelon.agent.publishing", "Publishing._admit", admit)
+    wrap("echelon.agent.admission", "Admission._admit", admit)
     wrap("echelon.agent.matching", "MatchClient.send", match)
     wrap("echelon.matcher.server", "MatcherServicer.Match", matcher)
     wrap("echelon.agent.links", "Link.send", link_send)
+    wrap("echelon.agent.links", "Link._frames", frames)
+    wrap("echelon.agent.links", "Link._acked", acked)
     wrap("echelon.agent.delivery", "LocalDelivery.deliver_many", deliver_many)
     if missing:
         (Path(directory) / f"{os.getpid()}.missing").write_text("\n".join(missing))
@@ -238,6 +266,9 @@ async def run(args) -> dict:
     os.environ[TRACE_ENV] = str(trace)
     os.environ["PYTHONPATH"] = os.pathsep.join([str(site), root, os.environ.get("PYTHONPATH", "")])
     install()  # here too: the load generator's GC pauses
+    from loadtest.hotpath_cluster import _count_subscribe_messages
+
+    streams = _count_subscribe_messages()  # the load generator's Publish and Subscribe messages
     system = Echelon(trace / "logs")
     await system.start()
     pids = {**system.pids(), "load generator": os.getpid()}
@@ -249,7 +280,7 @@ async def run(args) -> dict:
         received.setdefault(i, now_ns + offset)
     cells = []
     try:
-        subs = subscriptions(2, 50)
+        subs = subscriptions(args.selectivity, 50)
         pool = Pool.draw(subs)
         await system.open_subs(subs, pool, run_.deliver)
         await run_.warm_up(system, subs, pool)
@@ -264,9 +295,9 @@ async def run(args) -> dict:
         next_id = 0
         for name, rate, seconds in [("trickle 50/s", 50.0, args.trickle), *[(f"{r}/s", float(r), args.seconds)
                                                                              for r in args.rate]]:
-            start = next_id
+            start, before = next_id, dict(streams)
             next_id = await _cell(system, pub, pool, rate, seconds, start, received, acked, sent)
-            cells.append((name, range(start, next_id)))
+            cells.append((name, range(start, next_id), {k: streams[k] - before[k] for k in streams}))
         await client.close()
     finally:
         await system.stop()
@@ -274,6 +305,7 @@ async def run(args) -> dict:
     ids: dict[str, int] = {}
     # (pid, gc<generation>) -> (end, wall ms, CPU ms of the collecting thread)
     pauses: dict[tuple[str, str], list[tuple[int, float, float]]] = defaultdict(list)
+    messages: list[tuple[int, str]] = []  # (when, kind) of the services' messages counted
     if _SINK is not None:
         _SINK.file.flush()
     missing = set()
@@ -283,6 +315,8 @@ async def run(args) -> dict:
             if point.startswith("gc"):
                 wall, cpu = key.split("/")
                 pauses[(f.stem, point)].append((int(t), int(wall) / 1e6, int(cpu) / 1e6))
+            elif point == "msg":
+                messages.append((int(t), key))
             elif point == "map":
                 k, _, i = key.rpartition("=")
                 ids[k] = int(i)
@@ -292,14 +326,20 @@ async def run(args) -> dict:
     for f in trace.glob("*.missing"):
         missing |= set(f.read_text().split())
     stamps["sent"], stamps["delivered"], stamps["acked"] = sent, received, acked
-    report, gcs = {}, {}
+    report, gcs, per_event = {}, {}, {}
     names = {str(pid): name for name, pid in pids.items()}
-    for name, ids in cells:
+    for name, ids, loadgen in cells:
         rows = _budget(stamps, ids)
         report[name] = {k: {"n": len(v), "p50_ms": _pct(v, 0.5), "p90_ms": _pct(v, 0.9), "p99_ms": _pct(v, 0.99),
                             "mean_ms": statistics.fmean(v) if v else float("nan")} for k, v in rows}
         start = min((sent[i] for i in ids if i in sent), default=0)
         end = max((t for m in (received, acked) for i, t in m.items() if i in ids), default=0)
+        # Messages per event: at a low rate every event travels nearly alone, so each costs
+        # a gRPC message's CPU at both ends (~90-100 us each): the cluster's CPU per event.
+        n = max(len(ids), 1)
+        counted = Counter(kind for t, kind in messages if start <= t <= end)
+        per_event[name] = {**{k: v / n for k, v in sorted(counted.items())},
+                           **{_STREAMS[k]: v / n for k, v in loadgen.items()}}
         gcs[name] = {}
         for (pid, gen), v in sorted(pauses.items(), key=lambda kv: (names.get(kv[0][0], kv[0][0]), kv[0][1])):
             during = [(wall, cpu) for t, wall, cpu in v if start <= t <= end]
@@ -307,7 +347,8 @@ async def run(args) -> dict:
                 gcs[name][f"{names.get(pid, pid)} {gen}"] = {
                     "n": len(during), "cpu_ms": sum(c for _, c in during), "max_cpu_ms": max(c for _, c in during),
                     "max_wall_ms": max(w for w, _ in during)}
-    return {"cells": report, "gc": gcs, "missing": sorted(missing), "trace_dir": str(trace)}
+    return {"cells": report, "messages_per_event": per_event, "gc": gcs, "missing": sorted(missing),
+            "trace_dir": str(trace)}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -316,6 +357,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rate", type=int, nargs="*", default=[1000], help="fixed rates, events/s")
     ap.add_argument("--seconds", type=float, default=4.0, help="publishing time per fixed-rate cell")
     ap.add_argument("--trickle", type=float, default=4.0, help="seconds of the 50/s cell")
+    ap.add_argument("--selectivity", type=int, default=2, choices=[2, 20], help="percent of the subscriptions an event matches")
     ap.add_argument("--json", default="", help="also write the budget here")
     args = ap.parse_args(argv)
     from echelon.runtime.loop import run as run_loop
@@ -327,6 +369,9 @@ def main(argv: list[str] | None = None) -> None:
         print(f"  {'hop':36} {'n':>6} {'p50':>8} {'p90':>8} {'p99':>8} {'mean':>8}")
         for hop, r in rows.items():
             print(f"  {hop:36} {r['n']:6d} {r['p50_ms']:8.2f} {r['p90_ms']:8.2f} {r['p99_ms']:8.2f} {r['mean_ms']:8.2f}")
+    for cell, kinds in out["messages_per_event"].items():
+        print(f"\ngRPC messages per event during {cell}: "
+              + ", ".join(f"{k} {v:.2f}" for k, v in kinds.items()) + f"; all {sum(kinds.values()):.2f}")
     for cell, passes in out["gc"].items():
         print(f"\nthe cyclic GC's passes during {cell}, per process and generation")
         for name, g in passes.items():
