@@ -2,11 +2,11 @@
 
 The bench cluster of loadtest.bench_events (4 agents, 3 matchers, 3 membership replicas,
 2% selectivity or `--selectivity 20`, 50 subscriptions, one publisher on agent-0,
-`publish_batch` at DELIVERED) runs with a tracer in every service process: a `sitecustomize` on the
-children's PYTHONPATH wraps a few functions on the event's way and writes, per event id
-(the payload's first 8 bytes), the wall-clock time each was reached. The load generator
-adds its own: sent, delivered to the subscriber, acknowledged to the publisher. One
-machine, one clock, so the differences are the time between the points:
+`publish_batch` at DELIVERED) runs with a tracer in every service process: a
+`sitecustomize` on the children's PYTHONPATH wraps a few functions on the event's way and
+writes, per event id (the payload's first 8 bytes), the wall-clock time each was reached.
+The load generator adds its own: sent, delivered to the subscriber, acknowledged to the
+publisher. One machine, one clock, so the differences are the time between the points:
 
 | point | process | wrapped |
 |---|---|---|
@@ -357,7 +357,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rate", type=int, nargs="*", default=[1000], help="fixed rates, events/s")
     ap.add_argument("--seconds", type=float, default=4.0, help="publishing time per fixed-rate cell")
     ap.add_argument("--trickle", type=float, default=4.0, help="seconds of the 50/s cell")
-    ap.add_argument("--selectivity", type=int, default=2, choices=[2, 20], help="percent of the subscriptions an event matches")
+    ap.add_argument("--selectivity", type=int, default=2, choices=[2, 20],
+                    help="percent of the subscriptions an event matches")
     ap.add_argument("--json", default="", help="also write the budget here")
     args = ap.parse_args(argv)
     from echelon.runtime.loop import run as run_loop
