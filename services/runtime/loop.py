@@ -75,4 +75,3 @@ def started() -> None:
     held it up to 131 ms (wall) in one."""
     gc.freeze()
     gc.set_threshold(YOUNG, 10, 10)
-
