@@ -10,9 +10,10 @@ cluster, and per process (the load generator too):
   by shared object: the interpreter, protobuf (upb), libc (malloc, memcpy), the kernel
   (syscalls, context switches, page faults), gRPC (cygrpc: core and its Cython), uvloop.
 
-py-spy cannot give this split: in its default (nonblocking, Python-only) mode a native
-wait shows as the Python frame above it, so an event loop blocked in epoll or the poller
-blocked on the completion queue reads as "Runner.run" / "Thread.run" self time.
+py-spy cannot give this split: it names native work by the Python frame above it, and
+waits in native code leak into its samples (`--native` puts 90% of the samples under
+"Runner.run" in uvloop's epoll_pwait; the metrics thread's idle poll shows as
+`_PollLikeSelector.select`), so "Runner.run" / "Thread.run" self time is partly waiting.
 
 `python -m loadtest.profile_native [--seconds 8] [--top 8]`; run from a worktree with
 its `.venv`. Absolute figures move with the machine's load; the shares are what to read.

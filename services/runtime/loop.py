@@ -56,6 +56,15 @@ def running() -> str:
     return "uvloop" if type(asyncio.get_running_loop()).__module__.startswith("uvloop") else "asyncio"
 
 
+# At saturation most young objects are still in flight when a pass comes (events held for
+# their acks), so each pass scans and promotes them, and every 10th scans them again: at
+# 10,000 the busiest agents spent 2.4-7.1% of their CPU in the GC (gc.callbacks, two
+# saturation cells), at 100,000 1.0-3.2%; the longest pass ~20 ms either way (at 10,000
+# the older generation's); at 1,000/s no pass at all in an 8 s cell.
+# Cyclic garbage waits at most that many allocations longer.
+YOUNG = 100_000
+
+
 def started() -> None:
     """Call once a process has built what it runs with (modules, protobuf descriptors, the
     view, a benchmark's cluster): that lives as long as the process, so it goes out of the
@@ -66,11 +75,3 @@ def started() -> None:
     held it up to 131 ms (wall) in one."""
     gc.freeze()
     gc.set_threshold(YOUNG, 10, 10)
-
-
-# At saturation most young objects are still in flight when a pass comes (events held for
-# their acks), so each pass scans and promotes them, and every 10th scans them again: at
-# 10,000 the agents spent 4-7% of their CPU in the GC (gc.callbacks, one saturation cell),
-# at 100,000 0-3%, in passes of up to ~25 ms; at 1,000/s no pass at all in an 8 s cell.
-# Cyclic garbage waits at most that many allocations longer.
-YOUNG = 100_000
