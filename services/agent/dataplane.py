@@ -47,8 +47,8 @@ import time
 from collections import OrderedDict
 from typing import Callable, Protocol
 
-from echelon.agent.frames import OutFrame, destinations, id_key, peek, whole_tail
-from echelon.agent.holds import Hold, Job
+from echelon.agent.frames import OutFrame, destinations, id_key, peek, slice_body, whole_tail
+from echelon.agent.holds import Hold, Job, forget_settled
 from echelon.agent.parking import PARK_BYTES, PARK_MESSAGES, PARK_SECONDS, Parked, Parking
 from echelon.agent.root import Root
 from echelon.agent.slices import Streams
@@ -123,7 +123,7 @@ class DataPlane:
         if hold is None:
             hold = holds[key] = Hold()
             if len(holds) > bound + (bound >> 4):
-                _forget_settled(holds, bound)
+                forget_settled(holds, bound)
         return hold
 
     # -- sending ---------------------------------------------------------------------
@@ -171,7 +171,7 @@ class DataPlane:
                     frame.add_whole(tail, data)
                     held(hold)
             elif known[1]:
-                body = _slice_body(msg)
+                body = slice_body(msg)
                 for frame, held, ds, _ in known[1]:
                     frame.add_message(destinations(ds), body)
                     held(hold)
@@ -359,7 +359,7 @@ class DataPlane:
         if items:
             self.forward(frame.source, frame.source_key, items, frame.ack_may_wait)
         if len(holds) > MAX_HOLDS + (MAX_HOLDS >> 4):  # once sent, this frame's are in flight: kept
-            _forget_settled(holds, MAX_HOLDS)
+            forget_settled(holds, MAX_HOLDS)
         for hold in touched:
             job.wait(hold)
         job.arm()
@@ -395,35 +395,6 @@ class DataPlane:
     def sliced(self, payload) -> bool:
         """Does this payload go as slices (and so is delivered locally by `publish`)?"""
         return self.root.sliced(payload)
-
-
-def _forget_settled(holds: OrderedDict, bound: int) -> None:
-    """The oldest settled holds forgotten in bulk, down to `bound` (called past a sixteenth
-    above it); one still in flight stops it: the table is bounded by the windows anyway."""
-    settled = None  # the last hold found settled: the next entries mostly share it (a frame's, holds.py)
-    for _ in range(len(holds) - bound):
-        old_key, oldest = holds.popitem(last=False)
-        if oldest is settled:
-            continue
-        hold = oldest
-        while hold is not None and not hold.pending:
-            hold = hold.prior
-        if hold is not None:
-            holds[old_key] = oldest
-            holds.move_to_end(old_key, last=False)
-            break
-        settled = oldest
-
-
-def _slice_body(msg: rpb.RelayMessage) -> bytes:
-    """A message sent as its own (a slice): serialized without its destinations (each
-    copy's go in front)."""
-    if msg.destinations:
-        copy = rpb.RelayMessage()
-        copy.CopyFrom(msg)
-        copy.ClearField("destinations")
-        msg = copy
-    return msg.SerializeToString()
 
 
 def event_of(msg: rpb.RelayMessage) -> pb.Event:

@@ -84,3 +84,14 @@ def peek(data: bytes) -> tuple[bytes, str] | None:
         if len(data) > n + 1 and data[n] == 0x12 and data[n + 1] < 0x80:
             return data[2:n], data[n + 2:n + 2 + data[n + 1]].decode()
     return None
+
+
+def slice_body(msg: rpb.RelayMessage) -> bytes:
+    """A message sent as its own (a slice): serialized without its destinations (each
+    copy's go in front)."""
+    if msg.destinations:
+        copy = rpb.RelayMessage()
+        copy.CopyFrom(msg)
+        copy.ClearField("destinations")
+        msg = copy
+    return msg.SerializeToString()

@@ -10,11 +10,12 @@ Per frame, not per message (issue 12): the messages of one incoming frame that g
 the same destinations share one hold (a relay forwards them in the same frames), and a
 frame counts each distinct hold it carries once. A later copy of one of them that must
 go further gets a hold of its own, chained to the first (`prior`): what waits for it
-waits for both.
+waits for both. A relay remembers its holds in a table bounded by `forget_settled`.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Callable, Sequence
 
 
@@ -59,3 +60,21 @@ class Job:
             self.done()
 
     arm = tick
+
+
+def forget_settled(holds: OrderedDict, bound: int) -> None:
+    """The oldest settled holds forgotten in bulk, down to `bound` (called past a sixteenth
+    above it); one still in flight stops it: the table is bounded by the windows anyway."""
+    settled = None  # the last hold found settled: the next entries mostly share it (a frame's, module doc)
+    for _ in range(len(holds) - bound):
+        old_key, oldest = holds.popitem(last=False)
+        if oldest is settled:
+            continue
+        hold = oldest
+        while hold is not None and not hold.pending:
+            hold = hold.prior
+        if hold is not None:
+            holds[old_key] = oldest
+            holds.move_to_end(old_key, last=False)
+            break
+        settled = oldest
