@@ -62,11 +62,7 @@ class Settlements:
     def ack(self, delivery_ids: list[int], credit: int, handed: bool = True) -> None:
         """Queue acks (`credit` each): a batch's at once, judged for a flush once."""
         (self.acks if handed else self.loose).extend(delivery_ids)
-        n = len(delivery_ids)
-        self.credits += credit * n
-        queued = self.queued = self.queued + n
-        # `_queue` inlined (once per batch settled): urgent past the threshold, or when `_low`.
-        self.flusher.queued(self, queued >= self.threshold or self.window - self._held() - queued < self.threshold)
+        self._queue(credit, len(delivery_ids), urgent=False)
 
     def nack(self, delivery_id: int, delay_ms: int, credit: int) -> None:
         self.nacks.setdefault(delay_ms, []).append(delivery_id)
