@@ -87,11 +87,13 @@ class Publishing:
         dests, error = None, failure(unit.future, unit.ack_level) if unit.future is not None else None
         if error is None and unit.future is not None:
             dests = unit.future.result()[0]
-            if listed and len(dests) == len(unit.rows):  # every event published: each ack set in one call
+            if unit.batched and len(dests) == len(unit.rows):  # a batch all published: each ack set in one call
                 add, producer = out.acks.add, unit.producer
                 for (_, seq, _), n in zip(unit.rows, dests):
                     add(producer_id=producer, sequence=seq, destinations=n)
-                for topic, n in Counter(map(_topic, unit.rows)).items():
+                topics = set(map(_topic, unit.rows))
+                for topic, n in ((topics.pop(), len(dests)),) if len(topics) == 1 else \
+                        Counter(map(_topic, unit.rows)).items():  # a Counter costs ~1 us: only for mixed topics
                     self._count(topic, "ok", n)
                 return
         fresh = 0
