@@ -60,8 +60,8 @@ Pieces (the 2% and 20% workload of loadtest.bench_events: `Symbol`, `Price`):
 from __future__ import annotations
 
 from hotpath_inputs import best, workload_events
-from hotpath_publish import (admit_full_piece, admit_piece, client_piece, dispatch_piece, encode_piece, relay_inner_piece,
-                             relay_root_piece, stream_piece)
+from hotpath_publish import (admit_full_piece, admit_piece, client_piece, dispatch_piece, encode_piece,
+                             relay_inner_piece, relay_root_piece, stream_piece)
 from hotpath_subscribe import (deliver_piece, gc_piece, queue_piece, relay_receive_piece, subscriber_agent_piece,
                                subscriber_sdk_piece, subscriber_tasks_piece)
 

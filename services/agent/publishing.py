@@ -27,7 +27,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import deque
+from collections import Counter, deque
+from operator import itemgetter
 from typing import TYPE_CHECKING
 
 import grpc
@@ -44,6 +45,9 @@ log = logging.getLogger("echelon.agent")
 
 MAX_EVENTS_IN_FLIGHT = 8192  # per Publish stream: past it we stop reading (HTTP/2 pushes back)
 MAX_PAYLOAD = 1 << 40  # bytes of one sliced payload (a TiB: its slice count fits the wire's uint32)
+
+
+_topic = itemgetter(0)  # of a unit's row
 
 
 class Publishing:
@@ -83,6 +87,15 @@ class Publishing:
         dests, error = None, failure(unit.future, unit.ack_level) if unit.future is not None else None
         if error is None and unit.future is not None:
             dests = unit.future.result()[0]
+            if unit.batched and len(dests) == len(unit.rows):  # a batch all published: each ack set in one call
+                add, producer = out.acks.add, unit.producer
+                for (_, seq, _), n in zip(unit.rows, dests):
+                    add(producer_id=producer, sequence=seq, destinations=n)
+                topics = set(map(_topic, unit.rows))
+                for topic, n in ((topics.pop(), len(dests)),) if len(topics) == 1 else \
+                        Counter(map(_topic, unit.rows)).items():  # a Counter costs ~1 us: only for mixed topics
+                    self._count(topic, "ok", n)
+                return
         fresh = 0
         ok: dict[str, int] = {}
         producer = unit.producer

@@ -243,12 +243,15 @@ async def test_a_retried_batch_is_answered_as_its_first_copies_whatever_its_shap
             producer_id="r", ack_level=ppb.ACK_LEVEL_DELIVERED,
             batch=[element(1, {"n": 1}, b"a"), element(2, {"n": 2}, b"b"), element(3, {"n": 3}, b"c")])])
         assert [(a.sequence, a.code, a.destinations) for a in first.acks] == [(1, 0, 0), (2, 0, 1), (3, 0, 1)]
+        ok = agent.metrics.published.labels("t", "ok")
+        assert ok._value.get() == 3  # counted once per event published
         (retry,) = await publish_raw(agent.address, [ppb.PublishRequest(
             producer_id="r", ack_level=ppb.ACK_LEVEL_DELIVERED, coalesce_acks=True,
             batch=[element(1, {"n": 1}, b"a"), element(2, {"n": 2}, b"b"), element(3, {"n": 3}, b"changed"),
                    element(4, {"n": 4}, b"d")])])
         assert [(a.sequence, a.code, a.duplicate, a.destinations) for a in retry.acks] == [
             (1, 0, True, 0), (2, 0, True, 1), (3, exists, False, 0), (4, 0, False, 1)]
+        assert ok._value.get() == 4 and agent.metrics.published.labels("t", "duplicate")._value.get() == 2
         lone = []
         for seq, attrs, payload in ((2, {"n": 2}, b"b"), (4, {"n": 4}, b"d")):
             r = element(seq, attrs, payload)

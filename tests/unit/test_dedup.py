@@ -50,7 +50,8 @@ def test_first_time_ids_hold_nothing_the_gc_scans():
     for i in range(150):
         assert w.first_time(("p", i), 1)
     gc.collect()  # tuples of atomic values are untracked by a collection
-    assert len(w) == 150 and not any(gc.is_tracked(k) or gc.is_tracked(v) for d in (w._young, w._old) for k, v in d.items())
+    held = [(k, v) for d in (w._young, w._old) for k, v in d.items()]
+    assert len(w) == len(held) == 150 and not any(gc.is_tracked(k) or gc.is_tracked(v) for k, v in held)
     assert not w.first_time(("p", 149), 2.0) and w.offer(("p", 149), 2.0) is Seen.SAME
     assert w.offer(("p", 149), 2.0, b"x") is Seen.DIFFERENT
     assert w.first_time(("p", 149), 20.0)  # past the horizon
