@@ -111,7 +111,7 @@ class Admission:
 
     def __init__(self, node: AgentNode):
         self.node = node
-        self.accepted = DedupWindow(capacity=200_000)
+        self.accepted = DedupWindow(capacity=100_000)  # at most 200,000 ids held, as before generations
         self._cells: dict[int, list] = {}  # unit number -> its cell
         self._made: deque[tuple[int, int]] = deque()  # (window generation at its end, unit number), in order
         self._units = itertools.count()

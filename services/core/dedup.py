@@ -45,7 +45,9 @@ _INF = math.inf
 
 
 class DedupWindow:
-    def __init__(self, capacity: int = 1_000_000, horizon: float = 600.0):
+    # Generations of 500,000: at most a million ids held (~145 MiB of keys and times at
+    # saturation), the bound one window of a million had before generations.
+    def __init__(self, capacity: int = 500_000, horizon: float = 600.0):
         self.capacity = capacity
         self.horizon = horizon
         self.generation = 0  # moves of the young dict to old (module doc)
