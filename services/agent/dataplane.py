@@ -47,7 +47,7 @@ import time
 from collections import OrderedDict
 from typing import Callable, Protocol
 
-from echelon.agent.frames import OutFrame, destinations, id_key, peek, slice_body, whole_tail
+from echelon.agent.frames import OutFrame, destinations, id_key, key_of, peek, slice_body, whole_tail
 from echelon.agent.holds import Hold, Job, forget_settled
 from echelon.agent.parking import PARK_BYTES, PARK_MESSAGES, PARK_SECONDS, Parked, Parking
 from echelon.agent.root import Root
@@ -291,9 +291,8 @@ class DataPlane:
                         # with the rest of the frame (its bytes too: sent on to subscribers as they
                         # came). It waits for an earlier copy's hold, if one forwarded.
                         ev = decode(data)
-                        if holds:  # its key: the id's bytes (`peek`'s, the front alone: a relay's every local message)
-                            hold = holds.get((source, data[2:data[1] + 2] if data[0] == 0x0A and data[1] < 0x80
-                                              else ev.id.SerializeToString()))
+                        if holds:  # an earlier copy's hold, by its key (`key_of`: the front alone)
+                            hold = holds.get((source, key_of(data, ev)))
                             if hold is not None:
                                 touched.append(hold)
                         local.append(ev)

@@ -76,6 +76,15 @@ def id_key(producer_id: str, sequence: int) -> bytes:
     return pb.MessageId(producer_id=producer_id, sequence=sequence).SerializeToString()
 
 
+def key_of(data: bytes, event: pb.Event) -> bytes:
+    """A whole message's key (its id's bytes, the dedup window's and the holds'): read off
+    the front of the root's bytes as `peek` reads it (a fifth of the cost of reading the
+    decoded id's fields), else the decoded id serialized (b"" data: none received)."""
+    if data[:1] == b"\n" and data[1] < 0x80 and len(data) >= data[1] + 2:
+        return data[2:data[1] + 2]
+    return event.id.SerializeToString()
+
+
 def peek(data: bytes) -> tuple[bytes, str] | None:
     """A whole message's key (its Event's serialized id) and topic from the front of the
     root's bytes; None when they are not laid out as the root writes them (decode it)."""

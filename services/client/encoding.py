@@ -19,7 +19,7 @@ import struct
 from typing import Mapping
 
 from echelon.core.schema import Value
-from echelon.runtime.wire import value_to_pb
+from echelon.runtime.wire import length_delimited, value_to_pb, varint
 
 _pack_double = struct.Struct("<d").pack
 _ONE = [bytes((i,)) for i in range(128)]
@@ -31,34 +31,13 @@ _INT64 = 1 << 63
 CACHED = 4096  # names, topics and string values kept encoded (each cache is emptied when full)
 
 
-def varint(n: int) -> bytes:
-    """An unsigned varint (n >= 0)."""
-    if n < 0x80:
-        return _ONE[n]
-    if n < 0x4000:
-        return bytes(((n & 0x7F) | 0x80, n >> 7))
-    if n < 0x200000:
-        return bytes(((n & 0x7F) | 0x80, ((n >> 7) & 0x7F) | 0x80, n >> 14))
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-def field(tag: bytes, data: bytes) -> bytes:
-    """A length-delimited field: its tag, length and bytes."""
-    return tag + varint(len(data)) + data
-
-
 class Encoder:
     """One publisher's event encodings: `event()` is an element's bytes, `request()` a
     whole request of some elements, `alone()` one event as a request of its own."""
 
     def __init__(self, producer_id: str, ack_level: int):
         # PublishRequest's outer fields: producer_id = 5, ack_level = 7, coalesce_acks = 120.
-        self.outer = field(b"\x2a", producer_id.encode()) + b"\x38" + varint(ack_level) + b"\xc0\x07\x01"
+        self.outer = length_delimited(0x2A, producer_id.encode()) + b"\x38" + varint(ack_level) + b"\xc0\x07\x01"
         self._topics: dict[str, bytes] = {}  # topic -> its field (1)
         self._names: dict[str, bytes] = {}  # name -> the map entry's key field
         self._floats: dict[str, bytes] = {}  # name -> a float entry up to its 8 bytes
@@ -86,7 +65,7 @@ class Encoder:
             parts.append(_PAYLOAD[n] if n < 0x80 else b"\x1a" + varint(n))
             parts.append(payload)
         if ordering_key:
-            parts.append(field(b"\x22", ordering_key.encode()))
+            parts.append(length_delimited(0x22, ordering_key.encode()))
         if seq < 0x80:
             parts.append(_SEQUENCE[seq])
         else:  # its low 7 bits, then the varint of the rest: the same for 128 sequences in a row
@@ -115,7 +94,7 @@ class Encoder:
     def _topic(self, topic: str) -> bytes:
         if len(self._topics) >= CACHED:
             self._topics.clear()
-        encoded = self._topics[topic] = field(b"\x0a", topic.encode()) if topic else b""
+        encoded = self._topics[topic] = length_delimited(0x0A, topic.encode()) if topic else b""
         return encoded
 
     def _name(self, name: str) -> bytes:
@@ -125,7 +104,7 @@ class Encoder:
                 raise TypeError(f"attribute name {name!r}: a str")
             if len(self._names) >= CACHED:
                 self._names.clear()
-            key = self._names[name] = field(b"\x0a", name.encode())
+            key = self._names[name] = length_delimited(0x0A, name.encode())
         return key
 
     def _float(self, name: str) -> bytes:
@@ -138,7 +117,7 @@ class Encoder:
         return head
 
     def _string(self, name: str, x: str) -> bytes:
-        entry = _entry(self._name(name), field(b"\x1a", x.encode()))  # string_value = 3
+        entry = _entry(self._name(name), length_delimited(0x1A, x.encode()))  # string_value = 3
         if len(self._strings) >= CACHED:
             self._strings.clear()
         self._strings[(name, x)] = entry
@@ -153,7 +132,7 @@ class Encoder:
             if type(x) is float:
                 return self._float(name) + _pack_double(x)
             if type(x) is str:
-                return _entry(self._name(name), field(b"\x1a", x.encode()))
+                return _entry(self._name(name), length_delimited(0x1A, x.encode()))
         if not -_INT64 <= x < _INT64:
             raise ValueError(f"Value out of range: {x}")
         return _entry(self._name(name), b"\x08" + varint(x % (1 << 64)))  # int_value = 1, two's complement
@@ -161,4 +140,4 @@ class Encoder:
 
 def _entry(key: bytes, value: bytes) -> bytes:
     """A map entry (attributes = 2): its key field, and the Value as field 2."""
-    return field(b"\x12", key + field(b"\x12", value))
+    return length_delimited(0x12, key + length_delimited(0x12, value))

@@ -11,9 +11,9 @@ import random
 import pytest
 
 from echelon.client import encoding
-from echelon.client.encoding import Encoder, varint
+from echelon.client.encoding import Encoder
 from echelon.runtime.errors import InvalidArgument
-from echelon.runtime.wire import attributes_into_pb
+from echelon.runtime.wire import attributes_into_pb, varint
 from echelon.v1 import pubsub_pb2 as ppb
 
 
