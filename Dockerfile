@@ -18,7 +18,6 @@ WORKDIR /src
 RUN python -m venv /opt/echelon
 COPY pyproject.toml README.md ./
 COPY services ./services
-COPY spark ./spark
 RUN /opt/echelon/bin/pip install --no-cache-dir ".[server]" \
  && /opt/echelon/bin/python -c "import echelon.cli, echelon.v1.pubsub_pb2"
 
@@ -67,6 +66,7 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends default-jre-headless tini \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build-spark /opt/echelon /opt/echelon
+COPY spark/main.py /opt/echelon/spark/main.py
 COPY --from=spark-entrypoint /opt/entrypoint.sh /opt/decom.sh /opt/
 ENV JAVA_HOME=/usr/lib/jvm/default-java \
     SPARK_HOME=/opt/echelon/lib/python3.11/site-packages/pyspark \

@@ -32,7 +32,7 @@ install: $(STAMP) $(SYSTEM)
 proto: $(STAMP)
 	$(PY) -m echelon.tools.genproto
 
-# Grafana dashboards and Prometheus rules from services/observe/catalog.py (a test checks they are fresh).
+# Grafana dashboards and Prometheus rules from services/echelon/observe/catalog.py (a test checks they are fresh).
 dashboards: $(STAMP)
 	$(PY) -m echelon.observe.generate
 

@@ -1,7 +1,7 @@
 """The hot path's per-event pieces, this tree against a base revision, side by side in
 one run (issue 12): `make bench-hotpath` or `python -m loadtest.bench_hotpath --base REV`.
 
-The base revision's `services/` is unpacked (git archive) beside this tree; each round
+The base revision's `services/echelon/` is unpacked (git archive) beside this tree; each round
 runs one child process per tree, alternating (base, head, base, head...), and each
 child times every piece on identical inputs: microseconds per event, the best of a
 few repeats in CPU time. The table gives per piece the median over the rounds for each
@@ -59,11 +59,13 @@ def child(cluster: float, selectivity: int = 2, idle: float = 0.0, publishers: i
 
 
 def unpack(rev: str, into: Path) -> Path:
-    """The base revision's services/ (as the `echelon` package) and loadtest/ under `into`."""
+    """The base revision's `echelon` package and loadtest/ under `into`: services/echelon/, or
+    services/ itself in revisions from before the src-style root."""
     archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "services", "loadtest"],
                              check=True, capture_output=True).stdout
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
-    (into / "echelon").symlink_to(into / "services")
+    package = into / "services" / "echelon"
+    (into / "echelon").symlink_to(package if package.is_dir() else into / "services")
     return into
 
 

@@ -3,7 +3,7 @@
 
 Every 1,000/s cell of `make bench-events` (2% and 20% selectivity, 1 and 4 publishers,
 batch and single publish(), ACCEPTED and DELIVERED; `--selectivity 2` for half of them),
-on whole clusters of the base revision (its `services/` and `loadtest/` unpacked as
+on whole clusters of the base revision (its `services/echelon/` and `loadtest/` unpacked as
 bench_hotpath does) and of this tree, alternating (base, head, base, head...): each round
 one child process per tree builds bench_events' cluster and runs the cells with that
 tree's driver. Per cell: the median over rounds of p50 and p99, the load generator's

@@ -64,7 +64,7 @@ def value(sid: np.ndarray, t: np.ndarray, counter: np.ndarray, rtt: np.ndarray):
 def spark_rows(spark, n: int, table: dict[str, np.ndarray], path: Path):
     from pyspark.sql import functions as F
 
-    from spark.transforms import METRIC_SCHEMA
+    from echelon.replan.transforms import METRIC_SCHEMA
 
     s = len(table["member"])
     names = table["name"]
@@ -145,7 +145,7 @@ def pandas_transforms(df) -> dict:
 
 
 def spark_transforms(df) -> dict:
-    from spark import transforms as T
+    from echelon.replan import transforms as T
 
     inc, last = T.counter_increase(df).cache(), T.gauge_last(df).cache()
     return {"matcher_load": T.matcher_load(inc, last).collect(),
@@ -175,7 +175,7 @@ def decide(load: dict, congestion: dict, rtt: dict) -> dict:
 
 
 def run(n: int, master: str, workdir: Path) -> list[tuple[str, str, float]]:
-    from spark.session import session
+    from echelon.replan.session import session
 
     table = series_table()
     timings: list[tuple[str, str, float]] = []

@@ -23,8 +23,8 @@ from pathlib import Path
 import click
 
 from echelon import launch
-from echelon.agent.trees import Trees, salted
-from echelon.commands import fetch_view
+from echelon.dataplane.trees import Trees, salted
+from echelon.cli.pubsub import fetch_view
 from echelon.core.lbdd import build_tree
 from echelon.v1 import membership_pb2 as mpb
 from loadtest.netns import Host, Network, NetnsPlacement

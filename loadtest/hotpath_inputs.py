@@ -46,9 +46,9 @@ def relay_plane(me: str, deliver):
 
     from prometheus_client import CollectorRegistry
 
-    from echelon.agent.dataplane import DataPlane
+    from echelon.dataplane.dissemination import DataPlane
     from echelon.agent.metrics import AgentMetrics
-    from echelon.agent.trees import Trees
+    from echelon.dataplane.trees import Trees
     from echelon.core.dedup import DedupWindow
     from echelon.v1 import membership_pb2 as mpb
 

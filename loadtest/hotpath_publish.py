@@ -321,8 +321,8 @@ def relay_inner_piece() -> float:
 
     from hotpath_inputs import frames_for_inner
 
-    from echelon.agent import dataplane
-    from echelon.agent.holds import Hold
+    from echelon.dataplane import dissemination as dataplane
+    from echelon.dataplane.holds import Hold
 
     number, repeat = 40, 3
     frames, child = frames_for_inner(170, number * repeat)
@@ -355,9 +355,9 @@ def dispatch_piece() -> float:
     import asyncio
     from types import SimpleNamespace
 
-    from echelon.agent.dataplane import DataPlane
+    from echelon.dataplane.dissemination import DataPlane
     from echelon.agent.dispatch import Dispatcher
-    from echelon.agent.gateway import Gateway
+    from echelon.dataplane.gateway import Gateway
     from echelon.agent.matching import MatchClient
     from echelon.v1 import matcher_pb2 as xpb
 

@@ -39,7 +39,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
 from rich.table import Table
 
-from echelon.agent.gateway import Gateway
+from echelon.dataplane.gateway import Gateway
 from echelon.client import Client
 from echelon.v1 import membership_pb2 as mpb
 from echelon import launch

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 
 from echelon.client import DELIVERED, Client
-from echelon.demo import SCHEMA, quotes
+from echelon.cli.demo import SCHEMA, quotes
 
 TOPIC = "quotes"
 FILTER = 'Symbol = "aapl" and High >= 45'

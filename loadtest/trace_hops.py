@@ -146,7 +146,7 @@ def install() -> list[str]:
         return Match
 
     def link_send(original):
-        from echelon.agent.dataplane import event_of  # a whole event travels as the root's bytes
+        from echelon.dataplane.dissemination import event_of  # a whole event travels as the root's bytes
         from echelon.v1 import relay_pb2 as rpb
 
         def send(self, frame, *a, **kw):  # an OutFrame: its bytes in pieces
@@ -187,9 +187,9 @@ def install() -> list[str]:
     wrap("echelon.agent.admission", "Admission._admit", admit)
     wrap("echelon.agent.matching", "MatchClient.send", match)
     wrap("echelon.matcher.server", "MatcherServicer.Match", matcher)
-    wrap("echelon.agent.links", "Link.send", link_send)
-    wrap("echelon.agent.links", "Link._frames", frames)
-    wrap("echelon.agent.links", "Link._acked", acked)
+    wrap("echelon.dataplane.links", "Link.send", link_send)
+    wrap("echelon.dataplane.links", "Link._frames", frames)
+    wrap("echelon.dataplane.links", "Link._acked", acked)
     wrap("echelon.agent.delivery", "LocalDelivery.deliver_many", deliver_many)
     if missing:
         (Path(directory) / f"{os.getpid()}.missing").write_text("\n".join(missing))

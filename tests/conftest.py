@@ -43,7 +43,7 @@ def pytest_collection_finish(session):
     number", after grpc's "skipping fork() handlers"."""
     global _spark
     if any("spark" in getattr(item, "fixturenames", ()) for item in session.items):
-        from spark.session import session as spark_session
+        from echelon.replan.session import session as spark_session
 
         _spark = spark_session("local[*]")
 
@@ -51,7 +51,7 @@ def pytest_collection_finish(session):
 @pytest.fixture(scope="session")
 def spark():
     """One local[*] SparkSession for every Spark test of the run (a JVM start costs ~10 s)."""
-    from spark.session import session
+    from echelon.replan.session import session
 
     s = _spark or session("local[*]")
     try:

@@ -193,12 +193,12 @@ class Run:
         return {"published_per_s": row["published_per_s"], **top_costs(out)}
 
 
-OUTER = ("(services/__main__.py", "(services/cli.py")  # the process's entry, under every stack
+OUTER = ("(services/echelon/__main__.py", "(services/echelon/cli/main.py")  # the process's entry, under every stack
 
 
 def top_costs(folded: Path, n: int = 15) -> dict:
     """py-spy's raw (folded) stacks -> shares of all samples: by the function on top of
-    the stack (self), and by the deepest Echelon frame (services/...) of each stack, the
+    the stack (self), and by the deepest Echelon frame (services/echelon/...) of each stack, the
     libraries it called charged to it. A Python thread whose top frame is Thread.run runs
     native code: in the agent that is gRPC's completion-queue poller (HTTP/2 and sockets)."""
     self_, ours, total = Counter(), Counter(), 0
@@ -213,7 +213,7 @@ def top_costs(folded: Path, n: int = 15) -> dict:
         frames = [f for f in stack.split(";") if not f.startswith(("process ", "thread "))]
         if frames:
             self_[frames[-1]] += c
-        mine = [f for f in frames if "(services/" in f and not any(m in f for m in OUTER)]
+        mine = [f for f in frames if "(services/echelon/" in f and not any(m in f for m in OUTER)]
         ours[mine[-1] if mine else "(outside Echelon's code) " + (frames[-1] if frames else "?")] += c
     share = lambda counter: [(f, round(100 * c / total, 1)) for f, c in counter.most_common(n)]  # noqa: E731
     return {"samples": total, "self_pct": share(self_), "by_echelon_frame_pct": share(ours)}

@@ -1,4 +1,4 @@
-"""Access control in the chart (issue 14; services/runtime/auth.py): `auth.*` values
+"""Access control in the chart (issue 14; services/echelon/runtime/auth.py): `auth.*` values
 rendered by the real Helm engine into the services' flags, the tokens Secret mounted, the
 member and client tokens from Secrets in the environment (never in argv); the flags parse
 with the services' own CLI; a values file that cannot work is refused at render time.
@@ -11,7 +11,7 @@ import copy
 import click
 import pytest
 
-from echelon.cli import cli
+from echelon.cli.main import cli
 from tests.deploy.chart import CHART, ci_values, objects, of_kind, pod_template, render, service_containers
 
 AUTH = ci_values(CHART / "ci" / "auth-values.yaml")

@@ -192,13 +192,14 @@ def test_notes_tell_how_to_reach_the_api():
 
 def test_routing_job_arguments_parse_with_the_job_parser():
     """The arguments the chart gives the job, parsed by the job's own argparse parser."""
-    job = pytest.importorskip("spark.main", reason="the routing job (spark/) is not in this tree yet")
+    job = pytest.importorskip("echelon.replan.main", reason="the routing job (spark/) is not in this tree yet")
     cron = of_kind(objects({"routingJob": {"prometheusUrl": "http://prometheus:9090"}}), "CronJob")[0]
     (c,) = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"]
-    main_file = c["args"].index("/opt/echelon/lib/python3.11/site-packages/spark/main.py")
+    main_file = c["args"].index("/opt/echelon/spark/main.py")
     parsed = job.parser().parse_args(c["args"][main_file + 1:])
     assert parsed.prometheus == "http://prometheus:9090" and parsed.membership.count(".svc.cluster.local:7100") == 3
-    assert job.__file__.endswith("spark/main.py")
+    entry = (CHART.parents[2] / "spark" / "main.py").read_text()
+    assert "from echelon.replan.main import main" in entry
     (app,) = of_kind(objects(ci_values(CHART / "ci" / "spark-operator-values.yaml")), "ScheduledSparkApplication")
     job.parser().parse_args(app["spec"]["template"]["arguments"])
 

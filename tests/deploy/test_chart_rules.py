@@ -9,7 +9,7 @@ import re
 import click
 import pytest
 
-from echelon.cli import cli
+from echelon.cli.main import cli
 from tests.deploy.chart import (CHART, CI_FILES, NAMESPACE, ROOT, ci_values, expand, flag, objects,
                                 of_kind, pod_template, service_containers)
 

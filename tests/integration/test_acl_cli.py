@@ -14,7 +14,7 @@ import time
 import pytest
 from click.testing import CliRunner
 
-from echelon.cli import cli
+from echelon.cli.main import cli
 
 
 def run(*args: str, token: str | None) -> tuple[int, str]:

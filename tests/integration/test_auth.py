@@ -323,7 +323,7 @@ async def test_a_client_certificate_names_the_caller_and_wins_over_a_token(token
 async def test_the_routing_job_sends_its_token(secured):
     """spark/cluster.py's blocking channels (no Spark here) carry the job's token: the
     view, the plan and a matcher's zones need the cluster admin."""
-    from spark import cluster as job
+    from echelon.replan import cluster as job
 
     c, t = secured
     replica, matcher = c.replicas[0], c.matcher_nodes[0].address

@@ -166,7 +166,7 @@ async def test_frames_of_a_publisher_waiting_alone_ask_for_their_acks_at_once(cl
     """A DELIVERED publish with nothing else in flight on its stream (`await publish()` in a
     loop) goes in frames without `ack_may_wait`: no relay delays the ack it waits on. An
     ACCEPTED publisher's frames may have their acks delayed (nobody waits on them)."""
-    from echelon.agent.links import Link
+    from echelon.dataplane.links import Link
     from echelon.client import AckLevel
 
     c0, c1 = cluster.client(0), cluster.client(1)

@@ -9,8 +9,8 @@ import asyncio
 
 import grpc
 
-from echelon.agent.frames import OutFrame
-from echelon.agent.links import Link
+from echelon.dataplane.frames import OutFrame
+from echelon.dataplane.links import Link
 from echelon.runtime.server import Server
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import relay_pb2 as rpb
@@ -99,7 +99,7 @@ async def test_a_relay_holds_acks_only_for_frames_that_may_wait_and_while_they_s
     """A lone frame is acked at once (nothing streams in); a frame with `ack_may_wait`
     that comes right after another has its ack held (here for 30 s); a frame without it
     is acked at once and takes the held ack along: one RelayAck for both."""
-    from echelon.agent.relay import RelayServicer
+    from echelon.dataplane.relay import RelayServicer
 
     ready = asyncio.Event()
     ready.set()

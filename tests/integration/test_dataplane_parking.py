@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from echelon.agent.dataplane import DataPlane, event_of
+from echelon.dataplane.dissemination import DataPlane, event_of
 from echelon.agent.subscriptions import CLOCK_SKEW_NS, Subscription
 from echelon.core.filters import parse
 from echelon.v1 import common_pb2 as pb

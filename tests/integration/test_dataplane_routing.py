@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from echelon.agent.slices import ChunkStream, Streams, slice_count, slice_event
-from echelon.agent.trees import Trees, hinted, salted
+from echelon.dataplane.slices import ChunkStream, Streams, slice_count, slice_event
+from echelon.dataplane.trees import Trees, hinted, salted
 from echelon.core import lbdd
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import membership_pb2 as mpb
@@ -197,7 +197,7 @@ def drain(stream: ChunkStream) -> bytes:
 
 
 def test_slices_are_handed_out_in_order_as_they_arrive_and_duplicates_are_dropped():
-    from echelon.agent.dataplane import Hold
+    from echelon.dataplane.dissemination import Hold
     from echelon.core.dedup import DedupWindow
 
     payload = bytes(range(256)) * 1000
@@ -239,7 +239,7 @@ def test_slices_are_handed_out_in_order_as_they_arrive_and_duplicates_are_droppe
 
 
 def test_a_payload_whose_slices_stop_is_dropped_and_a_stalled_subscriber_loses_it_alone():
-    from echelon.agent.dataplane import Hold
+    from echelon.dataplane.dissemination import Hold
 
     event = pb.Event(id=pb.MessageId(producer_id="p", sequence=1), topic="t")
     msgs = slices_of(event, bytes(40_000), 4096)
@@ -324,7 +324,7 @@ def relay_with_grandchildren(members):
 
 
 async def test_a_relay_forwards_each_slice_on_arrival_and_acks_after_its_subtree():
-    from echelon.agent.dataplane import DataPlane
+    from echelon.dataplane.dissemination import DataPlane
 
     members = view(PAPER)
     relay, tree, by_key = relay_with_grandchildren(members)
@@ -403,7 +403,7 @@ async def test_after_a_view_change_the_root_holds_a_producer_back_until_its_old_
     """A message in flight on the old view may be stuck behind a relay that has not seen
     the change; the next message of its producer leaves only once it is acknowledged
     (another producer's does not wait)."""
-    from echelon.agent.dataplane import DataPlane
+    from echelon.dataplane.dissemination import DataPlane
 
     members = view(PAPER)
     node = FakeNode(members[0], members)
@@ -430,7 +430,7 @@ async def test_a_whole_message_travels_as_the_roots_bytes_and_the_older_form_is_
     """The root serializes a small event once (`encoded_event`, payload included); a relay
     forwards those bytes unchanged and delivers the same event locally. A message in the
     older form (`event` set) is delivered and forwarded alike (an agent not yet upgraded)."""
-    from echelon.agent.dataplane import DataPlane, event_of
+    from echelon.dataplane.dissemination import DataPlane, event_of
 
     members = view(PAPER)
     relay, tree, by_key = relay_with_grandchildren(members)
@@ -461,7 +461,7 @@ async def test_a_relay_forwards_a_whole_message_once_and_reroutes_it_when_a_chil
     forwarded unchanged to its children; a second copy (a path update upstream) is neither
     forwarded nor delivered again, and its ack waits for the first copy's subtree. A child
     that leaves with the frame unacknowledged: the message re-routed to its orphans."""
-    from echelon.agent.dataplane import DataPlane
+    from echelon.dataplane.dissemination import DataPlane
 
     members = view(PAPER)
     relay, tree, by_key = relay_with_grandchildren(members)
@@ -503,7 +503,7 @@ async def test_a_later_copy_for_more_destinations_goes_only_to_them_and_its_ack_
     one of them naming more destinations (a path update upstream) is forwarded only to
     those the first did not cover; its ack, and a third copy's, waits for the first copy's
     frames and the second's; the other messages of the first frame are not forwarded again."""
-    from echelon.agent.dataplane import DataPlane
+    from echelon.dataplane.dissemination import DataPlane
 
     members = view(PAPER)
     relay, tree, by_key = relay_with_grandchildren(members)
@@ -543,7 +543,7 @@ async def test_a_later_copy_for_more_destinations_goes_only_to_them_and_its_ack_
 def test_a_relay_forgets_its_oldest_settled_holds_past_the_bound_and_keeps_those_in_flight(monkeypatch):
     """Past MAX_HOLDS (and a sixteenth more) the oldest settled holds go, down to the bound;
     a hold still in flight is never forgotten, nor anything after it."""
-    from echelon.agent import dataplane
+    from echelon.dataplane import dissemination as dataplane
 
     monkeypatch.setattr(dataplane, "MAX_HOLDS", 64)
     members = view(PAPER)

@@ -1,4 +1,4 @@
-"""The README's main job, `echelon demo` (services/demo.py): a local cluster of processes,
+"""The README's main job, `echelon demo` (services/echelon/cli/demo.py): a local cluster of processes,
 200 quotes and one with a 1 MiB payload (streamed to its subscribers in chunks, beside the
 small events on their shared Subscribe streams) published at DELIVERED; every subscriber
 gets exactly what its filter matches, in order. Under a deadline: a hang (an event never
@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 
-from echelon.demo import run_demo
+from echelon.cli.demo import run_demo
 
 
 async def test_the_demo_delivers_exactly_what_each_filter_matches(capsys):

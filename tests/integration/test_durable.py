@@ -192,7 +192,7 @@ async def test_subscription_commands(tmp_path):
     Durable API's answer; a bad --message is a usage error; an unknown name fails by name."""
     from click.testing import CliRunner
 
-    from echelon.cli import cli
+    from echelon.cli.main import cli
 
     async def echelon(*args: str):
         r = await asyncio.to_thread(CliRunner().invoke, cli, ["subscription", *args, "--agent", agent])

@@ -21,7 +21,7 @@ import time
 
 import pytest
 
-from echelon.agent.durable_sub import CRASH_ENV
+from echelon.agent.durable.subscription import CRASH_ENV
 from echelon.client import Client, Durable, errors
 from echelon.core.durability import holders
 from echelon.launch import Cluster, Loopback

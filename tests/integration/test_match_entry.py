@@ -1,11 +1,11 @@
-"""The Match path between matchers and the agent's choice of entry (services/matcher/
-fanout.py, peers.py; services/agent/matching.py), on real gRPC servers in one process.
+"""The Match path between matchers and the agent's choice of entry (services/echelon/matcher/
+fanout.py, peers.py; services/echelon/agent/matching.py), on real gRPC servers in one process.
 
 - An agent follows the entry a matcher suggests: on a schemaless topic (one zone, an
   owner and a replica) it ends up at a member of the zone, after which no event needs a
   matcher-to-matcher message (the holders' counter stops), and every delivery equals
   brute force.
-- Zones promised empty (services/matcher/empty.py): on a topic whose subscriptions all
+- Zones promised empty (services/echelon/matcher/empty.py): on a topic whose subscriptions all
   live in the top zone, while every event also meets the two empty zones below it, the
   agent moves to the top zone's holder and no event needs a matcher-to-matcher message;
   the first subscription of an empty zone, once acknowledged, gets every event sent

@@ -31,7 +31,7 @@ from echelon.runtime.transport import PLAIN
 from echelon.v1 import membership_pb2 as mpb
 from echelon.v1 import membership_pb2_grpc as mgrpc
 from loadtest import steady
-from spark import cluster as job
+from echelon.replan import cluster as job
 
 pytestmark = pytest.mark.skipif(shutil.which("prometheus") is None,
                                 reason="prometheus (Debian package prometheus) not installed")
@@ -229,7 +229,7 @@ def test_top_shows_every_terminal_panel_with_data(live):
 def test_topology_draws_members_and_measured_links(live, tmp_path):
     from click.testing import CliRunner
 
-    from echelon.observe.commands import topology
+    from echelon.cli.observe import topology
 
     out = tmp_path / "topo.png"
     membership = live.cluster.by_role("membership")[0].address

@@ -26,8 +26,8 @@ from echelon.v1 import matcher_pb2 as xpb
 from echelon.v1 import matcher_pb2_grpc as xgrpc
 from echelon.v1 import membership_pb2 as mpb
 from echelon.v1 import membership_pb2_grpc as mgrpc
-from spark import cluster as job_cluster
-from spark.main import parser, report, run
+from echelon.replan import cluster as job_cluster
+from echelon.replan.main import parser, report, run
 from tests.harness import wait_for
 from tests.integration.test_matcher import settled, workload
 

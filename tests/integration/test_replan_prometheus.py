@@ -11,7 +11,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.exposition import start_http_server
 
-from spark import metrics
+from echelon.replan import metrics
 from tests.harness import free_port
 
 pytestmark = pytest.mark.skipif(not shutil.which("prometheus"), reason="needs the prometheus binary (make install)")

@@ -13,7 +13,7 @@ import urllib.request
 import grpc
 import pytest
 
-from echelon.agent.gateway import region_map
+from echelon.dataplane.gateway import region_map
 from echelon.agent.server import AgentNode
 from echelon.client import DELIVERED
 from echelon.core.filters import parse

@@ -11,7 +11,7 @@ import signal
 
 import pytest
 
-from echelon.agent.gateway import Gateway
+from echelon.dataplane.gateway import Gateway
 from echelon.client import DELIVERED, Client
 from echelon.core.filters import parse
 from echelon.launch import Cluster, Loopback

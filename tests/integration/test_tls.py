@@ -217,7 +217,7 @@ def test_the_naming_scheme_round_trips():
 
 async def test_the_routing_job_reads_the_cluster_over_mtls(tls_cluster):
     """spark/cluster.py's blocking calls (no Spark here) with the job's `replan` certificate."""
-    from spark import cluster as job
+    from echelon.replan import cluster as job
 
     c = tls_cluster
     replica, matcher = c.replicas[0], c.matcher_nodes[0].address

@@ -1,4 +1,4 @@
-"""CAN zones (services/core/can.py) and a whole matcher tier: ZoneMap routing + per-peer CDM.
+"""CAN zones (services/echelon/core/can.py) and a whole matcher tier: ZoneMap routing + per-peer CDM.
 
 The tier test keeps, per peer, the copies it stores (primary and mirror) and a CDM index
 of its primaries, changes the zones (split, replicate, move), applies `handoff` to the

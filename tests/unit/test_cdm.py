@@ -1,4 +1,4 @@
-"""CDM counting index (services/core/cdm.py, cdm_keys.py): exactly `Filter.matches`, through
+"""CDM counting index (services/echelon/core/cdm.py, cdm_keys.py): exactly `Filter.matches`, through
 inserts and deletes, for the subscription ids and for the agents answer."""
 
 from __future__ import annotations

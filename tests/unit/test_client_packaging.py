@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-SERVICES = ROOT / "services"
+SERVICES = ROOT / "services" / "echelon"
 CLIENT_DISTS = {"grpcio", "protobuf"}
 CLIENT_TOP_LEVEL = {"grpc", "google", "echelon"}  # what those two distributions (and we) provide
 SERVER_DISTS = {"grpcio-health-checking", "grpcio-reflection", "prometheus-client", "kubernetes", "numpy", "click",

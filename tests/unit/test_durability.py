@@ -8,8 +8,8 @@ import random
 import time
 from types import SimpleNamespace
 
-from echelon.agent.durable_upkeep import flush_loop
-from echelon.agent.store import Store
+from echelon.agent.durable.upkeep import flush_loop
+from echelon.agent.durable.store import Store
 from echelon.core.durability import Bound, Policy, admit, expired, holders, idle
 from echelon.v1 import common_pb2 as pb
 
@@ -131,7 +131,7 @@ def test_the_retention_sweep_reads_what_it_lets_go_not_the_whole_log(tmp_path):
     bound and were closed (issue 12). What is due still goes, owed events stay."""
     from types import SimpleNamespace
 
-    from echelon.agent.durable_upkeep import expire_retention
+    from echelon.agent.durable.upkeep import expire_retention
 
     def sweep_steps(n: int, now_ns: int) -> tuple[Store, int]:
         store = Store(tmp_path / str(n))

@@ -1,4 +1,4 @@
-"""Zones promised empty (services/matcher/empty.py) on test_matcher_tier's in-memory
+"""Zones promised empty (services/echelon/matcher/empty.py) on test_matcher_tier's in-memory
 network, which interleaves every call at random.
 
 - An entry whose other zones are all promised empty answers with no matcher-to-matcher

@@ -1,4 +1,4 @@
-"""Layouts of the matcher tier (services/matcher/layout.py): the default plan, dead
+"""Layouts of the matcher tier (services/echelon/matcher/layout.py): the default plan, dead
 members replaced, holders of a subscription, and batch routing equal to ZoneMap's."""
 
 from __future__ import annotations

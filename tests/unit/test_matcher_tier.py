@@ -1,4 +1,4 @@
-"""The matcher tier's protocol (services/matcher/tier.py) across several matchers, on an
+"""The matcher tier's protocol (services/echelon/matcher/tier.py) across several matchers, on an
 in-memory network that interleaves every call at random.
 
 What the service adds to the pure ZoneMap + CDM tier of test_can.py: every matcher

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from echelon.agent.trees import Trees
+from echelon.dataplane.trees import Trees
 from echelon.observe import catalog
 from echelon.observe.prometheus import Target, scrape_config, target_groups
 from echelon.observe.top import fmt, legend, sparkline

@@ -1,4 +1,4 @@
-"""The generated code in services/v1 must be what `make proto` makes of protos/."""
+"""The generated code in services/echelon/v1 must be what `make proto` makes of protos/."""
 
 import filecmp
 

@@ -8,7 +8,7 @@ import pytest
 
 from echelon.matcher.layout import default_zones
 from echelon.v1 import membership_pb2 as mpb
-from spark import plan
+from echelon.replan import plan
 from tests.unit.test_zoning import SPACE, sample
 
 MATCHERS = ["m0", "m1", "m2", "m3"]

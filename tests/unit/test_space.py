@@ -1,4 +1,4 @@
-"""Meghdoot space (services/core/space.py); the hypothesis strategies here serve test_can and test_cdm too."""
+"""Meghdoot space (services/echelon/core/space.py); the hypothesis strategies here serve test_can and test_cdm too."""
 
 from __future__ import annotations
 

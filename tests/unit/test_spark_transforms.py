@@ -8,8 +8,8 @@ import json
 from pyspark.sql import Row
 from pyspark.testing import assertDataFrameEqual
 
-from spark import metrics
-from spark import transforms as T
+from echelon.replan import metrics
+from echelon.replan import transforms as T
 
 
 def rows(spark, data):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import random
 
-from echelon.agent.slices import ChunkStream
+from echelon.dataplane.slices import ChunkStream
 from echelon.agent.subscriptions import CLOCK_SKEW_NS, Subscription
 from echelon.core.filters import parse
 from echelon.v1 import common_pb2 as pb

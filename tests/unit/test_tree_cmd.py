@@ -7,7 +7,7 @@ import json
 from click.testing import CliRunner
 
 from echelon.core.lbdd import build_tree
-from echelon.tools.tree_cmd import tree
+from echelon.cli.tree import tree
 
 PAPER = [f"10.3.17.{x}" for x in (74, 97, 234, 90, 98, 64, 61, 184, 72, 88, 44, 68)]
 

@@ -2,9 +2,9 @@
 the agent's Match requests and the root's whole events; agent.frames: relay frames), against
 protobuf's own serialization of the same message as the oracle."""
 
-from echelon.agent.frames import OutFrame, destinations, peek, whole_tail
+from echelon.dataplane.frames import OutFrame, destinations, peek, whole_tail
 from echelon.agent.matching import EVENTS_TAG
-from echelon.agent.root import PAYLOAD_TAG, encode, encode_all
+from echelon.dataplane.root import PAYLOAD_TAG, encode, encode_all
 from echelon.runtime.wire import attributes_to_pb, length_delimited
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import matcher_pb2 as xpb

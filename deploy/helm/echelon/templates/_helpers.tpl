@@ -65,7 +65,7 @@ app.kubernetes.io/part-of: echelon
 {{- join "," $addresses -}}
 {{- end -}}
 
-{{/* Flags every service shares (services/cli.py service_options); the id and the
+{{/* Flags every service shares (services/echelon/cli/main.py service_options); the id and the
      advertised address come from the pod through the downward API. */}}
 {{- define "echelon.serviceArgs" -}}
 - --id
@@ -295,7 +295,7 @@ spec:
 {{- .Values.tls.certManager.issuerRef.name | default (include "echelon.componentName" (dict "root" . "component" "ca")) -}}
 {{- end -}}
 
-{{/* Client identity and ACLs (issue 14, services/runtime/auth.py): the services' flags
+{{/* Client identity and ACLs (issue 14, services/echelon/runtime/auth.py): the services' flags
      (secrets go in the environment, echelon.authEnv; the tokens file is mounted). With
      TLS and `helm test`, the test pod's certificate user is a superuser: a certificate
      wins over a token, and the test creates a topic. */}}

@@ -1,3 +1,0 @@
-from echelon.cli import main
-
-main()

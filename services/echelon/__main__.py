@@ -1,0 +1,3 @@
+from echelon.cli.main import main
+
+main()

@@ -1,0 +1,171 @@
+"""The gRPC face of durable subscriptions (durable.py): the `Durable` service, which any
+agent answers for the whole cluster (`local` requests only from its own copies), and the
+relay of a subscriber's stream to the holder that serves it.
+
+Cluster-wide answers: list asks every alive agent for its copies and keeps, per name,
+the serving holder's (the one whose backlog the subscriber drains); get and seek go to
+the serving holder (seek to every alive holder: each moves its own copy, by time or by
+message id, which name the same point in every holder's log).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import AsyncIterator
+
+import grpc
+
+from echelon.agent.durable.durables import Durables, check_name
+from echelon.agent.durable.copies import CALL_TIMEOUT
+from echelon.runtime.errors import NotFound, Unavailable, from_rpc_error
+from echelon.runtime.transport import require_member
+from echelon.v1 import durable_pb2 as dpb
+from echelon.v1 import durable_pb2_grpc as dgrpc
+from echelon.v1 import pubsub_pb2 as ppb
+from echelon.v1 import pubsub_pb2_grpc as pgrpc
+
+SERVICE = dpb.DESCRIPTOR.services_by_name["Durable"].full_name
+
+
+class DurableServicer(dgrpc.DurableServicer):
+    def __init__(self, durables):
+        self._durables = durables  # a callable: the node's Durables, once started
+
+    @property
+    def d(self) -> Durables:
+        d = self._durables()
+        if d is None:
+            raise Unavailable("the agent is starting")
+        return d
+
+    async def _record(self, name: str) -> dpb.DurableSubscription:
+        check_name(name)
+        record = await self.d.peers.locate(name)
+        if record is None:
+            raise NotFound(f"durable subscription {name!r} does not exist")
+        return record
+
+    async def _on(self, agent: str, method: str, request):
+        try:
+            return await getattr(self.d.peers.stub(agent), method)(request, timeout=CALL_TIMEOUT)
+        except grpc.aio.AioRpcError as e:
+            raise from_rpc_error(e) from None
+
+    async def ListSubscriptions(self, request, context):
+        d = self.d
+        mine = [s.describe(d.me) for s in list(d.subs.values())]
+        if request.local:
+            return dpb.ListSubscriptionsResponse(subscriptions=mine)
+
+        async def ask(agent: str):
+            try:
+                return (await d.peers.stub(agent).ListSubscriptions(dpb.ListSubscriptionsRequest(local=True),
+                                                              timeout=CALL_TIMEOUT)).subscriptions
+            except (grpc.aio.AioRpcError, Unavailable):
+                return []
+        copies = mine + [s for found in await asyncio.gather(*(ask(a) for a in d.peers.alive() if a != d.me))
+                         for s in found]
+        best: dict[str, dpb.DurableSubscription] = {}
+        for s in copies:
+            serving = next((h for h in s.holders if h == d.me or h in d.peers.alive()), None)
+            if s.name not in best or s.answered_by == serving:
+                best[s.name] = s
+        return dpb.ListSubscriptionsResponse(subscriptions=[best[n] for n in sorted(best)])
+
+    async def GetSubscription(self, request, context):
+        d = self.d
+        if request.local:
+            sub = d.subs.get(request.name)
+            if sub is None:
+                raise NotFound(f"durable subscription {request.name!r} is not held here")
+            return sub.describe(d.me)
+        record = await self._record(request.name)
+        d.node.server.access.require("subscribe", record.topic, SERVICE)
+        serving = d.peers.serving(record)
+        if serving == d.me:
+            return d.subs[request.name].describe(d.me)
+        return await self._on(serving, "GetSubscription", dpb.GetSubscriptionRequest(name=request.name, local=True))
+
+    def _access(self, request) -> None:
+        """Seek and delete act for the subscriber: the subscribe right on the topic. Their
+        `local` forms are one agent telling another (runtime/auth.py)."""
+        if request.local:
+            self.d.node.server.access.require_member(f"{type(request).__name__} (local)", SERVICE)
+
+    async def Seek(self, request, context):
+        d = self.d
+        self._access(request)
+        if request.local:
+            sub = d.subs.get(request.name)
+            if sub is None:
+                raise NotFound(f"durable subscription {request.name!r} is not held here")
+            return dpb.SeekResponse(backlog_messages=d.seek_local(sub, request))
+        record = await self._record(request.name)
+        d.node.server.access.require("subscribe", record.topic, SERVICE)
+        serving = d.peers.serving(record)
+        local = dpb.SeekRequest()
+        local.CopyFrom(request)
+        local.local = True
+        # The serving holder first: a seek it cannot do (not retained) changes nothing anywhere.
+        if serving == d.me:
+            answer = dpb.SeekResponse(backlog_messages=d.seek_local(d.subs[request.name], local))
+        else:
+            answer = await self._on(serving, "Seek", local)
+        others = [h for h in record.holders if h != serving and h != d.me and h in d.peers.alive()]
+        if serving != d.me and d.me in record.holders and request.name in d.subs:
+            d.seek_local(d.subs[request.name], local)
+        await d.peers.tell(others, dpb.DurableChange(name=request.name, seek=local))
+        return answer
+
+    async def DeleteSubscription(self, request, context):
+        d = self.d
+        self._access(request)
+        if request.local:
+            d.apply_delete(request.name)
+            return dpb.DeleteSubscriptionResponse()
+        record = await self._record(request.name)
+        d.node.server.access.require("subscribe", record.topic, SERVICE)
+        await d.delete(record)
+        return dpb.DeleteSubscriptionResponse()
+
+    # Between agents only: with TLS the caller's certificate must name an agent (a client
+    # could otherwise rewrite a subscription's acks or read its backlog).
+    async def Apply(self, request, context):
+        require_member(context, None, "agent", "Durable.Apply")
+        await self.d.apply(request)
+        return dpb.ApplyResponse()
+
+    async def Fetch(self, request, context):
+        require_member(context, None, "agent", "Durable.Fetch")
+        return self.d.fetch(request.name)
+
+
+async def relay(ch: grpc.aio.Channel, first: ppb.SubscribeRequest, requests, context) -> AsyncIterator[ppb.Delivery]:
+    """Carry a subscriber's stream to the agent serving its durable subscription (over `ch`,
+    closed at the end) and back. Whatever ends either side ends both; the serving agent's
+    status reaches the client."""
+    routed = ppb.SubscribeRequest()
+    routed.CopyFrom(first)
+    routed.open.routed = True
+    call = pgrpc.PubSubStub(ch).Subscribe()
+
+    async def pump() -> None:
+        await call.write(routed)
+        async for req in requests:
+            await call.write(req)
+        await call.done_writing()
+
+    pumper = asyncio.create_task(pump())
+    try:
+        metadata = await call.initial_metadata()
+        await context.send_initial_metadata(tuple((k, v) for k, v in metadata or () if k.startswith("x-echelon")))
+        async for delivery in call:
+            yield delivery
+        if pumper.done() and not pumper.cancelled():
+            pumper.result()
+    except grpc.aio.AioRpcError as e:
+        raise from_rpc_error(e) from None
+    finally:
+        pumper.cancel()
+        call.cancel()
+        await ch.close()

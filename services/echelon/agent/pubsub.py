@@ -1,0 +1,182 @@
+"""The client API (`PubSub`): publish streams (publishing.py), subscription streams,
+Unsubscribe.
+
+A subscription stream opens (or resumes) a subscription in the registry (registry.py)
+and sends what its credits allow; whatever ends the stream, the cleanup runs without
+awaiting anything.
+
+Batching (issue 12): deliveries go out many per message (whatever the backlog and the
+credits allow, up to MAX_DELIVERIES: nothing waits to fill a message, so a lone event
+goes at once), and a subscriber may ack cumulatively (`SubscriberAck.through`).
+
+A sliced delivery goes to the subscriber as a head and then one Delivery per slice, each
+written before the slice's hold is released (so a slow subscriber slows the tree, not
+this agent's memory).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+from echelon.agent.durable.rpc import relay
+from echelon.agent.publishing import Publishing
+from echelon.agent.shared_stream import SharedStream
+from echelon.runtime.errors import InvalidArgument, NotFound, ResourceExhausted
+from echelon.runtime.transport import SUBSCRIPTION_KEY
+from echelon.v1 import pubsub_pb2 as ppb
+from echelon.v1 import pubsub_pb2_grpc as pgrpc
+
+if TYPE_CHECKING:
+    from echelon.agent.server import AgentNode
+
+log = logging.getLogger("echelon.agent")
+
+MAX_DELIVERIES = 256  # deliveries per Delivery message
+SERVICE = ppb.DESCRIPTOR.services_by_name["PubSub"].full_name
+
+
+class PubSubServicer(pgrpc.PubSubServicer):
+    def __init__(self, node: AgentNode):
+        self.node = node
+        self.publishing = Publishing(node)
+
+    def Publish(self, request_iterator, context):
+        return self.publishing.stream(request_iterator)  # publishing.py: its acks, one generator less per ack
+
+    async def Subscribe(self, request_iterator, context):
+        node = self.node
+        first = await anext(request_iterator.__aiter__(), None)
+        if first is None or not first.HasField("open"):
+            raise InvalidArgument("the first request of a subscription must be `open`")
+        if first.open.sid:  # many subscriptions on this stream (shared_stream.py)
+            async for delivery in SharedStream(node, self._chunked, MAX_DELIVERIES).serve(first, request_iterator,
+                                                                                          context):
+                yield delivery
+            return
+        # The caller's right and subscription count, checked here, before a durable open is
+        # relayed to its holder (which sees this agent, a member, as the caller). `release`
+        # runs once however the stream ends.
+        release = node.server.access.open_subscription(first.open.topic)
+        try:
+            if first.open.HasField("durable"):  # durable.py: served by its first alive holder
+                target = await node.durables.route(first.open)
+                if target is not None:
+                    try:
+                        async for delivery in relay(node.durables.peers.dial(target), first, request_iterator, context):
+                            yield delivery
+                    finally:
+                        release()
+                    return
+                sub = await node.durables.open(first.open)
+            else:
+                # Attached and registered; if this await is cancelled, the open closes it itself.
+                sub = await node.subscriptions.open(first.open)
+        except BaseException:
+            release()
+            raise
+
+        async def read():
+            async for req in request_iterator:
+                if req.HasField("ack"):
+                    node.metrics.acks.labels(sub.topic).inc(sub.ack(req.ack.delivery_ids, req.ack.credits,
+                                                                    req.ack.through))
+                elif req.HasField("nack"):
+                    sub.nack(req.nack.delivery_ids, req.nack.delay_ms / 1000, req.nack.credits)
+                else:
+                    raise InvalidArgument("`open` may only be sent once")
+
+        reader = None
+        encoded = first.open.encoded_events  # the client reads Delivery.encoded_event
+        delivered = node.metrics.deliveries.labels(sub.topic)  # once: labels() costs ~2 us a call
+        try:  # entered with no await since the open: every way out below runs the cleanup
+            # Headers now: the client's `start()` returns once the subscription is registered.
+            await context.send_initial_metadata(((SUBSCRIPTION_KEY, sub.id), *sub.headers()))
+            reader = asyncio.create_task(read())
+            reader.add_done_callback(lambda _: sub.changed.set())
+            while True:
+                if sub.ended is not None:
+                    raise sub.ended
+                if sub.overflowed:
+                    raise ResourceExhausted(f"subscription {sub.name!r} passed its backlog bound of "
+                                            f"{sub.max_backlog} messages and was closed")
+                if sub.closed:
+                    raise NotFound(f"subscription {sub.name!r} was removed")
+                if reader.done():
+                    reader.result()  # raises the reader's error, if any
+                    return  # the client half-closed
+                items = sub.take(MAX_DELIVERIES)
+                if not items:
+                    sub.changed.clear()
+                    await sub.changed.wait()  # the reader's end sets it too: no task per wait
+                    continue
+                delivered.inc(len(items))
+                redelivered = sum(1 for _, p in items if p.redeliveries)
+                if redelivered:
+                    node.metrics.redeliveries.inc(redelivered)
+                if items[0][1].stream is not None:  # taken alone (Subscription.take)
+                    async for delivery in self._chunked(sub, *items[0], reader):
+                        yield delivery
+                    continue
+                out = ppb.Delivery()  # filled in place
+                for delivery_id, p in items:
+                    d = out.batch.add() if len(items) > 1 else out
+                    d.delivery_id, d.subscription, d.redelivery_count = delivery_id, sub.name, p.redeliveries
+                    p.into(d, encoded)
+                yield out
+        finally:  # no await here: a cancelled stream runs it to the end
+            release()
+            if reader is not None:
+                reader.cancel()
+            sub.detach()
+            if not sub.named:
+                node.subscriptions.close(sub)
+            elif sub.durable:
+                node.durables.touch(sub)
+
+    @staticmethod
+    async def _chunked(sub, delivery_id: int, pending, reader: asyncio.Task):
+        """A sliced payload's Deliveries: the head, a chunk per slice as it arrives (its
+        hold released once written), then `last` (or `aborted`, slices.py says when)."""
+        stream = pending.stream
+        yield ppb.Delivery(delivery_id=delivery_id, subscription=sub.name, event=pending.event, chunked=True,
+                           payload_size=stream.size)
+        offset = 0
+        while True:
+            item = stream.take()
+            if item is None:
+                if stream.done:
+                    break
+                if sub.closed or reader.done():
+                    stream.abort("the subscription stream ended")
+                    break
+                waiter = asyncio.ensure_future(stream.wake.wait())
+                await asyncio.wait({waiter, reader}, return_when=asyncio.FIRST_COMPLETED)
+                waiter.cancel()
+                continue
+            data, hold = item
+            try:
+                yield ppb.Delivery(delivery_id=delivery_id, chunk=data, chunk_offset=offset)
+            finally:
+                hold.release()
+            offset += len(data)
+        yield ppb.Delivery(delivery_id=delivery_id, last=not stream.aborted, aborted=stream.aborted)
+
+    async def Unsubscribe(self, request, context):
+        """Gone from this agent at once; the answer waits (up to the matcher timeout) for the
+        tier to acknowledge the removal, which is retried after that if it must be."""
+        access = self.node.server.access  # the subscribe right on its topic (runtime/auth.py)
+        sub = self.node.subscriptions.subs.get(request.subscription)
+        if sub is None or sub.durable:
+            record = await self.node.durables.peers.locate(request.subscription) if request.subscription else None
+            if record is not None:  # a durable subscription: gone from every holder
+                access.require("subscribe", record.topic, SERVICE)
+                await self.node.durables.delete(record)
+                return ppb.UnsubscribeResponse()
+        if sub is None:
+            raise NotFound(f"subscription {request.subscription!r} does not exist on this agent")
+        access.require("subscribe", sub.topic, SERVICE)
+        removed = self.node.subscriptions.close(sub)
+        await asyncio.wait([removed], timeout=self.node.matching.timeout)
+        return ppb.UnsubscribeResponse()

@@ -1,0 +1,203 @@
+"""The agent: the client API (`PubSub`, `Admin`), local delivery, and relaying.
+
+The node wires parts with one job each:
+
+| part | job |
+|---|---|
+| `topics.Topics` | topics from the view or membership; parsed schemas cached by topic version |
+| `registry.Registry` | the subscriptions held here, registered on (and removed from) the tier |
+| `delivery.LocalDelivery` | an event to the matching local subscriptions, once per message id |
+| `dispatch.Dispatcher` | publishes in batches: matched on the tier, handed to the data plane |
+| `dataplane.DataPlane` | LBDD dissemination; sees the agent only through `linkset.PlaneHost` |
+| `gateway.Gateway` | a second `DataPlane`'s routes: other regions' destinations to a router of this region |
+| `linkset.LinkSet` | the outgoing relay links (of both planes) and their per-peer series |
+| `matching.MatchClient`, `reconcile.Reconciler` | the matcher tier's client; reconciliation |
+| `pubsub`, `relay`, `admin` | the gRPC services |
+| `durable.Durables`, `store.Store` | durable subscriptions: on-disk log, replicas, retention (`durable_rpc`: their service) |
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from echelon.agent.admin import AdminProxy
+from echelon.dataplane.dissemination import PARK_SECONDS, DataPlane
+from echelon.agent.delivery import LocalDelivery
+from echelon.agent.dispatch import Dispatcher
+from echelon.agent.durable import Defaults, Durables
+from echelon.agent.durable.rpc import DurableServicer
+from echelon.dataplane.gateway import Gateway, region_view
+from echelon.dataplane.linkset import LinkSet, PlaneHost
+from echelon.agent.matching import MatchClient
+from echelon.agent.metrics import AgentMetrics
+from echelon.agent.pubsub import PubSubServicer
+from echelon.agent.reconcile import PERIOD, Reconciler
+from echelon.agent.registry import Registry
+from echelon.dataplane.relay import RelayServicer, add_RelayServicer_to_server
+from echelon.agent.durable.store import FSYNC_POLICIES, Store
+from echelon.agent.subscriptions import Subscription
+from echelon.agent.topics import Topics
+from echelon.dataplane.trees import Trees, hinted
+from echelon.runtime.node import Node, NodeConfig
+from echelon.v1 import durable_pb2 as dpb
+from echelon.v1 import durable_pb2_grpc as dgrpc
+from echelon.v1 import membership_pb2 as mpb
+from echelon.v1 import pubsub_pb2 as ppb
+from echelon.v1 import pubsub_pb2_grpc as pgrpc
+from echelon.v1 import relay_pb2 as rpb
+
+log = logging.getLogger("echelon.agent")
+
+
+class AgentNode(Node):
+    role = mpb.ROLE_AGENT
+
+    def __init__(self, config: NodeConfig, max_backlog: int = 10_000, window_bytes: int = 8 << 20,
+                 dissemination: str = "lbdd", slice_bytes: int = 65536, stripes: int = 8,
+                 park_seconds: float = PARK_SECONDS, reconcile_seconds: float = PERIOD,
+                 data_dir: str | None = None, fsync: str = "batch", fsync_batch_ms: int = 10,
+                 durable: Defaults | None = None):
+        super().__init__(config)
+        # Durable subscriptions' log: data_dir None keeps it in memory (tests, demos: the
+        # replica is then all that outlives this process).
+        if fsync not in FSYNC_POLICIES or not 1 <= fsync_batch_ms <= 10_000:
+            raise ValueError(f"fsync {fsync!r} every {fsync_batch_ms} ms: one of {FSYNC_POLICIES}, 1 to 10000 ms")
+        self.data_dir, self.fsync, self.fsync_batch_ms = data_dir, fsync, fsync_batch_ms
+        self.durable_defaults = durable or Defaults(max_messages=max_backlog)
+        self.durables: Durables | None = None
+        if dissemination not in ("lbdd", "p2p"):
+            raise ValueError(f"dissemination {dissemination!r}: lbdd or p2p")
+        if not 1024 <= slice_bytes <= 16 << 20:
+            raise ValueError(f"slice size {slice_bytes}: 1 KiB to 16 MiB")
+        if not 1 <= stripes <= 64:
+            raise ValueError(f"stripes {stripes}: 1 to 64")
+        self._max_backlog = max_backlog
+        self.dissemination = dissemination
+        self.slice_bytes = slice_bytes
+        self.stripes = stripes
+        self.park_seconds = park_seconds
+        self.reconcile_seconds = reconcile_seconds
+        self.ready = asyncio.Event()  # the data plane exists: frames may be taken
+        self.metrics = AgentMetrics(self.registry)
+        self.links = LinkSet(config.id, window_bytes, self.registry, self.metrics.dropped, self._peer_broke,
+                             self._settle, transport=self.server.transport)
+        self.admin = AdminProxy(config.membership, lambda: self.membership, self.server.transport)
+        self.topics = Topics(lambda: self.membership, self.admin.call)
+        # Made in on_start, once the membership view is there.
+        self.plane: DataPlane | None = None
+        self.gateway: DataPlane | None = None  # to the region's router, for other regions
+        self.host: PlaneHost | None = None
+        self.matching: MatchClient | None = None
+        self.subscriptions: Registry | None = None
+        self.dispatcher: Dispatcher | None = None
+        self.reconciler: Reconciler | None = None
+        self._tasks: list[asyncio.Task] = []
+        self.server.add(pgrpc.add_PubSubServicer_to_server, PubSubServicer(self),
+                        ppb.DESCRIPTOR.services_by_name["PubSub"].full_name)
+        self.server.add(pgrpc.add_AdminServicer_to_server, self.admin,
+                        ppb.DESCRIPTOR.services_by_name["Admin"].full_name)
+        self.server.add(dgrpc.add_DurableServicer_to_server, DurableServicer(lambda: self.durables),
+                        dpb.DESCRIPTOR.services_by_name["Durable"].full_name)
+        self.server.add(add_RelayServicer_to_server, RelayServicer(
+            self.ready, lambda peer: self.links.received(peer, peer in self.membership.members),
+            lambda peer, frame, ack: self.plane.receive(frame, ack)),
+                        rpb.DESCRIPTOR.services_by_name["Relay"].full_name)
+        self.metrics.reassembling.set_function(lambda: len(self.plane.streams) if self.plane else 0)
+        self.metrics.parked_now.set_function(lambda: self.plane.parked_count if self.plane else 0)
+        self.metrics.removals_queued.set_function(lambda: self.matching.removals_queued if self.matching else 0)
+        self.metrics.backlog_max.set_function(
+            lambda: max((s.depth for s in list(self.subs.values())), default=0) if self.subscriptions else 0)
+        self.metrics.backlog_bound.set_function(lambda: self.max_backlog)
+
+    @property
+    def subs(self) -> dict[str, Subscription]:
+        """The subscriptions held here, by name."""
+        return self.subscriptions.subs
+
+    @property
+    def max_backlog(self) -> int:
+        return self.subscriptions.max_backlog if self.subscriptions else self._max_backlog
+
+    @max_backlog.setter
+    def max_backlog(self, n: int) -> None:
+        self._max_backlog = n
+        if self.subscriptions:
+            self.subscriptions.max_backlog = n
+
+    @property
+    def stopping(self) -> bool:
+        return self.host is not None and self.host.stopping
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    async def on_start(self) -> None:
+        me = self.config.id
+        self.matching = MatchClient(self.membership)
+        self.subscriptions = Registry(me, self.topics, self.matching, self.metrics,
+                                      lambda topics: self.membership.set_topics(set(), topics), self._max_backlog)
+        self.durables = Durables(self, Store(self.data_dir, self.fsync), self.durable_defaults)
+        durable_tasks = self.durables.start()
+        delivery = LocalDelivery(lambda: self.subscriptions.subs, self.metrics, self.subscriptions.close)
+        self.host = PlaneHost(me, self.address, self.metrics, self.links, delivery.dedup, delivery.deliver_many,
+                              delivery.open_stream)
+        trees = Trees(me, self.address, self.dissemination, self.stripes)
+        self.plane = DataPlane(self.host, trees, self.slice_bytes, park_seconds=self.park_seconds)
+        self.gateway = DataPlane(self.host, Gateway(me, self.config.region), self.slice_bytes)
+        self._update_routes()
+        self.ready.set()
+        self.dispatcher = Dispatcher(me, self.matching, self.plane, self.gateway, delivery.deliver_many)
+        self.reconciler = Reconciler(me, self.matching, self.subscriptions.close_orphans, self.metrics.reconciled,
+                                     self.reconcile_seconds)
+        self.matching.start()
+        self.matching.on_view()
+        self.membership.on_plan(self.on_view)  # cliques move members between regions; bucket hints change the trees
+        self._tasks = [asyncio.create_task(self.dispatcher.run(), name="dispatcher"),
+                       asyncio.create_task(self._expire_loop(), name="park-expiry"),
+                       asyncio.create_task(self.reconciler.run(), name="reconcile"), *durable_tasks]
+
+    async def on_stop(self) -> None:
+        if self.host:
+            self.host.stopping = True  # from here on nothing is acknowledged or re-routed
+        for task in self._tasks:
+            task.cancel()
+        if self.subscriptions:
+            # Ephemeral subscriptions end with this process: their removals go out with the flush.
+            self.subscriptions.close_ephemeral()
+        await self.links.close()
+        if self.matching:
+            await self.matching.close()
+        if self.durables:
+            self.durables.store.close()
+
+    def on_view(self) -> None:
+        if self.matching:
+            self.matching.on_view()
+        if self.plane:
+            alive = self._update_routes()
+            self.plane.on_view()  # members back from DEAD get what was parked for them
+            self.links.keep(alive)
+
+    def _update_routes(self) -> set[str]:
+        """Algorithm 3: every route uses the new view (trees over this region's agents,
+        the hand-off to its router). Returns the ids this agent may hold links to."""
+        regions, here, agents, dead = region_view(self.membership, self.config.id, self.config.region)
+        self.plane.trees.update(agents, dead, hinted(self.membership.plan))  # bucket hints: the leaves
+        self.gateway.trees.update(self.membership.alive(mpb.ROLE_ROUTER), regions, here)
+        return {m.id for m in agents} | set(self.gateway.trees.table.members)
+
+    def _settle(self, futures) -> None:
+        """A dropped link's unacknowledged frames: each plane re-routes those it sent."""
+        for plane in (self.plane, self.gateway):
+            if plane:
+                plane.settle(futures)
+
+    async def _expire_loop(self) -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            self.plane.expire()
+            self.plane.streams.sweep()
+
+    def _peer_broke(self, peer: str) -> None:
+        if not self.stopping:
+            asyncio.create_task(self.membership.report(peer, "relay stream broke"))

@@ -1,0 +1,5 @@
+import sys
+
+from echelon.replan.main import main
+
+sys.exit(main())

@@ -1,5 +1,0 @@
-import sys
-
-from spark.main import main
-
-sys.exit(main())
