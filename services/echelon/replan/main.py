@@ -14,6 +14,7 @@ import json
 import os
 import re
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,6 +55,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--window", type=duration, default=duration("5m"), help="metrics window (default 5m)")
     p.add_argument("--step", type=duration, default=None, help="sample step (default: 15s for Prometheus, "
                    "window/4 for scrapes)")
+    p.add_argument("--deadline", type=duration, default=0.0,
+                   help="stop a run still going after this long: exit 1, reported as failed (default: none)")
     p.add_argument("--dry-run", action="store_true", help="print the table and the plan, push nothing")
     p.add_argument("--master", default=None, help="Spark master (default local[*]; spark-submit sets its own)")
     p.add_argument("--margin", type=float, default=0.1, help="push only if imbalance falls by this share")
@@ -280,10 +283,26 @@ def execute(args: argparse.Namespace, spark, out=None) -> int:
     return 2 if result.refused else 0
 
 
+def deadline(seconds: float, addresses: list[str]) -> threading.Timer:
+    """A watchdog: past `seconds`, report the run as failed and end the process (a hung
+    Spark stage or RPC holds no lock the exit needs; under spark-submit the JVM follows)."""
+    def expire() -> None:
+        print(f"replan failed: still running after its deadline of {seconds:.0f}s", file=sys.stderr)
+        tell(addresses, "failed", f"deadline of {seconds:.0f}s passed")
+        os._exit(1)
+
+    timer = threading.Timer(seconds, expire)
+    timer.daemon = True
+    timer.start()
+    return timer
+
+
 def main(argv: list[str] | None = None) -> int:
     from echelon.replan.session import session
 
     args = parser().parse_args(argv)
+    if args.deadline:
+        deadline(args.deadline, [a for a in args.membership.split(",") if a])
     spark = session(args.master)
     try:
         return execute(args, spark)

@@ -138,6 +138,9 @@ securityContext:
   {{- toYaml .root.Values.containerSecurityContext | nindent 2 }}
 volumeMounts:
   - {name: tmp, mountPath: /tmp}
+  {{- with .extraMounts }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
   {{- include "echelon.tlsMount" .root | nindent 2 }}
   {{- include "echelon.authMount" .root | nindent 2 }}
 {{- end -}}
