@@ -190,6 +190,12 @@ topologySpreadConstraints:
 {{- $_ := set $a "prometheus.io/scrape" "true" -}}
 {{- $_ := set $a "prometheus.io/port" (toString .values.metricsPort) -}}
 {{- $_ := set $a "prometheus.io/path" "/metrics" -}}
+{{- /* What the scrape job in files/prometheus/scrape-pods.yaml reads to label an agent as
+       the ServiceMonitor does: its id is its node's name; its region is its node's label. */ -}}
+{{- if eq .component "agent" -}}
+{{- if include "echelon.agentIdFromNode" .root }}{{ $_ := set $a "echelon.io/member-from" "node" }}{{ end -}}
+{{- if .root.Values.agent.regionFromNode.enabled }}{{ $_ := set $a "echelon.io/region-from" "node" }}{{ end -}}
+{{- end -}}
 {{- end -}}
 {{- $a = merge (deepCopy (.values.podAnnotations | default dict)) $a -}}
 {{- with $a -}}
@@ -358,4 +364,10 @@ spec:
 {{- if and (ne .Values.auth.mode "none") .Values.auth.tokensSecret }}
 - {name: auth, mountPath: /etc/echelon/auth, readOnly: true}
 {{- end }}
+{{- end -}}
+
+{{/* "true" when an agent's id is its node's name (a DaemonSet, unless cert-manager issues
+     per-pod certificates, which name the pod); empty otherwise. */}}
+{{- define "echelon.agentIdFromNode" -}}
+{{- if and (eq .Values.agent.kind "DaemonSet") (not (and .Values.tls.enabled (eq .Values.tls.source "certManager"))) -}}true{{- end -}}
 {{- end -}}
