@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 SYSTEM := $(VENV)/.system
 
-.PHONY: install proto dashboards demo up test chaos bench bench-replan bench-events bench-hotpath bench-lowrate trace-hops bench-durable bench-tls replan-loop bulk-scale clean
+.PHONY: install proto dashboards demo up test chaos kube-check bench bench-replan bench-events bench-hotpath bench-lowrate trace-hops bench-durable bench-tls replan-loop bulk-scale clean
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) on PATH"; exit 1; }
@@ -47,6 +47,14 @@ test: $(STAMP) $(SYSTEM)
 
 chaos: $(STAMP) $(SYSTEM)
 	$(PY) -m pytest -q -m chaos tests/chaos
+
+# The chart on a real kube-apiserver (shared/kube-kit builds it, about 10 minutes): every
+# ci/*-values.yaml scenario installed into a namespace enforcing PodSecurity restricted,
+# the pods its controllers create, upgrade, uninstall. KUBE_BIN: kube-kit's bin directory;
+# CRDs from $$KUBE_KIT/crds (tests/kube/crds.sh). Skips, saying why, without the binaries.
+KUBE_BIN ?= $(HOME)/.cache/echelon-kube/bin
+kube-check: $(STAMP)
+	$(PY) -m tests.kube.kube_check --bin $(KUBE_BIN)
 
 # Benchmarks print tables of ratios measured side by side in one run, and write plots.
 bench: $(STAMP)
