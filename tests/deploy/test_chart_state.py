@@ -78,3 +78,75 @@ def test_a_scraping_job_may_reach_the_metrics_ports_the_network_policy_narrows()
     for policy in of_kind(objects(with_prometheus), "NetworkPolicy"):
         metrics = next(r for r in policy["spec"]["ingress"] if r["ports"][0]["port"] == "metrics")
         assert len(metrics["from"]) == 1  # only the monitoring namespace
+
+
+def pods(values: dict) -> dict[str, dict]:
+    """workload name -> pod template, for the long-running services."""
+    return {o["metadata"]["name"]: o["spec"]["template"] for o in of_kind(objects(values), "StatefulSet",
+                                                                        "DaemonSet", "Deployment")}
+
+
+ROUTERS = {"router": {"enabled": True, "regions": [{"name": "zone-a", "replicas": 2}]}}
+
+
+def test_operator_knobs_reach_every_service_pod():
+    values = {**ROUTERS, "priorityClassName": "critical-messaging", "podLabels": {"team": "messaging"},
+              "extraEnv": [{"name": "TZ", "value": "UTC"}],
+              "extraVolumes": [{"name": "ca-bundle", "configMap": {"name": "corp-ca"}}],
+              "extraVolumeMounts": [{"name": "ca-bundle", "mountPath": "/etc/corp-ca", "readOnly": True}],
+              "preStopSeconds": 5, "hardSpread": True}
+    got = pods(values)
+    assert set(got) == {"echelon-membership", "echelon-matcher", "echelon-agent", "echelon-router-zone-a"}
+    for name, tpl in got.items():
+        spec = tpl["spec"]
+        assert spec["priorityClassName"] == "critical-messaging", name
+        assert tpl["metadata"]["labels"]["team"] == "messaging", name
+        assert {"name": "ca-bundle", "configMap": {"name": "corp-ca"}} in spec["volumes"], name
+        c = spec["containers"][0]
+        assert {"name": "TZ", "value": "UTC"} in c["env"], name
+        assert {"name": "ca-bundle", "mountPath": "/etc/corp-ca", "readOnly": True} in c["volumeMounts"], name
+        assert c["lifecycle"] == {"preStop": {"sleep": {"seconds": 5}}}, name
+        for tsc in spec.get("topologySpreadConstraints", []):
+            assert tsc["whenUnsatisfiable"] == "DoNotSchedule", name
+    for o in objects(values):  # pod labels never reach a selector
+        assert "team" not in o.get("spec", {}).get("selector", {}).get("matchLabels", {})
+    defaults = pods(ROUTERS)
+    for tpl in defaults.values():
+        assert "priorityClassName" not in tpl["spec"] and "lifecycle" not in tpl["spec"]["containers"][0]
+        assert all(t["whenUnsatisfiable"] == "ScheduleAnyway" for t in tpl["spec"].get("topologySpreadConstraints", []))
+    import pytest
+
+    from tests.deploy.chart import helm
+    with pytest.raises(helm().HelmRenderError, match="preStopSeconds"):
+        render({"preStopSeconds": 28})  # 28 + grace 5 > terminationGracePeriodSeconds 30
+
+
+def test_service_accounts_created_named_or_brought():
+    sas = lambda v: sorted(o["metadata"]["name"] for o in of_kind(objects(v), "ServiceAccount"))  # noqa: E731
+    assert sas({}) == ["echelon-agent", "echelon-matcher", "echelon-membership", "echelon-routing-job"]
+    annotated = of_kind(objects({"serviceAccount": {"annotations": {"iam.gke.io/gcp-service-account": "e@p"}}}),
+                        "ServiceAccount")
+    assert all(sa["metadata"]["annotations"] == {"iam.gke.io/gcp-service-account": "e@p"} for sa in annotated)
+    assert sas({"serviceAccount": {"name": "echelon"}}) == ["echelon"]
+    brought = {"serviceAccount": {"create": False, "name": "platform-sa"},
+               "routingJob": {"sparkOperator": {"enabled": True}}}
+    objs = objects(brought)
+    assert not of_kind(objs, "ServiceAccount")
+    assert {t["spec"]["serviceAccountName"] for t in pods(brought).values()} == {"platform-sa"}
+    (binding,) = of_kind(objs, "RoleBinding")
+    assert binding["subjects"][0]["name"] == "platform-sa"
+    app = of_kind(objs, "ScheduledSparkApplication")[0]["spec"]["template"]
+    assert app["driver"]["serviceAccount"] == "platform-sa"
+    assert {t["spec"]["serviceAccountName"] for t in pods({"serviceAccount": {"create": False}}).values()} == \
+        {"default"}
+
+
+def test_routers_get_a_disruption_budget_per_region():
+    values = {"router": {"enabled": True, "regions": [{"name": "zone-a", "replicas": 2}, {"name": "zone-b"}]}}
+    budgets = {o["metadata"]["name"]: o["spec"] for o in of_kind(objects(values), "PodDisruptionBudget")}
+    assert budgets["echelon-router-zone-a"]["maxUnavailable"] == 1
+    assert budgets["echelon-router-zone-b"]["selector"]["matchLabels"]["app.kubernetes.io/component"] == \
+        "router-zone-b"
+    off = {"router": {**values["router"], "pdb": {"enabled": False, "maxUnavailable": 1}}}
+    assert not [n for n in (o["metadata"]["name"] for o in of_kind(objects(off), "PodDisruptionBudget"))
+                if "router" in n]
