@@ -71,3 +71,13 @@ def test_selector_is_checked_and_scopes_the_query():
             metrics.check_selector(bad)
     with pytest.raises(SystemExit):
         parser().parse_args(["--selector", "namespace=prod"])
+
+
+@pytest.mark.parametrize("start,end,step,n", [(0, 100, 15, 4), (0, 10, 1, 3), (5, 5, 1, 4), (0, 299, 1, 16),
+                                              (1000.5, 1300.5, 15, 2)])
+def test_time_shards_hold_every_step_of_the_window_once(start, end, step, n):
+    parts = metrics.shards(start, end, step, n)
+    assert 1 <= len(parts) <= n
+    times = [a + k * step for a, b in parts for k in range(int(round((b - a) / step)) + 1)]
+    grid = [start + k * step for k in range(int((end - start) // step) + 1)]
+    assert times == grid  # in order, none twice, none missing

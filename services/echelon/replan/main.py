@@ -51,6 +51,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--prometheus", default="", help="Prometheus base URL: metrics by query_range")
     p.add_argument("--selector", default="", type=_selector,
                    help='label matchers naming this release in Prometheus, e.g. namespace="echelon",pod=~"echelon-.*"')
+    p.add_argument("--shards", type=int, default=0,
+                   help="time shards of the Prometheus window, fetched in parallel by the executors "
+                        "(default: Spark's default parallelism)")
     p.add_argument("--snapshot", default="", help="metrics from a snapshot file (.jsonl or .parquet)")
     p.add_argument("--window", type=duration, default=duration("5m"), help="metrics window (default 5m)")
     p.add_argument("--step", type=duration, default=None, help="sample step (default: 15s for Prometheus, "
@@ -109,14 +112,34 @@ def metric_frame(spark, args, v: mpb.View):
             return spark.read.schema(METRIC_SCHEMA).parquet(str(path))
         rows = list(metrics.read_jsonl(path))
     elif args.prometheus:
-        instances = {a: m for m, a in endpoints.items()}
-        rows = metrics.prometheus(args.prometheus, args.window, args.step or 15.0, instances, selector=args.selector)
+        return prometheus_frame(spark, args, {a: m for m, a in endpoints.items()})
     else:
         rows, failed = metrics.scrape(endpoints, args.window, args.step or max(0.5, args.window / 4))
         if failed:
             raise metrics.MetricsIncomplete(f"{failed} scrapes of the members' /metrics failed "
                                             f"(a NetworkPolicy may close the metrics ports to this pod)")
     return spark.createDataFrame([tuple(r.__dict__.values()) for r in rows], METRIC_SCHEMA)
+
+
+def prometheus_frame(spark, args, instances: dict[str, str], end: float | None = None):
+    """The window cut into time shards that the executors fetch from Prometheus in
+    parallel (one task each): the rows never pass through the driver, which sees only
+    the aggregates the transforms make of them (docs/operations.md, "The routing job")."""
+    from echelon.replan.transforms import METRIC_SCHEMA
+
+    step = args.step or 15.0
+    end = time.time() if end is None else end
+    n = args.shards or spark.sparkContext.defaultParallelism
+    parts = metrics.shards(end - args.window, end, step, n)
+    url, selector = args.prometheus, args.selector
+
+    def fetch(shard):
+        from echelon.replan import metrics as m  # on the executor
+
+        return m.prometheus_shard(url, shard, step, instances, selector)
+
+    rdd = spark.sparkContext.parallelize(parts, len(parts)).flatMap(fetch)
+    return spark.createDataFrame(rdd, METRIC_SCHEMA)
 
 
 def check_complete(frame, required: list[str]) -> None:
@@ -274,8 +297,8 @@ def execute(args: argparse.Namespace, spark, out=None) -> int:
     addresses = [a for a in args.membership.split(",") if a]
     try:
         result = run(args, spark)
-    except (RuntimeError, ValueError, OSError, grpc.RpcError) as e:
-        print(f"replan failed: {e}", file=sys.stderr)
+    except Exception as e:  # noqa: BLE001 - any failure is a failed run, reported (a Spark task's too)
+        print(f"replan failed: {type(e).__name__}: {str(e)[:2000]}", file=sys.stderr)
         tell(addresses, "failed", str(e))
         return 1
     print(report(result, args.json), file=out)

@@ -159,6 +159,26 @@ def prometheus(url: str, window: float, step: float, instances: Mapping[str, str
     return rows
 
 
+def shards(start: float, end: float, step: float, n: int) -> list[tuple[float, float]]:
+    """[start, end] cut into at most `n` query_range windows on the step grid that
+    together hold every sample time start + k*step once (query_range includes both ends)."""
+    if step <= 0:
+        raise ValueError(f"step {step}: must be positive")
+    points = int((end - start) // step) + 1
+    n = max(1, min(n, points))
+    bounds = [round(points * i / n) for i in range(n + 1)]
+    return [(start + bounds[i] * step, start + (bounds[i + 1] - 1) * step) for i in range(n)
+            if bounds[i + 1] > bounds[i]]
+
+
+def prometheus_shard(url: str, shard: tuple[float, float], step: float, instances: Mapping[str, str],
+                     selector: str = "", timeout: float = 30.0) -> list[tuple]:
+    """One time shard's rows as tuples (what an executor fetches and hands to Spark)."""
+    start, end = shard
+    return [astuple(r) for r in prometheus(url, end - start, step, instances, end=end, timeout=timeout,
+                                           selector=selector)]
+
+
 def write_jsonl(rows: Iterable[Row], path: Path) -> int:
     n = 0
     with open(path, "w") as f:

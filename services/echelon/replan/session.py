@@ -13,6 +13,9 @@ the chart's `sparkConf`) is left as it is.
 
 from __future__ import annotations
 
+import os
+import sys
+
 from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 
@@ -53,6 +56,13 @@ def session(master: str | None = None, app: str = "echelon-replan") -> SparkSess
     chosen = choose_master(master, conf.get("spark.master", None))
     builder = SparkSession.builder.appName(app).master(chosen)
     defaults = dict(CONF, **(LOCAL_CONF if chosen.startswith("local") else {}))
+    if chosen.startswith("local") and "PYSPARK_PYTHON" not in os.environ:
+        # Python workers (the executors' side of the Prometheus ingest) run this interpreter,
+        # the one with the job's packages, not whatever `python3` is first on PATH.
+        defaults["spark.pyspark.python"] = sys.executable
+        # ... with its import path (a virtualenv's interpreter started by Spark may not find
+        # its own site-packages).
+        defaults["spark.executorEnv.PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
     for k, v in defaults.items():
         if not conf.contains(k):
             builder = builder.config(k, v)
