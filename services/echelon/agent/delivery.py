@@ -57,7 +57,8 @@ class _TopicIndex:
         self.subs = [s for s, _ in built_from]
         filters = [f for _, f in built_from]
         self.compiled = compile_filters(filters, wire=True) if len(filters) <= COMPILED_SUBS else None
-        self.index = None if self.compiled else CountingIndex(Indexed(str(i), "", f) for i, f in enumerate(filters))
+        self.index = None if self.compiled else CountingIndex(  # each term of a disjunction its own entry
+            Indexed(f"{i}/{k}", "", t) for i, f in enumerate(filters) for k, t in enumerate(f.terms))
 
     def match(self, events: Sequence[pb.Event]) -> list[list[int]]:
         """For each of `subs`, the positions in `events` (a frame's) of those it matches, in order."""
@@ -65,8 +66,8 @@ class _TopicIndex:
             return self.compiled([e.attributes for e in events])  # read in place
         found: list[list[int]] = [[] for _ in self.subs]
         for j, ids in enumerate(self.index.match_batch([attributes_from_pb(e.attributes) for e in events])):
-            for i in ids:
-                found[int(i)].append(j)
+            for i in {int(i.partition("/")[0]) for i in ids}:  # once per subscription, whatever its terms
+                found[i].append(j)
         return found
 
 

@@ -190,8 +190,7 @@ class Durables:
         """Create or resume, attached to the caller's stream (this agent serves it)."""
         name = open_.subscription
         topic = await self.node.topics.get(open_.topic)
-        flt = filter_from_request(open_.filter, open_.filter_text)
-        flt.validate(self.node.topics.schema(topic))
+        flt = filter_from_request(open_.filter, open_.filter_text).validate(self.node.topics.schema(topic))
         sub = self.subs.get(name)
         if sub is None:
             record = await self.peers.locate(name)
