@@ -111,3 +111,38 @@ async def test_an_or_filter_is_one_subscription_delivered_each_event_once(cluste
     await narrower.close()
     await c1.unsubscribe("either")
     await wait_for(lambda: not store.copies, what="every entry removed with the subscription")
+
+
+async def test_a_durable_subscription_keeps_its_or_filter(tmp_path):
+    """Its record holds the normal form (`any_of`); opened again with the same text it is
+    the same filter, and each event is delivered once."""
+    from echelon.v1 import membership_pb2 as mpb
+    from tests.harness import Cluster
+
+    cluster = Cluster(agents=0, matchers=1)
+    await cluster.start()
+    try:
+        for i in range(2):
+            await cluster.add_agent(i, data_dir=str(tmp_path / f"agent-{i}"))
+        await wait_for(lambda: all(len(a.membership.alive(mpb.ROLE_AGENT)) == 2 for a in cluster.agent_nodes),
+                       what="both agents see each other")
+        c0, c1 = cluster.client(0), cluster.client(1)
+        await c0.create_topic("quotes", SCHEMA)
+        text = 'Symbol = "aapl" or (High > 100 and not Volume between 0 and 10)'
+        sub = c1.subscribe("quotes", text, name="keeper", durable=True)
+        await sub.start()
+        events = [{"Symbol": "aapl", "High": 200.0, "Volume": 50}, {"Symbol": "ibm", "High": 200.0, "Volume": 5},
+                  {"Symbol": "ibm", "High": 200.0, "Volume": 50}, {"Symbol": "aapl"}]
+        pub = c0.publisher(ack_level=DELIVERED)
+        for e in events:
+            await pub.publish("quotes", e)
+        got = await _drain(sub)
+        assert [m.attributes for m in got] == [e for e in events if parse(text).matches(e)] and len(got) == 3
+        await sub.close()
+        again = c1.subscribe("quotes", text, name="keeper", durable=True)
+        await again.start()  # the same filter: no "exists with another filter"
+        await again.close()
+        with pytest.raises(errors.FailedPrecondition, match="another filter"):
+            await c1.subscribe("quotes", 'Symbol = "aapl"', name="keeper", durable=True).start()
+    finally:
+        await cluster.stop()

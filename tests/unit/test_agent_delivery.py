@@ -21,7 +21,11 @@ SYMBOLS = ["a", "b", "c", "d"]
 def _filter(rnd: random.Random):
     return parse(rnd.choice([f'Symbol = "{rnd.choice(SYMBOLS)}"', f"Price >= {rnd.randint(0, 90)}",
                              f'Price < {rnd.randint(0, 90)} and Symbol != "a"',
-                             f'Symbol prefix "{rnd.choice(SYMBOLS)}"', "", "Price between 10 and 20", "Missing = 1"]))
+                             f'Symbol prefix "{rnd.choice(SYMBOLS)}"', "", "Price between 10 and 20", "Missing = 1",
+                             # disjunctions: an event satisfying several terms is offered once
+                             f'Symbol in ("a", "b") or Price > {rnd.randint(50, 90)}',
+                             'not (Symbol = "a" or Price < 50)',
+                             '(Symbol = "a" or Symbol = "b") and (Price < 10 or Price > 90)']))
 
 
 def _event(rnd: random.Random, seq: int, topic: str = "t") -> pb.Event:

@@ -44,6 +44,7 @@ from echelon.v1 import common_pb2 as pb
 log = logging.getLogger("echelon.agent.delivery")
 
 COMPILED_SUBS = 128  # a topic's local subscriptions up to which they are compiled (past it: the index)
+COMPILED_PREDICATES = 2048  # and their predicates over all terms: compiling costs 2x the index's build
 _filter = attrgetter("filter")
 
 
@@ -56,7 +57,9 @@ class _TopicIndex:
         self.built_from = built_from
         self.subs = [s for s, _ in built_from]
         filters = [f for _, f in built_from]
-        self.compiled = compile_filters(filters, wire=True) if len(filters) <= COMPILED_SUBS else None
+        small = len(filters) <= COMPILED_SUBS and \
+            sum(len(t.predicates) for f in filters for t in f.terms) <= COMPILED_PREDICATES
+        self.compiled = compile_filters(filters, wire=True) if small else None
         self.index = None if self.compiled else CountingIndex(  # each term of a disjunction its own entry
             Indexed(f"{i}/{k}", "", t) for i, f in enumerate(filters) for k, t in enumerate(f.terms))
 

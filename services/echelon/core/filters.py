@@ -71,7 +71,7 @@ class FilterLimits:
     max_predicates: int = 256  # predicates as written (each value of an `in` list counts)
     max_depth: int = 16  # parentheses and `not` inside one another
     max_terms: int = 64  # conjunctive terms of the normal form (index entries per subscription)
-    max_expanded: int = 1024  # predicates over all terms of the normal form
+    max_expanded: int = 512  # predicates over all terms of the normal form
     max_string_bytes: int = DEFAULT_MAX_LENGTH  # a string operand on a schemaless topic
 
     def __post_init__(self) -> None:
