@@ -12,7 +12,7 @@ import pytest
 
 from echelon.client import DELIVERED, errors
 from echelon.client import subscription as client_subscription
-from echelon.core.filters import Filter, Op, Predicate, parse, term_ids
+from echelon.core.filters import DEFAULT_LIMITS, Filter, FilterLimits, Op, Predicate, parse, term_ids
 from echelon.runtime.wire import filter_to_pb
 from echelon.v1 import common_pb2 as pb
 from tests.harness import wait_for
@@ -64,6 +64,14 @@ async def test_oversized_filters_are_refused_invalid_argument_changing_nothing(c
     print("\nattack                                      status            seconds  message chars")
     for name, code, seconds, chars in rows:
         print(f"{name:43} {code:17} {seconds:7.3f}  {chars}")
+    # An operator's limits, where the agent keeps them, apply to every kind of subscription.
+    for agent in cluster.agent_nodes:  # a durable subscription is served by its holder, maybe another agent
+        agent.subscriptions.filter_limits = FilterLimits(max_predicates=2)
+    for durable in (False, True):
+        with pytest.raises(errors.InvalidArgument, match="more than 2 predicates"):
+            await c.subscribe("quotes", "High > 1 and High < 9 and Volume > 3", name="bad", durable=durable).start()
+    for agent in cluster.agent_nodes:
+        agent.subscriptions.filter_limits = DEFAULT_LIMITS
     # The agent still serves an honest subscriber.
     async with c.subscribe("quotes", "High > 1") as honest:
         await cluster.client(0).publisher(ack_level=DELIVERED).publish("quotes", {"High": 2.0})

@@ -21,7 +21,7 @@ from echelon.agent.matching import MatchClient
 from echelon.agent.metrics import AgentMetrics
 from echelon.agent.subscriptions import Subscription
 from echelon.agent.topics import Topics
-from echelon.core.filters import term_ids
+from echelon.core.filters import DEFAULT_LIMITS, term_ids
 from echelon.runtime.errors import AlreadyExists, FailedPrecondition, InvalidArgument, Unavailable
 from echelon.runtime.wire import filter_from_request, filter_to_pb
 from echelon.v1 import matcher_pb2 as xpb
@@ -41,13 +41,15 @@ class Registry:
         self.max_backlog = max_backlog
         self.subs: dict[str, Subscription] = {}  # by name
         self._terms: dict[str, int] = {}  # subscription id -> its entries on the tier (core/filters.py term_ids)
+        self.filter_limits = DEFAULT_LIMITS  # what one filter may cost (an operator's settings go here)
         self._ephemeral = 0
 
     async def open(self, open_: ppb.SubscriptionOpen) -> Subscription:
         """Open (or resume) a subscription attached to the caller's stream, registered on the
         tier; if this is cancelled or fails, the subscription is closed again."""
         topic = await self.topics.get(open_.topic)
-        flt = filter_from_request(open_.filter, open_.filter_text).validate(self.topics.schema(topic))
+        flt = filter_from_request(open_.filter, open_.filter_text, self.filter_limits).validate(
+            self.topics.schema(topic), self.filter_limits)
         name = open_.subscription
         if name:
             if name.startswith("~") or "/" in name:

@@ -39,6 +39,9 @@ API for a caller that holds operator settings:
     flt = parse(text, limits)            # FilterSyntaxError, FilterTooLarge
     flt = runtime.wire.filter_from_request(pb_filter, text, limits)
     flt = flt.validate(schema, limits)   # SchemaError; the terms that can match
+
+In the agent every kind of subscription (ephemeral, named, durable) is checked with
+`agent.registry.Registry.filter_limits`: the one place to put an operator's settings.
 """
 
 from __future__ import annotations
