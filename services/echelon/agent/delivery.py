@@ -51,7 +51,7 @@ _filter = attrgetter("filter")
 class _TopicIndex:
     """A topic's local subscriptions, compiled or in a counting index, with what they were built from."""
 
-    __slots__ = ("built_from", "subs", "compiled", "index")
+    __slots__ = ("built_from", "subs", "compiled", "index", "terms")
 
     def __init__(self, built_from: tuple):
         self.built_from = built_from
@@ -60,8 +60,9 @@ class _TopicIndex:
         small = len(filters) <= COMPILED_SUBS and \
             sum(len(t.predicates) for f in filters for t in f.terms) <= COMPILED_PREDICATES
         self.compiled = compile_filters(filters, wire=True) if small else None
+        self.terms = any(len(f.terms) > 1 for f in filters)  # some disjunction: answers deduplicated
         self.index = None if self.compiled else CountingIndex(  # each term of a disjunction its own entry
-            Indexed(f"{i}/{k}", "", t) for i, f in enumerate(filters) for k, t in enumerate(f.terms))
+            Indexed(f"{i}/{k}" if k else str(i), "", t) for i, f in enumerate(filters) for k, t in enumerate(f.terms))
 
     def match(self, events: Sequence[pb.Event]) -> list[list[int]]:
         """For each of `subs`, the positions in `events` (a frame's) of those it matches, in order."""
@@ -69,8 +70,10 @@ class _TopicIndex:
             return self.compiled([e.attributes for e in events])  # read in place
         found: list[list[int]] = [[] for _ in self.subs]
         for j, ids in enumerate(self.index.match_batch([attributes_from_pb(e.attributes) for e in events])):
-            for i in {int(i.partition("/")[0]) for i in ids}:  # once per subscription, whatever its terms
-                found[i].append(j)
+            if self.terms:  # once per subscription, whatever its terms
+                ids = {i.partition("/")[0] for i in ids}
+            for i in ids:
+                found[int(i)].append(j)
         return found
 
 
