@@ -19,7 +19,9 @@ from echelon.core.cdm import Subscription as Entry
 from echelon.core.filter_code import compile_filters
 from echelon.core.filters import Disjunction, Filter, FilterTooLarge, Op, Predicate, parse, subscription_of, term_ids
 from echelon.core.schema import Attribute, AttrType, Schema, SchemaError
+from echelon.core.space import Space
 from echelon.runtime.wire import filter_from_pb, filter_to_pb
+from tests.unit.test_can import Tier
 
 POOLS = {"a": [-2, -1, 0, 1, 2], "b": [0, 0.5, 1, 2.5, 4], "s": ["", "a", "ab", "abc", "b", "ba"]}
 SCHEMA = Schema((Attribute("a", AttrType.INT, -2, 2), Attribute("b", AttrType.FLOAT, 0, 4),
@@ -197,3 +199,32 @@ def test_term_ids_are_the_subscription_first_and_map_back():
     assert {subscription_of(i) for i in ids} == {"agent-0/quotes"}
     for sid in ("agent-0/~7", "agent-0/#1", "agent-0/3"):  # ephemeral, odd and numeric names
         assert [subscription_of(i) for i in term_ids(sid, 2)] == [sid, sid]
+
+
+@settings(max_examples=60, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@given(st.lists(trees(typed=True), min_size=1, max_size=6), st.lists(st.sampled_from(["split", "replicate", "lose"]),
+                                                                        max_size=8),
+       st.lists(typed_events(), min_size=1, max_size=8))
+def test_zones_of_the_content_space_route_every_term(tree_list, changes, batch):
+    """Meghdoot's zones over the schema's space, split and recovered, each term stored at its
+    own point with its mirror: the union over the zones an event visits, mapped back to
+    subscriptions, equals the oracle."""
+    tier = Tier(Space.of(SCHEMA))
+    wanted = {}
+    for k, tree in enumerate(tree_list):
+        try:
+            f = _parse(tree).validate(SCHEMA)
+        except SchemaError:
+            continue
+        sid = f"agent-{k % 2}/sub{k}"
+        wanted[sid] = tree
+        for entry, term in zip(term_ids(sid, len(f.terms)), f.terms):
+            tier.add(Entry(entry, f"agent-{k % 2}", term))
+    for i, how in enumerate(changes):
+        zone = max(tier.map.zones, key=lambda z: len(tier.map.subscriptions(z.id))).id
+        try:
+            tier.lose_and_recover(zone) if how == "lose" else tier.change(how, zone)
+        except ValueError:  # a zone too small to split
+            continue
+    for e in batch:
+        assert {subscription_of(i) for i in tier.match(e)} == {s for s, t in wanted.items() if truth(t, e) is True}
