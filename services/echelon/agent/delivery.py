@@ -8,7 +8,8 @@ The filter check (issue 12): a frame's events are matched together, against the
 topic's local subscriptions compiled into one function (core/filter_code.py: ~0.4 us per
 event over 17 subscriptions, where checking each filter cost 9-18 us and the counting
 index 0.6-0.9 us in a frame of 170 events, 20-30 us for a lone one). A topic with more
-than COMPILED_SUBS subscriptions here is matched with the CDM counting index instead
+than COMPILED_SUBS subscriptions here, or more than COMPILED_PREDICATES predicates over
+their filters' terms (core/filters.py), is matched with the CDM counting index instead
 (core/cdm.py, the matcher's own, exact as `Filter.matches`): compiling costs ~30 us per
 subscription, 8x the index's build, paid again whenever the topic's subscriptions or
 their filters change, and the index's cost per event grows with the matches rather
@@ -44,7 +45,7 @@ from echelon.v1 import common_pb2 as pb
 log = logging.getLogger("echelon.agent.delivery")
 
 COMPILED_SUBS = 128  # a topic's local subscriptions up to which they are compiled (past it: the index)
-COMPILED_PREDICATES = 2048  # and their predicates over all terms: compiling costs 2x the index's build
+COMPILED_PREDICATES = 2048  # and their predicates over all terms (past it, compiling is the slower build)
 _filter = attrgetter("filter")
 
 
