@@ -228,3 +228,9 @@ def test_zones_of_the_content_space_route_every_term(tree_list, changes, batch):
             continue
     for e in batch:
         assert {subscription_of(i) for i in tier.match(e)} == {s for s, t in wanted.items() if truth(t, e) is True}
+
+
+def test_a_term_that_implies_another_is_dropped():
+    assert parse("a = 1 or (a = 1 and b = 2)") == parse("a = 1")
+    assert parse("(a = 1 or b = 2) and (a = 1 or c = 3)").terms == (  # a=1, a=1 and c=3, b=2 and a=1, b=2 and c=3
+        Filter((Predicate("a", Op.EQ, 1),)), Filter((Predicate("b", Op.EQ, 2), Predicate("c", Op.EQ, 3))))

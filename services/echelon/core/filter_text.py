@@ -241,7 +241,7 @@ def _terms(node: Node, positive: bool) -> list[tuple[Predicate, ...]]:
 
 def normal_form(tree: Node, limits: FilterLimits) -> Expression:
     """The disjunction of conjunctive terms equal to `tree`, its size checked first;
-    repeated predicates in a term and repeated terms are dropped."""
+    repeated predicates in a term, repeated terms and terms another implies are dropped."""
     terms, preds = _size(tree, True, limits.max_terms, limits.max_expanded)
     if terms > limits.max_terms:
         raise FilterTooLarge(f"the filter expands to more than {limits.max_terms} terms (an `or` inside an "
@@ -250,6 +250,9 @@ def normal_form(tree: Node, limits: FilterLimits) -> Expression:
         raise FilterTooLarge(f"the filter expands to more than {limits.max_expanded} predicates over its terms: "
                              f"at most {limits.max_expanded}")
     unique = list(dict.fromkeys(tuple(dict.fromkeys(t)) for t in _terms(tree, True)))
-    if len(unique) == 1:
-        return Filter(unique[0])
-    return Disjunction(tuple(Filter(t) for t in unique))
+    sets = [frozenset(t) for t in unique]
+    # Absorption: a term holding every predicate of another implies it, so adds nothing.
+    kept = [t for t, mine in zip(unique, sets) if not any(other < mine for other in sets)]
+    if len(kept) == 1:
+        return Filter(kept[0])
+    return Disjunction(tuple(Filter(t) for t in kept))
