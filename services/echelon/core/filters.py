@@ -14,7 +14,7 @@ Morgan, `and` distributed over `or`), so the matcher tier keeps indexing conjunc
 only: the agent registers each term as an entry of its own (`term_ids`) and answers
 come back per agent, while the agent's local check evaluates the whole disjunction
 once per subscription, so an event that satisfies several terms is still delivered
-once (docs/filters.md, "Where or meets the index").
+once (docs/filters.md, "The normal form, and where `or` meets the index").
 
 A missing attribute. An event that lacks an attribute fails every predicate on it:
 Meghdoot maps a missing attribute to the whole domain [L, H], which only an
