@@ -6,7 +6,7 @@ What is kept: the replicated state -- every topic and ACL entry with its stamp
 current routing plan with its stamp -- and the time of the routing job's last good run.
 The view's topics and ACLs are rebuilt from these; members and their liveness are not
 kept (every member beats again and rejoins, and a verdict from before the restart
-would be stale anyway). docs/operations.md ("Membership state") says how to back it up.
+would be stale anyway). docs/operations.md, "Membership state", says how to back it up.
 
 A write is committed (and fsynced) before the call that made it returns, so a topic or
 ACL a client was told exists survives a power cut of every replica at once. Rows are

@@ -37,6 +37,8 @@ MATCHER_SHARE_FLOOR = 1000  # subscriptions in the tier below which imbalance is
 VIEW_AGE_STALE = 10  # seconds; membership sends a keepalive every second
 JOB_STALE_AFTER = 3600  # seconds without a good run of the routing job (the chart runs it every 15 min)
 CERT_EXPIRY_WARNING = 6 * 3600  # seconds; cert-manager renews 8 h ahead of expiry by default
+# Where the runbooks are, relative to the repository's root (an alert links its own section).
+RUNBOOKS = "docs/operations.md"
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,11 @@ class Alert:
     summary: str
     description: str
     labels: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def runbook_url(self) -> str:
+        """The alert's runbook: its section of docs/operations.md (the heading is the alert's name)."""
+        return f"{RUNBOOKS}#{self.alert.lower()}"
 
 
 def q(expr: str, legend: str = "", unit: str = "") -> Query:
