@@ -46,14 +46,15 @@ def configured() -> SparkConf:
     return SparkConf()
 
 
-def session(master: str | None = None, app: str = "echelon-replan") -> SparkSession:
+def session(master: str | None = None, app: str = "echelon-replan",
+            conf: dict[str, str] | None = None) -> SparkSession:
     """The active session when there is one and no master is asked for; else a new one on
-    `choose_master(master, <configured>)`."""
+    `choose_master(master, <configured>)`, with `conf` over every default."""
     active = SparkSession.getActiveSession()
     if active is not None and not master:
         return active
-    conf = configured()
-    chosen = choose_master(master, conf.get("spark.master", None))
+    configured_conf = configured()
+    chosen = choose_master(master, configured_conf.get("spark.master", None))
     builder = SparkSession.builder.appName(app).master(chosen)
     defaults = dict(CONF, **(LOCAL_CONF if chosen.startswith("local") else {}))
     if chosen.startswith("local") and "PYSPARK_PYTHON" not in os.environ:
@@ -64,8 +65,10 @@ def session(master: str | None = None, app: str = "echelon-replan") -> SparkSess
         # its own site-packages).
         defaults["spark.executorEnv.PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
     for k, v in defaults.items():
-        if not conf.contains(k):
+        if not configured_conf.contains(k):
             builder = builder.config(k, v)
+    for k, v in (conf or {}).items():
+        builder = builder.config(k, v)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
