@@ -14,7 +14,7 @@ from tests.kube import kube_check
 def test_skips_with_the_reason_where_the_binaries_are_absent(tmp_path, capsys):
     assert kube_check.main(["--bin", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("kube-check skipped: etcd, kube-apiserver, kube-controller-manager not in ")
+    assert out.startswith("kube-check skipped: etcd, kube-apiserver not in ")
 
 
 def test_spark_pods_are_built_from_the_application_template():
