@@ -157,7 +157,7 @@ async def test_drain_waits_for_running_callbacks_and_leaves_the_rest_on_the_agen
     await published(cluster, "t", [{"n": i} for i in range(10)])
     await wait_for(lambda: len(started) == 3, what="three callbacks running")
     draining = asyncio.create_task(c.drain(timeout=30))
-    await wait_for(lambda: c._state == "draining", what="drain started")
+    await wait_for(lambda: c.state == "draining", what="drain started")
     with pytest.raises(errors.ClientClosed):
         c.subscribe("t", "")
     assert not draining.done()  # the callbacks hold it

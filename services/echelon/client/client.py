@@ -6,14 +6,15 @@ import asyncio
 import os
 import time
 import uuid
-from collections import OrderedDict
 from pathlib import Path
 from typing import Iterable
 
 import grpc
 
+from echelon.client.connection import Connection, ConnectionEvent, Hook, Reconnect, with_port
+from echelon.client.diagnose import probe
 from echelon.client.durable import Durable, seek_target
-from echelon.client.errors import ClientClosed, InvalidArgument, Timeout, translating
+from echelon.client.errors import InvalidArgument, Timeout, Unavailable, translating
 from echelon.client.publisher import AckLevel, Publisher
 from echelon.client.subscription import MAX_WHOLE, Callback, Subscription
 from echelon.core.filters import Filter
@@ -45,20 +46,61 @@ class Client:
     PermissionDenied, naming the topic and the right that was missing)."""
 
     def __init__(self, addresses: str | Iterable[str], timeout: float = 30.0,
-                 tls: str | os.PathLike | None = None, token: str | None = None):
-        self.addresses = [addresses] if isinstance(addresses, str) else list(addresses)
-        if not self.addresses:
+                 tls: str | os.PathLike | None = None, token: str | None = None, *,
+                 reconnect: Reconnect = Reconnect(), on_disconnect: Hook | None = None,
+                 on_reconnect: Hook | None = None):
+        addresses = [addresses] if isinstance(addresses, str) else list(addresses)
+        addresses = [with_port(a) for a in addresses if a.strip()]
+        if not addresses:
             raise InvalidArgument("at least one agent address is needed")
-        self.timeout = timeout
         token = os.environ.get(TOKEN_ENV, "") if token is None else token
-        self.transport = Transport(TlsDir(Path(tls), server_name=None) if tls else None, token=token)
-        self._channels: dict[str, grpc.aio.Channel] = {}
-        self._publishers: set[Publisher] = set()
-        self._subscriptions: set[Subscription] = set()
-        self._acked: dict[str, OrderedDict] = {}  # durable subscription -> message ids acked (client/durable.py)
-        self._seeks: dict[str, str] = {}  # durable subscription -> its seek count when last opened
-        self._shared_stream = None  # the stream its subscriptions share (client/shared.py)
-        self._state = "open"  # open -> draining -> closed
+        transport = Transport(TlsDir(Path(tls), server_name=None) if tls else None, token=token)
+        self._conn = Connection(addresses, transport, timeout, reconnect, on_disconnect, on_reconnect)
+
+    @property
+    def state(self) -> str:
+        """"open", "draining" or "closed"."""
+        return self._conn.state
+
+    @property
+    def addresses(self) -> list[str]:
+        return self._conn.addresses
+
+    @property
+    def timeout(self) -> float:
+        return self._conn.timeout
+
+    @property
+    def transport(self) -> Transport:
+        return self._conn.transport
+
+    @property
+    def _channels(self) -> dict[str, grpc.aio.Channel]:
+        return self._conn._channels  # noqa: SLF001 - the chaos workload dials its own
+
+    @property
+    def _shared_stream(self):
+        return self._conn.shared_stream
+
+    @_shared_stream.setter
+    def _shared_stream(self, stream) -> None:
+        self._conn.shared_stream = stream
+
+    async def connect(self, timeout: float = 5.0) -> list[str]:
+        """Fail fast: ask every agent of the list, at once, whether it serves (its health
+        service, open to any caller); the ones that do, in the list's order. Raises
+        Unavailable naming each address's cause ("no agent at ...", "... is a membership
+        replica, not an agent", "... answers HTTP, not gRPC: a /metrics port?", ...) when
+        none does within `timeout` seconds. Optional: every call dials when it needs to."""
+        conn = self._conn
+        conn.check_open()
+        causes = await asyncio.gather(*(probe(a, conn.transport, timeout=timeout, channel=conn.channel(i))
+                                        for i, a in enumerate(conn.addresses)))
+        serving = [a for a, cause in zip(conn.addresses, causes) if cause is None]
+        if not serving:
+            raise Unavailable("; ".join(causes))
+        conn.current = conn.addresses.index(serving[0])
+        return serving
 
     async def __aenter__(self) -> "Client":
         return self
@@ -123,18 +165,18 @@ class Client:
 
             async with client.publisher(ack_level=AckLevel.DELIVERED) as pub:
                 await pub.publish("quotes", {"Symbol": "aapl", "High": 50.0})"""
-        self._check_open()
+        self._conn.check_open()
         try:
             ack_level = AckLevel(ack_level)
         except ValueError:
             raise InvalidArgument(f"ack level {ack_level!r}: one of {', '.join(a.name for a in AckLevel)}") from None
-        publisher = Publisher(self, producer_id or f"p-{uuid.uuid4().hex[:12]}", ack_level)
-        self._publishers.add(publisher)
+        publisher = Publisher(self._conn, producer_id or f"p-{uuid.uuid4().hex[:12]}", ack_level)
+        self._conn.track(publisher)
         return publisher
 
     def subscribe(self, topic: str, filter: str | Filter = "", *, name: str = "", max_outstanding: int = 64,
                   callback: Callback | None = None, durable: Durable | bool | None = None,
-                  max_whole: int = MAX_WHOLE, shared: bool = True) -> Subscription:
+                  max_whole: int = MAX_WHOLE, shared: bool = True, reconnect: bool | None = None) -> Subscription:
         """A subscription to the events of `topic` that match `filter`; open it with `async with`.
 
             async with client.subscribe("quotes", 'Symbol = "aapl" and High >= 45') as sub:
@@ -149,17 +191,20 @@ class Client:
         any agent (client/durable.py). A payload above `max_whole` bytes is read with
         `msg.chunks()` as it arrives (subscription.py). `shared`: on the stream the client's
         other subscriptions share (client/shared.py); a durable one has its own."""
-        self._check_open()
+        self._conn.check_open()
         if durable and not name:
             raise InvalidArgument("a durable subscription needs a name")
         options = (durable if isinstance(durable, Durable) else Durable()).to_pb() if durable else None
-        return Subscription(self, topic, filter, name, max_outstanding, callback, options, max_whole, shared)
+        if reconnect is None:
+            reconnect = bool(name)
+        return Subscription(self._conn, topic, filter, name, max_outstanding, callback, options, max_whole, shared,
+                            reconnect)
 
     async def unsubscribe(self, name: str, timeout: float | None = None) -> None:
         """Remove a named subscription and drop its backlog; NotFound if the agent has none."""
-        self._check_open()
+        self._conn.check_open()
         with translating():
-            await pgrpc.PubSubStub(self._channel()).Unsubscribe(ppb.UnsubscribeRequest(subscription=name),
+            await pgrpc.PubSubStub(self._conn.channel()).Unsubscribe(ppb.UnsubscribeRequest(subscription=name),
                                                                 timeout=timeout or self.timeout)
 
     # -- durable subscriptions (any agent answers for the cluster) ----------------------
@@ -185,16 +230,10 @@ class Client:
     async def delete_subscription(self, name: str, timeout: float | None = None) -> None:
         await self._durable("DeleteSubscription", dpb.DeleteSubscriptionRequest(name=name), timeout)
 
-    def _seen_seeks(self, name: str, seeks: str) -> None:
-        """Forget what was acked under `name` when it was sought since."""
-        if self._seeks.get(name, seeks) != seeks:
-            self._acked.get(name, OrderedDict()).clear()
-        self._seeks[name] = seeks
-
     async def _durable(self, method: str, request, timeout: float | None):
-        self._check_open()
+        self._conn.check_open()
         with translating():
-            return await getattr(dgrpc.DurableStub(self._channel()), method)(request,
+            return await getattr(dgrpc.DurableStub(self._conn.channel()), method)(request,
                                                                              timeout=timeout or self.timeout)
 
     # -- drain and close ---------------------------------------------------------------
@@ -204,14 +243,15 @@ class Client:
         until every message handed out is settled (callbacks may still publish); then
         publishers take no new publishes and flush; then the client closes. Raises
         Timeout (after closing everything) if `timeout` seconds were not enough."""
-        if self._state != "open":
+        conn = self._conn
+        if conn.state != "open":
             return await self.close()
-        self._state = "draining"
+        conn.state = "draining"
         deadline = time.monotonic() + timeout
-        results = await asyncio.gather(*(s.drain(timeout) for s in list(self._subscriptions)),
+        results = await asyncio.gather(*(s.drain(timeout) for s in self._members(Subscription)),
                                        return_exceptions=True)
         left = max(0.0, deadline - time.monotonic())
-        results += await asyncio.gather(*(p.close(left) for p in list(self._publishers)), return_exceptions=True)
+        results += await asyncio.gather(*(p.close(left) for p in self._members(Publisher)), return_exceptions=True)
         await self.close()
         for r in results:
             if isinstance(r, BaseException):
@@ -220,46 +260,34 @@ class Client:
     async def close(self, timeout: float = 10.0) -> None:
         """Close now: subscriptions end (acks already sent count; the rest is redelivered to
         named subscriptions), publishers flush for up to `timeout` seconds, channels close."""
-        if self._state == "closed":
+        conn = self._conn
+        if conn.state == "closed":
             return
-        self._state = "closed"
+        conn.state = "closed"
+        results = []
         try:
-            await asyncio.gather(*(s.close() for s in list(self._subscriptions)), return_exceptions=True)
-            results = await asyncio.gather(*(p.close(timeout) for p in list(self._publishers)),
+            await asyncio.gather(*(s.close() for s in self._members(Subscription)), return_exceptions=True)
+            results = await asyncio.gather(*(p.close(timeout) for p in self._members(Publisher)),
                                            return_exceptions=True)
         finally:
-            await asyncio.gather(*(ch.close() for ch in self._channels.values()), return_exceptions=True)
-            self._channels.clear()
+            await conn.close()
         for r in results:
             if isinstance(r, Timeout):
                 raise r
 
     # -- internals ---------------------------------------------------------------------
 
-    def _check_open(self) -> None:
-        if self._state != "open":
-            raise ClientClosed(f"client is {self._state}")
-
-    def _channel(self, i: int = 0) -> grpc.aio.Channel:
-        address = self.addresses[i % len(self.addresses)]
-        if address not in self._channels:
-            self._channels[address] = self.transport.dial(address)
-        return self._channels[address]
-
-    def _track(self, sub: Subscription) -> None:
-        self._subscriptions.add(sub)
-
-    def _forget(self, member: Publisher | Subscription) -> None:
-        self._publishers.discard(member)
-        self._subscriptions.discard(member)
+    def _members(self, kind: type) -> list:
+        return [m for m in self._conn.members if isinstance(m, kind)]
 
     async def _admin(self, method: str, request, timeout: float | None):
         """A topic call, trying each address in turn while they are unreachable."""
-        self._check_open()
+        conn = self._conn
+        conn.check_open()
 
         async def one(i: int):
             with translating():
-                return await getattr(pgrpc.AdminStub(self._channel(i)), method)(request,
+                return await getattr(pgrpc.AdminStub(conn.channel(conn.current + i)), method)(request,
                                                                                timeout=timeout or self.timeout)
 
         return await call_any(range(len(self.addresses)), one, retry=unavailable)

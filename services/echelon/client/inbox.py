@@ -28,6 +28,27 @@ from echelon.v1 import pubsub_pb2 as ppb
 ACKED_MEMORY = 200_000  # message ids a durable subscription remembers having acked
 
 
+class Stale:
+    """What the messages handed out on a stream lost since are settled with: nothing goes
+    to any agent (the new stream's ids are not theirs; the agent redelivers them), but a
+    durable subscription remembers an ack, so the redelivery is not handed out again."""
+
+    __slots__ = ("owner", "acked")
+
+    def __init__(self, owner: "Inbox", acked: OrderedDict | None):
+        self.owner = owner
+        self.acked = acked
+
+    def _settle(self, messages, nack_delay: float | None) -> None:
+        for m in messages:
+            if not m.settled:
+                m.settled = True
+                if m._chunks is not None:
+                    m._chunks.drop()
+                if nack_delay is None and self.acked is not None:
+                    self.acked[(m.producer_id, m.sequence)] = None
+
+
 class Inbox:
     """A Subscription's deliveries from received to settled (the Subscription sets `_state`,
     `_error`, `_acked`, `settlements`, `_half_closed` and `_ended`)."""
@@ -152,7 +173,7 @@ class Inbox:
             return
         for m in messages:
             if m._subscription is not self:
-                raise InvalidArgument("a message of another subscription: settle it with its own")
+                return self._settle_stale(messages, nack_delay)
         if self._half_closed or self._ended.is_set():
             raise ClientClosed("subscription is closed: the agent redelivers this message to a named subscription")
         ids = []
@@ -179,6 +200,20 @@ class Inbox:
             settlements.ack(ids, credit)  # after the loop: the flush judged once, on what is no longer handed
         if not unsettled and self._all_settled is not None and not self._all_settled.done():
             self._all_settled.set_result(None)
+
+    def _settle_stale(self, messages: list[Message], nack_delay: float | None) -> None:
+        """Some of `messages` came on a stream lost since (Stale): settled apart, the rest as usual."""
+        rest = []
+        for m in messages:
+            owner = m._subscription
+            if owner is self:
+                rest.append(m)
+            elif type(owner) is Stale and owner.owner is self:
+                owner._settle((m,), nack_delay)
+            else:
+                raise InvalidArgument("a message of another subscription: settle it with its own")
+        if rest:
+            self._settle(rest, nack_delay)
 
     def _settled(self) -> asyncio.Future:
         """Done once no message handed out is unsettled."""

@@ -218,3 +218,12 @@ class Sliced:
         else:
             incoming.head.event.payload = b"".join(incoming.parts)
             self.hand(incoming.head)
+
+    def abandon(self, error: EchelonError) -> None:
+        """The stream was lost: payloads half received end with DataLoss for their readers."""
+        incoming, self.incoming = self.incoming, {}
+        for item in incoming.values():
+            if not item.whole and not item.dropped:
+                if item.queue.full():  # the reader is behind: it gets the end after what it has
+                    item.queue.get_nowait()
+                item.queue.put_nowait(DataLoss(f"the payload was lost with its stream: {error.message}"))
