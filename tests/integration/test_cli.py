@@ -67,7 +67,7 @@ def test_up_serves_then_sigterm_stops_every_process(tmp_path):
             pub = echelon("pub", "--agent", agents[0], "--topic", "t", "--attr", f"n={n}", "--delivered")
             assert pub.returncode == 0, pub.stdout + pub.stderr
         bad = echelon("pub", "--agent", agents[0], "--topic", "t", "--attr", "n=10")
-        assert bad.returncode == 1 and "INVALID_ARGUMENT" in bad.stdout and "'n'" in bad.stdout
+        assert bad.returncode == 1 and "INVALID_ARGUMENT" in bad.stderr and "'n'" in bad.stderr
         out, _ = sub.communicate(timeout=30)
         assert [json.loads(x)["attributes"]["n"] for x in out.splitlines()] == [7, 9]
 

@@ -219,7 +219,7 @@ async def test_subscription_commands(tmp_path):
         code, out = await echelon("seek", "audit", "--message", "p0:2")
         assert (code, out.split()) == (0, ["audit:", "3", "messages", "owed"])
         code, out = await echelon("show", "audit")
-        assert code == 0 and json.loads(out)["backlogMessages"] == "3", out
+        assert code == 0 and json.loads(out)["backlog_messages"] == 3, out
         code, out = await echelon("seek", "audit", "--message", "p0")
         assert code == 2 and "PRODUCER:SEQUENCE" in out
         code, out = await echelon("delete", "audit")

@@ -11,6 +11,7 @@ from typing import Iterable
 
 import grpc
 
+from echelon.client.admin import AclRule, SubscriptionInfo, Topic
 from echelon.client.connection import Connection, ConnectionEvent, Hook, Reconnect, with_port
 from echelon.client.diagnose import probe
 from echelon.client.durable import Durable, seek_target
@@ -112,7 +113,7 @@ class Client:
 
     async def create_topic(self, name: str, schema: Schema | Iterable[Attribute | str] = (),
                            timeout: float | None = None, retention_bytes: int = 0,
-                           retention_seconds: int = 0) -> ppb.Topic:
+                           retention_seconds: int = 0) -> Topic:
         """Create a topic (again with the same schema: no change).
 
             await client.create_topic("quotes", ["Symbol:string", "High:float:0:500", "Volume:int"])
@@ -123,16 +124,16 @@ class Client:
         with translating():
             if not isinstance(schema, Schema):
                 schema = Schema(tuple(a if isinstance(a, Attribute) else parse_attribute(a) for a in schema))
-        return await self._admin("CreateTopic", ppb.CreateTopicRequest(
+        return Topic.from_pb(await self._admin("CreateTopic", ppb.CreateTopicRequest(
             name=name, schema=schema_to_pb(schema), retention_bytes=retention_bytes,
-            retention_seconds=retention_seconds), timeout)
+            retention_seconds=retention_seconds), timeout))
 
-    async def get_topic(self, name: str, timeout: float | None = None) -> ppb.Topic:
+    async def get_topic(self, name: str, timeout: float | None = None) -> Topic:
         """The topic and its schema; NotFound if there is none."""
-        return await self._admin("GetTopic", ppb.GetTopicRequest(name=name), timeout)
+        return Topic.from_pb(await self._admin("GetTopic", ppb.GetTopicRequest(name=name), timeout))
 
-    async def list_topics(self, timeout: float | None = None) -> list[ppb.Topic]:
-        return list((await self._admin("ListTopics", ppb.ListTopicsRequest(), timeout)).topics)
+    async def list_topics(self, timeout: float | None = None) -> list[Topic]:
+        return [Topic.from_pb(t) for t in (await self._admin("ListTopics", ppb.ListTopicsRequest(), timeout)).topics]
 
     async def delete_topic(self, name: str, timeout: float | None = None) -> None:
         await self._admin("DeleteTopic", ppb.DeleteTopicRequest(name=name), timeout)
@@ -140,22 +141,22 @@ class Client:
     # -- access control (the cluster admin only: admin on "*") ---------------------------
 
     async def grant_acl(self, principal: str, pattern: str, rights: Iterable[str],
-                        timeout: float | None = None) -> pb.AclRule:
+                        timeout: float | None = None) -> AclRule:
         """Add `rights` ("publish", "subscribe", "admin") for `principal` ("user:<name>",
         "group:<name>" or "*") on the topics `pattern` names ("quotes", "quotes.*", "*");
         returns the rule as it now stands."""
         rule = pb.AclRule(principal=principal, pattern=pattern, rights=list(rights))
-        return await self._admin("GrantAcl", ppb.AclRequest(rule=rule), timeout)
+        return AclRule.from_pb(await self._admin("GrantAcl", ppb.AclRequest(rule=rule), timeout))
 
     async def revoke_acl(self, principal: str, pattern: str, rights: Iterable[str],
-                         timeout: float | None = None) -> pb.AclRule:
+                         timeout: float | None = None) -> AclRule:
         """Remove `rights` from the rule; the rule goes when none are left (returned with
         no rights). NotFound when there is no such rule."""
         rule = pb.AclRule(principal=principal, pattern=pattern, rights=list(rights))
-        return await self._admin("RevokeAcl", ppb.AclRequest(rule=rule), timeout)
+        return AclRule.from_pb(await self._admin("RevokeAcl", ppb.AclRequest(rule=rule), timeout))
 
-    async def list_acls(self, timeout: float | None = None) -> list[pb.AclRule]:
-        return list((await self._admin("ListAcls", ppb.ListAclsRequest(), timeout)).rules)
+    async def list_acls(self, timeout: float | None = None) -> list[AclRule]:
+        return [AclRule.from_pb(r) for r in (await self._admin("ListAcls", ppb.ListAclsRequest(), timeout)).rules]
 
     # -- publish and subscribe ---------------------------------------------------------
 
@@ -209,13 +210,14 @@ class Client:
 
     # -- durable subscriptions (any agent answers for the cluster) ----------------------
 
-    async def list_subscriptions(self, timeout: float | None = None) -> list[dpb.DurableSubscription]:
-        return list((await self._durable("ListSubscriptions", dpb.ListSubscriptionsRequest(),
-                                         timeout)).subscriptions)
+    async def list_subscriptions(self, timeout: float | None = None) -> list[SubscriptionInfo]:
+        return [SubscriptionInfo.from_pb(s) for s in
+                (await self._durable("ListSubscriptions", dpb.ListSubscriptionsRequest(), timeout)).subscriptions]
 
-    async def get_subscription(self, name: str, timeout: float | None = None) -> dpb.DurableSubscription:
+    async def get_subscription(self, name: str, timeout: float | None = None) -> SubscriptionInfo:
         """Its record and backlog (messages, bytes, oldest); NotFound if there is none."""
-        return await self._durable("GetSubscription", dpb.GetSubscriptionRequest(name=name), timeout)
+        return SubscriptionInfo.from_pb(await self._durable("GetSubscription", dpb.GetSubscriptionRequest(name=name),
+                                                            timeout))
 
     async def seek(self, name: str, time=None, message: tuple[str, int] | None = None,
                    timeout: float | None = None) -> int:

@@ -25,6 +25,7 @@ ROLES = {AGENT: "an agent", MEMBERSHIP: "a membership replica", "echelon.v1.Matc
          "echelon.v1.Router": "a router"}
 HINTS = {AGENT: "is `echelon up` running? it printed the agents' addresses; `echelon context` shows them",
          MEMBERSHIP: "is `echelon up` running? `echelon context` shows the membership replicas"}
+LISTS = {AGENT: " (`echelon context` lists the agents)", MEMBERSHIP: " (`echelon context` lists the replicas)"}
 
 
 def _request(service: str) -> bytes:
@@ -60,7 +61,7 @@ async def probe(address: str, transport: Transport, want: str = AGENT, timeout: 
                     if other != want:
                         try:
                             if await _check(channel, other, timeout) == SERVING:
-                                return f"{address} is {name}, not {role}"
+                                return f"{address} is {name}, not {role}{LISTS.get(want, '')}"
                         except grpc.aio.AioRpcError:
                             pass
                 return f"{address} is a gRPC server but not {role} of Echelon"
@@ -97,8 +98,8 @@ async def _transport_failure(address: str, want: str, e: grpc.aio.AioRpcError, t
     finally:
         writer.close()
     if head.startswith(b"HTTP/"):
-        return (f"{address} answers HTTP, not gRPC: a /metrics port? (`echelon up` puts each process's "
-                f"/metrics 1000 above its gRPC port)")
+        return (f"{address} answers HTTP, not gRPC: a /metrics port? (`echelon up --base-port N` puts each "
+                f"process's /metrics 1000 above its gRPC port){LISTS.get(want, '')}")
     lowered = details.lower()
     if head[:1] == b"\x15" or "ssl" in lowered or "handshake" in lowered or "certificate" in lowered:
         return (f"{address} and this client disagree on TLS: give the cluster's certificate directory with "
