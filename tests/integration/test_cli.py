@@ -4,6 +4,7 @@ SIGTERM leaves nothing behind."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 import os
 import signal
 import subprocess
@@ -71,8 +72,11 @@ def test_up_serves_then_sigterm_stops_every_process(tmp_path):
         out, _ = sub.communicate(timeout=30)
         assert [json.loads(x)["attributes"]["n"] for x in out.splitlines()] == [7, 9]
 
+        context = Path(os.environ["ECHELON_CONTEXT"])  # (tests/conftest.py: never the user's)
+        assert json.loads(context.read_text())["agents"] == agents
         up.send_signal(signal.SIGTERM)
         assert up.wait(timeout=60) == 0
+        assert not context.exists()  # the cluster it named is gone
         deadline = time.time() + 10
         while any(alive(p) for p in pids) and time.time() < deadline:
             time.sleep(0.1)
