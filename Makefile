@@ -98,8 +98,17 @@ bench-tls: $(STAMP)
 replan-loop: $(STAMP)
 	$(PY) -m loadtest.replan_loop --out out/replan_loop
 
+# The distribution as a wheel in dist/: `pip install dist/echelon_pubsub-*.whl` is the client
+# alone (grpcio, protobuf), `pip install 'dist/echelon_pubsub-*.whl[server]'` adds the services
+# and the `echelon` command (docs/cli.md, "Install").
+.PHONY: dist
+dist: $(STAMP)
+	rm -rf dist build
+	$(PY) -m pip wheel -q --no-deps -w dist .
+	@ls dist/*.whl
+
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .hypothesis
 
 # OctopiA (router tier): the paper's burst simulation (70 routers, a few minutes), then the
 # real-router run in network namespaces with throttled iLinks (needs root): tables and plots in out/.

@@ -52,7 +52,7 @@ def setting(name: str, flag=None) -> tuple[object, str]:
     else:
         context = load()
         if context is not None and getattr(context, field):
-            from echelon.cli.context import context_path
+            from echelon.client.context import context_path
 
             value, source = getattr(context, field), f"context {context_path()}"
     if value is None:

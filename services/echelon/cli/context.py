@@ -11,61 +11,23 @@ from __future__ import annotations
 
 import json
 import os
-import time
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import click
 
-CONTEXT_ENV = "ECHELON_CONTEXT"
+from echelon.client.context import Context, context_path
+from echelon.client.context import load as read
 
-
-def context_path() -> Path:
-    if os.environ.get(CONTEXT_ENV):
-        return Path(os.environ[CONTEXT_ENV])
-    config = os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config"
-    return Path(config) / "echelon" / "context.json"
-
-
-@dataclass
-class Context:
-    """What `echelon up` started: the addresses to copy, and the credentials to use."""
-
-    agents: list[str] = field(default_factory=list)
-    membership: list[str] = field(default_factory=list)
-    prometheus: str | None = None
-    tls_dir: str | None = None
-    token_file: str | None = None  # holds the cluster admin's token
-    log_dir: str | None = None
-    pid: int | None = None  # of the `echelon up` that wrote it
-    written: str = ""
-
-    def save(self, path: Path | None = None) -> Path:
-        """Write it atomically (readable by its owner alone: it names a token file)."""
-        path = path or context_path()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.written = self.written or time.strftime("%Y-%m-%dT%H:%M:%S%z")
-        part = path.with_name(path.name + ".part")
-        fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            json.dump(asdict(self), f, indent=2)
-            f.write("\n")
-        os.replace(part, path)
-        return path
+__all__ = ["Context", "context", "context_path", "forget", "load"]
 
 
 def load(path: Path | None = None) -> Context | None:
-    """The context file's content; None when there is none. A file that cannot be read is
-    an error naming it (a person can delete it)."""
-    path = path or context_path()
+    """The context file's content (None: there is none); a file that cannot be read is the
+    command's error, naming it (a person can delete it)."""
     try:
-        data = json.loads(path.read_text())
-        known = {k: v for k, v in data.items() if k in Context.__dataclass_fields__}
-        return Context(**known)
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError, TypeError, AttributeError) as e:
-        raise click.ClickException(f"the context file {path} cannot be read ({e}): fix or delete it") from None
+        return read(path)
+    except ValueError as e:
+        raise click.ClickException(str(e)) from None
 
 
 def forget(pid: int, path: Path | None = None) -> None:
