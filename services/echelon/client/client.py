@@ -187,19 +187,27 @@ class Client:
         `name` makes it durable (it outlives the stream; a later stream with that name
         resumes it). With `callback`, each message goes to `callback(msg)` (sync or
         async; a return acks it, an exception nacks it), at most `max_outstanding` at
-        once; without, iterate. Either way the agent has at most `max_outstanding`
+        once, from the moment it is made (inside a running loop; `await sub.start()` waits
+        for the open and raises how it failed); without, iterate. Either way the agent has at most `max_outstanding`
         deliveries unsettled. `durable` (with `name`) makes it a cluster object that outlives
         any agent (client/durable.py). A payload above `max_whole` bytes is read with
         `msg.chunks()` as it arrives (subscription.py). `shared`: on the stream the client's
-        other subscriptions share (client/shared.py); a durable one has its own."""
+        other subscriptions share (client/shared.py); a durable one has its own.
+        `reconnect` (default: with a `name`): when its agent dies the subscription opens a
+        new stream on the next agent of the list by itself; a durable one resumes without
+        handing out again what was acked, a named one records its gap in `sub.gaps`
+        (docs/cli.md, "Subscriptions across an agent's death")."""
         self._conn.check_open()
         if durable and not name:
             raise InvalidArgument("a durable subscription needs a name")
         options = (durable if isinstance(durable, Durable) else Durable()).to_pb() if durable else None
         if reconnect is None:
             reconnect = bool(name)
-        return Subscription(self._conn, topic, filter, name, max_outstanding, callback, options, max_whole, shared,
-                            reconnect)
+        sub = Subscription(self._conn, topic, filter, name, max_outstanding, callback, options, max_whole, shared,
+                           reconnect)
+        if callback is not None:
+            sub._start_soon()
+        return sub
 
     async def unsubscribe(self, name: str, timeout: float | None = None) -> None:
         """Remove a named subscription and drop its backlog; NotFound if the agent has none."""

@@ -50,18 +50,22 @@ class Stale:
 
 
 class Inbox:
-    """A Subscription's deliveries from received to settled (the Subscription sets `_state`,
-    `_error`, `_acked`, `settlements`, `_half_closed` and `_ended`)."""
+    """The application's side of a subscription: its state as the application sees it
+    (new, open, draining, closed; the error it ended with), the deliveries from received to
+    settled, and the settlements queued for the stream. The stream's side (opening,
+    reading, writing, reopening) is the Subscription's (client/subscription.py), which
+    gives it a new `settlements` with each stream."""
 
-    _state: str
-    _error: EchelonError | None
-    _acked: OrderedDict[tuple[str, int], None] | None
-    settlements: Settlements
-    _half_closed: bool
-    _ended: asyncio.Event
-    acked_redeliveries: int
-
-    def _init_inbox(self) -> None:
+    def __init__(self, settlements: Settlements, acked: OrderedDict[tuple[str, int], None] | None):
+        self.settlements = settlements
+        # Durable: message ids acked through this client under this name, so a redelivery
+        # after a failover is acked again, not handed out (client/durable.py).
+        self._acked = acked
+        self.acked_redeliveries = 0  # such redeliveries
+        self._state = "new"  # new -> open -> draining -> closed
+        self._error: EchelonError | None = None  # what the subscription ended with
+        self._ended = asyncio.Event()  # no stream will come any more
+        self._half_closed = False  # the stream's end is on its way: no more settlements
         self._loop: asyncio.AbstractEventLoop | None = None  # (asyncio.get_running_loop() costs a syscall per call)
         self._inbox: deque = deque()  # Deliveries (and _Incoming) received, not yet handed out
         self._waiters: list[asyncio.Future] = []  # readers waiting for the inbox (`_wake`)

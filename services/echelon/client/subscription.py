@@ -51,6 +51,7 @@ run): the load generator, whose 50 subscribers take batches, spent 1.70x less CP
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from typing import AsyncIterator, Awaitable, Callable, Iterable
 
@@ -68,6 +69,8 @@ from echelon.core.filters import Filter
 from echelon.runtime.transport import SUBSCRIPTION_KEY
 from echelon.runtime.wire import filter_to_pb
 from echelon.v1 import pubsub_pb2 as ppb
+
+log = logging.getLogger("echelon.client")
 
 MAX_WHOLE = 64 << 20  # payloads up to this are assembled and handed whole
 MAX_BATCH = 256  # messages handed out by one receive() unless asked otherwise
@@ -96,7 +99,6 @@ class Subscription(Inbox):
         if max_whole < 0:
             raise InvalidArgument(f"max_whole {max_whole}: at least 0")
         self.max_whole = max_whole
-        self._sliced = Sliced(max_whole, self._put, self._lost)  # sliced payloads being received
         self._conn = conn
         self.name = name
         self.max_outstanding = max_outstanding
@@ -106,10 +108,6 @@ class Subscription(Inbox):
         self.gaps: list[tuple[float, float]] = []  # (lost, reopened), Unix seconds: events may be missing there
         open_ = ppb.SubscriptionOpen(topic=topic, subscription=name, credits=max_outstanding, durable=durable,
                                      encoded_events=True)
-        # Durable: message ids acked through this client under this name, so a redelivery after
-        # a failover is acked again, not handed out (client/durable.py).
-        self._acked = conn.acked(name) if durable is not None else None
-        self.acked_redeliveries = 0
         if isinstance(flt, Filter):
             open_.filter.CopyFrom(filter_to_pb(flt))
         else:
@@ -117,20 +115,22 @@ class Subscription(Inbox):
         self._open = open_
         self.id = ""  # cluster-wide ("<agent>/<name>"), once open
         self._callback = callback
-        self._state = "new"  # new -> open -> draining -> closed
         self._write = asyncio.Lock()  # one write at a time on a stream
         self._shared: SharedStream | None = None  # set once open on the client's shared stream
         self._share = shared and durable is None
         self._agent = 0  # the index, in the client's list, of the agent the stream runs through
-        self._init_inbox()
-        self.settlements = Settlements(Flusher(self._write_requests), self._oldest, self._held, max_outstanding)
+        super().__init__(self._new_settlements(Flusher(self._write_requests)),
+                         conn.acked(name) if durable is not None else None)
+        self._sliced = Sliced(max_whole, self._put, self._lost)  # sliced payloads being received
         self._callbacks: set[asyncio.Task] = set()
         self._call = None
-        self._half_closed = False
         self._tasks: list[asyncio.Task] = []
         self._reopening: asyncio.Task | None = None
-        self._ended = asyncio.Event()
-        self._error: EchelonError | None = None
+        self._starting: asyncio.Task | None = None  # a callback subscription opening by itself
+        self._start_awaited = False
+
+    def _new_settlements(self, flusher: Flusher, sid: int = 0) -> Settlements:
+        return Settlements(flusher, self._oldest, self._held, self.max_outstanding, sid)
 
     async def __aenter__(self) -> "Subscription":
         await self.start()
@@ -140,7 +140,35 @@ class Subscription(Inbox):
         await self.close()
 
     async def start(self) -> None:
-        """Open the stream; raises InvalidArgument (bad filter), NotFound (no such topic), ..."""
+        """Open the stream; raises InvalidArgument (bad filter), NotFound (no such topic), ...
+        A callback subscription made inside a running loop is already opening: this waits
+        for it (and raises how it failed)."""
+        if self._starting is not None:
+            self._start_awaited = True
+            await asyncio.shield(self._starting)
+            return
+        await self._start()
+
+    def _start_soon(self) -> None:
+        """Open in the background (a callback subscription delivers without a second call);
+        a failure nobody awaits is logged and ends the subscription with it (wait_closed)."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # no loop yet: `async with` or start() opens it
+        self._starting = loop.create_task(self._start(), name="subscription start")
+        self._starting.add_done_callback(self._started)
+
+    def _started(self, task: asyncio.Task) -> None:
+        if task.cancelled() or task.exception() is None:
+            return
+        e = task.exception()
+        if isinstance(e, EchelonError) and self._error is None:
+            self._error = e
+        if not self._start_awaited and not isinstance(e, ClientClosed):
+            log.error("subscription to %r could not open: %s", self._open.topic, e)
+
+    async def _start(self) -> None:
         if self._state != "new":
             raise FailedPrecondition(f"subscription is {self._state}")
         self._conn.check_open()
@@ -182,7 +210,7 @@ class Subscription(Inbox):
         stream = self._shared = SharedStream.of(self._conn)
         self._agent = stream.index
         sid = stream.sid()
-        self.settlements = Settlements(stream.flusher, self._oldest, self._held, self.max_outstanding, sid)
+        self.settlements = self._new_settlements(stream.flusher, sid)
         try:
             self.id = await stream.open(self, self._open, sid)
         except BaseException:
@@ -193,7 +221,7 @@ class Subscription(Inbox):
         self._agent = i % len(self._conn.addresses)
         call = self._call = subscribe_call(self._conn.channel(i))
         self._half_closed = False
-        self.settlements = Settlements(Flusher(self._write_requests), self._oldest, self._held, self.max_outstanding)
+        self.settlements = self._new_settlements(Flusher(self._write_requests))
         try:
             await call.write(ppb.SubscribeRequest(open=self._open))
         except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
@@ -268,6 +296,8 @@ class Subscription(Inbox):
 
     async def wait_closed(self) -> None:
         """Until the stream ends; raises the error it ended with, if any."""
+        if self._starting is not None:
+            await asyncio.gather(self._starting, return_exceptions=True)
         await self._ended.wait()
         if self._error is not None:
             raise self._error
@@ -296,6 +326,9 @@ class Subscription(Inbox):
     async def close(self) -> None:
         """End the stream now: callbacks are cancelled, acks already given are applied, and
         every unacked message goes back to the agent."""
+        if self._starting is not None and not self._starting.done():
+            self._start_awaited = True
+            await asyncio.gather(self._starting, return_exceptions=True)  # (an open is not cut half-way)
         if self._state == "closed":
             return
         self._state = "closed"
