@@ -4,6 +4,7 @@ setting is taken in: flag, environment, context file, default. No cluster needed
 from __future__ import annotations
 
 import json
+import os
 
 from click.testing import CliRunner
 
@@ -86,3 +87,22 @@ def test_every_command_has_help_and_there_is_a_version():
 
     walk(cli, [])
     assert not missing, f"commands without help: {missing}"
+
+
+def test_spark_quiet_sends_the_processes_stderr_to_a_log_and_gives_it_back(capfd):
+    """`echelon replan` without --verbose: what the JVM (a child inheriting fd 2) writes goes
+    to a log file, and fd 2 is the terminal's again afterwards."""
+    import subprocess
+    import sys
+
+    from echelon.cli.replan import _spark_quiet
+
+    with _spark_quiet(False) as log:
+        subprocess.run([sys.executable, "-c", "import sys; sys.stderr.write('log4j banner\\n')"], check=True)
+    subprocess.run([sys.executable, "-c", "import sys; sys.stderr.write('after\\n')"], check=True)
+    err = capfd.readouterr().err
+    assert "log4j banner" not in err and "after" in err
+    assert "log4j banner" in open(log).read()
+    os.unlink(log)
+    with _spark_quiet(True) as log:
+        assert log is None
