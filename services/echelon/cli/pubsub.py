@@ -18,9 +18,6 @@ from echelon.cli.progress import progress
 from echelon.client import ACCEPTED, DELIVERED, Durable, EchelonError
 from echelon.client.bulk import file_chunks
 from echelon.client.subscription import MAX_WHOLE
-from echelon.runtime.transport import PLAIN, Transport
-from echelon.v1 import membership_pb2 as mpb
-from echelon.v1 import membership_pb2_grpc as mgrpc
 
 BATCH = 1000  # events per publish_batch when --count is large (the progress moves per batch)
 QUIET = click.option("--quiet", "-q", is_flag=True, help="No progress display (it shows only on a terminal anyway).")
@@ -195,14 +192,3 @@ async def write_payload(m, path: str, bar=None) -> tuple[int, str]:
         raise
     os.replace(part, path)
     return size, h.hexdigest()
-
-
-async def fetch_view(address: str, transport: Transport = PLAIN) -> mpb.View:
-    async with transport.dial(address) as ch:
-        call = mgrpc.MembershipStub(ch).Watch(mpb.WatchRequest(member_id="cli"), timeout=5.0)
-        async for update in call:
-            call.cancel()
-            return update.snapshot
-    raise click.ClickException("no view")
-
-

@@ -13,7 +13,7 @@ from rich.live import Live
 from rich.table import Table
 
 from echelon.cli.common import MEMBERSHIP_OPTION, TLS, TOKEN, console, membership_failure, transport
-from echelon.cli.pubsub import fetch_view
+from echelon.runtime.member import fetch_view
 from echelon.runtime.transport import call_any
 from echelon.v1 import membership_pb2 as mpb
 
@@ -28,7 +28,7 @@ async def first_view(replicas: list[str], timeout: float = 2.0) -> tuple[str, mp
 
     try:
         return await call_any(replicas, one, retry=lambda e: isinstance(
-            e, (grpc.aio.AioRpcError, asyncio.TimeoutError, click.ClickException)))
+            e, (grpc.aio.AioRpcError, asyncio.TimeoutError, click.ClickException, ValueError)))
     except (grpc.aio.AioRpcError, asyncio.TimeoutError, click.ClickException, ValueError):
         raise click.ClickException(await membership_failure(replicas)) from None
 
