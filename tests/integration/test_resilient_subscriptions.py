@@ -16,7 +16,7 @@ import pytest
 
 from echelon.client import DELIVERED, Client, Durable, errors
 from echelon.client.connection import Reconnect
-from echelon.core.durability import holders
+from echelon.core.durability import holders as holders_of
 from echelon.launch import Cluster, Loopback
 
 pytestmark = pytest.mark.asyncio
@@ -55,15 +55,18 @@ async def until(predicate, timeout: float, what: str) -> None:
 
 
 @pytest.mark.timeout(240)
-async def test_kill_9_of_the_subscribers_agent_mid_stream(tmp_path):
+@pytest.mark.parametrize("holders", [("agent-1", "agent-2"), ("agent-0", "agent-1")],
+                         ids=["relayed-to-a-holder", "the-victim-holds-it"])
+async def test_kill_9_of_the_subscribers_agent_mid_stream(tmp_path, holders):
     cluster = Cluster(agents=3, matchers=1, memberships=1, placement=Loopback(0), log_dir=tmp_path)
     await cluster.start()
     events = []
     try:
         agents = {p.id: p.address for p in cluster.by_role("agent")}
-        # The durable subscription's holders are agent-1 and agent-2: the stream runs
-        # through agent-0 (relayed to a holder) until agent-0 dies.
-        name = next(f"keep-{i}" for i in range(500) if set(holders(f"keep-{i}", agents, 2)) == {"agent-1", "agent-2"})
+        # The durable subscription's stream runs through agent-0 until agent-0 dies: relayed
+        # to a holder on another agent, or served by agent-0 itself, one of its two holders
+        # (the other one's copy takes over).
+        name = next(f"keep-{i}" for i in range(500) if set(holders_of(f"keep-{i}", agents, 2)) == set(holders))
         order = [agents["agent-0"], agents["agent-1"], agents["agent-2"]]
         sub_client = Client(order, reconnect=Reconnect(max_attempts=-1, max_wait=1.0),
                             on_disconnect=events.append, on_reconnect=events.append)
@@ -125,3 +128,70 @@ async def test_kill_9_of_the_subscribers_agent_mid_stream(tmp_path):
             await pub_client.close()
     finally:
         cluster.stop()
+
+
+async def test_connect_fails_fast_naming_the_cause_and_picks_a_serving_agent():
+    """`await client.connect()`: the agents that serve, in the list's order, new streams on the
+    first of them; none serving: Unavailable naming each address's cause."""
+    from echelon.launch import free_port
+    from tests.harness import Cluster as InProcess
+
+    c = await InProcess(agents=2).start()
+    try:
+        nothing = f"127.0.0.1:{free_port()}"
+        a0, a1 = (n.address for n in c.agent_nodes)
+        async with Client([nothing, c.replicas[0], a1, a0]) as client:
+            assert await client.connect(timeout=5) == [a1, a0]
+            assert client.addresses[client._conn.current] == a1  # new streams go to a serving one
+            await client.create_topic("t")
+        async with Client([nothing, c.replicas[0]]) as client:
+            with pytest.raises(errors.Unavailable) as e:
+                await client.connect(timeout=5)
+            assert f"no agent at {nothing}" in e.value.message
+            assert f"{c.replicas[0]} is a membership replica, not an agent" in e.value.message
+    finally:
+        await c.stop()
+
+
+async def test_a_publisher_whose_agent_dies_reports_it_and_resends_elsewhere():
+    """The hooks see a publisher's stream lost and opened again on the next agent; every
+    publish is acked once, none lost (resent with its sequence)."""
+    from tests.harness import Cluster as InProcess
+
+    c = await InProcess(agents=2).start()
+    events = []
+    try:
+        a0, a1 = (n.address for n in c.agent_nodes)
+        async with Client([a0, a1], on_disconnect=events.append, on_reconnect=events.append) as client:
+            await client.create_topic("t")
+            async with client.publisher() as pub:
+                assert (await pub.publish("t", {"n": 0})).sequence == 1
+                await c.crash(c.agent_nodes[0])
+                results = [await pub.publish("t", {"n": n}) for n in range(1, 6)]
+                assert [r.sequence for r in results] == [2, 3, 4, 5, 6]
+        assert [(e.kind, e.address) for e in events] == [("disconnected", a0), ("reconnected", a1)]
+        assert events[0].member is events[1].member and events[1].attempts >= 1
+    finally:
+        await c.stop()
+
+
+async def test_a_subscription_that_cannot_reopen_ends_after_the_policys_attempts():
+    from tests.harness import Cluster as InProcess
+
+    c = await InProcess(agents=1).start()
+    try:
+        a0 = c.agent_nodes[0].address
+        events = []
+        async with Client(a0, reconnect=Reconnect(max_attempts=2, first_wait=0.05, max_wait=0.1),
+                          on_disconnect=events.append, on_reconnect=events.append) as client:
+            await client.create_topic("t")
+            sub = client.subscribe("t", "", name="lonely")
+            await sub.start()
+            await c.crash(c.agent_nodes[0])
+            with pytest.raises(errors.Unavailable) as e:
+                await sub.next(timeout=30)
+            assert "'lonely' lost its agent and was not reopened after 2 attempts" in e.value.message
+            assert [x.kind for x in events] == ["disconnected"] and sub.reconnects == 0
+            await sub.close()
+    finally:
+        await c.stop()

@@ -126,6 +126,7 @@ class Subscription(Inbox):
         self._call = None
         self._tasks: list[asyncio.Task] = []
         self._reopening: asyncio.Task | None = None
+        self._lost_while_opening: EchelonError | None = None  # a stream that `_reopen` opened, lost at once
         self._starting: asyncio.Task | None = None  # a callback subscription opening by itself
         self._start_awaited = False
 
@@ -385,6 +386,10 @@ class Subscription(Inbox):
     def _finish(self, error: EchelonError | None, final: bool = False) -> None:
         """The stream ended (a shared one: this subscription's part of it), with `error` or
         not: the subscription ends, or opens a new stream when its agent was lost."""
+        if not final and self._reopening is not None and not self._reopening.done():
+            # A stream being opened by `_reopen` ended: the open raises, or `_reopen` sees this.
+            self._lost_while_opening = error or Unavailable("the agent ended the subscription stream")
+            return
         if not final and self._state == "open" and self.reconnect and self._conn.state == "open" and not self._half_closed \
                 and (error is None or error.code in (LOST if self._acked is None else LOST_DURABLE)):
             self._stream_lost(error or Unavailable("the agent ended the subscription stream"))
@@ -405,6 +410,10 @@ class Subscription(Inbox):
         acks, so what was acked is not handed out again). What was received and not
         handed out is dropped: redelivered to a durable subscription, part of the gap of
         another."""
+        self._forget_stream(error)
+        self._reopening = asyncio.ensure_future(self._reopen(error))
+
+    def _forget_stream(self, error: EchelonError) -> None:
         self.settlements.cancel()
         if self._shared is None:
             self.settlements.flusher.cancel()
@@ -420,7 +429,6 @@ class Subscription(Inbox):
         self._sliced.abandon(error)
         if self._all_settled is not None and not self._all_settled.done():
             self._all_settled.set_result(None)
-        self._reopening = asyncio.ensure_future(self._reopen(error))
 
     async def _reopen(self, error: EchelonError) -> None:
         """Open the stream again, on the agents of the client's list in turn, waiting more
@@ -435,6 +443,7 @@ class Subscription(Inbox):
         while await outage.next_attempt():
             if self._state != "open" or conn.state != "open":
                 return
+            self._lost_while_opening = None
             try:
                 await asyncio.wait_for(self._open_stream(conn.current, 1), OPEN_WAIT)
             except asyncio.TimeoutError:
@@ -449,6 +458,11 @@ class Subscription(Inbox):
                 if e.code in refusals:
                     continue
                 break
+            if self._lost_while_opening is not None:  # opened, and lost before this task went on
+                error = self._lost_while_opening
+                self._forget_stream(error)
+                conn.failed(self._agent)
+                continue
             self.reconnects += 1
             if gap:
                 self.gaps.append((lost, time.time()))
