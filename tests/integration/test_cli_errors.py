@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -167,3 +168,36 @@ def test_progress_on_a_terminal_and_not_off_one(up, tmp_path):
     text = ANSI.sub("", out.decode(errors="replace"))
     assert got.read_bytes() == payload.read_bytes()
     assert "got.bin" in text and "MB" in text, text
+
+
+def test_a_tls_cluster_from_the_context_and_a_plain_client_told_why(tmp_path):
+    """`echelon up --tls --auth`: the context carries the TLS directory and the admin's token
+    file, so plain `echelon topic ...` works; a client told to skip TLS hears that it must not."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ECHELON_")}
+    env["ECHELON_CONTEXT"] = str(tmp_path / "context.json")
+    proc = subprocess.Popen([sys.executable, "-m", "echelon", "up", "--agents", "1", "--memberships", "1", "--tls",
+                             "--auth", "--base-port", "0", "--no-prometheus", "--json", "--log-dir",
+                             str(tmp_path / "logs")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env)
+    try:
+        line = proc.stdout.readline()
+        assert line, proc.stderr.read()
+        ready = json.loads(line)
+        context = json.loads((tmp_path / "context.json").read_text())
+        assert context["tls_dir"] and context["token_file"]
+        assert (Path(context["token_file"]).read_text().strip() == ready["admin_token"])
+        r = echelon(env, "topic", "create", "secure", "--attr", "n:int")
+        assert r.returncode == 0, r.stderr
+        assert "secure" in echelon(env, "topic", "list").stdout
+        agent = address(ready, "agent")
+        plain = {k: v for k, v in env.items() if k != "ECHELON_CONTEXT"}
+        plain["ECHELON_CONTEXT"] = str(tmp_path / "none.json")
+        fails_with(echelon(plain, "topic", "list", "--agent", agent), f"{agent} serves TLS and this client does not",
+                   "--tls-dir")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    assert not (tmp_path / "context.json").exists()

@@ -18,9 +18,9 @@ from echelon.runtime.transport import call_any
 from echelon.v1 import membership_pb2 as mpb
 
 
-async def first_view(replicas: list[str], timeout: float = 2.0) -> tuple[str, mpb.View]:
+async def first_view(replicas: list[str], timeout: float = 2.0, diagnose: bool = True) -> tuple[str, mpb.View]:
     """A fresh snapshot from the first replica that answers, in the given order; a
-    ClickException naming each replica's cause when none does."""
+    ClickException naming each replica's cause when none does (`diagnose`: asked of each)."""
     via = transport()
 
     async def one(address: str) -> tuple[str, mpb.View]:
@@ -30,7 +30,8 @@ async def first_view(replicas: list[str], timeout: float = 2.0) -> tuple[str, mp
         return await call_any(replicas, one, retry=lambda e: isinstance(
             e, (grpc.aio.AioRpcError, asyncio.TimeoutError, click.ClickException, ValueError)))
     except (grpc.aio.AioRpcError, asyncio.TimeoutError, click.ClickException, ValueError):
-        raise click.ClickException(await membership_failure(replicas)) from None
+        raise click.ClickException(await membership_failure(replicas) if diagnose else
+                                   f"no membership replica answered: {', '.join(replicas)}") from None
 
 
 def _state(s: int) -> str:
@@ -83,7 +84,7 @@ def status(addresses, as_json, watch) -> None:
             while True:
                 await asyncio.sleep(1)
                 try:
-                    source, view = await first_view(replicas)
+                    source, view = await first_view(replicas, diagnose=False)  # (the screen says how long)
                     seen = time.monotonic()
                     screen.update(view_table(view, source))
                 except (grpc.aio.AioRpcError, asyncio.TimeoutError, click.ClickException):

@@ -11,6 +11,7 @@ every command of the CLI (docs/cli.md, "When a command cannot connect").
 from __future__ import annotations
 
 import asyncio
+import ssl
 
 import grpc
 
@@ -101,7 +102,25 @@ async def _transport_failure(address: str, want: str, e: grpc.aio.AioRpcError, t
         return (f"{address} answers HTTP, not gRPC: a /metrics port? (`echelon up --base-port N` puts each "
                 f"process's /metrics 1000 above its gRPC port){LISTS.get(want, '')}")
     lowered = details.lower()
+    if not head and await _speaks_tls(host.strip("[]"), int(port), timeout):
+        return (f"{address} serves TLS and this client does not: give the cluster's certificate directory with "
+                f"--tls-dir (or ECHELON_TLS_DIR; `echelon up --tls` printed it and `echelon context` shows it)")
     if head[:1] == b"\x15" or "ssl" in lowered or "handshake" in lowered or "certificate" in lowered:
         return (f"{address} and this client disagree on TLS: give the cluster's certificate directory with "
                 f"--tls-dir (or ECHELON_TLS_DIR), or drop it for a plain-text cluster ({details})")
     return f"{address} is not {role} of Echelon: {details}"
+
+
+async def _speaks_tls(host: str, port: int, timeout: float) -> bool:
+    """Does the port complete a TLS handshake (certificates unchecked: only the protocol is asked)?"""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    try:
+        _, writer = await asyncio.wait_for(asyncio.open_connection(host, port, ssl=context), min(timeout, 2.0))
+    except ssl.SSLError as e:  # a TLS server that wants a client certificate may refuse at the end
+        return "WRONG_VERSION" not in str(e).upper() and "RECORD" not in str(e).upper()
+    except (OSError, asyncio.TimeoutError):
+        return False
+    writer.close()
+    return True
