@@ -44,7 +44,15 @@ class Client:
     `$ECHELON_TOKEN`, none if unset. A client certificate names the caller instead of
     the token when both are there (runtime/auth.py). Every failure raises an
     `echelon.client.errors.EchelonError` subclass (a refused call: Unauthenticated or
-    PermissionDenied, naming the topic and the right that was missing)."""
+    PermissionDenied, naming the topic and the right that was missing).
+
+    `await client.connect()` asks the agents at once whether they serve and fails fast
+    with the cause; without it, calls dial when they need to. A named or durable
+    subscription whose agent dies reopens on the next agent of the list, and a publisher
+    resends there (`reconnect`: the policy); `on_disconnect` and `on_reconnect` (sync or
+    async) receive a ConnectionEvent for each stream lost and opened again (docs/cli.md,
+    "Subscriptions across an agent's death"). Admin calls return dataclasses
+    (client/admin.py)."""
 
     def __init__(self, addresses: str | Iterable[str], timeout: float = 30.0,
                  tls: str | os.PathLike | None = None, token: str | None = None, *,
