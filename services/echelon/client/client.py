@@ -13,6 +13,7 @@ import grpc
 
 from echelon.client.admin import AclRule, SubscriptionInfo, Topic
 from echelon.client.connection import Connection, ConnectionEvent, Hook, Reconnect, with_port
+from echelon.client.deadlines import ACK_DEADLINE
 from echelon.client.diagnose import probe
 from echelon.client.durable import Durable, seek_target
 from echelon.client.errors import InvalidArgument, Timeout, Unavailable, translating
@@ -185,7 +186,9 @@ class Client:
 
     def subscribe(self, topic: str, filter: str | Filter = "", *, name: str = "", max_outstanding: int = 64,
                   callback: Callback | None = None, durable: Durable | bool | None = None,
-                  max_whole: int = MAX_WHOLE, shared: bool = True, reconnect: bool | None = None) -> Subscription:
+                  max_whole: int = MAX_WHOLE, shared: bool = True, reconnect: bool | None = None,
+                  ack_deadline: float = ACK_DEADLINE, max_deliveries: int = 0,
+                  dead_letter_topic: str = "") -> Subscription:
         """A subscription to the events of `topic` that match `filter`; open it with `async with`.
 
             async with client.subscribe("quotes", 'Symbol = "aapl" and High >= 45') as sub:
@@ -204,7 +207,10 @@ class Client:
         `reconnect` (default: with a `name`): when its agent dies the subscription opens a
         new stream on the next agent of the list by itself; a durable one resumes without
         handing out again what was acked, a named one records its gap in `sub.gaps`
-        (docs/cli.md, "Subscriptions across an agent's death")."""
+        (docs/cli.md, "Subscriptions across an agent's death"). `ack_deadline` (seconds, 0:
+        none): a message not settled by then is redelivered (`msg.in_progress()` extends
+        it); `max_deliveries` (0: no bound): a message delivered that often goes to
+        `dead_letter_topic` instead (client/deadlines.py)."""
         self._conn.check_open()
         if durable and not name:
             raise InvalidArgument("a durable subscription needs a name")
@@ -212,7 +218,7 @@ class Client:
         if reconnect is None:
             reconnect = bool(name)
         sub = Subscription(self._conn, topic, filter, name, max_outstanding, callback, options, max_whole, shared,
-                           reconnect)
+                           reconnect, ack_deadline, max_deliveries, dead_letter_topic)
         if callback is not None:
             sub._start_soon()
         return sub

@@ -56,8 +56,13 @@ class Inbox:
     reading, writing, reopening) is the Subscription's (client/subscription.py), which
     gives it a new `settlements` with each stream."""
 
-    def __init__(self, settlements: Settlements, acked: OrderedDict[tuple[str, int], None] | None):
+    def __init__(self, settlements: Settlements, acked: OrderedDict[tuple[str, int], None] | None,
+                 deadlines=None, dead_letters=None):
         self.settlements = settlements
+        self._deadlines = deadlines  # ack deadlines of the messages handed out (client/deadlines.py), or None
+        self._extended: dict[int, float] = {}  # delivery id -> its deadline, once `in_progress()` moved it
+        self._dead_letters = dead_letters  # past max_deliveries: to the dead-letter topic (client/deadlines.py)
+        self.expired = self.terminated = self.dead_lettered = 0
         # Durable: message ids acked through this client under this name, so a redelivery
         # after a failover is acked again, not handed out (client/durable.py).
         self._acked = acked
@@ -78,6 +83,8 @@ class Inbox:
         """Deliveries (not chunks) received: into the inbox."""
         if self._acked is not None:
             batch = [d for d in batch if not self._acked_before(d)]
+        if self._dead_letters is not None:
+            batch = [d for d in batch if not self._dead_letters.dead(d)]
         self._inbox.extend(batch)
         self._wake()
         self.settlements.received()
@@ -167,6 +174,8 @@ class Inbox:
             if len(handed) > 2 * self._unsettled + 64:  # held behind an old unsettled one
                 handed = self._handed = deque(b for b in handed if not all(m.settled for m in b))
         handed.append(batch)  # kept as a tuple: the application may change its list
+        if self._deadlines is not None:
+            self._deadlines.handed(batch)
         self._unsettled += len(batch)
         return list(batch)
 

@@ -138,6 +138,20 @@ class Message:
         """Not processed: the agent redelivers it after `delay` seconds (0 to 600)."""
         self._subscription._settle((self,), check_delay(delay))
 
+    async def in_progress(self) -> None:
+        """Still being worked on: its ack deadline starts again (client/deadlines.py)."""
+        from echelon.client.deadlines import in_progress
+
+        in_progress(self)
+
+    async def term(self) -> None:
+        """Never to be processed, nor redelivered: settled as acked, and counted in the
+        subscription's `terminated` (a poison message)."""
+        sub = self._subscription
+        if not self.settled and hasattr(sub, "terminated"):
+            sub.terminated += 1
+        sub._settle((self,), None)
+
 
 def subscribe_call(channel: grpc.aio.Channel) -> grpc.aio.StreamStreamCall:
     """A Subscribe call whose Deliveries are read as DeliveryRead."""

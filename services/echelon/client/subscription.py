@@ -60,6 +60,8 @@ import grpc
 from echelon.client.acks import Flusher, Settlements
 from echelon.client.callbacks import dispatch
 from echelon.client.connection import Connection, ConnectionEvent, Outage
+from echelon.client.deadlines import ACK_DEADLINE, DeadLetters, Deadlines
+from echelon.client.deadlines import check as check_dead_messages
 from echelon.client.inbox import Inbox, Stale
 from echelon.client.errors import (ClientClosed, EchelonError, FailedPrecondition, InvalidArgument,
                                    Timeout, Unavailable, from_rpc_error, from_status)
@@ -93,11 +95,13 @@ class Subscription(Inbox):
 
     def __init__(self, conn: Connection, topic: str, flt: str | Filter, name: str, max_outstanding: int,
                  callback: Callback | None, durable: ppb.DurableOptions | None = None, max_whole: int = MAX_WHOLE,
-                 shared: bool = False, reconnect: bool = False):
+                 shared: bool = False, reconnect: bool = False, ack_deadline: float = ACK_DEADLINE,
+                 max_deliveries: int = 0, dead_letter_topic: str = ""):
         if max_outstanding < 1:
             raise InvalidArgument(f"max_outstanding {max_outstanding}: at least 1")
         if max_whole < 0:
             raise InvalidArgument(f"max_whole {max_whole}: at least 0")
+        check_dead_messages(ack_deadline, max_deliveries, dead_letter_topic)
         self.max_whole = max_whole
         self._conn = conn
         self.name = name
@@ -120,7 +124,9 @@ class Subscription(Inbox):
         self._share = shared and durable is None
         self._agent = 0  # the index, in the client's list, of the agent the stream runs through
         super().__init__(self._new_settlements(Flusher(self._write_requests)),
-                         conn.acked(name) if durable is not None else None)
+                         conn.acked(name) if durable is not None else None,
+                         Deadlines(self, ack_deadline) if ack_deadline else None,
+                         DeadLetters(self, max_deliveries, dead_letter_topic) if max_deliveries else None)
         self._sliced = Sliced(max_whole, self._put, self._lost)  # sliced payloads being received
         self._callbacks: set[asyncio.Task] = set()
         self._call = None
@@ -185,6 +191,8 @@ class Subscription(Inbox):
             self._conn.forget(self)
             raise
         self._read_stream()
+        if self._deadlines is not None:
+            self._tasks.append(asyncio.create_task(self._deadlines.run(), name="subscription ack deadlines"))
         if self._callback is not None:
             self._tasks.append(asyncio.create_task(dispatch(self, self._callback), name="subscription callbacks"))
 
@@ -363,6 +371,8 @@ class Subscription(Inbox):
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._dead_letters is not None:
+            await self._dead_letters.close()
         if not self._ended.is_set():  # closed while no stream was open (reconnecting)
             self._finish(None)
 
@@ -418,6 +428,9 @@ class Subscription(Inbox):
         if self._shared is None:
             self.settlements.flusher.cancel()
         self._call, self._shared = None, None
+        self._extended.clear()
+        if self._deadlines is not None:
+            self._deadlines.clear()
         stale = Stale(self, self._acked)
         for batch in self._handed:
             for m in batch:
