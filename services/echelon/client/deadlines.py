@@ -5,7 +5,8 @@ deadline per subscription, `msg.in_progress()` to extend it, `msg.term()`, and
 - Ack deadline (default 60 s, as Google Pub/Sub's): a message handed out and not
   settled within it is nacked (no delay), so the agent redelivers it (`redelivery_count`
   + 1) instead of it waiting behind a stuck callback until the stream ends; settling
-  the first copy later does nothing. `in_progress()` restarts its deadline. A payload
+  the first copy later does nothing (it comes back between one and one and a quarter
+  deadlines). `in_progress()` restarts its deadline. A payload
   streamed to `chunks()` has none (reading it may take longer than any deadline).
 - `term()`: processed never, redelivered never: acked, and counted (`terminated`).
 - `max_deliveries` (0: no bound): a message already delivered that many times
@@ -21,10 +22,9 @@ Counted on the Subscription: `expired`, `terminated`, `dead_lettered`.
 from __future__ import annotations
 
 import asyncio
-import heapq
-import itertools
 import logging
 import time
+from collections import deque
 from typing import TYPE_CHECKING
 
 from echelon.client.errors import EchelonError, InvalidArgument
@@ -52,63 +52,56 @@ def check(ack_deadline: float, max_deliveries: int, dead_letter_topic: str) -> N
 
 
 class Deadlines:
-    """The ack deadlines of one subscription's messages handed out: a heap of (when, batch),
-    swept by a task that sleeps until the earliest."""
+    """The ack deadlines of one subscription's messages handed out, kept without a cost per
+    message: messages are handed out in delivery id order (client/inbox.py), so a mark
+    (time, highest id handed out by then) taken every quarter deadline says which ids were
+    out before a time. A sweep nacks the unsettled ones at or below the newest mark older
+    than the deadline: a message comes back between one and one and a quarter deadlines."""
 
     def __init__(self, sub: "Subscription", seconds: float):
         self.sub = sub
         self.seconds = seconds
-        self._heap: list = []
-        self._order = itertools.count()  # ties: batches are never compared
-        self._changed: asyncio.Event | None = None
-
-    def handed(self, batch: tuple) -> None:
-        heapq.heappush(self._heap, (time.monotonic() + self.seconds, next(self._order), batch))
-        if len(self._heap) == 1 and self._changed is not None:
-            self._changed.set()
+        self._marks: deque[tuple[float, int]] = deque()
 
     def clear(self) -> None:
-        """The stream was lost: its messages are the Stale ones now (client/inbox.py)."""
-        self._heap.clear()
+        """The stream was lost: its ids mean nothing to the next one (its messages are Stale)."""
+        self._marks.clear()
 
     async def run(self) -> None:
-        self._changed = asyncio.Event()
+        tick = max(self.seconds / 4, 0.01)
         while True:
-            if not self._heap:
-                self._changed.clear()
-                await self._changed.wait()
-                continue
-            wait = self._heap[0][0] - time.monotonic()
-            if wait > 0:
-                await asyncio.sleep(wait)
-                continue
-            self._expire(time.monotonic())
+            await asyncio.sleep(tick)
+            now = time.monotonic()
+            handed = self.sub._handed
+            self._marks.append((now, handed[-1][-1].delivery_id if handed and handed[-1] else 0))
+            bound = 0
+            while self._marks and self._marks[0][0] <= now - self.seconds:
+                bound = self._marks.popleft()[1]
+            if bound:
+                self._expire(now, bound)
 
-    def _expire(self, now: float) -> None:
-        if self.sub._half_closed or self.sub._ended.is_set():
-            self._heap.clear()  # the stream's end gives everything back anyway
-            return
+    def _expire(self, now: float, bound: int) -> None:
+        sub = self.sub
+        if sub._half_closed or sub._ended.is_set():
+            return  # the stream's end gives everything back anyway
         due = []
-        heap = self._heap
-        while heap and heap[0][0] <= now:
-            _, _, batch = heapq.heappop(heap)
+        for batch in list(sub._handed):
+            if batch and batch[0].delivery_id > bound:
+                break
             for m in batch:
-                if m.settled or m._chunks is not None:
+                if m.delivery_id > bound or m.settled or m._chunks is not None or m._subscription is not sub:
                     continue
-                if m._subscription is not self.sub:  # (a stale one: its stream is gone)
-                    continue
-                extended = self.sub._extended.get(m.delivery_id)
+                extended = sub._extended.get(m.delivery_id)
                 if extended is not None and extended > now:
-                    heapq.heappush(heap, (extended, next(self._order), (m,)))
                     continue
                 due.append(m)
         if due:
             for m in due:
-                self.sub._extended.pop(m.delivery_id, None)
-            self.sub.expired += len(due)
+                sub._extended.pop(m.delivery_id, None)
+            sub.expired += len(due)
             log.info("%d messages of subscription %r past their ack deadline: redelivered", len(due),
-                     self.sub.name or self.sub._open.topic)
-            self.sub._settle(due, 0.0)
+                     sub.name or sub._open.topic)
+            sub._settle(due, 0.0)
 
 
 class DeadLetters:

@@ -174,8 +174,6 @@ class Inbox:
             if len(handed) > 2 * self._unsettled + 64:  # held behind an old unsettled one
                 handed = self._handed = deque(b for b in handed if not all(m.settled for m in b))
         handed.append(batch)  # kept as a tuple: the application may change its list
-        if self._deadlines is not None:
-            self._deadlines.handed(batch)
         self._unsettled += len(batch)
         return list(batch)
 
