@@ -67,7 +67,7 @@ from echelon.client.errors import (ClientClosed, EchelonError, FailedPreconditio
                                    Timeout, Unavailable, from_rpc_error, from_status)
 from echelon.client.message import Message, Sliced, check_delay, subscribe_call
 from echelon.client.shared import SharedStream
-from echelon.core.filters import Filter
+from echelon.core.filters import Disjunction, Filter
 from echelon.runtime.transport import SUBSCRIPTION_KEY
 from echelon.runtime.wire import filter_to_pb
 from echelon.v1 import pubsub_pb2 as ppb
@@ -112,7 +112,7 @@ class Subscription(Inbox):
         self.gaps: list[tuple[float, float]] = []  # (lost, reopened), Unix seconds: events may be missing there
         open_ = ppb.SubscriptionOpen(topic=topic, subscription=name, credits=max_outstanding, durable=durable,
                                      encoded_events=True)
-        if isinstance(flt, Filter):
+        if isinstance(flt, (Filter, Disjunction)):  # a parsed filter: its structured form
             open_.filter.CopyFrom(filter_to_pb(flt))
         else:
             open_.filter_text = flt
