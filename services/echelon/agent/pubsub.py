@@ -20,7 +20,9 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
+from echelon.agent.durable.caps import check_options
 from echelon.agent.durable.rpc import relay
+from echelon.agent.ownership import caller_name, check, claim, scoped
 from echelon.agent.publishing import Publishing
 from echelon.agent.shared_stream import SharedStream
 from echelon.runtime.errors import InvalidArgument, NotFound, ResourceExhausted
@@ -58,9 +60,12 @@ class PubSubServicer(pgrpc.PubSubServicer):
         # The caller's right and subscription count, checked here, before a durable open is
         # relayed to its holder (which sees this agent, a member, as the caller). `release`
         # runs once however the stream ends.
-        release = node.server.access.open_subscription(first.open.topic)
+        access = node.server.access
+        release = access.open_subscription(first.open.topic)
         try:
+            claim(access, first.open)  # the name in its owner's scope (ownership.py)
             if first.open.HasField("durable"):  # durable.py: served by its first alive holder
+                check_options(access, first.open)  # the operator's caps (durable/caps.py)
                 target = await node.durables.route(first.open)
                 if target is not None:
                     try:
@@ -72,7 +77,7 @@ class PubSubServicer(pgrpc.PubSubServicer):
                 sub = await node.durables.open(first.open)
             else:
                 # Attached and registered; if this await is cancelled, the open closes it itself.
-                sub = await node.subscriptions.open(first.open)
+                sub = await node.subscriptions.open(first.open, caller_name(access))
         except BaseException:
             release()
             raise
@@ -167,15 +172,21 @@ class PubSubServicer(pgrpc.PubSubServicer):
         """Gone from this agent at once; the answer waits (up to the matcher timeout) for the
         tier to acknowledge the removal, which is retried after that if it must be."""
         access = self.node.server.access  # the subscribe right on its topic (runtime/auth.py)
-        sub = self.node.subscriptions.subs.get(request.subscription)
+        given = request.subscription
+        # Ephemeral names (`~N`) are this agent's own and carry their owner; the others are
+        # in their owner's scope (ownership.py). Another's is "does not exist".
+        name = given if given.startswith("~") else scoped(access, given)
+        sub = self.node.subscriptions.subs.get(name)
         if sub is None or sub.durable:
-            record = await self.node.durables.peers.locate(request.subscription) if request.subscription else None
+            record = await self.node.durables.peers.locate(name) if name else None
             if record is not None:  # a durable subscription: gone from every holder
+                check(access, record.name, record.topic, given)
                 access.require("subscribe", record.topic, SERVICE)
                 await self.node.durables.delete(record)
                 return ppb.UnsubscribeResponse()
         if sub is None:
-            raise NotFound(f"subscription {request.subscription!r} does not exist on this agent")
+            raise NotFound(f"subscription {given!r} does not exist on this agent")
+        check(access, sub.name, sub.topic, given, sub.owner if sub.name.startswith("~") else None)
         access.require("subscribe", sub.topic, SERVICE)
         removed = self.node.subscriptions.close(sub)
         await asyncio.wait([removed], timeout=self.node.matching.timeout)

@@ -41,7 +41,7 @@ class Registry:
         self.subs: dict[str, Subscription] = {}  # by name
         self._ephemeral = 0
 
-    async def open(self, open_: ppb.SubscriptionOpen) -> Subscription:
+    async def open(self, open_: ppb.SubscriptionOpen, owner: str = "") -> Subscription:
         """Open (or resume) a subscription attached to the caller's stream, registered on the
         tier; if this is cancelled or fails, the subscription is closed again."""
         topic = await self.topics.get(open_.topic)
@@ -49,8 +49,8 @@ class Registry:
         flt.validate(self.topics.schema(topic))
         name = open_.subscription
         if name:
-            if name.startswith("~") or "/" in name:
-                raise InvalidArgument(f"subscription name {name!r}: no leading '~' and no '/'")
+            if name.startswith("~"):  # in its owner's scope already (ownership.py)
+                raise InvalidArgument(f"subscription name {name[:60]!r}: no leading '~' and no '/'")
             sub = self.subs.get(name)
             if sub is not None:
                 if sub.durable:
@@ -74,6 +74,7 @@ class Registry:
             self._ephemeral += 1
             name = f"~{self._ephemeral}"
         sub = Subscription(f"{self.me}/{name}", name, topic.name, flt, self.max_backlog)
+        sub.owner = owner
         sub.attach(open_.credits)
         self.subs[name] = sub
         self._changed()

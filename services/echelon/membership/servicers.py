@@ -162,13 +162,14 @@ class AdminServicer(pgrpc.AdminServicer):
     async def GetTopic(self, request, context):
         await self.node.peers.ready.wait()
         topic = self.replica.topics.get(request.name)
-        if topic is None:
-            raise NotFound(f"topic {request.name!r} does not exist")
+        if topic is None or not self.node.server.access.sees(request.name):  # describe rights
+            raise NotFound(f"topic {request.name[:200]!r} does not exist")
         return topic
 
     async def ListTopics(self, request, context):
         await self.node.peers.ready.wait()
-        return ppb.ListTopicsResponse(topics=[t for _, t in sorted(self.replica.topics.live().items())])
+        sees = self.node.server.access.sees  # describe rights (runtime/auth.py)
+        return ppb.ListTopicsResponse(topics=[t for n, t in sorted(self.replica.topics.live().items()) if sees(n)])
 
     async def DeleteTopic(self, request, context):
         await self.node.peers.ready.wait()

@@ -77,7 +77,7 @@ from pathlib import Path
 import grpc
 from prometheus_client import CollectorRegistry, Counter
 
-from echelon.core.acl import SUPERUSERS, Acl, Identity, Rule
+from echelon.core.acl import RIGHTS, SUPERUSERS, Acl, Identity, Rule
 from echelon.runtime.errors import EchelonError, PermissionDenied, ResourceExhausted, Unauthenticated
 from echelon.runtime.credentials import JwtKeys, StaticTokens, is_url
 from echelon.runtime.limits import Limits, Quotas
@@ -257,6 +257,16 @@ class Access:
             self.count(service, "permission_denied")
             raise PermissionDenied(refusal)
         return caller
+
+    def sees(self, topic: str) -> bool:
+        """Describe rights: a client sees a topic (and reads it, and its subscriptions'
+        existence) only if it holds some right on it; members and in-process calls see
+        everything. A topic it may not see is answered as one that does not exist."""
+        caller = CALLER.get()
+        if caller is None or not caller.limited:
+            return True
+        acl = self.acl()
+        return any(acl.allows(caller.identity, right, topic) for right in RIGHTS)
 
     def require_member(self, what: str, service: str) -> None:
         """Raise PermissionDenied unless the caller is a member: the `local` forms of the

@@ -373,5 +373,8 @@ class Durables:
                 raise ResourceExhausted(f"durable subscription {name!r} is full (REJECT_PUBLISH): publish later")
 
 def check_name(name: str) -> None:
-    if not name or name.startswith("~") or "/" in name or len(name) > 200:
-        raise InvalidArgument(f"durable subscription name {name!r}: 1-200 characters, no leading '~', no '/'")
+    """A cluster-wide name: the client's part (after the last '/', ownership.py) 1-200
+    characters with no leading '~'; the owner's part as long as an identity's name."""
+    short = name.rpartition("/")[2]
+    if not short or short.startswith("~") or len(short) > 200 or len(name) > 456:
+        raise InvalidArgument(f"durable subscription name {name[:60]!r}: 1-200 characters, no leading '~', no '/'")

@@ -1,0 +1,160 @@
+"""An authenticated but hostile client (docs/security.md): it may not use another user's
+subscriptions, read past its ACLs, choose limits over the operator's, nor keep a stream
+its credentials no longer allow. Real agents, membership and matchers, tokens auth."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+import pytest_asyncio
+
+from echelon.client import Durable, errors
+from echelon.runtime.auth import AuthConfig
+from echelon.runtime.credentials import write_tokens_file
+from echelon.runtime.limits import Limits
+from echelon.runtime.transport import Transport
+from echelon.v1 import durable_pb2 as dpb
+from echelon.v1 import durable_pb2_grpc as dgrpc
+from tests.harness import Cluster, wait_for
+
+SCHEMA = ["Symbol:string", "Price:float:0:1000"]
+
+
+@pytest.fixture
+def tokens(tmp_path):
+    path = tmp_path / "tokens.json"
+    return path, write_tokens_file(path, {"root": ["admins"], "ann": [], "bob": [], "carol": []})
+
+
+async def start(tokens, limits: Limits | None = None, agents: int = 2) -> Cluster:
+    path, t = tokens
+    auth = AuthConfig(mode="tokens", tokens_file=str(path), member_token=t["cluster"], limits=limits or Limits())
+    return await Cluster(agents=agents, memberships=1, auth=auth).start()
+
+
+async def grant(c: Cluster, root, *rules: tuple[str, str, list[str]]) -> None:
+    for principal, pattern, rights in rules:
+        await root.grant_acl(principal, pattern, rights)
+    await wait_for(lambda: all(len(a.membership.acls) >= len(rules) for a in c.agent_nodes),
+                   what="the rules reach the agents")
+
+
+@pytest_asyncio.fixture
+async def cluster(tokens):
+    c = await start(tokens, Limits(durable_max_messages=1000, durable_max_replicas=2))
+    t = tokens[1]
+    root = c.client(0, t["root"])
+    await root.create_topic("quotes", SCHEMA)
+    await root.create_topic("secret", SCHEMA)
+    await grant(c, root, ("user:ann", "quotes", ["subscribe", "publish"]),
+                ("user:bob", "quotes", ["subscribe", "publish"]), ("user:ann", "secret", ["subscribe"]))
+    try:
+        yield c, t
+    finally:
+        await c.stop()
+
+
+async def names(client) -> list[str]:
+    return [s.name for s in await client.list_subscriptions()]
+
+
+async def test_durable_names_are_scoped_and_only_the_owner_or_a_topic_admin_uses_one(cluster):
+    c, t = cluster
+    root, ann, bob = c.client(0, t["root"]), c.client(1, t["ann"]), c.client(0, t["bob"])
+    async with ann.subscribe("quotes", name="orders", durable=Durable()):
+        pass
+    # Bob picks the same name: his own subscription, not Ann's.
+    async with bob.subscribe("quotes", name="orders", durable=Durable()):
+        pass
+    assert await names(ann) == ["ann/orders"]
+    assert await names(bob) == ["bob/orders"]
+    assert await names(root) == ["ann/orders", "bob/orders"]  # the admin of every topic sees both
+    async with ann.publisher() as pub:
+        await pub.publish("quotes", {"Symbol": "a", "Price": 1.0})
+    await wait_for(lambda: any(s.depth for a in c.agent_nodes for n, s in a.durables.subs.items()
+                               if n == "ann/orders"), what="ann's backlog holds the event")
+    # Bob, by Ann's qualified name: it does not exist for him, whatever he tries.
+    for attempt in (bob.get_subscription("ann/orders"), bob.seek("ann/orders", time=0),
+                    bob.delete_subscription("ann/orders"), bob.unsubscribe("ann/orders")):
+        with pytest.raises(errors.NotFound) as e:
+            await attempt
+        assert "ann/orders" in str(e.value) and "quotes" not in str(e.value)
+    with pytest.raises(errors.NotFound):
+        async with bob.subscribe("quotes", name="ann/orders", durable=Durable()) as sub:
+            await sub.next(timeout=5)
+    # Nothing changed: Ann's backlog is still owed to her, by either form of its name.
+    assert (await ann.get_subscription("orders")).backlog_messages == 1
+    async with ann.subscribe("quotes", name="ann/orders", durable=Durable()) as sub:
+        assert (await sub.next(timeout=10)).attributes["Symbol"] == "a"
+    # The topic's admin may; then it is gone for Ann too.
+    await root.delete_subscription("ann/orders")
+    assert await names(ann) == []
+    assert await names(bob) == ["bob/orders"]
+
+
+async def test_named_and_ephemeral_subscriptions_belong_to_their_opener(cluster):
+    c, t = cluster
+    ann, bob = c.client(0, t["ann"]), c.client(0, t["bob"])
+    agent = c.agent_nodes[0]
+    async with ann.subscribe("quotes", name="feed", shared=False), ann.subscribe("quotes", shared=False):
+        held = {n: s.owner for n, s in agent.subscriptions.subs.items()}
+        ephemeral = next(n for n in held if n.startswith("~"))
+        assert held == {"ann/feed": "ann", ephemeral: "ann"}
+        for name in ("ann/feed", "feed", ephemeral):
+            with pytest.raises(errors.NotFound):
+                await bob.unsubscribe(name)
+        assert set(agent.subscriptions.subs) == set(held)
+
+
+async def test_local_durable_reads_are_for_members_only(cluster):
+    c, t = cluster
+    ann = c.client(0, t["ann"])
+    async with ann.subscribe("quotes", name="orders", durable=Durable()):
+        pass
+    async with Transport(token=t["bob"]).dial(c.agent_nodes[0].address) as ch:
+        stub = dgrpc.DurableStub(ch)
+        for call in (stub.GetSubscription(dpb.GetSubscriptionRequest(name="ann/orders", local=True), timeout=5),
+                     stub.ListSubscriptions(dpb.ListSubscriptionsRequest(local=True), timeout=5)):
+            with pytest.raises(grpc.aio.AioRpcError) as e:
+                await call
+            assert e.value.code() == grpc.StatusCode.PERMISSION_DENIED
+
+
+async def test_topics_are_described_only_to_who_holds_a_right_on_them(cluster):
+    c, t = cluster
+    ann, bob, carol = c.client(0, t["ann"]), c.client(1, t["bob"]), c.client(0, t["carol"])
+    assert [x.name for x in await ann.list_topics()] == ["quotes", "secret"]
+    assert [x.name for x in await bob.list_topics()] == ["quotes"]
+    assert await carol.list_topics() == []
+    assert (await bob.get_topic("quotes")).name == "quotes"
+    for who, topic in ((bob, "secret"), (carol, "quotes"), (carol, "nothing-here")):
+        with pytest.raises(errors.NotFound, match=f"topic '{topic}' does not exist"):
+            await who.get_topic(topic)
+    # Membership's own Admin port answers the same way.
+    async with Transport(token=t["bob"]).dial(c.membership_nodes[0].address) as ch:
+        from echelon.v1 import pubsub_pb2 as ppb
+        from echelon.v1 import pubsub_pb2_grpc as pgrpc
+        listed = await pgrpc.AdminStub(ch).ListTopics(ppb.ListTopicsRequest(), timeout=5)
+        assert [x.name for x in listed.topics] == ["quotes"]
+
+
+async def test_operator_caps_refuse_what_a_subscriber_asks_over_them(cluster):
+    c, t = cluster
+    root, ann = c.client(0, t["root"]), c.client(1, t["ann"])
+    for options, cap in ((Durable(max_messages=10**12), "durable_max_messages=1000"),
+                         (Durable(replicas=5), "durable_max_replicas=2"),
+                         (Durable(idle_seconds=2**32 - 1), "durable_max_idle_seconds"),
+                         (Durable(max_bytes=10**15), "durable_max_bytes")):
+        with pytest.raises(errors.InvalidArgument, match=cap):
+            async with ann.subscribe("quotes", name="big", durable=options):
+                pass
+    # Pushing back on every publisher is the topic admin's choice.
+    with pytest.raises(errors.PermissionDenied, match="REJECT_PUBLISH"):
+        async with ann.subscribe("quotes", name="stop", durable=Durable(policy="reject-publish", max_messages=1)):
+            pass
+    assert await names(root) == []
+    async with root.subscribe("quotes", name="audit", durable=Durable(policy="reject-publish", max_messages=1000)):
+        pass
+    async with ann.subscribe("quotes", name="ok", durable=Durable(max_messages=1000, replicas=2)):
+        pass
+    assert await names(root) == ["ann/ok", "root/audit"]
