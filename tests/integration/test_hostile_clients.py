@@ -4,6 +4,10 @@ its credentials no longer allow. Real agents, membership and matchers, tokens au
 
 from __future__ import annotations
 
+import asyncio
+import json
+import time
+
 import grpc
 import pytest
 import pytest_asyncio
@@ -16,6 +20,8 @@ from echelon.runtime.transport import Transport
 from echelon.v1 import durable_pb2 as dpb
 from echelon.v1 import durable_pb2_grpc as dgrpc
 from tests.harness import Cluster, wait_for
+from tests.integration.test_auth_jwt import Keys
+from tests.integration.test_auth_jwt import start as start_jwt
 
 SCHEMA = ["Symbol:string", "Price:float:0:1000"]
 
@@ -158,3 +164,93 @@ async def test_operator_caps_refuse_what_a_subscriber_asks_over_them(cluster):
     async with ann.subscribe("quotes", name="ok", durable=Durable(max_messages=1000, replicas=2)):
         pass
     assert await names(root) == ["ann/ok", "root/audit"]
+
+
+# -- revocation reaches open streams ---------------------------------------------------------
+
+
+async def subscribed_and_publishing(c: Cluster, subscriber, publisher):
+    """An open subscription stream of `subscriber` that has received one event, and an open
+    publish stream of `publisher` (both on quotes)."""
+    sub = subscriber.subscribe("quotes", shared=False)
+    await sub.start()
+    pub = publisher.publisher()
+    await pub.__aenter__()
+    await pub.publish("quotes", {"Symbol": "before", "Price": 1.0})
+    assert (await sub.next(timeout=10)).attributes["Symbol"] == "before"
+    return sub, pub
+
+
+async def ended_with(sub, error) -> str:
+    """The error the subscription stream ended with (it must end by itself)."""
+    with pytest.raises(error) as e:
+        for _ in range(200):
+            await sub.next(timeout=30)
+    return str(e.value)
+
+
+async def test_a_removed_token_ends_its_open_streams_with_unauthenticated(tokens, cluster):
+    c, t = cluster
+    path, _ = tokens
+    ann, bob = c.client(0, t["ann"]), c.client(1, t["bob"])
+    sub, pub = await subscribed_and_publishing(c, ann, ann)
+    bob_sub, bob_pub = await subscribed_and_publishing(c, bob, bob)
+    rows = json.loads(path.read_text())
+    rows["tokens"] = [r for r in rows["tokens"] if r["name"] != "ann"]
+    path.write_text(json.dumps(rows))
+    assert "no longer valid" in await ended_with(sub, errors.Unauthenticated)
+    with pytest.raises(errors.Unauthenticated):
+        for _ in range(100):
+            await pub.publish("quotes", {"Symbol": "after", "Price": 2.0})
+            await asyncio.sleep(0.1)
+    # Bob's streams go on.
+    await bob_pub.publish("quotes", {"Symbol": "bob", "Price": 3.0})
+    assert (await bob_sub.next(timeout=10)).attributes["Symbol"] == "bob"
+    await bob_sub.close()
+    await bob_pub.__aexit__(None, None, None)
+    await pub.__aexit__(None, None, None)
+    await sub.close()
+
+
+async def test_a_revoked_right_ends_the_subscription_streams_that_rely_on_it(cluster):
+    c, t = cluster
+    root, ann = c.client(0, t["root"]), c.client(1, t["ann"])
+    sub, pub = await subscribed_and_publishing(c, ann, root)
+    durable = ann.subscribe("quotes", name="orders", durable=Durable())
+    await durable.start()
+    await root.revoke_acl("user:ann", "quotes", ["subscribe"])
+    for s in (sub, durable):
+        message = await ended_with(s, errors.PermissionDenied)
+        assert "user:ann lacks the 'subscribe' right on topic 'quotes'" in message
+    # Her publish stream holds no subscribe right: it goes on (each publish is checked itself).
+    ann_pub = ann.publisher()
+    async with ann_pub:
+        await ann_pub.publish("quotes", {"Symbol": "x", "Price": 1.0})
+    await pub.__aexit__(None, None, None)
+    await sub.close()
+    await durable.close()
+
+
+async def test_jwt_streams_end_at_exp_and_when_their_key_leaves_the_jwks(tmp_path):
+    keys = Keys()
+    path = tmp_path / "jwks.json"
+    path.write_text(keys.jwks())
+    c, _ = await start_jwt(tmp_path, str(path))
+    try:
+        root = c.client(0, keys.token("root", groups=["admins"]))
+        await root.create_topic("quotes", SCHEMA)
+        short = c.client(0, keys.token("ann", exp=int(time.time()) + 3, groups=["admins"]))
+        ec_signed = c.client(1, keys.token("bob", "ec-1", groups=["admins"]))
+        a, pa = await subscribed_and_publishing(c, short, root)
+        b, pb_ = await subscribed_and_publishing(c, ec_signed, root)
+        assert "expired" in await ended_with(a, errors.Unauthenticated)
+        await pb_.publish("quotes", {"Symbol": "still", "Price": 1.0})
+        assert (await b.next(timeout=10)).attributes["Symbol"] == "still"
+        path.write_text(keys.jwks("rsa-1"))  # the provider stops publishing ec-1
+        assert "unknown key" in await ended_with(b, errors.Unauthenticated)
+        for x in (pa, pb_):
+            await x.__aexit__(None, None, None)
+        await a.close()
+        await b.close()
+    finally:
+        await c.stop()

@@ -25,7 +25,8 @@ from echelon.agent.durable.rpc import relay
 from echelon.agent.ownership import caller_name, check, claim, scoped
 from echelon.agent.publishing import Publishing
 from echelon.agent.shared_stream import SharedStream
-from echelon.runtime.errors import InvalidArgument, NotFound, ResourceExhausted
+from echelon.runtime.auth import STREAM
+from echelon.runtime.errors import EchelonError, InvalidArgument, NotFound, ResourceExhausted
 from echelon.runtime.transport import SUBSCRIPTION_KEY
 from echelon.v1 import pubsub_pb2 as ppb
 from echelon.v1 import pubsub_pb2_grpc as pgrpc
@@ -37,6 +38,14 @@ log = logging.getLogger("echelon.agent")
 
 MAX_DELIVERIES = 256  # deliveries per Delivery message
 SERVICE = ppb.DESCRIPTOR.services_by_name["PubSub"].full_name
+
+
+def final_status(error: EchelonError) -> ppb.Delivery:
+    """The last message of a subscription stream that ends in `error`: its status in-band
+    (no delivery id), before the status itself. A client writing acks as the stream ends
+    may see the status replaced by INTERNAL "Internal error from Core" (grpc/grpc#36066);
+    this message reaches it first either way (docs/security.md)."""
+    return ppb.Delivery(code=error.code.value[0], error=error.message)
 
 
 class PubSubServicer(pgrpc.PubSubServicer):
@@ -92,6 +101,9 @@ class PubSubServicer(pgrpc.PubSubServicer):
                 else:
                     raise InvalidArgument("`open` may only be sent once")
 
+        stream = STREAM.get()
+        if stream is not None:  # a revoked stream's status goes in-band too (runtime/auth.py)
+            stream.final = final_status
         reader = None
         encoded = first.open.encoded_events  # the client reads Delivery.encoded_event
         delivered = node.metrics.deliveries.labels(sub.topic)  # once: labels() costs ~2 us a call
@@ -101,13 +113,13 @@ class PubSubServicer(pgrpc.PubSubServicer):
             reader = asyncio.create_task(read())
             reader.add_done_callback(lambda _: sub.changed.set())
             while True:
-                if sub.ended is not None:
-                    raise sub.ended
-                if sub.overflowed:
-                    raise ResourceExhausted(f"subscription {sub.name!r} passed its backlog bound of "
-                                            f"{sub.max_backlog} messages and was closed")
-                if sub.closed:
-                    raise NotFound(f"subscription {sub.name!r} was removed")
+                end = sub.ended if sub.ended is not None else ResourceExhausted(
+                    f"subscription {sub.name!r} passed its backlog bound of {sub.max_backlog} messages and was "
+                    f"closed") if sub.overflowed else NotFound(f"subscription {sub.name!r} was removed") \
+                    if sub.closed else None
+                if end is not None:
+                    yield final_status(end)  # in-band first: the status itself may reach the client as INTERNAL
+                    raise end
                 if reader.done():
                     reader.result()  # raises the reader's error, if any
                     return  # the client half-closed

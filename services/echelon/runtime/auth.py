@@ -68,6 +68,7 @@ stays open) and counted once per event.
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import logging
 from collections.abc import Callable, Mapping
@@ -148,15 +149,35 @@ class AuthConfig:
 @dataclass(frozen=True)
 class Caller:
     """The identity of the call being served, the key its limits are counted under, and
-    whether they apply (not to members, but to everyone when auth is off)."""
+    whether they apply (not to members, but to everyone when auth is off); `token`: the
+    bearer token it was identified by ("": a certificate, or auth off)."""
 
     identity: Identity
     key: str
     peer: str
     limited: bool
+    token: str = field(default="", repr=False)
+
+
+@dataclass(eq=False)
+class OpenStream:
+    """A streaming call being served, re-checked every RECHECK seconds (`Access.recheck`):
+    its token must still identify the same caller and it must still hold `needs` (the
+    rights its handler relies on, e.g. subscribe on its topic). `final`, if the handler
+    set it, makes the message that carries a refusal's status in-band before the stream
+    ends (grpc/grpc#36066 can turn the status itself into INTERNAL at the client)."""
+
+    caller: Caller
+    service: str
+    task: asyncio.Task | None
+    needs: list[tuple[str, str]] = field(default_factory=list)
+    final: Callable[[EchelonError], object] | None = None
+    revoked: EchelonError | None = None
 
 
 CALLER: contextvars.ContextVar[Caller | None] = contextvars.ContextVar("echelon_caller", default=None)
+STREAM: contextvars.ContextVar[OpenStream | None] = contextvars.ContextVar("echelon_stream", default=None)
+RECHECK = 1.0  # seconds between re-checks of the open streams (revocation, JWT expiry)
 
 
 def certificate_identity(peer: PeerIdentity) -> Identity:
@@ -192,6 +213,7 @@ class Access:
         self.jwt = JwtKeys(c.jwks, c.audience, c.issuer) if c.mode == "jwt" else None
         self.acl: Callable[[], Acl] = Acl  # the node points it at its view's rules
         self.quotas = Quotas(self.config.limits)
+        self.streams: set[OpenStream] = set()  # streaming calls being served (recheck)
         self.refused = Counter("echelon_refused_calls_total",
                                "Calls (or events in a publish stream) refused, by gRPC service and reason.",
                                ["service", "reason"], registry=registry)
@@ -200,11 +222,15 @@ class Access:
         self.refused.labels(service, reason).inc()
 
     def identify(self, context) -> Identity:
+        return self.credential(context)[0]
+
+    def credential(self, context) -> tuple[Identity, str]:
+        """The caller's identity and the bearer token it was identified by ("" for none)."""
         if not self.on:
-            return ANONYMOUS
+            return ANONYMOUS, ""
         peer = peer_certificate_identity(context)
         if peer is not None:  # the certificate wins over a token (module doc)
-            return self._super(certificate_identity(peer))
+            return self._super(certificate_identity(peer)), ""
         token = ""
         for key, value in context.invocation_metadata() or ():
             if key == AUTHORIZATION_KEY:
@@ -214,6 +240,9 @@ class Access:
         if not token:
             raise Unauthenticated("no credentials: send a bearer token ('authorization: Bearer <token>', "
                                   "--token, $ECHELON_TOKEN) or a client certificate")
+        return self._by_token(token), token
+
+    def _by_token(self, token: str) -> Identity:
         # A JWT has three dot-separated parts; static tokens (token_urlsafe) have no dot.
         if self.jwt is not None and token.count(".") == 2:
             identity = self.jwt.identify(token)
@@ -230,10 +259,10 @@ class Access:
 
     def admit(self, method: str, rule: str, request, context) -> Caller:
         """The caller of a call under `rule`, or the domain error refusing it."""
-        identity = self.identify(context)
+        identity, token = self.credential(context)
         peer = context.peer() or "unknown"
         caller = Caller(identity, str(identity) if self.on else f"connection {peer}", peer,
-                        not (self.on and identity.member))
+                        not (self.on and identity.member), token)
         if rule == MEMBER and not identity.member:
             raise PermissionDenied(f"{identity} may not call {method}: it is for cluster members only")
         if rule in (ADMIN, TOPIC_ADMIN):
@@ -319,12 +348,73 @@ class Access:
             self.count(_V1 + "PubSub", "subscriptions")
             raise ResourceExhausted(over)
         held = [True]
+        stream, need = STREAM.get(), ("subscribe", topic)
+        if stream is not None:  # re-checked while the stream is open (recheck)
+            stream.needs.append(need)
 
         def release() -> None:
             if held.pop() if held else False:
                 self.quotas.close_subscription(caller.key)
+                if stream is not None and need in stream.needs:
+                    stream.needs.remove(need)
 
         return release
+
+    # -- revocation reaches open streams -------------------------------------------------
+
+    def recheck(self) -> int:
+        """Every open stream checked again: its token (the tokens file re-read if it
+        changed, a JWT's signature against the current keys and its `exp`) and the rights
+        it relies on under the current ACLs. One that no longer passes is ended with
+        UNAUTHENTICATED or PERMISSION_DENIED (`end`). Each distinct token is verified once
+        per pass. Returns how many were ended."""
+        if not self.on or not self.streams:
+            return 0
+        if self.jwt is not None:
+            self.jwt.refresh()
+        acl, verdicts, ended = self.acl(), {}, 0
+        for s in list(self.streams):
+            if s.revoked is not None:
+                continue
+            identity, why = s.caller.identity, None
+            if s.caller.token:
+                v = verdicts.get(s.caller.token)
+                if v is None:
+                    try:
+                        v = self._by_token(s.caller.token)
+                    except Unauthenticated as e:
+                        v = e
+                    verdicts[s.caller.token] = v
+                if isinstance(v, Unauthenticated):
+                    why = Unauthenticated(f"the credentials this stream was opened with are no longer valid "
+                                          f"({v.message})")
+                else:
+                    identity = v  # groups may have changed
+            for right, topic in () if why else list(s.needs):
+                refusal = acl.refusal(identity, right, topic)
+                if refusal:
+                    why = PermissionDenied(f"{refusal} any longer")
+                    break
+            if why is not None:
+                self.end(s, why)
+                ended += 1
+        return ended
+
+    def end(self, stream: OpenStream, why: EchelonError) -> None:
+        """End an open stream with `why`: its task is cancelled and the interceptor turns
+        the cancellation into `why`'s status (with `final` first, if set)."""
+        stream.revoked = why
+        self.count(stream.service, _REASON[why.code])
+        if stream.task is not None:
+            stream.task.cancel()
+
+    async def recheck_loop(self) -> None:
+        while True:
+            await asyncio.sleep(RECHECK)
+            try:
+                self.recheck()
+            except Exception:  # noqa: BLE001 - one bad pass must not stop the next ones
+                log.exception("re-checking open streams failed")
 
 
 def _unchecked(topic: str) -> None:
@@ -395,10 +485,23 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
                 if over:
                     access.count(service, "streams")
                     raise ResourceExhausted(over)
+            stream = None
+            if access.on:  # re-checked while open (Access.recheck)
+                stream = OpenStream(caller, service, asyncio.current_task())
+                STREAM.set(stream)
+                access.streams.add(stream)
             try:
                 async for response in behavior(request, context):
                     yield response
+            except asyncio.CancelledError:
+                if stream is None or stream.revoked is None:
+                    raise
+                if stream.final is not None:
+                    yield stream.final(stream.revoked)
+                raise stream.revoked from None
             finally:
+                if stream is not None:
+                    access.streams.discard(stream)
                 if counted:
                     access.quotas.close_stream(caller.key, caller.peer)
 

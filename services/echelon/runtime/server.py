@@ -128,6 +128,7 @@ class Server:
         self.client_port = 0
         self.health_port = 0
         self._health_only: grpc.aio.Server | None = None
+        self._recheck: asyncio.Task | None = None
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.grpc)
 
     def add(self, register: Callable[[Any, grpc.aio.Server], None], servicer: Any, full_name: str) -> None:
@@ -161,9 +162,13 @@ class Server:
         for name in self.service_names[2:]:  # zeros from the start, past health and reflection
             for reason in REASONS:
                 self.access.refused.labels(name, reason)
+        if self.access.on:  # revocation reaches open streams (runtime/auth.py)
+            self._recheck = asyncio.create_task(self.access.recheck_loop(), name="auth-recheck")
         return self.port
 
     async def stop(self, grace: float = 5.0) -> None:
+        if self._recheck is not None:
+            self._recheck.cancel()
         await self.health.enter_graceful_shutdown()
         await self.grpc.stop(grace)
         if self._health_only is not None:
