@@ -19,6 +19,8 @@ from echelon.runtime.limits import Limits
 from echelon.runtime.transport import Transport
 from echelon.v1 import durable_pb2 as dpb
 from echelon.v1 import durable_pb2_grpc as dgrpc
+from echelon.v1 import pubsub_pb2 as ppb
+from echelon.v1 import pubsub_pb2_grpc as pgrpc
 from tests.harness import Cluster, wait_for
 from tests.integration.test_auth_jwt import Keys
 from tests.integration.test_auth_jwt import start as start_jwt
@@ -138,8 +140,6 @@ async def test_topics_are_described_only_to_who_holds_a_right_on_them(cluster):
             await who.get_topic(topic)
     # Membership's own Admin port answers the same way.
     async with Transport(token=t["bob"]).dial(c.membership_nodes[0].address) as ch:
-        from echelon.v1 import pubsub_pb2 as ppb
-        from echelon.v1 import pubsub_pb2_grpc as pgrpc
         listed = await pgrpc.AdminStub(ch).ListTopics(ppb.ListTopicsRequest(), timeout=5)
         assert [x.name for x in listed.topics] == ["quotes"]
 
@@ -254,3 +254,43 @@ async def test_jwt_streams_end_at_exp_and_when_their_key_leaves_the_jwks(tmp_pat
         await b.close()
     finally:
         await c.stop()
+
+
+async def test_a_refused_stream_carries_its_status_in_band_while_the_client_keeps_writing(cluster):
+    """grpc/grpc#36066: an asyncio client whose write fails as the server ends the stream
+    may see INTERNAL "Internal error from Core" instead of the server's status. The agent
+    sends the status in-band first (the last Delivery: code and error, no delivery id),
+    which the client reads whatever the call's status becomes."""
+    c, t = cluster
+    root = c.client(0, t["root"])
+    raw_codes = []
+    for round_ in range(4):
+        await root.grant_acl("user:bob", "quotes", ["subscribe"])
+        await wait_for(lambda: all(any("user:bob" in k and "subscribe" in r.rights for k, r in a.membership.acls.items())
+                                   for a in c.agent_nodes), what="bob's right reaches the agents")
+        async with Transport(token=t["bob"]).dial(c.agent_nodes[0].address) as ch:
+            call = pgrpc.PubSubStub(ch).Subscribe()
+            await call.write(ppb.SubscribeRequest(open=ppb.SubscriptionOpen(topic="quotes", credits=10)))
+            await call.initial_metadata()
+
+            async def hammer():  # acks all the time, as a busy consumer writes them
+                try:
+                    while True:
+                        await call.write(ppb.SubscribeRequest(ack=ppb.SubscriberAck(credits=1)))
+                except (grpc.aio.AioRpcError, asyncio.InvalidStateError, grpc.aio.UsageError):
+                    pass
+            writer = asyncio.create_task(hammer())
+            await root.revoke_acl("user:bob", "quotes", ["subscribe"])
+            last = None
+            try:
+                async for delivery in call:
+                    last = delivery
+            except grpc.aio.AioRpcError:
+                pass
+            raw_codes.append((await call.code()).name)
+            writer.cancel()
+            assert last is not None and last.code == grpc.StatusCode.PERMISSION_DENIED.value[0], (round_, last)
+            assert "lacks the 'subscribe' right" in last.error
+    print("the call's own status in each round:", raw_codes)  # PERMISSION_DENIED, or INTERNAL (the bug)
+    assert set(raw_codes) <= {"PERMISSION_DENIED", "INTERNAL"}
+

@@ -71,6 +71,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -79,7 +80,7 @@ import grpc
 from prometheus_client import CollectorRegistry, Counter
 
 from echelon.core.acl import RIGHTS, SUPERUSERS, Acl, Identity, Rule
-from echelon.runtime.errors import EchelonError, PermissionDenied, ResourceExhausted, Unauthenticated
+from echelon.runtime.errors import EchelonError, InvalidArgument, PermissionDenied, ResourceExhausted, Unauthenticated
 from echelon.runtime.credentials import JwtKeys, StaticTokens, is_url
 from echelon.runtime.limits import Limits, Quotas
 from echelon.runtime.transport import AUTHORIZATION_KEY, PeerIdentity, peer_certificate_identity
@@ -113,7 +114,7 @@ POLICY: dict[str, str] = {
     **{_V1 + m: CLIENT for m in ("Durable/ListSubscriptions", "Durable/GetSubscription", "Durable/Seek",
                                  "Durable/DeleteSubscription")},
 }
-REASONS = ("unauthenticated", "permission_denied", "publish_rate", "subscriptions", "streams")
+REASONS = ("unauthenticated", "permission_denied", "publish_rate", "subscriptions", "streams", "malformed")
 
 
 @dataclass(frozen=True)
@@ -178,6 +179,8 @@ class OpenStream:
 CALLER: contextvars.ContextVar[Caller | None] = contextvars.ContextVar("echelon_caller", default=None)
 STREAM: contextvars.ContextVar[OpenStream | None] = contextvars.ContextVar("echelon_stream", default=None)
 RECHECK = 1.0  # seconds between re-checks of the open streams (revocation, JWT expiry)
+LOG_INTERVAL = 60.0  # seconds between two log lines of one (host, reason) refusal
+_NOTED = 10_000  # (host, reason) pairs remembered for that
 
 
 def certificate_identity(peer: PeerIdentity) -> Identity:
@@ -214,12 +217,27 @@ class Access:
         self.acl: Callable[[], Acl] = Acl  # the node points it at its view's rules
         self.quotas = Quotas(self.config.limits)
         self.streams: set[OpenStream] = set()  # streaming calls being served (recheck)
+        self._noted: dict[tuple[str, str], float] = {}  # (host, reason) -> when last logged (note)
         self.refused = Counter("echelon_refused_calls_total",
                                "Calls (or events in a publish stream) refused, by gRPC service and reason.",
                                ["service", "reason"], registry=registry)
 
     def count(self, service: str, reason: str) -> None:
         self.refused.labels(service, reason).inc()
+
+    def note(self, peer: str, reason: str, message: str, now: float) -> None:
+        """Log a refusal at most once per (peer host, reason) per LOG_INTERVAL, one line, no
+        traceback: a client sending garbage or bad credentials in a loop cannot flood the
+        log (every refusal is counted all the same)."""
+        host = peer.rpartition(":")[0] or peer  # the connection's port left out: one line per host
+        key = (host, reason)
+        if now - self._noted.get(key, float("-inf")) < LOG_INTERVAL:
+            return
+        if len(self._noted) >= _NOTED:
+            self._noted.clear()
+        self._noted[key] = now
+        log.warning("refused %s from %s: %s (logged once per %.0f s per host and reason)", reason, host,
+                    message[:200], LOG_INTERVAL)
 
     def identify(self, context) -> Identity:
         return self.credential(context)[0]
@@ -257,9 +275,11 @@ class Access:
             return Identity(identity.name, identity.groups | {SUPERUSERS})
         return identity
 
-    def admit(self, method: str, rule: str, request, context) -> Caller:
-        """The caller of a call under `rule`, or the domain error refusing it."""
-        identity, token = self.credential(context)
+    def admit(self, method: str, rule: str, request, context,
+              credential: tuple[Identity, str] | None = None) -> Caller:
+        """The caller of a call under `rule`, or the domain error refusing it (`credential`:
+        the caller's, if already identified)."""
+        identity, token = credential or self.credential(context)
         peer = context.peer() or "unknown"
         caller = Caller(identity, str(identity) if self.on else f"connection {peer}", peer,
                         not (self.on and identity.member), token)
@@ -447,25 +467,60 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
             return handler
         access = self.access
 
-        def admit(request, context) -> Caller:
+        def admit(request, context, credential=None) -> Caller:
             try:
                 if rule is None:
                     log.error("no access rule for %s: refused", method)
                     raise PermissionDenied(f"{method} has no access rule")
-                caller = access.admit(method, rule, request, context)
+                caller = access.admit(method, rule, request, context, credential)
             except EchelonError as e:
-                access.count(service, _REASON[e.code])
+                refused(context, e)
                 raise
             CALLER.set(caller)
             return caller
 
-        if not handler.request_streaming and not handler.response_streaming:
-            async def unary(request, context):
+        def refused(context, e: EchelonError) -> None:
+            reason = _REASON.get(e.code, "malformed")
+            access.count(service, reason)
+            access.note(context.peer() or "unknown", reason, f"{method}: {e.message}", time.monotonic())
+
+        async def first(requests, context):
+            """Authenticate before decoding: a call with one request message is served as a
+            client stream (handlers below), so the caller is identified from its metadata
+            before its body is read; an unauthenticated caller's body is never read (what
+            it can make the server buffer is the HTTP/2 flow-control window, not its
+            message), and a body that does not decode is INVALID_ARGUMENT, not a traceback."""
+            try:
+                credential = access.credential(context)
+            except EchelonError as e:
+                refused(context, e)
+                raise
+            raw = await anext(requests, None)
+            if raw is None:
+                raise InvalidArgument(f"{method}: no request message")
+            try:
+                request = deserialize(raw) if deserialize is not None else raw
+            except Exception:  # noqa: BLE001 - any decoding failure is the caller's
+                e = InvalidArgument(f"{method}: the request is not a valid {method.split('/')[1]} request")
+                refused(context, e)
+                raise e from None
+            admit(request, context, credential)
+            return request
+
+        deserialize = handler.request_deserializer
+        if not access.on and not handler.request_streaming and not handler.response_streaming:
+            async def plain_unary(request, context):  # nobody to keep out: read as gRPC reads it
                 admit(request, context)
                 return await handler.unary_unary(request, context)
 
-            return grpc.unary_unary_rpc_method_handler(unary, handler.request_deserializer,
-                                                       handler.response_serializer)
+            return grpc.unary_unary_rpc_method_handler(plain_unary, deserialize, handler.response_serializer)
+
+        if not handler.request_streaming and not handler.response_streaming:
+            async def unary(requests, context):
+                request = await first(requests, context)
+                return await handler.unary_unary(request, context)
+
+            return _unary_request(grpc.stream_unary_rpc_method_handler(unary, None, handler.response_serializer))
 
         if not handler.response_streaming:
             async def stream_unary(request_iterator, context):
@@ -478,7 +533,11 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         behavior = handler.stream_stream if handler.request_streaming else handler.unary_stream
 
         async def streaming(request, context):
-            caller = admit(None if handler.request_streaming else request, context)
+            if handler.request_streaming or not access.on:
+                caller = admit(None if handler.request_streaming else request, context)
+            else:  # one request message: read once its caller is known (`first`)
+                request = await first(request, context)
+                caller = CALLER.get()
             counted = caller.limited
             if counted:
                 over = access.quotas.open_stream(caller.key, caller.peer)
@@ -505,6 +564,22 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
                 if counted:
                     access.quotas.close_stream(caller.key, caller.peer)
 
-        wrap = grpc.stream_stream_rpc_method_handler if handler.request_streaming \
-            else grpc.unary_stream_rpc_method_handler
-        return wrap(streaming, handler.request_deserializer, handler.response_serializer)
+        if handler.request_streaming:
+            return grpc.stream_stream_rpc_method_handler(streaming, handler.request_deserializer,
+                                                         handler.response_serializer)
+        if not access.on:
+            return grpc.unary_stream_rpc_method_handler(streaming, deserialize, handler.response_serializer)
+        return _unary_request(grpc.stream_stream_rpc_method_handler(streaming, None, handler.response_serializer))
+
+
+class _UnaryRequest(type(grpc.stream_stream_rpc_method_handler(None))):
+    """A handler served as a client stream so that its one request is read after
+    admission (AuthInterceptor `first`); StatusInterceptor still labels it by its kind in
+    the contract (`unary_request`)."""
+
+    __slots__ = ()
+    unary_request = True
+
+
+def _unary_request(handler) -> _UnaryRequest:
+    return _UnaryRequest(*handler)

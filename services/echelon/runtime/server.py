@@ -40,8 +40,10 @@ class StatusInterceptor(grpc.aio.ServerInterceptor):
         if handler is None:
             return None
         _, service, method = details.method.split("/")
-        kind = ("bidi_stream" if handler.request_streaming else "server_stream") if handler.response_streaming \
-            else ("client_stream" if handler.request_streaming else "unary")
+        # A one-request call served as a client stream (runtime/auth.py) keeps its kind.
+        streaming_request = handler.request_streaming and not getattr(handler, "unary_request", False)
+        kind = ("bidi_stream" if streaming_request else "server_stream") if handler.response_streaming \
+            else ("client_stream" if streaming_request else "unary")
         labels = (kind, service, method)
         m = self.metrics
 
