@@ -20,7 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import statistics
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -94,43 +94,63 @@ class Victim:
 
 
 class Honest:
-    """A publisher on the victim agent and a subscriber on each agent, on `steady`:
-    (arrival time, latency) of every delivery."""
+    """A publisher on the victim agent and a subscriber on each agent, on `steady`, in a
+    process of their own (an attack's client work must not slow them down here): each
+    delivery's arrival time and latency, one line each in `path`."""
 
-    def __init__(self, clients: list[Client]):
-        self.clients = clients
-        self.latencies: list[tuple[float, float]] = []
-        self.tasks: list[asyncio.Task] = []
+    def __init__(self, abuse: "Abuse", path: Path):
+        self.abuse, self.path = abuse, path
+        self.proc: asyncio.subprocess.Process | None = None
 
     async def start(self) -> None:
-        for c in self.clients:
-            sub = c.subscribe("steady", shared=False)
-            await sub.start()
-            self.tasks.append(asyncio.create_task(self._receive(sub)))
-        self.tasks.append(asyncio.create_task(self._publish(self.clients[0])))
+        a = self.abuse
+        env = dict(os.environ, ECHELON_TOKEN=a.cluster.tokens["honest"])
+        self.proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "loadtest.abuse", "--honest", ",".join(a.cluster.agent_addresses()),
+            "--out", str(self.path), *(["--tls-dir", a.tls("honest")] if a.cluster.tls else []), env=env)
 
-    async def _publish(self, client: Client) -> None:
+    def p99(self, start: float, end: float) -> float:
+        xs = []
+        for line in self.path.read_text().splitlines() if self.path.exists() else ():
+            at, _, lat = line.partition(" ")
+            if lat and start <= float(at) <= end:
+                xs.append(float(lat))
+        if not xs:
+            return float("inf")  # nothing delivered at all: as bad as it gets
+        xs.sort()
+        return 1000 * xs[min(len(xs) - 1, int(0.99 * len(xs)))]
+
+    async def stop(self) -> None:
+        if self.proc is not None and self.proc.returncode is None:
+            self.proc.terminate()
+            await self.proc.wait()
+
+
+async def honest(addresses: list[str], out: Path, tls: str | None) -> None:
+    """The honest clients' process (`--honest`): runs until terminated."""
+    clients = [Client(address, tls=tls) for address in addresses]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    log = out.open("a", buffering=1)
+
+    async def receive(sub) -> None:
+        async for msg in sub:
+            now = time.time()
+            log.write(f"{now:.4f} {now - float(msg.payload):.5f}\n")
+            await msg.ack()
+
+    async def publish(client: Client) -> None:
         async with client.publisher() as pub:
             while True:
                 pub.publish_nowait("steady", {"Symbol": "s", "Price": 1.0}, payload=repr(time.time()).encode())
                 await asyncio.sleep(1 / RATE)
 
-    async def _receive(self, sub) -> None:
-        async for msg in sub:
-            now = time.time()
-            self.latencies.append((now, now - float(msg.payload)))
-            await msg.ack()
-
-    def p99(self, start: float, end: float) -> float:
-        xs = sorted(lat for at, lat in self.latencies if start <= at <= end)
-        if not xs:
-            return float("inf")  # nothing delivered at all: as bad as it gets
-        return 1000 * xs[min(len(xs) - 1, int(0.99 * len(xs)))]
-
-    async def stop(self) -> None:
-        for t in self.tasks:
-            t.cancel()
-        await asyncio.gather(*self.tasks, return_exceptions=True)
+    tasks = []
+    for c in clients:
+        sub = c.subscribe("steady", shared=False)
+        await sub.start()
+        tasks.append(asyncio.create_task(receive(sub)))
+    tasks.append(asyncio.create_task(publish(clients[0])))
+    await asyncio.gather(*tasks)
 
 
 def code(e: BaseException) -> str:
@@ -197,11 +217,9 @@ class Abuse:
             await asyncio.sleep(1.0)  # the rules reach the agents
             self.victim = Victim(c.process("agent-0").pid)
             sampler = asyncio.create_task(self.victim.sample())
-            honest_clients = [self.client("honest", 0), self.client("honest", 1)]
-            clients += honest_clients
-            self.honest = Honest(honest_clients)
+            self.honest = Honest(self, Path(self.args.out) / "honest.log")
             await self.honest.start()
-            await asyncio.sleep(3.0)
+            await asyncio.sleep(5.0)
             for attack in ATTACKS:
                 if c.tls and attack is revoked_token_open_streams:
                     continue  # with TLS a user is its certificate: removing a token revokes nothing
@@ -209,9 +227,10 @@ class Abuse:
                 self.rows.append(row)
                 print(fmt_row(row), flush=True)
             sampler.cancel()
-            await self.honest.stop()
             return self.rows
         finally:
+            if hasattr(self, "honest"):
+                await self.honest.stop()
             for x in clients:
                 await x.close()
             c.stop()
@@ -614,6 +633,9 @@ def table(rows: list[Row]) -> str:
 
 
 async def main(args: argparse.Namespace) -> int:
+    if args.honest:
+        await honest(args.honest.split(","), Path(args.out), args.tls_dir or None)
+        return 0
     abuse = Abuse(args)
     abuse.scoped = not args.unscoped
     print(HEADER, flush=True)
@@ -632,6 +654,8 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--unscoped", action="store_true", help="address the victim's subscription by its bare name "
                    "(a revision without name scopes)")
     p.add_argument("--out", default="out/abuse")
+    p.add_argument("--honest", default="", help=argparse.SUPPRESS)  # the honest clients' process
+    p.add_argument("--tls-dir", default="", help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
 
