@@ -180,6 +180,8 @@ class Abuse:
         """With TLS a user is its client certificate (the certificate wins over a token)."""
         if not self.cluster.tls:
             return None
+        if user == "admin":  # the launcher's certificate user, a superuser of a TLS cluster
+            return str(self.cluster.client_tls)
         return str(self.cluster._certificates("client", user, ("localhost",)))
 
     def client(self, user: str, agent: int = 0) -> Client:

@@ -97,7 +97,7 @@ def test_caps_refuse_over_the_operator_and_reject_publish_needs_topic_admin(acce
         Limits(durable_max_idle_seconds=0)
 
 
-def test_recheck_ends_the_streams_whose_token_or_right_is_gone(access, tmp_path, monkeypatch):
+async def test_recheck_ends_the_streams_whose_token_or_right_is_gone(access, tmp_path, monkeypatch):
     monkeypatch.setattr("echelon.runtime.credentials.RELOAD_CHECK", 0.0)
 
     class Task:

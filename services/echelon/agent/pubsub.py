@@ -25,7 +25,7 @@ from echelon.agent.durable.rpc import relay
 from echelon.agent.ownership import caller_name, check, claim, scoped
 from echelon.agent.publishing import Publishing
 from echelon.agent.shared_stream import SharedStream
-from echelon.runtime.auth import STREAM
+from echelon.runtime.auth import STREAM, cancel_after
 from echelon.runtime.errors import EchelonError, InvalidArgument, NotFound, ResourceExhausted
 from echelon.runtime.transport import SUBSCRIPTION_KEY
 from echelon.v1 import pubsub_pb2 as ppb
@@ -117,8 +117,9 @@ class PubSubServicer(pgrpc.PubSubServicer):
                     f"subscription {sub.name!r} passed its backlog bound of {sub.max_backlog} messages and was "
                     f"closed") if sub.overflowed else NotFound(f"subscription {sub.name!r} was removed") \
                     if sub.closed else None
-                if end is not None:
-                    yield final_status(end)  # in-band first: the status itself may reach the client as INTERNAL
+                if end is not None:  # in-band first: the status itself may reach the client as INTERNAL
+                    cancel_after()
+                    yield final_status(end)
                     raise end
                 if reader.done():
                     reader.result()  # raises the reader's error, if any

@@ -179,6 +179,7 @@ class OpenStream:
 CALLER: contextvars.ContextVar[Caller | None] = contextvars.ContextVar("echelon_caller", default=None)
 STREAM: contextvars.ContextVar[OpenStream | None] = contextvars.ContextVar("echelon_stream", default=None)
 RECHECK = 1.0  # seconds between re-checks of the open streams (revocation, JWT expiry)
+FINAL_GRACE = 5.0  # seconds a stream's last (status) message may take to go out
 LOG_INTERVAL = 60.0  # seconds between two log lines of one (host, reason) refusal
 _NOTED = 10_000  # (host, reason) pairs remembered for that
 
@@ -427,6 +428,7 @@ class Access:
         self.count(stream.service, _REASON[why.code])
         if stream.task is not None:
             stream.task.cancel()
+            cancel_after(stream.task)  # the in-band status may not go out to a client that reads nothing
 
     async def recheck_loop(self) -> None:
         while True:
@@ -435,6 +437,15 @@ class Access:
                 self.recheck()
             except Exception:  # noqa: BLE001 - one bad pass must not stop the next ones
                 log.exception("re-checking open streams failed")
+
+
+def cancel_after(task: asyncio.Task | None = None, seconds: float = FINAL_GRACE) -> None:
+    """Cancel `task` (the current one) in `seconds` unless it is done by then: a stream
+    ending with an in-band status (OpenStream.final) writes one more message, which a
+    client that reads nothing would otherwise hold up for ever."""
+    task = task or asyncio.current_task()
+    if task is not None:
+        asyncio.get_running_loop().call_later(seconds, task.cancel)
 
 
 def _unchecked(topic: str) -> None:
