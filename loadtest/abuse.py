@@ -21,6 +21,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import sys
 import time
 from dataclasses import dataclass, field
@@ -166,6 +167,8 @@ class Abuse:
         self.args = args
         self.short = args.short
         out = Path(args.out)
+        shutil.rmtree(out / "logs" / "tls", ignore_errors=True)  # a new CA each run: no old certificates
+        (out / "honest.log").unlink(missing_ok=True)
         self.cluster = Cluster(agents=2, matchers=1, memberships=1, placement=Loopback(0), log_dir=out / "logs",
                                auth=True, tls=args.tls)
         self.cluster._tokens = write_tokens_file(self.cluster.tokens_file, USERS)
