@@ -1,10 +1,11 @@
 """What the hostile-client checks cost on the hot path (docs/security.md): the same
 `--auth` cluster of processes (one agent, one matcher, one membership replica) from this
-tree and from a base revision, side by side in one run, alternating (base, head, base,
-head...). `python -m loadtest.bench_auth --base REV [--rounds N]`.
+tree and from a base revision, side by side in one run, alternating (base, head, head,
+base...). `python -m loadtest.bench_auth --base REV [--rounds N]`.
 
 Per child: events/s delivered end to end (one publisher with a bounded window, one
-subscriber), the p99 delivery latency at 1,000 events/s, and unary calls/s (GetTopic,
+subscriber) and the CPU time of the cluster's processes per 1,000 of them (what the
+checks cost, and what a shared machine's load disturbs least), the p99 delivery latency at 1,000 events/s, and unary calls/s (GetTopic,
 which the head tree reads only after authenticating). The table gives the median over
 the rounds per tree and head/base (above 1 is better now for a rate; for p99 the
 inverse). On a shared machine absolute figures drift with the load; read the ratio.
@@ -53,6 +54,7 @@ async def _measure() -> dict:
 
         async with client.publisher() as pub:
             # Saturation: a bounded window of events in flight.
+            cpu0 = _cpu(c.pids())
             start = time.perf_counter()
             reader = asyncio.create_task(receive(EVENTS, False))
             pending = set()
@@ -63,6 +65,7 @@ async def _measure() -> dict:
             await asyncio.gather(*pending)
             await reader
             rate = EVENTS / (time.perf_counter() - start)
+            cpu = (_cpu(c.pids()) - cpu0) / EVENTS * 1000 * 1000  # ms of the cluster's CPU per 1,000 events
             # 1,000/s for 3 s: the latency.
             got = 0
             reader = asyncio.create_task(receive(3000, True))
@@ -79,9 +82,22 @@ async def _measure() -> dict:
         unary = calls / (time.perf_counter() - start)
         await sub.close()
         await client.close()
-        return {"events_per_s": rate, "p99_ms": 1000 * latencies[int(0.99 * len(latencies))], "unary_per_s": unary}
+        return {"events_per_s": rate, "cpu_ms_per_1k": cpu, "p99_ms": 1000 * latencies[int(0.99 * len(latencies))],
+                "unary_per_s": unary}
     finally:
         c.stop()
+
+
+def _cpu(pids: list[int]) -> float:
+    """User and system seconds of `pids` so far (/proc)."""
+    total = 0.0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except OSError:
+            pass
+    return total
 
 
 def run_child(tree: Path) -> dict:
@@ -107,11 +123,12 @@ def main() -> None:
     subprocess.run(["tar", "-x", "-C", str(base)], input=archive.stdout, check=True)
     rows: dict[str, list[dict]] = {"base": [], "head": []}
     for r in range(args.rounds):
-        for name, tree in (("base", base), ("head", ROOT)):
+        order = (("base", base), ("head", ROOT))
+        for name, tree in order if r % 2 == 0 else order[::-1]:  # neither side always first
             rows[name].append(run_child(tree))
             print(f"round {r} {name}: {rows[name][-1]}", flush=True)
     print(f"\n{'measure':14} {'base ' + args.base[:10]:>18} {'head':>12} {'head/base':>10}")
-    for key in ("events_per_s", "p99_ms", "unary_per_s"):
+    for key in ("events_per_s", "cpu_ms_per_1k", "p99_ms", "unary_per_s"):
         b = statistics.median(x[key] for x in rows["base"])
         h = statistics.median(x[key] for x in rows["head"])
         print(f"{key:14} {b:18.1f} {h:12.1f} {h / b:10.3f}")
