@@ -294,3 +294,25 @@ async def test_a_refused_stream_carries_its_status_in_band_while_the_client_keep
     print("the call's own status in each round:", raw_codes)  # PERMISSION_DENIED, or INTERNAL (the bug)
     assert set(raw_codes) <= {"PERMISSION_DENIED", "INTERNAL"}
 
+
+
+async def test_a_topic_admin_caps_its_topic_under_the_agents_caps(cluster):
+    c, t = cluster
+    root, ann = c.client(0, t["root"]), c.client(1, t["ann"])
+    await root.create_topic("capped", SCHEMA, durable_caps={"max_messages": 50, "replicas": 1})
+    assert (await root.get_topic("capped")).durable_caps.max_messages == 50
+    await grant(c, root, ("user:ann", "capped", ["subscribe"]))
+    with pytest.raises(errors.InvalidArgument, match="over topic 'capped''s cap max_messages=50"):
+        async with ann.subscribe("capped", name="big", durable=Durable(max_messages=51)):
+            pass
+    with pytest.raises(errors.InvalidArgument, match="durable_max_messages=1000"):  # the agents' cap first
+        async with ann.subscribe("capped", name="big", durable=Durable(max_messages=5000)):
+            pass
+    async with ann.subscribe("capped", name="small", durable=Durable()):  # the defaults come under the caps
+        pass
+    record = await ann.get_subscription("small")
+    assert (record.options.max_messages, record.options.replicas) == (50, 1)
+    with pytest.raises(errors.AlreadyExists):  # the caps are part of the topic
+        await root.create_topic("capped", SCHEMA, durable_caps={"max_messages": 60})
+    with pytest.raises(errors.InvalidArgument, match="durable_caps"):
+        await root.create_topic("other", SCHEMA, durable_caps={"nonsense": 1})

@@ -74,7 +74,7 @@ class PubSubServicer(pgrpc.PubSubServicer):
         try:
             claim(access, first.open)  # the name in its owner's scope (ownership.py)
             if first.open.HasField("durable"):  # durable.py: served by its first alive holder
-                check_options(access, first.open)  # the operator's caps (durable/caps.py)
+                check_options(access, first.open, await node.topics.get(first.open.topic))  # durable/caps.py
                 target = await node.durables.route(first.open)
                 if target is not None:
                     try:

@@ -150,12 +150,13 @@ class AdminServicer(pgrpc.AdminServicer):
         schema_from_pb(request.schema)  # validates
         old = self.replica.topics.get(request.name)
         if old is not None:
-            if old.schema == request.schema and (old.retention_bytes, old.retention_seconds) == \
-                    (request.retention_bytes, request.retention_seconds):
+            if old.schema == request.schema and (old.retention_bytes, old.retention_seconds, old.durable_caps) == \
+                    (request.retention_bytes, request.retention_seconds, request.durable_caps):
                 return old  # idempotent
-            raise AlreadyExists(f"topic {request.name!r} exists with another schema or retention")
+            raise AlreadyExists(f"topic {request.name!r} exists with another schema, retention or caps")
         topic = pb.Topic(name=request.name, schema=request.schema, created_unix_ms=int(time.time() * 1000),
-                         retention_bytes=request.retention_bytes, retention_seconds=request.retention_seconds)
+                         retention_bytes=request.retention_bytes, retention_seconds=request.retention_seconds,
+                         durable_caps=request.durable_caps)
         self.node.peers.push(topics={topic.name: self.replica.put_topic(topic.name, topic)})
         return topic
 
