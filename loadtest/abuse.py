@@ -7,7 +7,8 @@ on the victim agent (agent-0) publishes to `steady` at a steady rate and honest
 subscribers on both agents measure delivery latency. Per attack the table gives: the
 status the attacker got; whether the attack changed state it must not (another user's
 subscription read, acked, replaced or deleted; a publisher blocked; a revoked stream
-still served; a log flooded...); the victim agent's peak RSS and CPU during it; the
+still served; a log flooded...); the victim agent's peak RSS and CPU during it, and the
+matcher's peak RSS; the
 honest p99 latency in the seconds before and during it; and DEAD verdicts membership gave
 meanwhile (there must be none: every process stays up). A row FAILs when the status is
 not the expected one, state changed, the honest p99 during is over 2x before (and over
@@ -53,6 +54,7 @@ class Row:
     status: str = ""
     changed: str = "no"
     rss_mib: float = 0.0
+    matcher_mib: float = 0.0
     cpu_s: float = 0.0
     p99_before: float = 0.0
     p99_during: float = 0.0
@@ -221,7 +223,8 @@ class Abuse:
                 await admin.grant_acl(f"user:{user}", topic, rights)
             await asyncio.sleep(1.0)  # the rules reach the agents
             self.victim = Victim(c.process("agent-0").pid)
-            sampler = asyncio.create_task(self.victim.sample())
+            self.matcher = Victim(c.process("matcher-0").pid)
+            samplers = [asyncio.create_task(v.sample()) for v in (self.victim, self.matcher)]
             self.honest = Honest(self, Path(self.args.out) / "honest.log")
             await self.honest.start()
             await asyncio.sleep(5.0)
@@ -231,7 +234,8 @@ class Abuse:
                 row = await self.measure(attack)
                 self.rows.append(row)
                 print(fmt_row(row), flush=True)
-            sampler.cancel()
+            for x in samplers:
+                x.cancel()
             return self.rows
         finally:
             if hasattr(self, "honest"):
@@ -267,7 +271,7 @@ class Abuse:
         before_end = time.time()
         row.p99_before = self.honest.p99(before_end - 4.0, before_end)
         dead0, cpu0 = self.dead_verdicts(), self.victim.cpu()
-        self.victim.peak = self.victim.rss()
+        self.victim.peak, self.matcher.peak = self.victim.rss(), self.matcher.rss()
         start = time.time()
         try:
             row.status, row.changed = await asyncio.wait_for(attack(self, row), timeout=120)
@@ -280,6 +284,7 @@ class Abuse:
         await asyncio.sleep(max(0.0, end - time.time()) + 0.5)
         row.p99_during = self.honest.p99(start, end)
         row.rss_mib = self.victim.peak / 2**20
+        row.matcher_mib = self.matcher.peak / 2**20
         row.cpu_s = self.victim.cpu() - cpu0
         row.dead = int(self.dead_verdicts() - dead0)
         return row
@@ -623,12 +628,12 @@ ATTACKS = [filter_many_clauses, filter_long_operand, filter_syntax_echo, unauthe
            reject_publish_blocks_publishers, steal_another_users_durable, modify_or_delete_another_users,
            read_past_the_acl, choose_own_limits, revoked_token_open_streams, revoked_acl_open_streams]
 
-HEADER = (f"{'attack':34} {'status':34} {'state changed':40} {'RSS MiB':>8} {'CPU s':>6} "
+HEADER = (f"{'attack':34} {'status':34} {'state changed':40} {'RSS MiB':>8} {'matcher':>8} {'CPU s':>6} "
           f"{'p99 before':>10} {'p99 during':>10} {'DEAD':>4}  verdict")
 
 
 def fmt_row(r: Row) -> str:
-    return (f"{r.attack:34} {r.status[:34]:34} {r.changed[:40]:40} {r.rss_mib:8.0f} {r.cpu_s:6.1f} "
+    return (f"{r.attack:34} {r.status[:34]:34} {r.changed[:40]:40} {r.rss_mib:8.0f} {r.matcher_mib:8.0f} {r.cpu_s:6.1f} "
             f"{r.p99_before:8.1f}ms {r.p99_during:8.1f}ms {r.dead:4d}  {'PASS' if r.ok else 'FAIL'}"
             + (f"  ({'; '.join(r.notes)})" if r.notes else ""))
 
