@@ -5,8 +5,9 @@ base...). `python -m loadtest.bench_auth --base REV [--rounds N]`.
 
 Per child: events/s delivered end to end (one publisher with a bounded window, one
 subscriber) and the CPU time of the cluster's processes per 1,000 of them (what the
-checks cost, and what a shared machine's load disturbs least), the p99 delivery latency at 1,000 events/s, and unary calls/s (GetTopic,
-which the head tree reads only after authenticating). The table gives the median over
+checks cost, and what a shared machine's load disturbs least), the p99 delivery latency
+at 1,000 events/s, and unary calls/s (GetTopic, which the head tree reads only after
+authenticating). The table gives the median over
 the rounds per tree and head/base (above 1 is better now for a rate; for p99 the
 inverse). On a shared machine absolute figures drift with the load; read the ratio.
 """

@@ -316,3 +316,18 @@ async def test_a_topic_admin_caps_its_topic_under_the_agents_caps(cluster):
         await root.create_topic("capped", SCHEMA, durable_caps={"max_messages": 60})
     with pytest.raises(errors.InvalidArgument, match="durable_caps"):
         await root.create_topic("other", SCHEMA, durable_caps={"nonsense": 1})
+
+
+async def test_a_revoked_right_ends_only_its_subscription_of_a_shared_stream(cluster):
+    c, t = cluster
+    root, ann = c.client(0, t["root"]), c.client(1, t["ann"])
+    quotes, secret = ann.subscribe("quotes"), ann.subscribe("secret")  # one shared stream
+    await quotes.start()
+    await secret.start()
+    await root.revoke_acl("user:ann", "secret", ["subscribe"])
+    assert "lacks the 'subscribe' right on topic 'secret'" in await ended_with(secret, errors.PermissionDenied)
+    async with root.publisher() as pub:
+        await pub.publish("quotes", {"Symbol": "still", "Price": 1.0})
+    assert (await quotes.next(timeout=10)).attributes["Symbol"] == "still"
+    await quotes.close()
+    await secret.close()

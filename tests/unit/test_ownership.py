@@ -107,9 +107,9 @@ async def test_recheck_ends_the_streams_whose_token_or_right_is_gone(access, tmp
             self.cancelled = True
 
     ann = OpenStream(Caller(Identity("ann"), "user:ann", "p", True, "t-ann"), "echelon.v1.PubSub", Task(),
-                     [("subscribe", "quotes")])
+                     [("subscribe", "quotes", None)])
     bob = OpenStream(Caller(Identity("bob"), "user:bob", "p", True, "t-bob"), "echelon.v1.PubSub", Task(),
-                     [("subscribe", "quotes")])
+                     [("subscribe", "quotes", None)])
     access.streams |= {ann, bob}
     assert access.recheck() == 0
     rules = Acl([Rule("user:bob", "quotes", frozenset({"admin"}))])  # ann's right revoked

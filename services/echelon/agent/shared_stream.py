@@ -197,7 +197,7 @@ class SharedStream:
             if open_.HasField("durable") or open_.routed:
                 raise FailedPrecondition("a durable subscription has a stream of its own")
             access = node.server.access
-            release = access.open_subscription(open_.topic)
+            release = access.open_subscription(open_.topic, lambda e: self._end(sid, e) if sid in self.subs else None)
             try:
                 claim(access, open_)  # the name in its owner's scope (ownership.py)
                 sub = await node.subscriptions.open(open_, caller_name(access))  # if cancelled or refused, closed again

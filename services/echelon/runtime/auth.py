@@ -171,7 +171,7 @@ class OpenStream:
     caller: Caller
     service: str
     task: asyncio.Task | None
-    needs: list[tuple[str, str]] = field(default_factory=list)
+    needs: list[tuple[str, str, Callable | None]] = field(default_factory=list)
     final: Callable[[EchelonError], object] | None = None
     revoked: EchelonError | None = None
 
@@ -358,9 +358,12 @@ class Access:
 
         return check, end
 
-    def open_subscription(self, topic: str) -> Callable[[], None]:
+    def open_subscription(self, topic: str, on_revoke: Callable[[EchelonError], None] | None = None
+                          ) -> Callable[[], None]:
         """Check the right and the count; returns the release to call when the stream ends
-        (calling it again does nothing)."""
+        (calling it again does nothing). The right is re-checked while the stream is open
+        (recheck): lost, it ends the stream, or calls `on_revoke` (one subscription of a
+        shared stream ends alone)."""
         caller = self.require("subscribe", topic, _V1 + "PubSub")
         if caller is None:
             return lambda: None
@@ -369,7 +372,7 @@ class Access:
             self.count(_V1 + "PubSub", "subscriptions")
             raise ResourceExhausted(over)
         held = [True]
-        stream, need = STREAM.get(), ("subscribe", topic)
+        stream, need = STREAM.get(), ("subscribe", topic, on_revoke)
         if stream is not None:  # re-checked while the stream is open (recheck)
             stream.needs.append(need)
 
@@ -411,9 +414,13 @@ class Access:
                                           f"({v.message})")
                 else:
                     identity = v  # groups may have changed
-            for right, topic in () if why else list(s.needs):
+            for right, topic, part in () if why else list(s.needs):
                 refusal = acl.refusal(identity, right, topic)
-                if refusal:
+                if refusal and part is not None:  # one subscription of a shared stream: it alone ends
+                    self.count(s.service, "permission_denied")
+                    part(PermissionDenied(f"{refusal} any longer"))
+                    ended += 1
+                elif refusal:
                     why = PermissionDenied(f"{refusal} any longer")
                     break
             if why is not None:

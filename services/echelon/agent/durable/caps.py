@@ -2,8 +2,9 @@
 (docs/security.md): its backlog's messages and bytes, its idle time and its replicas
 are bounded by the agent's limits (`--limits durable_max_messages=...`, the chart's
 `auth.limits`) and by its topic's caps (`Topic.durable_caps`, set by whoever creates the
-topic, an admin of it: `echelon topic create --durable-caps ...`), and only an admin of the topic may choose REJECT_PUBLISH, the one
-policy that pushes back on every publisher of the topic. Checked where the client's
+topic, an admin of it: `echelon topic create --durable-caps ...`), and only an admin
+of the topic may choose REJECT_PUBLISH, the one policy that pushes back on every
+publisher of the topic. Checked where the client's
 stream arrives, before the open is relayed to the subscription's holder (which sees an
 agent, a member, as its caller); members are not capped.
 
