@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 SYSTEM := $(VENV)/.system
 
-.PHONY: install proto dashboards docs-diagram demo up test chaos bench bench-replan bench-events bench-hotpath bench-lowrate trace-hops bench-durable bench-tls replan-loop bulk-scale clean
+.PHONY: install proto dashboards docs-diagram demo up test chaos abuse bench bench-replan bench-events bench-hotpath bench-lowrate trace-hops bench-durable bench-tls replan-loop bulk-scale clean
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) on PATH"; exit 1; }
@@ -52,6 +52,13 @@ test: $(STAMP) $(SYSTEM)
 
 chaos: $(STAMP) $(SYSTEM)
 	$(PY) -m pytest -q -m chaos tests/chaos
+
+# Hostile clients against a cluster with --auth and one with --auth --tls, beside honest
+# ones (a few minutes): the table of attacks, statuses, state changed, the victim agent's
+# RSS and CPU, honest p99 before and during, false DEAD verdicts (docs/security.md).
+abuse: $(STAMP)
+	$(PY) -m loadtest.abuse --out out/abuse
+	$(PY) -m loadtest.abuse --tls --out out/abuse-tls
 
 # Benchmarks print tables of ratios measured side by side in one run, and write plots.
 bench: $(STAMP)

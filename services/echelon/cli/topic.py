@@ -29,12 +29,19 @@ def topic() -> None:
 @click.option("--retention-seconds", default=0, type=click.IntRange(0),
               help="Replay window kept for durable subscriptions (0: the agents' default).")
 @click.option("--retention-bytes", default=0, type=click.IntRange(0), help="Replay bytes kept (0: the default).")
-def topic_create(agent, name, attrs, retention_seconds, retention_bytes) -> None:
+@click.option("--durable-caps", default="", metavar="NAME=N,...",
+              help="Caps on what a durable subscription of the topic may ask for, under the agents' own, e.g. "
+                   "max_messages=100000,max_bytes=67108864,idle_seconds=86400,replicas=2 (docs/security.md).")
+def topic_create(agent, name, attrs, retention_seconds, retention_bytes, durable_caps) -> None:
     """Create topic NAME with a schema (again with the same schema: nothing changes).
 
     Example: `echelon topic create quotes --attr Symbol:string --attr High:float:0:500`."""
+    try:
+        caps = {k.strip(): int(v) for k, _, v in (x.partition("=") for x in durable_caps.split(",") if x.strip())}
+    except ValueError:
+        raise click.BadParameter(f"{durable_caps!r}: name=number pairs", param_hint="--durable-caps") from None
     t = with_client(agent, lambda c: c.create_topic(name, attrs, retention_bytes=retention_bytes,
-                                                    retention_seconds=retention_seconds))
+                                                    retention_seconds=retention_seconds, durable_caps=caps))
     console.print(f"topic {t.name} ({len(t.attributes)} attributes: {_schema(t)})")
 
 

@@ -11,7 +11,7 @@ messages keeps working; `as_dict()` gives JSON-ready values.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from echelon.core.schema import Attribute, AttrType, Schema
 from echelon.runtime.wire import filter_from_pb, schema_from_pb
@@ -40,6 +40,7 @@ class Topic:
     created_unix_ms: int = 0
     retention_bytes: int = 0  # 0: the agents' default
     retention_seconds: int = 0
+    durable_caps: dict[str, int] = field(default_factory=dict)  # set fields of DurableCaps (docs/security.md)
 
     @property
     def attributes(self) -> tuple[Attribute, ...]:
@@ -47,12 +48,13 @@ class Topic:
 
     @classmethod
     def from_pb(cls, t: pb.Topic) -> "Topic":
-        return cls(t.name, schema_from_pb(t.schema), t.created_unix_ms, t.retention_bytes, t.retention_seconds)
+        return cls(t.name, schema_from_pb(t.schema), t.created_unix_ms, t.retention_bytes, t.retention_seconds,
+                   {f.name: v for f, v in t.durable_caps.ListFields()})
 
     def as_dict(self) -> dict:
         return {"name": self.name, "attributes": [attribute_spec(a) for a in self.attributes],
                 "created_unix_ms": self.created_unix_ms, "retention_bytes": self.retention_bytes,
-                "retention_seconds": self.retention_seconds}
+                "retention_seconds": self.retention_seconds, "durable_caps": self.durable_caps}
 
 
 @dataclass(frozen=True)

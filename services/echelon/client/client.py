@@ -7,7 +7,7 @@ import os
 import time
 import uuid
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Mapping
 
 import grpc
 
@@ -122,20 +122,26 @@ class Client:
 
     async def create_topic(self, name: str, schema: Schema | Iterable[Attribute | str] = (),
                            timeout: float | None = None, retention_bytes: int = 0,
-                           retention_seconds: int = 0) -> Topic:
+                           retention_seconds: int = 0, durable_caps: Mapping[str, int] | None = None) -> Topic:
         """Create a topic (again with the same schema: no change).
 
             await client.create_topic("quotes", ["Symbol:string", "High:float:0:500", "Volume:int"])
 
         An empty schema takes any attributes. Raises InvalidArgument for a bad attribute
         spec, AlreadyExists if the topic exists with another schema. `retention_*` bound the
-        events kept for durable subscriptions' replay (0: the agents' defaults)."""
+        events kept for durable subscriptions' replay (0: the agents' defaults).
+        `durable_caps` (max_messages, max_bytes, idle_seconds, replicas) bound what a
+        durable subscription of the topic may ask for (docs/security.md)."""
         with translating():
             if not isinstance(schema, Schema):
                 schema = Schema(tuple(a if isinstance(a, Attribute) else parse_attribute(a) for a in schema))
+        try:
+            caps = pb.DurableCaps(**(durable_caps or {}))
+        except (ValueError, TypeError) as e:
+            raise InvalidArgument(f"durable_caps: {e}") from None
         return Topic.from_pb(await self._admin("CreateTopic", ppb.CreateTopicRequest(
             name=name, schema=schema_to_pb(schema), retention_bytes=retention_bytes,
-            retention_seconds=retention_seconds), timeout))
+            retention_seconds=retention_seconds, durable_caps=caps), timeout))
 
     async def get_topic(self, name: str, timeout: float | None = None) -> Topic:
         """The topic and its schema; NotFound if there is none."""

@@ -383,6 +383,9 @@ class Subscription(Inbox):
         error = None
         try:
             async for delivery in call:
+                if delivery.code and not delivery.delivery_id:  # the stream's status, in-band
+                    error = from_status(delivery.code, delivery.error)
+                    break
                 if delivery.chunked or delivery.delivery_id in self._sliced:  # never in a batch
                     await self._sliced.receive(delivery)
                 else:
