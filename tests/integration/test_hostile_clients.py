@@ -311,7 +311,7 @@ async def test_a_topic_admin_caps_its_topic_under_the_agents_caps(cluster):
     async with ann.subscribe("capped", name="small", durable=Durable()):  # the defaults come under the caps
         pass
     record = await ann.get_subscription("small")
-    assert (record.options.max_messages, record.options.replicas) == (50, 1)
+    assert (record.max_messages, record.replicas) == (50, 1)
     with pytest.raises(errors.AlreadyExists):  # the caps are part of the topic
         await root.create_topic("capped", SCHEMA, durable_caps={"max_messages": 60})
     with pytest.raises(errors.InvalidArgument, match="durable_caps"):

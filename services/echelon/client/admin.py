@@ -34,13 +34,23 @@ def attribute_spec(a: Attribute) -> str:
 
 
 @dataclass(frozen=True)
+class DurableCaps:
+    """What a durable subscription of a topic may ask for, under the agents' own caps; 0 is
+    no cap of the topic's own (docs/security.md)."""
+    max_messages: int = 0
+    max_bytes: int = 0
+    idle_seconds: int = 0
+    replicas: int = 0
+
+
+@dataclass(frozen=True)
 class Topic:
     name: str
     schema: Schema
     created_unix_ms: int = 0
     retention_bytes: int = 0  # 0: the agents' default
     retention_seconds: int = 0
-    durable_caps: dict[str, int] = field(default_factory=dict)  # set fields of DurableCaps (docs/security.md)
+    durable_caps: DurableCaps = field(default_factory=lambda: DurableCaps())
 
     @property
     def attributes(self) -> tuple[Attribute, ...]:
@@ -49,12 +59,13 @@ class Topic:
     @classmethod
     def from_pb(cls, t: pb.Topic) -> "Topic":
         return cls(t.name, schema_from_pb(t.schema), t.created_unix_ms, t.retention_bytes, t.retention_seconds,
-                   {f.name: v for f, v in t.durable_caps.ListFields()})
+                   DurableCaps(t.durable_caps.max_messages, t.durable_caps.max_bytes,
+                               t.durable_caps.idle_seconds, t.durable_caps.replicas))
 
     def as_dict(self) -> dict:
         return {"name": self.name, "attributes": [attribute_spec(a) for a in self.attributes],
                 "created_unix_ms": self.created_unix_ms, "retention_bytes": self.retention_bytes,
-                "retention_seconds": self.retention_seconds, "durable_caps": self.durable_caps}
+                "retention_seconds": self.retention_seconds, "durable_caps": asdict(self.durable_caps)}
 
 
 @dataclass(frozen=True)
