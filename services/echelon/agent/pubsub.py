@@ -5,9 +5,11 @@ A subscription stream opens (or resumes) a subscription in the registry (registr
 and sends what its credits allow; whatever ends the stream, the cleanup runs without
 awaiting anything.
 
-Batching (issue 12): deliveries go out many per message (whatever the backlog and the
-credits allow, up to MAX_DELIVERIES: nothing waits to fill a message, so a lone event
-goes at once), and a subscriber may ack cumulatively (`SubscriberAck.through`).
+Batching: to a subscriber that asks for it (`SubscriptionOpen.batched_deliveries`, the
+SDK does) deliveries go out many per message (whatever the backlog and the credits allow,
+up to MAX_DELIVERIES: nothing waits to fill a message, so a lone event goes at once);
+to any other, one per message, as the contract was before (docs/event-path.md). Any
+subscriber may ack cumulatively (`SubscriberAck.through`).
 
 A sliced delivery goes to the subscriber as a head and then one Delivery per slice, each
 written before the slice's hold is released (so a slow subscriber slows the tree, not
@@ -89,6 +91,7 @@ class PubSubServicer(pgrpc.PubSubServicer):
 
         reader = None
         encoded = first.open.encoded_events  # the client reads Delivery.encoded_event
+        most = MAX_DELIVERIES if first.open.batched_deliveries else 1  # the client reads Delivery.batch
         delivered = node.metrics.deliveries.labels(sub.topic)  # once: labels() costs ~2 us a call
         try:  # entered with no await since the open: every way out below runs the cleanup
             # Headers now: the client's `start()` returns once the subscription is registered.
@@ -106,7 +109,7 @@ class PubSubServicer(pgrpc.PubSubServicer):
                 if reader.done():
                     reader.result()  # raises the reader's error, if any
                     return  # the client half-closed
-                items = sub.take(MAX_DELIVERIES)
+                items = sub.take(most)
                 if not items:
                     sub.changed.clear()
                     await sub.changed.wait()  # the reader's end sets it too: no task per wait

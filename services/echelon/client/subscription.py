@@ -93,7 +93,7 @@ class Subscription(Inbox):
         self.max_outstanding = max_outstanding
         self.callback_errors = 0  # callbacks that raised (their messages were nacked)
         open_ = ppb.SubscriptionOpen(topic=topic, subscription=name, credits=max_outstanding, durable=durable,
-                                     encoded_events=True)
+                                     encoded_events=True, batched_deliveries=True)
         # Durable: message ids acked through this client under this name, so a redelivery after
         # a failover is acked again, not handed out (client/durable.py).
         self._acked: OrderedDict[tuple[str, int], None] | None = \
