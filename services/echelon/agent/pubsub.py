@@ -23,6 +23,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from echelon.agent.durable.rpc import relay
+from echelon.agent.publish_reader import coalesce
 from echelon.agent.publishing import Publishing
 from echelon.agent.shared_stream import SharedStream
 from echelon.runtime.errors import InvalidArgument, NotFound, ResourceExhausted
@@ -45,7 +46,8 @@ class PubSubServicer(pgrpc.PubSubServicer):
         self.publishing = Publishing(node)
 
     def Publish(self, request_iterator, context):
-        return self.publishing.stream(request_iterator)  # publishing.py: its acks, one generator less per ack
+        # publishing.py: its acks; publish_reader.py: single-event requests taken in runs
+        return coalesce(self.publishing.stream, request_iterator)
 
     async def Subscribe(self, request_iterator, context):
         node = self.node
