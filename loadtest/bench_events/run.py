@@ -170,10 +170,12 @@ class Run:
                     for mode in [m for m in MODES[name] if name != "echelon" or m in self.args.modes]:
                         sends = await system.publishers(npub, mode, pool)
                         for rate in RATES:
-                            meta = {"system": name, "mode": mode, "selectivity": sel, "publishers": npub}
-                            row = await self.cell(system, sends, rate, pool, subs, meta)
-                            self.cells.append(row)
-                            print(line(row), flush=True)
+                            for rep in range(self.args.repeat):  # back to back: the spread shows the noise
+                                meta = {"system": name, "mode": mode, "selectivity": sel, "publishers": npub,
+                                        "repeat": rep}
+                                row = await self.cell(system, sends, rate, pool, subs, meta)
+                                self.cells.append(row)
+                                print(line(row), flush=True)
                         await system.close_publishers()
                 if name == "echelon" and sel == self.args.selectivity[0] and self.args.profile:
                     self.profile = await self.profiled(system, pool, subs)
@@ -304,6 +306,31 @@ def targets(cells: list[dict]) -> str:
     return "\n".join(out)
 
 
+def spread_table(cells: list[dict]) -> str:
+    """Cells run more than once (--repeat): per cell, the median and [min, max] of the
+    published and delivered rates and of p50 and p99, and the load averages seen."""
+    groups: dict[tuple, list[dict]] = {}
+    for c in cells:
+        groups.setdefault((c["system"], c["mode"], c["selectivity"], c["publishers"], str(c["rate"])), []).append(c)
+    if all(len(g) < 2 for g in groups.values()):
+        return ""
+
+    def spread(g: list[dict], key: str, spec: str) -> str:
+        v = sorted(c[key] for c in g if c[key] is not None)
+        return "-" if not v else f"{format(v[len(v) // 2], spec)} [{format(v[0], spec)}-{format(v[-1], spec)}]"
+
+    head = (f"{'system':8} {'mode':17} {'sel':>4} {'pubs':>4} {'rate':>6} {'n':>2} {'pub ev/s':>22} "
+            f"{'dlv ev/s':>22} {'p50 ms':>22} {'p99 ms':>22} {'load':>10}")
+    rows = ["median [min-max] over repeats", head, "-" * len(head)]
+    for (system, mode, sel, pubs, rate), g in groups.items():
+        loads = [v for c in g for v in c.get("load_average", [])]
+        load = f"{min(loads):.0f}-{max(loads):.0f}" if loads else "-"
+        rows.append(f"{system:8} {mode:17} {str(sel):>3}% {pubs:>4} {rate:>6} {len(g):>2} "
+                    f"{spread(g, 'published_per_s', '.0f'):>22} {spread(g, 'delivered_per_s', '.0f'):>22} "
+                    f"{spread(g, 'p50_ms', '.1f'):>22} {spread(g, 'p99_ms', '.1f'):>22} {load:>10}")
+    return "\n".join(rows)
+
+
 def range_table(cells: list[dict]) -> str:
     """The range workload (what content routing is for): per system and cell, useful
     deliveries/s, CPU per useful delivery (services + load generator, which holds the
@@ -416,6 +443,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                     choices=[2, 20, RANGE], help=f"workloads: 2%%, 20%% (Symbol, Price), {RANGE}: a range over two "
                     "attributes at 2%% (workload.py)")
     ap.add_argument("--range-subs", type=int, default=100, help=f"subscriptions of the {RANGE} workload")
+    ap.add_argument("--repeat", type=int, default=1, help="runs of each cell, back to back (the table of "
+                    "spreads shows the noise of this shared machine)")
     ap.add_argument("--publishers", nargs="+", type=int, default=[1, 4])
     args = ap.parse_args(argv)
     args.check = args.quick
@@ -441,6 +470,9 @@ def main(argv: list[str] | None = None) -> Run:
     print(table(r.cells))
     print()
     print(targets(r.cells))
+    spread = spread_table(r.cells)
+    if spread:
+        print("\n" + spread)
     ranged = range_table(r.cells)
     if ranged:
         print("\n" + ranged)
