@@ -147,7 +147,8 @@ class Run:
                if received.useful else None,
                "client_filtered_per_useful": (getattr(system, "filtered", 0) - filtered0) / received.useful
                if received.useful else None,
-               "load_average": [round(load0, 2), round(os.getloadavg()[0], 2)]}
+               "load_average": [round(load0, 2), round(os.getloadavg()[0], 2)],
+               "trees_pinned": getattr(system, "pinned", None)}
         if rate is not None:
             target = min(rate, cap / seconds)
             row["sustained"] = published >= SUSTAINED * target and received.useful >= SUSTAINED * expected
@@ -157,7 +158,7 @@ class Run:
 
     async def system(self, name: str) -> None:
         out = Path(self.args.out)
-        system = SYSTEMS[name](out / "logs")
+        system = SYSTEMS[name](out / "logs", **({"base_port": self.args.base_port} if name == "echelon" else {}))
         await system.start()
         try:
             for sel in self.args.selectivity:
@@ -443,6 +444,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                     choices=[2, 20, RANGE], help=f"workloads: 2%%, 20%% (Symbol, Price), {RANGE}: a range over two "
                     "attributes at 2%% (workload.py)")
     ap.add_argument("--range-subs", type=int, default=100, help=f"subscriptions of the {RANGE} workload")
+    ap.add_argument("--base-port", type=int, default=47100,
+                    help="Echelon's ports laid out from here, the same every run, so its LBDD trees (which hang "
+                         "on the members' addresses) are too; 0 or taken: free ports (the rows' trees_pinned)")
     ap.add_argument("--repeat", type=int, default=1, help="runs of each cell, back to back (the table of "
                     "spreads shows the noise of this shared machine)")
     ap.add_argument("--publishers", nargs="+", type=int, default=[1, 4])

@@ -53,8 +53,12 @@ async def _wait_port(port: int, proc: subprocess.Popen, timeout: float = 20.0) -
 class Echelon:
     name = "echelon"
 
-    def __init__(self, log_dir: Path, tls: bool = False):
+    def __init__(self, log_dir: Path, tls: bool = False, base_port: int = 0):
         self.tls = tls  # every process and client over mTLS (loadtest.bench_tls)
+        # The LBDD trees hang on the members' addresses (dataplane/trees.py): the same ports
+        # every run, the same trees. Taken (another cluster there): free ports, and the rows say so.
+        self.base_port = base_port
+        self.pinned = False
         self.log_dir = log_dir / ("echelon-tls" if tls else "echelon")
         self.subs, self.tasks = [], []
         self.clients: list = []
@@ -67,10 +71,12 @@ class Echelon:
         from echelon.launch import Cluster, Loopback
 
         for attempt in range(attempts):
-            self.cluster = Cluster(agents=4, matchers=3, placement=Loopback(base_port=0),
+            port = self.base_port if attempt == 0 else 0
+            self.cluster = Cluster(agents=4, matchers=3, placement=Loopback(base_port=port),
                                    log_dir=self.log_dir / f"start-{attempt}", tls=self.tls)
             try:
                 await self.cluster.start()
+                self.pinned = bool(port)
                 break
             except RuntimeError:  # a process exited at start (its log says why): the cluster stopped it all
                 if attempt == attempts - 1:

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.skipif(bool(missing_peers()), reason=f"{', '.join(missi
 
 @pytest.mark.timeout(300)  # three workloads, six Echelon modes: about twice the default's cells
 def test_quick_run_has_every_cell_and_echelon_delivers_what_the_oracle_says(tmp_path, capsys):
-    r = bench.main(["--quick", "--out", str(tmp_path)])
+    r = bench.main(["--quick", "--out", str(tmp_path), "--base-port", "0"])  # free ports: tests share the machine
 
     want = {(system, mode, sel, pubs, rate if rate else "max") for system, modes in MODES.items() for mode in modes
             for sel in (2, 20, bench.RANGE) for pubs in (1, 4) for rate in bench.RATES}
