@@ -186,12 +186,16 @@ def agent(log_level, max_backlog, dissemination, slice_bytes, stripes, window_by
                    "switches) before UNAVAILABLE.")
 @click.option("--park-seconds", default=30.0, type=click.FloatRange(0.1, 3600), show_default=True,
               help="An agent DEAD or LEFT this long loses its subscriptions (the agents' park time).")
-def matcher(log_level, deadline, park_seconds, **kw) -> None:
+@click.option("--refill-seconds", default=30.0, type=click.FloatRange(1, 3600), show_default=True,
+              help="After a start, Match waits until every alive agent has refilled this matcher, or this long "
+                   "(matcher/refill.py).")
+def matcher(log_level, deadline, park_seconds, refill_seconds, **kw) -> None:
     """Run a matcher: a share of the subscription index (content zones, CDM in each)."""
     from echelon.matcher.server import MatcherNode
 
     setup_logging("matcher", log_level)
-    _serve(lambda: MatcherNode(_config(**kw), deadline=deadline, park_seconds=park_seconds))
+    _serve(lambda: MatcherNode(_config(**kw), deadline=deadline, park_seconds=park_seconds,
+                               refill_seconds=refill_seconds))
 
 
 @cli.command()
