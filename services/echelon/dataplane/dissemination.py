@@ -164,8 +164,8 @@ class DataPlane:
                 by_list[id(dests), topic, stripe] = (*known, dests)
             lost = known[0][1]
             if lost:
-                self._park(source, source_key, rpb.RelayMessage(encoded_event=data) if msg is data else msg, topic,
-                           lost)
+                hold.lost += self._park(source, source_key, rpb.RelayMessage(encoded_event=data) if msg is data
+                                        else msg, topic, lost)
             if data:  # a whole message: its bytes as they came (no re-encoding)
                 for frame, held, _, tail in known[1]:
                     frame.add_whole(tail, data)
@@ -216,7 +216,8 @@ class DataPlane:
 
     # -- parking: destinations whose member is DEAD here --------------------------------
 
-    def _park(self, source: str, source_key: str, msg: rpb.RelayMessage, topic: str, lost: list[str]) -> None:
+    def _park(self, source: str, source_key: str, msg: rpb.RelayMessage, topic: str, lost: list[str]) -> int:
+        """Park the destinations DEAD here; returns how many are dropped instead (counted)."""
         dropped = 0
         entry = None
         for d in lost:
@@ -230,6 +231,7 @@ class DataPlane:
                 dropped += 1
         if dropped:
             self.node.metrics.lost.inc(dropped)
+        return dropped
 
     def on_view(self) -> None:
         """After `trees.update`: the root fences its producers' messages in flight (root.py);

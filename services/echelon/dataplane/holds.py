@@ -22,11 +22,12 @@ from typing import Callable, Sequence
 class Hold:
     """One message (or slice) this node is responsible for until its copies are acked."""
 
-    __slots__ = ("covered", "pending", "waiters", "prior")
+    __slots__ = ("covered", "pending", "waiters", "prior", "lost")
 
     def __init__(self, covered: Sequence[str] = (), prior: "Hold | None" = None):
         self.covered = covered  # destinations taken on; replaced, never changed (it may be shared)
         self.pending = 0  # frames carrying it, not yet acknowledged
+        self.lost = 0  # destinations dropped (no route, not parked): the root fails its delivery
         self.waiters: list[Job] = []
         self.prior = prior  # an earlier copy's hold of the same message: waited for with this one
 
