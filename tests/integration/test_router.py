@@ -167,6 +167,21 @@ async def test_a_plans_cliques_become_the_regions(regions):
     assert handed == sum(e["x"] < 50 for e in events)  # only the ap destinations went through a router
 
 
+async def test_a_plan_with_a_clique_no_router_serves_is_refused(regions):
+    """The eu agents in a clique of their own (no router in it): refused with the reason,
+    and nothing changes (every member stays on the plan it had)."""
+    eu = [n.config.id for n in regions.agents if n.config.region == "eu"]
+    plan = mpb.RoutingPlan(version=1, cliques=[mpb.Clique(id="lonely", members=eu)], origin="test")
+    async with grpc.aio.insecure_channel(regions.cluster.replicas[0]) as ch:
+        with pytest.raises(grpc.aio.AioRpcError) as e:
+            await mgrpc.ControlStub(ch).PushPlan(plan)
+        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "leaves 2 agents without a router of their region (clique-lonely): 'agent-eu-0', 'agent-eu-1'" \
+            in e.value.details()
+        assert (await mgrpc.ControlStub(ch).GetPlan(mpb.GetPlanRequest())).version == 0
+    assert all(r.overlay.regions == ["ap", "eu", "us"] for r in regions.routers)
+
+
 def test_region_map_takes_cliques_over_flags():
     members = [mpb.Member(id="a", region="eu"), mpb.Member(id="b", region="us"), mpb.Member(id="c", region="us"),
                mpb.Member(id="r", region="us", role=mpb.ROLE_ROUTER, state=mpb.MEMBER_STATE_ALIVE)]
