@@ -19,7 +19,7 @@ import grpc
 
 from echelon.agent.matching import MatchClient
 from echelon.agent.metrics import AgentMetrics
-from echelon.agent.subscriptions import Subscription
+from echelon.agent.subscriptions import MAX_BYTES, Subscription
 from echelon.agent.topics import Topics
 from echelon.runtime.errors import AlreadyExists, FailedPrecondition, InvalidArgument, Unavailable
 from echelon.runtime.wire import filter_from_request, filter_to_pb
@@ -38,6 +38,7 @@ class Registry:
         self.metrics = metrics
         self.advertise = advertise  # the topics subscribed here, for the LBDD peer table
         self.max_backlog = max_backlog
+        self.max_bytes = MAX_BYTES
         self.subs: dict[str, Subscription] = {}  # by name
         self._ephemeral = 0
 
@@ -73,7 +74,8 @@ class Registry:
         else:
             self._ephemeral += 1
             name = f"~{self._ephemeral}"
-        sub = Subscription(f"{self.me}/{name}", name, topic.name, flt, self.max_backlog)
+        sub = Subscription(f"{self.me}/{name}", name, topic.name, flt, self.max_backlog, self.max_bytes,
+                           evict=open_.evict and not open_.subscription)  # named subscriptions lag
         sub.attach(open_.credits)
         self.subs[name] = sub
         self._changed()
@@ -101,6 +103,7 @@ class Registry:
             done.set_result(None)
             return done
         sub.closed = True
+        sub.release()  # it holds no frame back any more
         sub.changed.set()
         if self.subs.get(sub.name) is sub:
             del self.subs[sub.name]

@@ -134,7 +134,7 @@ class Client:
 
     def subscribe(self, topic: str, filter: str | Filter = "", *, name: str = "", max_outstanding: int = 64,
                   callback: Callback | None = None, durable: Durable | bool | None = None,
-                  max_whole: int = MAX_WHOLE, shared: bool = True) -> Subscription:
+                  max_whole: int = MAX_WHOLE, shared: bool = True, evict: bool = False) -> Subscription:
         """A subscription to the events of `topic` that match `filter`; open it with `async with`.
 
             async with client.subscribe("quotes", 'Symbol = "aapl" and High >= 45') as sub:
@@ -148,12 +148,14 @@ class Client:
         deliveries unsettled. `durable` (with `name`) makes it a cluster object that outlives
         any agent (client/durable.py). A payload above `max_whole` bytes is read with
         `msg.chunks()` as it arrives (subscription.py). `shared`: on the stream the client's
-        other subscriptions share (client/shared.py); a durable one has its own."""
+        other subscriptions share (client/shared.py); a durable one has its own. `evict`
+        (unnamed only): past its bound at the agent it is closed (RESOURCE_EXHAUSTED, its
+        loss counted) rather than slow the publishers down, as NATS core does."""
         self._check_open()
         if durable and not name:
             raise InvalidArgument("a durable subscription needs a name")
         options = (durable if isinstance(durable, Durable) else Durable()).to_pb() if durable else None
-        return Subscription(self, topic, filter, name, max_outstanding, callback, options, max_whole, shared)
+        return Subscription(self, topic, filter, name, max_outstanding, callback, options, max_whole, shared, evict)
 
     async def unsubscribe(self, name: str, timeout: float | None = None) -> None:
         """Remove a named subscription and drop its backlog; NotFound if the agent has none."""

@@ -81,7 +81,7 @@ class Subscription(Inbox):
 
     def __init__(self, client: "Client", topic: str, flt: str | Filter, name: str, max_outstanding: int,
                  callback: Callback | None, durable: ppb.DurableOptions | None = None, max_whole: int = MAX_WHOLE,
-                 shared: bool = False):
+                 shared: bool = False, evict: bool = False):
         if max_outstanding < 1:
             raise InvalidArgument(f"max_outstanding {max_outstanding}: at least 1")
         if max_whole < 0:
@@ -93,7 +93,7 @@ class Subscription(Inbox):
         self.max_outstanding = max_outstanding
         self.callback_errors = 0  # callbacks that raised (their messages were nacked)
         open_ = ppb.SubscriptionOpen(topic=topic, subscription=name, credits=max_outstanding, durable=durable,
-                                     encoded_events=True)
+                                     encoded_events=True, evict=evict)
         # Durable: message ids acked through this client under this name, so a redelivery after
         # a failover is acked again, not handed out (client/durable.py).
         self._acked: OrderedDict[tuple[str, int], None] | None = \

@@ -85,6 +85,9 @@ class Host(Protocol):
     def open_stream(self, head: pb.Event, size: int) -> list:
         """Offer a sliced payload to the local subscriptions (slices.Streams)."""
 
+    def local_full(self) -> list:
+        """The holds of local subscriptions past their bound the last deliveries went to."""
+
 
 class DataPlane:
     """What the agent sends where, and when it may acknowledge; the host does the I/O."""
@@ -361,6 +364,7 @@ class DataPlane:
             self.forward(frame.source, frame.source_key, items, frame.ack_may_wait)
         if len(holds) > MAX_HOLDS + (MAX_HOLDS >> 4):  # once sent, this frame's are in flight: kept
             forget_settled(holds, MAX_HOLDS)
+        touched += self.node.local_full()  # lagging subscriptions here: acked once they have room
         for hold in touched:
             job.wait(hold)
         job.arm()
