@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 SYSTEM := $(VENV)/.system
 
-.PHONY: install proto dashboards demo up test chaos bench bench-replan bench-events bench-hotpath bench-lowrate trace-hops bench-durable bench-overload bench-tls replan-loop bulk-scale clean
+.PHONY: install proto dashboards docs-diagram demo up test chaos bench bench-replan bench-events bench-hotpath bench-lowrate trace-hops bench-durable bench-overload bench-tls replan-loop bulk-scale clean
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) on PATH"; exit 1; }
@@ -35,6 +35,11 @@ proto: $(STAMP)
 # Grafana dashboards and Prometheus rules from services/echelon/observe/catalog.py (a test checks they are fresh).
 dashboards: $(STAMP)
 	$(PY) -m echelon.observe.generate
+
+# The layers picture in docs/ (docs/architecture.md, the README): the layer rules of
+# services/echelon/tools/layers.py and the imports of the code today.
+docs-diagram: $(STAMP)
+	$(PY) -m echelon.tools.diagram
 
 demo: $(STAMP)
 	$(VENV)/bin/echelon demo

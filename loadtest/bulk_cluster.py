@@ -24,7 +24,7 @@ import click
 
 from echelon import launch
 from echelon.dataplane.trees import Trees, salted
-from echelon.cli.pubsub import fetch_view
+from echelon.runtime.member import fetch_view
 from echelon.core.lbdd import build_tree
 from echelon.v1 import membership_pb2 as mpb
 from loadtest.netns import Host, Network, NetnsPlacement

@@ -15,7 +15,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from echelon.cli.pubsub import fetch_view
+from echelon.runtime.member import fetch_view
 from echelon.launch import Cluster, Loopback, free_port, free_ports
 from echelon.v1 import membership_pb2 as mpb
 from tests.harness import wait_for

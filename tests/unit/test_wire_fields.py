@@ -5,7 +5,7 @@ protobuf's own serialization of the same message as the oracle."""
 from echelon.dataplane.frames import OutFrame, destinations, peek, whole_tail
 from echelon.agent.matching import EVENTS_TAG
 from echelon.dataplane.root import PAYLOAD_TAG, encode, encode_all
-from echelon.runtime.wire import attributes_to_pb, length_delimited
+from echelon.runtime.wire import attributes_to_pb, length_delimited, varint
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import matcher_pb2 as xpb
 from echelon.v1 import relay_pb2 as rpb
@@ -102,3 +102,35 @@ def test_peek_reads_the_key_and_topic_a_decode_reads_or_declines():
                 assert front == (e.id.SerializeToString(), topic)
     assert peek(pb.Event(topic="t").SerializeToString()) is None  # no id: decoded instead
     assert peek(b"") is None and peek(b"\x0a\x01\x0a") is None
+
+
+def test_the_generated_tags_are_the_descriptors_numbers():
+    """echelon.v1.tags (written by `make proto` from protoc's descriptor set) against the
+    descriptors the generated messages carry, for every field of every message."""
+    from google.protobuf.descriptor import FieldDescriptor as F
+
+    from echelon.v1 import common_pb2, durable_pb2, membership_pb2, pubsub_pb2, router_pb2, tags
+
+    def wire(f) -> int:
+        if f.is_repeated and f.type not in (F.TYPE_STRING, F.TYPE_BYTES, F.TYPE_MESSAGE):
+            return 2
+        return {F.TYPE_DOUBLE: 1, F.TYPE_FIXED64: 1, F.TYPE_SFIXED64: 1, F.TYPE_FLOAT: 5, F.TYPE_FIXED32: 5,
+                F.TYPE_SFIXED32: 5, F.TYPE_STRING: 2, F.TYPE_BYTES: 2, F.TYPE_MESSAGE: 2}.get(f.type, 0)
+
+    def check(descriptor, cls) -> int:
+        n = 0
+        for f in descriptor.fields:
+            assert getattr(cls, f.name) == f.number << 3 | wire(f), f.full_name
+            n += 1
+        for nested in descriptor.nested_types:
+            n += check(nested, getattr(cls, nested.name))
+        return n
+
+    count = 0
+    for module in (common_pb2, durable_pb2, xpb, membership_pb2, pubsub_pb2, rpb, router_pb2):
+        for name, descriptor in module.DESCRIPTOR.message_types_by_name.items():
+            count += check(descriptor, getattr(tags, name))
+    assert count > 200
+    # The hand-written encoders' tags, one by one, against protobuf's own writing of the field.
+    assert pb.Event(payload=b"x").SerializeToString()[:1] == bytes((tags.Event.payload,))
+    assert rpb.RelayMessage(encoded_event=b"x").SerializeToString()[:2] == varint(tags.RelayMessage.encoded_event)

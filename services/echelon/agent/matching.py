@@ -56,6 +56,7 @@ from echelon.runtime.wire import varints
 from echelon.v1 import matcher_pb2 as xpb
 from echelon.v1 import matcher_pb2_grpc as xgrpc
 from echelon.v1 import membership_pb2 as mpb
+from echelon.v1 import tags
 
 log = logging.getLogger("echelon.agent.matching")
 
@@ -69,7 +70,7 @@ FLUSH_SECONDS = 2.0  # at stop, queued removals are sent for at most this long
 FRESH_SECONDS = 30.0  # a matcher this agent refilled this recently is sent removals directly too
 SWITCH_SECONDS = 1.0  # at most one move to the suggested entry per this long (no flapping)
 MATCH_METHOD = "/echelon.v1.Matcher/Match"  # written as bytes (`send`), not through the stub
-EVENTS_TAG = 2 << 3 | 2  # MatchRequest.events, length-delimited
+EVENTS_TAG = tags.MatchRequest.events
 _EVENTS = bytes((EVENTS_TAG,))
 
 

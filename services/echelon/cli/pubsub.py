@@ -18,10 +18,10 @@ from rich.table import Table
 
 from echelon.client import ACCEPTED, DELIVERED, Client, Durable, EchelonError
 from echelon.client.subscription import MAX_WHOLE
-from echelon.runtime.transport import PLAIN, TlsDir, Transport, call_any
+from echelon.runtime.member import fetch_view  # noqa: F401 - `echelon status`'s, and observe.py's
+from echelon.runtime.transport import TlsDir, Transport, call_any
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import membership_pb2 as mpb
-from echelon.v1 import membership_pb2_grpc as mgrpc
 
 console = Console()
 TLS_DIR = "echelon.tls_dir"
@@ -283,15 +283,6 @@ async def write_payload(m, path: str) -> tuple[int, str]:
 
 def _state(s: int) -> str:
     return mpb.MemberState.Name(s).removeprefix("MEMBER_STATE_").lower()
-
-
-async def fetch_view(address: str, transport: Transport = PLAIN) -> mpb.View:
-    async with transport.dial(address) as ch:
-        call = mgrpc.MembershipStub(ch).Watch(mpb.WatchRequest(member_id="cli"), timeout=5.0)
-        async for update in call:
-            call.cancel()
-            return update.snapshot
-    raise click.ClickException("no view")
 
 
 def view_table(view: mpb.View, source: str = "", unreachable_for: float | None = None) -> Table:

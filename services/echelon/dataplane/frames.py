@@ -18,11 +18,17 @@ from __future__ import annotations
 from echelon.runtime.wire import varint
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import relay_pb2 as rpb
+from echelon.v1.tags import Event, RelayFrame, RelayMessage
 
-_MESSAGE = b"\x1a"  # RelayFrame.messages (3), length-delimited (written as such in `add_whole`'s format)
-_ENCODED = b"\xc2\x07"  # RelayMessage.encoded_event (120), length-delimited
-_DESTINATION = b"\x12"  # RelayMessage.destinations (2)
-_SEQ = b"\x08"  # RelayFrame.seq (1), varint
+_MESSAGE = varint(RelayFrame.messages)
+_ENCODED = varint(RelayMessage.encoded_event)
+_DESTINATION = varint(RelayMessage.destinations)
+_SEQ = varint(RelayFrame.seq)
+# `peek` and `key_of` read an Event's id and topic off the front of its bytes by their tags,
+# which must stay one byte each (field numbers below 16).
+_ID, _TOPIC = Event.id, Event.topic
+assert _ID < 0x80 and _TOPIC < 0x80, "Event.id and Event.topic must keep one-byte tags (frames.peek)"
+_ID_TAG = bytes((_ID,))
 
 
 def destinations(ds: list[str]) -> bytes:
@@ -49,7 +55,7 @@ class OutFrame:
     def add_whole(self, tail: bytes, data: bytes) -> None:
         """A whole message: `tail` from `whole_tail`, `data` the root's event bytes."""
         length = varint(len(data))
-        self.parts += (b"\x1a%b%b%b" % (varint(len(tail) + len(length) + len(data)), tail, length), data)
+        self.parts += (b"%b%b%b%b" % (_MESSAGE, varint(len(tail) + len(length) + len(data)), tail, length), data)
 
     def add_message(self, dests: bytes, body: bytes) -> None:
         """A message serialized without its destinations (a slice): `dests` from `destinations`."""
@@ -80,7 +86,7 @@ def key_of(data: bytes, event: pb.Event) -> bytes:
     """A whole message's key (its id's bytes, the dedup window's and the holds'): read off
     the front of the root's bytes as `peek` reads it (a fifth of the cost of reading the
     decoded id's fields), else the decoded id serialized (b"" data: none received)."""
-    if data[:1] == b"\n" and data[1] < 0x80 and len(data) >= data[1] + 2:
+    if data[:1] == _ID_TAG and data[1] < 0x80 and len(data) >= data[1] + 2:
         return data[2:data[1] + 2]
     return event.id.SerializeToString()
 
@@ -88,9 +94,9 @@ def key_of(data: bytes, event: pb.Event) -> bytes:
 def peek(data: bytes) -> tuple[bytes, str] | None:
     """A whole message's key (its Event's serialized id) and topic from the front of the
     root's bytes; None when they are not laid out as the root writes them (decode it)."""
-    if len(data) > 4 and data[0] == 0x0A and data[1] < 0x80:
+    if len(data) > 4 and data[0] == _ID and data[1] < 0x80:
         n = data[1] + 2
-        if len(data) > n + 1 and data[n] == 0x12 and data[n + 1] < 0x80:
+        if len(data) > n + 1 and data[n] == _TOPIC and data[n + 1] < 0x80:
             return data[2:n], data[n + 2:n + 2 + data[n + 1]].decode()
     return None
 

@@ -44,12 +44,13 @@ from echelon.runtime.errors import Unavailable
 from echelon.runtime.wire import length_delimited, varints
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import relay_pb2 as rpb
+from echelon.v1 import tags
 
 if TYPE_CHECKING:
     from echelon.dataplane.dissemination import DataPlane
 
 FRAME_BYTES = 1 << 20  # a root frame of small events is closed past this size
-PAYLOAD_TAG = 4 << 3 | 2  # Event.payload, length-delimited
+PAYLOAD_TAG = tags.Event.payload
 
 
 class Root:

@@ -328,7 +328,7 @@ class Cluster:
 
     async def wait_members(self, timeout: float) -> None:
         """Until a membership replica's view holds every running member ALIVE."""
-        from echelon.cli.pubsub import fetch_view
+        from echelon.runtime.member import fetch_view
 
         want = {p.id for p in self.processes if p.service and p.role != "membership" and p.running()}
         deadline = time.monotonic() + timeout

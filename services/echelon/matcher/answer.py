@@ -19,10 +19,11 @@ from typing import Sequence
 from echelon.matcher.peers import Agents, Matches
 from echelon.runtime.wire import length_delimited
 from echelon.v1 import matcher_pb2 as xpb
+from echelon.v1 import tags
 
-AGENT, SUBSCRIPTIONS = 1 << 3 | 2, 2 << 3 | 2  # AgentMatches.agent, .subscriptions
-AGENTS = 1 << 3 | 2  # MatchResult.agents
-RESULTS = 2 << 3 | 2  # MatchResponse.results
+AGENT, SUBSCRIPTIONS = tags.AgentMatches.agent, tags.AgentMatches.subscriptions
+AGENTS = tags.MatchResult.agents
+RESULTS = tags.MatchResponse.results
 EMPTY = length_delimited(RESULTS, b"")  # an event that matched nothing
 KEPT = 4096  # agent sets whose bytes are kept; past it, forgotten and made again
 

@@ -34,6 +34,8 @@ BACKLOG_NEAR = 0.8  # of a subscription's backlog bound
 MATCHER_SHARE_FACTOR = 2
 MATCHER_SHARE_FLOOR = 1000  # subscriptions in the tier below which imbalance is not worth a page
 VIEW_AGE_STALE = 10  # seconds; membership sends a keepalive every second
+# Where the runbooks are, relative to the repository's root (an alert links its own section).
+RUNBOOKS = "docs/operations.md"
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,11 @@ class Alert:
     summary: str
     description: str
     labels: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def runbook_url(self) -> str:
+        """The alert's runbook: its section of docs/operations.md (the heading is the alert's name)."""
+        return f"{RUNBOOKS}#{self.alert.lower()}"
 
 
 def q(expr: str, legend: str = "", unit: str = "") -> Query:

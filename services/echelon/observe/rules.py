@@ -13,7 +13,8 @@ def groups() -> list[dict]:
     records = [{"record": r.record, "expr": r.expr} for r in RECORDS]
     alerts = [{"alert": a.alert, "expr": a.expr, "for": a.for_,
                "labels": {"severity": a.severity, **a.labels},
-               "annotations": {"summary": a.summary, "description": a.description}} for a in ALERTS]
+               "annotations": {"summary": a.summary, "description": a.description,
+                               "runbook_url": a.runbook_url}} for a in ALERTS]
     return [{"name": "echelon.records", "rules": records}, {"name": "echelon.alerts", "rules": alerts}]
 
 

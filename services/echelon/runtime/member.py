@@ -60,6 +60,17 @@ def membership_channel(address: str, transport: Transport = PLAIN) -> grpc.aio.C
     return transport.dial(address, RECONNECT_OPTIONS)
 
 
+async def fetch_view(address: str, transport: Transport = PLAIN) -> mpb.View:
+    """One snapshot of the view from the membership replica at `address`, as an observer
+    (`echelon status`, the launcher's wait for a cluster) sees it: no join, no heartbeat."""
+    async with transport.dial(address) as ch:
+        call = mgrpc.MembershipStub(ch).Watch(mpb.WatchRequest(member_id="cli"), timeout=5.0)
+        async for update in call:
+            call.cancel()
+            return update.snapshot
+    raise ValueError(f"{address}: the Watch stream ended without a view")
+
+
 def lifetime(incarnation: int) -> int:
     """The process lifetime (restart epoch) of an incarnation; see the module doc."""
     return incarnation // LIFETIME
