@@ -70,3 +70,30 @@ async def test_an_ephemeral_subscription_that_chose_eviction_never_holds_the_pub
         assert agent.metrics.overflows._value.get() == 1
     finally:
         await c.stop()
+
+
+async def test_a_slow_consumer_on_the_publishing_agent_slows_its_publisher_too():
+    c = Cluster(agents=1)
+    await c.start()
+    try:
+        agent = c.agent_nodes[0]
+        agent.max_backlog = BOUND
+        client = c.client(0)
+        await client.create_topic("t")
+        sub = client.subscribe("t", "", max_outstanding=5)
+        await sub.start()
+        pub = client.publisher(ack_level=AckLevel.ACCEPTED)
+        futures = [pub.publish_nowait("t", {"n": n}) for n in range(200)]
+        await asyncio.sleep(2.0)
+        assert sum(f.done() for f in futures) <= BOUND + 64  # held past the bound: not all accepted yet
+        got = []
+        while len(got) < 200:
+            msg = await sub.next(timeout=20)
+            got.append(msg.attributes["n"])
+            await msg.ack()
+        await asyncio.wait_for(asyncio.gather(*futures), 30)
+        assert got == list(range(200))
+        held = next(iter(agent.subscriptions.subs.values()))
+        assert held.depth <= BOUND + 64
+    finally:
+        await c.stop()

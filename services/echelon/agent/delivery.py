@@ -98,12 +98,11 @@ class LocalDelivery:
         full, self.full = self.full, []
         return full
 
-    def deliver_root(self, events: Sequence[pb.Event], encoded: Sequence[bytes] | None = None) -> int:
-        """`deliver_many` for the publishing agent's own subscriptions: no frame to hold back
-        (their lag does not slow the publisher: docs/guarantees.md)."""
-        n = self.deliver_many(events, encoded)
-        self.full.clear()
-        return n
+    def deliver_root(self, events: Sequence[pb.Event], encoded: Sequence[bytes] | None = None) -> list:
+        """`deliver_many` for the publishing agent's own subscriptions: the rooms of those
+        lagging, which the dispatcher waits for before it settles the publish."""
+        self.deliver_many(events, encoded)
+        return self.take_full()
 
     def deliver_many(self, events: Sequence[pb.Event], encoded: Sequence[bytes] | None = None) -> int:
         """Offer each event (a frame's, in order) to every matching local subscription, once

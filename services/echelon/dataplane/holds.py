@@ -15,6 +15,7 @@ waits for both. A relay remembers its holds in a table bounded by `forget_settle
 
 from __future__ import annotations
 
+import asyncio
 from collections import OrderedDict
 from typing import Callable, Sequence
 
@@ -61,6 +62,16 @@ class Job:
             self.done()
 
     arm = tick
+
+
+async def settled(holds: Sequence[Hold]) -> None:
+    """Until every one of `holds` is settled."""
+    future = asyncio.get_running_loop().create_future()
+    job = Job(lambda: future.done() or future.set_result(None))
+    for hold in holds:
+        job.wait(hold)
+    job.arm()
+    await future
 
 
 def forget_settled(holds: OrderedDict, bound: int) -> None:
