@@ -178,11 +178,11 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=20_000.0, help="events/s each publisher offers")
     ap.add_argument("--window", type=int, default=4096, help="unacknowledged publishes per publisher")
     ap.add_argument("--bound", type=int, default=2000, help="the agents' --max-backlog")
-    ap.add_argument("--short", action="store_true", help="5 s at 2,000/s each")
+    ap.add_argument("--short", action="store_true", help="5 s at 4,000/s each, a bound of 200")
     ap.add_argument("--out", type=Path, default=Path("out/bench_overload"))
     a = ap.parse_args()
     if a.short:
-        a.seconds, a.rate = 5.0, 2000.0
+        a.seconds, a.rate, a.bound = 5.0, 4000.0, 200
     r = asyncio.run(run(a.seconds, a.rate, a.window, a.bound, a.out / "logs" / time.strftime("%Y%m%d-%H%M%S")))
     print(report(r))
 
