@@ -83,7 +83,8 @@ class AgentNode(Node):
         self.metrics = AgentMetrics(self.registry)
         self.links = LinkSet(config.id, window_bytes, self.registry, self.metrics.dropped, self._peer_broke,
                              self._settle, transport=self.server.transport)
-        self.admin = AdminProxy(config.membership, lambda: self.membership, self.server.transport)
+        self.admin = AdminProxy(config.membership, lambda: self.membership, self.server.transport,
+                                self.server.access)
         self.topics = Topics(lambda: self.membership, self.admin.call)
         # Made in on_start, once the membership view is there.
         self.plane: DataPlane | None = None
@@ -137,6 +138,7 @@ class AgentNode(Node):
         self.matching = MatchClient(self.membership)
         self.subscriptions = Registry(me, self.topics, self.matching, self.metrics,
                                       lambda topics: self.membership.set_topics(set(), topics), self._max_backlog)
+        self.subscriptions.filter_limits = self.server.access.config.limits.filters()  # the operator's (--limits)
         self.durables = Durables(self, Store(self.data_dir, self.fsync), self.durable_defaults)
         durable_tasks = self.durables.start()
         delivery = LocalDelivery(lambda: self.subscriptions.subs, self.metrics, self.subscriptions.close)
