@@ -97,3 +97,51 @@ async def test_a_slow_consumer_on_the_publishing_agent_slows_its_publisher_too()
         assert held.depth <= BOUND + 64
     finally:
         await c.stop()
+
+
+@pytest.mark.parametrize("named", [False, True], ids=["ephemeral", "named"])
+async def test_a_stalled_consumer_stops_holding_publishers_back(named, monkeypatch):
+    """One that acknowledges nothing for the stall bound would otherwise stop every
+    publisher through its agent (a hostile or dead client): an ephemeral one is closed
+    RESOURCE_EXHAUSTED, a named one sheds its oldest; each event is either delivered or
+    counted as shed, and a healthy subscriber beside it gets every one."""
+    from echelon.agent.subscriptions import Subscription
+
+    monkeypatch.setattr(Subscription, "stall_seconds", 1.0)
+    c = Cluster(agents=3)
+    await c.start()
+    try:
+        agent = c.agent_nodes[1]
+        agent.max_backlog = BOUND
+        c0, c1, c2 = c.client(0), c.client(1), c.client(2)
+        await c0.create_topic("t")
+        stalled = c1.subscribe("t", "", name="stuck" if named else "", max_outstanding=5)
+        await stalled.start()
+        healthy = c2.subscribe("t", "", max_outstanding=64)
+        await healthy.start()
+        pub = c0.publisher(ack_level=AckLevel.DELIVERED)
+        results = await asyncio.wait_for(asyncio.gather(*(pub.publish_nowait("t", {"n": n}) for n in range(200))), 60)
+        assert all(r.destinations == 2 for r in results)
+        got = []
+        while len(got) < 200:
+            msg = await healthy.next(timeout=20)
+            got.append(msg.attributes["n"])
+            await msg.ack()
+        assert got == list(range(200))
+        kind = "named" if named else "ephemeral"
+        assert agent.metrics.stalls.labels(kind)._value.get() == 1
+        if named:
+            held = agent.subscriptions.subs["stuck"]
+            received = []
+            while len(received) + held.shed < 200:
+                msg = await stalled.next(timeout=20)
+                received.append(msg.attributes["n"])
+                await msg.ack()
+            assert held.shed > 0 and agent.metrics.shed._value.get() == held.shed
+            assert received == sorted(received) and len(set(received)) == len(received)  # in order, once each
+        else:
+            with pytest.raises(errors.ResourceExhausted):
+                for _ in range(300):
+                    await stalled.next(timeout=5)
+    finally:
+        await c.stop()

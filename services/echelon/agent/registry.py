@@ -80,6 +80,7 @@ class Registry:
         sub = Subscription(f"{self.me}/{name}", name, topic.name, flt, self.max_backlog, self.max_bytes,
                            evict=open_.evict and not open_.subscription)  # named subscriptions lag
         sub.owner = owner
+        sub.on_stall = self._stalled
         sub.attach(open_.credits)
         self.subs[name] = sub
         self._changed()
@@ -105,6 +106,14 @@ class Registry:
         except grpc.aio.AioRpcError as e:
             raise InvalidArgument(e.details()) if e.code() == grpc.StatusCode.INVALID_ARGUMENT \
                 else Unavailable(e.details()) from None
+
+    def _stalled(self, sub: Subscription, shed: int) -> None:
+        """A lagging subscription acknowledged nothing for its stall bound (subscriptions.py)."""
+        kind = "named" if sub.named else "ephemeral"
+        self.metrics.stalls.labels(kind).inc()
+        self.metrics.shed.inc(shed)
+        log.warning("subscription %s acknowledged nothing for %gs while holding its publishers back: %s", sub.id,
+                    sub.stall_seconds, f"shedding its oldest ({shed} dropped)" if sub.named else "closed")
 
     def close(self, sub: Subscription) -> asyncio.Future:
         """Remove a subscription here at once (no await: a cancelled caller cannot stop

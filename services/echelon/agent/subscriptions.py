@@ -19,6 +19,15 @@ waiting to be redelivered). Past it, by the subscription's policy (docs/guarante
   overflows, its stream ends with RESOURCE_EXHAUSTED and the agent counts it (as NATS
   core drops a slow consumer): the publishers never wait for it.
 
+Lagging is for consumers that make progress. One that acknowledges nothing for
+`stall_seconds` while it holds its publishers back (a client that never grants credits,
+a named subscription left detached) would otherwise stop every publisher whose frames
+pass through this agent: it is stalled, and stops holding them back. An ephemeral one is
+closed with RESOURCE_EXHAUSTED; a named one sheds, dropping its oldest queued messages
+to stay within its bound, until an ack shows progress again. Both are counted
+(`on_stall`; docs/guarantees.md, "Flow control"). A topic admin who wants publishers
+held whatever the consumer does chooses a durable subscription with REJECT_PUBLISH.
+
 A subscription is owed the events published from its creation on (DESIGN.md: "every
 subscription that matched at publish time"). `owes` refuses older ones, allowing
 `CLOCK_SKEW` between the publishing agent's clock and ours: so a process restarted after
@@ -33,6 +42,7 @@ import time
 from collections import deque
 from itertools import islice, repeat
 from operator import attrgetter
+from typing import Callable
 
 from echelon.dataplane.holds import Hold
 from echelon.dataplane.slices import ChunkStream
@@ -43,6 +53,7 @@ from echelon.v1 import pubsub_pb2 as ppb
 
 CLOCK_SKEW_NS = 500_000_000
 MAX_BYTES = 64 << 20  # bytes a subscription holds before it lags (or is evicted)
+STALL_SECONDS = 30.0  # a lagging subscription that acknowledges nothing this long is stalled (above)
 MAX_NACK_DELAY = 600.0  # seconds, as Google Pub/Sub's longest retry backoff
 _stream = attrgetter("stream")
 
@@ -78,6 +89,8 @@ class Pending:
 class Subscription:
     durable = False  # durable_sub.DurableSubscription: kept on disk and by a replica agent
     owner = ""  # the identity that opened it (agent/ownership.py)
+    stall_seconds = STALL_SECONDS
+    on_stall: Callable[["Subscription", int], None] | None = None  # (it, messages shed): the registry counts
 
     def __init__(self, sid: str, name: str, topic: str, flt: Filter, max_backlog: int, max_bytes: int = MAX_BYTES,
                  evict: bool = False):
@@ -90,6 +103,10 @@ class Subscription:
         self.evict = evict  # past the bound: overflow (evicted), else lag (the module doc)
         self.held_bytes = 0
         self.room: Hold | None = None  # while past the bound and lagging: what frames wait for
+        self.shedding = False  # stalled (named): past the bound it drops its oldest instead of lagging
+        self.shed = 0  # messages dropped while shedding
+        self._progress = 0.0  # monotonic time of the last ack that settled something
+        self._watch: asyncio.TimerHandle | None = None  # the stall check while `room` is held
         self.named = not name.startswith("~")
         self.backlog: deque[Pending] = deque()
         self.unacked: dict[int, Pending] = {}
@@ -155,14 +172,54 @@ class Subscription:
         return self.depth >= self.max_backlog or self.held_bytes >= self.max_bytes
 
     def _lag(self) -> None:
-        """Past the bound (lagging): hold `room` until the client's acks bring it below."""
-        if self.room is None and not self.evict and self.full():
-            self.room = Hold()
-            self.room.pending = 1
+        """Past the bound (lagging): hold `room` until the client's acks bring it below;
+        stalled (shedding): drop the oldest queued instead."""
+        if self.room is not None or self.evict or not self.full():
+            return
+        if self.shedding:
+            self._shed()
+            return
+        self.room = Hold()
+        self.room.pending = 1
+        self._progress = time.monotonic()
+        try:
+            self._watch = asyncio.get_running_loop().call_later(self.stall_seconds, self._check_stall)
+        except RuntimeError:  # no loop (a unit test of the bookkeeping): nothing to watch with
+            self._watch = None
+
+    def _check_stall(self) -> None:
+        self._watch = None
+        if self.room is None or self.closed:
+            return
+        idle = time.monotonic() - self._progress
+        if idle < self.stall_seconds:
+            self._watch = asyncio.get_running_loop().call_later(self.stall_seconds - idle, self._check_stall)
+            return
+        if self.named:
+            self.shedding = True
+            shed = self._shed()
+        else:
+            self.overflowed, shed = True, 0  # its stream ends RESOURCE_EXHAUSTED, closing it
+        self.release()
+        self.changed.set()
+        if self.on_stall is not None:
+            self.on_stall(self, shed)
+
+    def _shed(self) -> int:
+        """Drop the oldest queued messages (never those in flight) until within the bound."""
+        n = 0
+        while self.backlog and self.full() and self.backlog[0].stream is None:
+            self.held_bytes -= self.backlog.popleft().size
+            n += 1
+        self.shed += n
+        return n
 
     def release(self) -> None:
         """Below the bound again, or closed: the frames waiting for room are acknowledged."""
         room, self.room = self.room, None
+        if self._watch is not None:
+            self._watch.cancel()
+            self._watch = None
         if room is not None:
             room.release()
 
@@ -199,6 +256,8 @@ class Subscription:
         done = self.settle(delivery_ids, through)
         if done:
             self.held_bytes -= sum(p.size for p in done)
+            self._progress = time.monotonic()
+            self.shedding = False  # progress: it may lag again
             if self.room is not None and not self.full():
                 self.release()
         self.credits += credits
