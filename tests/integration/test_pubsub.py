@@ -82,7 +82,7 @@ async def test_schema_violations_are_rejected_naming_the_attribute(cluster):
 
 @pytest.mark.parametrize("text, code, needle", [
     ("High >=", grpc.StatusCode.INVALID_ARGUMENT, "position 7"),
-    ('Symbol = "aapl" or High > 3', grpc.StatusCode.INVALID_ARGUMENT, "position 16"),
+    ('Symbol = "aapl" xor High > 3', grpc.StatusCode.INVALID_ARGUMENT, "position 16"),
     ("Price > 3", grpc.StatusCode.INVALID_ARGUMENT, "'Price'"),
     ('High = "x"', grpc.StatusCode.INVALID_ARGUMENT, "expected float"),
     ("High > 600", grpc.StatusCode.INVALID_ARGUMENT, "no value in [0, 500]"),

@@ -21,7 +21,11 @@ SYMBOLS = ["a", "b", "c", "d"]
 def _filter(rnd: random.Random):
     return parse(rnd.choice([f'Symbol = "{rnd.choice(SYMBOLS)}"', f"Price >= {rnd.randint(0, 90)}",
                              f'Price < {rnd.randint(0, 90)} and Symbol != "a"',
-                             f'Symbol prefix "{rnd.choice(SYMBOLS)}"', "", "Price between 10 and 20", "Missing = 1"]))
+                             f'Symbol prefix "{rnd.choice(SYMBOLS)}"', "", "Price between 10 and 20", "Missing = 1",
+                             # disjunctions: an event satisfying several terms is offered once
+                             f'Symbol in ("a", "b") or Price > {rnd.randint(50, 90)}',
+                             'not (Symbol = "a" or Price < 50)',
+                             '(Symbol = "a" or Symbol = "b") and (Price < 10 or Price > 90)']))
 
 
 def _event(rnd: random.Random, seq: int, topic: str = "t") -> pb.Event:
@@ -83,3 +87,16 @@ def test_small_frames_are_compiled():
     d = LocalDelivery(lambda: subs, AgentMetrics(CollectorRegistry()), lambda s: None)
     d.deliver_many([_event(random.Random(1), 1)])
     assert [i.index for i in d._indexes.values()] == [None]
+
+
+def test_many_predicates_go_to_the_index(monkeypatch):
+    """Past COMPILED_PREDICATES over all terms, even a few subscriptions are indexed (compiling
+    costs twice the index's build), and a disjunction is still offered each event once."""
+    monkeypatch.setattr(delivery, "COMPILED_PREDICATES", 3)
+    subs = {"s": Subscription("a/s", "s", "t", parse('Symbol in ("a", "b") or Price >= 0 or Symbol prefix ""'), 10)}
+    d = LocalDelivery(lambda: subs, AgentMetrics(CollectorRegistry()), lambda s: None)
+    frame = [pb.Event(id=pb.MessageId(producer_id="p", sequence=i), topic="t", publish_time_unix_nanos=2**62,
+                      attributes=attributes_to_pb({"Symbol": "a", "Price": 1.0})) for i in range(3)]
+    d.deliver_many(frame)
+    assert [i.index is not None for i in d._indexes.values()] == [True]
+    assert [p.event.id.sequence for p in subs["s"].backlog] == [0, 1, 2]  # every term matched: once each

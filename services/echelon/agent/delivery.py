@@ -8,7 +8,8 @@ The filter check (issue 12): a frame's events are matched together, against the
 topic's local subscriptions compiled into one function (core/filter_code.py: ~0.4 us per
 event over 17 subscriptions, where checking each filter cost 9-18 us and the counting
 index 0.6-0.9 us in a frame of 170 events, 20-30 us for a lone one). A topic with more
-than COMPILED_SUBS subscriptions here is matched with the CDM counting index instead
+than COMPILED_SUBS subscriptions here, or more than COMPILED_PREDICATES predicates over
+their filters' terms (core/filters.py), is matched with the CDM counting index instead
 (core/cdm.py, the matcher's own, exact as `Filter.matches`): compiling costs ~30 us per
 subscription, 8x the index's build, paid again whenever the topic's subscriptions or
 their filters change, and the index's cost per event grows with the matches rather
@@ -44,20 +45,25 @@ from echelon.v1 import common_pb2 as pb
 log = logging.getLogger("echelon.agent.delivery")
 
 COMPILED_SUBS = 128  # a topic's local subscriptions up to which they are compiled (past it: the index)
+COMPILED_PREDICATES = 2048  # and their predicates over all terms (past it, compiling is the slower build)
 _filter = attrgetter("filter")
 
 
 class _TopicIndex:
     """A topic's local subscriptions, compiled or in a counting index, with what they were built from."""
 
-    __slots__ = ("built_from", "subs", "compiled", "index")
+    __slots__ = ("built_from", "subs", "compiled", "index", "terms")
 
     def __init__(self, built_from: tuple):
         self.built_from = built_from
         self.subs = [s for s, _ in built_from]
         filters = [f for _, f in built_from]
-        self.compiled = compile_filters(filters, wire=True) if len(filters) <= COMPILED_SUBS else None
-        self.index = None if self.compiled else CountingIndex(Indexed(str(i), "", f) for i, f in enumerate(filters))
+        small = len(filters) <= COMPILED_SUBS and \
+            sum(len(t.predicates) for f in filters for t in f.terms) <= COMPILED_PREDICATES
+        self.compiled = compile_filters(filters, wire=True) if small else None
+        self.terms = any(len(f.terms) > 1 for f in filters)  # some disjunction: answers deduplicated
+        self.index = None if self.compiled else CountingIndex(  # each term of a disjunction its own entry
+            Indexed(f"{i}/{k}" if k else str(i), "", t) for i, f in enumerate(filters) for k, t in enumerate(f.terms))
 
     def match(self, events: Sequence[pb.Event]) -> list[list[int]]:
         """For each of `subs`, the positions in `events` (a frame's) of those it matches, in order."""
@@ -65,6 +71,8 @@ class _TopicIndex:
             return self.compiled([e.attributes for e in events])  # read in place
         found: list[list[int]] = [[] for _ in self.subs]
         for j, ids in enumerate(self.index.match_batch([attributes_from_pb(e.attributes) for e in events])):
+            if self.terms:  # once per subscription, whatever its terms
+                ids = {i.partition("/")[0] for i in ids}
             for i in ids:
                 found[int(i)].append(j)
         return found

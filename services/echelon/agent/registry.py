@@ -21,6 +21,7 @@ from echelon.agent.matching import MatchClient
 from echelon.agent.metrics import AgentMetrics
 from echelon.agent.subscriptions import Subscription
 from echelon.agent.topics import Topics
+from echelon.core.filters import DEFAULT_LIMITS, term_ids
 from echelon.runtime.errors import AlreadyExists, FailedPrecondition, InvalidArgument, Unavailable
 from echelon.runtime.wire import filter_from_request, filter_to_pb
 from echelon.v1 import matcher_pb2 as xpb
@@ -39,14 +40,16 @@ class Registry:
         self.advertise = advertise  # the topics subscribed here, for the LBDD peer table
         self.max_backlog = max_backlog
         self.subs: dict[str, Subscription] = {}  # by name
+        self._terms: dict[str, int] = {}  # subscription id -> its entries on the tier (core/filters.py term_ids)
+        self.filter_limits = DEFAULT_LIMITS  # what one filter may cost (an operator's settings go here)
         self._ephemeral = 0
 
     async def open(self, open_: ppb.SubscriptionOpen) -> Subscription:
         """Open (or resume) a subscription attached to the caller's stream, registered on the
         tier; if this is cancelled or fails, the subscription is closed again."""
         topic = await self.topics.get(open_.topic)
-        flt = filter_from_request(open_.filter, open_.filter_text)
-        flt.validate(self.topics.schema(topic))
+        flt = filter_from_request(open_.filter, open_.filter_text, self.filter_limits).validate(
+            self.topics.schema(topic), self.filter_limits)
         name = open_.subscription
         if name:
             if name.startswith("~") or "/" in name:
@@ -85,9 +88,17 @@ class Registry:
         return sub
 
     async def _register(self, sub: Subscription) -> None:
+        """Each term of the filter's normal form is an entry of its own on the tier (the
+        matchers index conjunctions); the entries of a former filter's extra terms go."""
+        terms = sub.filter.terms
+        ids = term_ids(sub.id, len(terms))
+        stale = term_ids(sub.id, self._terms.get(sub.id, 1))[len(ids):]
+        self._terms[sub.id] = len(ids)
+        if stale:
+            self.matching.unregister(stale)
         try:
-            await self.matching.register([xpb.Subscription(id=sub.id, agent=self.me, topic=sub.topic,
-                                                           filter=filter_to_pb(sub.filter))])
+            await self.matching.register([xpb.Subscription(id=i, agent=self.me, topic=sub.topic, filter=filter_to_pb(t))
+                                          for i, t in zip(ids, terms)])
         except grpc.aio.AioRpcError as e:
             raise InvalidArgument(e.details()) if e.code() == grpc.StatusCode.INVALID_ARGUMENT \
                 else Unavailable(e.details()) from None
@@ -105,7 +116,7 @@ class Registry:
         if self.subs.get(sub.name) is sub:
             del self.subs[sub.name]
         self._changed()
-        return self.matching.unregister([sub.id])
+        return self.matching.unregister(term_ids(sub.id, self._terms.pop(sub.id, 1)))
 
     def close_orphans(self) -> int:
         """Ephemeral subscriptions no stream holds (none can attach again): closed."""

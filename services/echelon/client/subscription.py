@@ -63,7 +63,7 @@ from echelon.client.errors import (ClientClosed, EchelonError, FailedPreconditio
                                    Timeout, Unavailable, from_rpc_error, from_status)
 from echelon.client.message import Message, Sliced, check_delay, subscribe_call
 from echelon.client.shared import SharedStream
-from echelon.core.filters import Filter
+from echelon.core.filters import Disjunction, Filter
 from echelon.runtime.transport import SUBSCRIPTION_KEY
 from echelon.runtime.wire import filter_to_pb
 from echelon.v1 import pubsub_pb2 as ppb
@@ -99,7 +99,7 @@ class Subscription(Inbox):
         self._acked: OrderedDict[tuple[str, int], None] | None = \
             client._acked.setdefault(name, OrderedDict()) if durable is not None else None
         self.acked_redeliveries = 0
-        if isinstance(flt, Filter):
+        if isinstance(flt, (Filter, Disjunction)):  # a parsed filter: its structured form
             open_.filter.CopyFrom(filter_to_pb(flt))
         else:
             open_.filter_text = flt

@@ -16,20 +16,23 @@ carry (int, float, str: runtime/wire.py): no value, a bool, or a value of the ot
 kind satisfies no predicate. A predicate whose literal is of none of these kinds calls
 its own `holds`. Literals are passed to the code as bound constants, never written into
 its text.
+
+A disjunction (core/filters.py) is one `or` of its terms' tests: a subscription gets an
+event once, however many of its terms the event satisfies.
 """
 
 from __future__ import annotations
 
 from typing import Callable, Mapping, Sequence
 
-from echelon.core.filters import Filter, Op, Predicate
+from echelon.core.filters import Expression, Filter, Op, Predicate
 
 Matcher = Callable[[Sequence[Mapping[str, object]]], list[list[int]]]
 
 _COMPARE = {Op.EQ: "==", Op.NE: "!=", Op.LT: "<", Op.LE: "<=", Op.GT: ">", Op.GE: ">="}
 
 
-def compile_filters(filters: Sequence[Filter], wire: bool = False) -> Matcher:
+def compile_filters(filters: Sequence[Expression], wire: bool = False) -> Matcher:
     """A function of a batch of events' attributes: for each filter (in the order of
     `filters`), the positions in the batch of the events it satisfies, in order. One call
     per batch, the loop over its events inside: a frame's events come together, and each
@@ -55,14 +58,16 @@ def compile_filters(filters: Sequence[Filter], wire: bool = False) -> Matcher:
 
     equal: dict[tuple[int, str], dict[object, list[int]]] = {}  # (attribute, kind) -> literal -> filters
     for pos, flt in enumerate(filters):
-        (p, *more) = flt.predicates or (None,)
+        (p, *more) = flt.predicates if isinstance(flt, Filter) and flt.predicates else (None,)
         kind = "s" if p is not None and p.value.__class__ is str else "n"
         if p is not None and not more and p.op is Op.EQ and p.value.__class__ in (str, int, float) and \
                 p.value == p.value:  # one equality (not NaN): by lookup
             equal.setdefault((local(p.attribute), kind), {}).setdefault(p.value, []).append(pos)
             tests.append("")
-        else:
-            tests.append(" and ".join(_predicate(p, local(p.attribute), const) for p in flt.predicates) or "True")
+        else:  # a disjunction: its terms in one `or`, each term's predicates in one `and`
+            terms = [" and ".join(_predicate(p, local(p.attribute), const) for p in t.predicates) or "True"
+                     for t in flt.terms]
+            tests.append(terms[0] if len(terms) == 1 else " or ".join(f"({t})" for t in terms))
     lines = ["def match(batch):"]
     lines += [f"    r{pos} = []" for pos in range(len(tests))]
     lines += [f"    rs = [{', '.join(f'r{pos}' for pos in range(len(tests)))}]",

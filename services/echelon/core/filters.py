@@ -1,25 +1,58 @@
-"""Subscription filters: conjunctions of attribute predicates, in data and in text.
+"""Subscription filters: predicates over an event's attributes, in data and in text.
 
-Text form, as in the papers: `Symbol = "aapl" and High >= 45`, optionally in braces.
-Operators: = != < <= > >= `between A and B` (inclusive) and `prefix "ab"`.
-Keywords are case-insensitive; strings use double or single quotes with backslash
-escapes; numbers without a dot or exponent are ints. The empty filter matches every
-event of its topic.
+The text form (docs/filters.md has the grammar and examples): predicates as in the
+papers, `Symbol = "aapl" and High >= 45`, joined by `and`, `or` and `not` with
+parentheses, optionally in braces. Operators: = != < <= > >=, `between A and B`
+(inclusive), `prefix "ab"`, `in (A, B, ...)` and `not in (...)`. Keywords are
+case-insensitive; strings use double or single quotes with backslash escapes; numbers
+without a dot or exponent are ints. The empty filter matches every event of its topic.
 
-An event that lacks an attribute fails every predicate on it: Meghdoot maps a missing
-attribute to the whole domain [L, H], which only an unconstrained subscription covers.
+Normal form. A `Filter` is a conjunction of predicates: what the papers index (a
+Meghdoot point, a CDM entry). Anything with `or` or `not` is compiled into a
+`Disjunction` of such conjunctive terms (`not` pushed down to the predicates by De
+Morgan, `and` distributed over `or`), so the matcher tier keeps indexing conjunctions
+only: the agent registers each term as an entry of its own (`term_ids`) and answers
+come back per agent, while the agent's local check evaluates the whole disjunction
+once per subscription, so an event that satisfies several terms is still delivered
+once (docs/filters.md, "The normal form, and where `or` meets the index").
+
+A missing attribute. An event that lacks an attribute fails every predicate on it:
+Meghdoot maps a missing attribute to the whole domain [L, H], which only an
+unconstrained subscription covers. With `not` this is SQL's three-valued logic: a
+predicate on a missing attribute (or on a value of the other kind) is unknown, and so
+is its negation, so `not (Price > 5)` does not match an event without `Price`. That is
+what makes the negation of a predicate a predicate (`not Price > 5` is `Price <= 5`).
+
+Caps. Every request is bounded before the work is done, by a `FilterLimits` (defaults
+in `DEFAULT_LIMITS`; the agent may be given an operator's): the text's UTF-8 bytes, or
+the structured form's encoded size (`max_bytes`), the predicates as written
+(`max_predicates`, each value of an `in` list counting), the nesting of parentheses
+and `not` (`max_depth`), and the normal form's terms and predicates (`max_terms`,
+`max_expanded`), counted before a term is built. `validate` bounds every string
+operand by its attribute's `max_length` (schemaless topics by `max_string_bytes`).
+Parsing is linear in the text, so a filter of `max_bytes` costs milliseconds, and an
+error quotes at most a short excerpt of the input around the caret.
+
+API for a caller that holds operator settings:
+
+    limits = FilterLimits(max_bytes=8192, max_predicates=64)
+    flt = parse(text, limits)            # FilterSyntaxError, FilterTooLarge
+    flt = runtime.wire.filter_from_request(pb_filter, text, limits)
+    flt = flt.validate(schema, limits)   # SchemaError; the terms that can match
+
+In the agent every kind of subscription (ephemeral, named, durable) is checked with
+`agent.registry.Registry.filter_limits`: the one place to put an operator's settings.
 """
 
 from __future__ import annotations
 
 import enum
 import math
-import re
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Mapping, Union
 
-from echelon.core.schema import (Attribute, AttrType, Schema, SchemaError, Value, fmt_number, type_fits, type_name,
-                                 utf8_length)
+from echelon.core.schema import (DEFAULT_MAX_LENGTH, Attribute, AttrType, Schema, SchemaError, Value, fmt_number,
+                                 type_fits, type_name, utf8_length)
 
 
 class Op(enum.Enum):
@@ -33,13 +66,51 @@ class Op(enum.Enum):
     PREFIX = "prefix"
 
 
+@dataclass(frozen=True)
+class FilterLimits:
+    """What one filter may cost; the defaults are `DEFAULT_LIMITS` (docs/filters.md, "Caps")."""
+
+    max_bytes: int = 16 * 1024  # the text in UTF-8, or the structured form encoded
+    max_predicates: int = 256  # predicates as written (each value of an `in` list counts)
+    max_depth: int = 16  # parentheses and `not` inside one another
+    max_terms: int = 64  # conjunctive terms of the normal form (index entries per subscription)
+    max_expanded: int = 512  # predicates over all terms of the normal form
+    max_string_bytes: int = DEFAULT_MAX_LENGTH  # a string operand on a schemaless topic
+
+    def __post_init__(self) -> None:
+        for name in ("max_bytes", "max_predicates", "max_depth", "max_terms", "max_expanded", "max_string_bytes"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"FilterLimits.{name} must be at least 1")
+
+
+DEFAULT_LIMITS = FilterLimits()
+EXCERPT = 24  # characters quoted on each side of an error's position
+
+
+def excerpt(text: str, position: int, width: int = EXCERPT) -> str:
+    """`text` around `position` with the caret (U+2038) there: at most `width` characters
+    each side, so an error never echoes a large input back."""
+    lo, hi = max(0, position - width), min(len(text), position + width)
+    return ("\u2026" if lo else "") + text[lo:position] + "\u2038" + text[position:hi] + \
+        ("\u2026" if hi < len(text) else "")
+
+
+def short(s: str, width: int = 2 * EXCERPT) -> str:
+    """`s`, cut to `width` characters for an error message."""
+    return s if len(s) <= width else s[:width] + "\u2026"
+
+
 class FilterSyntaxError(ValueError):
     """The text form does not parse; `position` is the 0-based offset of the problem."""
 
     def __init__(self, message: str, text: str, position: int):
-        super().__init__(f"{message} at position {position}: {text[:position]}\u2038{text[position:]}")
+        super().__init__(f"{message} at position {position}: {excerpt(text, position)}")
         self.reason = message
         self.position = position
+
+
+class FilterTooLarge(ValueError):
+    """Past a cap of `FilterLimits`: refused before the work it would cost (INVALID_ARGUMENT)."""
 
 
 @dataclass(frozen=True)
@@ -70,15 +141,47 @@ class Predicate:
             return v <= x <= self.upper  # type: ignore[operator]
         return isinstance(x, str) and x.startswith(v)  # type: ignore[arg-type]
 
+    def negated(self) -> tuple["Predicate", ...]:
+        """The predicates whose disjunction is `not self` for every value of this
+        predicate's kind (a missing value or one of the other kind satisfies neither)."""
+        a, v = self.attribute, self.value
+        flip = {Op.EQ: Op.NE, Op.NE: Op.EQ, Op.LT: Op.GE, Op.GE: Op.LT, Op.LE: Op.GT, Op.GT: Op.LE}
+        if self.op in flip:
+            return (Predicate(a, flip[self.op], v),)
+        if self.op is Op.BETWEEN:
+            return Predicate(a, Op.LT, v), Predicate(a, Op.GT, self.upper)  # type: ignore[arg-type]
+        end = _prefix_end(v) if isinstance(v, str) else None  # PREFIX: p <= x < end
+        return (Predicate(a, Op.LT, v),) if end is None else (Predicate(a, Op.LT, v), Predicate(a, Op.GE, end))
+
     def __str__(self) -> str:
         if self.op is Op.BETWEEN:
             return f"{self.attribute} between {_lit(self.value)} and {_lit(self.upper)}"  # type: ignore[arg-type]
         return f"{self.attribute} {self.op.value} {_lit(self.value)}"
 
+    def brief(self) -> str:
+        """`str(self)` with long names and strings cut, for an error message."""
+        cut = {"value": _cut(self.value), "upper": _cut(self.upper)}
+        return str(Predicate(short(self.attribute), self.op, cut["value"], cut["upper"]))  # type: ignore[arg-type]
+
+
+def _cut(v: Value | None) -> Value | None:
+    return short(v) if isinstance(v, str) else v
+
+
+def _string_operands(p: Predicate) -> list[str]:
+    return [v for v in (p.value, p.upper) if isinstance(v, str)]
+
 
 @dataclass(frozen=True)
 class Filter:
+    """A conjunction of predicates: one term of the normal form, one index entry."""
+
     predicates: tuple[Predicate, ...] = ()
+
+    @property
+    def terms(self) -> tuple["Filter", ...]:
+        """The conjunctive terms whose disjunction this is (itself), as `Disjunction.terms`."""
+        return (self,)
 
     def matches(self, attributes: Mapping[str, object]) -> bool:
         return all(p.holds(attributes.get(p.attribute)) for p in self.predicates)
@@ -86,34 +189,58 @@ class Filter:
     def __str__(self) -> str:
         return " and ".join(map(str, self.predicates))
 
-    def validate(self, schema: Schema) -> None:
-        """Raise SchemaError naming the attribute whose predicates cannot fit `schema`.
+    def validate(self, schema: Schema, limits: FilterLimits = DEFAULT_LIMITS) -> "Filter":
+        """Raise SchemaError naming the attribute whose predicates cannot fit `schema`;
+        else return the filter.
 
         Unknown attribute, a value of the wrong type or outside the domain, `prefix` on
-        a number, a string longer than the attribute's `max_length` under `=` or
-        `prefix`, an empty range (`between 5 and 3`, or `< min`), and predicates on one
-        attribute with no value in common (`High > 10 and High < 5`) are rejected, so a
-        subscription that can never match is refused instead of silently kept.
+        a number, a string operand longer than the attribute's `max_length`, an empty
+        range (`between 5 and 3`, or `< min`), and predicates on one attribute with no
+        value in common (`High > 10 and High < 5`) are rejected, so a subscription that
+        can never match is refused instead of silently kept.
         """
+        self.check(schema, limits)
+        empty = self.why_empty(schema)
+        if empty is not None:
+            raise empty
+        return self
+
+    def check(self, schema: Schema, limits: FilterLimits = DEFAULT_LIMITS) -> None:
+        """Raise SchemaError for a predicate that does not fit `schema` at all (malformed,
+        unknown attribute, wrong type, a string operand past its bound): a mistake."""
+        if len(self.predicates) > limits.max_expanded:
+            raise FilterTooLarge(f"a term of {len(self.predicates)} predicates: at most {limits.max_expanded}")
         self.check_shape()
+        for p in self.predicates:
+            attr = None
+            if not schema.empty:
+                try:
+                    attr = schema.get(p.attribute)
+                except SchemaError as e:
+                    raise SchemaError(short(p.attribute), f"predicate `{p.brief()}`: {e.reason}") from None
+                for v in (p.value, p.upper):
+                    if v is not None and not type_fits(attr.type, v):
+                        raise SchemaError(p.attribute, f"predicate `{p.brief()}`: expected {attr.type.value}, "
+                                                       f"got {type_name(v)}")
+                if p.op is Op.PREFIX and attr.type is not AttrType.STRING:
+                    raise SchemaError(p.attribute, f"predicate `{p.brief()}`: prefix needs a string attribute")
+            bound = limits.max_string_bytes if attr is None else attr.length_limit
+            for s in _string_operands(p):
+                n = utf8_length(s)
+                if n > bound:
+                    whose = "a schemaless topic's string operands" if attr is None else "the attribute's values"
+                    raise SchemaError(short(p.attribute), f"predicate `{p.brief()}`: a string operand of {n} "
+                                                          f"bytes, where {whose} have at most {bound} bytes")
+
+    def why_empty(self, schema: Schema) -> SchemaError | None:
+        """Why no event of `schema` can satisfy this (well-formed, `check`ed) conjunction,
+        or None when some event can."""
         for p in self.predicates:
             if schema.empty:
                 continue
-            try:
-                attr = schema.get(p.attribute)
-            except SchemaError as e:
-                raise SchemaError(p.attribute, f"predicate `{p}`: {e.reason}") from None
-            values = [p.value] if p.upper is None else [p.value, p.upper]
-            for v in values:
-                if not type_fits(attr.type, v):
-                    raise SchemaError(p.attribute, f"predicate `{p}`: expected {attr.type.value}, got {type_name(v)}")
-            if p.op is Op.PREFIX and attr.type is not AttrType.STRING:
-                raise SchemaError(p.attribute, f"predicate `{p}`: prefix needs a string attribute")
+            attr = schema.get(p.attribute)
             if attr.type is AttrType.STRING:
-                if p.op in (Op.EQ, Op.PREFIX) and utf8_length(p.value) > attr.length_limit:  # type: ignore[arg-type]
-                    raise SchemaError(p.attribute, f"predicate `{p}`: no string of at most {attr.length_limit} "
-                                                   "bytes satisfies it")
-                continue
+                continue  # a string operand past max_length is refused by `check`
             lo, hi = attr.low, attr.high
             empty = {
                 Op.EQ: not lo <= p.value <= hi,
@@ -124,14 +251,16 @@ class Filter:
                 Op.BETWEEN: p.upper is not None and (p.value > hi or p.upper < lo),
             }.get(p.op, False)
             if empty:
-                raise SchemaError(p.attribute, f"predicate `{p}`: no value in [{fmt_number(lo)}, {fmt_number(hi)}] satisfies it")
+                return SchemaError(p.attribute, f"predicate `{p.brief()}`: no value in [{fmt_number(lo)}, "
+                                                f"{fmt_number(hi)}] satisfies it")
         by_attribute: dict[str, list[Predicate]] = {}
         for p in self.predicates:
             by_attribute.setdefault(p.attribute, []).append(p)
         for name, preds in by_attribute.items():
             if len(preds) > 1 and not _satisfiable(preds, None if schema.empty else schema.get(name)):
-                together = " and ".join(map(str, preds))
-                raise SchemaError(name, f"predicates `{together}` have no value in common")
+                together = " and ".join(p.brief() for p in preds[:4]) + (" and \u2026" if len(preds) > 4 else "")
+                return SchemaError(short(name), f"predicates `{together}` have no value in common")
+        return None
 
     def check_shape(self) -> None:
         """Raise SchemaError for a malformed predicate (between with one bound, prefix on a
@@ -145,13 +274,67 @@ class Filter:
             raise SchemaError(p.attribute, "predicate without an attribute")
         if p.op is Op.BETWEEN:
             if p.upper is None or isinstance(p.upper, str) != isinstance(p.value, str):
-                raise SchemaError(p.attribute, f"predicate on {p.attribute!r}: between needs two bounds of one kind")
+                raise SchemaError(short(p.attribute), f"predicate on {short(p.attribute)!r}: between needs two "
+                                                      "bounds of one kind")
             if p.value > p.upper:  # type: ignore[operator]
-                raise SchemaError(p.attribute, f"predicate `{p}`: empty range")
+                raise SchemaError(short(p.attribute), f"predicate `{p.brief()}`: empty range")
         elif p.upper is not None:
-            raise SchemaError(p.attribute, f"predicate `{p}`: only between takes an upper bound")
+            raise SchemaError(short(p.attribute), f"predicate `{p.brief()}`: only between takes an upper bound")
         if p.op is Op.PREFIX and not isinstance(p.value, str):
-            raise SchemaError(p.attribute, f"predicate `{p}`: prefix needs a string")
+            raise SchemaError(short(p.attribute), f"predicate `{p.brief()}`: prefix needs a string")
+
+
+@dataclass(frozen=True)
+class Disjunction:
+    """Conjunctive terms, at least two: an event matches when it satisfies one (the normal
+    form of a filter with `or` or `not`; see the module doc)."""
+
+    terms: tuple[Filter, ...]
+
+    def matches(self, attributes: Mapping[str, object]) -> bool:
+        return any(t.matches(attributes) for t in self.terms)
+
+    def __str__(self) -> str:
+        return " or ".join(str(t) if len(t.predicates) == 1 else f"({t})" for t in self.terms)
+
+    def validate(self, schema: Schema, limits: FilterLimits = DEFAULT_LIMITS) -> "Expression":
+        """Raise SchemaError for a mistake in any term (as `Filter.check`), or when no term
+        can match (the first term's reason); else the terms that can match (a term
+        that cannot is dropped: `(a or b) and not a` leaves `a and not a` behind)."""
+        check_size(self, limits)
+        for t in self.terms:
+            t.check(schema, limits)
+        reasons = [t.why_empty(schema) for t in self.terms]
+        kept = tuple(t for t, r in zip(self.terms, reasons) if r is None)
+        if not kept:
+            first = reasons[0]
+            raise SchemaError(first.attribute, f"no term of the filter can match; the first: {first.reason}")
+        return kept[0] if len(kept) == 1 else Disjunction(kept)
+
+
+Expression = Union[Filter, Disjunction]
+
+
+def check_size(f: Expression, limits: FilterLimits = DEFAULT_LIMITS) -> None:
+    """FilterTooLarge when the normal form is past the term or predicate caps."""
+    n = sum(len(t.predicates) for t in f.terms)
+    if len(f.terms) > limits.max_terms:
+        raise FilterTooLarge(f"the filter is {len(f.terms)} terms in normal form: at most {limits.max_terms}")
+    if n > limits.max_expanded:
+        raise FilterTooLarge(f"the filter is {n} predicates in normal form: at most {limits.max_expanded}")
+
+
+def term_ids(sid: str, n: int) -> list[str]:
+    """The matcher entries of subscription `sid` (`<agent>/<name>`) with `n` terms: the
+    first is `sid` itself (a conjunction is registered as it always was), the others
+    `sid//k`: a name never holds `/` and is never empty, so no subscription's id ends so."""
+    return [sid] + [f"{sid}//{k}" for k in range(1, n)]
+
+
+def subscription_of(entry_id: str) -> str:
+    """The subscription a matcher entry (`term_ids`) belongs to."""
+    head, sep, k = entry_id.rpartition("//")
+    return head if sep and k.isdigit() else entry_id
 
 
 @dataclass
@@ -230,93 +413,10 @@ def _lit(v: Value) -> str:
     return repr(v)
 
 
-_TOKEN = re.compile(
-    r"""\s*(?:
-      (?P<num>-?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?)
-    | (?P<str>"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*')
-    | (?P<op><=|>=|!=|==|=|<|>)
-    | (?P<word>[A-Za-z_][A-Za-z0-9_]*)
-    | (?P<punct>[{}])
-    )""",
-    re.VERBOSE,
-)
-_ESCAPE = re.compile(r"\\(.)")
+def parse(text: str, limits: FilterLimits = DEFAULT_LIMITS) -> Expression:
+    """Parse the text form into its normal form (filter_text.py): a Filter when it is one
+    conjunction, else a Disjunction; FilterSyntaxError names the offending position,
+    FilterTooLarge the cap passed."""
+    from echelon.core.filter_text import parse_text  # the grammar builds on this module's types
 
-
-def _tokens(text: str) -> list[tuple[str, str, int]]:
-    out, pos = [], 0
-    while pos < len(text):
-        m = _TOKEN.match(text, pos)
-        if not m or m.end() == pos:
-            if text[pos:].strip() == "":
-                break
-            start = len(text) - len(text[pos:].lstrip())
-            raise FilterSyntaxError("unexpected character", text, start)
-        kind = m.lastgroup or ""
-        out.append((kind, m.group(kind), m.start(kind)))
-        pos = m.end()
-    return out
-
-
-def parse(text: str) -> Filter:
-    """Parse the text form into a Filter; FilterSyntaxError names the offending position."""
-    toks = _tokens(text)
-    i = 0
-
-    def peek() -> tuple[str, str, int]:
-        return toks[i] if i < len(toks) else ("end", "", len(text))
-
-    def take(kind: str, what: str) -> str:
-        nonlocal i
-        k, v, pos = peek()
-        if k != kind:
-            raise FilterSyntaxError(f"expected {what}", text, pos)
-        i += 1
-        return v
-
-    def literal() -> Value:
-        nonlocal i
-        k, v, pos = peek()
-        i += 1
-        if k == "num":
-            return float(v) if any(c in v for c in ".eE") else int(v)
-        if k == "str":
-            return _ESCAPE.sub(r"\1", v[1:-1])
-        raise FilterSyntaxError("expected a number or a quoted string", text, pos)
-
-    braced = peek()[:2] == ("punct", "{")
-    if braced:
-        i += 1
-    preds: list[Predicate] = []
-    while peek()[0] not in ("end",) and peek()[:2] != ("punct", "}"):
-        if preds:
-            k, v, pos = peek()
-            if not (k == "word" and v.lower() == "and"):
-                raise FilterSyntaxError("expected `and`", text, pos)
-            i += 1
-        name = take("word", "an attribute name")
-        k, v, pos = peek()
-        if k == "op":
-            i += 1
-            preds.append(Predicate(name, Op("=" if v == "==" else v), literal()))
-        elif k == "word" and v.lower() == "between":
-            i += 1
-            low = literal()
-            k2, v2, pos2 = peek()
-            if not (k2 == "word" and v2.lower() == "and"):
-                raise FilterSyntaxError("expected `and` in between", text, pos2)
-            i += 1
-            preds.append(Predicate(name, Op.BETWEEN, low, literal()))
-        elif k == "word" and v.lower() == "prefix":
-            i += 1
-            k2, _, pos2 = peek()
-            if k2 != "str":
-                raise FilterSyntaxError("prefix needs a quoted string", text, pos2)
-            preds.append(Predicate(name, Op.PREFIX, literal()))
-        else:
-            raise FilterSyntaxError("expected an operator (= != < <= > >= between prefix)", text, pos)
-    if braced:
-        take("punct", "`}`")
-    if i < len(toks):
-        raise FilterSyntaxError("unexpected input", text, toks[i][2])
-    return Filter(tuple(preds))
+    return parse_text(text, limits)

@@ -189,6 +189,8 @@ class MatcherServicer(xgrpc.MatcherServicer):
                 raise InvalidArgument(f"subscription #{i} {s.id!r}: id, agent and topic are required")
             require_member(context, s.agent, "agent", f"Register of subscription {s.id!r}")
             flt = filter_from_pb(s.filter)
+            if len(flt.terms) != 1:  # an agent registers each term of a disjunction as its own entry
+                raise InvalidArgument(f"subscription {s.id!r}: an entry is one conjunction, not any_of")
             schema = await self.tier.schema(s.topic)
             try:
                 flt.validate(schema)

@@ -13,7 +13,7 @@ from typing import Mapping
 
 import grpc
 
-from echelon.core.filters import FilterSyntaxError
+from echelon.core.filters import FilterSyntaxError, FilterTooLarge
 from echelon.core.schema import SchemaError
 
 Details = Mapping[str, "str | bytes"]
@@ -124,6 +124,6 @@ def status_of(exc: BaseException) -> tuple[grpc.StatusCode, str] | None:
     """The status a domain exception stands for; None for a bug (INTERNAL, logged)."""
     if isinstance(exc, EchelonError):
         return exc.code, exc.message
-    if isinstance(exc, (SchemaError, FilterSyntaxError)):
+    if isinstance(exc, (SchemaError, FilterSyntaxError, FilterTooLarge)):
         return grpc.StatusCode.INVALID_ARGUMENT, str(exc)
     return None

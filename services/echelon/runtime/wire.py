@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping
 
-from echelon.core.filters import Filter, Op, Predicate, parse
+from echelon.core.filters import (DEFAULT_LIMITS, Disjunction, Expression, Filter, FilterLimits, FilterTooLarge, Op,
+                                  Predicate, check_size, parse, short)
 from echelon.core.schema import Attribute, AttrType, Schema, SchemaError, Value
 from echelon.runtime.errors import InvalidArgument
 from echelon.v1 import common_pb2 as pb
@@ -112,19 +113,38 @@ def attributes_into_pb(attrs: Mapping[str, Value], out) -> None:
             out[name].CopyFrom(v)
 
 
-def filter_from_pb(f: pb.Filter) -> Filter:
+def filter_from_pb(f: pb.Filter) -> Expression:
+    """A filter in its structured form: `predicates`, and when `any_of` is set, every term
+    of it joined with them (the normal form, as core/filters.py)."""
+    common = _predicates_from_pb(f.predicates, "predicate")
+    if not f.any_of:
+        return Filter(common)
+    terms = []
+    for k, t in enumerate(f.any_of):
+        if t.any_of:
+            raise InvalidArgument(f"any_of[{k}]: a term is a conjunction (its own any_of must be empty)")
+        terms.append(Filter(tuple(dict.fromkeys(common + _predicates_from_pb(t.predicates, f"any_of[{k}] predicate")))))
+    terms = list(dict.fromkeys(terms))
+    return terms[0] if len(terms) == 1 else Disjunction(tuple(terms))
+
+
+def _predicates_from_pb(predicates, what: str) -> tuple[Predicate, ...]:
     preds = []
-    for i, p in enumerate(f.predicates):
-        where = f"predicate {i} ({p.attribute or '?'})"
+    for i, p in enumerate(predicates):
+        where = f"{what} {i} ({short(p.attribute) or '?'})"
         if p.op not in _OPS:
             raise InvalidArgument(f"{where}: operator not set")
         upper = value_from_pb(p.upper, where) if p.HasField("upper") else None
         preds.append(Predicate(p.attribute, _OPS[p.op], value_from_pb(p.value, where), upper))
-    return Filter(tuple(preds))
+    return tuple(preds)
 
 
-def filter_to_pb(f: Filter) -> pb.Filter:
+def filter_to_pb(f: Expression) -> pb.Filter:
     out = pb.Filter()
+    if isinstance(f, Disjunction):
+        for t in f.terms:
+            out.any_of.append(filter_to_pb(t))
+        return out
     for p in f.predicates:
         q = out.predicates.add(attribute=p.attribute, op=_OPS_BACK[p.op], value=value_to_pb(p.value))
         if p.upper is not None:
@@ -132,11 +152,23 @@ def filter_to_pb(f: Filter) -> pb.Filter:
     return out
 
 
-def filter_from_request(f: pb.Filter, text: str) -> Filter:
-    """A subscription's filter from either form; both at once is ambiguous."""
-    if f.predicates and text.strip():
+def filter_from_request(f: pb.Filter, text: str, limits: FilterLimits = DEFAULT_LIMITS) -> Expression:
+    """A subscription's filter from either form (both at once is ambiguous), each bounded
+    by `limits` before it is read (FilterTooLarge, FilterSyntaxError: INVALID_ARGUMENT)."""
+    written = bool(text) and not text.isspace()
+    if written and (f.predicates or f.any_of):
         raise InvalidArgument("give the filter in one form: `filter` or `filter_text`, not both")
-    return parse(text) if text.strip() else filter_from_pb(f)
+    if written:
+        return parse(text, limits)
+    size = f.ByteSize()
+    if size > limits.max_bytes:
+        raise FilterTooLarge(f"a filter of {size} bytes: at most {limits.max_bytes}")
+    written = len(f.predicates) + sum(len(t.predicates) for t in f.any_of)
+    if written > limits.max_predicates:
+        raise FilterTooLarge(f"a filter of {written} predicates: at most {limits.max_predicates}")
+    flt = filter_from_pb(f)
+    check_size(flt, limits)
+    return flt
 
 
 def schema_from_pb(s: pb.Schema) -> Schema:

@@ -98,10 +98,12 @@ class Predicate(_message.Message):
     def __init__(self, attribute: _Optional[str] = ..., op: _Optional[_Union[Operator, str]] = ..., value: _Optional[_Union[Value, _Mapping]] = ..., upper: _Optional[_Union[Value, _Mapping]] = ...) -> None: ...
 
 class Filter(_message.Message):
-    __slots__ = ("predicates",)
+    __slots__ = ("predicates", "any_of")
     PREDICATES_FIELD_NUMBER: _ClassVar[int]
+    ANY_OF_FIELD_NUMBER: _ClassVar[int]
     predicates: _containers.RepeatedCompositeFieldContainer[Predicate]
-    def __init__(self, predicates: _Optional[_Iterable[_Union[Predicate, _Mapping]]] = ...) -> None: ...
+    any_of: _containers.RepeatedCompositeFieldContainer[Filter]
+    def __init__(self, predicates: _Optional[_Iterable[_Union[Predicate, _Mapping]]] = ..., any_of: _Optional[_Iterable[_Union[Filter, _Mapping]]] = ...) -> None: ...
 
 class MessageId(_message.Message):
     __slots__ = ("producer_id", "sequence")

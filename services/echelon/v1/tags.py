@@ -41,6 +41,7 @@ class Predicate:  # common.proto
 
 class Filter:  # common.proto
     predicates = 0x0a  # 1, length-delimited
+    any_of = 0x152  # 42, length-delimited
 
 
 class MessageId:  # common.proto

@@ -190,8 +190,9 @@ class Durables:
         """Create or resume, attached to the caller's stream (this agent serves it)."""
         name = open_.subscription
         topic = await self.node.topics.get(open_.topic)
-        flt = filter_from_request(open_.filter, open_.filter_text)
-        flt.validate(self.node.topics.schema(topic))
+        limits = self.node.subscriptions.filter_limits  # the registry's, for every kind of subscription
+        flt = filter_from_request(open_.filter, open_.filter_text, limits).validate(self.node.topics.schema(topic),
+                                                                                     limits)
         sub = self.subs.get(name)
         if sub is None:
             record = await self.peers.locate(name)
