@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 SYSTEM := $(VENV)/.system
 
-.PHONY: install proto dashboards docs-diagram demo up test chaos bench bench-replan bench-events bench-hotpath bench-lowrate trace-hops bench-durable bench-tls replan-loop bulk-scale clean
+.PHONY: install proto dashboards docs-diagram demo up test chaos abuse bench bench-replan bench-events bench-hotpath bench-lowrate trace-hops bench-durable bench-tls replan-loop bulk-scale clean
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) on PATH"; exit 1; }
@@ -52,6 +52,13 @@ test: $(STAMP) $(SYSTEM)
 
 chaos: $(STAMP) $(SYSTEM)
 	$(PY) -m pytest -q -m chaos tests/chaos
+
+# Hostile clients against a cluster with --auth and one with --auth --tls, beside honest
+# ones (a few minutes): the table of attacks, statuses, state changed, the victim agent's
+# RSS and CPU, honest p99 before and during, false DEAD verdicts (docs/security.md).
+abuse: $(STAMP)
+	$(PY) -m loadtest.abuse --out out/abuse
+	$(PY) -m loadtest.abuse --tls --out out/abuse-tls
 
 # Benchmarks print tables of ratios measured side by side in one run, and write plots.
 bench: $(STAMP)
@@ -103,8 +110,17 @@ bench-tls: $(STAMP)
 replan-loop: $(STAMP)
 	$(PY) -m loadtest.replan_loop --out out/replan_loop
 
+# The distribution as a wheel in dist/: `pip install dist/echelon_pubsub-*.whl` is the client
+# alone (grpcio, protobuf), `pip install 'dist/echelon_pubsub-*.whl[server]'` adds the services
+# and the `echelon` command (docs/cli.md, "Install").
+.PHONY: dist
+dist: $(STAMP)
+	rm -rf dist build
+	$(PY) -m pip wheel -q --no-deps -w dist .
+	@ls dist/*.whl
+
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .hypothesis
 
 # OctopiA (router tier): the paper's burst simulation (70 routers, a few minutes), then the
 # real-router run in network namespaces with throttled iLinks (needs root): tables and plots in out/.

@@ -3,6 +3,7 @@ all and checks each against its SHA-256.
 
 Start a local cluster in another terminal (`echelon up`), then:
 
+    python examples/bulk_fanout.py [FILE ...]       # the agents `echelon up` wrote to its context file
     python examples/bulk_fanout.py --agent 127.0.0.1:7200 --agent 127.0.0.1:7201 --agent 127.0.0.1:7202 [FILE ...]
 
 Without files it makes three (64 KiB, 1 MiB, 6 MiB: the last travels as slices). The
@@ -23,6 +24,9 @@ import tempfile
 from pathlib import Path
 
 from echelon.client import AckLevel, Client, errors
+from echelon.client.context import default_agents
+
+TOPIC = "examples.files"
 
 SCHEMA = ["name:string", "size:int", "sha256:string"]
 
@@ -52,14 +56,21 @@ async def receive(client: Client, sub, count: int, out: Path) -> list[str]:
     return intact
 
 
-async def main(agents: list[str], files: list[Path], out: Path) -> int:
+async def main(agents: list[str], files: list[Path], out: Path, topic: str = TOPIC) -> int:
     if len(agents) < 2:
         print("give at least two agents: one publishes, the others subscribe", file=sys.stderr)
         return 2
     publisher_client, *subscriber_clients = [Client(a) for a in agents]
     try:
-        await publisher_client.create_topic("files", SCHEMA)
-        subs = [c.subscribe("files", "", max_outstanding=4) for c in subscriber_clients]
+        for c in (publisher_client, *subscriber_clients):
+            await c.connect()  # fails at once, naming the cause, when no agent is there
+        try:
+            await publisher_client.create_topic(topic, SCHEMA)
+        except errors.AlreadyExists as e:  # the topic exists with another schema
+            print(f"cannot use topic {topic!r}: {e.message}; delete it (`echelon topic delete {topic}`) or give "
+                  "--topic another name", file=sys.stderr)
+            return 2
+        subs = [c.subscribe(topic, "", max_outstanding=4) for c in subscriber_clients]
         for sub in subs:
             await sub.start()
         dirs = [out / f"subscriber-{i}" for i in range(len(subs))]
@@ -73,7 +84,7 @@ async def main(agents: list[str], files: list[Path], out: Path) -> int:
             data = path.read_bytes()
             events.append(({"name": path.name, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}, data))
         async with publisher_client.publisher(ack_level=AckLevel.DELIVERED) as pub:
-            results = await pub.publish_batch("files", events)
+            results = await pub.publish_batch(topic, events)
         print(f"published {len(results)} files ({sum(len(d) for _, d in events)} bytes), each held by "
               f"{min(r.destinations for r in results)} agents")
         try:
@@ -85,7 +96,7 @@ async def main(agents: list[str], files: list[Path], out: Path) -> int:
         print(f"{len(received)} subscribers, every file intact: {'yes' if complete else 'NO'} (written under {out})")
         return 0 if complete else 1
     except errors.EchelonError as e:
-        print(f"failed: {e}", file=sys.stderr)
+        print(f"bulk_fanout: {e.message}", file=sys.stderr)
         return 1
     finally:
         for c in (publisher_client, *subscriber_clients):
@@ -94,10 +105,12 @@ async def main(agents: list[str], files: list[Path], out: Path) -> int:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--agent", action="append", help="an agent's address (repeat; the first publishes)")
+    parser.add_argument("--agent", action="append", help="an agent's address (repeat; the first publishes; default: "
+                                                         "the context `echelon up` wrote, or $ECHELON_AGENT)")
+    parser.add_argument("--topic", default=TOPIC)
     parser.add_argument("--out", type=Path, default=Path("out") / "fanout", help="where subscribers write files")
     parser.add_argument("files", nargs="*", type=Path)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        sys.exit(asyncio.run(main(args.agent or ["127.0.0.1:7200", "127.0.0.1:7201", "127.0.0.1:7202"],
-                                  args.files or sample_files(Path(tmp)), args.out)))
+        sys.exit(asyncio.run(main(args.agent or default_agents(fallback=3), args.files or sample_files(Path(tmp)),
+                                  args.out, args.topic)))

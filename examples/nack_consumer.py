@@ -3,6 +3,7 @@ retried after a delay.
 
 Start a local cluster in another terminal (`echelon up`), then:
 
+    python examples/nack_consumer.py         # the agents `echelon up` wrote to its context file
     python examples/nack_consumer.py --agent 127.0.0.1:7200
 
 A named subscription hands jobs to an async callback, at most --max-outstanding at
@@ -20,9 +21,11 @@ import asyncio
 import random
 import sys
 
-from echelon.client import AckLevel, Client, Message
+from echelon.client import AckLevel, Client, Message, errors
+from echelon.client.context import default_agents
 
 RETRY_DELAY = 0.5  # seconds
+TOPIC = "examples.jobs"
 
 
 class Worker:
@@ -53,14 +56,20 @@ class Worker:
         # returning acks the message; raising would nack it at once
 
 
-async def main(agents: list[str], jobs: int, limit: int) -> int:
+async def main(agents: list[str], jobs: int, limit: int, topic: str = TOPIC) -> int:
     worker = Worker(jobs, limit)
     async with Client(agents) as client:
-        await client.create_topic("jobs", ["job:int"])
-        sub = client.subscribe("jobs", "", name="workers", callback=worker.handle, max_outstanding=limit)
+        await client.connect()  # fails at once, naming the cause, when no agent is there
+        try:
+            await client.create_topic(topic, ["job:int"])
+        except errors.AlreadyExists as e:  # the topic exists with another schema
+            print(f"cannot use topic {topic!r}: {e.message}; delete it (`echelon topic delete {topic}`) or give "
+                  "--topic another name", file=sys.stderr)
+            return 2
+        sub = client.subscribe(topic, "", name="workers", callback=worker.handle, max_outstanding=limit)
         await sub.start()
         async with client.publisher(ack_level=AckLevel.DELIVERED) as pub:
-            await pub.publish_batch("jobs", [{"job": i} for i in range(jobs)])
+            await pub.publish_batch(topic, [{"job": i} for i in range(jobs)])
         try:
             await asyncio.wait_for(worker.finished.wait(), 60)
         except asyncio.TimeoutError:
@@ -75,8 +84,13 @@ async def main(agents: list[str], jobs: int, limit: int) -> int:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--agent", action="append", help="an agent's address (repeat for failover)")
+    parser.add_argument("--agent", action="append", help="an agent's address (repeat for failover; default: the "
+                                                         "context `echelon up` wrote, or $ECHELON_AGENT)")
+    parser.add_argument("--topic", default=TOPIC)
     parser.add_argument("--jobs", type=int, default=30)
     parser.add_argument("--max-outstanding", type=int, default=4)
     args = parser.parse_args()
-    sys.exit(asyncio.run(main(args.agent or ["127.0.0.1:7200"], args.jobs, args.max_outstanding)))
+    try:
+        sys.exit(asyncio.run(main(args.agent or default_agents(), args.jobs, args.max_outstanding, args.topic)))
+    except errors.EchelonError as e:  # e.g. no agent there: the cause, not a traceback
+        sys.exit(f"nack_consumer: {e.message}")

@@ -243,12 +243,12 @@ def subscriber_tasks_piece(sel: int) -> float:
     async def setup():
         client = Client("127.0.0.1:1")  # never dialled
         stream = SharedStream.__new__(SharedStream)
-        stream.client, stream.call, stream.subs, stream.opening, stream.messages = client, Call(), {}, {}, 0
+        stream.conn, stream.call, stream.subs, stream.opening, stream.messages = client._conn, Call(), {}, {}, 0
         stream._closing, stream._lock, stream.flusher = False, asyncio.Lock(), Flusher(written)
         client._shared_stream = stream
         tasks = []
         for sid in range(1, 18):
-            sub = stream.subs[sid] = Subscription(client, "bench", "", "", 1 << 20, None)
+            sub = stream.subs[sid] = Subscription(client._conn, "bench", "", "", 1 << 20, None)
             sub._state, sub._shared = "open", stream
             sub.settlements.flusher._write = written
             tasks.append(asyncio.create_task(drain(sub)))

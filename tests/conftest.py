@@ -1,9 +1,16 @@
 import asyncio
+import os
+import tempfile
+from pathlib import Path
 
 import pytest
 import pytest_asyncio
 
 from tests.harness import Cluster
+
+# `echelon up` writes where its cluster is to a context file every command reads (cli/context.py):
+# the tests' clusters write theirs here, never to the user's ~/.config, and no test reads the user's.
+os.environ["ECHELON_CONTEXT"] = str(Path(tempfile.mkdtemp(prefix="echelon-tests-")) / "context.json")
 
 
 def pytest_asyncio_loop_factories(config, item):

@@ -219,7 +219,7 @@ async def test_bad_slices_are_refused_in_the_ack_and_the_stream_goes_on(cluster)
     requests = [req(1, 0, 3, 300_000), req(1, 2, 3, 300_000),  # slice 1 skipped
                 req(2, 0, 2, 0),  # no payload at all in two slices
                 req(3, 0, 2, 200_000), req(3, 1, 2, 200_000)]  # fine
-    call = pgrpc.PubSubStub(cluster.client(0)._channel()).Publish(iter(requests))
+    call = pgrpc.PubSubStub(cluster.client(0)._conn.channel()).Publish(iter(requests))
     acks = [a async for a in call]
     assert [(a.sequence, a.code) for a in acks] == [(1, 3), (2, 3), (3, 0)], acks
     assert "out of order" in acks[0].error and "payload_size" in acks[1].error

@@ -4,6 +4,7 @@ SIGTERM leaves nothing behind."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 import os
 import signal
 import subprocess
@@ -67,12 +68,15 @@ def test_up_serves_then_sigterm_stops_every_process(tmp_path):
             pub = echelon("pub", "--agent", agents[0], "--topic", "t", "--attr", f"n={n}", "--delivered")
             assert pub.returncode == 0, pub.stdout + pub.stderr
         bad = echelon("pub", "--agent", agents[0], "--topic", "t", "--attr", "n=10")
-        assert bad.returncode == 1 and "INVALID_ARGUMENT" in bad.stdout and "'n'" in bad.stdout
+        assert bad.returncode == 1 and "INVALID_ARGUMENT" in bad.stderr and "'n'" in bad.stderr
         out, _ = sub.communicate(timeout=30)
         assert [json.loads(x)["attributes"]["n"] for x in out.splitlines()] == [7, 9]
 
+        context = Path(os.environ["ECHELON_CONTEXT"])  # (tests/conftest.py: never the user's)
+        assert json.loads(context.read_text())["agents"] == agents
         up.send_signal(signal.SIGTERM)
         assert up.wait(timeout=60) == 0
+        assert not context.exists()  # the cluster it named is gone
         deadline = time.time() + 10
         while any(alive(p) for p in pids) and time.time() < deadline:
             time.sleep(0.1)

@@ -157,7 +157,7 @@ async def test_drain_waits_for_running_callbacks_and_leaves_the_rest_on_the_agen
     await published(cluster, "t", [{"n": i} for i in range(10)])
     await wait_for(lambda: len(started) == 3, what="three callbacks running")
     draining = asyncio.create_task(c.drain(timeout=30))
-    await wait_for(lambda: c._state == "draining", what="drain started")
+    await wait_for(lambda: c.state == "draining", what="drain started")
     with pytest.raises(errors.ClientClosed):
         c.subscribe("t", "")
     assert not draining.done()  # the callbacks hold it
@@ -170,3 +170,22 @@ async def test_drain_waits_for_running_callbacks_and_leaves_the_rest_on_the_agen
     assert [p.event.attributes["n"].int_value for p in state.backlog] == list(range(3, 10))
     assert all(p.redeliveries == 0 for p in state.backlog)
     await sub.wait_closed()  # ended cleanly
+
+
+async def test_a_callback_subscription_delivers_without_a_second_call(cluster, caplog):
+    """subscribe(..., callback=...) opens by itself inside a running loop; start() and
+    `async with` on it wait for that open; a refused open ends it with its error (logged)."""
+    c = cluster.client(1)
+    await c.create_topic("t")
+    got = []
+    sub = c.subscribe("t", "", callback=lambda m: got.append(m.attributes["n"]))
+    await wait_for(lambda: sub.id, what="the subscription opened by itself")
+    await asyncio.sleep(0.3)  # the registration reaches the matcher
+    await published(cluster, "t", [{"n": i} for i in range(5)])
+    await wait_for(lambda: sorted(got) == list(range(5)), what="every event to the callback")
+    await sub.start()  # waits for the open already made: no error, no second stream
+    await sub.close()
+    bad = c.subscribe("missing-topic", "", callback=lambda m: None)
+    with pytest.raises(errors.NotFound):
+        await bad.wait_closed()
+    assert "could not open" in caplog.text and "missing-topic" in caplog.text

@@ -27,7 +27,7 @@ steps = st.lists(st.one_of(
 def test_the_oldest_unsettled_and_what_is_held_match_a_scan_of_everything_handed_out(steps):
     async def run():
         client = Client("127.0.0.1:1")  # never dialled
-        sub = Subscription(client, "t", "", "", 1 << 20, None)
+        sub = Subscription(client._conn, "t", "", "", 1 << 20, None)
         sub._state = "open"
         sub.settlements.flusher._write = _written
         next_id, received, batches, everything = 1, 0, [], []

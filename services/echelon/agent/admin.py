@@ -6,13 +6,18 @@ from typing import Callable
 
 import grpc
 
+from echelon.runtime.auth import Access
+from echelon.runtime.errors import NotFound
 from echelon.runtime.member import MemberClient
 from echelon.runtime.transport import PLAIN, Transport, call_any, unavailable
+from echelon.v1 import pubsub_pb2 as ppb
 from echelon.v1 import pubsub_pb2_grpc as pgrpc
 
 
 class AdminProxy(pgrpc.AdminServicer):
-    def __init__(self, replicas: list[str], membership: Callable[[], MemberClient], transport: Transport = PLAIN):
+    def __init__(self, replicas: list[str], membership: Callable[[], MemberClient], transport: Transport = PLAIN,
+                 access: Access | None = None):
+        self.access = access  # describe rights (runtime/auth.py `sees`); None: everything seen
         self.replicas = replicas
         self.membership = membership  # whose topics a change updates at once
         self.transport = transport
@@ -40,10 +45,15 @@ class AdminProxy(pgrpc.AdminServicer):
         return await self._forward("CreateTopic", request, context)
 
     async def GetTopic(self, request, context):
+        if self.access is not None and not self.access.sees(request.name):
+            raise NotFound(f"topic {request.name[:200]!r} does not exist")
         return await self._forward("GetTopic", request, context)
 
     async def ListTopics(self, request, context):
-        return await self._forward("ListTopics", request, context)
+        listed = await self._forward("ListTopics", request, context)
+        if self.access is None:
+            return listed
+        return ppb.ListTopicsResponse(topics=[t for t in listed.topics if self.access.sees(t.name)])
 
     async def DeleteTopic(self, request, context):
         return await self._forward("DeleteTopic", request, context)

@@ -20,10 +20,13 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
+from echelon.agent.durable.caps import check_options
 from echelon.agent.durable.rpc import relay
+from echelon.agent.ownership import caller_name, check, claim, scoped
 from echelon.agent.publishing import Publishing
 from echelon.agent.shared_stream import SharedStream
-from echelon.runtime.errors import InvalidArgument, NotFound, ResourceExhausted
+from echelon.runtime.auth import STREAM, cancel_after
+from echelon.runtime.errors import EchelonError, InvalidArgument, NotFound, ResourceExhausted
 from echelon.runtime.transport import SUBSCRIPTION_KEY
 from echelon.v1 import pubsub_pb2 as ppb
 from echelon.v1 import pubsub_pb2_grpc as pgrpc
@@ -35,6 +38,14 @@ log = logging.getLogger("echelon.agent")
 
 MAX_DELIVERIES = 256  # deliveries per Delivery message
 SERVICE = ppb.DESCRIPTOR.services_by_name["PubSub"].full_name
+
+
+def final_status(error: EchelonError) -> ppb.Delivery:
+    """The last message of a subscription stream that ends in `error`: its status in-band
+    (no delivery id), before the status itself. A client writing acks as the stream ends
+    may see the status replaced by INTERNAL "Internal error from Core" (grpc/grpc#36066);
+    this message reaches it first either way (docs/security.md)."""
+    return ppb.Delivery(code=error.code.value[0], error=error.message)
 
 
 class PubSubServicer(pgrpc.PubSubServicer):
@@ -58,9 +69,12 @@ class PubSubServicer(pgrpc.PubSubServicer):
         # The caller's right and subscription count, checked here, before a durable open is
         # relayed to its holder (which sees this agent, a member, as the caller). `release`
         # runs once however the stream ends.
-        release = node.server.access.open_subscription(first.open.topic)
+        access = node.server.access
+        release = access.open_subscription(first.open.topic)
         try:
+            claim(access, first.open)  # the name in its owner's scope (ownership.py)
             if first.open.HasField("durable"):  # durable.py: served by its first alive holder
+                check_options(access, first.open, await node.topics.get(first.open.topic))  # durable/caps.py
                 target = await node.durables.route(first.open)
                 if target is not None:
                     try:
@@ -72,7 +86,7 @@ class PubSubServicer(pgrpc.PubSubServicer):
                 sub = await node.durables.open(first.open)
             else:
                 # Attached and registered; if this await is cancelled, the open closes it itself.
-                sub = await node.subscriptions.open(first.open)
+                sub = await node.subscriptions.open(first.open, caller_name(access))
         except BaseException:
             release()
             raise
@@ -87,6 +101,9 @@ class PubSubServicer(pgrpc.PubSubServicer):
                 else:
                     raise InvalidArgument("`open` may only be sent once")
 
+        stream = STREAM.get()
+        if stream is not None:  # a revoked stream's status goes in-band too (runtime/auth.py)
+            stream.final = final_status
         reader = None
         encoded = first.open.encoded_events  # the client reads Delivery.encoded_event
         delivered = node.metrics.deliveries.labels(sub.topic)  # once: labels() costs ~2 us a call
@@ -96,13 +113,14 @@ class PubSubServicer(pgrpc.PubSubServicer):
             reader = asyncio.create_task(read())
             reader.add_done_callback(lambda _: sub.changed.set())
             while True:
-                if sub.ended is not None:
-                    raise sub.ended
-                if sub.overflowed:
-                    raise ResourceExhausted(f"subscription {sub.name!r} passed its backlog bound of "
-                                            f"{sub.max_backlog} messages and was closed")
-                if sub.closed:
-                    raise NotFound(f"subscription {sub.name!r} was removed")
+                end = sub.ended if sub.ended is not None else ResourceExhausted(
+                    f"subscription {sub.name!r} passed its backlog bound of {sub.max_backlog} messages and was "
+                    f"closed") if sub.overflowed else NotFound(f"subscription {sub.name!r} was removed") \
+                    if sub.closed else None
+                if end is not None:  # in-band first: the status itself may reach the client as INTERNAL
+                    cancel_after()
+                    yield final_status(end)
+                    raise end
                 if reader.done():
                     reader.result()  # raises the reader's error, if any
                     return  # the client half-closed
@@ -167,15 +185,21 @@ class PubSubServicer(pgrpc.PubSubServicer):
         """Gone from this agent at once; the answer waits (up to the matcher timeout) for the
         tier to acknowledge the removal, which is retried after that if it must be."""
         access = self.node.server.access  # the subscribe right on its topic (runtime/auth.py)
-        sub = self.node.subscriptions.subs.get(request.subscription)
+        given = request.subscription
+        # Ephemeral names (`~N`) are this agent's own and carry their owner; the others are
+        # in their owner's scope (ownership.py). Another's is "does not exist".
+        name = given if given.startswith("~") else scoped(access, given)
+        sub = self.node.subscriptions.subs.get(name)
         if sub is None or sub.durable:
-            record = await self.node.durables.peers.locate(request.subscription) if request.subscription else None
+            record = await self.node.durables.peers.locate(name) if name else None
             if record is not None:  # a durable subscription: gone from every holder
+                check(access, record.name, record.topic, given)
                 access.require("subscribe", record.topic, SERVICE)
                 await self.node.durables.delete(record)
                 return ppb.UnsubscribeResponse()
         if sub is None:
-            raise NotFound(f"subscription {request.subscription!r} does not exist on this agent")
+            raise NotFound(f"subscription {given!r} does not exist on this agent")
+        check(access, sub.name, sub.topic, given, sub.owner if sub.name.startswith("~") else None)
         access.require("subscribe", sub.topic, SERVICE)
         removed = self.node.subscriptions.close(sub)
         await asyncio.wait([removed], timeout=self.node.matching.timeout)

@@ -44,7 +44,7 @@ class Registry:
         self.filter_limits = DEFAULT_LIMITS  # what one filter may cost (an operator's settings go here)
         self._ephemeral = 0
 
-    async def open(self, open_: ppb.SubscriptionOpen) -> Subscription:
+    async def open(self, open_: ppb.SubscriptionOpen, owner: str = "") -> Subscription:
         """Open (or resume) a subscription attached to the caller's stream, registered on the
         tier; if this is cancelled or fails, the subscription is closed again."""
         topic = await self.topics.get(open_.topic)
@@ -52,8 +52,8 @@ class Registry:
             self.topics.schema(topic), self.filter_limits)
         name = open_.subscription
         if name:
-            if name.startswith("~") or "/" in name:
-                raise InvalidArgument(f"subscription name {name!r}: no leading '~' and no '/'")
+            if name.startswith("~"):  # in its owner's scope already (ownership.py)
+                raise InvalidArgument(f"subscription name {name[:60]!r}: no leading '~' and no '/'")
             sub = self.subs.get(name)
             if sub is not None:
                 if sub.durable:
@@ -77,6 +77,7 @@ class Registry:
             self._ephemeral += 1
             name = f"~{self._ephemeral}"
         sub = Subscription(f"{self.me}/{name}", name, topic.name, flt, self.max_backlog)
+        sub.owner = owner
         sub.attach(open_.credits)
         self.subs[name] = sub
         self._changed()

@@ -82,7 +82,8 @@ class AgentNode(Node):
         self.metrics = AgentMetrics(self.registry)
         self.links = LinkSet(config.id, window_bytes, self.registry, self.metrics.dropped, self._peer_broke,
                              self._settle, transport=self.server.transport)
-        self.admin = AdminProxy(config.membership, lambda: self.membership, self.server.transport)
+        self.admin = AdminProxy(config.membership, lambda: self.membership, self.server.transport,
+                                self.server.access)
         self.topics = Topics(lambda: self.membership, self.admin.call)
         # Made in on_start, once the membership view is there.
         self.plane: DataPlane | None = None

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Callable
 
 import grpc
 
+from echelon.agent.ownership import caller_name, claim
 from echelon.agent.subscriptions import Subscription
 from echelon.runtime.errors import (FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted, status_of)
 from echelon.v1 import pubsub_pb2 as ppb
@@ -195,9 +196,11 @@ class SharedStream:
         try:
             if open_.HasField("durable") or open_.routed:
                 raise FailedPrecondition("a durable subscription has a stream of its own")
-            release = node.server.access.open_subscription(open_.topic)
+            access = node.server.access
+            release = access.open_subscription(open_.topic, lambda e: self._end(sid, e) if sid in self.subs else None)
             try:
-                sub = await node.subscriptions.open(open_)  # if cancelled or refused, closed again
+                claim(access, open_)  # the name in its owner's scope (ownership.py)
+                sub = await node.subscriptions.open(open_, caller_name(access))  # if cancelled or refused, closed again
             except BaseException:
                 release()
                 raise

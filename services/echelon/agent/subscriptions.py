@@ -63,6 +63,7 @@ class Pending:
 
 class Subscription:
     durable = False  # durable_sub.DurableSubscription: kept on disk and by a replica agent
+    owner = ""  # the identity that opened it (agent/ownership.py)
 
     def __init__(self, sid: str, name: str, topic: str, flt: Filter, max_backlog: int):
         self.id = sid  # cluster-wide: "<agent>/<name>"

@@ -8,10 +8,8 @@ import json
 import click
 from rich.table import Table
 
-from echelon.cli.pubsub import AGENT, console, with_client
+from echelon.cli.common import AGENT, console, with_client
 from echelon.core.acl import RIGHTS
-
-
 
 
 def _rights(values) -> list[str]:
@@ -69,8 +67,7 @@ def acl_list(agent, as_json) -> None:
     """List the rules."""
     rules = with_client(agent, lambda c: c.list_acls())
     if as_json:
-        print(json.dumps([{"principal": r.principal, "pattern": r.pattern, "rights": list(r.rights)}
-                          for r in rules]))
+        print(json.dumps([r.as_dict() for r in rules]))
         return
     t = Table("principal", "pattern", "rights")
     for r in rules:

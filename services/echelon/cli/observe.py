@@ -10,10 +10,7 @@ import click
 from rich.console import Console
 from rich.live import Live
 
-from echelon.cli.pubsub import TLS, TOKEN
-
-PROMETHEUS = click.option("--prometheus", "url", default="http://127.0.0.1:9090", show_default=True,
-                          envvar="ECHELON_PROMETHEUS", help="Prometheus' URL (echelon up prints it).")
+from echelon.cli.common import MEMBERSHIP_OPTION, PROMETHEUS, TLS, TOKEN
 
 
 @click.command()
@@ -32,7 +29,8 @@ def top(url, topic, region, interval, once) -> None:
     try:
         api.query("1")
     except PromQLError as e:
-        raise click.ClickException(f"no Prometheus at {url}: {e}") from None
+        raise click.ClickException(f"no Prometheus at {url} ({e}): is `echelon up` running? it starts one "
+                                   "(`echelon context` shows where)") from None
     if once:
         console.print(screen(api, topic=topic, region=region))
         return
@@ -47,8 +45,7 @@ def top(url, topic, region, interval, once) -> None:
 
 @click.command()
 @PROMETHEUS
-@click.option("--membership", "addresses", default="127.0.0.1:7100", show_default=True,
-              help="Membership replica addresses (comma list), tried in order.")
+@MEMBERSHIP_OPTION
 @click.option("--topic", "topic_name", required=True, help="The topic whose LBDD tree is drawn.")
 @click.option("--root", default=None, help="The root agent's id (default: the first agent publishing the topic).")
 @click.option("--stripes", default=1, type=click.IntRange(1, 16), show_default=True,
@@ -60,9 +57,7 @@ def topology(url, addresses, topic_name, root, stripes, out) -> None:
     """Members by region, a topic's LBDD tree and the router links, coloured by congestion."""
     import asyncio
 
-    import grpc
-
-    from echelon.cli.pubsub import fetch_view, transport
+    from echelon.cli.status import first_view
     from echelon.observe.prometheus import PrometheusAPI
     from echelon.observe.topology import Topology, draw, link_states, members_of, pick_root, replicas, tree_edges
 
@@ -72,15 +67,10 @@ def topology(url, addresses, topic_name, root, stripes, out) -> None:
         import matplotlib  # noqa: F401
     except ImportError:
         raise click.ClickException("drawing needs matplotlib: pip install 'echelon-pubsub[plot]'") from None
-    view, last = None, None
-    for address in [a for a in addresses.split(",") if a]:
-        try:
-            view = asyncio.run(asyncio.wait_for(fetch_view(address, transport()), 5.0))
-            break
-        except (grpc.aio.AioRpcError, asyncio.TimeoutError, click.ClickException) as e:
-            last = e
-    if view is None:
-        raise click.ClickException(f"no membership replica answered ({addresses}): {last}")
+    _, view = asyncio.run(first_view(addresses, 5.0))
+    topics = sorted(t.name for t in view.topics)
+    if topic_name not in topics:
+        raise click.ClickException(f"no topic {topic_name!r} in the cluster (topics: {', '.join(topics) or 'none'})")
     api = PrometheusAPI(url)
     members = members_of(view) + replicas(api)
     root = pick_root(members, topic_name, root, api)

@@ -23,11 +23,13 @@ The pieces: `Client` (topics, drain/close), `Publisher` (`publish`, `publish_now
 `publish_batch`; flushes on exit), `Subscription` (iterate, or `callback=` with
 `max_outstanding` flow control; `msg.ack()`, `msg.nack(delay=...)`), `AckLevel`, and one
 error family in `echelon.client.errors`. The client needs grpcio and protobuf only
-(`pip install echelon-pubsub`); the services come with the `server` extra.
+(`pip install .` in a checkout, or the wheel `make dist` builds: docs/cli.md); the services
+come with the `server` extra.
 """
 
 from echelon.client import errors
 from echelon.client.client import Client
+from echelon.client.connection import ConnectionEvent, Reconnect
 from echelon.client.durable import Durable
 from echelon.client.errors import EchelonError
 from echelon.client.publisher import AckLevel, Publisher, PublishResult
@@ -35,5 +37,5 @@ from echelon.client.subscription import Message, Subscription
 
 ACCEPTED, DELIVERED = AckLevel.ACCEPTED, AckLevel.DELIVERED  # shorthands: `publisher(ack_level=DELIVERED)`
 
-__all__ = ["ACCEPTED", "DELIVERED", "AckLevel", "Client", "Durable", "EchelonError", "Message", "PublishResult", "Publisher",
-           "Subscription", "errors"]
+__all__ = ["ACCEPTED", "DELIVERED", "AckLevel", "Client", "ConnectionEvent", "Durable", "EchelonError", "Message",
+           "PublishResult", "Publisher", "Reconnect", "Subscription", "errors"]

@@ -88,7 +88,7 @@ async def publish_stream(pub: "Publisher", topic: str, attributes: Mapping[str, 
         raise InvalidArgument(f"size {size}: at least 0")
     await pub.flush()
     sequence = pub._number()
-    stub = pgrpc.PubSubStub(pub.client._channel())
+    stub = pgrpc.PubSubStub(pub._conn.channel())
     errors: list[BaseException] = []
 
     async def requests():

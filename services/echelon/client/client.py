@@ -6,14 +6,17 @@ import asyncio
 import os
 import time
 import uuid
-from collections import OrderedDict
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Mapping
 
 import grpc
 
+from echelon.client.admin import AclRule, SubscriptionInfo, Topic
+from echelon.client.connection import Connection, ConnectionEvent, Hook, Reconnect, with_port
+from echelon.client.deadlines import ACK_DEADLINE
+from echelon.client.diagnose import probe
 from echelon.client.durable import Durable, seek_target
-from echelon.client.errors import ClientClosed, InvalidArgument, Timeout, translating
+from echelon.client.errors import InvalidArgument, Timeout, Unavailable, translating
 from echelon.client.publisher import AckLevel, Publisher
 from echelon.client.subscription import MAX_WHOLE, Callback, Subscription
 from echelon.core.filters import Filter
@@ -42,23 +45,72 @@ class Client:
     `$ECHELON_TOKEN`, none if unset. A client certificate names the caller instead of
     the token when both are there (runtime/auth.py). Every failure raises an
     `echelon.client.errors.EchelonError` subclass (a refused call: Unauthenticated or
-    PermissionDenied, naming the topic and the right that was missing)."""
+    PermissionDenied, naming the topic and the right that was missing).
+
+    `await client.connect()` asks the agents at once whether they serve and fails fast
+    with the cause; without it, calls dial when they need to. A named or durable
+    subscription whose agent dies reopens on the next agent of the list, and a publisher
+    resends there (`reconnect`: the policy); `on_disconnect` and `on_reconnect` (sync or
+    async) receive a ConnectionEvent for each stream lost and opened again (docs/cli.md,
+    "Subscriptions across an agent's death"). Admin calls return dataclasses
+    (client/admin.py)."""
 
     def __init__(self, addresses: str | Iterable[str], timeout: float = 30.0,
-                 tls: str | os.PathLike | None = None, token: str | None = None):
-        self.addresses = [addresses] if isinstance(addresses, str) else list(addresses)
-        if not self.addresses:
+                 tls: str | os.PathLike | None = None, token: str | None = None, *,
+                 reconnect: Reconnect = Reconnect(), on_disconnect: Hook | None = None,
+                 on_reconnect: Hook | None = None):
+        addresses = [addresses] if isinstance(addresses, str) else list(addresses)
+        addresses = [with_port(a) for a in addresses if a.strip()]
+        if not addresses:
             raise InvalidArgument("at least one agent address is needed")
-        self.timeout = timeout
         token = os.environ.get(TOKEN_ENV, "") if token is None else token
-        self.transport = Transport(TlsDir(Path(tls), server_name=None) if tls else None, token=token)
-        self._channels: dict[str, grpc.aio.Channel] = {}
-        self._publishers: set[Publisher] = set()
-        self._subscriptions: set[Subscription] = set()
-        self._acked: dict[str, OrderedDict] = {}  # durable subscription -> message ids acked (client/durable.py)
-        self._seeks: dict[str, str] = {}  # durable subscription -> its seek count when last opened
-        self._shared_stream = None  # the stream its subscriptions share (client/shared.py)
-        self._state = "open"  # open -> draining -> closed
+        transport = Transport(TlsDir(Path(tls), server_name=None) if tls else None, token=token)
+        self._conn = Connection(addresses, transport, timeout, reconnect, on_disconnect, on_reconnect)
+
+    @property
+    def state(self) -> str:
+        """"open", "draining" or "closed"."""
+        return self._conn.state
+
+    @property
+    def addresses(self) -> list[str]:
+        return self._conn.addresses
+
+    @property
+    def timeout(self) -> float:
+        return self._conn.timeout
+
+    @property
+    def transport(self) -> Transport:
+        return self._conn.transport
+
+    @property
+    def _channels(self) -> dict[str, grpc.aio.Channel]:
+        return self._conn._channels  # noqa: SLF001 - the chaos workload dials its own
+
+    @property
+    def _shared_stream(self):
+        return self._conn.shared_stream
+
+    @_shared_stream.setter
+    def _shared_stream(self, stream) -> None:
+        self._conn.shared_stream = stream
+
+    async def connect(self, timeout: float = 5.0) -> list[str]:
+        """Fail fast: ask every agent of the list, at once, whether it serves (its health
+        service, open to any caller); the ones that do, in the list's order. Raises
+        Unavailable naming each address's cause ("no agent at ...", "... is a membership
+        replica, not an agent", "... answers HTTP, not gRPC: a /metrics port?", ...) when
+        none does within `timeout` seconds. Optional: every call dials when it needs to."""
+        conn = self._conn
+        conn.check_open()
+        causes = await asyncio.gather(*(probe(a, conn.transport, timeout=timeout, channel=conn.channel(i))
+                                        for i, a in enumerate(conn.addresses)))
+        serving = [a for a, cause in zip(conn.addresses, causes) if cause is None]
+        if not serving:
+            raise Unavailable("; ".join(causes))
+        conn.current = conn.addresses.index(serving[0])
+        return serving
 
     async def __aenter__(self) -> "Client":
         return self
@@ -70,27 +122,33 @@ class Client:
 
     async def create_topic(self, name: str, schema: Schema | Iterable[Attribute | str] = (),
                            timeout: float | None = None, retention_bytes: int = 0,
-                           retention_seconds: int = 0) -> ppb.Topic:
+                           retention_seconds: int = 0, durable_caps: Mapping[str, int] | None = None) -> Topic:
         """Create a topic (again with the same schema: no change).
 
             await client.create_topic("quotes", ["Symbol:string", "High:float:0:500", "Volume:int"])
 
         An empty schema takes any attributes. Raises InvalidArgument for a bad attribute
         spec, AlreadyExists if the topic exists with another schema. `retention_*` bound the
-        events kept for durable subscriptions' replay (0: the agents' defaults)."""
+        events kept for durable subscriptions' replay (0: the agents' defaults).
+        `durable_caps` (max_messages, max_bytes, idle_seconds, replicas) bound what a
+        durable subscription of the topic may ask for (docs/security.md)."""
         with translating():
             if not isinstance(schema, Schema):
                 schema = Schema(tuple(a if isinstance(a, Attribute) else parse_attribute(a) for a in schema))
-        return await self._admin("CreateTopic", ppb.CreateTopicRequest(
+        try:
+            caps = pb.DurableCaps(**(durable_caps or {}))
+        except (ValueError, TypeError) as e:
+            raise InvalidArgument(f"durable_caps: {e}") from None
+        return Topic.from_pb(await self._admin("CreateTopic", ppb.CreateTopicRequest(
             name=name, schema=schema_to_pb(schema), retention_bytes=retention_bytes,
-            retention_seconds=retention_seconds), timeout)
+            retention_seconds=retention_seconds, durable_caps=caps), timeout))
 
-    async def get_topic(self, name: str, timeout: float | None = None) -> ppb.Topic:
+    async def get_topic(self, name: str, timeout: float | None = None) -> Topic:
         """The topic and its schema; NotFound if there is none."""
-        return await self._admin("GetTopic", ppb.GetTopicRequest(name=name), timeout)
+        return Topic.from_pb(await self._admin("GetTopic", ppb.GetTopicRequest(name=name), timeout))
 
-    async def list_topics(self, timeout: float | None = None) -> list[ppb.Topic]:
-        return list((await self._admin("ListTopics", ppb.ListTopicsRequest(), timeout)).topics)
+    async def list_topics(self, timeout: float | None = None) -> list[Topic]:
+        return [Topic.from_pb(t) for t in (await self._admin("ListTopics", ppb.ListTopicsRequest(), timeout)).topics]
 
     async def delete_topic(self, name: str, timeout: float | None = None) -> None:
         await self._admin("DeleteTopic", ppb.DeleteTopicRequest(name=name), timeout)
@@ -98,22 +156,22 @@ class Client:
     # -- access control (the cluster admin only: admin on "*") ---------------------------
 
     async def grant_acl(self, principal: str, pattern: str, rights: Iterable[str],
-                        timeout: float | None = None) -> pb.AclRule:
+                        timeout: float | None = None) -> AclRule:
         """Add `rights` ("publish", "subscribe", "admin") for `principal` ("user:<name>",
         "group:<name>" or "*") on the topics `pattern` names ("quotes", "quotes.*", "*");
         returns the rule as it now stands."""
         rule = pb.AclRule(principal=principal, pattern=pattern, rights=list(rights))
-        return await self._admin("GrantAcl", ppb.AclRequest(rule=rule), timeout)
+        return AclRule.from_pb(await self._admin("GrantAcl", ppb.AclRequest(rule=rule), timeout))
 
     async def revoke_acl(self, principal: str, pattern: str, rights: Iterable[str],
-                         timeout: float | None = None) -> pb.AclRule:
+                         timeout: float | None = None) -> AclRule:
         """Remove `rights` from the rule; the rule goes when none are left (returned with
         no rights). NotFound when there is no such rule."""
         rule = pb.AclRule(principal=principal, pattern=pattern, rights=list(rights))
-        return await self._admin("RevokeAcl", ppb.AclRequest(rule=rule), timeout)
+        return AclRule.from_pb(await self._admin("RevokeAcl", ppb.AclRequest(rule=rule), timeout))
 
-    async def list_acls(self, timeout: float | None = None) -> list[pb.AclRule]:
-        return list((await self._admin("ListAcls", ppb.ListAclsRequest(), timeout)).rules)
+    async def list_acls(self, timeout: float | None = None) -> list[AclRule]:
+        return [AclRule.from_pb(r) for r in (await self._admin("ListAcls", ppb.ListAclsRequest(), timeout)).rules]
 
     # -- publish and subscribe ---------------------------------------------------------
 
@@ -123,18 +181,20 @@ class Client:
 
             async with client.publisher(ack_level=AckLevel.DELIVERED) as pub:
                 await pub.publish("quotes", {"Symbol": "aapl", "High": 50.0})"""
-        self._check_open()
+        self._conn.check_open()
         try:
             ack_level = AckLevel(ack_level)
         except ValueError:
             raise InvalidArgument(f"ack level {ack_level!r}: one of {', '.join(a.name for a in AckLevel)}") from None
-        publisher = Publisher(self, producer_id or f"p-{uuid.uuid4().hex[:12]}", ack_level)
-        self._publishers.add(publisher)
+        publisher = Publisher(self._conn, producer_id or f"p-{uuid.uuid4().hex[:12]}", ack_level)
+        self._conn.track(publisher)
         return publisher
 
     def subscribe(self, topic: str, filter: str | Filter = "", *, name: str = "", max_outstanding: int = 64,
                   callback: Callback | None = None, durable: Durable | bool | None = None,
-                  max_whole: int = MAX_WHOLE, shared: bool = True) -> Subscription:
+                  max_whole: int = MAX_WHOLE, shared: bool = True, reconnect: bool | None = None,
+                  ack_deadline: float = ACK_DEADLINE, max_deliveries: int = 0,
+                  dead_letter_topic: str = "") -> Subscription:
         """A subscription to the events of `topic` that match `filter`; open it with `async with`.
 
             async with client.subscribe("quotes", 'Symbol = "aapl" and High >= 45') as sub:
@@ -144,33 +204,48 @@ class Client:
         `name` makes it durable (it outlives the stream; a later stream with that name
         resumes it). With `callback`, each message goes to `callback(msg)` (sync or
         async; a return acks it, an exception nacks it), at most `max_outstanding` at
-        once; without, iterate. Either way the agent has at most `max_outstanding`
+        once, from the moment it is made (inside a running loop; `await sub.start()` waits
+        for the open and raises how it failed); without, iterate. Either way the agent has at most `max_outstanding`
         deliveries unsettled. `durable` (with `name`) makes it a cluster object that outlives
         any agent (client/durable.py). A payload above `max_whole` bytes is read with
         `msg.chunks()` as it arrives (subscription.py). `shared`: on the stream the client's
-        other subscriptions share (client/shared.py); a durable one has its own."""
-        self._check_open()
+        other subscriptions share (client/shared.py); a durable one has its own.
+        `reconnect` (default: with a `name`): when its agent dies the subscription opens a
+        new stream on the next agent of the list by itself; a durable one resumes without
+        handing out again what was acked, a named one records its gap in `sub.gaps`
+        (docs/cli.md, "Subscriptions across an agent's death"). `ack_deadline` (seconds, 0:
+        none): a message not settled by then is redelivered (`msg.in_progress()` extends
+        it); `max_deliveries` (0: no bound): a message delivered that often goes to
+        `dead_letter_topic` instead (client/deadlines.py)."""
+        self._conn.check_open()
         if durable and not name:
             raise InvalidArgument("a durable subscription needs a name")
         options = (durable if isinstance(durable, Durable) else Durable()).to_pb() if durable else None
-        return Subscription(self, topic, filter, name, max_outstanding, callback, options, max_whole, shared)
+        if reconnect is None:
+            reconnect = bool(name)
+        sub = Subscription(self._conn, topic, filter, name, max_outstanding, callback, options, max_whole, shared,
+                           reconnect, ack_deadline, max_deliveries, dead_letter_topic)
+        if callback is not None:
+            sub._start_soon()
+        return sub
 
     async def unsubscribe(self, name: str, timeout: float | None = None) -> None:
         """Remove a named subscription and drop its backlog; NotFound if the agent has none."""
-        self._check_open()
+        self._conn.check_open()
         with translating():
-            await pgrpc.PubSubStub(self._channel()).Unsubscribe(ppb.UnsubscribeRequest(subscription=name),
+            await pgrpc.PubSubStub(self._conn.channel()).Unsubscribe(ppb.UnsubscribeRequest(subscription=name),
                                                                 timeout=timeout or self.timeout)
 
     # -- durable subscriptions (any agent answers for the cluster) ----------------------
 
-    async def list_subscriptions(self, timeout: float | None = None) -> list[dpb.DurableSubscription]:
-        return list((await self._durable("ListSubscriptions", dpb.ListSubscriptionsRequest(),
-                                         timeout)).subscriptions)
+    async def list_subscriptions(self, timeout: float | None = None) -> list[SubscriptionInfo]:
+        return [SubscriptionInfo.from_pb(s) for s in
+                (await self._durable("ListSubscriptions", dpb.ListSubscriptionsRequest(), timeout)).subscriptions]
 
-    async def get_subscription(self, name: str, timeout: float | None = None) -> dpb.DurableSubscription:
+    async def get_subscription(self, name: str, timeout: float | None = None) -> SubscriptionInfo:
         """Its record and backlog (messages, bytes, oldest); NotFound if there is none."""
-        return await self._durable("GetSubscription", dpb.GetSubscriptionRequest(name=name), timeout)
+        return SubscriptionInfo.from_pb(await self._durable("GetSubscription", dpb.GetSubscriptionRequest(name=name),
+                                                            timeout))
 
     async def seek(self, name: str, time=None, message: tuple[str, int] | None = None,
                    timeout: float | None = None) -> int:
@@ -185,16 +260,10 @@ class Client:
     async def delete_subscription(self, name: str, timeout: float | None = None) -> None:
         await self._durable("DeleteSubscription", dpb.DeleteSubscriptionRequest(name=name), timeout)
 
-    def _seen_seeks(self, name: str, seeks: str) -> None:
-        """Forget what was acked under `name` when it was sought since."""
-        if self._seeks.get(name, seeks) != seeks:
-            self._acked.get(name, OrderedDict()).clear()
-        self._seeks[name] = seeks
-
     async def _durable(self, method: str, request, timeout: float | None):
-        self._check_open()
+        self._conn.check_open()
         with translating():
-            return await getattr(dgrpc.DurableStub(self._channel()), method)(request,
+            return await getattr(dgrpc.DurableStub(self._conn.channel()), method)(request,
                                                                              timeout=timeout or self.timeout)
 
     # -- drain and close ---------------------------------------------------------------
@@ -204,14 +273,15 @@ class Client:
         until every message handed out is settled (callbacks may still publish); then
         publishers take no new publishes and flush; then the client closes. Raises
         Timeout (after closing everything) if `timeout` seconds were not enough."""
-        if self._state != "open":
+        conn = self._conn
+        if conn.state != "open":
             return await self.close()
-        self._state = "draining"
+        conn.state = "draining"
         deadline = time.monotonic() + timeout
-        results = await asyncio.gather(*(s.drain(timeout) for s in list(self._subscriptions)),
+        results = await asyncio.gather(*(s.drain(timeout) for s in self._members(Subscription)),
                                        return_exceptions=True)
         left = max(0.0, deadline - time.monotonic())
-        results += await asyncio.gather(*(p.close(left) for p in list(self._publishers)), return_exceptions=True)
+        results += await asyncio.gather(*(p.close(left) for p in self._members(Publisher)), return_exceptions=True)
         await self.close()
         for r in results:
             if isinstance(r, BaseException):
@@ -220,46 +290,34 @@ class Client:
     async def close(self, timeout: float = 10.0) -> None:
         """Close now: subscriptions end (acks already sent count; the rest is redelivered to
         named subscriptions), publishers flush for up to `timeout` seconds, channels close."""
-        if self._state == "closed":
+        conn = self._conn
+        if conn.state == "closed":
             return
-        self._state = "closed"
+        conn.state = "closed"
+        results = []
         try:
-            await asyncio.gather(*(s.close() for s in list(self._subscriptions)), return_exceptions=True)
-            results = await asyncio.gather(*(p.close(timeout) for p in list(self._publishers)),
+            await asyncio.gather(*(s.close() for s in self._members(Subscription)), return_exceptions=True)
+            results = await asyncio.gather(*(p.close(timeout) for p in self._members(Publisher)),
                                            return_exceptions=True)
         finally:
-            await asyncio.gather(*(ch.close() for ch in self._channels.values()), return_exceptions=True)
-            self._channels.clear()
+            await conn.close()
         for r in results:
             if isinstance(r, Timeout):
                 raise r
 
     # -- internals ---------------------------------------------------------------------
 
-    def _check_open(self) -> None:
-        if self._state != "open":
-            raise ClientClosed(f"client is {self._state}")
-
-    def _channel(self, i: int = 0) -> grpc.aio.Channel:
-        address = self.addresses[i % len(self.addresses)]
-        if address not in self._channels:
-            self._channels[address] = self.transport.dial(address)
-        return self._channels[address]
-
-    def _track(self, sub: Subscription) -> None:
-        self._subscriptions.add(sub)
-
-    def _forget(self, member: Publisher | Subscription) -> None:
-        self._publishers.discard(member)
-        self._subscriptions.discard(member)
+    def _members(self, kind: type) -> list:
+        return [m for m in self._conn.members if isinstance(m, kind)]
 
     async def _admin(self, method: str, request, timeout: float | None):
         """A topic call, trying each address in turn while they are unreachable."""
-        self._check_open()
+        conn = self._conn
+        conn.check_open()
 
         async def one(i: int):
             with translating():
-                return await getattr(pgrpc.AdminStub(self._channel(i)), method)(request,
+                return await getattr(pgrpc.AdminStub(conn.channel(conn.current + i)), method)(request,
                                                                                timeout=timeout or self.timeout)
 
         return await call_any(range(len(self.addresses)), one, retry=unavailable)

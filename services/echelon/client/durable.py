@@ -8,14 +8,14 @@
 
 A durable subscription outlives its agent: any agent of the cluster resumes it (the
 stream is relayed to the agent that holds it), unacknowledged messages first. When the
-agent a stream runs through dies the stream ends with UNAVAILABLE: open it again, on any
-agent; a Client given several agents opens it on the first that answers. A message acked
-once is never handed to the application again by subscriptions of that name on this
-Client (a redelivery of it, possible when the holder serving it died with the ack in
-flight, is acked again and counted in the Subscription's `acked_redeliveries`), until
-the subscription is sought (the agent says how often it was at each open). A seek ends the
-subscription's open stream with ABORTED: the next open (a new Subscription object)
-delivers from the point sought, acked messages included.
+agent a stream runs through dies, the Subscription opens a new stream on the next agent
+of the Client's list by itself (client/connection.py; docs/cli.md, "Subscriptions across
+an agent's death"). A message acked once is never handed to the application again by
+subscriptions of that name on this Client (a redelivery of it, possible when the stream
+died with the ack queued or in flight, is acked again and counted in the Subscription's
+`acked_redeliveries`), until the subscription is sought (the agent says how often it was
+at each open). A seek ends the subscription's open stream with ABORTED, and it reopens the
+same way, from the point sought, acked messages included.
 """
 
 from __future__ import annotations

@@ -28,19 +28,49 @@ from echelon.v1 import pubsub_pb2 as ppb
 ACKED_MEMORY = 200_000  # message ids a durable subscription remembers having acked
 
 
+class Stale:
+    """What the messages handed out on a stream lost since are settled with: nothing goes
+    to any agent (the new stream's ids are not theirs; the agent redelivers them), but a
+    durable subscription remembers an ack, so the redelivery is not handed out again."""
+
+    __slots__ = ("owner", "acked")
+
+    def __init__(self, owner: "Inbox", acked: OrderedDict | None):
+        self.owner = owner
+        self.acked = acked
+
+    def _settle(self, messages, nack_delay: float | None) -> None:
+        for m in messages:
+            if not m.settled:
+                m.settled = True
+                if m._chunks is not None:
+                    m._chunks.drop()
+                if nack_delay is None and self.acked is not None:
+                    self.acked[(m.producer_id, m.sequence)] = None
+
+
 class Inbox:
-    """A Subscription's deliveries from received to settled (the Subscription sets `_state`,
-    `_error`, `_acked`, `settlements`, `_half_closed` and `_ended`)."""
+    """The application's side of a subscription: its state as the application sees it
+    (new, open, draining, closed; the error it ended with), the deliveries from received to
+    settled, and the settlements queued for the stream. The stream's side (opening,
+    reading, writing, reopening) is the Subscription's (client/subscription.py), which
+    gives it a new `settlements` with each stream."""
 
-    _state: str
-    _error: EchelonError | None
-    _acked: OrderedDict[tuple[str, int], None] | None
-    settlements: Settlements
-    _half_closed: bool
-    _ended: asyncio.Event
-    acked_redeliveries: int
-
-    def _init_inbox(self) -> None:
+    def __init__(self, settlements: Settlements, acked: OrderedDict[tuple[str, int], None] | None,
+                 deadlines=None, dead_letters=None):
+        self.settlements = settlements
+        self._deadlines = deadlines  # ack deadlines of the messages handed out (client/deadlines.py), or None
+        self._extended: dict[int, float] = {}  # delivery id -> its deadline, once `in_progress()` moved it
+        self._dead_letters = dead_letters  # past max_deliveries: to the dead-letter topic (client/deadlines.py)
+        self.expired = self.terminated = self.dead_lettered = 0
+        # Durable: message ids acked through this client under this name, so a redelivery
+        # after a failover is acked again, not handed out (client/durable.py).
+        self._acked = acked
+        self.acked_redeliveries = 0  # such redeliveries
+        self._state = "new"  # new -> open -> draining -> closed
+        self._error: EchelonError | None = None  # what the subscription ended with
+        self._ended = asyncio.Event()  # no stream will come any more
+        self._half_closed = False  # the stream's end is on its way: no more settlements
         self._loop: asyncio.AbstractEventLoop | None = None  # (asyncio.get_running_loop() costs a syscall per call)
         self._inbox: deque = deque()  # Deliveries (and _Incoming) received, not yet handed out
         self._waiters: list[asyncio.Future] = []  # readers waiting for the inbox (`_wake`)
@@ -53,6 +83,8 @@ class Inbox:
         """Deliveries (not chunks) received: into the inbox."""
         if self._acked is not None:
             batch = [d for d in batch if not self._acked_before(d)]
+        if self._dead_letters is not None:
+            batch = [d for d in batch if not self._dead_letters.dead(d)]
         self._inbox.extend(batch)
         self._wake()
         self.settlements.received()
@@ -152,7 +184,7 @@ class Inbox:
             return
         for m in messages:
             if m._subscription is not self:
-                raise InvalidArgument("a message of another subscription: settle it with its own")
+                return self._settle_stale(messages, nack_delay)
         if self._half_closed or self._ended.is_set():
             raise ClientClosed("subscription is closed: the agent redelivers this message to a named subscription")
         ids = []
@@ -179,6 +211,20 @@ class Inbox:
             settlements.ack(ids, credit)  # after the loop: the flush judged once, on what is no longer handed
         if not unsettled and self._all_settled is not None and not self._all_settled.done():
             self._all_settled.set_result(None)
+
+    def _settle_stale(self, messages: list[Message], nack_delay: float | None) -> None:
+        """Some of `messages` came on a stream lost since (Stale): settled apart, the rest as usual."""
+        rest = []
+        for m in messages:
+            owner = m._subscription
+            if owner is self:
+                rest.append(m)
+            elif type(owner) is Stale and owner.owner is self:
+                owner._settle((m,), nack_delay)
+            else:
+                raise InvalidArgument("a message of another subscription: settle it with its own")
+        if rest:
+            self._settle(rest, nack_delay)
 
     def _settled(self) -> asyncio.Future:
         """Done once no message handed out is unsettled."""

@@ -138,6 +138,20 @@ class Message:
         """Not processed: the agent redelivers it after `delay` seconds (0 to 600)."""
         self._subscription._settle((self,), check_delay(delay))
 
+    async def in_progress(self) -> None:
+        """Still being worked on: its ack deadline starts again (client/deadlines.py)."""
+        from echelon.client.deadlines import in_progress
+
+        in_progress(self)
+
+    async def term(self) -> None:
+        """Never to be processed, nor redelivered: settled as acked, and counted in the
+        subscription's `terminated` (a poison message)."""
+        sub = self._subscription
+        if not self.settled and hasattr(sub, "terminated"):
+            sub.terminated += 1
+        sub._settle((self,), None)
+
 
 def subscribe_call(channel: grpc.aio.Channel) -> grpc.aio.StreamStreamCall:
     """A Subscribe call whose Deliveries are read as DeliveryRead."""
@@ -218,3 +232,12 @@ class Sliced:
         else:
             incoming.head.event.payload = b"".join(incoming.parts)
             self.hand(incoming.head)
+
+    def abandon(self, error: EchelonError) -> None:
+        """The stream was lost: payloads half received end with DataLoss for their readers."""
+        incoming, self.incoming = self.incoming, {}
+        for item in incoming.values():
+            if not item.whole and not item.dropped:
+                if item.queue.full():  # the reader is behind: it gets the end after what it has
+                    item.queue.get_nowait()
+                item.queue.put_nowait(DataLoss(f"the payload was lost with its stream: {error.message}"))

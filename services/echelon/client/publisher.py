@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, AsyncIterable, Iterable, Mapping
 import grpc
 
 from echelon.client import bulk
+from echelon.client.connection import ConnectionEvent, Outage
 from echelon.client.errors import ClientClosed, EchelonError, Timeout, from_rpc_error
 from echelon.client.outbox import MAX_BATCH_BYTES, MAX_BATCH_EVENTS, SLICE_BYTES, Outbox  # noqa: F401 - public
 from echelon.client.results import Pending
@@ -39,7 +40,7 @@ from echelon.core.schema import Value
 from echelon.v1 import pubsub_pb2 as ppb
 
 if TYPE_CHECKING:
-    from echelon.client.client import Client
+    from echelon.client.connection import Connection
 
 # Stream failures worth a reconnect and a resend; anything else fails the pending publishes.
 RETRIED = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.DEADLINE_EXCEEDED,
@@ -70,8 +71,8 @@ class Publisher:
     Made by `Client.publisher()`. Many publishes may be in flight at once
     (`publish_nowait`); acks come back in order."""
 
-    def __init__(self, client: "Client", producer_id: str, ack_level: AckLevel, max_retries: int = 20):
-        self.client = client
+    def __init__(self, conn: "Connection", producer_id: str, ack_level: AckLevel, max_retries: int = 20):
+        self._conn = conn
         self.producer_id = producer_id
         self.ack_level = AckLevel(ack_level)
         self.max_retries = max_retries
@@ -170,7 +171,7 @@ class Publisher:
         """No more publishes; flush, then end the stream. Publishes still unacknowledged
         after `timeout` seconds fail with Timeout, and so does this call."""
         self._closed = True
-        self.client._forget(self)
+        self._conn.forget(self)
         try:
             await self.flush(timeout)
         except Timeout as e:
@@ -206,7 +207,9 @@ class Publisher:
             await asyncio.gather(self._task, return_exceptions=True)
 
     async def _run(self) -> None:
-        attempt = 0
+        conn = self._conn
+        attempt, agent = 0, conn.current
+        outage: Outage | None = None  # since the stream was lost, until an ack comes on a new one
         outbox: Outbox | None = self._outbox
         while self._pending or not self._closed:
             if outbox is None:  # a fresh stream: resend whatever is unacknowledged, in order, then the rest
@@ -215,17 +218,29 @@ class Publisher:
                     outbox.again(requests)
                 if self._closed:
                     outbox.end()
-            call = publish_call(self.client._channel(attempt), outbox.requests())
+            call = publish_call(conn.channel(agent), outbox.requests())
             outbox = None
             try:
                 async for reply in call:
                     attempt = 0
+                    if outage is not None:
+                        conn.notify(ConnectionEvent("reconnected", self, conn.address(agent),
+                                                    attempts=outage.attempts, down_seconds=outage.seconds))
+                        outage = None
                     self._pending.acked(reply.acks or (reply,))
                 if self._closed and not self._pending:
                     return  # our half-close ended the stream
             except grpc.aio.AioRpcError as e:
                 attempt += 1
-                if attempt > self.max_retries or e.code() not in RETRIED:
+                retried = e.code() in RETRIED
+                if retried and outage is None:
+                    outage = Outage(conn)
+                    conn.notify(ConnectionEvent("disconnected", self, conn.address(agent), from_rpc_error(e)))
+                if outage is not None:
+                    outage.attempts += 1
+                if attempt > self.max_retries or not retried:
                     self._fail_pending(from_rpc_error(e))
                     attempt = 0
+                conn.failed(agent)  # the next stream goes to the next agent
+                agent = conn.current
                 await asyncio.sleep(min(0.05 * 2 ** attempt, 2.0))

@@ -27,16 +27,17 @@ from echelon.client.message import subscribe_call
 from echelon.v1 import pubsub_pb2 as ppb
 
 if TYPE_CHECKING:
-    from echelon.client.client import Client
+    from echelon.client.connection import Connection
     from echelon.client.subscription import Subscription
 
 CLOSE_WAIT = 5.0  # seconds a closing subscription waits for the agent's answer
 
 
 class SharedStream:
-    def __init__(self, client: "Client"):
-        self.client = client
-        self.call = subscribe_call(client._channel())
+    def __init__(self, conn: "Connection"):
+        self.conn = conn
+        self.index = conn.current  # the agent it runs through, in the client's list
+        self.call = subscribe_call(conn.channel(self.index))
         self.subs: dict[int, "Subscription"] = {}  # open, or opening (deliveries may follow their answer at once)
         self.opening: dict[int, asyncio.Future] = {}
         self.flusher = Flusher(self._write)
@@ -48,11 +49,11 @@ class SharedStream:
         self._reader = asyncio.create_task(self._read(), name="shared subscription stream")
 
     @staticmethod
-    def of(client: "Client") -> "SharedStream":
+    def of(conn: "Connection") -> "SharedStream":
         """The client's shared stream, a new one if it has none open."""
-        stream = client._shared_stream
+        stream = conn.shared_stream
         if stream is None or stream._closing:
-            stream = client._shared_stream = SharedStream(client)
+            stream = conn.shared_stream = SharedStream(conn)
         return stream
 
     def sid(self) -> int:
@@ -155,8 +156,8 @@ class SharedStream:
             error = from_rpc_error(e)
         finally:
             self._closing = True
-            if self.client._shared_stream is self:
-                self.client._shared_stream = None
+            if self.conn.shared_stream is self:
+                self.conn.shared_stream = None
             self.flusher.cancel()
             for answer in self.opening.values():
                 if not answer.done():

@@ -51,14 +51,18 @@ run): the load generator, whose 50 subscribers take batches, spent 1.70x less CP
 from __future__ import annotations
 
 import asyncio
-from collections import OrderedDict
-from typing import TYPE_CHECKING, AsyncIterator, Awaitable, Callable, Iterable
+import logging
+import time
+from typing import AsyncIterator, Awaitable, Callable, Iterable
 
 import grpc
 
 from echelon.client.acks import Flusher, Settlements
 from echelon.client.callbacks import dispatch
-from echelon.client.inbox import Inbox
+from echelon.client.connection import Connection, ConnectionEvent, Outage
+from echelon.client.deadlines import ACK_DEADLINE, DeadLetters, Deadlines
+from echelon.client.deadlines import check as check_dead_messages
+from echelon.client.inbox import Inbox, Stale
 from echelon.client.errors import (ClientClosed, EchelonError, FailedPrecondition, InvalidArgument,
                                    Timeout, Unavailable, from_rpc_error, from_status)
 from echelon.client.message import Message, Sliced, check_delay, subscribe_call
@@ -68,37 +72,46 @@ from echelon.runtime.transport import SUBSCRIPTION_KEY
 from echelon.runtime.wire import filter_to_pb
 from echelon.v1 import pubsub_pb2 as ppb
 
-if TYPE_CHECKING:
-    from echelon.client.client import Client
+log = logging.getLogger("echelon.client")
 
 MAX_WHOLE = 64 << 20  # payloads up to this are assembled and handed whole
 MAX_BATCH = 256  # messages handed out by one receive() unless asked otherwise
+OPEN_WAIT = 10.0  # seconds one reopen attempt may take before the next agent is tried
+
+# A stream that ended with one of these is opened again (when the subscription reconnects):
+# its agent died or is going away. A durable subscription also reopens after a seek
+# (ABORTED), and while the agents still see it attached to the stream that was lost
+# (ALREADY_EXISTS, on an open).
+LOST = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL, grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.UNKNOWN}
+LOST_DURABLE = LOST | {grpc.StatusCode.ABORTED}
+REFUSED_DURABLE = LOST_DURABLE | {grpc.StatusCode.ALREADY_EXISTS}
 
 Callback = Callable[["Message"], "Awaitable[None] | None"]
+
 
 class Subscription(Inbox):
     """A subscription stream, made by `Client.subscribe()`; `async with` opens and closes it."""
 
-    def __init__(self, client: "Client", topic: str, flt: str | Filter, name: str, max_outstanding: int,
+    def __init__(self, conn: Connection, topic: str, flt: str | Filter, name: str, max_outstanding: int,
                  callback: Callback | None, durable: ppb.DurableOptions | None = None, max_whole: int = MAX_WHOLE,
-                 shared: bool = False):
+                 shared: bool = False, reconnect: bool = False, ack_deadline: float = ACK_DEADLINE,
+                 max_deliveries: int = 0, dead_letter_topic: str = ""):
         if max_outstanding < 1:
             raise InvalidArgument(f"max_outstanding {max_outstanding}: at least 1")
         if max_whole < 0:
             raise InvalidArgument(f"max_whole {max_whole}: at least 0")
+        check_dead_messages(ack_deadline, max_deliveries, dead_letter_topic)
         self.max_whole = max_whole
-        self._sliced = Sliced(max_whole, self._put, self._lost)  # sliced payloads being received
-        self.client = client
+        self._conn = conn
         self.name = name
         self.max_outstanding = max_outstanding
         self.callback_errors = 0  # callbacks that raised (their messages were nacked)
+        self.reconnect = reconnect  # open the stream again when its agent is lost (client/connection.py)
+        self.reconnects = 0  # streams opened again after one was lost
+        self.gaps: list[tuple[float, float]] = []  # (lost, reopened), Unix seconds: events may be missing there
         open_ = ppb.SubscriptionOpen(topic=topic, subscription=name, credits=max_outstanding, durable=durable,
                                      encoded_events=True)
-        # Durable: message ids acked through this client under this name, so a redelivery after
-        # a failover is acked again, not handed out (client/durable.py).
-        self._acked: OrderedDict[tuple[str, int], None] | None = \
-            client._acked.setdefault(name, OrderedDict()) if durable is not None else None
-        self.acked_redeliveries = 0
         if isinstance(flt, (Filter, Disjunction)):  # a parsed filter: its structured form
             open_.filter.CopyFrom(filter_to_pb(flt))
         else:
@@ -106,18 +119,25 @@ class Subscription(Inbox):
         self._open = open_
         self.id = ""  # cluster-wide ("<agent>/<name>"), once open
         self._callback = callback
-        self._state = "new"  # new -> open -> draining -> closed
         self._write = asyncio.Lock()  # one write at a time on a stream
         self._shared: SharedStream | None = None  # set once open on the client's shared stream
         self._share = shared and durable is None
-        self._init_inbox()
-        self.settlements = Settlements(Flusher(self._write_requests), self._oldest, self._held, max_outstanding)
+        self._agent = 0  # the index, in the client's list, of the agent the stream runs through
+        super().__init__(self._new_settlements(Flusher(self._write_requests)),
+                         conn.acked(name) if durable is not None else None,
+                         Deadlines(self, ack_deadline) if ack_deadline else None,
+                         DeadLetters(self, max_deliveries, dead_letter_topic) if max_deliveries else None)
+        self._sliced = Sliced(max_whole, self._put, self._lost)  # sliced payloads being received
         self._callbacks: set[asyncio.Task] = set()
         self._call = None
-        self._half_closed = False
         self._tasks: list[asyncio.Task] = []
-        self._ended = asyncio.Event()
-        self._error: EchelonError | None = None
+        self._reopening: asyncio.Task | None = None
+        self._lost_while_opening: EchelonError | None = None  # a stream that `_reopen` opened, lost at once
+        self._starting: asyncio.Task | None = None  # a callback subscription opening by itself
+        self._start_awaited = False
+
+    def _new_settlements(self, flusher: Flusher, sid: int = 0) -> Settlements:
+        return Settlements(flusher, self._oldest, self._held, self.max_outstanding, sid)
 
     async def __aenter__(self) -> "Subscription":
         await self.start()
@@ -127,46 +147,90 @@ class Subscription(Inbox):
         await self.close()
 
     async def start(self) -> None:
-        """Open the stream; raises InvalidArgument (bad filter), NotFound (no such topic), ..."""
+        """Open the stream; raises InvalidArgument (bad filter), NotFound (no such topic), ...
+        A callback subscription made inside a running loop is already opening: this waits
+        for it (and raises how it failed)."""
+        if self._starting is not None:
+            self._start_awaited = True
+            await asyncio.shield(self._starting)
+            return
+        await self._start()
+
+    def _start_soon(self) -> None:
+        """Open in the background (a callback subscription delivers without a second call);
+        a failure nobody awaits is logged and ends the subscription with it (wait_closed)."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # no loop yet: `async with` or start() opens it
+        self._starting = loop.create_task(self._start(), name="subscription start")
+        self._starting.add_done_callback(self._started)
+
+    def _started(self, task: asyncio.Task) -> None:
+        if task.cancelled() or task.exception() is None:
+            return
+        e = task.exception()
+        if isinstance(e, EchelonError) and self._error is None:
+            self._error = e
+        if not self._start_awaited and not isinstance(e, ClientClosed):
+            log.error("subscription to %r could not open: %s", self._open.topic, e)
+
+    async def _start(self) -> None:
         if self._state != "new":
             raise FailedPrecondition(f"subscription is {self._state}")
-        self.client._check_open()
-        self.client._track(self)
+        self._conn.check_open()
+        self._conn.track(self)
         self._state = "open"
         try:
-            await self._open_stream()
+            # A durable subscription fails over to the next agents while they are
+            # unreachable (any agent serves it).
+            await self._open_stream(self._conn.current, len(self._conn.addresses) if self._acked is not None else 1)
         except BaseException:
             self._state = "closed"
             self._ended.set()
-            self.client._forget(self)
+            self._conn.forget(self)
             raise
-        # Reads run in their own task: cancelling a pending read would cancel the RPC,
-        # so `next(timeout=...)` waits on the inbox instead.
-        if self._shared is None:
-            self._tasks.append(asyncio.create_task(self._read(), name="subscription reader"))
+        self._read_stream()
+        if self._deadlines is not None:
+            self._tasks.append(asyncio.create_task(self._deadlines.run(), name="subscription ack deadlines"))
         if self._callback is not None:
             self._tasks.append(asyncio.create_task(dispatch(self, self._callback), name="subscription callbacks"))
 
-    async def _open_stream(self) -> None:
-        """Open on the client's first agent; a durable subscription fails over to the next
-        ones while they are unreachable (any agent serves it)."""
-        if self._share:
-            stream = self._shared = SharedStream.of(self.client)
-            sid = stream.sid()
-            s = self.settlements
-            self.settlements = Settlements(stream.flusher, s._oldest, s._held, self.max_outstanding, sid)
-            self.id = await stream.open(self, self._open, sid)
-            return
-        tries = len(self.client.addresses) if self._acked is not None else 1
-        for i in range(tries):
+    def _read_stream(self) -> None:
+        """Reads run in their own task: cancelling a pending read would cancel the RPC,
+        so `next(timeout=...)` waits on the inbox instead. (A shared stream has its reader.)"""
+        if self._shared is None:
+            self._tasks.append(asyncio.create_task(self._read(self._call), name="subscription reader"))
+
+    async def _open_stream(self, first: int, tries: int) -> None:
+        """Open on agent `first` of the client's list (a shared subscription: on the
+        client's shared stream), then the next ones while they are unreachable."""
+        for k in range(tries):
             try:
-                return await self._open_on(i)
+                if self._share:
+                    return await self._open_shared()
+                return await self._open_on(first + k)
             except Unavailable:
-                if i == tries - 1:
+                self._conn.failed(self._agent)
+                if k == tries - 1:
                     raise
 
+    async def _open_shared(self) -> None:
+        stream = self._shared = SharedStream.of(self._conn)
+        self._agent = stream.index
+        sid = stream.sid()
+        self.settlements = self._new_settlements(stream.flusher, sid)
+        try:
+            self.id = await stream.open(self, self._open, sid)
+        except BaseException:
+            self._shared = None
+            raise
+
     async def _open_on(self, i: int) -> None:
-        call = self._call = subscribe_call(self.client._channel(i))
+        self._agent = i % len(self._conn.addresses)
+        call = self._call = subscribe_call(self._conn.channel(i))
+        self._half_closed = False
+        self.settlements = self._new_settlements(Flusher(self._write_requests))
         try:
             await call.write(ppb.SubscribeRequest(open=self._open))
         except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
@@ -177,7 +241,7 @@ class Subscription(Inbox):
         if SUBSCRIPTION_KEY in metadata:
             self.id = metadata[SUBSCRIPTION_KEY]
             if self._acked is not None:  # a seek moved what is owed: acked messages may come again
-                self.client._seen_seeks(self.name, metadata.get("x-echelon-seeks", ""))
+                self._conn.seen_seeks(self.name, metadata.get("x-echelon-seeks", ""))
             return
         code = await call.code()
         if code == grpc.StatusCode.OK:
@@ -241,6 +305,8 @@ class Subscription(Inbox):
 
     async def wait_closed(self) -> None:
         """Until the stream ends; raises the error it ended with, if any."""
+        if self._starting is not None:
+            await asyncio.gather(self._starting, return_exceptions=True)
         await self._ended.wait()
         if self._error is not None:
             raise self._error
@@ -269,11 +335,17 @@ class Subscription(Inbox):
     async def close(self) -> None:
         """End the stream now: callbacks are cancelled, acks already given are applied, and
         every unacked message goes back to the agent."""
+        if self._starting is not None and not self._starting.done():
+            self._start_awaited = True
+            await asyncio.gather(self._starting, return_exceptions=True)  # (an open is not cut half-way)
         if self._state == "closed":
             return
         self._state = "closed"
-        self.client._forget(self)
+        self._conn.forget(self)
         self._wake()
+        if self._reopening is not None:
+            self._reopening.cancel()
+            await asyncio.gather(self._reopening, return_exceptions=True)
         for task in list(self._callbacks):
             task.cancel()
         await asyncio.gather(*self._callbacks, return_exceptions=True)
@@ -299,14 +371,21 @@ class Subscription(Inbox):
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._dead_letters is not None:
+            await self._dead_letters.close()
+        if not self._ended.is_set():  # closed while no stream was open (reconnecting)
+            self._finish(None)
 
     # -- internals ---------------------------------------------------------------------
 
-    async def _read(self) -> None:
+    async def _read(self, call) -> None:
         """A stream of its own: what comes, into the inbox."""
         error = None
         try:
-            async for delivery in self._call:
+            async for delivery in call:
+                if delivery.code and not delivery.delivery_id:  # the stream's status, in-band
+                    error = from_status(delivery.code, delivery.error)
+                    break
                 if delivery.chunked or delivery.delivery_id in self._sliced:  # never in a batch
                     await self._sliced.receive(delivery)
                 else:
@@ -314,10 +393,20 @@ class Subscription(Inbox):
         except grpc.aio.AioRpcError as e:
             error = from_rpc_error(e)
         finally:
-            self._finish(error)
+            if call is self._call:  # (a stream lost and replaced meanwhile says nothing more)
+                self._finish(error)
 
-    def _finish(self, error: EchelonError | None) -> None:
-        """The stream ended (a shared one: this subscription's part of it), with `error` or not."""
+    def _finish(self, error: EchelonError | None, final: bool = False) -> None:
+        """The stream ended (a shared one: this subscription's part of it), with `error` or
+        not: the subscription ends, or opens a new stream when its agent was lost."""
+        if not final and self._reopening is not None and not self._reopening.done():
+            # A stream being opened by `_reopen` ended: the open raises, or `_reopen` sees this.
+            self._lost_while_opening = error or Unavailable("the agent ended the subscription stream")
+            return
+        if not final and self._state == "open" and self.reconnect and self._conn.state == "open" and not self._half_closed \
+                and (error is None or error.code in (LOST if self._acked is None else LOST_DURABLE)):
+            self._stream_lost(error or Unavailable("the agent ended the subscription stream"))
+            return
         if error is not None and self._state != "closed":
             self._error = error
         self._ended.set()
@@ -326,6 +415,82 @@ class Subscription(Inbox):
             self.settlements.flusher.cancel()
         self._no_more = True
         self._wake()
+
+    def _stream_lost(self, error: EchelonError) -> None:
+        """Forget the lost stream (its delivery ids mean nothing to another) and open a new
+        one. Messages handed out and not settled stay the application's: settling them
+        sends nothing (the agent redelivers them; a durable subscription remembers the
+        acks, so what was acked is not handed out again). What was received and not
+        handed out is dropped: redelivered to a durable subscription, part of the gap of
+        another."""
+        self._forget_stream(error)
+        self._reopening = asyncio.ensure_future(self._reopen(error))
+
+    def _forget_stream(self, error: EchelonError) -> None:
+        self.settlements.cancel()
+        if self._shared is None:
+            self.settlements.flusher.cancel()
+        self._call, self._shared = None, None
+        self._extended.clear()
+        if self._deadlines is not None:
+            self._deadlines.clear()
+        stale = Stale(self, self._acked)
+        for batch in self._handed:
+            for m in batch:
+                if not m.settled:
+                    m._subscription = stale
+        self._handed.clear()
+        self._unsettled = 0
+        self._inbox.clear()
+        self._sliced.abandon(error)
+        if self._all_settled is not None and not self._all_settled.done():
+            self._all_settled.set_result(None)
+
+    async def _reopen(self, error: EchelonError) -> None:
+        """Open the stream again, on the agents of the client's list in turn, waiting more
+        between attempts (the client's Reconnect); the subscription ends with the last
+        error when the policy gives up or an agent refuses it for good."""
+        conn, gap = self._conn, self._acked is None
+        lost_at, lost = self._agent, time.time()
+        conn.failed(lost_at)
+        conn.notify(ConnectionEvent("disconnected", self, conn.address(lost_at), error, gap=gap))
+        outage = Outage(conn)
+        refusals = LOST if gap else REFUSED_DURABLE
+        while await outage.next_attempt():
+            if self._state != "open" or conn.state != "open":
+                return
+            self._lost_while_opening = None
+            try:
+                await asyncio.wait_for(self._open_stream(conn.current, 1), OPEN_WAIT)
+            except asyncio.TimeoutError:
+                error = Unavailable(f"{conn.address(self._agent)} did not open the subscription in {OPEN_WAIT:g}s")
+                if self._call is not None:
+                    self._call.cancel()
+                self._call = None
+                conn.failed(self._agent)
+                continue
+            except EchelonError as e:
+                error = e
+                if e.code in refusals:
+                    continue
+                break
+            if self._lost_while_opening is not None:  # opened, and lost before this task went on
+                error = self._lost_while_opening
+                self._forget_stream(error)
+                conn.failed(self._agent)
+                continue
+            self.reconnects += 1
+            if gap:
+                self.gaps.append((lost, time.time()))
+            self._read_stream()
+            self._wake()
+            conn.notify(ConnectionEvent("reconnected", self, conn.address(self._agent), attempts=outage.attempts,
+                                        down_seconds=outage.seconds, gap=gap))
+            return
+        self._reopening = None
+        self._finish(final=True, error=error if error.code not in LOST_DURABLE else
+                     Unavailable(f"subscription {self.name!r} lost its agent and was not reopened after "
+                                 f"{outage.attempts - 1} attempts: {error.message}"))
 
     async def _write_requests(self, requests: list[ppb.SubscribeRequest]) -> None:
         async with self._write:

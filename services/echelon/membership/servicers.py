@@ -150,25 +150,27 @@ class AdminServicer(pgrpc.AdminServicer):
         schema_from_pb(request.schema)  # validates
         old = self.replica.topics.get(request.name)
         if old is not None:
-            if old.schema == request.schema and (old.retention_bytes, old.retention_seconds) == \
-                    (request.retention_bytes, request.retention_seconds):
+            if old.schema == request.schema and (old.retention_bytes, old.retention_seconds, old.durable_caps) == \
+                    (request.retention_bytes, request.retention_seconds, request.durable_caps):
                 return old  # idempotent
-            raise AlreadyExists(f"topic {request.name!r} exists with another schema or retention")
+            raise AlreadyExists(f"topic {request.name!r} exists with another schema, retention or caps")
         topic = pb.Topic(name=request.name, schema=request.schema, created_unix_ms=int(time.time() * 1000),
-                         retention_bytes=request.retention_bytes, retention_seconds=request.retention_seconds)
+                         retention_bytes=request.retention_bytes, retention_seconds=request.retention_seconds,
+                         durable_caps=request.durable_caps)
         self.node.peers.push(topics={topic.name: self.replica.put_topic(topic.name, topic)})
         return topic
 
     async def GetTopic(self, request, context):
         await self.node.peers.ready.wait()
         topic = self.replica.topics.get(request.name)
-        if topic is None:
-            raise NotFound(f"topic {request.name!r} does not exist")
+        if topic is None or not self.node.server.access.sees(request.name):  # describe rights
+            raise NotFound(f"topic {request.name[:200]!r} does not exist")
         return topic
 
     async def ListTopics(self, request, context):
         await self.node.peers.ready.wait()
-        return ppb.ListTopicsResponse(topics=[t for _, t in sorted(self.replica.topics.live().items())])
+        sees = self.node.server.access.sees  # describe rights (runtime/auth.py)
+        return ppb.ListTopicsResponse(topics=[t for n, t in sorted(self.replica.topics.live().items()) if sees(n)])
 
     async def DeleteTopic(self, request, context):
         await self.node.peers.ready.wait()

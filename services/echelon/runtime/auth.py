@@ -68,8 +68,10 @@ stays open) and counted once per event.
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import logging
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,8 +79,8 @@ from pathlib import Path
 import grpc
 from prometheus_client import CollectorRegistry, Counter
 
-from echelon.core.acl import SUPERUSERS, Acl, Identity, Rule
-from echelon.runtime.errors import EchelonError, PermissionDenied, ResourceExhausted, Unauthenticated
+from echelon.core.acl import RIGHTS, SUPERUSERS, Acl, Identity, Rule
+from echelon.runtime.errors import EchelonError, InvalidArgument, PermissionDenied, ResourceExhausted, Unauthenticated
 from echelon.runtime.credentials import JwtKeys, StaticTokens, is_url
 from echelon.runtime.limits import Limits, Quotas
 from echelon.runtime.transport import AUTHORIZATION_KEY, PeerIdentity, peer_certificate_identity
@@ -112,7 +114,7 @@ POLICY: dict[str, str] = {
     **{_V1 + m: CLIENT for m in ("Durable/ListSubscriptions", "Durable/GetSubscription", "Durable/Seek",
                                  "Durable/DeleteSubscription")},
 }
-REASONS = ("unauthenticated", "permission_denied", "publish_rate", "subscriptions", "streams")
+REASONS = ("unauthenticated", "permission_denied", "publish_rate", "subscriptions", "streams", "malformed")
 
 
 @dataclass(frozen=True)
@@ -148,15 +150,38 @@ class AuthConfig:
 @dataclass(frozen=True)
 class Caller:
     """The identity of the call being served, the key its limits are counted under, and
-    whether they apply (not to members, but to everyone when auth is off)."""
+    whether they apply (not to members, but to everyone when auth is off); `token`: the
+    bearer token it was identified by ("": a certificate, or auth off)."""
 
     identity: Identity
     key: str
     peer: str
     limited: bool
+    token: str = field(default="", repr=False)
+
+
+@dataclass(eq=False)
+class OpenStream:
+    """A streaming call being served, re-checked every RECHECK seconds (`Access.recheck`):
+    its token must still identify the same caller and it must still hold `needs` (the
+    rights its handler relies on, e.g. subscribe on its topic). `final`, if the handler
+    set it, makes the message that carries a refusal's status in-band before the stream
+    ends (grpc/grpc#36066 can turn the status itself into INTERNAL at the client)."""
+
+    caller: Caller
+    service: str
+    task: asyncio.Task | None
+    needs: list[tuple[str, str, Callable | None]] = field(default_factory=list)
+    final: Callable[[EchelonError], object] | None = None
+    revoked: EchelonError | None = None
 
 
 CALLER: contextvars.ContextVar[Caller | None] = contextvars.ContextVar("echelon_caller", default=None)
+STREAM: contextvars.ContextVar[OpenStream | None] = contextvars.ContextVar("echelon_stream", default=None)
+RECHECK = 1.0  # seconds between re-checks of the open streams (revocation, JWT expiry)
+FINAL_GRACE = 5.0  # seconds a stream's last (status) message may take to go out
+LOG_INTERVAL = 60.0  # seconds between two log lines of one (host, reason) refusal
+_NOTED = 10_000  # (host, reason) pairs remembered for that
 
 
 def certificate_identity(peer: PeerIdentity) -> Identity:
@@ -192,6 +217,8 @@ class Access:
         self.jwt = JwtKeys(c.jwks, c.audience, c.issuer) if c.mode == "jwt" else None
         self.acl: Callable[[], Acl] = Acl  # the node points it at its view's rules
         self.quotas = Quotas(self.config.limits)
+        self.streams: set[OpenStream] = set()  # streaming calls being served (recheck)
+        self._noted: dict[tuple[str, str], float] = {}  # (host, reason) -> when last logged (note)
         self.refused = Counter("echelon_refused_calls_total",
                                "Calls (or events in a publish stream) refused, by gRPC service and reason.",
                                ["service", "reason"], registry=registry)
@@ -199,12 +226,30 @@ class Access:
     def count(self, service: str, reason: str) -> None:
         self.refused.labels(service, reason).inc()
 
+    def note(self, peer: str, reason: str, message: str, now: float) -> None:
+        """Log a refusal at most once per (peer host, reason) per LOG_INTERVAL, one line, no
+        traceback: a client sending garbage or bad credentials in a loop cannot flood the
+        log (every refusal is counted all the same)."""
+        host = peer.rpartition(":")[0] or peer  # the connection's port left out: one line per host
+        key = (host, reason)
+        if now - self._noted.get(key, float("-inf")) < LOG_INTERVAL:
+            return
+        if len(self._noted) >= _NOTED:
+            self._noted.clear()
+        self._noted[key] = now
+        log.warning("refused %s from %s: %s (logged once per %.0f s per host and reason)", reason, host,
+                    message[:200], LOG_INTERVAL)
+
     def identify(self, context) -> Identity:
+        return self.credential(context)[0]
+
+    def credential(self, context) -> tuple[Identity, str]:
+        """The caller's identity and the bearer token it was identified by ("" for none)."""
         if not self.on:
-            return ANONYMOUS
+            return ANONYMOUS, ""
         peer = peer_certificate_identity(context)
         if peer is not None:  # the certificate wins over a token (module doc)
-            return self._super(certificate_identity(peer))
+            return self._super(certificate_identity(peer)), ""
         token = ""
         for key, value in context.invocation_metadata() or ():
             if key == AUTHORIZATION_KEY:
@@ -214,6 +259,9 @@ class Access:
         if not token:
             raise Unauthenticated("no credentials: send a bearer token ('authorization: Bearer <token>', "
                                   "--token, $ECHELON_TOKEN) or a client certificate")
+        return self._by_token(token), token
+
+    def _by_token(self, token: str) -> Identity:
         # A JWT has three dot-separated parts; static tokens (token_urlsafe) have no dot.
         if self.jwt is not None and token.count(".") == 2:
             identity = self.jwt.identify(token)
@@ -228,12 +276,14 @@ class Access:
             return Identity(identity.name, identity.groups | {SUPERUSERS})
         return identity
 
-    def admit(self, method: str, rule: str, request, context) -> Caller:
-        """The caller of a call under `rule`, or the domain error refusing it."""
-        identity = self.identify(context)
+    def admit(self, method: str, rule: str, request, context,
+              credential: tuple[Identity, str] | None = None) -> Caller:
+        """The caller of a call under `rule`, or the domain error refusing it (`credential`:
+        the caller's, if already identified)."""
+        identity, token = credential or self.credential(context)
         peer = context.peer() or "unknown"
         caller = Caller(identity, str(identity) if self.on else f"connection {peer}", peer,
-                        not (self.on and identity.member))
+                        not (self.on and identity.member), token)
         if rule == MEMBER and not identity.member:
             raise PermissionDenied(f"{identity} may not call {method}: it is for cluster members only")
         if rule in (ADMIN, TOPIC_ADMIN):
@@ -257,6 +307,16 @@ class Access:
             self.count(service, "permission_denied")
             raise PermissionDenied(refusal)
         return caller
+
+    def sees(self, topic: str) -> bool:
+        """Describe rights: a client sees a topic (and reads it, and its subscriptions'
+        existence) only if it holds some right on it; members and in-process calls see
+        everything. A topic it may not see is answered as one that does not exist."""
+        caller = CALLER.get()
+        if caller is None or not caller.limited:
+            return True
+        acl = self.acl()
+        return any(acl.allows(caller.identity, right, topic) for right in RIGHTS)
 
     def require_member(self, what: str, service: str) -> None:
         """Raise PermissionDenied unless the caller is a member: the `local` forms of the
@@ -298,9 +358,12 @@ class Access:
 
         return check, end
 
-    def open_subscription(self, topic: str) -> Callable[[], None]:
+    def open_subscription(self, topic: str, on_revoke: Callable[[EchelonError], None] | None = None
+                          ) -> Callable[[], None]:
         """Check the right and the count; returns the release to call when the stream ends
-        (calling it again does nothing)."""
+        (calling it again does nothing). The right is re-checked while the stream is open
+        (recheck): lost, it ends the stream, or calls `on_revoke` (one subscription of a
+        shared stream ends alone)."""
         caller = self.require("subscribe", topic, _V1 + "PubSub")
         if caller is None:
             return lambda: None
@@ -309,12 +372,87 @@ class Access:
             self.count(_V1 + "PubSub", "subscriptions")
             raise ResourceExhausted(over)
         held = [True]
+        stream, need = STREAM.get(), ("subscribe", topic, on_revoke)
+        if stream is not None:  # re-checked while the stream is open (recheck)
+            stream.needs.append(need)
 
         def release() -> None:
             if held.pop() if held else False:
                 self.quotas.close_subscription(caller.key)
+                if stream is not None and need in stream.needs:
+                    stream.needs.remove(need)
 
         return release
+
+    # -- revocation reaches open streams -------------------------------------------------
+
+    def recheck(self) -> int:
+        """Every open stream checked again: its token (the tokens file re-read if it
+        changed, a JWT's signature against the current keys and its `exp`) and the rights
+        it relies on under the current ACLs. One that no longer passes is ended with
+        UNAUTHENTICATED or PERMISSION_DENIED (`end`). Each distinct token is verified once
+        per pass. Returns how many were ended."""
+        if not self.on or not self.streams:
+            return 0
+        if self.jwt is not None:
+            self.jwt.refresh()
+        acl, verdicts, ended = self.acl(), {}, 0
+        for s in list(self.streams):
+            if s.revoked is not None:
+                continue
+            identity, why = s.caller.identity, None
+            if s.caller.token:
+                v = verdicts.get(s.caller.token)
+                if v is None:
+                    try:
+                        v = self._by_token(s.caller.token)
+                    except Unauthenticated as e:
+                        v = e
+                    verdicts[s.caller.token] = v
+                if isinstance(v, Unauthenticated):
+                    why = Unauthenticated(f"the credentials this stream was opened with are no longer valid "
+                                          f"({v.message})")
+                else:
+                    identity = v  # groups may have changed
+            for right, topic, part in () if why else list(s.needs):
+                refusal = acl.refusal(identity, right, topic)
+                if refusal and part is not None:  # one subscription of a shared stream: it alone ends
+                    self.count(s.service, "permission_denied")
+                    part(PermissionDenied(f"{refusal} any longer"))
+                    ended += 1
+                elif refusal:
+                    why = PermissionDenied(f"{refusal} any longer")
+                    break
+            if why is not None:
+                self.end(s, why)
+                ended += 1
+        return ended
+
+    def end(self, stream: OpenStream, why: EchelonError) -> None:
+        """End an open stream with `why`: its task is cancelled and the interceptor turns
+        the cancellation into `why`'s status (with `final` first, if set)."""
+        stream.revoked = why
+        self.count(stream.service, _REASON[why.code])
+        if stream.task is not None:
+            stream.task.cancel()
+            cancel_after(stream.task)  # the in-band status may not go out to a client that reads nothing
+
+    async def recheck_loop(self) -> None:
+        while True:
+            await asyncio.sleep(RECHECK)
+            try:
+                self.recheck()
+            except Exception:  # noqa: BLE001 - one bad pass must not stop the next ones
+                log.exception("re-checking open streams failed")
+
+
+def cancel_after(task: asyncio.Task | None = None, seconds: float = FINAL_GRACE) -> None:
+    """Cancel `task` (the current one) in `seconds` unless it is done by then: a stream
+    ending with an in-band status (OpenStream.final) writes one more message, which a
+    client that reads nothing would otherwise hold up for ever."""
+    task = task or asyncio.current_task()
+    if task is not None:
+        asyncio.get_running_loop().call_later(seconds, task.cancel)
 
 
 def _unchecked(topic: str) -> None:
@@ -347,25 +485,60 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
             return handler
         access = self.access
 
-        def admit(request, context) -> Caller:
+        def admit(request, context, credential=None) -> Caller:
             try:
                 if rule is None:
                     log.error("no access rule for %s: refused", method)
                     raise PermissionDenied(f"{method} has no access rule")
-                caller = access.admit(method, rule, request, context)
+                caller = access.admit(method, rule, request, context, credential)
             except EchelonError as e:
-                access.count(service, _REASON[e.code])
+                refused(context, e)
                 raise
             CALLER.set(caller)
             return caller
 
-        if not handler.request_streaming and not handler.response_streaming:
-            async def unary(request, context):
+        def refused(context, e: EchelonError) -> None:
+            reason = _REASON.get(e.code, "malformed")
+            access.count(service, reason)
+            access.note(context.peer() or "unknown", reason, f"{method}: {e.message}", time.monotonic())
+
+        async def first(requests, context):
+            """Authenticate before decoding: a call with one request message is served as a
+            client stream (handlers below), so the caller is identified from its metadata
+            before its body is read; an unauthenticated caller's body is never read (what
+            it can make the server buffer is the HTTP/2 flow-control window, not its
+            message), and a body that does not decode is INVALID_ARGUMENT, not a traceback."""
+            try:
+                credential = access.credential(context)
+            except EchelonError as e:
+                refused(context, e)
+                raise
+            raw = await anext(requests, None)
+            if raw is None:
+                raise InvalidArgument(f"{method}: no request message")
+            try:
+                request = deserialize(raw) if deserialize is not None else raw
+            except Exception:  # noqa: BLE001 - any decoding failure is the caller's
+                e = InvalidArgument(f"{method}: the request is not a valid {method.split('/')[1]} request")
+                refused(context, e)
+                raise e from None
+            admit(request, context, credential)
+            return request
+
+        deserialize = handler.request_deserializer
+        if not access.on and not handler.request_streaming and not handler.response_streaming:
+            async def plain_unary(request, context):  # nobody to keep out: read as gRPC reads it
                 admit(request, context)
                 return await handler.unary_unary(request, context)
 
-            return grpc.unary_unary_rpc_method_handler(unary, handler.request_deserializer,
-                                                       handler.response_serializer)
+            return grpc.unary_unary_rpc_method_handler(plain_unary, deserialize, handler.response_serializer)
+
+        if not handler.request_streaming and not handler.response_streaming:
+            async def unary(requests, context):
+                request = await first(requests, context)
+                return await handler.unary_unary(request, context)
+
+            return _unary_request(grpc.stream_unary_rpc_method_handler(unary, None, handler.response_serializer))
 
         if not handler.response_streaming:
             async def stream_unary(request_iterator, context):
@@ -378,20 +551,53 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         behavior = handler.stream_stream if handler.request_streaming else handler.unary_stream
 
         async def streaming(request, context):
-            caller = admit(None if handler.request_streaming else request, context)
+            if handler.request_streaming or not access.on:
+                caller = admit(None if handler.request_streaming else request, context)
+            else:  # one request message: read once its caller is known (`first`)
+                request = await first(request, context)
+                caller = CALLER.get()
             counted = caller.limited
             if counted:
                 over = access.quotas.open_stream(caller.key, caller.peer)
                 if over:
                     access.count(service, "streams")
                     raise ResourceExhausted(over)
+            stream = None
+            if access.on:  # re-checked while open (Access.recheck)
+                stream = OpenStream(caller, service, asyncio.current_task())
+                STREAM.set(stream)
+                access.streams.add(stream)
             try:
                 async for response in behavior(request, context):
                     yield response
+            except asyncio.CancelledError:
+                if stream is None or stream.revoked is None:
+                    raise
+                if stream.final is not None:
+                    yield stream.final(stream.revoked)
+                raise stream.revoked from None
             finally:
+                if stream is not None:
+                    access.streams.discard(stream)
                 if counted:
                     access.quotas.close_stream(caller.key, caller.peer)
 
-        wrap = grpc.stream_stream_rpc_method_handler if handler.request_streaming \
-            else grpc.unary_stream_rpc_method_handler
-        return wrap(streaming, handler.request_deserializer, handler.response_serializer)
+        if handler.request_streaming:
+            return grpc.stream_stream_rpc_method_handler(streaming, handler.request_deserializer,
+                                                         handler.response_serializer)
+        if not access.on:
+            return grpc.unary_stream_rpc_method_handler(streaming, deserialize, handler.response_serializer)
+        return _unary_request(grpc.stream_stream_rpc_method_handler(streaming, None, handler.response_serializer))
+
+
+class _UnaryRequest(type(grpc.stream_stream_rpc_method_handler(None))):
+    """A handler served as a client stream so that its one request is read after
+    admission (AuthInterceptor `first`); StatusInterceptor still labels it by its kind in
+    the contract (`unary_request`)."""
+
+    __slots__ = ()
+    unary_request = True
+
+
+def _unary_request(handler) -> _UnaryRequest:
+    return _UnaryRequest(*handler)

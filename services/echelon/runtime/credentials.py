@@ -91,6 +91,8 @@ class JwtKeys:
         self.source, self.audience, self.issuer = source, audience, issuer
         self.keys: dict = {}
         self._fetched = float("-inf")
+        self._fetching = False
+        self._mtime = None if is_url(source) else os.stat(source).st_mtime_ns
         self._load()
         if not self.keys:
             raise ValueError(f"{source}: no usable key in the JWKS")
@@ -110,6 +112,29 @@ class JwtKeys:
             if not self.keys:
                 raise ValueError(f"{self.source}: not a JWKS ({type(e).__name__}: {e})") from None
             log.warning("JWKS not refreshed from %s: %s (keeping %d keys)", self.source, e, len(self.keys))
+
+    def refresh(self) -> None:
+        """A JWKS file read again when it changed (a removed key stops verifying at once);
+        a URL fetched again at most once per JWKS_REFETCH seconds, off the event loop."""
+        if is_url(self.source):
+            if time.monotonic() - self._fetched >= JWKS_REFETCH and not self._fetching:
+                self._fetching = True
+                import threading
+
+                def fetch() -> None:
+                    try:
+                        self._load()
+                    finally:
+                        self._fetching = False
+                threading.Thread(target=fetch, name="jwks-refresh", daemon=True).start()
+            return
+        try:
+            mtime = os.stat(self.source).st_mtime_ns
+        except OSError:
+            return
+        if mtime != self._mtime:
+            self._mtime = mtime
+            self._load()
 
     def identify(self, token: str) -> Identity:
         jwt = self.jwt

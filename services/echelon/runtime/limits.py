@@ -9,6 +9,9 @@
   hold all of an agent's memory in stream state.
 - Sizes: `max_message_bytes` is the server's gRPC receive limit; attribute and
   payload sizes are the topic schema's (`max_length`, `max_attribute_bytes`).
+- Durable subscriptions: `durable_max_messages`, `durable_max_bytes`,
+  `durable_max_idle_seconds`, `durable_max_replicas` cap what a client may ask for
+  (agent/durable/caps.py; docs/security.md).
 
 Everything is on by default with values a real workload does not reach (tens of
 thousands of events per second per identity on one agent; the loadtests stay well
@@ -34,10 +37,14 @@ class Limits:
     streams_per_identity: int = 20_000
     streams_per_connection: int = 5_000
     max_message_bytes: int = MAX_MESSAGE_BYTES
+    # Caps on what a client may ask of a durable subscription (agent/durable/caps.py).
+    durable_max_messages: int = 1_000_000
+    durable_max_bytes: int = 1 << 30
+    durable_max_idle_seconds: int = 30 * 86400
+    durable_max_replicas: int = 3
 
     def __post_init__(self) -> None:
-        for name in ("publish_rate", "publish_burst", "subscriptions", "streams_per_identity",
-                     "streams_per_connection", "max_message_bytes"):
+        for name in self.__dataclass_fields__:
             if getattr(self, name) <= 0:
                 raise ValueError(f"limit {name} must be positive, not {getattr(self, name)}")
 

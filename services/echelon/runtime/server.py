@@ -40,8 +40,10 @@ class StatusInterceptor(grpc.aio.ServerInterceptor):
         if handler is None:
             return None
         _, service, method = details.method.split("/")
-        kind = ("bidi_stream" if handler.request_streaming else "server_stream") if handler.response_streaming \
-            else ("client_stream" if handler.request_streaming else "unary")
+        # A one-request call served as a client stream (runtime/auth.py) keeps its kind.
+        streaming_request = handler.request_streaming and not getattr(handler, "unary_request", False)
+        kind = ("bidi_stream" if streaming_request else "server_stream") if handler.response_streaming \
+            else ("client_stream" if streaming_request else "unary")
         labels = (kind, service, method)
         m = self.metrics
 
@@ -128,6 +130,7 @@ class Server:
         self.client_port = 0
         self.health_port = 0
         self._health_only: grpc.aio.Server | None = None
+        self._recheck: asyncio.Task | None = None
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.grpc)
 
     def add(self, register: Callable[[Any, grpc.aio.Server], None], servicer: Any, full_name: str) -> None:
@@ -161,9 +164,13 @@ class Server:
         for name in self.service_names[2:]:  # zeros from the start, past health and reflection
             for reason in REASONS:
                 self.access.refused.labels(name, reason)
+        if self.access.on:  # revocation reaches open streams (runtime/auth.py)
+            self._recheck = asyncio.create_task(self.access.recheck_loop(), name="auth-recheck")
         return self.port
 
     async def stop(self, grace: float = 5.0) -> None:
+        if self._recheck is not None:
+            self._recheck.cancel()
         await self.health.enter_graceful_shutdown()
         await self.grpc.stop(grace)
         if self._health_only is not None:

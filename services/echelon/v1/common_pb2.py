@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x65\x63helon/v1/common.proto\x12\nechelon.v1\"S\n\x05Value\x12\x13\n\tint_value\x18\x01 \x01(\x03H\x00\x12\x15\n\x0b\x66loat_value\x18\x02 \x01(\x01H\x00\x12\x16\n\x0cstring_value\x18\x03 \x01(\tH\x00\x42\x06\n\x04kind\"\x8e\x01\n\rAttributeSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\'\n\x04type\x18\x02 \x01(\x0e\x32\x19.echelon.v1.AttributeType\x12\x10\n\x03min\x18\x03 \x01(\x01H\x00\x88\x01\x01\x12\x10\n\x03max\x18\x04 \x01(\x01H\x01\x88\x01\x01\x12\x12\n\nmax_length\x18\x05 \x01(\rB\x06\n\x04_minB\x06\n\x04_max\"T\n\x06Schema\x12-\n\nattributes\x18\x01 \x03(\x0b\x32\x19.echelon.v1.AttributeSpec\x12\x1b\n\x13max_attribute_bytes\x18\x02 \x01(\r\"\x86\x01\n\x05Topic\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\"\n\x06schema\x18\x02 \x01(\x0b\x32\x12.echelon.v1.Schema\x12\x17\n\x0f\x63reated_unix_ms\x18\x03 \x01(\x03\x12\x17\n\x0fretention_bytes\x18( \x01(\x04\x12\x19\n\x11retention_seconds\x18) \x01(\x04\"\x84\x01\n\tPredicate\x12\x11\n\tattribute\x18\x01 \x01(\t\x12 \n\x02op\x18\x02 \x01(\x0e\x32\x14.echelon.v1.Operator\x12 \n\x05value\x18\x03 \x01(\x0b\x32\x11.echelon.v1.Value\x12 \n\x05upper\x18\x04 \x01(\x0b\x32\x11.echelon.v1.Value\"W\n\x06\x46ilter\x12)\n\npredicates\x18\x01 \x03(\x0b\x32\x15.echelon.v1.Predicate\x12\"\n\x06\x61ny_of\x18* \x03(\x0b\x32\x12.echelon.v1.Filter\"2\n\tMessageId\x12\x13\n\x0bproducer_id\x18\x01 \x01(\t\x12\x10\n\x08sequence\x18\x02 \x01(\x04\"\xfe\x01\n\x05\x45vent\x12!\n\x02id\x18\x01 \x01(\x0b\x32\x15.echelon.v1.MessageId\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x35\n\nattributes\x18\x03 \x03(\x0b\x32!.echelon.v1.Event.AttributesEntry\x12\x0f\n\x07payload\x18\x04 \x01(\x0c\x12\x14\n\x0cordering_key\x18\x05 \x01(\t\x12\x1f\n\x17publish_time_unix_nanos\x18\x06 \x01(\x03\x1a\x44\n\x0f\x41ttributesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12 \n\x05value\x18\x02 \x01(\x0b\x32\x11.echelon.v1.Value:\x02\x38\x01\"=\n\x07\x41\x63lRule\x12\x11\n\tprincipal\x18\x01 \x01(\t\x12\x0f\n\x07pattern\x18\x02 \x01(\t\x12\x0e\n\x06rights\x18\x03 \x03(\t*|\n\rAttributeType\x12\x1e\n\x1a\x41TTRIBUTE_TYPE_UNSPECIFIED\x10\x00\x12\x16\n\x12\x41TTRIBUTE_TYPE_INT\x10\x01\x12\x18\n\x14\x41TTRIBUTE_TYPE_FLOAT\x10\x02\x12\x19\n\x15\x41TTRIBUTE_TYPE_STRING\x10\x03*\xb5\x01\n\x08Operator\x12\x18\n\x14OPERATOR_UNSPECIFIED\x10\x00\x12\x0f\n\x0bOPERATOR_EQ\x10\x01\x12\x0f\n\x0bOPERATOR_NE\x10\x02\x12\x0f\n\x0bOPERATOR_LT\x10\x03\x12\x0f\n\x0bOPERATOR_LE\x10\x04\x12\x0f\n\x0bOPERATOR_GT\x10\x05\x12\x0f\n\x0bOPERATOR_GE\x10\x06\x12\x14\n\x10OPERATOR_BETWEEN\x10\x07\x12\x13\n\x0fOPERATOR_PREFIX\x10\x08\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x65\x63helon/v1/common.proto\x12\nechelon.v1\"S\n\x05Value\x12\x13\n\tint_value\x18\x01 \x01(\x03H\x00\x12\x15\n\x0b\x66loat_value\x18\x02 \x01(\x01H\x00\x12\x16\n\x0cstring_value\x18\x03 \x01(\tH\x00\x42\x06\n\x04kind\"\x8e\x01\n\rAttributeSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\'\n\x04type\x18\x02 \x01(\x0e\x32\x19.echelon.v1.AttributeType\x12\x10\n\x03min\x18\x03 \x01(\x01H\x00\x88\x01\x01\x12\x10\n\x03max\x18\x04 \x01(\x01H\x01\x88\x01\x01\x12\x12\n\nmax_length\x18\x05 \x01(\rB\x06\n\x04_minB\x06\n\x04_max\"T\n\x06Schema\x12-\n\nattributes\x18\x01 \x03(\x0b\x32\x19.echelon.v1.AttributeSpec\x12\x1b\n\x13max_attribute_bytes\x18\x02 \x01(\r\"\xb5\x01\n\x05Topic\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\"\n\x06schema\x18\x02 \x01(\x0b\x32\x12.echelon.v1.Schema\x12\x17\n\x0f\x63reated_unix_ms\x18\x03 \x01(\x03\x12\x17\n\x0fretention_bytes\x18( \x01(\x04\x12\x19\n\x11retention_seconds\x18) \x01(\x04\x12-\n\x0c\x64urable_caps\x18> \x01(\x0b\x32\x17.echelon.v1.DurableCaps\"^\n\x0b\x44urableCaps\x12\x14\n\x0cmax_messages\x18\x01 \x01(\x04\x12\x11\n\tmax_bytes\x18\x02 \x01(\x04\x12\x14\n\x0cidle_seconds\x18\x03 \x01(\r\x12\x10\n\x08replicas\x18\x04 \x01(\r\"\x84\x01\n\tPredicate\x12\x11\n\tattribute\x18\x01 \x01(\t\x12 \n\x02op\x18\x02 \x01(\x0e\x32\x14.echelon.v1.Operator\x12 \n\x05value\x18\x03 \x01(\x0b\x32\x11.echelon.v1.Value\x12 \n\x05upper\x18\x04 \x01(\x0b\x32\x11.echelon.v1.Value\"W\n\x06\x46ilter\x12)\n\npredicates\x18\x01 \x03(\x0b\x32\x15.echelon.v1.Predicate\x12\"\n\x06\x61ny_of\x18* \x03(\x0b\x32\x12.echelon.v1.Filter\"2\n\tMessageId\x12\x13\n\x0bproducer_id\x18\x01 \x01(\t\x12\x10\n\x08sequence\x18\x02 \x01(\x04\"\xfe\x01\n\x05\x45vent\x12!\n\x02id\x18\x01 \x01(\x0b\x32\x15.echelon.v1.MessageId\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x35\n\nattributes\x18\x03 \x03(\x0b\x32!.echelon.v1.Event.AttributesEntry\x12\x0f\n\x07payload\x18\x04 \x01(\x0c\x12\x14\n\x0cordering_key\x18\x05 \x01(\t\x12\x1f\n\x17publish_time_unix_nanos\x18\x06 \x01(\x03\x1a\x44\n\x0f\x41ttributesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12 \n\x05value\x18\x02 \x01(\x0b\x32\x11.echelon.v1.Value:\x02\x38\x01\"=\n\x07\x41\x63lRule\x12\x11\n\tprincipal\x18\x01 \x01(\t\x12\x0f\n\x07pattern\x18\x02 \x01(\t\x12\x0e\n\x06rights\x18\x03 \x03(\t*|\n\rAttributeType\x12\x1e\n\x1a\x41TTRIBUTE_TYPE_UNSPECIFIED\x10\x00\x12\x16\n\x12\x41TTRIBUTE_TYPE_INT\x10\x01\x12\x18\n\x14\x41TTRIBUTE_TYPE_FLOAT\x10\x02\x12\x19\n\x15\x41TTRIBUTE_TYPE_STRING\x10\x03*\xb5\x01\n\x08Operator\x12\x18\n\x14OPERATOR_UNSPECIFIED\x10\x00\x12\x0f\n\x0bOPERATOR_EQ\x10\x01\x12\x0f\n\x0bOPERATOR_NE\x10\x02\x12\x0f\n\x0bOPERATOR_LT\x10\x03\x12\x0f\n\x0bOPERATOR_LE\x10\x04\x12\x0f\n\x0bOPERATOR_GT\x10\x05\x12\x0f\n\x0bOPERATOR_GE\x10\x06\x12\x14\n\x10OPERATOR_BETWEEN\x10\x07\x12\x13\n\x0fOPERATOR_PREFIX\x10\x08\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,10 +33,10 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_EVENT_ATTRIBUTESENTRY']._loaded_options = None
   _globals['_EVENT_ATTRIBUTESENTRY']._serialized_options = b'8\001'
-  _globals['_ATTRIBUTETYPE']._serialized_start=1088
-  _globals['_ATTRIBUTETYPE']._serialized_end=1212
-  _globals['_OPERATOR']._serialized_start=1215
-  _globals['_OPERATOR']._serialized_end=1396
+  _globals['_ATTRIBUTETYPE']._serialized_start=1231
+  _globals['_ATTRIBUTETYPE']._serialized_end=1355
+  _globals['_OPERATOR']._serialized_start=1358
+  _globals['_OPERATOR']._serialized_end=1539
   _globals['_VALUE']._serialized_start=39
   _globals['_VALUE']._serialized_end=122
   _globals['_ATTRIBUTESPEC']._serialized_start=125
@@ -44,17 +44,19 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SCHEMA']._serialized_start=269
   _globals['_SCHEMA']._serialized_end=353
   _globals['_TOPIC']._serialized_start=356
-  _globals['_TOPIC']._serialized_end=490
-  _globals['_PREDICATE']._serialized_start=493
-  _globals['_PREDICATE']._serialized_end=625
-  _globals['_FILTER']._serialized_start=627
-  _globals['_FILTER']._serialized_end=714
-  _globals['_MESSAGEID']._serialized_start=716
-  _globals['_MESSAGEID']._serialized_end=766
-  _globals['_EVENT']._serialized_start=769
-  _globals['_EVENT']._serialized_end=1023
-  _globals['_EVENT_ATTRIBUTESENTRY']._serialized_start=955
-  _globals['_EVENT_ATTRIBUTESENTRY']._serialized_end=1023
-  _globals['_ACLRULE']._serialized_start=1025
-  _globals['_ACLRULE']._serialized_end=1086
+  _globals['_TOPIC']._serialized_end=537
+  _globals['_DURABLECAPS']._serialized_start=539
+  _globals['_DURABLECAPS']._serialized_end=633
+  _globals['_PREDICATE']._serialized_start=636
+  _globals['_PREDICATE']._serialized_end=768
+  _globals['_FILTER']._serialized_start=770
+  _globals['_FILTER']._serialized_end=857
+  _globals['_MESSAGEID']._serialized_start=859
+  _globals['_MESSAGEID']._serialized_end=909
+  _globals['_EVENT']._serialized_start=912
+  _globals['_EVENT']._serialized_end=1166
+  _globals['_EVENT_ATTRIBUTESENTRY']._serialized_start=1098
+  _globals['_EVENT_ATTRIBUTESENTRY']._serialized_end=1166
+  _globals['_ACLRULE']._serialized_start=1168
+  _globals['_ACLRULE']._serialized_end=1229
 # @@protoc_insertion_point(module_scope)

@@ -72,18 +72,32 @@ class Schema(_message.Message):
     def __init__(self, attributes: _Optional[_Iterable[_Union[AttributeSpec, _Mapping]]] = ..., max_attribute_bytes: _Optional[int] = ...) -> None: ...
 
 class Topic(_message.Message):
-    __slots__ = ("name", "schema", "created_unix_ms", "retention_bytes", "retention_seconds")
+    __slots__ = ("name", "schema", "created_unix_ms", "retention_bytes", "retention_seconds", "durable_caps")
     NAME_FIELD_NUMBER: _ClassVar[int]
     SCHEMA_FIELD_NUMBER: _ClassVar[int]
     CREATED_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
     RETENTION_BYTES_FIELD_NUMBER: _ClassVar[int]
     RETENTION_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    DURABLE_CAPS_FIELD_NUMBER: _ClassVar[int]
     name: str
     schema: Schema
     created_unix_ms: int
     retention_bytes: int
     retention_seconds: int
-    def __init__(self, name: _Optional[str] = ..., schema: _Optional[_Union[Schema, _Mapping]] = ..., created_unix_ms: _Optional[int] = ..., retention_bytes: _Optional[int] = ..., retention_seconds: _Optional[int] = ...) -> None: ...
+    durable_caps: DurableCaps
+    def __init__(self, name: _Optional[str] = ..., schema: _Optional[_Union[Schema, _Mapping]] = ..., created_unix_ms: _Optional[int] = ..., retention_bytes: _Optional[int] = ..., retention_seconds: _Optional[int] = ..., durable_caps: _Optional[_Union[DurableCaps, _Mapping]] = ...) -> None: ...
+
+class DurableCaps(_message.Message):
+    __slots__ = ("max_messages", "max_bytes", "idle_seconds", "replicas")
+    MAX_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    IDLE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    max_messages: int
+    max_bytes: int
+    idle_seconds: int
+    replicas: int
+    def __init__(self, max_messages: _Optional[int] = ..., max_bytes: _Optional[int] = ..., idle_seconds: _Optional[int] = ..., replicas: _Optional[int] = ...) -> None: ...
 
 class Predicate(_message.Message):
     __slots__ = ("attribute", "op", "value", "upper")

@@ -197,16 +197,18 @@ class UnsubscribeResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class CreateTopicRequest(_message.Message):
-    __slots__ = ("name", "schema", "retention_bytes", "retention_seconds")
+    __slots__ = ("name", "schema", "retention_bytes", "retention_seconds", "durable_caps")
     NAME_FIELD_NUMBER: _ClassVar[int]
     SCHEMA_FIELD_NUMBER: _ClassVar[int]
     RETENTION_BYTES_FIELD_NUMBER: _ClassVar[int]
     RETENTION_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    DURABLE_CAPS_FIELD_NUMBER: _ClassVar[int]
     name: str
     schema: _common_pb2.Schema
     retention_bytes: int
     retention_seconds: int
-    def __init__(self, name: _Optional[str] = ..., schema: _Optional[_Union[_common_pb2.Schema, _Mapping]] = ..., retention_bytes: _Optional[int] = ..., retention_seconds: _Optional[int] = ...) -> None: ...
+    durable_caps: _common_pb2.DurableCaps
+    def __init__(self, name: _Optional[str] = ..., schema: _Optional[_Union[_common_pb2.Schema, _Mapping]] = ..., retention_bytes: _Optional[int] = ..., retention_seconds: _Optional[int] = ..., durable_caps: _Optional[_Union[_common_pb2.DurableCaps, _Mapping]] = ...) -> None: ...
 
 class GetTopicRequest(_message.Message):
     __slots__ = ("name",)

@@ -30,6 +30,14 @@ class Topic:  # common.proto
     created_unix_ms = 0x18  # 3, varint
     retention_bytes = 0x140  # 40, varint
     retention_seconds = 0x148  # 41, varint
+    durable_caps = 0x1f2  # 62, length-delimited
+
+
+class DurableCaps:  # common.proto
+    max_messages = 0x08  # 1, varint
+    max_bytes = 0x10  # 2, varint
+    idle_seconds = 0x18  # 3, varint
+    replicas = 0x20  # 4, varint
 
 
 class Predicate:  # common.proto
@@ -615,6 +623,7 @@ class CreateTopicRequest:  # pubsub.proto
     schema = 0x12  # 2, length-delimited
     retention_bytes = 0x140  # 40, varint
     retention_seconds = 0x148  # 41, varint
+    durable_caps = 0x1f2  # 62, length-delimited
 
 
 class GetTopicRequest:  # pubsub.proto

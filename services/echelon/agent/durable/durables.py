@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING
 from prometheus_client import Counter, Gauge
 
 from echelon.agent.durable.acks import AckReplicator
+from echelon.agent.durable.caps import within_caps
 from echelon.agent.durable.copies import copy_of, take_copy
 from echelon.agent.durable.peers import Peers
 from echelon.agent.durable.subscription import DurableSubscription
@@ -228,11 +229,16 @@ class Durables:
             raise InvalidArgument(f"start position {o.start}: unknown")
         if o.replicas > 5:
             raise InvalidArgument(f"replicas {o.replicas}: 1 to 5")
+        limits = self.node.server.access.config.limits  # the caps apply to defaults too (caps.py)
+
+        def default(field: str, value: int) -> int:
+            return within_caps(field, value, limits, topic)
         options = ppb.DurableOptions(start=o.start or ppb.START_POSITION_NOW,
-                                     max_messages=o.max_messages or d.max_messages,
-                                     max_bytes=o.max_bytes or d.max_bytes,
+                                     max_messages=o.max_messages or default("max_messages", d.max_messages),
+                                     max_bytes=o.max_bytes or default("max_bytes", d.max_bytes),
                                      policy=o.policy or ppb.BACKLOG_POLICY_DROP_OLDEST,
-                                     idle_seconds=o.idle_seconds or d.idle_seconds, replicas=self._replicas(o))
+                                     idle_seconds=o.idle_seconds or default("idle_seconds", d.idle_seconds),
+                                     replicas=o.replicas or default("replicas", d.replicas))
         agents = sorted({*self.peers.alive(), self.me})
         chosen = holders(name, agents, options.replicas)
         if self.me not in chosen:  # another agent's view routed it here: this one serves it
@@ -374,5 +380,8 @@ class Durables:
                 raise ResourceExhausted(f"durable subscription {name!r} is full (REJECT_PUBLISH): publish later")
 
 def check_name(name: str) -> None:
-    if not name or name.startswith("~") or "/" in name or len(name) > 200:
-        raise InvalidArgument(f"durable subscription name {name!r}: 1-200 characters, no leading '~', no '/'")
+    """A cluster-wide name: the client's part (after the last '/', ownership.py) 1-200
+    characters with no leading '~'; the owner's part as long as an identity's name."""
+    short = name.rpartition("/")[2]
+    if not short or short.startswith("~") or len(short) > 200 or len(name) > 456:
+        raise InvalidArgument(f"durable subscription name {name[:60]!r}: 1-200 characters, no leading '~', no '/'")

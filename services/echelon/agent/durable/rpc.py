@@ -17,6 +17,7 @@ import grpc
 
 from echelon.agent.durable.durables import Durables, check_name
 from echelon.agent.durable.copies import CALL_TIMEOUT
+from echelon.agent.ownership import may_use, scoped
 from echelon.runtime.errors import NotFound, Unavailable, from_rpc_error
 from echelon.runtime.transport import require_member
 from echelon.v1 import durable_pb2 as dpb
@@ -38,11 +39,17 @@ class DurableServicer(dgrpc.DurableServicer):
             raise Unavailable("the agent is starting")
         return d
 
-    async def _record(self, name: str) -> dpb.DurableSubscription:
+    async def _record(self, given: str) -> dpb.DurableSubscription:
+        """The record of the subscription the caller names, if the caller may use it (its
+        owner or an admin of its topic, agent/ownership.py), with the subscribe right on
+        its topic; to anyone else it does not exist."""
+        access = self.d.node.server.access
+        name = scoped(access, given)
         check_name(name)
         record = await self.d.peers.locate(name)
-        if record is None:
-            raise NotFound(f"durable subscription {name!r} does not exist")
+        if record is None or not may_use(access, record.name, record.topic):
+            raise NotFound(f"durable subscription {given!r} does not exist")
+        access.require("subscribe", record.topic, SERVICE)
         return record
 
     async def _on(self, agent: str, method: str, request):
@@ -53,6 +60,8 @@ class DurableServicer(dgrpc.DurableServicer):
 
     async def ListSubscriptions(self, request, context):
         d = self.d
+        access = d.node.server.access
+        self._access(request)
         mine = [s.describe(d.me) for s in list(d.subs.values())]
         if request.local:
             return dpb.ListSubscriptionsResponse(subscriptions=mine)
@@ -70,25 +79,27 @@ class DurableServicer(dgrpc.DurableServicer):
             serving = next((h for h in s.holders if h == d.me or h in d.peers.alive()), None)
             if s.name not in best or s.answered_by == serving:
                 best[s.name] = s
-        return dpb.ListSubscriptionsResponse(subscriptions=[best[n] for n in sorted(best)])
+        # Only what the caller may use (its own, and those on topics it administers).
+        return dpb.ListSubscriptionsResponse(subscriptions=[best[n] for n in sorted(best)
+                                                            if may_use(access, n, best[n].topic)])
 
     async def GetSubscription(self, request, context):
         d = self.d
+        self._access(request)
         if request.local:
             sub = d.subs.get(request.name)
             if sub is None:
                 raise NotFound(f"durable subscription {request.name!r} is not held here")
             return sub.describe(d.me)
         record = await self._record(request.name)
-        d.node.server.access.require("subscribe", record.topic, SERVICE)
         serving = d.peers.serving(record)
         if serving == d.me:
-            return d.subs[request.name].describe(d.me)
-        return await self._on(serving, "GetSubscription", dpb.GetSubscriptionRequest(name=request.name, local=True))
+            return d.subs[record.name].describe(d.me)
+        return await self._on(serving, "GetSubscription", dpb.GetSubscriptionRequest(name=record.name, local=True))
 
     def _access(self, request) -> None:
-        """Seek and delete act for the subscriber: the subscribe right on the topic. Their
-        `local` forms are one agent telling another (runtime/auth.py)."""
+        """The `local` forms are one agent asking or telling another: members only
+        (runtime/auth.py); a client's request goes through `_record`."""
         if request.local:
             self.d.node.server.access.require_member(f"{type(request).__name__} (local)", SERVICE)
 
@@ -101,20 +112,19 @@ class DurableServicer(dgrpc.DurableServicer):
                 raise NotFound(f"durable subscription {request.name!r} is not held here")
             return dpb.SeekResponse(backlog_messages=d.seek_local(sub, request))
         record = await self._record(request.name)
-        d.node.server.access.require("subscribe", record.topic, SERVICE)
         serving = d.peers.serving(record)
         local = dpb.SeekRequest()
         local.CopyFrom(request)
-        local.local = True
+        local.name, local.local = record.name, True
         # The serving holder first: a seek it cannot do (not retained) changes nothing anywhere.
         if serving == d.me:
-            answer = dpb.SeekResponse(backlog_messages=d.seek_local(d.subs[request.name], local))
+            answer = dpb.SeekResponse(backlog_messages=d.seek_local(d.subs[record.name], local))
         else:
             answer = await self._on(serving, "Seek", local)
         others = [h for h in record.holders if h != serving and h != d.me and h in d.peers.alive()]
-        if serving != d.me and d.me in record.holders and request.name in d.subs:
-            d.seek_local(d.subs[request.name], local)
-        await d.peers.tell(others, dpb.DurableChange(name=request.name, seek=local))
+        if serving != d.me and d.me in record.holders and record.name in d.subs:
+            d.seek_local(d.subs[record.name], local)
+        await d.peers.tell(others, dpb.DurableChange(name=record.name, seek=local))
         return answer
 
     async def DeleteSubscription(self, request, context):
@@ -124,7 +134,6 @@ class DurableServicer(dgrpc.DurableServicer):
             d.apply_delete(request.name)
             return dpb.DeleteSubscriptionResponse()
         record = await self._record(request.name)
-        d.node.server.access.require("subscribe", record.topic, SERVICE)
         await d.delete(record)
         return dpb.DeleteSubscriptionResponse()
 

@@ -1,5 +1,5 @@
 """`echelon subscription list|show|seek|delete`: durable subscriptions, answered by any agent
-for the whole cluster (services/echelon/agent/durable/rpc.py)."""
+for the whole cluster (agent/durable/rpc.py)."""
 
 from __future__ import annotations
 
@@ -8,21 +8,13 @@ import time
 from datetime import datetime
 
 import click
-from google.protobuf.json_format import MessageToDict
 from rich.table import Table
 
-from echelon.cli.pubsub import AGENT, console, with_client
-from echelon.v1 import pubsub_pb2 as ppb
-
-
+from echelon.cli.common import AGENT, console, with_client
 
 
 def _age(ns: int) -> str:
     return f"{(time.time_ns() - ns) / 1e9:.1f}s" if ns else "-"
-
-
-def _policy(s) -> str:
-    return ppb.BacklogPolicy.Name(s.options.policy).removeprefix("BACKLOG_POLICY_").lower().replace("_", "-")
 
 
 @click.group()
@@ -32,16 +24,17 @@ def subscription() -> None:
 
 @subscription.command("list")
 @AGENT
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="One JSON array instead of a table.")
 def subscription_list(agent, as_json) -> None:
+    """List the durable subscriptions: holders, backlog, policy, attached or not."""
     subs = with_client(agent, lambda c: c.list_subscriptions())
     if as_json:
-        print(json.dumps([MessageToDict(s) for s in subs]))
+        print(json.dumps([s.as_dict() for s in subs]))
         return
     t = Table("name", "topic", "holders", "backlog", "bytes", "oldest", "dropped", "policy", "attached")
     for s in subs:
         t.add_row(s.name, s.topic, ",".join(s.holders), str(s.backlog_messages), str(s.backlog_bytes),
-                  _age(s.oldest_unacked_unix_nanos), str(s.dropped), _policy(s), "yes" if s.attached else "no")
+                  _age(s.oldest_unacked_unix_nanos), str(s.dropped), s.policy, "yes" if s.attached else "no")
     console.print(t)
 
 
@@ -49,7 +42,8 @@ def subscription_list(agent, as_json) -> None:
 @AGENT
 @click.argument("name")
 def subscription_show(agent, name) -> None:
-    print(json.dumps(MessageToDict(with_client(agent, lambda c: c.get_subscription(name))), indent=2))
+    """Show durable subscription NAME: its record and backlog, as JSON."""
+    print(json.dumps(with_client(agent, lambda c: c.get_subscription(name)).as_dict(), indent=2))
 
 
 @subscription.command("seek")
@@ -83,5 +77,6 @@ def subscription_seek(agent, name, when, message) -> None:
 @AGENT
 @click.argument("name")
 def subscription_delete(agent, name) -> None:
+    """Delete durable subscription NAME and its backlog."""
     with_client(agent, lambda c: c.delete_subscription(name))
     console.print(f"deleted {name}")
