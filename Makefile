@@ -70,7 +70,7 @@ bench: $(STAMP)
 bench-replan: $(STAMP)
 	$(PY) -m loadtest.bench_replan --out out/bench_replan
 
-# Small events, Echelon beside nats-server and redis-server in one run (about 4 minutes on a
+# Small events, Echelon beside nats-server and redis-server in one run (about 10 minutes on a
 # quiet machine): the table of ratios to NATS, issue 12's targets MET / NOT MET, CPU per
 # service, out/bench_events/{latency_vs_rate.png,bench_events.json}, and a py-spy profile of
 # the publishing agent under saturation. `make bench-events BENCH_ARGS=--short`: the cells the

@@ -31,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def child(cluster: float, selectivity: int = 2, idle: float = 0.0, publishers: int = 1) -> None:
+def child(cluster: float, selectivity: int = 2, idle: float = 0.0, publishers: int = 1, only: str = "") -> None:
     # This file runs as a script: its directory is first on sys.path, so the pieces are
     # this tree's code driving the `echelon` package on PYTHONPATH (either tree's).
     from hotpath_cluster import _cluster, _idle
@@ -51,6 +51,8 @@ def child(cluster: float, selectivity: int = 2, idle: float = 0.0, publishers: i
         return
     out = {}
     for name, piece in PIECES.items():
+        if only and only not in name:
+            continue
         try:
             out[name] = piece()
         except Exception as e:  # noqa: BLE001 - a piece the base lacks: reported, not fatal
@@ -86,25 +88,30 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--base-env", action="append", default=[], metavar="NAME=VALUE",
                     help="set in the base side's environment (its cluster's processes inherit it): with "
                          "--base HEAD, one setting side by side, e.g. ECHELON_EVENT_LOOP=asyncio")
+    ap.add_argument("--only", default="", metavar="TEXT", help="the pieces whose name contains TEXT")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if any("=" not in e for e in args.base_env):
         ap.error("--base-env takes NAME=VALUE")
     if args.child:
-        child(args.cluster, args.selectivity, args.idle, args.publishers)
+        child(args.cluster, args.selectivity, args.idle, args.publishers, args.only)
         return
     runs: dict[str, list[dict]] = {"base": [], "head": []}
     with tempfile.TemporaryDirectory(prefix="bench_hotpath.") as tmp:
         base = unpack(args.base, Path(tmp))
         trees = {"base": str(base), "head": str(ROOT)}
+        # The head's package root is services/ (the base's `echelon` is a link beside its loadtest/):
+        # without it on the path the venv's installed `echelon` (another tree) would be measured.
+        paths = {"base": str(base), "head": os.pathsep.join((str(ROOT / "services"), str(ROOT)))}
         for r in range(args.rounds):
             for tree in ("base", "head"):
-                env = {**os.environ, "PYTHONPATH": trees[tree],
+                env = {**os.environ, "PYTHONPATH": paths[tree],
                        **(dict(e.split("=", 1) for e in args.base_env) if tree == "base" else {})}
                 # This file runs as a script in either tree: `echelon` and `loadtest` are that tree's.
                 out = subprocess.run([sys.executable, __file__, "--child", "--cluster", str(args.cluster),
                                       "--selectivity", str(args.selectivity), "--publishers", str(args.publishers),
-                                      *(["--idle", str(args.idle)] if args.idle else [])], env=env,
+                                      *(["--idle", str(args.idle)] if args.idle else []),
+                                      *(["--only", args.only] if args.only else [])], env=env,
                                      cwd=trees[tree], capture_output=True, text=True, timeout=900)
                 if out.returncode:
                     raise SystemExit(f"{tree} child failed:\n{out.stderr}")

@@ -90,11 +90,12 @@ def main(argv: list[str] | None = None) -> None:
     runs: dict[str, list[list[dict]]] = {"base": [], "head": []}
     with tempfile.TemporaryDirectory(prefix="bench_lowrate.") as tmp:
         trees = {"base": str(unpack(args.base, Path(tmp))), "head": str(ROOT)}
+        paths = {**trees, "head": os.pathsep.join((str(ROOT / "services"), str(ROOT)))}  # as bench_hotpath's
         for r in range(args.rounds):
             for tree in ("base", "head"):
                 out = subprocess.run([sys.executable, __file__, "--child", "--seconds", str(args.seconds),
                                       "--selectivity", *map(str, args.selectivity)],
-                                     env={**os.environ, "PYTHONPATH": trees[tree]}, cwd=trees[tree],
+                                     env={**os.environ, "PYTHONPATH": paths[tree]}, cwd=trees[tree],
                                      capture_output=True, text=True, timeout=1800)
                 if out.returncode:
                     raise SystemExit(f"{tree} child failed:\n{out.stderr}")

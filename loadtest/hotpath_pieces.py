@@ -202,6 +202,8 @@ PIECES = {
     "client publish_batch, 256 events": lambda: client_piece(True),
     "publish stream, one event a request": lambda: stream_piece(False),
     "publish stream, batch of 256": lambda: stream_piece(True),
+    "Publish handler, singles, coalesce_acks": lambda: stream_piece(False, handler=True),
+    "Publish handler, singles, an ack each": lambda: stream_piece(False, handler=True, coalesce=False),
     "dispatch, 256 events": dispatch_piece,
     "relay root, 256 events": relay_root_piece,
     "relay inner, 170 events": relay_inner_piece,

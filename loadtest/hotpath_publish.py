@@ -200,10 +200,14 @@ def client_piece(batched: bool) -> float:
         loop.close()
 
 
-def stream_piece(batched: bool) -> float:
+def stream_piece(batched: bool, handler: bool = False, coalesce: bool = True) -> float:
     """The publishing agent's Publish stream (read, admission, dispatch, acks) with a stub
     node whose dispatcher holds every unit at once: 256 events, one per request (each
-    request as the SDK sends a lone event) or all in one batch request; the acks serialized."""
+    request as the SDK sends a lone event) or all in one batch request; the acks serialized.
+    `handler`: through what PubSub.Publish puts before it (this tree: the reader that takes
+    single-event requests in runs, agent/publish_reader.py; all 256 queued at once, as a
+    pipelining client's are, gRPC's own cost per message not counted); `coalesce`: the
+    requests' `coalesce_acks` (unset: one ack message per request)."""
     import asyncio
     from types import SimpleNamespace
 
@@ -255,18 +259,27 @@ def stream_piece(batched: bool) -> float:
             for e in elements:
                 r = ppb.PublishRequest()
                 r.CopyFrom(e)
-                r.producer_id, r.ack_level, r.coalesce_acks = "p", level, True
+                r.producer_id, r.ack_level, r.coalesce_acks = "p", level, coalesce
                 out.append(r)
         return [ppb.PublishRequest.FromString(r.SerializeToString()) for r in out]
 
     publishing = Publishing(node)  # for every round (its caches warm, as in an agent): fresh sequences each
+    stream = publishing.stream
+    if handler:
+        try:
+            from echelon.agent.publish_reader import coalesce as runs
+
+            def stream(requests):
+                return runs(publishing.stream, requests)
+        except ImportError:  # a tree whose handler hands the requests on as they come
+            pass
 
     async def once(reqs):
         async def feed():
             for r in reqs:
                 yield r
         acked = 0
-        async for ack in publishing.stream(feed()):
+        async for ack in stream(feed()):
             ack.SerializeToString()
             acked += len(ack.acks) or 1
         assert acked == len(elements), acked

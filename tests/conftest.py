@@ -5,12 +5,18 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
+from hypothesis import HealthCheck, settings
 
 from tests.harness import Cluster
 
 # `echelon up` writes where its cluster is to a context file every command reads (cli/context.py):
 # the tests' clusters write theirs here, never to the user's ~/.config, and no test reads the user's.
 os.environ["ECHELON_CONTEXT"] = str(Path(tempfile.mkdtemp(prefix="echelon-tests-")) / "context.json")
+
+# Property tests say what holds, not how fast: a shared, loaded machine must not fail them on
+# hypothesis' per-example deadline or its too-slow check.
+settings.register_profile("echelon", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("echelon")
 
 
 def pytest_asyncio_loop_factories(config, item):

@@ -17,8 +17,8 @@ from pathlib import Path
 
 from echelon.runtime import loop
 from loadtest.bench_events.systems import MODES, SYSTEMS, missing_peers
-from loadtest.bench_events.workload import (POOL, Pool, Received, cpu_seconds, oracle, percentile, subscriptions,
-                                            tcp_bytes_sent)
+from loadtest.bench_events.workload import (POOL, RANGE, Pool, Received, cpu_seconds, oracle, percentile,
+                                            subscriptions, tcp_bytes_sent)
 
 RATES = (1000, 10000, None)  # None: saturation
 WINDOW = 4096  # events in flight over all publishers (the bound on what a cell leaves behind)
@@ -70,6 +70,8 @@ class Run:
         own = os.getpid()
         cpu0 = {k: cpu_seconds(p) for k, p in pids.items()}
         overflowed0 = getattr(system, "overflowed", 0)
+        filtered0 = getattr(system, "filtered", 0)
+        load0 = os.getloadavg()[0]
         gen0 = cpu_seconds(own)
         wire0 = tcp_bytes_sent(set(pids.values()) | {own})
         window = WINDOW // len(sends)
@@ -138,7 +140,15 @@ class Run:
                "cpu_s_per_1k": {k: v / max(acked[0], 1) * 1000 for k, v in cpu.items()},
                "cpu_s_per_1k_services": sum(cpu.values()) / max(acked[0], 1) * 1000,
                "cpu_s_per_1k_loadgen": (cpu_seconds(own) - gen0) / max(acked[0], 1) * 1000,
-               "wire_bytes": wire, "bytes_per_useful_delivery": wire / received.useful if received.useful else None}
+               "wire_bytes": wire, "bytes_per_useful_delivery": wire / received.useful if received.useful else None,
+               # What the whole run paid per delivery a subscriber wanted: the services and the load
+               # generator (publishers, and subscribers with their filtering in the client).
+               "cpu_us_per_useful_delivery": (sum(cpu.values()) + cpu_seconds(own) - gen0) / received.useful * 1e6
+               if received.useful else None,
+               "client_filtered_per_useful": (getattr(system, "filtered", 0) - filtered0) / received.useful
+               if received.useful else None,
+               "load_average": [round(load0, 2), round(os.getloadavg()[0], 2)],
+               "trees_pinned": getattr(system, "pinned", None)}
         if rate is not None:
             target = min(rate, cap / seconds)
             row["sustained"] = published >= SUSTAINED * target and received.useful >= SUSTAINED * expected
@@ -148,11 +158,11 @@ class Run:
 
     async def system(self, name: str) -> None:
         out = Path(self.args.out)
-        system = SYSTEMS[name](out / "logs")
+        system = SYSTEMS[name](out / "logs", **({"base_port": self.args.base_port} if name == "echelon" else {}))
         await system.start()
         try:
             for sel in self.args.selectivity:
-                subs = subscriptions(sel, self.args.subs)
+                subs = subscriptions(sel, self.args.range_subs if sel == RANGE else self.args.subs)
                 pool = Pool.draw(subs)
                 await system.open_subs(subs, pool, self.deliver)
                 await self.warm_up(system, subs, pool)
@@ -161,10 +171,12 @@ class Run:
                     for mode in [m for m in MODES[name] if name != "echelon" or m in self.args.modes]:
                         sends = await system.publishers(npub, mode, pool)
                         for rate in RATES:
-                            meta = {"system": name, "mode": mode, "selectivity": sel, "publishers": npub}
-                            row = await self.cell(system, sends, rate, pool, subs, meta)
-                            self.cells.append(row)
-                            print(line(row), flush=True)
+                            for rep in range(self.args.repeat):  # back to back: the spread shows the noise
+                                meta = {"system": name, "mode": mode, "selectivity": sel, "publishers": npub,
+                                        "repeat": rep}
+                                row = await self.cell(system, sends, rate, pool, subs, meta)
+                                self.cells.append(row)
+                                print(line(row), flush=True)
                         await system.close_publishers()
                 if name == "echelon" and sel == self.args.selectivity[0] and self.args.profile:
                     self.profile = await self.profiled(system, pool, subs)
@@ -295,6 +307,67 @@ def targets(cells: list[dict]) -> str:
     return "\n".join(out)
 
 
+def spread_table(cells: list[dict]) -> str:
+    """Cells run more than once (--repeat): per cell, the median and [min, max] of the
+    published and delivered rates and of p50 and p99, and the load averages seen."""
+    groups: dict[tuple, list[dict]] = {}
+    for c in cells:
+        groups.setdefault((c["system"], c["mode"], c["selectivity"], c["publishers"], str(c["rate"])), []).append(c)
+    if all(len(g) < 2 for g in groups.values()):
+        return ""
+
+    def spread(g: list[dict], key: str, spec: str) -> str:
+        v = sorted(c[key] for c in g if c[key] is not None)
+        return "-" if not v else f"{format(v[len(v) // 2], spec)} [{format(v[0], spec)}-{format(v[-1], spec)}]"
+
+    head = (f"{'system':8} {'mode':17} {'sel':>4} {'pubs':>4} {'rate':>6} {'n':>2} {'pub ev/s':>22} "
+            f"{'dlv ev/s':>22} {'p50 ms':>22} {'p99 ms':>22} {'load':>10}")
+    rows = ["median [min-max] over repeats", head, "-" * len(head)]
+    for (system, mode, sel, pubs, rate), g in groups.items():
+        loads = [v for c in g for v in c.get("load_average", [])]
+        load = f"{min(loads):.0f}-{max(loads):.0f}" if loads else "-"
+        rows.append(f"{system:8} {mode:17} {str(sel):>3}% {pubs:>4} {rate:>6} {len(g):>2} "
+                    f"{spread(g, 'published_per_s', '.0f'):>22} {spread(g, 'delivered_per_s', '.0f'):>22} "
+                    f"{spread(g, 'p50_ms', '.1f'):>22} {spread(g, 'p99_ms', '.1f'):>22} {load:>10}")
+    return "\n".join(rows)
+
+
+def range_table(cells: list[dict]) -> str:
+    """The range workload (what content routing is for): per system and cell, useful
+    deliveries/s, CPU per useful delivery (services + load generator, which holds the
+    subscribers and their filtering in the client), bytes per useful delivery, messages
+    the clients filtered per useful delivery, and the ratio of Echelon to each peer."""
+    rows = [c for c in cells if c["selectivity"] == RANGE]
+    if not rows:
+        return ""
+    head = (f"{'system':8} {'mode':17} {'pubs':>4} {'rate':>6} {'useful/s':>9} {'cpu us/useful':>13} "
+            f"{'B/useful':>8} {'filtered/useful':>15} {'load':>11}")
+    out = [f"range workload ({RANGE}): Price window and Volume floor, 2% combined", head, "-" * len(head)]
+    for c in rows:
+        load = "/".join(f"{v:.1f}" for v in c.get("load_average", []))
+        out.append(f"{c['system']:8} {c['mode']:17} {c['publishers']:>4} {str(c['rate']):>6} "
+                   f"{c['delivered_per_s']:9.0f} {fmt(c['cpu_us_per_useful_delivery'], '13.1f')} "
+                   f"{fmt(c['bytes_per_useful_delivery'], '8.0f')} {fmt(c['client_filtered_per_useful'], '15.1f')} "
+                   f"{load:>11}")
+    best = {}
+    for c in rows:  # per system, its best saturation cell
+        if c["rate"] == "max" and c["delivered_per_s"] > best.get(c["system"], {}).get("delivered_per_s", -1):
+            best[c["system"]] = c
+    e = best.get("echelon")
+    for peer in ("nats", "redis"):
+        p = best.get(peer)
+        if e and p and p["delivered_per_s"] and e["cpu_us_per_useful_delivery"] and e["bytes_per_useful_delivery"]:
+            ahead = [e["delivered_per_s"] > p["delivered_per_s"],
+                     e["cpu_us_per_useful_delivery"] < p["cpu_us_per_useful_delivery"],
+                     e["bytes_per_useful_delivery"] < p["bytes_per_useful_delivery"]]
+            out.append(f"echelon ({e['mode']} {e['publishers']}p) over {peer} at saturation: useful/s "
+                       f"{e['delivered_per_s'] / p['delivered_per_s']:.2f}x, CPU per useful "
+                       f"{e['cpu_us_per_useful_delivery'] / p['cpu_us_per_useful_delivery']:.2f}x, bytes per useful "
+                       f"{e['bytes_per_useful_delivery'] / p['bytes_per_useful_delivery']:.2f}x: ahead on "
+                       f"{sum(ahead)} of 3 (target: all 3)")
+    return "\n".join(out)
+
+
 def _service(process: str) -> str:
     if process == "agent-0":
         return "pub agent"  # the publishers' agent
@@ -325,7 +398,7 @@ def plot(cells: list[dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    combos = sorted({(c["selectivity"], c["publishers"]) for c in cells})
+    combos = sorted({(c["selectivity"], c["publishers"]) for c in cells}, key=str)
     fig, axes = plt.subplots(1, len(combos), figsize=(6 * len(combos), 5), squeeze=False)
     for ax, (sel, npub) in zip(axes[0], combos):
         for key in sorted({(c["system"], c["mode"]) for c in cells}):
@@ -367,8 +440,17 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--subs", type=int, default=50, help="subscriptions (each at the selectivity)")
     ap.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=list(SYSTEMS))
     ap.add_argument("--profile", action="store_true", help="py-spy the publishing agent in a saturation cell")
+    ap.add_argument("--selectivity", nargs="+", type=lambda v: v if v == RANGE else int(v), default=[2, 20, RANGE],
+                    choices=[2, 20, RANGE], help=f"workloads: 2%%, 20%% (Symbol, Price), {RANGE}: a range over two "
+                    "attributes at 2%% (workload.py)")
+    ap.add_argument("--range-subs", type=int, default=100, help=f"subscriptions of the {RANGE} workload")
+    ap.add_argument("--base-port", type=int, default=47100,
+                    help="Echelon's ports laid out from here, the same every run, so its LBDD trees (which hang "
+                         "on the members' addresses) are too; 0 or taken: free ports (the rows' trees_pinned)")
+    ap.add_argument("--repeat", type=int, default=1, help="runs of each cell, back to back (the table of "
+                    "spreads shows the noise of this shared machine)")
+    ap.add_argument("--publishers", nargs="+", type=int, default=[1, 4])
     args = ap.parse_args(argv)
-    args.selectivity, args.publishers = [2, 20], [1, 4]
     args.check = args.quick
     if args.quick:
         args.seconds, args.max_events, args.subs = 0.3, 600, 10
@@ -392,6 +474,12 @@ def main(argv: list[str] | None = None) -> Run:
     print(table(r.cells))
     print()
     print(targets(r.cells))
+    spread = spread_table(r.cells)
+    if spread:
+        print("\n" + spread)
+    ranged = range_table(r.cells)
+    if ranged:
+        print("\n" + ranged)
     print("\nCPU ms per 1,000 events, by process")
     print(cpu_table(r.cells))
     if r.profile:

@@ -6,8 +6,10 @@ the publishes; Redis: the pipeline's replies), and the pids of the servers we st
 Echelon: `echelon.launch` on loopback, 4 agents, 3 matchers (3 membership replicas);
 publishers on agent-0, subscriptions dealt over agents 1-3. NATS: nats-server with one
 connection per publisher and per subscriber agent, a subject per symbol (`ev.s07`); at
-20% the subscriber takes `ev.>` and filters by Price in the client. Redis: redis-server
-pub/sub, the same channels (PSUBSCRIBE `ev.*` and client filtering at 20%).
+20% and in the range workload the subscriber takes `ev.>` and filters by Price (and Volume)
+in the client (counted: `filtered`). Redis: redis-server pub/sub, the same channels
+(PSUBSCRIBE `ev.*` and client filtering where NATS filters). Echelon's publishers are the
+SDK's, or (modes `raw-*`, `rawc-*`) the generated stubs' (raw.py)
 """
 
 from __future__ import annotations
@@ -51,8 +53,12 @@ async def _wait_port(port: int, proc: subprocess.Popen, timeout: float = 20.0) -
 class Echelon:
     name = "echelon"
 
-    def __init__(self, log_dir: Path, tls: bool = False):
+    def __init__(self, log_dir: Path, tls: bool = False, base_port: int = 0):
         self.tls = tls  # every process and client over mTLS (loadtest.bench_tls)
+        # The LBDD trees hang on the members' addresses (dataplane/trees.py): the same ports
+        # every run, the same trees. Taken (another cluster there): free ports, and the rows say so.
+        self.base_port = base_port
+        self.pinned = False
         self.log_dir = log_dir / ("echelon-tls" if tls else "echelon")
         self.subs, self.tasks = [], []
         self.clients: list = []
@@ -65,10 +71,12 @@ class Echelon:
         from echelon.launch import Cluster, Loopback
 
         for attempt in range(attempts):
-            self.cluster = Cluster(agents=4, matchers=3, placement=Loopback(base_port=0),
+            port = self.base_port if attempt == 0 else 0
+            self.cluster = Cluster(agents=4, matchers=3, placement=Loopback(base_port=port),
                                    log_dir=self.log_dir / f"start-{attempt}", tls=self.tls)
             try:
                 await self.cluster.start()
+                self.pinned = bool(port)
                 break
             except RuntimeError:  # a process exited at start (its log says why): the cluster stopped it all
                 if attempt == attempts - 1:
@@ -128,7 +136,9 @@ class Echelon:
         from echelon.client import AckLevel, Client
 
         how, level = mode.split("-")
-        attrs = [{"Symbol": pool.symbols[i], "Price": pool.prices[i]} for i in range(POOL)]
+        if how in ("raw", "rawc"):  # the generated stubs, one event per request (raw.py)
+            return self._raw_publishers(n, AckLevel[level].value, how == "rawc", pool)
+        attrs = [pool.attributes(i) for i in range(POOL)]
         sends = []
         for _ in range(n):
             client = Client(self.cluster.agent_addresses()[0], tls=self.cluster.client_tls)
@@ -143,6 +153,22 @@ class Echelon:
                 async def send(ids, pub=pub):
                     await asyncio.gather(*(pub.publish_nowait(TOPIC, attrs[pool_index(i)],
                                                               PAYLOAD.pack(i, time.perf_counter_ns())) for i in ids))
+            sends.append(send)
+        return sends
+
+    def _raw_publishers(self, n: int, level: int, coalesce: bool, pool: Pool) -> list[Callable]:
+        from loadtest.bench_events.raw import RawPublisher, attributes
+
+        if self.tls:
+            raise ValueError("the raw-stub publisher speaks plaintext only")
+        attrs = [attributes(pool.attributes(i)) for i in range(POOL)]
+        sends = []
+        for _ in range(n):
+            pub = RawPublisher(self.cluster.agent_addresses()[0], level, coalesce)
+            self.clients.append(pub)
+
+            async def send(ids, pub=pub):
+                await pub.send(TOPIC, [(attrs[pool_index(i)], PAYLOAD.pack(i, time.perf_counter_ns())) for i in ids])
             sends.append(send)
         return sends
 
@@ -171,6 +197,7 @@ class _Peer:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         self.conns: list = []
         self.tasks: list[asyncio.Task] = []
+        self.filtered = 0  # messages a subscriber received to filter in the client (every symbol's)
 
     def argv(self) -> list[str]:
         raise NotImplementedError
@@ -214,14 +241,15 @@ class Nats(_Peer):
             if group and group[0].symbol is not None:  # 2%: the subject says it all
                 for s in group:
                     async def cb(msg, index=s.index):
-                        event_id, sent, _ = NATS_DATA.unpack(msg.data)
+                        event_id, sent, _, _ = NATS_DATA.unpack(msg.data)
                         sink(index, event_id, sent)
                     await nc.subscribe(f"ev.{s.symbol}", cb=cb, **limits)
             elif group:  # 20%: every event, filtered here by Price
                 async def cb(msg, group=group):
-                    event_id, sent, price = NATS_DATA.unpack(msg.data)
+                    event_id, sent, price, volume = NATS_DATA.unpack(msg.data)
+                    self.filtered += 1
                     for s in group:
-                        if s.lo <= price < s.hi:
+                        if s.lo <= price < s.hi and (s.volume is None or volume >= s.volume):
                             sink(s.index, event_id, sent)
                 await nc.subscribe("ev.>", cb=cb, **limits)
             await nc.flush()
@@ -240,7 +268,8 @@ class Nats(_Peer):
             async def send(ids, nc=nc):
                 for i in ids:
                     k = pool_index(i)
-                    await nc.publish(subjects[k], NATS_DATA.pack(i, time.perf_counter_ns(), pool.prices[k]))
+                    data = NATS_DATA.pack(i, time.perf_counter_ns(), pool.prices[k], pool.volume(k))
+                    await nc.publish(subjects[k], data)
                 await nc.flush()
             sends.append(send)
         return sends
@@ -291,13 +320,14 @@ class Redis(_Peer):
     async def _read(self, ps, group: list[Sub], by_channel: dict[bytes, list[int]], sink: Sink) -> None:
         async for msg in ps.listen():
             if msg["type"] == "message":
-                event_id, sent, _ = NATS_DATA.unpack(msg["data"])
+                event_id, sent, _, _ = NATS_DATA.unpack(msg["data"])
                 for index in by_channel.get(msg["channel"], ()):
                     sink(index, event_id, sent)
             elif msg["type"] == "pmessage":
-                event_id, sent, price = NATS_DATA.unpack(msg["data"])
+                event_id, sent, price, volume = NATS_DATA.unpack(msg["data"])
+                self.filtered += 1
                 for s in group:
-                    if s.lo <= price < s.hi:
+                    if s.lo <= price < s.hi and (s.volume is None or volume >= s.volume):
                         sink(s.index, event_id, sent)
 
     async def close_subs(self) -> None:
@@ -319,7 +349,7 @@ class Redis(_Peer):
                 pipe = r.pipeline(transaction=False)
                 for i in ids:
                     k = pool_index(i)
-                    pipe.publish(channels[k], NATS_DATA.pack(i, time.perf_counter_ns(), pool.prices[k]))
+                    pipe.publish(channels[k], NATS_DATA.pack(i, time.perf_counter_ns(), pool.prices[k], pool.volume(k)))
                 await pipe.execute()
             sends.append(send)
         return sends
@@ -334,6 +364,7 @@ class Redis(_Peer):
         await super().stop()
 
 
-MODES = {"echelon": ["batch-DELIVERED", "batch-ACCEPTED", "single-DELIVERED", "single-ACCEPTED"],
+MODES = {"echelon": ["batch-DELIVERED", "batch-ACCEPTED", "single-DELIVERED", "single-ACCEPTED", "raw-DELIVERED",
+                     "rawc-DELIVERED"],
          "nats": ["publish+flush"], "redis": ["pipeline"]}
 SYSTEMS = {"echelon": Echelon, "nats": Nats, "redis": Redis}

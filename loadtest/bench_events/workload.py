@@ -5,7 +5,11 @@ payload (event id, send time in ns). A pool of POOL events is drawn once and cyc
 with fresh ids, so the expected receivers of every event are known without filtering
 on the hot path. Subscriptions: at 2% `Symbol = "s07"` (one per symbol, so every event
 has exactly one receiver with 50 subscriptions); at 20% `Price >= lo and Price < lo+20`
-(lo spread over [0, 80)): each event matches about 20% of them.
+(lo spread over [0, 80)): each event matches about 20% of them. The range workload ("2r",
+what content-based routing is for: no subject can say it) adds `Volume` (uniform integer
+in [0, 1000)) to the events, and each subscription holds a range over two attributes,
+`Price >= lo and Price < lo+10 and Volume >= 800` (10% of Price times 20% of Volume: 2%
+combined); NATS and Redis subscribers take every symbol's subject and filter in the client.
 
 Measures, taken around each cell on the processes we started: CPU seconds from
 /proc/<pid>/stat (utime + stime), and bytes on the wire as the sum of tcp_info
@@ -27,8 +31,10 @@ from dataclasses import dataclass, field
 SYMBOLS = [f"s{i:02d}" for i in range(50)]
 POOL = 4096
 PAYLOAD = struct.Struct("<qq")  # event id, send time (perf_counter_ns, same process)
-NATS_DATA = struct.Struct("<qqd")  # id, send time, Price (a NATS/Redis subscriber filters on it)
-SCHEMA = ["Symbol:string", "Price:float:0:100"]
+NATS_DATA = struct.Struct("<qqdi")  # id, send time, Price, Volume (a NATS/Redis subscriber filters on them)
+SCHEMA = ["Symbol:string", "Price:float:0:100", "Volume:int:0:999"]
+RANGE = "2r"  # the range workload's selectivity label
+RANGE_WIDTH, VOLUME_MIN = 10.0, 800  # Price window and Volume floor of its subscriptions
 TOPIC = "bench"
 
 
@@ -36,27 +42,34 @@ TOPIC = "bench"
 class Sub:
     index: int
     symbol: str | None  # 2%: Symbol = symbol
-    lo: float = 0.0  # 20%: lo <= Price < hi
+    lo: float = 0.0  # 20% and 2r: lo <= Price < hi
     hi: float = 0.0
+    volume: int | None = None  # 2r: and Volume >= volume
 
-    def matches(self, symbol: str, price: float) -> bool:
+    def matches(self, symbol: str, price: float, volume: int = 0) -> bool:
         if self.symbol is not None:
             return symbol == self.symbol
-        return self.lo <= price < self.hi
+        return self.lo <= price < self.hi and (self.volume is None or volume >= self.volume)
 
     def echelon_filter(self) -> str:
         if self.symbol is not None:
             return f'Symbol = "{self.symbol}"'
-        return f"Price >= {self.lo!r} and Price < {self.hi!r}"
+        volume = "" if self.volume is None else f" and Volume >= {self.volume}"
+        return f"Price >= {self.lo!r} and Price < {self.hi!r}{volume}"
 
 
-def subscriptions(selectivity: int, n: int) -> list[Sub]:
-    """n subscriptions each matching `selectivity` percent (2 or 20) of the events."""
+def subscriptions(selectivity: int | str, n: int) -> list[Sub]:
+    """n subscriptions each matching `selectivity` percent (2 or 20) of the events, or
+    (RANGE) 2% by a range over two attributes."""
     if selectivity == 2:
         return [Sub(i, SYMBOLS[i % len(SYMBOLS)]) for i in range(n)]
     if selectivity == 20:
         return [Sub(i, None, round(i * 80.0 / n, 1), round(i * 80.0 / n, 1) + 20.0) for i in range(n)]
-    raise ValueError(f"selectivity {selectivity}%: 2 or 20")
+    if selectivity == RANGE:
+        span = 100.0 - RANGE_WIDTH
+        return [Sub(i, None, round(i * span / n, 1), round(i * span / n, 1) + RANGE_WIDTH, VOLUME_MIN)
+                for i in range(n)]
+    raise ValueError(f"selectivity {selectivity}: 2, 20 or {RANGE}")
 
 
 @dataclass
@@ -66,14 +79,27 @@ class Pool:
     symbols: list[str]
     prices: list[float]
     receivers: list[tuple[int, ...]]
+    volumes: list[int] | None = None  # the range workload's events carry Volume
 
     @classmethod
     def draw(cls, subs: list[Sub], seed: int = 12) -> "Pool":
         rnd = random.Random(seed)
         symbols = [rnd.choice(SYMBOLS) for _ in range(POOL)]
         prices = [rnd.uniform(0.0, 100.0) for _ in range(POOL)]
-        receivers = [tuple(s.index for s in subs if s.matches(symbols[i], prices[i])) for i in range(POOL)]
-        return cls(symbols, prices, receivers)
+        volumes = [rnd.randrange(1000) for _ in range(POOL)] if any(s.volume is not None for s in subs) else None
+        receivers = [tuple(s.index for s in subs if s.matches(symbols[i], prices[i], volumes[i] if volumes else 0))
+                     for i in range(POOL)]
+        return cls(symbols, prices, receivers, volumes)
+
+    def attributes(self, i: int) -> dict:
+        """Event i's attributes (the SDK's form)."""
+        out = {"Symbol": self.symbols[i], "Price": self.prices[i]}
+        if self.volumes is not None:
+            out["Volume"] = self.volumes[i]
+        return out
+
+    def volume(self, i: int) -> int:
+        return self.volumes[i] if self.volumes is not None else 0
 
     def expected(self, first: int, last: int) -> int:
         """Useful deliveries of events first..last-1."""
@@ -103,7 +129,8 @@ def oracle(pool: Pool, first: int, last: int, subs: list[Sub], ids: dict[int, li
     whose attributes satisfy its predicate: missing, extra, duplicated."""
     missing = extra = dup = 0
     for s in subs:
-        want = {i for i in range(first, last) if s.matches(pool.symbols[i % POOL], pool.prices[i % POOL])}
+        want = {i for i in range(first, last)
+                if s.matches(pool.symbols[i % POOL], pool.prices[i % POOL], pool.volume(i % POOL))}
         got = ids.get(s.index, [])
         seen = set(got)
         dup += len(got) - len(seen)

@@ -17,11 +17,12 @@ pytestmark = pytest.mark.skipif(bool(missing_peers()), reason=f"{', '.join(missi
                                 "(Debian packages; `make install` as root installs them)")
 
 
+@pytest.mark.timeout(300)  # three workloads, six Echelon modes: about twice the default's cells
 def test_quick_run_has_every_cell_and_echelon_delivers_what_the_oracle_says(tmp_path, capsys):
-    r = bench.main(["--quick", "--out", str(tmp_path)])
+    r = bench.main(["--quick", "--out", str(tmp_path), "--base-port", "0"])  # free ports: tests share the machine
 
     want = {(system, mode, sel, pubs, rate if rate else "max") for system, modes in MODES.items() for mode in modes
-            for sel in (2, 20) for pubs in (1, 4) for rate in bench.RATES}
+            for sel in (2, 20, bench.RANGE) for pubs in (1, 4) for rate in bench.RATES}
     got = [(c["system"], c["mode"], c["selectivity"], c["publishers"], c["rate"]) for c in r.cells]
     assert sorted(got, key=str) == sorted(want, key=str)  # each cell once
 
@@ -47,6 +48,11 @@ def test_quick_run_has_every_cell_and_echelon_delivers_what_the_oracle_says(tmp_
     header, rule, *rows = table.splitlines()
     assert "pub/NATS" in header and len(rows) == len(want)
     assert all(row.split()[-2] == "1.000" for row in rows if row.startswith("nats"))  # NATS against itself
+    assert bench.range_table(r.cells) in printed
+    ranged = [c for c in r.cells if c["selectivity"] == bench.RANGE]
+    # The peers' subscribers take every event and filter it themselves; Echelon's filter nothing.
+    assert all((c["client_filtered_per_useful"] > 1) == (c["system"] != "echelon") for c in ranged), ranged
+    assert all(c["cpu_us_per_useful_delivery"] is not None and len(c["load_average"]) == 2 for c in r.cells)
     saved = json.loads((tmp_path / "bench_events.json").read_text())
     assert len(saved["cells"]) == len(want)
     assert (tmp_path / "latency_vs_rate.png").stat().st_size > 10_000

@@ -169,3 +169,27 @@ async def test_a_matcher_takes_one_conjunction_per_entry(cluster):
             await xgrpc.MatcherStub(ch).Register(xpb.RegisterRequest(subscriptions=[entry]))
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "one conjunction" in err.value.details()
     assert len(cluster.matcher_nodes[0].tier.store) == 0
+
+
+async def test_an_operator_sets_the_filter_caps_with_limits():
+    """`--limits filter_max_predicates=...` is the agents' cap for every identity: a filter
+    one predicate past it is refused INVALID_ARGUMENT naming the cap, one at it is served."""
+    from echelon.runtime.auth import AuthConfig
+    from echelon.runtime.limits import parse_limits
+    from tests.harness import Cluster
+
+    cluster = Cluster(agents=1, auth=AuthConfig(limits=parse_limits("filter_max_predicates=3,filter_max_bytes=64")))
+    await cluster.start()
+    try:
+        c = cluster.client(0)
+        await c.create_topic("quotes", SCHEMA)
+        at_cap = 'Symbol = "a" and High > 1 and Volume < 5'
+        async with c.subscribe("quotes", at_cap):
+            pass
+        with pytest.raises(errors.InvalidArgument, match="more than 3 predicates"):
+            await c.subscribe("quotes", at_cap + " and High < 9").start()
+        with pytest.raises(errors.InvalidArgument, match="64"):
+            await c.subscribe("quotes", 'Symbol prefix "' + "x" * 80 + '"').start()
+        assert not cluster.agent_nodes[0].subscriptions.subs
+    finally:
+        await cluster.stop()

@@ -49,7 +49,8 @@ async def test_the_wire_one_message_for_many_subscriptions_and_per_subscription_
     async with grpc.aio.insecure_channel(agent.address) as ch:
         call = pgrpc.PubSubStub(ch).Subscribe()
         await call.write(ppb.SubscribeRequest(open=ppb.SubscriptionOpen(topic="t", filter_text="n >= 0", credits=10,
-                                                                        subscription="a", sid=7)))
+                                                                        subscription="a", sid=7,
+                                                                        batched_deliveries=True)))
         await call.write(ppb.SubscribeRequest(batch=[
             ppb.SubscribeRequest(open=ppb.SubscriptionOpen(topic="t", filter_text="n >= 1", credits=10, sid=9)),
             ppb.SubscribeRequest(open=ppb.SubscriptionOpen(topic="nope", credits=10, sid=11)),
@@ -161,7 +162,8 @@ async def test_a_sliced_payload_behind_small_events_follows_them_without_another
     data = bytes(range(256)) * 1200  # 300 KiB: 5 relay slices
     async with grpc.aio.insecure_channel(agent.address) as ch:
         call = pgrpc.PubSubStub(ch).Subscribe()
-        await call.write(ppb.SubscribeRequest(open=ppb.SubscriptionOpen(topic="t", credits=0, sid=1)))
+        await call.write(ppb.SubscribeRequest(open=ppb.SubscriptionOpen(topic="t", credits=0, sid=1,
+                                                                        batched_deliveries=True)))
         assert (await asyncio.wait_for(call.read(), 10)).opened
         async with cluster.client(0).publisher(ack_level=AckLevel.DELIVERED) as pub:
             small = asyncio.ensure_future(pub.publish_batch("t", [{"n": i} for i in range(3)]))
@@ -187,7 +189,8 @@ async def test_a_backlog_past_one_message_goes_out_in_full_messages_without_anot
     agent = cluster.agent_nodes[1]
     async with grpc.aio.insecure_channel(agent.address) as ch:
         call = pgrpc.PubSubStub(ch).Subscribe()
-        await call.write(ppb.SubscribeRequest(open=ppb.SubscriptionOpen(topic="t", credits=0, sid=1)))
+        await call.write(ppb.SubscribeRequest(open=ppb.SubscriptionOpen(topic="t", credits=0, sid=1,
+                                                                        batched_deliveries=True)))
         assert (await asyncio.wait_for(call.read(), 10)).opened
         await publish(cluster, [{"n": i} for i in range(600)])
         (sub,) = [s for s in agent.subs.values() if s.topic == "t"]

@@ -5,9 +5,11 @@ A subscription stream opens (or resumes) a subscription in the registry (registr
 and sends what its credits allow; whatever ends the stream, the cleanup runs without
 awaiting anything.
 
-Batching (issue 12): deliveries go out many per message (whatever the backlog and the
-credits allow, up to MAX_DELIVERIES: nothing waits to fill a message, so a lone event
-goes at once), and a subscriber may ack cumulatively (`SubscriberAck.through`).
+Batching: to a subscriber that asks for it (`SubscriptionOpen.batched_deliveries`, the
+SDK does) deliveries go out many per message (whatever the backlog and the credits allow,
+up to MAX_DELIVERIES: nothing waits to fill a message, so a lone event goes at once);
+to any other, one per message, as the contract was before (docs/event-path.md). Any
+subscriber may ack cumulatively (`SubscriberAck.through`).
 
 A sliced delivery goes to the subscriber as a head and then one Delivery per slice, each
 written before the slice's hold is released (so a slow subscriber slows the tree, not
@@ -23,6 +25,7 @@ from typing import TYPE_CHECKING
 from echelon.agent.durable.caps import check_options
 from echelon.agent.durable.rpc import relay
 from echelon.agent.ownership import caller_name, check, claim, scoped
+from echelon.agent.publish_reader import coalesce
 from echelon.agent.publishing import Publishing
 from echelon.agent.shared_stream import SharedStream
 from echelon.runtime.auth import STREAM, cancel_after
@@ -54,7 +57,8 @@ class PubSubServicer(pgrpc.PubSubServicer):
         self.publishing = Publishing(node)
 
     def Publish(self, request_iterator, context):
-        return self.publishing.stream(request_iterator)  # publishing.py: its acks, one generator less per ack
+        # publishing.py: its acks; publish_reader.py: single-event requests taken in runs
+        return coalesce(self.publishing.stream, request_iterator)
 
     async def Subscribe(self, request_iterator, context):
         node = self.node
@@ -106,6 +110,7 @@ class PubSubServicer(pgrpc.PubSubServicer):
             stream.final = final_status
         reader = None
         encoded = first.open.encoded_events  # the client reads Delivery.encoded_event
+        most = MAX_DELIVERIES if first.open.batched_deliveries else 1  # the client reads Delivery.batch
         delivered = node.metrics.deliveries.labels(sub.topic)  # once: labels() costs ~2 us a call
         try:  # entered with no await since the open: every way out below runs the cleanup
             # Headers now: the client's `start()` returns once the subscription is registered.
@@ -124,7 +129,7 @@ class PubSubServicer(pgrpc.PubSubServicer):
                 if reader.done():
                     reader.result()  # raises the reader's error, if any
                     return  # the client half-closed
-                items = sub.take(MAX_DELIVERIES)
+                items = sub.take(most)
                 if not items:
                     sub.changed.clear()
                     await sub.changed.wait()  # the reader's end sets it too: no task per wait

@@ -137,6 +137,7 @@ class AgentNode(Node):
         self.matching = MatchClient(self.membership)
         self.subscriptions = Registry(me, self.topics, self.matching, self.metrics,
                                       lambda topics: self.membership.set_topics(set(), topics), self._max_backlog)
+        self.subscriptions.filter_limits = self.server.access.config.limits.filters()  # the operator's (--limits)
         self.durables = Durables(self, Store(self.data_dir, self.fsync), self.durable_defaults)
         durable_tasks = self.durables.start()
         delivery = LocalDelivery(lambda: self.subscriptions.subs, self.metrics, self.subscriptions.close)

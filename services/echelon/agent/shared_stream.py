@@ -60,6 +60,7 @@ class SharedStream:
 
     async def serve(self, first: ppb.SubscribeRequest, requests, context):
         self.encoded = first.open.encoded_events
+        batched = first.open.batched_deliveries  # else one delivery or status per message
         reader = asyncio.create_task(self._read(first, requests))
         reader.add_done_callback(lambda _: self.wake.set())
         try:  # every way out below runs the cleanup
@@ -71,8 +72,11 @@ class SharedStream:
                 self._check_ends()
                 self.wake.clear()  # whatever changes from here on (an offer, an ack, an end, an open) sets it
                 out, sliced, more = self._fill()
-                if len(out.batch):
-                    yield out if len(out.batch) > 1 else out.batch[0]
+                if len(out.batch) > 1 and batched:
+                    yield out
+                else:
+                    for d in out.batch:
+                        yield d
                 if sliced is not None:
                     sid, (delivery_id, pending) = sliced
                     async for d in self.chunked(self.subs[sid], delivery_id, pending, reader):

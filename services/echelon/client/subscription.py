@@ -111,7 +111,7 @@ class Subscription(Inbox):
         self.reconnects = 0  # streams opened again after one was lost
         self.gaps: list[tuple[float, float]] = []  # (lost, reopened), Unix seconds: events may be missing there
         open_ = ppb.SubscriptionOpen(topic=topic, subscription=name, credits=max_outstanding, durable=durable,
-                                     encoded_events=True)
+                                     encoded_events=True, batched_deliveries=True)
         if isinstance(flt, (Filter, Disjunction)):  # a parsed filter: its structured form
             open_.filter.CopyFrom(filter_to_pb(flt))
         else:

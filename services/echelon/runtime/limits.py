@@ -12,6 +12,9 @@
 - Durable subscriptions: `durable_max_messages`, `durable_max_bytes`,
   `durable_max_idle_seconds`, `durable_max_replicas` cap what a client may ask for
   (agent/durable/caps.py; docs/security.md).
+- Filters: `filter_max_bytes`, `filter_max_predicates`, `filter_max_depth`,
+  `filter_max_terms` bound what one subscription's filter may cost, for every identity
+  (core/filters.py `FilterLimits`; docs/filters.md, "Caps").
 
 Everything is on by default with values a real workload does not reach (tens of
 thousands of events per second per identity on one agent; the loadtests stay well
@@ -24,6 +27,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
+from echelon.core.filters import DEFAULT_LIMITS, FilterLimits
 from echelon.runtime.transport import MAX_MESSAGE_BYTES
 
 _IDLE_BUCKETS = 10_000  # past this many buckets, full (idle) ones are dropped
@@ -42,6 +46,17 @@ class Limits:
     durable_max_bytes: int = 1 << 30
     durable_max_idle_seconds: int = 30 * 86400
     durable_max_replicas: int = 3
+    # What one filter may cost (core/filters.py); an operator may only tighten or loosen these
+    # four, the derived caps of the normal form follow from them.
+    filter_max_bytes: int = DEFAULT_LIMITS.max_bytes
+    filter_max_predicates: int = DEFAULT_LIMITS.max_predicates
+    filter_max_depth: int = DEFAULT_LIMITS.max_depth
+    filter_max_terms: int = DEFAULT_LIMITS.max_terms
+
+    def filters(self) -> FilterLimits:
+        return FilterLimits(max_bytes=self.filter_max_bytes, max_predicates=self.filter_max_predicates,
+                            max_depth=self.filter_max_depth, max_terms=self.filter_max_terms,
+                            max_expanded=max(DEFAULT_LIMITS.max_expanded, self.filter_max_predicates))
 
     def __post_init__(self) -> None:
         for name in self.__dataclass_fields__:

@@ -571,6 +571,7 @@ class SubscriptionOpen:  # pubsub.proto
     filter_text = 0x1a  # 3, length-delimited
     subscription = 0x22  # 4, length-delimited
     credits = 0x28  # 5, varint
+    batched_deliveries = 0x30  # 6, varint
     durable = 0x142  # 40, length-delimited
     routed = 0x148  # 41, varint
     sid = 0x370  # 110, varint

@@ -1,0 +1,145 @@
+"""A Publish stream read in runs: what has arrived is taken in one go, and consecutive
+single-event requests become one batch, as if the client had sent `PublishRequest.batch`
+(docs/event-path.md).
+
+Why: a client generated from the protos sends one event per request. Admitted,
+dispatched and acked one by one (a unit, a future, an ack message each), its events cost
+the agent about twice the Python work of the same events in a batch (loadtest/README.md,
+the `Publish handler` pieces). A reader task takes the stream's messages as gRPC hands
+them over, the consumer (publishing.py) all that queued meanwhile. gRPC hands over one
+message per read, and the consumer is faster than the reads: taken as they come, runs
+would be of one. So while earlier requests of the stream await their acks (a pipelining
+client, whose acks are not due yet anyway) a run waits for the next request, at most GAP
+for each and LINGER in all; a request with nothing of its stream in flight goes at once.
+
+The contract stays the client's: the acks of a run are written as that client asked, one
+PublishAck per request (its fields at the top level, in request order), or, with
+`coalesce_acks`, in `acks` (as the agent may coalesce them anyway). Merged: whole events
+(no slices, no batch of their own) with the same producer id, ack level and
+`coalesce_acks`; anything else goes through as it came, in its place.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from typing import AsyncIterator, Callable
+
+from echelon.v1 import pubsub_pb2 as ppb
+
+MAX_QUEUED = 1024  # requests read ahead of the consumer (then reading waits: HTTP/2 pushes back)
+MAX_RUN = 256  # a run stops waiting for more at this many requests
+GAP = 0.0003  # seconds: a pipelining client's next request is usually in within one gRPC read
+LINGER = 0.001  # seconds a run waits for more at most (only while earlier requests await acks)
+
+
+class Run:
+    """Consecutive single-event requests as one batch request: the fields publishing.py
+    reads of a request with a `batch` (the elements are the requests themselves, not copies)."""
+
+    __slots__ = ("batch", "producer_id", "ack_level", "coalesce_acks")
+    slice_count = slice_index = sequence = 0
+
+    def __init__(self, batch: list[ppb.PublishRequest]):
+        first = batch[0]
+        self.batch, self.producer_id, self.ack_level, self.coalesce_acks = \
+            batch, first.producer_id, first.ack_level, first.coalesce_acks
+
+
+def _single(req) -> bool:
+    return not req.slice_index and req.slice_count <= 1 and not req.batch
+
+
+def coalesce(stream: Callable[[AsyncIterator], AsyncIterator[ppb.PublishAck]], requests) -> AsyncIterator:
+    """`stream` (Publishing.stream) over `requests` read in runs; its acks split back to one
+    message per request where the client did not take coalesced acks."""
+    answers: deque[int] = deque()  # per request to be acked: its ack count, negative for a run to split
+    return _acks(stream(_runs(requests, answers)), answers)
+
+
+async def _runs(requests, answers: deque[int]):
+    queued: deque = deque()
+    news = asyncio.Event()
+    room = asyncio.Event()
+    room.set()
+    ended = False
+
+    async def read():
+        nonlocal ended
+        try:
+            async for req in requests:
+                queued.append(req)
+                news.set()
+                if len(queued) >= MAX_QUEUED:
+                    room.clear()
+                    await room.wait()
+        finally:
+            ended = True
+            news.set()
+
+    async def more() -> None:
+        """While the client has requests awaiting acks (pipelining), the next ones usually
+        follow within a gRPC read: wait for them a little (each gap at most GAP, all at most
+        LINGER). A request with nothing before it in flight never waits."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + LINGER
+        while answers and not ended and len(queued) < MAX_RUN and (left := deadline - loop.time()) > 0:
+            news.clear()
+            timer = loop.call_later(min(GAP, left), news.set)
+            had = len(queued)
+            await news.wait()
+            timer.cancel()
+            if len(queued) == had:
+                return  # the gap passed with nothing new
+
+    reader = asyncio.create_task(read())
+    try:
+        while True:
+            if not queued:
+                if ended:
+                    reader.result()  # the reader's error, if any
+                    return
+                news.clear()
+                await news.wait()
+                continue
+            if len(queued) < MAX_RUN:
+                await more()
+            taken, run = list(queued), []
+            queued.clear()
+            room.set()
+            for req in taken:
+                if run and not (_single(req) and req.producer_id == run[0].producer_id
+                                and req.ack_level == run[0].ack_level and req.coalesce_acks == run[0].coalesce_acks):
+                    yield _flush(run, answers)
+                    run = []
+                if _single(req):
+                    run.append(req)
+                    continue
+                if not req.slice_index:  # a later slice is acked with slice 0
+                    answers.append(len(req.batch) or 1)
+                yield req
+            if run:
+                yield _flush(run, answers)
+    finally:
+        reader.cancel()
+
+
+def _flush(run: list, answers: deque[int]):
+    if len(run) == 1:
+        answers.append(1)
+        return run[0]
+    answers.append(len(run) if run[0].coalesce_acks else -len(run))
+    return Run(run)
+
+
+async def _acks(acks: AsyncIterator[ppb.PublishAck], answers: deque[int]):
+    async for ack in acks:
+        if answers and answers[0] < 0:  # a run of requests that each want their own ack
+            answers.popleft()
+            for element in ack.acks:
+                yield element
+            continue
+        count, covered = len(ack.acks) or 1, 0
+        while covered < count and answers:
+            covered += answers.popleft()
+        yield ack
