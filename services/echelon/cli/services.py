@@ -199,11 +199,14 @@ def router(log_level, routing, delta, interval, **kw) -> None:
 @click.option("--peers", multiple=True, help="All membership replica addresses, this one included (comma list).")
 @click.option("--tombstone-ttl", default=300.0, type=click.FloatRange(0), show_default=True,
               help="Seconds a DEAD or LEFT member stays in the view before it is dropped.")
-def membership(log_level, peers, tombstone_ttl, **kw) -> None:
+@click.option("--data-dir", default=None, type=click.Path(file_okay=False),
+              help="Where topics, ACLs and the routing plan are kept (SQLite, WAL, fsynced). Unset: in memory.")
+def membership(log_level, peers, tombstone_ttl, data_dir, **kw) -> None:
     """Run a membership replica: views, topics, routing plans, replicated with its peers."""
     from echelon.membership.server import MembershipNode
 
     setup_logging("membership", log_level)
-    _serve(lambda: MembershipNode(_config(**kw), peers=_split(peers), tombstone_ttl=tombstone_ttl))
+    _serve(lambda: MembershipNode(_config(**kw), peers=_split(peers), tombstone_ttl=tombstone_ttl,
+                                  data_dir=data_dir))
 
 

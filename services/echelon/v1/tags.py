@@ -436,6 +436,15 @@ class SuspectResponse:  # membership.proto
     pass
 
 
+class RunReport:  # membership.proto
+    result = 0x0a  # 1, length-delimited
+    reason = 0x12  # 2, length-delimited
+
+
+class ReportRunResponse:  # membership.proto
+    pass
+
+
 class Zone:  # membership.proto
     id = 0x0a  # 1, length-delimited
     topic = 0x12  # 2, length-delimited
