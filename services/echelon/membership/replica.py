@@ -85,6 +85,11 @@ class Replica:
         """Members ALIVE or SUSPECT here: the owners a plan may name."""
         return self.detector.live()
 
+    def live_members(self) -> dict[str, tuple[str, str]]:
+        """Members ALIVE or SUSPECT here: id -> (role name, region joined with)."""
+        live = self.alive()
+        return {i: (r.role, r.region) for i, r in self.log.snapshot().members.items() if i in live}
+
     def counts(self) -> dict[State, int]:
         """Members of the view by state (expired tombstones are no longer counted)."""
         out = dict.fromkeys(State, 0)

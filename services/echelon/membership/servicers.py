@@ -238,7 +238,8 @@ class ControlServicer(mgrpc.ControlServicer):
 
     async def PushPlan(self, plan, context):
         await self.node.peers.ready.wait()
-        rejection = plans.check(plan, self.replica.plans.version, self.replica.alive(), self.replica.topics.live())
+        rejection = plans.check(plan, self.replica.plans.version, self.replica.alive(), self.replica.topics.live(),
+                                self.replica.live_members())
         if rejection is not None:
             self.node.metrics.plan_pushes.labels("stale" if rejection.stale else "invalid").inc()
             raise (FailedPrecondition if rejection.stale else InvalidArgument)(str(rejection))

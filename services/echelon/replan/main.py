@@ -206,7 +206,8 @@ def run(args: argparse.Namespace, spark=None) -> Result:
         matchers=[m.id for m in matchers], members=members, agents=[m.id for m in cluster.alive(v, mpb.ROLE_AGENT)],
         spaces=spaces, current=current, zones=layouts.zones, sources=layouts.sources,
         points={t: np.asarray(p, dtype=np.float64) for t, p in points.items()}, events=events,
-        congested=congested, rtt=rtt)
+        congested=congested, rtt=rtt, routers=[m.id for m in cluster.alive(v, mpb.ROLE_ROUTER)],
+        regions={m.id: m.region for m in v.members})
     settings = planning.Settings(margin=args.margin, max_distance=args.max_distance, max_servers=args.max_servers,
                                  delta=args.delta)
     decision = planning.decide(inputs, settings, current.version + 1)
