@@ -1,4 +1,5 @@
-"""Durable vs ephemeral subscriptions, side by side (issue 16): throughput and delivery
+"""Durable vs ephemeral subscriptions, side by side (docs/performance.md, "Durable
+subscriptions"): throughput and delivery
 latency (p50, p99) of one subscriber, per fsync policy of the agents' log.
 
 `python -m loadtest.bench_durable --out out/bench_durable` (`make bench-durable`). For each

@@ -1,5 +1,5 @@
 """The hot path's per-event pieces, this tree against a base revision, side by side in
-one run (issue 12): `make bench-hotpath` or `python -m loadtest.bench_hotpath --base REV`.
+one run (docs/performance.md): `make bench-hotpath` or `python -m loadtest.bench_hotpath --base REV`.
 
 The base revision's `services/echelon/` is unpacked (git archive) beside this tree; each round
 runs one child process per tree, alternating (base, head, base, head...), and each

@@ -1,4 +1,5 @@
-"""Issue 12's 1,000 events/s latency, this tree against a base revision, side by side:
+"""The 1,000 events/s latency (docs/performance.md, "Small events"), this tree against a base
+revision, side by side:
 `python -m loadtest.bench_lowrate --base main --rounds 3`.
 
 Every 1,000/s cell of `make bench-events` (2% and 20% selectivity, 1 and 4 publishers,

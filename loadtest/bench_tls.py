@@ -1,4 +1,5 @@
-"""What mTLS costs (issue 14): small-event throughput and delivery latency of the same
+"""What mTLS costs (docs/performance.md, "What TLS costs"): small-event throughput and
+delivery latency of the same
 Echelon cluster with TLS off and on, side by side in one run. `make bench-tls` (a few
 minutes) or `python -m loadtest.bench_tls --quick`.
 

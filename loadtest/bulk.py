@@ -1,4 +1,4 @@
-"""The paper's experiment (Li et al., section 4; ALGORITHMS.md section 1), on one machine.
+"""The paper's experiment (Li et al., section 4; docs/papers.md, "LBDD"), on one machine.
 
     python -m loadtest.bulk [--payload-mb 64] [--rate-mbit 20] [--modes p2p,lbdd,striped] [--out out/bulk]
 

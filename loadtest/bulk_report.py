@@ -1,7 +1,7 @@
 """Tables and plots of the bulk experiment (`loadtest.bulk`).
 
 Speedups are ratios measured side by side in one run: every mode against the p2p round
-of the same size and subscriber count. The ideal bounds (ALGORITHMS.md section 1) for N
+of the same size and subscriber count. The ideal bounds (docs/papers.md, "LBDD") for N
 receivers with equal upload u and data F: point-to-point N*F/u, a pipelined binary tree
 about 2F/u (speedup N/2), a striped multi-tree or swarm about F/u (speedup N). An LBDD
 tree is pipelined but its busiest node uploads one copy per child, so this tree's own

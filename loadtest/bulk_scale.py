@@ -1,5 +1,5 @@
 """Bulk at the paper's scale: one payload of LBDD's size (8 GB) to 11 subscribers, with
-the peak memory of every agent (LBDD section 4; issue 12 item 5).
+the peak memory of every agent (LBDD section 4; docs/performance.md, "Bulk payloads").
 
     python -m loadtest.bulk_scale [--size-mb 8192] [--agents 12] [--subscribers 11] [--out out/bulk-scale]
 

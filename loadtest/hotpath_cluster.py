@@ -1,4 +1,4 @@
-"""The whole-cluster modes of `loadtest.bench_hotpath` (issue 12): `--cluster` (a
+"""The whole-cluster modes of `loadtest.bench_hotpath`: `--cluster` (a
 saturation and a 1k/s cell with publish_batch, a saturation cell with one event per
 publish(): events/s, latency, CPU per 1,000 events per service, the subscribers' and the
 publisher's stream messages per event) and `--idle` (CPU per second of a cluster doing

@@ -1,4 +1,4 @@
-"""The per-event pieces of `loadtest.bench_hotpath` (issue 12), each timed on identical
+"""The per-event pieces of `loadtest.bench_hotpath`, each timed on identical
 inputs in a child process of either tree: microseconds per event, the best of a few
 repeats in CPU time. Imported by name from this directory (the child runs
 bench_hotpath.py as a script): this code drives the `echelon` on PYTHONPATH, either tree's.

@@ -1,5 +1,5 @@
-"""OctopiA's experiment scaled to this machine, with real routers (papers/octopia-*.txt
-section VIII; issue 11): every router and agent in its own network namespace, iLinks
+"""OctopiA's experiment scaled to this machine, with real routers (OctopiA section VIII;
+docs/papers.md, "OctopiA"): every router and agent in its own network namespace, iLinks
 throttled with tc (tbf) mid-run, a high-rate publisher (HRP) plus background publishers
 at 2% selectivity; SNR and IDR side by side in one run, on the same workload.
 

@@ -1,5 +1,5 @@
-"""OctopiA's burst experiment (papers/octopia-*.txt section VIII, "Burst Scenario";
-ALGORITHMS.md section 4) as a discrete-event simulation on the same `core.scot` /
+"""OctopiA's burst experiment (OctopiA section VIII, "Burst Scenario";
+docs/papers.md, "OctopiA") as a discrete-event simulation on the same `core.scot` /
 `core.idr` functions the routers run.
 
 The paper's setting: a SCOT of a 14-broker tree x 5 clusters (70 brokers); 2000

@@ -1,4 +1,4 @@
-"""Where every process's CPU goes at saturation, below Python (issue 12): one saturation
+"""Where every process's CPU goes at saturation, below Python (docs/performance.md): one saturation
 cell (batch publish acked at DELIVERED, 1 publisher, 2% selectivity) of the bench_events
 cluster, and per process (the load generator too):
 

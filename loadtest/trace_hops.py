@@ -1,4 +1,4 @@
-"""Where one event's latency goes, hop by hop (issue 12): `python -m loadtest.trace_hops`.
+"""Where one event's latency goes, hop by hop: `python -m loadtest.trace_hops`.
 
 The bench cluster of loadtest.bench_events (4 agents, 3 matchers, 3 membership replicas,
 2% selectivity or `--selectivity 20`, 50 subscriptions, one publisher on agent-0,

@@ -1,5 +1,5 @@
 """Small events side by side: Echelon, nats-server and redis-server pub/sub in one run
-on one machine (issue 12, item 4). `make bench-events` (about 10 minutes) or
+on one machine (docs/performance.md, "Small events"). `make bench-events` (about 10 minutes) or
 `python -m loadtest.bench_events --quick` (the default suite's structural check).
 
 Per system, selectivity (2%: `Symbol = ...`; 20%: a Price range, which NATS and Redis

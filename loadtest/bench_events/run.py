@@ -264,7 +264,8 @@ def table(cells: list[dict]) -> str:
 
 
 def targets(cells: list[dict]) -> str:
-    """Issue 12's targets on its workload (2% selectivity), each with the cells it is read
+    """The small-event targets (docs/performance.md) on their workload (2% selectivity), each
+    with the cells it is read
     from and MET / NOT MET; '-' where the run had no such cell."""
     def pick(mode: str | None, rate) -> list[dict]:
         return [c for c in cells if c["system"] == "echelon" and c["selectivity"] == 2 and c["rate"] == rate
@@ -278,7 +279,7 @@ def targets(cells: list[dict]) -> str:
     def verdict(ok: bool | None) -> str:
         return "-" if ok is None else "MET" if ok else "NOT MET"
 
-    out = ["issue 12 targets (2% selectivity, Echelon; the best cell counts, 1,000/s: one cell meeting both):"]
+    out = ["small-event targets (2% selectivity, Echelon; the best cell counts, 1,000/s: one cell meeting both):"]
     for mode, floor, what in (("batch-DELIVERED", 50_000, "batched, acked at DELIVERED"),
                               ("single-DELIVERED", 10_000, "one event per publish(), DELIVERED")):
         each, best = rates(mode)
@@ -430,7 +431,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--out", default="out/bench_events")
     ap.add_argument("--quick", action="store_true", help="a few seconds per cell's worth: structure and the oracle")
     ap.add_argument("--short", action="store_true",
-                    help="the cells issue 12's targets are read from: Echelon at "
+                    help="the cells the small-event targets are read from: Echelon at "
                          "DELIVERED only (batch and per event), 2 s per cell, in about half the time")
     ap.add_argument("--modes", nargs="+", default=MODES["echelon"], choices=MODES["echelon"],
                     help="Echelon's modes (the peers have one each)")

@@ -1,5 +1,5 @@
-"""Fault injection against a real cluster, and what the clients saw (issue 4, DESIGN.md
-"Guarantees"): `python -m loadtest.chaos --minutes 5`.
+"""Fault injection against a real cluster, and what the clients saw (docs/guarantees.md):
+`python -m loadtest.chaos --minutes 5`.
 
 Topology. The cluster is started by the launcher (`echelon.launch`) with
 `loadtest.netns.NetnsPlacement`: each agent in its own network namespace on a bridge
@@ -24,7 +24,7 @@ Faults, one at a time, each followed by a settle period, repeated while time rem
   partition  every packet to and from one agent dropped (tc filters), then healed
   replica    kill -9 of membership replica 0 (the one every member watches), restarted
 
-Security (issue 14). Every process runs with mTLS, certificates from a throw-away CA
+Security (docs/security.md). Every process runs with mTLS, certificates from a throw-away CA
 (`runtime/certs.py`, through the launcher's `tls`; `--no-tls`: plain text), and with
 tokens and per-topic ACLs (`--auth`, runtime/auth.py; `--no-auth`: none); the workload's
 clients present the cluster's client certificate (a superuser) and its admin token.

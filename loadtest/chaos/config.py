@@ -13,7 +13,7 @@ class Config:
     minutes: float = 5.0
     agents: int = 6
     producers: int = 3
-    # Messages per second per producer: 600/s in all, 10x the 20/s of before issue 12. The
+    # Messages per second per producer: 600/s in all, 10x the 20/s of before batching. The
     # 5-minute netns run at this rate: 180,003 sent, 0 lost, 0 duplicated, 0 reordered.
     rate: float = 200.0
     keys: int = 4
@@ -25,7 +25,7 @@ class Config:
     warmup: float = 8.0
     drain: float = 60.0
     loopback: bool = False  # force loopback even where namespaces work
-    wipe_disk: bool = False  # a killed agent restarts on an empty data dir (durable.py)
+    wipe_disk: bool = False  # a killed agent restarts on an empty data dir (durables.py)
     tls: bool = True  # mTLS between every process and for the clients (runtime/certs.py issues them)
     auth: bool = True  # --auth tokens everywhere; the workload's clients send the admin token (launch/cluster.py)
     intruder: bool | None = None  # the intruder (intruder.py) runs beside the workload; None: with TLS

@@ -1,4 +1,5 @@
-"""Durable subscribers in the fault run (issue 16): for every agent the schedule kills,
+"""Durable subscribers in the fault run (docs/guarantees.md, "Durable subscriptions"): for
+every agent the schedule kills,
 pauses or partitions, a durable subscription whose serving holder is that agent (its
 name is chosen so: core/durability.py `holders`), and one whose replica is the killed
 agent; each subscriber connects through that agent first and, when its stream breaks,

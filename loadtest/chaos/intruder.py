@@ -1,4 +1,4 @@
-"""An intruder in the fault run (issue 14, "What must be shown"): a process of its own,
+"""An intruder in the fault run (docs/security.md): a process of its own,
 beside the workload, that every second tries to get in with credentials it should not
 have, and what it got.
 

@@ -1,4 +1,5 @@
-"""Durable subscribers through the fault schedule (issue 16; loadtest/chaos/durable.py says
+"""Durable subscribers through the fault schedule (docs/guarantees.md, "Durable
+subscriptions"; loadtest/chaos/durable.py says
 how they are placed and counted): the full run (`make chaos`, test_faults.py) carries
 them too; this one kills an agent and restarts it on an EMPTY data dir (the node lost its
 disk), and its durable subscriptions still lose nothing, thanks to the replica."""

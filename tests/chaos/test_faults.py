@@ -1,4 +1,5 @@
-"""Fault tests (issue 4): a cluster of real processes, each agent in its own network
+"""Fault tests (docs/guarantees.md, "At-least-once delivery"): a cluster of real processes,
+each agent in its own network
 namespace, a numbered workload, and kill -9 of a relay, a 3 s SIGSTOP, a partition,
 delay/loss on two links and a membership replica killed and restarted (loadtest/chaos/
 says how each is made and counted).

@@ -1,4 +1,4 @@
-"""Access control in the chart (issue 14; services/echelon/runtime/auth.py): `auth.*` values
+"""Access control in the chart (docs/security.md; services/echelon/runtime/auth.py): `auth.*` values
 rendered by the real Helm engine into the services' flags, the tokens Secret mounted, the
 member and client tokens from Secrets in the environment (never in argv); the flags parse
 with the services' own CLI; a values file that cannot work is refused at render time.

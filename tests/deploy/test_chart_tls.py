@@ -1,4 +1,4 @@
-"""TLS in the chart (issue 15 with issue 14's files): every pod that speaks gRPC mounts a
+"""TLS in the chart (docs/security.md): every pod that speaks gRPC mounts a
 certificate at the directory its ECHELON_TLS_DIR names, the certificate names the member
 id the pod runs as, and the cert-manager objects validate against typed models generated
 from cert-manager's CRDs (cloudcoil-models-cert-manager).

@@ -1,4 +1,4 @@
-"""Many events per message (issue 12) through real servers: a `batch` request is answered
+"""Many events per message through real servers: a `batch` request is answered
 by one ack per element, in order, each element judged on its own (refusal, duplicate,
 published); deliveries come many per message and a cumulative ack (`through`) settles
 them; the agent's subscription applies `through` and explicit ids alike."""

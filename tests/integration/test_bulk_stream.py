@@ -90,7 +90,7 @@ async def test_a_streamed_publish_reaches_chunk_readers_and_whole_readers_in_ord
 
 
 async def test_batches_and_a_sliced_payload_queued_together_arrive_in_order(cluster):
-    """Batching (issue 12) meets slices: small events queued around a payload above the
+    """Batching meets slices: small events queued around a payload above the
     client's slice size go in `batch` requests, the payload's slices alone on the same
     Publish stream (one unit at the agent); with the small events and the payload's head
     waiting together in a subscription's backlog, credits for all of them at once (one

@@ -126,7 +126,7 @@ def test_the_path_to_a_subscriber_does_not_depend_on_the_other_destinations(stri
     are registered on the matchers a heartbeat before its `subscribes` reaches the views)
     get direct copies and never reshape the tree: a producer's next message, with or
     without them among its destinations, takes the same path to every other subscriber,
-    so it cannot overtake its predecessor at a relay (FIFO per key, issue 16). Here four
+    so it cannot overtake its predecessor at a relay (FIFO per key: docs/guarantees.md, "Order"). Here four
     of twelve agents are unadvertised: every subset of them rides along in turn."""
     members = view(PAPER, subscribers=range(1, 8))
     nodes = agents(members)

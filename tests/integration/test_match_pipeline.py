@@ -1,4 +1,4 @@
-"""Pipelined matching (issue 12; agent/dispatch.py, agent/matching.py, the matcher's `Match`
+"""Pipelined matching (agent/dispatch.py, agent/matching.py, the matcher's `Match`
 stream) through real servers: several batches in flight on one stream, matched at once
 and answered in order, so the events reach a subscriber in each key's order; a stream that
 fails with batches outstanding sends all of them again, in order, to the next matcher.

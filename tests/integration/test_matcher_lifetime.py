@@ -3,7 +3,7 @@
 Real membership, three matcher processes in the harness. A matcher reported suspect
 refutes with a higher incarnation: it is the same process holding the same copies, so no
 matcher may adopt a new layout (before the fix every refutation started a handoff of the
-whole tier, and a loaded tier never settled: issue 10). A matcher that really restarts
+whole tier, and a loaded tier never settled). A matcher that really restarts
 lost its copies: every matcher adopts a new layout and the restarted one is refilled with
 every subscription the layout gives it (the oracle: the layout's own placement, read at
 the matchers that survived).

@@ -1,4 +1,4 @@
-"""Precise refusals through real servers (issue 8): a filter whose predicates have no
+"""Precise refusals through real servers (docs/guarantees.md, "Bad input"): a filter whose predicates have no
 common value, a (producer, sequence) reused for a different event, attributes over the
 topic's size limits. Each refusal changes nothing: no subscription held, nothing
 delivered."""

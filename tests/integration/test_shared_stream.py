@@ -1,4 +1,4 @@
-"""A shared subscription stream (issue 12; agent/shared_stream.py, client/shared.py)
+"""A shared subscription stream (agent/shared_stream.py, client/shared.py)
 through a real agent: the wire contract read raw, then the client's subscriptions on it.
 
 Pinned: an event matching two subscriptions of the stream comes as one message; opens

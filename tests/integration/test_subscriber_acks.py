@@ -1,4 +1,4 @@
-"""The subscriber's delayed, cumulative acks and batch API (issue 12, client/acks.py)
+"""The subscriber's delayed, cumulative acks and batch API (client/acks.py)
 through a real agent (the in-process harness: the agent and the client share one event
 loop, so "not written yet" right after a synchronous ack is exact, not a race).
 

@@ -1,4 +1,5 @@
-"""Subscriptions leave no ghosts (issue 8): hundreds opened and cancelled at random
+"""Subscriptions leave no ghosts (docs/guarantees.md, "At-least-once delivery"): hundreds
+opened and cancelled at random
 moments, subscriber processes killed, an agent killed and restarted; afterwards the
 matcher tier's own answers (`ListZones` copies, `Match`, `Reconcile`) hold nothing and a
 publish reaches no destination. Reconciliation, checked direction by direction, and the

@@ -1,4 +1,4 @@
-"""mTLS between services (issue 14, item 1), with real servers on loopback: a TLS cluster
+"""mTLS between services (docs/security.md), with real servers on loopback: a TLS cluster
 delivers; a forged member (a certificate from the cluster's CA naming another member or
 role) cannot join, heartbeat, leave or relay, and changes nothing; plain text and
 certificate-less callers are refused; a rotated certificate is served to new handshakes

@@ -1,4 +1,4 @@
-"""What a matcher reads of an event (issue 12): runtime/wire.py `attributes_read` takes the
+"""What a matcher reads of an event: runtime/wire.py `attributes_read` takes the
 named attributes only, checked as `attributes_from_pb` checks them (the oracle);
 core/cdm.py `CountingIndex.attributes` names what its live subscriptions use, through
 inserts, replacements and deletes (oracle: the filters held); an event kept for the

@@ -103,3 +103,18 @@ def test_each_package_readme_lists_its_modules(folder):
     modules = {p.name for p in (PACKAGE / folder).glob("*.py") if p.name not in ("__init__.py", "__main__.py")}
     assert listed == modules, (f"services/echelon/{folder}/README.md: add {sorted(modules - listed)}, "
                                f"drop {sorted(listed - modules)}")
+
+
+def test_comments_cite_docs_not_issue_numbers_or_notes_outside_the_repository():
+    """A reader of a clone can follow a docs/ section; an issue number or the project's
+    shared notes (DESIGN.md, ALGORITHMS.md, papers/) are not in the repository."""
+    pattern = re.compile(r"\b[Ii]ssues? \d+\b|\bDESIGN\.md\b|\bALGORITHMS\.md\b|\bpapers/[a-z*-]+\.txt")
+    found = []
+    for top in ("services", "loadtest", "tests", "deploy"):
+        for path in sorted((ROOT / top).rglob("*")):
+            if path.suffix not in (".py", ".tpl", ".yaml") or path == Path(__file__) or "/v1/" in str(path):
+                continue
+            for n, line in enumerate(path.read_text().splitlines(), 1):
+                if pattern.search(line):
+                    found.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
+    assert not found, "cite the docs/ section instead:\n" + "\n".join(found)

@@ -128,7 +128,7 @@ def test_the_retention_sweep_reads_what_it_lets_go_not_the_whole_log(tmp_path):
     must cost as much for 6,000 events as for 300 (counted in SQLite VM steps, not time):
     it used to read the whole log, and at 10x the chaos workload that grew to most of an
     agent's event loop within minutes, its subscriptions fell behind past their backlog
-    bound and were closed (issue 12). What is due still goes, owed events stay."""
+    bound and were closed. What is due still goes, owed events stay."""
     from types import SimpleNamespace
 
     from echelon.agent.durable.upkeep import expire_retention
@@ -168,7 +168,7 @@ def test_store_flush_fsyncs_only_after_changes(tmp_path):
     agent with no durable subscription does no fsync at all)."""
     store = Store(tmp_path, "batch")
 
-    def tick():  # what durable_upkeep.flush_loop does every period
+    def tick():  # what durable/upkeep.py flush_loop does every period
         if store.dirty():
             store.flush()
 

@@ -1,4 +1,4 @@
-"""LBDD against an independent brute-force oracle (ALGORITHMS.md section 1).
+"""LBDD against an independent brute-force oracle (docs/papers.md, "LBDD").
 
 The oracle below re-derives every parent straight from the written rules -- its own MD5
 digest, buckets, (digest, key) order and the floor partition with exact fractions -- and

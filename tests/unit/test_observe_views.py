@@ -1,5 +1,5 @@
 """What `echelon top` and `echelon topology` compute, without a cluster: the tree drawn is
-the one the agents route on (checked against `agent.trees.Trees`, each node routing for
+the one the agents route on (checked against `dataplane.trees.Trees`, each node routing for
 itself), congestion levels follow the alert's rule, values read in their units."""
 
 import math

@@ -1,4 +1,4 @@
-"""Admission of one publish request (issue 12: the publishing agent's CPU per event).
+"""Admission of one publish request, with the publishing agent's CPU per event in mind.
 
 A request's events are admitted as a whole, with one clock reading: the caller's right
 and rate per event (runtime/auth.py), the topic's schema compiled once per topic version

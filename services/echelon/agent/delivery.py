@@ -5,23 +5,19 @@ frame acks wait for it: subscriptions.py) or, if it chose eviction, is closed (c
 a `slices.ChunkStream` per subscription, and only to subscriptions with a stream
 attached: nothing here holds it for one that comes back later (slices.py).
 
-The filter check (issue 12): a frame's events are matched together, against the
-topic's local subscriptions compiled into one function (core/filter_code.py: ~0.4 us per
-event over 17 subscriptions, where checking each filter cost 9-18 us and the counting
-index 0.6-0.9 us in a frame of 170 events, 20-30 us for a lone one). A topic with more
+The filter check: a frame's events are matched together, against the
+topic's local subscriptions compiled into one function (core/filter_code.py: cheaper than
+checking each filter, and than the counting index for a lone event). A topic with more
 than COMPILED_SUBS subscriptions here, or more than COMPILED_PREDICATES predicates over
 their filters' terms (core/filters.py), is matched with the CDM counting index instead
-(core/cdm.py, the matcher's own, exact as `Filter.matches`): compiling costs ~30 us per
-subscription, 8x the index's build, paid again whenever the topic's subscriptions or
+(core/cdm.py, the matcher's own, exact as `Filter.matches`): compiling costs several times
+the index's build per subscription, paid again whenever the topic's subscriptions or
 their filters change, and the index's cost per event grows with the matches rather
-than with the subscriptions (2% selectivity, 500 subscriptions, 170 events: 1.5 against
-5.9 us per event).
+than with the subscriptions.
 
-Per frame, not per event (issue 12): the compiled function reads the frame's attribute
+Per frame, not per event: the compiled function reads the frame's attribute
 maps in place and answers per subscription, and each subscription takes its events of
-the frame in one call (`Subscription.offer_many`: one bound check, one wakeup). The
-`deliver` pieces of loadtest.bench_hotpath: 2.86 -> 1.38 us per event at 2%, 4.66 ->
-2.10 at 20% (frames of 170, main against this, one run).
+the frame in one call (`Subscription.offer_many`: one bound check, one wakeup).
 """
 
 from __future__ import annotations

@@ -3,24 +3,21 @@ batch, or one event), one future per unit; one task takes whole units until it h
 MAX_BATCH events or the queue is empty, matches them at once on the matcher tier
 (attributes only: payloads stay here), delivers locally what is for this agent, hands
 this region's destinations to the data plane as the root of their trees and other
-regions' to the gateway plane, for a router of this region (DESIGN.md, "The path of one
-event", steps 2-4; gateway.py). A payload still arriving (`slices.PayloadStream`) is read
+regions' to the gateway plane, for a router of this region (docs/event-path.md, steps 2-4;
+gateway.py). A payload still arriving (`slices.PayloadStream`) is read
 by each plane that has destinations for it, both at once (each through its own reader).
 
-Pipelined matching (issue 12), used when an answer is late. Batches can be out at once on
+Pipelined matching, used when an answer is late. Batches can be out at once on
 the one Match stream (agent/matching.py; the matcher matches them at once and answers in
 order), and `_apply` hands on each answer in the order its batch was sent, so FIFO per
 producer and the acks are as with one round trip at a time. But a batch goes while
 another is in flight only once the oldest is LATE (a stalled holder, a failover), with
 fewer than DEPTH batches and AHEAD_EVENTS events out: otherwise units wait and join the
-next batch. Measured (trace_hops at 1,000/s, 3 alternating runs on this 2-core machine,
-the same tree with up to 4 batches always allowed vs one at a time): end-to-end p50
-31.5/32.0/25.9 ms vs 9.3/8.3/7.2, `relay out -> sub in` p50 5.7/1.6/2.0 vs 0.65/0.63/0.69:
-removing the wait for the round trip (`admit -> match out`, 1.87 ms p50 in the lead's
-trace) cost more than it saved, in the extra rounds (1.8 events each at depth 4) and
-the messages every hop then handles on cores that are already busy at 1,000/s. LATE is
-~4 lone round trips (2.3-2.6 ms p50): rare unless something stalls. Under saturation a
-batch holds AHEAD_EVENTS at once, so batches grow as before.
+next batch. Always allowing several batches out cost more than it saved: removing the
+wait for the round trip adds rounds of fewer events each, and messages every hop then
+handles on cores that are already busy (docs/performance-history.md, "Measurements once in
+docstrings"). LATE is a few lone round trips: rare unless something stalls. Under
+saturation a batch holds AHEAD_EVENTS at once, so batches grow as before.
 
 A unit whose publisher waits on it alone (`submit(alone=True)`) makes its dispatch's
 frames ask for their acks at once (`ack_may_wait` unset, relay.py)."""

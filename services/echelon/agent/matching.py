@@ -285,7 +285,7 @@ class MatchClient:
         unanswered batch is sent again, in order, to the next one (`_serve`)."""
         batch_id = next(self._batch_ids)
         # The request's bytes from the events' (the root sends the same bytes on): no event
-        # copied into a MatchRequest and serialized again (2.4x cheaper per event).
+        # copied into a MatchRequest and serialized again.
         fields = zip(itertools.repeat(_EVENTS), varints(list(map(len, encoded))), encoded)  # iterated in C
         request = xpb.MatchRequest(batch_id=batch_id, agents_only=True).SerializeToString() + \
             b"".join(itertools.chain.from_iterable(fields))

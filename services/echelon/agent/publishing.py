@@ -6,7 +6,7 @@ is acknowledged as a duplicate and not published again, a different event under 
 id is refused (ALREADY_EXISTS): admission.py, per request. Then it is queued for the
 dispatcher (dispatch.py) and acknowledged in order, at the level the client asked for.
 
-Batching (issue 12): a request may carry a `batch` of events, admitted, dispatched and
+Batching: a request may carry a `batch` of events, admitted, dispatched and
 acked as one unit (one future, one ack message). A client that sets `coalesce_acks`
 (the SDK does) also takes the acks of consecutive requests in one message: when an ack
 is written, the acks of the requests after it that are already settled go with it (no

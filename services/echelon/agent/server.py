@@ -13,7 +13,8 @@ The node wires parts with one job each:
 | `linkset.LinkSet` | the outgoing relay links (of both planes) and their per-peer series |
 | `matching.MatchClient`, `reconcile.Reconciler` | the matcher tier's client; reconciliation |
 | `pubsub`, `relay`, `admin` | the gRPC services |
-| `durable.Durables`, `store.Store` | durable subscriptions: on-disk log, replicas, retention (`durable_rpc`: their service) |
+| `durable.Durables`, `store.Store` | durable subscriptions: on-disk log, replicas, retention
+(`rpc`: their service) |
 """
 
 from __future__ import annotations

@@ -1,15 +1,12 @@
 """A shared subscription stream: many subscriptions of one client on one Subscribe
-stream (issue 12), as NATS carries a connection's subscriptions under their sids.
+stream, as NATS carries a connection's subscriptions under their sids.
 
 Why: an event that matches several subscriptions of one client went out as one message
 per subscription, and came back as one ack message each; a grpc.aio message costs
 ~90-100 us of CPU per endpoint, so at low rates the message count is the cost. On a
 shared stream one Delivery message carries whatever all the stream's subscriptions have
 ready (up to MAX_DELIVERIES, each element with its `sid`), and one request carries the
-acks of many (`SubscribeRequest.batch`). Measured (loadtest.bench_hotpath --cluster 5
---selectivity 20: 50 subscriptions over 3 clients, each event matching ~10; main against
-this tree in one run): at 1,000 events/s 0.18 Delivery messages per event against 1.46,
-the subscribing agents' CPU per 1,000 events 1.34x lower, the subscribers' 1.42x.
+acks of many (`SubscribeRequest.batch`).
 
 Each subscription keeps its own credits, ids, acks and nacks (subscriptions.py); what
 the stream adds is the sid. Opens are answered in the stream (a status Delivery: opened,
@@ -17,7 +14,7 @@ or refused with a code, the stream going on); a subscription that ends (overflow
 removal, a close asked for) ends alone with a status; the stream's end ends them all, as
 a stream of its own would (unacked deliveries back to a named subscription's backlog,
 an ephemeral one closed). Durable subscriptions keep a stream of their own (relayed to
-their holder: durable_rpc.py).
+their holder: rpc.py).
 
 Opens are applied in the order they come, between the acks (an open waits for the
 matcher tier's registration; meanwhile the stream's other subscriptions keep receiving).

@@ -28,7 +28,7 @@ to stay within its bound, until an ack shows progress again. Both are counted
 (`on_stall`; docs/guarantees.md, "Flow control"). A topic admin who wants publishers
 held whatever the consumer does chooses a durable subscription with REJECT_PUBLISH.
 
-A subscription is owed the events published from its creation on (DESIGN.md: "every
+A subscription is owed the events published from its creation on (docs/guarantees.md: "every
 subscription that matched at publish time"). `owes` refuses older ones, allowing
 `CLOCK_SKEW` between the publishing agent's clock and ours: so a process restarted after
 a crash does not hand its new subscriptions what the dead process may already have
@@ -77,7 +77,7 @@ class Pending:
 
     def into(self, d: ppb.Delivery, encoded: bool) -> None:
         """Set the event of Delivery `d`: the bytes it came in, to a client that reads them
-        (`encoded`), else as a message (issue 12: half the agent's cost per delivery)."""
+        (`encoded`), else as a message (building it was much of the agent's cost per delivery)."""
         if encoded and self.data:
             d.encoded_event = self.data
         elif self.data:

@@ -1,6 +1,6 @@
 """`echelon tree`: print the LBDD dissemination tree for a source and its subscribers.
 
-The tree is what every node computes locally (ALGORITHMS.md section 1); this command
+The tree is what every node computes locally (docs/papers.md, "LBDD"); this command
 shows it whole: edges, each node's bucket and rank, depth and out-degrees.
 """
 

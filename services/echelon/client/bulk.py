@@ -6,7 +6,7 @@
 
 The payload goes as slices of `SLICE_BYTES` on a Publish stream of its own, read from
 the source only as fast as the agent takes them (gRPC flow control; the agent reads
-ahead at most its window and forwards slices as they come, agent/slices.py), so neither
+ahead at most its window and forwards slices as they come, dataplane/slices.py), so neither
 end holds it whole. Its id is the publisher's next (producer id, sequence), after every
 earlier publish of the publisher is acknowledged (so it is ordered after them).
 

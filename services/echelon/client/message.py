@@ -1,7 +1,7 @@
 """One delivery as the application holds it (`Message`), and the sliced payloads a
 subscription is receiving (`Sliced`, `_Incoming`), for client/subscription.py.
 
-A Message wraps the Delivery it came in (issue 12): its fields are read from it when
+A Message wraps the Delivery it came in: its fields are read from it when
 asked, and `attributes` is converted to Python values on first use, not for every
 message received (an application that reads only the payload never pays for it). A
 relayed event comes as the bytes the publishing agent serialized (`encoded_event`: the

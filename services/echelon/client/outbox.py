@@ -1,4 +1,4 @@
-"""What a `Publisher`'s stream has yet to write (issue 12: client batching, as NATS's).
+"""What a `Publisher`'s stream has yet to write: client batching, as NATS's.
 
 Each event is encoded once, as wire bytes (encoding.py), into the open batch, whether it
 comes from `publish()` or `publish_batch()`; those bytes are what a resend sends again.

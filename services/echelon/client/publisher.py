@@ -9,9 +9,9 @@
 A `Publisher` keeps one stream open and numbers its messages (producer id, sequence).
 On a broken stream it reconnects (to the next address, if several) and resends every
 unacknowledged message with the same (producer id, sequence), so receivers drop the
-second copy (DESIGN.md, "Guarantees"). Payloads above `SLICE_BYTES` go as slices.
+second copy (docs/guarantees.md). Payloads above `SLICE_BYTES` go as slices.
 
-Batching (issue 12), as NATS's client does it: each event is encoded once, as wire
+Batching, as NATS's client does it: each event is encoded once, as wire
 bytes, into the stream's outbox (outbox.py, encoding.py), and the stream takes
 everything queued whenever it is ready to write, in `batch` requests of up to
 MAX_BATCH_EVENTS events / MAX_BATCH_BYTES. So batching adds no delay: a lone publish goes

@@ -1,4 +1,5 @@
-"""CDM: the counting index a matcher keeps for its zone (CBDLO section 4; ALGORITHMS.md 3),
+"""CDM: the counting index a matcher keeps for its zone (CBDLO section 4; docs/papers.md,
+"CBDLO: CDM and CRAWL"),
 over the exact integer keys of cdm_keys.py (a predicate is a key range, a value a key).
 
 Counting (section 4): a subscription matches when the counter of its satisfied

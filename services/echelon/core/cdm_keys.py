@@ -1,5 +1,6 @@
 """CDM's keys: a predicate's range and an event's value as integers on one dimension's
-"virtual nodes" (CBDLO section 4; ALGORITHMS.md 3). The counting index (cdm.py) is built
+"virtual nodes" (CBDLO section 4; docs/papers.md, "CBDLO: CDM and CRAWL"). The counting index
+(cdm.py) is built
 and matched on these keys only.
 
 Per dimension (an attribute and a value kind, number or string) the distinct predicate

@@ -18,7 +18,7 @@ first offered after it. It is forgotten once `now - t > 2 * horizon`, or once
 `2 * capacity - 1` ids first offered after it are held or were dropped with it. Between
 the two it may be either. So the window holds at most `2 * capacity - 1` ids.
 
-Generations (issue 12: the window is on every publish and every delivery, and at a
+Generations (the window is on every publish and every delivery, and at a
 million ids every new id used to evict the oldest one by one): ids go into a young dict;
 when it holds `capacity` ids, or its first id passes the horizon, it becomes the old
 dict and the old one is dropped whole; the old one also goes once its newest id passes

@@ -6,7 +6,7 @@ liveness is judged first-hand and this is a small state machine over `MemberReco
 (ALIVE -> SUSPECT -> DEAD, or LEFT). The caller feeds it events and calls `tick(now)`
 every heartbeat_interval / 4; `now` is seconds.
 
-Why a beat every 2 T and not every T (issue 12): a beat costs each replica a gRPC stream
+Why a beat every 2 T and not every T: a beat costs each replica a gRPC stream
 message (about 0.25 ms of CPU, nearly all of it gRPC's and the event loop's), and 7
 members beating 3 replicas every 0.2 s made most of the replicas' constant load. The timings
 below stay in T, so detection is as fast as before: a crash is still found by its ended

@@ -1,7 +1,7 @@
 """Durable subscriptions, the pure parts: who holds one, what its backlog bound does with
 one more message, and which retained events a topic's retention lets go.
 
-Holders (DESIGN.md "Guarantees": a named subscription outlives its agent). A durable
+Holders (docs/guarantees.md: a named subscription outlives its agent). A durable
 subscription is held by `replicas` agents chosen by rendezvous (highest-random-weight)
 hashing of (name, agent id): every agent computes the same order from the same agent
 set, without a table, and a change of the set moves only the names whose top agents

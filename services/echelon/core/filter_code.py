@@ -1,10 +1,9 @@
-"""A topic's filters compiled into one Python function (issue 12: a subscribing agent's
+"""A topic's filters compiled into one Python function (a subscribing agent's
 local match, delivery.py).
 
 Checking each filter with `Filter.matches` walks its predicates through a generator and
-a method call each: ~0.5 us per (event, filter) pair, 9-18 us per event over one agent's
-17 subscriptions of the bench workload, for every event it receives. The counting index
-(core/cdm.py) beats that per event in large frames, but costs 20-30 us per call, which a
+a method call each, for every filter and every event it receives. The counting index
+(core/cdm.py) beats that per event in large frames, but has a fixed cost per call, which a
 lone event pays alone. Compiled, the whole set is one call per frame: for each event,
 each attribute a filter names is read and its kind (string or number) found once, then
 every filter is one boolean expression over those locals, except filters that are one

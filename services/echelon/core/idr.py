@@ -1,11 +1,11 @@
 """IDR: OctopiA's inter-cluster dynamic routing around congested iLinks
-(papers/octopia-*.txt section VII-B; ALGORITHMS.md section 4).
+(OctopiA section VII-B; docs/papers.md, "OctopiA").
 
 Congestion of an output queue over an interval: the congestion element
 CE = enqueued / dequeued (frames put into the queue / frames that left it, i.e. were
 acknowledged, in the interval) and the queue length q at its end. The link is congested
 when CE >= 1 and q > delta (the paper's equation 10 did not survive extraction; this is
-ALGORITHMS.md's reading). With no dequeues in the interval CE is infinite if q > 0: a
+our reading, docs/papers.md "OctopiA"). With no dequeues in the interval CE is infinite if q > 0: a
 queue that moves nothing is as congested as it gets.
 
 IDR at B(a, c) for the regions still to serve (the CIV minus c; the caller serves c):

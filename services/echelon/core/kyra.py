@@ -1,4 +1,4 @@
-"""Kyra server cliques (Cao and Singh, section III.A, Figure 5; ALGORITHMS.md section 5).
+"""Kyra server cliques (Cao and Singh, section III.A, Figure 5; docs/papers.md, "Kyra").
 
 Hierarchical agglomerative clustering with complete linkage over the measured latency
 matrix: every server starts as its own clique; the pair of cliques at the smallest

@@ -1,4 +1,4 @@
-"""LBDD: the load-balancing dissemination tree (Li et al., section 3; ALGORITHMS.md section 1).
+"""LBDD: the load-balancing dissemination tree (Li et al., section 3; docs/papers.md, "LBDD").
 
 Every node derives the same tree from the same view -- the source and the set of
 subscribers -- so the tree itself is never sent: a relay computes its own targets, and
@@ -22,7 +22,7 @@ covering slices, so every member still has exactly one parent and bucket numbers
 strictly increase along every edge. The other members keep their buckets; only the slice
 boundaries of the bucket just below the leaves move. Every agent applies the same plan,
 so they all derive the same tree; during the switch a relay whose view differs sends the
-destinations outside its subtree directly (agent/trees.py), so nothing is lost.
+destinations outside its subtree directly (dataplane/trees.py), so nothing is lost.
 """
 
 from __future__ import annotations

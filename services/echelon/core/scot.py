@@ -1,7 +1,7 @@
-"""SCOT: OctopiA's structured cyclic overlay, and SNR (papers/octopia-*.txt sections
-III-B, IV, VII-A; ALGORITHMS.md section 4).
+"""SCOT: OctopiA's structured cyclic overlay, and SNR (OctopiA section
+III-B, IV, VII-A; docs/papers.md, "OctopiA").
 
-The mapping to Echelon (decided in issue 11). OctopiA's cluster index c is an Echelon
+The mapping to Echelon (docs/papers.md, "OctopiA"). OctopiA's cluster index c is an Echelon
 *region* (a data centre, a Kubernetes topology zone, or a Kyra clique of the routing
 plan). Inside region c run the routers B(a, c), a = their position in the acyclic factor
 T, joined by aLinks along T (cheap, local). Router B(a, c) has an iLink to B(a, c') in

@@ -1,5 +1,5 @@
 """The agent's data plane: LBDD dissemination with aggregated acks and path update
-(LBDD sections 3.3-3.4; DESIGN.md "The path of one event", "Guarantees").
+(LBDD sections 3.3-3.4; docs/event-path.md, docs/guarantees.md).
 
 Roles. The publishing agent is the root of the topic's tree (`trees.Trees`; its side is
 root.py): it sends a copy only to its targets whose subtree holds a destination, and

@@ -1,9 +1,8 @@
-"""Relay frames as bytes (relay.proto's RelayFrame, written field by field; DESIGN.md "The
-path of one event", step 3).
+"""Relay frames as bytes (relay.proto's RelayFrame, written field by field; docs/event-path.md, step 3).
 
 A frame leaves a node as the concatenation of its header's bytes and, per message, the
 message's field: no RelayMessage built per event and per target, no frame serialized
-again (3.5x cheaper per copy than adding the messages to a RelayFrame). A whole message
+again (far cheaper per copy than adding the messages to a RelayFrame). A whole message
 is its destinations' bytes (one per target, shared by every message to it) and the
 root's event bytes as they came; a slice is its own message, serialized. The frame is
 parsed back only when it must be re-routed (`messages`), which is rare.

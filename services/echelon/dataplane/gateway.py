@@ -1,4 +1,4 @@
-"""The agent's hand-off to its region's router (DESIGN.md "The path of one event", step 4;
+"""The agent's hand-off to its region's router (docs/event-path.md, step 4;
 OctopiA's mapping in core/scot.py).
 
 A member's region is its Kyra clique when the adopted routing plan puts it in one

@@ -1,12 +1,12 @@
-"""Holds and jobs: how acks aggregate up an LBDD tree (LBDD section 3.3; DESIGN.md
-"Guarantees"; dataplane.py says who holds what).
+"""Holds and jobs: how acks aggregate up an LBDD tree (LBDD section 3.3; docs/guarantees.md;
+dissemination.py says who holds what).
 
 A node keeps every message it forwards in a `Hold` until each copy it produced is
 acknowledged (`pending` counts the frames carrying it); a `Job` waits for a set of holds
 to settle and then fires once: an incoming frame's ack upstream, a run of the root's
 messages reported delivered. Neither allocates a future per message.
 
-Per frame, not per message (issue 12): the messages of one incoming frame that go to
+Per frame, not per message: the messages of one incoming frame that go to
 the same destinations share one hold (a relay forwards them in the same frames), and a
 frame counts each distinct hold it carries once. A later copy of one of them that must
 go further gets a hold of its own, chained to the first (`prior`): what waits for it

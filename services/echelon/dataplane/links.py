@@ -11,7 +11,7 @@ forwards at once and never waits. (If relays also stopped at a full window, stri
 trees could deadlock: A's window to B full of stripe-1 frames waiting on B's subtree,
 which waits on a stripe-2 frame queued behind a full window back to A.)
 
-Frames queued while the stream is busy writing go as one gRPC message (issue 12: each
+Frames queued while the stream is busy writing go as one gRPC message (each
 message costs ~100 us of CPU at either end and its own wakeups): consecutive frames of
 one source with the same `ack_may_wait`, up to MERGE_BYTES. Two serialized RelayFrames
 side by side parse as one, its messages all of theirs and its seq the last one's; the

@@ -1,6 +1,6 @@
 """Parking: the messages of a destination that is DEAD in this node's view wait here
-for it (the path update of LBDD's Algorithm 3, with a grace period; DESIGN.md
-"Guarantees"). The data plane decides what to park and what a parked message becomes;
+for it (the path update of LBDD's Algorithm 3, with a grace period; docs/guarantees.md). The
+data plane decides what to park and what a parked message becomes;
 this is the bounded store.
 
 A destination whose member is DEAD is not dropped: the message is parked for it

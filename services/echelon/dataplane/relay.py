@@ -2,7 +2,7 @@
 `receive` (its data plane: delivers, forwards and says when each may be acknowledged);
 acks go back coalesced.
 
-Coalesced acks (issue 12). A gRPC message costs ~100 us of CPU at each end, and at a low
+Coalesced acks. A gRPC message costs ~100 us of CPU at each end, and at a low
 rate every frame carries one event: an ack per frame doubles the link's messages. So an
 ack that settles while frames stream in (the last two came less than ACK_DELAY apart)
 waits up to ACK_DELAY for the next ones', and they go back as one RelayAck; under load

@@ -1,6 +1,6 @@
 """The root of a data plane's trees: the publishing agent (or a router rooting a region)
-sends a matched batch down its LBDD trees (LBDD section 3.2; DESIGN.md "The path of one
-event", step 3), and reports each message delivered once every destination holds it.
+sends a matched batch down its LBDD trees (LBDD section 3.2; docs/event-path.md, step 3), and
+reports each message delivered once every destination holds it.
 
 Small events to one target share a frame; each is serialized once (`encode`: the event
 and its payload as the bytes every relay forwards unchanged). A payload above the slice

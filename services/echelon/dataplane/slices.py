@@ -15,7 +15,7 @@ route it. No agent ever holds a whole payload:
 - A destination hands the slices to its subscribers in order as they arrive
   (`Streams`): each local subscription that matched gets a `ChunkStream`, and the
   frame carrying a slice is acknowledged only once every such subscription stream has
-  written the slice out (the slice's hold, as in dataplane.py). So a slow subscriber
+  written the slice out (the slice's hold, as in dissemination.py). So a slow subscriber
   holds back the root's window (back-pressure up the tree) instead of filling this
   agent's memory. Slices arriving ahead of a missing one (stripes take different
   paths) wait here; the root sends in index order and relays never wait, so the

@@ -1,5 +1,5 @@
 """Where an agent sends its copies: the LBDD trees of its own view (LBDD section 3,
-ALGORITHMS.md section 1), striped for bulk payloads.
+docs/papers.md, "LBDD"), striped for bulk payloads.
 
 Node keys are the agents' advertised addresses (`host:port`); the view maps member id
 <-> key. A topic's tree spans the alive agents whose `subscribes` holds the topic. Every
@@ -13,7 +13,7 @@ this view, as at every agent (re)start -- is sent a copy directly: it never join
 tree, so the path to every advertised subscriber depends on the view alone, not on which
 other destinations a message has. (When it joined the tree, two consecutive messages of
 a producer, one for it and one not, took different paths from a relay whose view differed
-from the root's, and the later overtook the earlier: reordered at restarts, issue 16.)
+from the root's, and the later overtook the earlier: reordered at restarts: docs/guarantees.md, "Order".)
 
 Stripes. One tree caps the speedup of a bulk transfer at N / (largest out-degree): the
 paper's 12 hosts have a node with 4 children. So a large payload's slices travel on S
@@ -23,7 +23,7 @@ buckets and so every node's out-degree. Each slice carries its stripe; the root 
 it by `schedule`: greedily, slice after slice, the stripe that keeps the largest upload
 load (copies sent, counted only into subtrees holding a destination) of any node
 smallest. Over S = 8 random salted trees that gives most agents a turn at leading, and
-the busiest node sends about 1.1-2 copies of the payload instead of 4 (ALGORITHMS.md:
+the busiest node sends about 1.1-2 copies of the payload instead of 4 (docs/papers.md, "LBDD":
 a swarm's bound is one copy each). S = 1 is plain LBDD. Small events always use stripe 0,
 so a producer's events to one agent all follow one path (FIFO); a striped payload is
 fenced by the sender instead (see dataplane).

@@ -1,4 +1,4 @@
-"""A `Match` answer serialized as it is built (issue 12): the MatchResponse's bytes, not a
+"""A `Match` answer serialized as it is built: the MatchResponse's bytes, not a
 message of one MatchResult and AgentMatches object per event that gRPC then serializes
 (building them was ~8% of the matching matcher's CPU at saturation, their serialization
 part of the native rest).

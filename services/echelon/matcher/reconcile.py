@@ -7,7 +7,7 @@ agent is gone.
   cannot answer makes the round UNAVAILABLE: a partial answer would look like lost
   copies. The agent decides what to fix (agent/reconcile.py).
 - The reaper: an agent the view holds DEAD or LEFT (or holds no more) for the park time
-  (the data plane parks its messages that long, agent/dataplane.py) will not remove its
+  (the data plane parks its messages that long, dataplane/dissemination.py) will not remove its
   subscriptions itself; each matcher drops the copies it holds for it, keeping
   tombstones so a handoff push still travelling cannot bring them back. An agent that
   comes back in time clears its old copies by reconciling at its start.

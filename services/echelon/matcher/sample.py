@@ -30,7 +30,7 @@ from echelon.v1 import matcher_pb2 as xpb
 DEFAULT_POINTS = 4096
 MAX_POINTS = 65536
 EVENTS_KEPT = 4096
-SAMPLE_EVERY = 8  # one event in this many kept for the routing job (issue 12: a copy per event was 4% of a matcher)
+SAMPLE_EVERY = 8  # one event in this many kept for the routing job (a copy of every event costs too much)
 MAX_TOPICS = 1024
 
 

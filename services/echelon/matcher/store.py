@@ -1,5 +1,5 @@
 """The subscription copies one matcher holds, and the tombstones of those it dropped
-(ALGORITHMS.md 2; tier.py has the protocol that moves them).
+(docs/papers.md, "Meghdoot"; tier.py has the protocol that moves them).
 
 A copy is held only if it is newer than the copy held and than any tombstone of its id,
 so a registration or a handoff push still travelling cannot bring back a removed or

@@ -1,5 +1,5 @@
 """The matcher tier's protocol at one matcher: copies, layouts, handoff and routing
-(Meghdoot sections 3-4 over a cluster; ALGORITHMS.md 2). `Tier` wires its parts and
+(Meghdoot sections 3-4 over a cluster; docs/papers.md, "Meghdoot"). `Tier` wires its parts and
 holds the entry's side of Register; each part has one job:
 
     store.py     the copies held, with tombstones

@@ -7,7 +7,7 @@ labels `job` (the role), `member` and `region` (see `prometheus.scrape_config`; 
 Kubernetes the ServiceMonitor's relabelings must set the same three), so every panel
 filters on `$region`; series with a `topic` label filter on `$topic`.
 
-Congestion follows OctopiA (ALGORITHMS.md, "Congestion of an output queue"): CE =
+Congestion follows OctopiA (docs/papers.md, "OctopiA"): CE =
 enqueued / dequeued over an interval; a link is congested when CE >= 1 and its queue is
 longer than delta, or when nothing was dequeued while the queue is not empty.
 

@@ -3,7 +3,7 @@ the LBDD tree of a topic (one panel per stripe) and the router links, each link 
 by its congestion from live metrics.
 
 The tree is the one every agent computes from the view (LBDD section 3.5.1, the same
-`core.lbdd` and stripe salting as `agent.trees`): rooted at the topic's publisher,
+`core.lbdd` and stripe salting as `dataplane.trees`): rooted at the topic's publisher,
 spanning the agents that subscribe to it. Congestion is the catalog's (OctopiA's CE with
 the queue length, `link:echelon_link_congestion_element:ratio1m` and
 `echelon_link_queue_length`), read from Prometheus per (member, peer).
@@ -84,7 +84,7 @@ def replicas(api: PrometheusAPI) -> list[Member]:
 
 
 def tree_edges(members: list[Member], topic: str, root: str, stripe: int) -> list[tuple[str, str]]:
-    """The topic's LBDD tree from `root` in `stripe`, as member ids (what `agent.trees` routes on)."""
+    """The topic's LBDD tree from `root` in `stripe`, as member ids (what `dataplane.trees` routes on)."""
     agents = {m.id: m for m in members if m.role == "agent" and m.state == "alive"}
     ids = {salted(m.address, stripe): i for i, m in agents.items() if topic in m.subscribes and i != root}
     tree = build_tree(salted(agents[root].address, stripe), ids)

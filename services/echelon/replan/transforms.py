@@ -76,7 +76,7 @@ def matcher_load(increase: DataFrame, last: DataFrame) -> DataFrame:
 
 
 def link_intervals(rows: DataFrame) -> DataFrame:
-    """OctopiA's congestion element per outgoing link and scrape interval (ALGORITHMS.md 4).
+    """OctopiA's congestion element per outgoing link and scrape interval (docs/papers.md, "OctopiA").
 
     Between two consecutive samples of a link: enqueued_t and dequeued_t (counter
     deltas, a restart counted as in `counter_increase`) and q_t, the queue length at the

@@ -2,11 +2,11 @@
 routers, SNR or IDR at this router (core/scot.py, core/idr.py; OctopiA VII).
 
 It offers the routing interface the agent's `DataPlane` uses (`route`, `table.members`,
-`dead`, `alive`, `schedule`, like `agent.trees.Trees`), so the router's relaying, holds,
+`dead`, `alive`, `schedule`, like `dataplane.trees.Trees`), so the router's relaying, holds,
 aggregated acks and path update are the agents' own code, with SCOT routes instead of
 LBDD trees.
 
-Regions (`agent.gateway.region_map`: a member's Kyra clique in the plan, else its
+Regions (`dataplane.gateway.region_map`: a member's Kyra clique in the plan, else its
 `--region`) of the live routers, sorted: region index c is the name's place in that
 list, so every router computes the same overlay from the same view and plan.
 Positions are places in the region's live routers sorted by id (so after a crash the

@@ -1,14 +1,15 @@
-"""The router: a region's gateway on the inter-region overlay (OctopiA SCOT; DESIGN.md
-"The path of one event", step 4; core/scot.py for the mapping of clusters to regions).
+"""The router: a region's gateway on the inter-region overlay (OctopiA SCOT;
+docs/event-path.md, step 4; core/scot.py for the mapping of clusters to regions).
 
-Frames arrive on the agents' `Relay.Stream` servicer (`agent.relay`), from the region's agents (events for other
+Frames arrive on the agents' `Relay.Stream` servicer (`dataplane.relay`), from the region's
+agents (events for other
 regions) and from other routers. Each message is split by the regions of its
 destinations (from the view):
 
 - the router's own region: it roots the LBDD tree over those destination agents, with
-  the agents' own data plane (`agent.dataplane.DataPlane` over `agent.trees.Trees`);
+  the agents' own data plane (`dataplane.dissemination.DataPlane` over `dataplane.trees.Trees`);
 - other regions: SNR or IDR over the SCOT (`overlay.Overlay`), again through a
-  `DataPlane`, so per-link output queues (`agent.linkset.LinkSet`, byte windows, resend
+  `DataPlane`, so per-link output queues (`dataplane.linkset.LinkSet`, byte windows, resend
   on a broken stream), holds, acks aggregated back to the sender, dedup of re-sent
   copies and path update after a router's crash are the code the agents run; both
   planes see the router through the agents' `PlaneHost`.

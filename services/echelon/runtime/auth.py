@@ -1,5 +1,5 @@
-"""Who is calling, and may they: one server interceptor, used by every service (issue 14,
-items 2-5).
+"""Who is calling, and may they: one server interceptor, used by every service
+(docs/security.md).
 
 Identity. Every call is identified once, in `AuthInterceptor`, by the first of:
 1. a TLS client certificate, verified in the handshake against the cluster's CA

@@ -1,4 +1,4 @@
-"""Certificates for a TLS cluster (issue 14, item 1), with `cryptography`: a throw-away
+"""Certificates for a TLS cluster (docs/security.md), with `cryptography`: a throw-away
 CA and one certificate per member for `echelon up --tls` and the tests, and the expiry
 time a service exports. The naming scheme is `transport.peer_certificate_identity`'s.
 

@@ -1,13 +1,11 @@
-"""The event loop a service process runs on (issue 12): uvloop (libuv) when it is installed
+"""The event loop a service process runs on: uvloop (libuv) when it is installed
 and not turned off, asyncio's own otherwise.
 
 grpc.aio runs on either: it reads its completion queue in a thread of its own and wakes the
 loop through a socket the loop watches (`add_reader`), which uvloop implements. What uvloop
 saves is the loop's own work per wakeup (its timers, handles and epoll calls are C): each
 gRPC message wakes a loop once on each side, so at low rates, where every event travels
-alone, that is a share of every hop. Measured side by side (loadtest/README.md, "The
-processes"): at 1,000 events/s the services' CPU per event 2-4% lower on a quiet machine,
-10-22% on a loaded one.
+alone, that is a share of every hop (docs/performance-history.md, "Event loop: uvloop").
 
 `ECHELON_EVENT_LOOP=asyncio` turns it off (a debugging aid: asyncio's debug mode and some
 profilers know only asyncio's loop); `uvloop` is the default when importable.
@@ -69,9 +67,7 @@ def started() -> None:
     """Call once a process has built what it runs with (modules, protobuf descriptors, the
     view, a benchmark's cluster): that lives as long as the process, so it goes out of the
     cyclic GC's passes (`gc.freeze`), and young passes run every `YOUNG` allocations, not
-    700: one publish allocates dozens of objects (issue 12). Measured with
-    loadtest.trace_hops: the services then make at most one young pass in a 4 s cell at
-    1,000/s; the load generator on the defaults made 60, and an older-generation pass
-    held it up to 131 ms (wall) in one."""
+    700: one publish allocates dozens of objects, and an older-generation pass stalls the
+    loop for as long as it scans (`loadtest.trace_hops` counts the passes)."""
     gc.freeze()
     gc.set_threshold(YOUNG, 10, 10)

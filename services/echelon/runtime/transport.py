@@ -1,6 +1,6 @@
 """One transport for every gRPC path: dialing (address, credentials, options), serving
 (a plain or a TLS port), the metadata keys both sides use, a call-any-of helper, and the
-identity a peer's certificate names (issue 14, items 0 and 1).
+identity a peer's certificate names (docs/security.md).
 
 grpcio only (no server extras): the client SDK imports it too.
 
@@ -174,7 +174,7 @@ def require_member(context, member_id: str | None, roles: str | tuple[str, ...],
     `member_id` is None) the member id the call claims: UNAUTHENTICATED without a
     certificate, PERMISSION_DENIED with another identity. Over plain text (a cluster
     run without TLS) nobody is named and nothing is checked: such a cluster trusts its
-    network, as before issue 14."""
+    network, as before TLS."""
     if not is_tls(context):
         return
     roles = (roles,) if isinstance(roles, str) else roles

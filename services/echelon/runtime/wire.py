@@ -64,7 +64,7 @@ def attributes_from_pb(attrs: Mapping[str, pb.Value]) -> dict[str, Value]:
 def attributes_read(events: Iterable[pb.Event], fields: Mapping[str, str]) -> list[dict[str, Value]]:
     """Per event, only its attributes named in `fields` (those it has), checked as
     attributes_from_pb checks them: a matcher reads what its zones and index use, not every
-    attribute into a dict (issue 12: that was a sixth of the matching matcher's CPU).
+    attribute into a dict (which was much of the matching matcher's CPU).
     `fields`: name -> the Value field its values are expected in (value_field), read
     first; only a value not there (zero, empty, another kind, unset, NaN) is read by kind."""
     out = []
@@ -98,7 +98,7 @@ def attributes_to_pb(attrs: Mapping[str, Value]) -> dict[str, pb.Value]:
 
 
 def attributes_into_pb(attrs: Mapping[str, Value], out) -> None:
-    """Set `attrs` into a message's (empty) attributes map in place: 2.5x cheaper than
+    """Set `attrs` into a message's (empty) attributes map in place: cheaper than
     building a Value each and copying the map into the message (once per event)."""
     for name, x in attrs.items():
         t = type(x)
@@ -231,5 +231,5 @@ def event_digest(content: pb.Event, payload: bytes) -> int:
     before its id, time and payload are set (topic, attributes, ordering key); its
     deterministic serialisation orders the map by key, and the value's oneof keeps 1 and
     1.0 apart. Python's hash of the bytes (SipHash, 64 bits, keyed per process): the
-    digest never leaves this agent's window, and a third of blake2b's cost (issue 12)."""
+    digest never leaves this agent's window, and cheaper than blake2b."""
     return hash((content.SerializeToString(deterministic=True), payload))

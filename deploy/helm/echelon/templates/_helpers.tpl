@@ -306,7 +306,7 @@ spec:
 {{- end }}
 {{- end -}}
 
-{{/* TLS (issue 14, runtime/transport.py): every pod gets its own certificate naming
+{{/* TLS (docs/security.md, runtime/transport.py): every pod gets its own certificate naming
      spiffe://echelon/<role>/<member id>, mounted read-only at /etc/echelon/tls as
      tls.crt, tls.key, ca.crt (the services read ECHELON_TLS_DIR and reload the files when
      they change). With cert-manager the csi-driver issues and renews one per pod (its
@@ -355,7 +355,7 @@ spec:
 {{- .Values.tls.certManager.issuerRef.name | default (include "echelon.componentName" (dict "root" . "component" "ca")) -}}
 {{- end -}}
 
-{{/* Client identity and ACLs (issue 14, services/echelon/runtime/auth.py): the services' flags
+{{/* Client identity and ACLs (docs/security.md, services/echelon/runtime/auth.py): the services' flags
      (secrets go in the environment, echelon.authEnv; the tokens file is mounted). With
      TLS and `helm test`, the test pod's certificate user is a superuser: a certificate
      wins over a token, and the test creates a topic. */}}

@@ -1,5 +1,5 @@
 """Acks of a durable subscription, from the holder serving it to the other holders
-(durable.py): logged there first, then sent on in order, batched, within milliseconds.
+(durables.py): logged there first, then sent on in order, batched, within milliseconds.
 
 A holder that does not take them (unreachable: partitioned, paused, dead) gets them
 again every second while it is in the view, oldest first, so its copy does not keep

@@ -1,4 +1,4 @@
-"""Holders' copies of a durable subscription (durable.py "Restart"): what a holder hands
+"""Holders' copies of a durable subscription (durables.py "Restart"): what a holder hands
 another (`copy_of`: its backlog, out-for-delivery first, and what it acked lately), and
 how a holder that restarted, or holds a copy with nothing in it, takes one (`take_copy`).
 """

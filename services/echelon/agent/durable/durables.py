@@ -1,5 +1,5 @@
-"""Durable subscriptions (DESIGN.md "Guarantees": a named subscription outlives its agent;
-issue 16): cluster objects kept on disk by their holders and resumed from any agent.
+"""Durable subscriptions (docs/guarantees.md, "Durable subscriptions": a named subscription
+outlives its agent): cluster objects kept on disk by their holders and resumed from any agent.
 
 Where one lives. Its record (topic, filter, options, holders) and backlog are kept by
 `replicas` agents (default 2) chosen by rendezvous hashing when it is created
@@ -11,7 +11,7 @@ agents that have both. An agent that does not hold it finds it by asking the age
 its view (`locate`: one round of calls per open, answered from memory).
 
 Serving. The first alive holder (in the record's order) serves the subscriber's stream;
-an open reaching another agent is relayed there (durable_rpc.py). Acks are logged there
+an open reaching another agent is relayed there (rpc.py). Acks are logged there
 before their credits are given back and sent on to the other holders in order (batched,
 within milliseconds): a holder that takes over redelivers at most what was acked in
 that moment, and the client drops a redelivery of what it acked itself
@@ -35,9 +35,9 @@ agent that does not hold it). Retention keeps what the holders received for dura
 subscriptions of the topic (the union of their filters), not every event published.
 
 Seek, delete and idle expiry apply on every holder; the other agents (alive, serving,
-stubs, `locate`, telling co-holders) are durable_peers.py; acks go on to the other holders in
-durable_acks.py; retention of the log per topic and the REJECT_PUBLISH notices run in
-durable_upkeep.py, every second.
+stubs, `locate`, telling co-holders) are peers.py; acks go on to the other holders in
+acks.py; retention of the log per topic and the REJECT_PUBLISH notices run in
+upkeep.py, every second.
 """
 
 from __future__ import annotations

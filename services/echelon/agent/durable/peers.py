@@ -1,4 +1,4 @@
-"""The other agents, as a holder of durable subscriptions sees them (durable.py): which are
+"""The other agents, as a holder of durable subscriptions sees them (durables.py): which are
 alive, which serves a subscription, a stub per process lifetime of each, finding a
 subscription's record in the view, and telling co-holders of a change."""
 

@@ -1,4 +1,4 @@
-"""The gRPC face of durable subscriptions (durable.py): the `Durable` service, which any
+"""The gRPC face of durable subscriptions (durables.py): the `Durable` service, which any
 agent answers for the whole cluster (`local` requests only from its own copies), and the
 relay of a subscriber's stream to the holder that serves it.
 

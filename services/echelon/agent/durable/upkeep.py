@@ -1,7 +1,7 @@
-"""Durable subscriptions' housekeeping (durable.py), every second on each agent: idle
+"""Durable subscriptions' housekeeping (durables.py), every second on each agent: idle
 expiry, the topic logs' retention (core/durability.py `expired`), telling co-holders
 that came back with a new process about the subscriptions they hold, resending acks
-they missed (durable_acks.py), and the REJECT_PUBLISH notices to every agent. And the
+they missed (acks.py), and the REJECT_PUBLISH notices to every agent. And the
 `batch` fsync policy's periodic fsync (store.py).
 """
 
