@@ -30,7 +30,7 @@ from pathlib import Path
 
 import grpc
 
-from echelon.client import Client, Durable
+from echelon.client import DELIVERED, Client, Durable
 from echelon.client.errors import EchelonError
 from echelon.launch import Cluster, Loopback
 from echelon.runtime.credentials import write_tokens_file
@@ -45,6 +45,8 @@ USERS = {"admin": ["admins"], "replan": ["admins"], "honest": [], "victim": [], 
 SCHEMA = ["Symbol:string", "Price:float:0:1000"]
 RATE = 50  # honest events per second
 P99_SLACK_MS = 200.0  # an honest p99 under this is never a failure (scheduler noise on a shared machine)
+BACKLOG = 2000  # the agents' backlog bound (--max-backlog), so that filling it stays cheap
+STALL_SECONDS = 3.0  # the agents' --stall-seconds
 
 
 @dataclass
@@ -172,7 +174,8 @@ class Abuse:
         shutil.rmtree(out / "logs" / "tls", ignore_errors=True)  # a new CA each run: no old certificates
         (out / "honest.log").unlink(missing_ok=True)
         self.cluster = Cluster(agents=2, matchers=1, memberships=1, placement=Loopback(0), log_dir=out / "logs",
-                               auth=True, tls=args.tls)
+                               auth=True, tls=args.tls, extra={"agent": ["--max-backlog", str(BACKLOG),
+                                                                         "--stall-seconds", str(STALL_SECONDS)]})
         self.cluster._tokens = write_tokens_file(self.cluster.tokens_file, USERS)
         self.rows: list[Row] = []
 
@@ -420,6 +423,39 @@ async def reject_publish_blocks_publishers(a: Abuse, row: Row):
         await honest.close()
 
 
+@expect("OK")
+async def stalled_subscriber_holds_publishers(a: Abuse, row: Row):
+    """Take the first message and never acknowledge: past its bound the subscription lags
+    and holds the topic's publishers back, until the stall bound ends it (RESOURCE_EXHAUSTED,
+    counted) and every publish completes (docs/guarantees.md, "Flow control")."""
+    mallory, honest = a.client("mallory", 1), a.client("honest", 0)
+    try:
+        sub = mallory.subscribe("quotes", max_outstanding=1)
+        await sub.start()
+        events = [{"Symbol": "h", "Price": 1.0}] * (BACKLOG + 500)
+        started = time.monotonic()
+        async with honest.publisher(ack_level=DELIVERED) as pub:
+            try:
+                for i in range(0, len(events), 500):
+                    await asyncio.wait_for(pub.publish_batch("quotes", events[i:i + 500]), STALL_SECONDS + 30)
+            except asyncio.TimeoutError:
+                return "OK", f"yes (publishes held past {STALL_SECONDS + 30:g}s)"
+        ended = "open"
+        try:
+            for _ in range(BACKLOG + 600):
+                await sub.next(timeout=5)
+        except EchelonError as e:
+            ended = e.code.name
+        except asyncio.TimeoutError:
+            ended = "silent"
+        row.notes.append(f"{len(events)} publishes done in {time.monotonic() - started:.1f}s; stalled "
+                         f"subscription ended {ended}")
+        return "OK", "no" if ended == "RESOURCE_EXHAUSTED" else f"yes (the stalled subscription {ended})"
+    finally:
+        await mallory.close()
+        await honest.close()
+
+
 async def _victim_backlog(a: Abuse) -> tuple[int, bool]:
     admin = a.client("admin")
     try:
@@ -625,7 +661,7 @@ async def revoked_acl_open_streams(a: Abuse, row: Row):
 
 
 ATTACKS = [filter_many_clauses, filter_long_operand, filter_syntax_echo, unauthenticated_big_requests, garbage_bytes,
-           reject_publish_blocks_publishers, steal_another_users_durable, modify_or_delete_another_users,
+           reject_publish_blocks_publishers, stalled_subscriber_holds_publishers, steal_another_users_durable, modify_or_delete_another_users,
            read_past_the_acl, choose_own_limits, revoked_token_open_streams, revoked_acl_open_streams]
 
 HEADER = (f"{'attack':34} {'status':34} {'state changed':40} {'RSS MiB':>8} {'matcher':>8} {'CPU s':>6} "

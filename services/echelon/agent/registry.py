@@ -19,7 +19,7 @@ import grpc
 
 from echelon.agent.matching import MatchClient
 from echelon.agent.metrics import AgentMetrics
-from echelon.agent.subscriptions import MAX_BYTES, Subscription
+from echelon.agent.subscriptions import MAX_BYTES, STALL_SECONDS, Subscription
 from echelon.agent.topics import Topics
 from echelon.core.filters import DEFAULT_LIMITS, term_ids
 from echelon.runtime.errors import AlreadyExists, FailedPrecondition, InvalidArgument, Unavailable
@@ -40,6 +40,7 @@ class Registry:
         self.advertise = advertise  # the topics subscribed here, for the LBDD peer table
         self.max_backlog = max_backlog
         self.max_bytes = MAX_BYTES
+        self.stall_seconds = STALL_SECONDS
         self.subs: dict[str, Subscription] = {}  # by name
         self._terms: dict[str, int] = {}  # subscription id -> its entries on the tier (core/filters.py term_ids)
         self.filter_limits = DEFAULT_LIMITS  # what one filter may cost (an operator's settings go here)
@@ -80,7 +81,7 @@ class Registry:
         sub = Subscription(f"{self.me}/{name}", name, topic.name, flt, self.max_backlog, self.max_bytes,
                            evict=open_.evict and not open_.subscription)  # named subscriptions lag
         sub.owner = owner
-        sub.on_stall = self._stalled
+        sub.on_stall, sub.stall_seconds = self._stalled, self.stall_seconds
         sub.attach(open_.credits)
         self.subs[name] = sub
         self._changed()

@@ -122,6 +122,9 @@ def _serve(make_node) -> None:
                    "chose eviction, is closed with RESOURCE_EXHAUSTED.")
 @click.option("--max-backlog-bytes", default=64 << 20, type=click.IntRange(1 << 10), show_default=True,
               help="Bytes a subscription may hold, beside --max-backlog.")
+@click.option("--stall-seconds", default=30.0, type=click.FloatRange(0.5, 3600), show_default=True,
+              help="A lagging subscription that acknowledges nothing this long stops holding its publishers "
+                   "back: closed if ephemeral, shedding its oldest if named (docs/guarantees.md).")
 @click.option("--dissemination", default="lbdd", type=click.Choice(["lbdd", "p2p"]), show_default=True,
               help="lbdd: subscribers relay along LBDD trees; p2p: this agent sends every copy itself.")
 @click.option("--slice-bytes", default=65536, type=click.IntRange(1024, 16 << 20), show_default=True,
@@ -148,7 +151,7 @@ def _serve(make_node) -> None:
 @click.option("--retention-bytes", default=256 << 20, type=click.IntRange(1), show_default=True)
 @click.option("--client-port", default=None, type=click.IntRange(0, 65535),
               help="With --tls-dir: a second port that asks clients for no certificate (they send a token).")
-def agent(log_level, max_backlog, max_backlog_bytes, dissemination, slice_bytes, stripes, window_bytes,
+def agent(log_level, max_backlog, max_backlog_bytes, stall_seconds, dissemination, slice_bytes, stripes, window_bytes,
           reconcile_seconds,
           data_dir, fsync, fsync_batch_ms, durable_max_bytes, durable_idle_seconds, retention_seconds,
           retention_bytes, **kw) -> None:
@@ -162,7 +165,8 @@ def agent(log_level, max_backlog, max_backlog_bytes, dissemination, slice_bytes,
     _serve(lambda: AgentNode(_config(**kw), max_backlog=max_backlog, window_bytes=window_bytes,
                              dissemination=dissemination, slice_bytes=slice_bytes, stripes=stripes,
                              reconcile_seconds=reconcile_seconds, data_dir=data_dir, fsync=fsync,
-                             fsync_batch_ms=fsync_batch_ms, durable=durable, max_backlog_bytes=max_backlog_bytes))
+                             fsync_batch_ms=fsync_batch_ms, durable=durable, max_backlog_bytes=max_backlog_bytes,
+                             stall_seconds=stall_seconds))
 
 
 @click.command()
