@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 SYSTEM := $(VENV)/.system
 
-.PHONY: install proto dashboards docs-diagram demo up test chaos abuse bench bench-replan bench-events bench-hotpath bench-lowrate trace-hops bench-durable bench-tls replan-loop bulk-scale clean
+.PHONY: install proto dashboards docs-diagram demo up test chaos abuse kube-check bench bench-replan bench-events bench-hotpath bench-lowrate trace-hops bench-durable bench-overload bench-tls replan-loop bulk-scale clean
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) on PATH"; exit 1; }
@@ -52,6 +52,14 @@ test: $(STAMP) $(SYSTEM)
 
 chaos: $(STAMP) $(SYSTEM)
 	$(PY) -m pytest -q -m chaos tests/chaos
+
+# The chart on a real kube-apiserver (shared/kube-kit builds it, about 10 minutes): every
+# ci/*-values.yaml scenario installed into a namespace enforcing PodSecurity restricted,
+# the pods its controllers create, upgrade, uninstall. KUBE_BIN: kube-kit's bin directory;
+# CRDs from $$KUBE_KIT/crds (tests/kube/crds.sh). Skips, saying why, without the binaries.
+KUBE_BIN ?= $(HOME)/.cache/echelon-kube/bin
+kube-check: $(STAMP)
+	$(PY) -m tests.kube.kube_check --bin $(KUBE_BIN)
 
 # Hostile clients against a cluster with --auth and one with --auth --tls, beside honest
 # ones (a few minutes): the table of attacks, statuses, state changed, the victim agent's
@@ -101,6 +109,12 @@ bench-lowrate: $(STAMP)
 # (a cluster of processes per policy, a few minutes): a table and out/bench_durable/*.png.
 bench-durable: $(STAMP)
 	$(PY) -m loadtest.bench_durable --out out/bench_durable
+
+# Overload (about 75 s): two publishers offering more than four subscribers of each kind
+# take; offered/accepted/delivered rates, publisher stall, peak RSS per member, lost per
+# subscription kind (loadtest/bench_overload.py; `BENCH_ARGS=--short` in a few seconds).
+bench-overload: $(STAMP)
+	$(PY) -m loadtest.bench_overload --out out/bench_overload $(BENCH_ARGS)
 
 # What mTLS costs: the same cluster with TLS off and on, cells alternating, in one run (a few
 # minutes): throughput and p50/p99 side by side, on/off ratios, out/bench_tls/bench_tls.json.

@@ -1,7 +1,11 @@
 """The routing job at scale: 10M synthetic metric rows -> a plan, on Spark local[2] and in
 plain pandas/numpy, side by side in one run.
 
-    python -m loadtest.bench_replan [--rows 10000000] [--master local[2]] [--out DIR]
+    python -m loadtest.bench_replan [--rows 10000000] [--master local[2]] [--standalone] [--out DIR]
+
+With --standalone the same Parquet rows also go through the job's transforms on a standalone
+Spark cluster started here from the pyspark wheel (a master and two one-core workers,
+loadtest/spark_standalone.py), beside local[2] and pandas, with the same answers checked.
 
 The rows are the job's own schema (spark/metrics.py): 200 agents with 16 outgoing links
 each (enqueued/dequeued counters, queue length, round trip) and 16 matchers with 32 zones
@@ -174,7 +178,7 @@ def decide(load: dict, congestion: dict, rtt: dict) -> dict:
     return {"zones": len(zones), "cliques": len(cliques), "hints": len(hints)}
 
 
-def run(n: int, master: str, workdir: Path) -> list[tuple[str, str, float]]:
+def run(n: int, master: str, workdir: Path, standalone: bool = False) -> list[tuple[str, str, float]]:
     from echelon.replan.session import session
 
     table = series_table()
@@ -208,6 +212,35 @@ def run(n: int, master: str, workdir: Path) -> list[tuple[str, str, float]]:
     assert s_rtt.keys() == p_rtt.keys() and all(abs(s_rtt[k] - p_rtt[k]) < 1e-12 for k in s_rtt)
     assert s_plan == p_plan, (s_plan, p_plan)
     spark.stop()
+    if standalone:
+        timings += run_standalone(workdir, s_out, s_plan)
+    return timings
+
+
+def run_standalone(workdir: Path, local_out: dict, local_plan: dict) -> list[tuple[str, str, float]]:
+    """The job's transforms on the rows at rest, on a master and two workers of this machine."""
+    from echelon.replan.session import session
+    from loadtest.spark_standalone import Standalone
+
+    timings: list[tuple[str, str, float]] = []
+    with Standalone(workdir / "standalone", workers=2) as cluster:
+        conf = dict(c.split("=", 1) for c in cluster.conf()[1::2])
+        engine = "spark standalone 2x1"
+        start = time.perf_counter()
+        spark = session(cluster.master_url, "bench-replan", conf)
+        timings.append((engine, "start session", time.perf_counter() - start))
+        assert spark.sparkContext.master == cluster.master_url, spark.sparkContext.master
+        df = spark.read.parquet(str(workdir / "rows.parquet"))
+        start = time.perf_counter()
+        out = spark_transforms(df)
+        timings.append((engine, "transforms", time.perf_counter() - start))
+        start = time.perf_counter()
+        plan = decide({r.member: r.subscriptions for r in out["matcher_load"]},
+                      {r.member: r.congested for r in out["congestion"]},
+                      {(r.member, r.peer): r.rtt for r in out["latency"]})
+        timings.append((engine, "decide", time.perf_counter() - start))
+        assert plan == local_plan and out["increase"] == local_out["increase"], (plan, local_plan)
+        spark.stop()
     return timings
 
 
@@ -216,21 +249,24 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--rows", type=int, default=10_000_000)
     p.add_argument("--master", default="local[2]")
     p.add_argument("--out", type=Path, default=Path("out/bench_replan"))
+    p.add_argument("--standalone", action="store_true", help="also on a standalone master + 2 workers started here")
     args = p.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
-        timings = run(args.rows, args.master, Path(tmp))
+        timings = run(args.rows, args.master, Path(tmp), args.standalone)
     # The job's own work: from rows at rest to a plan. Generating the rows is the test
     # fixture (Spark writes the Parquet snapshot the job reads; pandas builds them in memory).
     job = {"spark": ("start session", "transforms", "decide"), "pandas": ("transforms", "decide")}
+    if args.standalone:
+        job["spark standalone 2x1"] = ("start session", "transforms", "decide")
     total = {e: sum(s for en, st, s in timings if en == e and st in job[e]) for e in job}
     print(f"{args.rows:,} metric rows, Spark {args.master} beside pandas/numpy (same rows, same answers)")
-    print(f"{'engine':<8}{'stage':<22}{'seconds':>9}{'rows/s':>14}")
+    print(f"{'engine':<22}{'stage':<22}{'seconds':>9}{'rows/s':>14}")
     for engine, stage, s in timings:
         rate = f"{args.rows / s:,.0f}" if stage in ("transforms", "generate -> parquet", "generate") else "-"
-        print(f"{engine:<8}{stage:<22}{s:>9.2f}{rate:>14}")
+        print(f"{engine:<22}{stage:<22}{s:>9.2f}{rate:>14}")
     for e, s in total.items():
-        print(f"{e:<8}{'job: ' + ' + '.join(job[e]):<40}{s:>9.2f}{args.rows / s:>14,.0f}")
+        print(f"{e:<22}{'job: ' + ' + '.join(job[e]):<40}{s:>9.2f}{args.rows / s:>14,.0f}")
     ratio = total["spark"] / total["pandas"]
     verdict = "PASS" if total["spark"] < 60 else "FALLS SHORT"
     print(f"spark / pandas wall time of the job: {ratio:.2f}x; target < 60 s (rows at rest -> plan) on "

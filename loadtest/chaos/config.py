@@ -38,6 +38,6 @@ class Config:
 
     @classmethod
     def short(cls, **kw) -> "Config":
-        """One of each fault, about 75 s of faults: the CI version."""
-        return cls(**{"minutes": 1.4, "netem_seconds": 10.0, "partition_seconds": 9.0, "restart_after": 4.0,
+        """One of each fault, about 2 minutes of faults: the CI version."""
+        return cls(**{"minutes": 2.6, "netem_seconds": 10.0, "partition_seconds": 9.0, "restart_after": 4.0,
                       "settle": 6.0, "warmup": 5.0, "drain": 45.0, **kw})

@@ -79,14 +79,18 @@ def detection(f: Fault, obs: Observer) -> tuple[str, float | None]:
             return f"dead after {since(dead)[0]:.1f}s", since(dead)[0]
         sus = obs.first(target, SUSPECT, f.start, f.end + 2)
         return (f"suspect after {since(sus)[0]:.1f}s, not dead", since(sus)[0]) if sus else ("not suspected", None)
-    if f.kind == "replica":
+    if f.kind == "plan":
+        return ("refused" if f.refused else "ACCEPTED"), None
+    if f.kind in ("replica", "members"):
         back = f"members back +{f.rejoined:.1f}s" if f.rejoined is not None else "members NOT back"
         return f"served after {f.end - f.start:.1f}s, {back}", f.end - f.start
     return "-", None
 
 
 SUMMARY = {"kill": "DEAD on all replicas in {}s", "partition": "DEAD after {}s of silence",
-           "pause": "suspected after {}s, never DEAD", "replica": "restarted, served in {}s", "netem": "never DEAD"}
+           "pause": "suspected after {}s, never DEAD", "replica": "restarted, served in {}s", "netem": "never DEAD",
+           "matcher": "restarted empty, refilled", "members": "every replica restarted, served in {}s",
+           "plan": "bad clique pushed"}
 
 
 def build_report(cfg: Config, hosts: Hosts, faults: list[Fault], obs: Observer, producers: list[Producer],
@@ -187,7 +191,11 @@ def build_report(cfg: Config, hosts: Hosts, faults: list[Fault], obs: Observer, 
         "crash detected < 2 s": (ran_kill and max(kill_times) < 2.0,
                                  ", ".join(f"{t:.2f}s (all 3 replicas)" for t in kill_times) or "no kill ran"),
         "every acked message was checked": (totals["acked"] > 0, f"{totals['acked']} acked"),
+        "0 reordered": (totals["reordered"] == 0, str(totals["reordered"])),
     }
+    for f in faults:
+        if f.kind == "plan":
+            targets["a plan with a clique no router serves is refused"] = (bool(f.refused), f.note[:120])
     res = Result(hosts.mode, hosts.reason, rows, totals, targets, notes)
     res.text = render(cfg, res, roles, metrics, faults, t0)
     return res

@@ -118,7 +118,9 @@ def run(cfg: Config) -> Result:
     old = signal.signal(signal.SIGTERM, _exit) if own else None  # netns.Network handles its own
     cluster = None
     try:
-        cluster = Cluster(agents=cfg.agents, matchers=1, memberships=3, placement=hosts.placement,
+        # One router: one region needs none, but with routers a plan's cliques make regions,
+        # and the schedule's bad-clique plan must be refused (membership/plans.py).
+        cluster = Cluster(agents=cfg.agents, matchers=1, memberships=3, routers=1, placement=hosts.placement,
                           log_dir=cfg.out / "logs", common=SERVICE_FLAGS, extra={"agent": AGENT_FLAGS},
                           tls=cfg.tls, auth=cfg.auth)
         if cfg.with_intruder and cfg.tls and cfg.auth:

@@ -1,8 +1,11 @@
 """The faults, one at a time, each followed by a settle period, repeated while time
 remains: delay/loss on two agents' links, SIGSTOP of an inner relay, kill -9 of an inner
 relay (restarted: a new process, a new incarnation), a partition of one agent, kill -9
-of membership replica 0 (the one every member watches, restarted). `choose_roles` picks
-the targets from producer 0's LBDD tree."""
+of membership replica 0 (the one every member watches, restarted), kill -9 of the
+matcher (restarted empty: no acked event may be lost while the agents refill it,
+matcher/refill.py), a membership-wide restart (every replica killed, restarted), and a
+plan push with a clique no router serves (refused: membership/plans.py). `choose_roles`
+picks the targets from producer 0's LBDD tree."""
 
 from __future__ import annotations
 
@@ -30,7 +33,8 @@ class Fault:
     note: str = ""
     expected_dead: set[str] = field(default_factory=set)
     restarted: float = 0.0  # kill / replica: when the new process served
-    rejoined: float | None = None  # replica: seconds until every member was ALIVE in its view again
+    rejoined: float | None = None  # replica, members: seconds until every member was ALIVE in its view again
+    refused: bool | None = None  # plan: membership refused the bad plan
 
 
 class Schedule:
@@ -39,13 +43,14 @@ class Schedule:
         self.faults: list[Fault] = []
 
     def plan(self) -> list[str]:
-        kinds = ["netem", "pause", "kill", "partition", "replica"]
+        kinds = ["netem", "pause", "kill", "partition", "replica", "matcher", "members", "plan"]
         return [k for k in kinds if self.hosts.supports(k)]
 
     def duration(self, kind: str) -> float:
         c = self.cfg
         return c.settle + {"netem": c.netem_seconds, "pause": c.pause_seconds, "kill": c.restart_after + 3,
-                           "partition": c.partition_seconds, "replica": c.restart_after + 3}[kind]
+                           "partition": c.partition_seconds, "replica": c.restart_after + 3,
+                           "matcher": c.restart_after + 3, "members": c.restart_after + 5, "plan": 2}[kind]
 
     async def run(self, until: float, t0: float) -> None:
         rounds = 0
@@ -138,6 +143,53 @@ class Schedule:
         f.note = f"kill -9 of the watched replica, restarted after {f.end - f.start:.1f}s"
         return f
 
+
+    async def _matcher(self, rounds: int) -> Fault:
+        target = "matcher-0"
+        f = Fault("matcher", [target], start=time.monotonic(), expected_dead={target})
+        f.end = f.restarted = await self._kill_and_restart(target)
+        f.note = f"kill -9 of the matcher, restarted empty after {f.end - f.start:.1f}s"
+        return f
+
+    async def _members(self, rounds: int) -> Fault:
+        replicas = [p.id for p in self.cluster.by_role("membership")]
+        f = Fault("members", replicas, start=time.monotonic())
+        for r in replicas:
+            self.cluster.signal(r, signal.SIGKILL)
+        await asyncio.sleep(self.cfg.restart_after)
+        await asyncio.gather(*(self.cluster.launch(self.cluster.process(r), 60.0) for r in replicas))
+        f.end = f.restarted = time.monotonic()
+        members = [p.id for p in self.cluster.processes if p.service and p.role != "membership"]
+        deadline = f.end + 20.0
+        while not self.observer.all_alive(0, members) and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        f.rejoined = time.monotonic() - f.end if self.observer.all_alive(0, members) else None
+        f.note = f"kill -9 of every membership replica, restarted after {f.end - f.start:.1f}s"
+        return f
+
+    async def _plan(self, rounds: int) -> Fault:
+        """A plan whose clique holds agents and no router: membership must refuse it."""
+        import grpc
+
+        from echelon.v1 import membership_pb2 as mpb
+        from echelon.v1 import membership_pb2_grpc as mgrpc
+
+        agents = [p.id for p in self.cluster.by_role("agent")][:2]
+        f = Fault("plan", agents, start=time.monotonic())
+        async with self.cluster.transport.dial(self.cluster.replicas[0]) as ch:
+            control = mgrpc.ControlStub(ch)
+            current = await control.GetPlan(mpb.GetPlanRequest(), timeout=10)
+            plan = mpb.RoutingPlan(version=current.version + 1, zones=current.zones, origin="chaos: bad clique",
+                                   cliques=[mpb.Clique(id="routerless", members=agents)])
+            try:
+                await control.PushPlan(plan, timeout=10)
+                f.note = "ACCEPTED a clique no router serves"
+                f.refused = False
+            except grpc.aio.AioRpcError as e:
+                f.note = f"refused {e.code().name}: {e.details()}"
+                f.refused = e.code() == grpc.StatusCode.INVALID_ARGUMENT
+        f.end = time.monotonic()
+        return f
 
 def choose_roles(cluster: Cluster, producers: int) -> dict:
     """Producer 0 on agent-0, the others on leaves of its LBDD tree. Kill and pause hit inner

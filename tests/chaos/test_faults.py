@@ -81,7 +81,7 @@ def test_the_report_attributes_what_the_checker_finds_to_the_faults():
 
 
 @pytest.mark.netns
-@pytest.mark.timeout(420)
+@pytest.mark.timeout(600)
 def test_short_schedule_meets_the_targets(tmp_path):
     try:
         check_available()
@@ -90,7 +90,8 @@ def test_short_schedule_meets_the_targets(tmp_path):
                     "runs the same faults on loopback, without partitions and delay/loss")
     result = run(Config.short(out=tmp_path, log=print))
     assert result.mode == "netns"
-    assert [r.fault for r in result.rows] == ["baseline", "netem", "pause", "kill", "partition", "replica"]
+    assert [r.fault for r in result.rows][:9] == ["baseline", "netem", "pause", "kill", "partition", "replica",
+                                                  "matcher", "members", "plan"]
     assert_targets(result)
     assert next(r for r in result.rows if r.fault == "kill").dead_expected == 1
     assert next(r for r in result.rows if r.fault == "partition").dead_expected == 1  # 9 s > the 7 s silence timeout
@@ -104,6 +105,6 @@ def test_full_schedule_meets_the_targets():
     result = run(Config(minutes=MINUTES, out=out, log=print))
     print(f"mode: {result.mode} {result.reason}")
     kinds = {r.fault for r in result.rows}
-    assert kinds >= ({"netem", "pause", "kill", "partition", "replica"} if result.mode == "netns"
-                     else {"pause", "kill", "replica"})
+    assert kinds >= ({"netem", "pause", "kill", "partition", "replica", "matcher", "members", "plan"}
+                     if result.mode == "netns" else {"pause", "kill", "replica", "matcher", "members", "plan"})
     assert_targets(result)

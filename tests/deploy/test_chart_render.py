@@ -120,9 +120,9 @@ SPARK_FIELDS = {
                       "timeToLiveSeconds": int, "volumes": list, "driver": dict, "executor": dict},
     "spec.template.restartPolicy": {"type": ("Never", "Always", "OnFailure")},
     "spec.template.driver": {"cores": int, "memory": str, "serviceAccount": str, "labels": dict,
-                             "securityContext": dict, "env": list, "volumeMounts": list},
+                             "podSecurityContext": dict, "securityContext": dict, "env": list, "volumeMounts": list},
     "spec.template.executor": {"instances": int, "cores": int, "memory": str, "labels": dict,
-                               "securityContext": dict, "env": list},
+                               "podSecurityContext": dict, "securityContext": dict, "env": list, "volumeMounts": list},
 }
 
 

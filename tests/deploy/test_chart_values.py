@@ -54,7 +54,7 @@ OTHER = {
     ("networkPolicy", "clientsFrom"): [{"podSelector": {}}], ("networkPolicy", "metricsFrom"): [{"podSelector": {}}],
     ("routingJob", "sparkConf"): {"spark.x": "1"},
     ("agent", "durable", "storage"): "hostPath", ("agent", "durable", "fsync"): "always",
-    ("agent", "durable", "sizeLimit"): "2Gi",
+    ("agent", "durable", "sizeLimit"): "2Gi", ("membership", "persistence", "size"): "5Gi",
     ("tls", "source"): "secrets", ("tls", "certManager", "issuerRef", "kind"): "ClusterIssuer",
     ("tls", "certManager", "duration"): "12h", ("tls", "certManager", "renewBefore"): "4h",
     ("tls", "certManager", "caDuration"): "8760h",
@@ -144,6 +144,8 @@ def test_every_key_changes_the_output():
     {"agent": {"port": 70000}},
     {"agent": {"prot": 7200}},
     {"routingJob": {"master": "yarn"}},
+    {"membership": {"persistence": {"size": "lots"}}},
+    {"routingJob": {"activeDeadlineSeconds": 30}},
     {"router": {"regions": [{"name": "Not A DNS Label"}]}},
     {"matcher": {"resources": {"requests": {"cpu": ["1"]}}}},
 ], ids=json.dumps)

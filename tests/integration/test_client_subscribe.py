@@ -69,7 +69,7 @@ async def test_nack_delay_is_bounded_on_both_sides(cluster):
 
 
 async def test_the_agent_holds_a_delayed_nack_against_the_backlog_bound():
-    sub = AgentSubscription("a/s", "s", "t", parse(""), max_backlog=3)
+    sub = AgentSubscription("a/s", "s", "t", parse(""), max_backlog=3, evict=True)
     sub.attach(credits=3)
     for i in range(3):
         assert sub.offer(pb.Event(id=pb.MessageId(producer_id="p", sequence=i)))

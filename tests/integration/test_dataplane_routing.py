@@ -322,6 +322,9 @@ class FakeNode:
             if self.dedup.first_time(event.id.SerializeToString(), 0.0):  # the agent's key (delivery.py)
                 self.delivered.append(event)
 
+    def local_full(self):
+        return []  # no subscription here lags
+
     def open_stream(self, head, size):
         if not self.dedup.first_time(head.id.SerializeToString(), 0.0):
             return []

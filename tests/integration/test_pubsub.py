@@ -148,11 +148,12 @@ async def test_named_subscription_redelivers_unacked_after_reconnect(cluster):
 
 
 async def test_backlog_overflow_ends_the_stream_with_resource_exhausted(cluster):
+    """Eviction, for an ephemeral subscription that chose it (lagging: test_backpressure.py)."""
     agent = cluster.agent_nodes[1]
     agent.max_backlog = 5
     c0, c1 = cluster.client(0), cluster.client(1)
     await c0.create_topic("t")
-    sub = c1.subscribe("t", "", max_outstanding=1)
+    sub = c1.subscribe("t", "", max_outstanding=1, evict=True)
     await sub.start()
     pub = c0.publisher(ack_level=DELIVERED)
     for i in range(8):

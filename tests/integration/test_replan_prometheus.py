@@ -11,13 +11,16 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.exposition import start_http_server
 
+from dataclasses import astuple
+
 from echelon.replan import metrics
+from echelon.replan.main import parser, prometheus_frame
 from tests.harness import free_port
 
 pytestmark = pytest.mark.skipif(not shutil.which("prometheus"), reason="needs the prometheus binary (make install)")
 
 
-def test_query_range_reads_the_kept_families_with_their_members(tmp_path):
+def test_query_range_reads_the_kept_families_with_their_members(tmp_path, spark):
     registry = CollectorRegistry()
     queue = Gauge("echelon_link_queue_length", "q", ["peer"], registry=registry)
     sent = Counter("echelon_link_enqueued_total", "e", ["peer"], registry=registry)
@@ -49,6 +52,19 @@ def test_query_range_reads_the_kept_families_with_their_members(tmp_path):
         assert {r.value for r in rows if r.name == "echelon_link_enqueued_total"} == {10.0}
         with pytest.raises(RuntimeError, match="bad_data"):  # Prometheus' own refusal, passed on
             metrics.prometheus(url, 60, 0)
+
+        # The production path: time shards fetched by Spark tasks, one partition each, the
+        # same rows as one query_range in the driver over the same window.
+        end = time.time()
+        args = parser().parse_args(["--prometheus", url, "--window", "20s", "--step", "1s", "--shards", "4"])
+        instances = {f"127.0.0.1:{port}": "agent-1"}
+        frame = prometheus_frame(spark, args, instances, end=end)
+        assert frame.rdd.getNumPartitions() == 4
+        assert sorted(tuple(r) for r in frame.collect()) == \
+            sorted(astuple(r) for r in metrics.prometheus(url, 20, 1, instances, end=end))
+        scoped = parser().parse_args(["--prometheus", url, "--window", "20s", "--step", "1s",
+                                      "--selector", 'job="elsewhere"'])
+        assert prometheus_frame(spark, scoped, instances, end=end).count() == 0  # another release's series
     finally:
         prom.terminate()
         prom.wait(10)

@@ -167,11 +167,53 @@ async def test_a_plans_cliques_become_the_regions(regions):
     assert handed == sum(e["x"] < 50 for e in events)  # only the ap destinations went through a router
 
 
+async def test_a_plan_with_a_clique_no_router_serves_is_refused(regions):
+    """The eu agents in a clique of their own (no router in it): refused with the reason,
+    and nothing changes (every member stays on the plan it had)."""
+    eu = [n.config.id for n in regions.agents if n.config.region == "eu"]
+    plan = mpb.RoutingPlan(version=1, cliques=[mpb.Clique(id="lonely", members=eu)], origin="test")
+    async with grpc.aio.insecure_channel(regions.cluster.replicas[0]) as ch:
+        with pytest.raises(grpc.aio.AioRpcError) as e:
+            await mgrpc.ControlStub(ch).PushPlan(plan)
+        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "leaves 2 agents without a router of their region (clique-lonely): 'agent-eu-0', 'agent-eu-1'" \
+            in e.value.details()
+        assert (await mgrpc.ControlStub(ch).GetPlan(mpb.GetPlanRequest())).version == 0
+    assert all(r.overlay.regions == ["ap", "eu", "us"] for r in regions.routers)
+
+
 def test_region_map_takes_cliques_over_flags():
-    members = [mpb.Member(id="a", region="eu"), mpb.Member(id="b", region="us"), mpb.Member(id="c", region="us")]
-    assert region_map(members, None) == {"a": "eu", "b": "us", "c": "us"}
+    members = [mpb.Member(id="a", region="eu"), mpb.Member(id="b", region="us"), mpb.Member(id="c", region="us"),
+               mpb.Member(id="r", region="us", role=mpb.ROLE_ROUTER, state=mpb.MEMBER_STATE_ALIVE)]
+    assert region_map(members, None) == {"a": "eu", "b": "us", "c": "us", "r": "us"}
     plan = mpb.RoutingPlan(cliques=[mpb.Clique(id="k", members=["a", "b"])])
-    assert region_map(members, plan) == {"a": "clique-k", "b": "clique-k", "c": "us"}
+    assert region_map(members, plan) == {"a": "clique-k", "b": "clique-k", "c": "us", "r": "us"}
+    # With no live router nothing joins regions: cliques change nothing.
+    assert region_map(members[:3], plan) == {"a": "eu", "b": "us", "c": "us"}
+
+
+async def test_a_destination_no_router_serves_fails_the_delivered_ack(regions):
+    """Both eu routers gone: an eu agent cannot hand events to other regions. A DELIVERED
+    publish that names a destination there fails UNAVAILABLE (counted as lost too); one
+    whose destinations are all in eu is delivered and acked as ever."""
+    from echelon.client import errors
+
+    clients = [client(regions, i) for i in range(len(regions.agents))]
+    await clients[0].create_topic("t", SCHEMA)
+    near, far = clients[1].subscribe("t", ""), clients[2].subscribe("t", "x >= 50")  # agent-eu-1, agent-us-0
+    for s in (near, far):
+        await s.start()
+    for r in [r for r in regions.routers if r.config.region == "eu"]:
+        await regions.cluster.crash(r)
+    eu0 = regions.agents[0]
+    await wait_for(lambda: eu0.gateway.trees.router is None, 20, what="agent-eu-0 without a router")
+    lost = eu0.metrics.lost._value.get()
+    pub = clients[0].publisher(ack_level=DELIVERED)
+    with pytest.raises(errors.Unavailable, match="could not be served"):
+        await pub.publish("t", {"x": 60, "r": "far"})
+    assert eu0.metrics.lost._value.get() == lost + 1
+    await pub.publish("t", {"x": 10, "r": "near"})  # eu only: delivered, acked OK
+    assert sorted(m.attributes["r"] for m in await drain(near)) == ["far", "near"]
 
 
 async def test_describe_and_metrics(regions):

@@ -102,7 +102,8 @@ async def test_client_subscriptions_share_one_stream_and_end_alone(cluster):
         small = c1.subscribe("t", "n = 3", max_outstanding=100)
         await small.start()
         assert small._shared is stream
-        agent.subs[small.id.split("/", 1)[1]].max_backlog = 0  # overflows with its first event
+        held = agent.subs[small.id.split("/", 1)[1]]
+        held.max_backlog, held.evict = 0, True  # overflows with its first event (evicted: it chose to be)
         await publish(cluster, [{"n": i} for i in range(10)])
         with pytest.raises(errors.ResourceExhausted):
             await small.next(timeout=10)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from echelon.dataplane.gateway import region_map
 from echelon.membership.plans import check
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import membership_pb2 as mpb
@@ -69,3 +70,34 @@ def test_every_member_a_plan_names_must_be_alive():
     reason = check(plan(cliques=[mpb.Clique(id="c", members=["r0", "r9"])],
                         bucket_hints=[mpb.BucketHint(member_id="a9")]), 1, ALIVE, TOPICS)
     assert not reason.stale and reason == "clique or bucket hint members not alive: 'a9', 'r9'"
+
+
+LIVE = {"m0": ("ROLE_MATCHER", "local"), "a0": ("ROLE_AGENT", "local"), "a1": ("ROLE_AGENT", "local"),
+        "a2": ("ROLE_AGENT", "local"), "r0": ("ROLE_ROUTER", "local")}
+
+
+def test_a_clique_that_leaves_an_agent_without_a_router_of_its_region_is_refused():
+    alive = set(LIVE)
+    # a1 and a2 in a clique with no router: their events could reach nobody there.
+    bad = plan(cliques=[mpb.Clique(id="c0", members=["a0", "r0"]), mpb.Clique(id="c1", members=["a1", "a2"])])
+    reason = check(bad, 1, alive, TOPICS, LIVE)
+    assert reason is not None and not reason.stale
+    assert reason.startswith("the plan leaves 2 agents without a router of their region (clique-c1): 'a1', 'a2'")
+    # The router in a clique of its own leaves every agent's region ("local") without one.
+    alone = plan(cliques=[mpb.Clique(id="c0", members=["r0"])])
+    assert "(local): 'a0', 'a1', 'a2'" in check(alone, 1, alive, TOPICS, LIVE)
+    # Every clique with a router, or the agents left in the region that keeps one: accepted.
+    good = plan(cliques=[mpb.Clique(id="c0", members=["a0", "a1", "a2", "r0"])])
+    assert check(good, 1, alive, TOPICS, LIVE) is None
+    assert check(plan(), 1, alive, TOPICS, LIVE) is None
+
+
+def test_without_routers_cliques_change_nothing_and_are_accepted():
+    live = {i: v for i, v in LIVE.items() if i != "r0"}
+    p = plan(cliques=[mpb.Clique(id="c0", members=["a0"]), mpb.Clique(id="c1", members=["a1", "a2"])])
+    assert check(p, 1, set(live), TOPICS, live) is None
+    members = [mpb.Member(id=i, role=mpb.Role.Value(r), region=g, state=mpb.MEMBER_STATE_ALIVE)
+               for i, (r, g) in live.items()]
+    assert set(region_map(members, p).values()) == {"local"}  # the data plane's regions
+    router = mpb.Member(id="r0", role=mpb.ROLE_ROUTER, region="local", state=mpb.MEMBER_STATE_ALIVE)
+    assert region_map([*members, router], p)["a1"] == "clique-c1"

@@ -22,7 +22,7 @@ def test_offers_takes_and_acks_follow_the_model():
     rnd = random.Random(7)
     for trial in range(60):
         bound = rnd.choice([5, 40, 10**6])
-        sub = Subscription("a/s", "s", "t", parse(""), bound)
+        sub = Subscription("a/s", "s", "t", parse(""), bound, evict=True)  # lagging: test_backpressure.py
         sub.attach(rnd.randint(0, 20))
         floor = sub.created_ns - CLOCK_SKEW_NS
         backlog: list[tuple[int, bool]] = []  # the model: (sequence, sliced)

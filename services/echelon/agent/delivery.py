@@ -1,6 +1,7 @@
 """Local delivery: an event is offered once per message id (the dedup window) to every
 local subscription of its topic whose filter it matches and that is owed it; a
-subscription past its backlog bound is closed (counted). A sliced payload is offered as
+subscription past its bound lags (its `room` hold is handed to the data plane, whose
+frame acks wait for it: subscriptions.py) or, if it chose eviction, is closed (counted). A sliced payload is offered as
 a `slices.ChunkStream` per subscription, and only to subscriptions with a stream
 attached: nothing here holds it for one that comes back later (slices.py).
 
@@ -89,6 +90,19 @@ class LocalDelivery:
         self.dedup = DedupWindow()  # message ids delivered here
         self._indexes: dict[str, _TopicIndex] = {}  # by topic, built from `_built`
         self._built: tuple = ((), ())  # the subscriptions and their filters the indexes are of
+        self.full: list = []  # rooms of lagging subscriptions that took events (`take_full`)
+
+    def take_full(self) -> list:
+        """The `room` holds of the lagging subscriptions the events delivered since the last
+        call went to: the frame that brought them is acknowledged once they are released."""
+        full, self.full = self.full, []
+        return full
+
+    def deliver_root(self, events: Sequence[pb.Event], encoded: Sequence[bytes] | None = None) -> list:
+        """`deliver_many` for the publishing agent's own subscriptions: the rooms of those
+        lagging, which the dispatcher waits for before it settles the publish."""
+        self.deliver_many(events, encoded)
+        return self.take_full()
 
     def deliver_many(self, events: Sequence[pb.Event], encoded: Sequence[bytes] | None = None) -> int:
         """Offer each event (a frame's, in order) to every matching local subscription, once
@@ -127,7 +141,10 @@ class LocalDelivery:
                 n = sub.offer_many([evs[j] for j in js], [raws[j] for j in js])
                 if n is None:
                     self._overflow(sub)
-                elif n:
+                    continue
+                if sub.room is not None:
+                    self.full.append(sub.room)
+                if n:
                     offered += n
                     if sample is None:
                         sample = evs[js[0]]
@@ -187,5 +204,6 @@ class LocalDelivery:
         if sub.closed:
             return
         self.metrics.overflows.inc()
-        log.warning("subscription %s overflowed its backlog of %d", sub.id, sub.max_backlog)
+        log.warning("subscription %s overflowed its bound of %d messages or %d bytes (eviction chosen)", sub.id,
+                    sub.max_backlog, sub.max_bytes)
         self.close(sub)

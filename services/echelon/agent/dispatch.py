@@ -36,6 +36,7 @@ from typing import Callable
 
 from echelon.dataplane.dissemination import DataPlane
 from echelon.agent.matching import MatchClient
+from echelon.dataplane.holds import settled
 from echelon.dataplane.root import encode_all
 from echelon.dataplane.slices import PayloadStream
 from echelon.runtime.errors import EchelonError, Unavailable
@@ -143,6 +144,7 @@ class Dispatcher:
         me, alive, dead, elsewhere = self.me, self.plane.trees.alive, self.plane.trees.dead, \
             self.gateway.trees.elsewhere
         payloads = list(chain.from_iterable([unit[1] for unit in units]))
+        rooms = ()  # of this agent's own subscriptions past their bound (lagging): waited for below
         # A batch repeats few agent sets: each split once (keyed by the result's bytes, 5x
         # cheaper than reading its agents), as (here, elsewhere, destination count).
         keys = list(map(_result_key, results))
@@ -158,7 +160,7 @@ class Dispatcher:
         if set(map(type, payloads)) != {bytes} or any(me in s[0] for s in routed.values()):
             items, remote, local = self._split(events, payloads, splits)
             if local:
-                self.deliver(local)  # in order, one filter pass (delivery.py)
+                rooms = self.deliver(local)  # in order, one filter pass (delivery.py)
         else:  # the common case: whole payloads, none for this agent, tuples made by zip
             items = list(zip(events, payloads, map(_here, splits)))
             remote = list(zip(events, payloads, map(_far, splits))) if far_any else []
@@ -174,6 +176,8 @@ class Dispatcher:
                                                      self.gateway.publish(remote, may_wait, wholes, producers))
         else:
             delivered, handed = await self.plane.publish(items, may_wait, wholes, producers), None
+        if rooms:  # the publish waits, as a remote destination's frame would (agent/subscriptions.py)
+            await settled(rooms)
         at = 0
         for unit_events, _, future, _ in units:
             end = at + len(unit_events)

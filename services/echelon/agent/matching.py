@@ -27,7 +27,9 @@ The agent is the owner of its subscriptions. Each registration carries a version
 agent's clock, increasing), so a re-registration replaces and a removal is not undone by
 an older copy still travelling between matchers. The safety net under the tier's own
 handoff and mirror recovery: a matcher that appears in the view (new, or restarted with
-a new lifetime, runtime/member.py) is sent every subscription again; the tier ignores copies it holds.
+a new lifetime, runtime/member.py) is sent every subscription again, marked as all of
+them (the matcher answers no Match before every alive agent did: matcher/refill.py); the
+tier ignores copies it holds.
 
 Registering and removing must complete whoever waits for them (a client that cancels its
 stream cancels the handler that opened the subscription): a registration runs in a task
@@ -260,10 +262,11 @@ class MatchClient:
     async def _fill(self, matchers: list[mpb.Member]) -> None:
         for m in matchers:
             try:
-                if self.subscriptions:
-                    req = xpb.RegisterRequest(subscriptions=list(self.subscriptions.values()))
-                    self._filled_at[m.id] = time.monotonic()
-                    await self._stub(m).Register(req, timeout=self.timeout)
+                # Marked as every subscription this agent owns, even none: the matcher's
+                # reconciliation barrier waits for it (matcher/refill.py).
+                req = xpb.RegisterRequest(subscriptions=list(self.subscriptions.values()), refill=self.membership.id)
+                self._filled_at[m.id] = time.monotonic()
+                await self._stub(m).Register(req, timeout=self.timeout)
                 self._known[m.id] = lifetime(m.incarnation)
             except grpc.aio.AioRpcError as e:
                 log.warning("refilling matcher %s failed: %s %s", m.id, e.code().name, e.details())

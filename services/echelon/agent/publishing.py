@@ -16,6 +16,11 @@ with nothing else of its stream in flight is `alone`: its publisher waits on it,
 frames ask the relays for their acks at once (a loop of `await publish()` never waits
 for an ack delay).
 
+An empty producer id is defaulted, not refused: the stream gets an id of its own
+(`<agent>:<n>:<ns>`), named in every ack so a client can retry under it; an event
+without a sequence is numbered above every sequence the stream used. Either way it is
+published and delivered like any other.
+
 A sliced publish (slice_count > 1; never in a batch: a unit of its own) is cut through
 (slices.py): slice 0 is validated and dispatched at once with a `PayloadStream`, the
 later slices are put into that stream as they are read, and reading waits while its
@@ -35,7 +40,7 @@ import grpc
 
 from echelon.agent.admission import Admission, Unit, failure, first_copy
 from echelon.dataplane.slices import PayloadStream, payload_error
-from echelon.runtime.errors import InvalidArgument, Unavailable, status_of
+from echelon.runtime.errors import InvalidArgument, Timeout, Unavailable, status_of
 from echelon.v1 import pubsub_pb2 as ppb
 
 if TYPE_CHECKING:
@@ -45,6 +50,7 @@ log = logging.getLogger("echelon.agent")
 
 MAX_EVENTS_IN_FLIGHT = 8192  # per Publish stream: past it we stop reading (HTTP/2 pushes back)
 MAX_PAYLOAD = 1 << 40  # bytes of one sliced payload (a TiB: its slice count fits the wire's uint32)
+SLICE_IDLE = 30.0  # seconds a sliced payload waits for its next slice before it is failed
 
 
 _topic = itemgetter(0)  # of a unit's row
@@ -59,6 +65,7 @@ class Publishing:
         self._producers = 0
         self.admission = Admission(node)
         self._counters: dict[tuple[str, str], object] = {}  # (topic, result) -> its published counter
+        self.slice_idle = SLICE_IDLE
 
     @staticmethod
     async def _wait(unit: Unit) -> None:
@@ -147,22 +154,27 @@ class Publishing:
         room.set()
         in_flight = 0
         streams: dict[tuple[str, int], PayloadStream] = {}  # sliced payloads being read
+        due: dict[tuple[str, int], float] = {}  # of those, when each began to wait for its next slice
+        watchdog: asyncio.Task | None = None
         auto_seq = 0
 
         def next_seq(seq: int) -> int:
+            # An unnumbered event takes the next number above any this stream used: its
+            # (defaulted) id never collides with an explicit one (docs/guarantees.md).
             nonlocal auto_seq
             if not seq:
                 auto_seq += 1
-                seq = auto_seq
+                return auto_seq
+            auto_seq = max(auto_seq, seq)
             return seq
 
         async def read():
-            nonlocal in_flight
+            nonlocal in_flight, watchdog
             async for req in request_iterator:
                 producer = req.producer_id or default_producer
                 sliced = req.slice_count > 1 or req.slice_index
                 if sliced and req.slice_index:  # a later slice: into its payload's stream, acked with slice 0
-                    await self._feed(req, (producer, next_seq(req.sequence)), streams)
+                    await self._feed(req, (producer, next_seq(req.sequence)), streams, due)
                     continue
                 unit = Unit(bool(req.batch), req.ack_level, producer, req.coalesce_acks, alone=not in_flight)
                 if req.batch:
@@ -170,6 +182,8 @@ class Publishing:
                     seqs = [r.sequence for r in reqs]
                     if 0 in seqs:  # numbered here (a client that leaves it to the agent)
                         seqs = [next_seq(s) for s in seqs]
+                    elif seqs:
+                        next_seq(max(seqs))
                     payloads = [r.payload for r in reqs]
                     await self.admission.accept(unit, reqs, seqs, payloads)
                 else:
@@ -184,7 +198,9 @@ class Publishing:
                 # then wakes it at once (a callback setting `arrived` costs a loop iteration more).
                 arrived.set()
                 if sliced:
-                    await self._feed(req, (producer, seq), streams)
+                    await self._feed(req, (producer, seq), streams, due)
+                    if streams and (watchdog is None or watchdog.done()):
+                        watchdog = asyncio.create_task(self._idle(streams, due))
                 if in_flight >= MAX_EVENTS_IN_FLIGHT:
                     room.clear()
                     await room.wait()
@@ -221,6 +237,8 @@ class Publishing:
             await reader
         finally:
             reader.cancel()
+            if watchdog is not None:
+                watchdog.cancel()
             for key, stream in streams.items():
                 self._abort(key, stream, Unavailable("the publish stream ended before the payload's last slice"))
 
@@ -242,11 +260,13 @@ class Publishing:
             streams[key] = stream
 
     async def _feed(self, req: ppb.PublishRequest, key: tuple[str, int],
-                    streams: dict[tuple[str, int], PayloadStream]) -> None:
-        """A slice into its payload's stream, waiting while the stream's window is full."""
+                    streams: dict[tuple[str, int], PayloadStream], due: dict[tuple[str, int], float]) -> None:
+        """A slice into its payload's stream, waiting while the stream's window is full
+        (not idle meanwhile: `due` starts again once it is in)."""
         stream = streams.get(key)
         if stream is None:
             return  # of a refused or duplicate payload (its ack is queued already)
+        due.pop(key, None)
         if req.slice_index != stream.parts:
             del streams[key]
             self._abort(key, stream, InvalidArgument(f"slice {req.slice_index} of {key[0]}:{key[1]} out of order "
@@ -254,8 +274,27 @@ class Publishing:
             return
         await stream.put(req.payload)
         if stream.parts == req.slice_count or stream.error is not None:
-            del streams[key]
+            if streams.get(key) is stream:
+                del streams[key]
             stream.end()
+        elif streams.get(key) is stream:
+            due[key] = asyncio.get_running_loop().time()
+
+    async def _idle(self, streams: dict[tuple[str, int], PayloadStream], due: dict[tuple[str, int], float]) -> None:
+        """Fail the sliced payloads whose next slice has not come for `slice_idle` seconds
+        (a client that stopped sending them, its stream still open): DEADLINE_EXCEEDED in
+        their ack, their ids free for a retry."""
+        loop = asyncio.get_running_loop()
+        while streams:
+            await asyncio.sleep(min(1.0, self.slice_idle / 4))
+            now = loop.time()
+            for key in [k for k, t in due.items() if now - t >= self.slice_idle]:
+                del due[key]
+                stream = streams.pop(key, None)
+                if stream is not None:
+                    log.warning("sliced payload %s:%d abandoned: no slice for %.0f s", key[0], key[1], self.slice_idle)
+                    self._abort(key, stream, Timeout(f"payload {key[0]}:{key[1]}: slice {stream.parts} did not come "
+                                                     f"within {self.slice_idle:g} s; the payload is abandoned"))
 
     def _abort(self, key: tuple[str, int], stream: PayloadStream, error: Exception) -> None:
         """A payload that will not be whole: ended down the trees, and its id free for a retry."""

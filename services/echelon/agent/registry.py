@@ -19,7 +19,7 @@ import grpc
 
 from echelon.agent.matching import MatchClient
 from echelon.agent.metrics import AgentMetrics
-from echelon.agent.subscriptions import Subscription
+from echelon.agent.subscriptions import MAX_BYTES, Subscription
 from echelon.agent.topics import Topics
 from echelon.core.filters import DEFAULT_LIMITS, term_ids
 from echelon.runtime.errors import AlreadyExists, FailedPrecondition, InvalidArgument, Unavailable
@@ -39,6 +39,7 @@ class Registry:
         self.metrics = metrics
         self.advertise = advertise  # the topics subscribed here, for the LBDD peer table
         self.max_backlog = max_backlog
+        self.max_bytes = MAX_BYTES
         self.subs: dict[str, Subscription] = {}  # by name
         self._terms: dict[str, int] = {}  # subscription id -> its entries on the tier (core/filters.py term_ids)
         self.filter_limits = DEFAULT_LIMITS  # what one filter may cost (an operator's settings go here)
@@ -76,7 +77,8 @@ class Registry:
         else:
             self._ephemeral += 1
             name = f"~{self._ephemeral}"
-        sub = Subscription(f"{self.me}/{name}", name, topic.name, flt, self.max_backlog)
+        sub = Subscription(f"{self.me}/{name}", name, topic.name, flt, self.max_backlog, self.max_bytes,
+                           evict=open_.evict and not open_.subscription)  # named subscriptions lag
         sub.owner = owner
         sub.attach(open_.credits)
         self.subs[name] = sub
@@ -113,6 +115,7 @@ class Registry:
             done.set_result(None)
             return done
         sub.closed = True
+        sub.release()  # it holds no frame back any more
         sub.changed.set()
         if self.subs.get(sub.name) is sub:
             del self.subs[sub.name]

@@ -36,7 +36,7 @@ from echelon.agent.reconcile import PERIOD, Reconciler
 from echelon.agent.registry import Registry
 from echelon.dataplane.relay import RelayServicer, add_RelayServicer_to_server
 from echelon.agent.durable.store import FSYNC_POLICIES, Store
-from echelon.agent.subscriptions import Subscription
+from echelon.agent.subscriptions import MAX_BYTES, Subscription
 from echelon.agent.topics import Topics
 from echelon.dataplane.trees import Trees, hinted
 from echelon.runtime.node import Node, NodeConfig
@@ -57,8 +57,9 @@ class AgentNode(Node):
                  dissemination: str = "lbdd", slice_bytes: int = 65536, stripes: int = 8,
                  park_seconds: float = PARK_SECONDS, reconcile_seconds: float = PERIOD,
                  data_dir: str | None = None, fsync: str = "batch", fsync_batch_ms: int = 10,
-                 durable: Defaults | None = None):
+                 durable: Defaults | None = None, max_backlog_bytes: int = MAX_BYTES):
         super().__init__(config)
+        self.max_backlog_bytes = max_backlog_bytes  # each subscription's byte bound (subscriptions.py)
         # Durable subscriptions' log: data_dir None keeps it in memory (tests, demos: the
         # replica is then all that outlives this process).
         if fsync not in FSYNC_POLICIES or not 1 <= fsync_batch_ms <= 10_000:
@@ -141,14 +142,15 @@ class AgentNode(Node):
         self.durables = Durables(self, Store(self.data_dir, self.fsync), self.durable_defaults)
         durable_tasks = self.durables.start()
         delivery = LocalDelivery(lambda: self.subscriptions.subs, self.metrics, self.subscriptions.close)
+        self.subscriptions.max_bytes = self.max_backlog_bytes
         self.host = PlaneHost(me, self.address, self.metrics, self.links, delivery.dedup, delivery.deliver_many,
-                              delivery.open_stream)
+                              delivery.open_stream, delivery.take_full)
         trees = Trees(me, self.address, self.dissemination, self.stripes)
         self.plane = DataPlane(self.host, trees, self.slice_bytes, park_seconds=self.park_seconds)
         self.gateway = DataPlane(self.host, Gateway(me, self.config.region), self.slice_bytes)
         self._update_routes()
         self.ready.set()
-        self.dispatcher = Dispatcher(me, self.matching, self.plane, self.gateway, delivery.deliver_many)
+        self.dispatcher = Dispatcher(me, self.matching, self.plane, self.gateway, delivery.deliver_root)
         self.reconciler = Reconciler(me, self.matching, self.subscriptions.close_orphans, self.metrics.reconciled,
                                      self.reconcile_seconds)
         self.matching.start()

@@ -2,11 +2,22 @@
 
 A subscription never has more deliveries in flight than the client granted credits.
 Named subscriptions outlive their stream: on detach the unacknowledged deliveries go
-back to the head of the backlog (redelivery count + 1) for the next stream. Past
-`max_backlog` messages the subscription overflows: its stream ends with
-RESOURCE_EXHAUSTED and the agent counts it. A nacked delivery comes back to the head of
-the backlog after the client's delay (redelivery count + 1), counting against the bound
-while it waits.
+back to the head of the backlog (redelivery count + 1) for the next stream. A nacked
+delivery comes back to the head of the backlog after the client's delay (redelivery
+count + 1), counting against the bound while it waits.
+
+The bound is `max_backlog` messages and `max_bytes` bytes held (queued, in flight,
+waiting to be redelivered). Past it, by the subscription's policy (docs/guarantees.md):
+- lag (the default): nothing is dropped. The subscription holds `room`, a data-plane
+  hold (dataplane/holds.py) the frames that brought it events wait for before they are
+  acknowledged upstream; it is released once the client's acks bring it below the
+  bound. So the publishing agents' link windows fill, their roots wait for room, and
+  the publish streams slow down (flow control from the subscriber's credits back to the
+  publisher). A consumer that keeps up loses nothing; one that does not slows its
+  publishers rather than lose.
+- evict (an ephemeral subscription that asked for it, `SubscriptionOpen.evict`): it
+  overflows, its stream ends with RESOURCE_EXHAUSTED and the agent counts it (as NATS
+  core drops a slow consumer): the publishers never wait for it.
 
 A subscription is owed the events published from its creation on (DESIGN.md: "every
 subscription that matched at publish time"). `owes` refuses older ones, allowing
@@ -23,6 +34,7 @@ from collections import deque
 from itertools import islice, repeat
 from operator import attrgetter
 
+from echelon.dataplane.holds import Hold
 from echelon.dataplane.slices import ChunkStream
 from echelon.core.filters import Filter
 from echelon.runtime.errors import InvalidArgument
@@ -30,6 +42,7 @@ from echelon.v1 import common_pb2 as pb
 from echelon.v1 import pubsub_pb2 as ppb
 
 CLOCK_SKEW_NS = 500_000_000
+MAX_BYTES = 64 << 20  # bytes a subscription holds before it lags (or is evicted)
 MAX_NACK_DELAY = 600.0  # seconds, as Google Pub/Sub's longest retry backoff
 _stream = attrgetter("stream")
 
@@ -38,13 +51,14 @@ class Pending:
     """A delivery owed: its event, or (relayed) the bytes the root serialized it in alone
     (`data`: sent on as they are, and the payload is not held twice in the backlog)."""
 
-    __slots__ = ("_event", "redeliveries", "stream", "data")
+    __slots__ = ("_event", "redeliveries", "stream", "data", "size")
 
     def __init__(self, event: pb.Event, redeliveries: int = 0, stream: ChunkStream | None = None, data: bytes = b""):
         self._event = None if data else event
         self.redeliveries = redeliveries
         self.stream = stream  # a sliced payload, handed out as it arrives (slices.py)
         self.data = data
+        self.size = len(data) if data else event.ByteSize()  # what it holds here (a sliced payload: its head)
 
     @property
     def event(self) -> pb.Event:
@@ -65,12 +79,17 @@ class Subscription:
     durable = False  # durable_sub.DurableSubscription: kept on disk and by a replica agent
     owner = ""  # the identity that opened it (agent/ownership.py)
 
-    def __init__(self, sid: str, name: str, topic: str, flt: Filter, max_backlog: int):
+    def __init__(self, sid: str, name: str, topic: str, flt: Filter, max_backlog: int, max_bytes: int = MAX_BYTES,
+                 evict: bool = False):
         self.id = sid  # cluster-wide: "<agent>/<name>"
         self.name = name
         self.topic = topic
         self.filter = flt
         self.max_backlog = max_backlog
+        self.max_bytes = max_bytes
+        self.evict = evict  # past the bound: overflow (evicted), else lag (the module doc)
+        self.held_bytes = 0
+        self.room: Hold | None = None  # while past the bound and lagging: what frames wait for
         self.named = not name.startswith("~")
         self.backlog: deque[Pending] = deque()
         self.unacked: dict[int, Pending] = {}
@@ -95,11 +114,14 @@ class Subscription:
         its bytes as received, if it came so); False (and overflowed) past the backlog bound."""
         if self.closed:
             return False
-        if self.depth >= self.max_backlog:
+        if self.evict and self.full():
             self.overflowed = True
             self.changed.set()
             return False
-        self.backlog.append(Pending(event, 0, stream, data))
+        pending = Pending(event, 0, stream, data)
+        self.backlog.append(pending)
+        self.held_bytes += pending.size
+        self._lag()
         self.changed.set()
         return True
 
@@ -115,16 +137,34 @@ class Subscription:
         floor = self.created_ns - CLOCK_SKEW_NS  # as `owes`
         owed = [Pending(e, 0, None, d) for e, d in zip(events, data)
                 if not (t := e.publish_time_unix_nanos) or t >= floor]
-        room = self.max_backlog - self.depth
-        if len(owed) > room:
-            self.backlog.extend(owed[:max(room, 0)])
-            self.overflowed = True
-            self.changed.set()
-            return None
+        if self.evict:
+            room = self.max_backlog - self.depth
+            if len(owed) > room or self.held_bytes >= self.max_bytes:
+                self.backlog.extend(owed[:max(room, 0)])
+                self.overflowed = True
+                self.changed.set()
+                return None
         if owed:
             self.backlog.extend(owed)
+            self.held_bytes += sum(p.size for p in owed)
+            self._lag()
             self.changed.set()
         return len(owed)
+
+    def full(self) -> bool:
+        return self.depth >= self.max_backlog or self.held_bytes >= self.max_bytes
+
+    def _lag(self) -> None:
+        """Past the bound (lagging): hold `room` until the client's acks bring it below."""
+        if self.room is None and not self.evict and self.full():
+            self.room = Hold()
+            self.room.pending = 1
+
+    def release(self) -> None:
+        """Below the bound again, or closed: the frames waiting for room are acknowledged."""
+        room, self.room = self.room, None
+        if room is not None:
+            room.release()
 
     def take(self, most: int = 1) -> list[tuple[int, Pending]]:
         """The next deliveries the client has credit for (at most `most`), ids increasing.
@@ -156,10 +196,14 @@ class Subscription:
 
     def ack(self, delivery_ids, credits: int, through: int = 0) -> int:
         """Forget acked deliveries (`settle`) and take the credits back."""
-        acked = len(self.settle(delivery_ids, through))
+        done = self.settle(delivery_ids, through)
+        if done:
+            self.held_bytes -= sum(p.size for p in done)
+            if self.room is not None and not self.full():
+                self.release()
         self.credits += credits
         self.changed.set()
-        return acked
+        return len(done)
 
     def settle(self, delivery_ids, through: int = 0) -> list[Pending]:
         """Take acked deliveries out of `unacked`: every one up to `through`, cumulatively,
@@ -216,14 +260,14 @@ class Subscription:
         self.attached = False
         self.credits = 0
 
-    @staticmethod
-    def _unstreamed(pendings, reason: str) -> list[Pending]:
+    def _unstreamed(self, pendings, reason: str) -> list[Pending]:
         """`pendings` without the sliced payloads, whose streams are aborted."""
         kept = []
         for pending in pendings:
             if pending.stream is None:
                 kept.append(pending)
             else:
+                self.held_bytes -= pending.size
                 pending.stream.abort(reason)
         return kept
 

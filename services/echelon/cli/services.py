@@ -118,7 +118,10 @@ def _serve(make_node) -> None:
 @service_options
 @click.option("--membership", multiple=True, required=True, help="Membership replica addresses (comma list).")
 @click.option("--max-backlog", default=10_000, type=click.IntRange(1), show_default=True,
-              help="Messages a subscription may hold before it is closed with RESOURCE_EXHAUSTED.")
+              help="Messages a subscription may hold before it lags (its publishers slow down) or, if it "
+                   "chose eviction, is closed with RESOURCE_EXHAUSTED.")
+@click.option("--max-backlog-bytes", default=64 << 20, type=click.IntRange(1 << 10), show_default=True,
+              help="Bytes a subscription may hold, beside --max-backlog.")
 @click.option("--dissemination", default="lbdd", type=click.Choice(["lbdd", "p2p"]), show_default=True,
               help="lbdd: subscribers relay along LBDD trees; p2p: this agent sends every copy itself.")
 @click.option("--slice-bytes", default=65536, type=click.IntRange(1024, 16 << 20), show_default=True,
@@ -145,7 +148,8 @@ def _serve(make_node) -> None:
 @click.option("--retention-bytes", default=256 << 20, type=click.IntRange(1), show_default=True)
 @click.option("--client-port", default=None, type=click.IntRange(0, 65535),
               help="With --tls-dir: a second port that asks clients for no certificate (they send a token).")
-def agent(log_level, max_backlog, dissemination, slice_bytes, stripes, window_bytes, reconcile_seconds,
+def agent(log_level, max_backlog, max_backlog_bytes, dissemination, slice_bytes, stripes, window_bytes,
+          reconcile_seconds,
           data_dir, fsync, fsync_batch_ms, durable_max_bytes, durable_idle_seconds, retention_seconds,
           retention_bytes, **kw) -> None:
     """Run an agent: the client API, local delivery, relaying."""
@@ -158,7 +162,7 @@ def agent(log_level, max_backlog, dissemination, slice_bytes, stripes, window_by
     _serve(lambda: AgentNode(_config(**kw), max_backlog=max_backlog, window_bytes=window_bytes,
                              dissemination=dissemination, slice_bytes=slice_bytes, stripes=stripes,
                              reconcile_seconds=reconcile_seconds, data_dir=data_dir, fsync=fsync,
-                             fsync_batch_ms=fsync_batch_ms, durable=durable))
+                             fsync_batch_ms=fsync_batch_ms, durable=durable, max_backlog_bytes=max_backlog_bytes))
 
 
 @click.command()
@@ -169,12 +173,16 @@ def agent(log_level, max_backlog, dissemination, slice_bytes, stripes, window_by
                    "switches) before UNAVAILABLE.")
 @click.option("--park-seconds", default=30.0, type=click.FloatRange(0.1, 3600), show_default=True,
               help="An agent DEAD or LEFT this long loses its subscriptions (the agents' park time).")
-def matcher(log_level, deadline, park_seconds, **kw) -> None:
+@click.option("--refill-seconds", default=30.0, type=click.FloatRange(1, 3600), show_default=True,
+              help="After a start, Match waits until every alive agent has refilled this matcher, or this long "
+                   "(matcher/refill.py).")
+def matcher(log_level, deadline, park_seconds, refill_seconds, **kw) -> None:
     """Run a matcher: a share of the subscription index (content zones, CDM in each)."""
     from echelon.matcher.server import MatcherNode
 
     setup_logging("matcher", log_level)
-    _serve(lambda: MatcherNode(_config(**kw), deadline=deadline, park_seconds=park_seconds))
+    _serve(lambda: MatcherNode(_config(**kw), deadline=deadline, park_seconds=park_seconds,
+                               refill_seconds=refill_seconds))
 
 
 @click.command()
@@ -199,11 +207,14 @@ def router(log_level, routing, delta, interval, **kw) -> None:
 @click.option("--peers", multiple=True, help="All membership replica addresses, this one included (comma list).")
 @click.option("--tombstone-ttl", default=300.0, type=click.FloatRange(0), show_default=True,
               help="Seconds a DEAD or LEFT member stays in the view before it is dropped.")
-def membership(log_level, peers, tombstone_ttl, **kw) -> None:
+@click.option("--data-dir", default=None, type=click.Path(file_okay=False),
+              help="Where topics, ACLs and the routing plan are kept (SQLite, WAL, fsynced). Unset: in memory.")
+def membership(log_level, peers, tombstone_ttl, data_dir, **kw) -> None:
     """Run a membership replica: views, topics, routing plans, replicated with its peers."""
     from echelon.membership.server import MembershipNode
 
     setup_logging("membership", log_level)
-    _serve(lambda: MembershipNode(_config(**kw), peers=_split(peers), tombstone_ttl=tombstone_ttl))
+    _serve(lambda: MembershipNode(_config(**kw), peers=_split(peers), tombstone_ttl=tombstone_ttl,
+                                  data_dir=data_dir))
 
 

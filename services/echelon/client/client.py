@@ -194,7 +194,7 @@ class Client:
                   callback: Callback | None = None, durable: Durable | bool | None = None,
                   max_whole: int = MAX_WHOLE, shared: bool = True, reconnect: bool | None = None,
                   ack_deadline: float = ACK_DEADLINE, max_deliveries: int = 0,
-                  dead_letter_topic: str = "") -> Subscription:
+                  dead_letter_topic: str = "", evict: bool = False) -> Subscription:
         """A subscription to the events of `topic` that match `filter`; open it with `async with`.
 
             async with client.subscribe("quotes", 'Symbol = "aapl" and High >= 45') as sub:
@@ -216,7 +216,9 @@ class Client:
         (docs/cli.md, "Subscriptions across an agent's death"). `ack_deadline` (seconds, 0:
         none): a message not settled by then is redelivered (`msg.in_progress()` extends
         it); `max_deliveries` (0: no bound): a message delivered that often goes to
-        `dead_letter_topic` instead (client/deadlines.py)."""
+        `dead_letter_topic` instead (client/deadlines.py). `evict` (unnamed only): past its
+        bound at the agent it is closed (RESOURCE_EXHAUSTED, its loss counted) rather than
+        slow the publishers down, as NATS core does (docs/guarantees.md, "Flow control")."""
         self._conn.check_open()
         if durable and not name:
             raise InvalidArgument("a durable subscription needs a name")
@@ -224,7 +226,7 @@ class Client:
         if reconnect is None:
             reconnect = bool(name)
         sub = Subscription(self._conn, topic, filter, name, max_outstanding, callback, options, max_whole, shared,
-                           reconnect, ack_deadline, max_deliveries, dead_letter_topic)
+                           reconnect, ack_deadline, max_deliveries, dead_letter_topic, evict)
         if callback is not None:
             sub._start_soon()
         return sub

@@ -96,7 +96,7 @@ class Subscription(Inbox):
     def __init__(self, conn: Connection, topic: str, flt: str | Filter, name: str, max_outstanding: int,
                  callback: Callback | None, durable: ppb.DurableOptions | None = None, max_whole: int = MAX_WHOLE,
                  shared: bool = False, reconnect: bool = False, ack_deadline: float = ACK_DEADLINE,
-                 max_deliveries: int = 0, dead_letter_topic: str = ""):
+                 max_deliveries: int = 0, dead_letter_topic: str = "", evict: bool = False):
         if max_outstanding < 1:
             raise InvalidArgument(f"max_outstanding {max_outstanding}: at least 1")
         if max_whole < 0:
@@ -111,7 +111,7 @@ class Subscription(Inbox):
         self.reconnects = 0  # streams opened again after one was lost
         self.gaps: list[tuple[float, float]] = []  # (lost, reopened), Unix seconds: events may be missing there
         open_ = ppb.SubscriptionOpen(topic=topic, subscription=name, credits=max_outstanding, durable=durable,
-                                     encoded_events=True, batched_deliveries=True)
+                                     encoded_events=True, batched_deliveries=True, evict=evict)
         if isinstance(flt, (Filter, Disjunction)):  # a parsed filter: its structured form
             open_.filter.CopyFrom(filter_to_pb(flt))
         else:

@@ -18,7 +18,7 @@ Choices the paper leaves open:
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -73,3 +73,18 @@ def named_cliques(members: Sequence[str], latency: np.ndarray, max_distance: flo
                   max_servers: int) -> list[list[str]]:
     """`cliques` with member ids in place of indexes."""
     return [[members[i] for i in g] for g in cliques(latency, max_distance, max_servers)]
+
+
+def unserved(agents: Mapping[str, str], routers: Mapping[str, str], cliques: Mapping[str, str]) -> dict[str, str]:
+    """Cliques as regions (OctopiA's clusters, core/scot.py): the agents left without a
+    router of their own region. `agents`, `routers`: id -> the region it joined;
+    `cliques`: member id -> the region its clique makes it. Returns agent -> its region.
+    {} with no router (regions are joined by routers only, so cliques then change
+    nothing) or when every agent and router is in one region (nothing to carry)."""
+    if not routers:
+        return {}
+    served = {cliques.get(r, region) for r, region in routers.items()}
+    regions = {a: cliques.get(a, region) for a, region in agents.items()}
+    if len(set(regions.values()) | served) <= 1:
+        return {}
+    return {a: region for a, region in regions.items() if region not in served}

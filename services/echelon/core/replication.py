@@ -110,6 +110,10 @@ class LwwMap:
         """Every entry, tombstones included: what a peer pulls."""
         return dict(self._entries)
 
+    def entry(self, key: str) -> Entry | None:
+        """The stamped entry of `key` (a tombstone too); None when never written."""
+        return self._entries.get(key)
+
     def get(self, key: str, default: Any = None) -> Any:
         e = self._entries.get(key)
         return default if e is None or e.deleted else e.value

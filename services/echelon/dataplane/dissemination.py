@@ -85,6 +85,9 @@ class Host(Protocol):
     def open_stream(self, head: pb.Event, size: int) -> list:
         """Offer a sliced payload to the local subscriptions (slices.Streams)."""
 
+    def local_full(self) -> list:
+        """The holds of local subscriptions past their bound the last deliveries went to."""
+
 
 class DataPlane:
     """What the agent sends where, and when it may acknowledge; the host does the I/O."""
@@ -164,8 +167,8 @@ class DataPlane:
                 by_list[id(dests), topic, stripe] = (*known, dests)
             lost = known[0][1]
             if lost:
-                self._park(source, source_key, rpb.RelayMessage(encoded_event=data) if msg is data else msg, topic,
-                           lost)
+                hold.lost += self._park(source, source_key, rpb.RelayMessage(encoded_event=data) if msg is data
+                                        else msg, topic, lost)
             if data:  # a whole message: its bytes as they came (no re-encoding)
                 for frame, held, _, tail in known[1]:
                     frame.add_whole(tail, data)
@@ -216,7 +219,8 @@ class DataPlane:
 
     # -- parking: destinations whose member is DEAD here --------------------------------
 
-    def _park(self, source: str, source_key: str, msg: rpb.RelayMessage, topic: str, lost: list[str]) -> None:
+    def _park(self, source: str, source_key: str, msg: rpb.RelayMessage, topic: str, lost: list[str]) -> int:
+        """Park the destinations DEAD here; returns how many are dropped instead (counted)."""
         dropped = 0
         entry = None
         for d in lost:
@@ -230,6 +234,7 @@ class DataPlane:
                 dropped += 1
         if dropped:
             self.node.metrics.lost.inc(dropped)
+        return dropped
 
     def on_view(self) -> None:
         """After `trees.update`: the root fences its producers' messages in flight (root.py);
@@ -359,6 +364,7 @@ class DataPlane:
             self.forward(frame.source, frame.source_key, items, frame.ack_may_wait)
         if len(holds) > MAX_HOLDS + (MAX_HOLDS >> 4):  # once sent, this frame's are in flight: kept
             forget_settled(holds, MAX_HOLDS)
+        touched += self.node.local_full()  # lagging subscriptions here: acked once they have room
         for hold in touched:
             job.wait(hold)
         job.arm()

@@ -24,10 +24,21 @@ from collections.abc import Iterable, Sequence
 from echelon.v1 import membership_pb2 as mpb
 
 
+_LIVE = (mpb.MEMBER_STATE_ALIVE, mpb.MEMBER_STATE_SUSPECT)
+
+
+def clique_regions(plan: mpb.RoutingPlan | None) -> dict[str, str]:
+    """Member id -> "clique-<id>" for the members of the plan's cliques."""
+    return {m: f"clique-{c.id}" for c in (plan.cliques if plan else ()) for m in c.members}
+
+
 def region_map(members: Iterable[mpb.Member], plan: mpb.RoutingPlan | None) -> dict[str, str]:
     """Member id -> region: "clique-<id>" for a member of one of the plan's cliques, else
-    the region it joined with."""
-    cliques = {m: f"clique-{c.id}" for c in (plan.cliques if plan else ()) for m in c.members}
+    the region it joined with. With no live router nothing joins regions, so cliques
+    change nothing (a clique would be a region nobody serves)."""
+    members = list(members)
+    routed = any(m.role == mpb.ROLE_ROUTER and m.state in _LIVE for m in members)
+    cliques = clique_regions(plan) if routed else {}
     return {m.id: cliques.get(m.id, m.region) for m in members}
 
 

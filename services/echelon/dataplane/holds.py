@@ -15,6 +15,7 @@ waits for both. A relay remembers its holds in a table bounded by `forget_settle
 
 from __future__ import annotations
 
+import asyncio
 from collections import OrderedDict
 from typing import Callable, Sequence
 
@@ -22,11 +23,12 @@ from typing import Callable, Sequence
 class Hold:
     """One message (or slice) this node is responsible for until its copies are acked."""
 
-    __slots__ = ("covered", "pending", "waiters", "prior")
+    __slots__ = ("covered", "pending", "waiters", "prior", "lost")
 
     def __init__(self, covered: Sequence[str] = (), prior: "Hold | None" = None):
         self.covered = covered  # destinations taken on; replaced, never changed (it may be shared)
         self.pending = 0  # frames carrying it, not yet acknowledged
+        self.lost = 0  # destinations dropped (no route, not parked): the root fails its delivery
         self.waiters: list[Job] = []
         self.prior = prior  # an earlier copy's hold of the same message: waited for with this one
 
@@ -60,6 +62,16 @@ class Job:
             self.done()
 
     arm = tick
+
+
+async def settled(holds: Sequence[Hold]) -> None:
+    """Until every one of `holds` is settled."""
+    future = asyncio.get_running_loop().create_future()
+    job = Job(lambda: future.done() or future.set_result(None))
+    for hold in holds:
+        job.wait(hold)
+    job.arm()
+    await future
 
 
 def forget_settled(holds: OrderedDict, bound: int) -> None:

@@ -96,6 +96,9 @@ class PlaneHost:
     deliver_local: Callable[..., int]  # a frame's whole events, in order (and their bytes as received)
     # (head event, payload size) -> the local subscriptions' slices.ChunkStreams; a router has none
     open_stream: Callable[[pb.Event, int], list] = lambda head, size: []
+    # holds of local subscriptions past their bound that the last deliveries went to: the
+    # frame that brought them is acknowledged once they are released (back-pressure)
+    local_full: Callable[[], list] = lambda: []
     stopping: bool = False  # from then on nothing is acknowledged or re-routed
 
     def link(self, member: mpb.Member) -> Link:

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING
 
 from echelon.dataplane.holds import Hold, Job
 from echelon.dataplane.slices import STREAM_WINDOW, PayloadReader, cut, slice_count, slice_event
+from echelon.runtime.errors import Unavailable
 from echelon.runtime.wire import length_delimited, varints
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import relay_pb2 as rpb
@@ -70,11 +71,13 @@ class Root:
         for p in self._open.values():
             p.barrier = [f for f in p.open if not f.done()]
 
-    def _root_job(self, producers, stripes: frozenset[int]) -> tuple[Job, asyncio.Future]:
+    def _root_job(self, producers, stripes: frozenset[int], hold: Hold | None = None) -> tuple[Job, asyncio.Future]:
         """One job and one future for a run of the root's messages (all the small events of
         one frame flush, or one sliced payload), open under each of their producers for
         `_fence`: per run, not per event (the per-event job and closure were 11% of the
-        publishing agent's CPU)."""
+        publishing agent's CPU). A destination of `hold` dropped on the way (no route: no
+        router of this region, a member gone from the view) fails the future: a DELIVERED
+        ack must not claim what nobody will deliver (docs/guarantees.md)."""
         future = asyncio.get_running_loop().create_future()
         opened = []
         for producer in producers:
@@ -92,7 +95,13 @@ class Root:
                     p.striped -= 1
                 if not p.open and self._open.get(producer) is p:
                     del self._open[producer]
-            if not future.done():
+            if future.done():
+                return
+            if hold is not None and hold.lost:
+                future.set_exception(Unavailable(f"{hold.lost} destinations of this run could not be served (no "
+                                                 f"router of this region, or their member left): not delivered"))
+                future.exception()  # read by a DELIVERED ack; at ACCEPTED nobody asks (no warning then)
+            else:
                 future.set_result(True)
 
         return Job(done), future
@@ -169,7 +178,7 @@ class Root:
         """Send a run of small events and open its one job: the run's future, once per event."""
         if not run.small:
             return
-        job, future = self._root_job(run.producers, _STRIPE0)
+        job, future = self._root_job(run.producers, _STRIPE0, run.hold)
         # The root forwards what it publishes once, so its messages need no lookup and no
         # `covered`: one hold for the whole run. Its count goes up once per (frame, message)
         # and down as each frame settles (a re-route counts its new frames before the old

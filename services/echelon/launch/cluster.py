@@ -162,7 +162,7 @@ class Cluster:
         argv = [sys.executable, "-m", "echelon", role, "--id", pid, "--host", site.ip, "--port", str(port),
                 "--metrics-port", str(metrics), "--region", region, *self.common, *self.extra.get(role, []),
                 *extra]
-        if role == "agent":  # durable subscriptions' log, kept across restarts of the process
+        if role in ("agent", "membership"):  # durable subscriptions' log; topics, ACLs, plans: kept across restarts
             argv += ["--data-dir", str(self.data_dir(pid))]
         p = Process(role, pid, site, argv, self.log_dir / f"{pid}.log", f"{site.ip}:{port}",
                     f"{site.ip}:{metrics}", region)
@@ -170,7 +170,8 @@ class Cluster:
         return p
 
     def data_dir(self, pid: str) -> Path:
-        """An agent's data directory (wipe it to simulate the loss of the node's disk)."""
+        """An agent's or a membership replica's data directory (wipe it to simulate the loss
+        of the node's disk)."""
         return self.log_dir / "data" / pid
 
     def add_aux(self, role: str, argv: list[str], id: str | None = None, address: str = "", metrics: str = "",

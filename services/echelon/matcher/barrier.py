@@ -9,6 +9,8 @@ every second anyway):
     settle: every alive matcher routes with it -> drop the old layout's indexes and
             the copies this matcher no longer holds.
 Until the switch, entries route with the old layout, whose holders keep everything.
+Each status also says whether the matcher holds every subscription its layouts give it
+(refill.py): an entry routes by a layout only once each of its members says so.
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ from typing import Callable
 
 from echelon.matcher.adoption import Layouts, TopicState
 from echelon.matcher.empty import EmptyZones
+from echelon.matcher.layout import Layout
 from echelon.matcher.peers import Status, Transport, wait
+from echelon.matcher.refill import Refill
 from echelon.matcher.store import CopyStore
 
 log = logging.getLogger("echelon.matcher.tier")
@@ -27,9 +31,12 @@ log = logging.getLogger("echelon.matcher.tier")
 
 class Barrier:
     def __init__(self, layouts: Layouts, store: CopyStore, transport: Transport, changed: Callable[[], None],
-                 empty: EmptyZones):
+                 empty: EmptyZones, refill: Refill):
         """`changed()`: a layout switched or settled (requests waiting on layouts look again);
-        `empty`: takes the zones each Sync answer promises empty."""
+        `empty`: takes the zones each Sync answer promises empty; `refill`: this matcher's
+        completeness."""
+        self.refill = refill
+        self._routable: set[str] = set()  # keys of layouts every member is complete for (monotone)
         self.layouts = layouts
         self.store = store
         self.transport = transport
@@ -46,7 +53,7 @@ class Barrier:
             if L is not None:
                 done = L is ts.active
                 out[topic] = Status(L.key, done or ts.pushed == L.key, done or ts.filled == L.key,
-                                    ts.active.key if ts.active else "")
+                                    ts.active.key if ts.active else "", self.refill.complete(topic))
         return out
 
     def on_status(self, peer: str, lifetime: int, seq: int, status: dict[str, Status]) -> None:
@@ -72,6 +79,20 @@ class Barrier:
             return None
         return entry[2].get(topic)
 
+    def routable(self, topic: str, layout: Layout) -> bool:
+        """May an entry route `topic`'s events by `layout`: is this matcher complete for it,
+        and every other member of its zones (by its last Sync, refill.py)?"""
+        if layout.key in self._routable:
+            return True
+        if not self.refill.complete(topic):
+            return False
+        for p in layout.others:
+            s = self._peer(p, topic)
+            if s is None or not s.complete:
+                return False
+        self._routable.add(layout.key)
+        return True
+
     def advance(self) -> None:
         peers = self.layouts.peers()
         changed = False
@@ -83,6 +104,8 @@ class Barrier:
                         all(s is not None and s.adopted == L.key and s.pushed for s in others):
                     ts.filled, changed = L.key, True
                 if ts.filled == L.key and all(s is not None and s.adopted == L.key and s.filled for s in others):
+                    if others and all(s.complete for s in others):  # their handoff filled this matcher
+                        self.refill.handoff(topic)
                     ts.retired, ts.active, ts.pending, ts.settled = ts.active, L, None, False
                     changed = True
                     log.info("topic %s: switched to layout %s", topic, L.key)
@@ -97,6 +120,7 @@ class Barrier:
     def _settle(self, topic: str, ts: TopicState) -> None:
         """Every matcher routes with the active layout: the old one and stray copies go."""
         ts.retired, ts.settled = None, True
+        self._routable &= {L.key for t in self.layouts.topics.values() for L in t.layouts()}
         strays = [s for s in self.store.by_topic.get(topic, ()) if not ts.active.holds(s)]
         for sid in strays:
             self.store.uninstall(sid)

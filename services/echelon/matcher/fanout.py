@@ -42,13 +42,15 @@ WaitChange = Callable[..., Awaitable[None]]
 
 class Fanout:
     def __init__(self, layouts: Layouts, zones: Zones, transport: Transport, wait_change: WaitChange,
-                 deadline: float):
+                 deadline: float, routable: Callable[[str, Layout], bool] = lambda topic, layout: True):
+        """`routable(topic, layout)`: do the layout's members hold every subscription (refill.py)?"""
         self.me = layouts.me
         self.layouts = layouts
         self.zones = zones
         self.transport = transport
         self.wait_change = wait_change
         self.deadline = deadline
+        self.routable = routable
         self._rr = 0
 
     async def match(self, events: Sequence[tuple[str, Mapping[str, object]]] | None, agents_only: bool = False,
@@ -95,6 +97,9 @@ class Fanout:
                     # a topic no matcher has seen holds no subscription
                     return _merge([], len(events if events is not None else wire), agents_only)
                 await self.wait_change(deadline, f"no active layout for topic {topic!r}", 0.1)
+                continue
+            if not self.routable(topic, layout):  # an answer now could miss subscriptions: no ack on it
+                await self.wait_change(deadline, f"topic {topic!r}: a matcher is not refilled yet (restarted)", 0.1)
                 continue
             # Read here, with no await before the local zones are matched: what a subscription
             # added meanwhile names is read too.

@@ -127,6 +127,7 @@ class Layout:
         self.map = ZoneMap(self.space, zones)  # geometry only: it holds no subscription
         self.zones = list(zones)
         self.members = {z.id: z.members for z in zones}
+        self.others = sorted({m for z in zones for m in z.members} - {me})  # the other matchers it routes to
         self.index = {z.id: CountingIndex() for z in zones if me in z.members}
         self.primary: dict[str, str] = {}
         self.mirror: dict[str, str] = {}

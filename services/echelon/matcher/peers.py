@@ -66,6 +66,7 @@ class Status:
     pushed: bool
     filled: bool
     active: str
+    complete: bool = False  # holds every subscription its layouts give it (refill.py)
 
 
 @dataclass(frozen=True)
@@ -192,7 +193,8 @@ class GrpcTransport:
     async def sync(self, peer: str, seq: int, status: dict[str, Status]) -> tuple[float, list[ZoneRef]]:
         req = xpb.SyncRequest(member=self.me, incarnation=self.incarnation(), seq=seq,
                               layouts=[xpb.LayoutStatus(topic=t, adopted=s.adopted, pushed=s.pushed, filled=s.filled,
-                                                        active=s.active) for t, s in status.items()])
+                                                        active=s.active, complete=s.complete)
+                                       for t, s in status.items()])
         r = await self._call(peer, "Sync", req)
         return r.lease_ms / 1000, [(z.topic, z.layout, z.zone) for z in r.empty]
 

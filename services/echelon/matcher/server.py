@@ -29,6 +29,8 @@ from echelon.matcher.answer import Answers
 from echelon.matcher.layout import Copy
 from echelon.matcher.peers import GrpcTransport, StaleLayout, Status, TierView
 from echelon.matcher.reconcile import Reaper, holdings, reconcile
+from echelon.matcher.refill import TIMEOUT as REFILL_TIMEOUT
+from echelon.matcher.refill import Refill
 from echelon.matcher.sample import EventSampler, sample
 from echelon.matcher.tier import Tier
 from echelon.runtime.errors import InvalidArgument
@@ -128,6 +130,13 @@ class MatcherMetrics:
         self.reaped = Counter("echelon_matcher_copies_reaped_total", "Subscription copies dropped because "
                               "their agent was DEAD, LEFT or out of the view for the park time.", registry=registry)
         self.copies.set_function(lambda: len(tier.store))
+        self.refill_timeouts = Counter("echelon_matcher_refill_timeouts_total", "Agents alive in the view that "
+                                       "had not refilled this restarted matcher when it stopped waiting for them "
+                                       "(their subscriptions may be missing until they reconcile).",
+                                       registry=registry)
+        self.complete = Gauge("echelon_matcher_complete", "1 once this matcher holds every alive agent's "
+                              "subscriptions (refilled after its start); Match waits until then.", registry=registry)
+        self.complete.set_function(lambda: float(tier.refill.done()))
         self.handoffs = Counter("echelon_matcher_handoffs_total", "Layouts this matcher finished pushing (a "
                                 "plan or membership change moved zones).", registry=registry)
         self.handoff_copies = Counter("echelon_matcher_handoff_copies_total", "Subscription copies sent to their "
@@ -184,6 +193,8 @@ class MatcherServicer(xgrpc.MatcherServicer):
     async def Register(self, request: xpb.RegisterRequest, context) -> xpb.RegisterResponse:
         copies = []
         stamp = time.time_ns()
+        if request.refill:
+            require_member(context, request.refill, "agent", "Register (refill)")
         for i, s in enumerate(request.subscriptions):  # validate all before changing anything
             if not s.id or not s.agent or not s.topic:
                 raise InvalidArgument(f"subscription #{i} {s.id!r}: id, agent and topic are required")
@@ -199,7 +210,7 @@ class MatcherServicer(xgrpc.MatcherServicer):
             if not s.version:
                 s = xpb.Subscription(id=s.id, agent=s.agent, topic=s.topic, filter=s.filter, version=stamp + i)
             copies.append(Copy(s.id, s.agent, s.topic, s.version, flt, s))
-        return xpb.RegisterResponse(registered=await self.tier.register(copies))
+        return xpb.RegisterResponse(registered=await self.tier.register(copies, request.refill))
 
     async def Remove(self, request: xpb.RemoveRequest, context) -> xpb.RemoveResponse:
         require_member(context, None, "agent", "Remove")
@@ -290,7 +301,7 @@ class MatcherServicer(xgrpc.MatcherServicer):
 
     async def Sync(self, request: xpb.SyncRequest, context) -> xpb.SyncResponse:
         require_member(context, request.member, "matcher", "Sync")
-        status = {s.topic: Status(s.adopted, s.pushed, s.filled, s.active) for s in request.layouts}
+        status = {s.topic: Status(s.adopted, s.pushed, s.filled, s.active, s.complete) for s in request.layouts}
         empty = self.tier.on_status(request.member, lifetime(request.incarnation), request.seq, status)
         return xpb.SyncResponse(empty=[xpb.ZoneRef(topic=t, layout=k, zone=z) for t, k, z in empty],
                                 lease_ms=round(self.tier.empty.lease * 1000))
@@ -335,11 +346,14 @@ class MatcherServicer(xgrpc.MatcherServicer):
 class MatcherNode(Node):
     role = mpb.ROLE_MATCHER
 
-    def __init__(self, config: NodeConfig, deadline: float = 8.0, park_seconds: float = PARK_SECONDS):
+    def __init__(self, config: NodeConfig, deadline: float = 8.0, park_seconds: float = PARK_SECONDS,
+                 refill_seconds: float = REFILL_TIMEOUT):
         super().__init__(config)
         self.transport = GrpcTransport(config.id, lambda: self.membership, self.incarnation)
-        self.tier = Tier(config.id, self.transport, self.lifetime, deadline)
+        refill = Refill(lambda: [m.id for m in self.membership.alive(mpb.ROLE_AGENT)], refill_seconds)
+        self.tier = Tier(config.id, self.transport, self.lifetime, deadline, refill=refill)
         self.metrics = MatcherMetrics(self.registry, self.tier)
+        refill.on_timeout = self.metrics.refill_timeouts.inc
         self.reaper = Reaper(self.tier, lambda: [m.id for m in self.membership.alive(mpb.ROLE_AGENT)],
                              self.metrics.reaped, park_seconds)
         self._reaping: asyncio.Task | None = None

@@ -51,6 +51,7 @@ from echelon.matcher.empty import LEASE, EmptyZones
 from echelon.matcher.fanout import TOPIC_WAIT, Fanout
 from echelon.matcher.layout import Copy
 from echelon.matcher.peers import Agents, Matches, PeerUnavailable, Status, TierView, Transport, ZoneRef, wait
+from echelon.matcher.refill import Refill
 from echelon.matcher.removal import Drops, Removal
 from echelon.matcher.store import CopyStore
 from echelon.matcher.zones import Zones
@@ -61,7 +62,9 @@ log = logging.getLogger("echelon.matcher.tier")
 
 class Tier:
     def __init__(self, me: str, transport: Transport, lifetime: Callable[[], int] = lambda: 0,
-                 deadline: float = 8.0, lease: float = LEASE):
+                 deadline: float = 8.0, lease: float = LEASE, refill: Refill | None = None):
+        """`refill`: when this matcher holds every agent's subscriptions (refill.py; None:
+        from the start, as when no agent owns any)."""
         self.me = me
         self.transport = transport
         self.deadline = deadline
@@ -73,10 +76,11 @@ class Tier:
         self.store = CopyStore(lambda topic: self.layouts.of(topic))
         self.layouts = Layouts(me, lifetime, self.store, transport, self._spawn, lambda: self.barrier.moved())
         self.empty = EmptyZones(me, self.layouts, transport, lease)
-        self.barrier = Barrier(self.layouts, self.store, transport, self._notify, self.empty)
+        self.refill = refill if refill is not None else Refill()
+        self.barrier = Barrier(self.layouts, self.store, transport, self._notify, self.empty, self.refill)
         self.removal = Removal(me, self.layouts, self.store, transport, self._spawn)
         self.zones = Zones(me, self.layouts, self.store)
-        self.fanout = Fanout(self.layouts, self.zones, transport, self.wait_change, deadline)
+        self.fanout = Fanout(self.layouts, self.zones, transport, self.wait_change, deadline, self.barrier.routable)
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -202,8 +206,9 @@ class Tier:
             await self.empty.grace(topic, sender_layouts)
         return len(installed), missing
 
-    async def register(self, copies: Sequence[Copy]) -> int:
-        """The entry's side of Register (copies validated by the caller)."""
+    async def register(self, copies: Sequence[Copy], refill: str = "") -> int:
+        """The entry's side of Register (copies validated by the caller); `refill`: the agent
+        whose every subscription these are (refill.py), once they are held."""
         deadline = asyncio.get_running_loop().time() + self.deadline
         groups: dict[str, list[Copy]] = defaultdict(list)
         for c in copies:
@@ -216,6 +221,9 @@ class Tier:
             (_, missing), _ = await asyncio.gather(self.accept(topic, group), self.removal.everywhere(superseded))
             if missing:
                 raise Unavailable(f"no holder of subscription {missing[0]!r} could be reached; retry")
+        if refill:
+            self.refill.agent(refill)
+            self.barrier.moved()
         return len(copies)
 
     async def schema(self, topic: str) -> Schema:

@@ -6,7 +6,10 @@ A plan is checked once, by the replica that receives the push, against its own v
 (FAILED_PRECONDITION: a retried or raced push), then a malformed plan, zones that do not
 tile their topic's content space (Meghdoot: the 2n-dim space of the topic's schema), and
 members that are not alive (INVALID_ARGUMENT). Every member a plan names (zone owners and
-replicas, clique members, bucket hints) must be ALIVE or SUSPECT here.
+replicas, clique members, bucket hints) must be ALIVE or SUSPECT here. Last, a plan whose
+cliques leave a live agent without a live router of its own region is refused
+(INVALID_ARGUMENT naming them): its events could reach nobody there
+(dataplane/gateway.py; with no router cliques change nothing, so any are accepted).
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from collections.abc import Mapping
 from echelon.core.can import TilingError, Zone, check_tiling
 from echelon.core.space import Space
 from echelon.core.view import PlanRejection, check_plan
+from echelon.core.kyra import unserved
+from echelon.dataplane.gateway import clique_regions
 from echelon.runtime.errors import InvalidArgument
 from echelon.runtime.wire import schema_from_pb
 from echelon.v1 import common_pb2 as pb
@@ -74,9 +79,27 @@ def tiling_error(plan: mpb.RoutingPlan, topics: Mapping[str, pb.Topic]) -> str |
     return None
 
 
+def region_error(plan: mpb.RoutingPlan, members: Mapping[str, tuple[str, str]]) -> str | None:
+    """Why the plan's regions leave some live agent without a router of its region, or None.
+    `members`: the live members, id -> (role name, region joined with)."""
+    def of(role: str) -> dict[str, str]:
+        return {i: region for i, (r, region) in members.items() if r == role}
+
+    lost = unserved(of("ROLE_AGENT"), of("ROLE_ROUTER"), clique_regions(plan))
+    if not lost:
+        return None
+    names = sorted(lost)
+    regions = sorted(set(lost.values()))
+    return (f"the plan leaves {len(names)} agents without a router of their region ({', '.join(regions[:5])}): "
+            f"{', '.join(map(repr, names[:5]))}" + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+            + "; put a router in every clique or leave those agents out of the cliques")
+
+
 def check(plan: mpb.RoutingPlan, current_version: int, alive: set[str],
-          topics: Mapping[str, pb.Topic]) -> PlanRejection | None:
-    """None: accept. Else the reason, whose `.stale` says FAILED_PRECONDITION."""
+          topics: Mapping[str, pb.Topic], members: Mapping[str, tuple[str, str]] | None = None
+          ) -> PlanRejection | None:
+    """None: accept. Else the reason, whose `.stale` says FAILED_PRECONDITION. `members`:
+    the live members, id -> (role name, region), for the region rule (None: not checked)."""
     if plan.version <= current_version:
         return check_plan(plan.version, current_version, [], alive, True)
     reason = shape_error(plan, topics)
@@ -94,4 +117,5 @@ def check(plan: mpb.RoutingPlan, current_version: int, alive: set[str],
     if dead:
         return PlanRejection(f"clique or bucket hint members not alive: {', '.join(map(repr, dead[:5]))}"
                              + (f" and {len(dead) - 5} more" if len(dead) > 5 else ""))
-    return None
+    reason = region_error(plan, members) if members is not None else None
+    return PlanRejection(reason) if reason else None

@@ -42,11 +42,16 @@ class Replica:
         self.acls = LwwMap(self.origin)  # rule key -> AclRule (core/acl.py), replicated like topics
         self.plans = PlanRegister(self.origin)
         self.plan_epoch = 0  # this replica's view version when the current plan won here
+        self.last_run_ok = 0.0  # unix seconds of the routing job's last run that did not fail
         self.tombstone_ttl = tombstone_ttl
         self._gone: dict[str, float] = {}  # member id -> when it became DEAD or LEFT
         self.on_delta: list[Callable[[ViewDelta], None]] = []
         self.on_transitions: list[Callable[[list[Transition]], None]] = []
         self.on_plan: list[Callable[[], None]] = []
+        self.on_run: list[Callable[[], None]] = []
+        # (kind, key, entry) of every write to the replicated state, local or merged, as it
+        # happens: where a durable replica commits it (membership/store.py) before replying.
+        self.on_write: list[Callable[[str, str, Entry], None]] = []
 
     # -- members ---------------------------------------------------------------------
 
@@ -80,6 +85,11 @@ class Replica:
         """Members ALIVE or SUSPECT here: the owners a plan may name."""
         return self.detector.live()
 
+    def live_members(self) -> dict[str, tuple[str, str]]:
+        """Members ALIVE or SUSPECT here: id -> (role name, region joined with)."""
+        live = self.alive()
+        return {i: (r.role, r.region) for i, r in self.log.snapshot().members.items() if i in live}
+
     def counts(self) -> dict[State, int]:
         """Members of the view by state (expired tombstones are no longer counted)."""
         out = dict.fromkeys(State, 0)
@@ -107,6 +117,7 @@ class Replica:
     def put_topic(self, name: str, topic: Any) -> Entry:
         """A local write; push the entry to the peers."""
         entry = self.topics.put(name, topic)
+        self._written("topic", name, entry)
         self._publish(self.log.upsert_topic(name, topic))
         return entry
 
@@ -114,12 +125,15 @@ class Replica:
         """A local delete; None when there is no such topic. Push the tombstone."""
         entry = self.topics.delete(name)
         if entry is not None:
+            self._written("topic", name, entry)
             self._publish(self.log.delete_topic(name))
         return entry
 
     def merge_topics(self, state: Mapping[str, Entry]) -> list[str]:
         """Entries from a peer (push or pull); the view follows the winners."""
         changed = self.topics.merge_state(state)
+        for k in changed:
+            self._written("topic", k, self.topics.entry(k))
         if changed:
             live = self.topics.live()
             self._publish(self.log.change(topics={k: live[k] for k in changed if k in live},
@@ -131,6 +145,7 @@ class Replica:
     def put_acl(self, key: str, rule: Any) -> Entry:
         """A local write; push the entry to the peers."""
         entry = self.acls.put(key, rule)
+        self._written("acl", key, entry)
         self._publish(self.log.change(acls={key: rule}))
         return entry
 
@@ -138,12 +153,15 @@ class Replica:
         """A local delete; None when there is no such rule. Push the tombstone."""
         entry = self.acls.delete(key)
         if entry is not None:
+            self._written("acl", key, entry)
             self._publish(self.log.change(acls_deleted=(key,)))
         return entry
 
     def merge_acls(self, state: Mapping[str, Entry]) -> list[str]:
         """Rules from a peer (push or pull); the view follows the winners."""
         changed = self.acls.merge_state(state)
+        for k in changed:
+            self._written("acl", k, self.acls.entry(k))
         if changed:
             live = self.acls.live()
             self._publish(self.log.change(acls={k: live[k] for k in changed if k in live},
@@ -165,7 +183,14 @@ class Replica:
         self._plan_won()
         return True
 
+    def record_run(self, when: float) -> None:
+        """The routing job reported a run that did not fail at `when` (unix seconds)."""
+        self.last_run_ok = max(self.last_run_ok, when)
+        for cb in self.on_run:
+            cb()
+
     def _plan_won(self) -> None:
+        self._written("plan", "", self.plans.current)
         self.plan_epoch = self.log.version
         for cb in self.on_plan:
             cb()
@@ -180,6 +205,10 @@ class Replica:
         """A peer's full state (anti-entropy, restart); True when anything changed."""
         changed = bool(self.merge_topics(topics)) | bool(self.merge_acls(acls or {}))
         return self.merge_plan(plan) or changed
+
+    def _written(self, kind: str, key: str, entry: Entry) -> None:
+        for cb in self.on_write:
+            cb(kind, key, entry)
 
     def _publish(self, delta: ViewDelta | None) -> None:
         if delta is not None:

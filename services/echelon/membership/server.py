@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from pathlib import Path
 
 from prometheus_client import Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily
@@ -22,7 +23,9 @@ from prometheus_client.registry import Collector
 
 from echelon.core.detector import State, Transition
 from echelon.membership.replica import Replica
-from echelon.membership.servicers import AdminServicer, ControlServicer, MembershipServicer, ReplicationServicer
+from echelon.membership.servicers import (RUN_RESULTS, AdminServicer, ControlServicer, MembershipServicer,
+                                         ReplicationServicer)
+from echelon.membership.store import StateStore
 from echelon.membership.streams import Streams
 from echelon.membership.sync import Peers
 from echelon.runtime.auth import acl_cache
@@ -65,6 +68,16 @@ class Metrics:
         Gauge("echelon_membership_plan_predicted_gain", "What the current routing plan's pusher predicted it "
               "gains over the plan it replaced (largest relative fall of a topic's zone imbalance).",
               registry=r).set_function(lambda: replica.plans.plan.predicted_gain if replica.plans.plan else 0.0)
+        # The routing job's runs as it reports them (Control.ReportRun): what the failed- and
+        # stale-job alerts read (observe/catalog.py).
+        self.replan_runs = Counter("echelon_membership_replan_runs_total", "Routing job runs reported to this "
+                                   "replica, by result (pushed, unchanged, refused, failed).", ["result"], registry=r)
+        for result in RUN_RESULTS:
+            self.replan_runs.labels(result)
+        self.replan_success = Gauge("echelon_membership_replan_last_success_timestamp_seconds",
+                                    "When the routing job last reported a run that was not a failure (unix "
+                                    "seconds; 0: none since this replica's state began).", registry=r)
+        self.replan_success.set_function(lambda: replica.last_run_ok)
         for kind in ("beat", "incarnation", "join"):
             self.refuted.labels(kind)
         for outcome in ("suspected", "confirmed", "ignored"):
@@ -104,10 +117,16 @@ class MembershipNode(Node):
     role = mpb.ROLE_MEMBERSHIP
 
     def __init__(self, config: NodeConfig, peers: list[str] | tuple[str, ...] = (), tombstone_ttl: float = 300.0,
-                 sync_interval: float = 2.0, keepalive: float = 1.0, watch_queue: int = 256):
-        """`peers`: every replica's address (this one may be included: it is recognised)."""
+                 sync_interval: float = 2.0, keepalive: float = 1.0, watch_queue: int = 256,
+                 data_dir: str | Path | None = None):
+        """`peers`: every replica's address (this one may be included: it is recognised).
+        `data_dir`: where topics, ACLs and the plan are kept across restarts
+        (membership/store.py); None: in memory, restored only from a live peer."""
         super().__init__(config)
         self.replica = Replica(config.id, time.time_ns() // 1000, config.beat_interval, tombstone_ttl)
+        self.store = StateStore(data_dir) if data_dir is not None else None
+        if self.store is not None:
+            self._restore(self.store)
         self.peers = Peers(self.replica, list(peers), self.registry, sync_interval, transport=self.server.transport)
         self.streams = Streams(self.replica, keepalive, watch_queue)
         self.metrics = Metrics(self)
@@ -124,6 +143,16 @@ class MembershipNode(Node):
             self.server.add(add, servicer, service.full_name)
         self._ticker: asyncio.Task | None = None
 
+    def _restore(self, store: StateStore) -> None:
+        """Load what the last process kept, then commit every later write as it happens."""
+        topics, plan, acls, meta = store.load()
+        self.replica.merge_state(topics, plan, acls)
+        self.replica.last_run_ok = meta.get("replan_last_success", 0.0)
+        log.info("restored %d topics, %d ACL rules and plan %d from %s", len(self.replica.topics.live()),
+                 len(self.replica.acls.live()), self.replica.plans.version, store.path)
+        self.replica.on_write.append(store.save)
+        self.replica.on_run.append(lambda: store.save_meta("replan_last_success", self.replica.last_run_ok))
+
     async def on_start(self) -> None:
         self._ticker = asyncio.create_task(self._tick_loop(), name="membership-tick")
         await self.peers.start(self.address)
@@ -133,6 +162,8 @@ class MembershipNode(Node):
             self._ticker.cancel()
             await asyncio.gather(self._ticker, return_exceptions=True)
         await self.peers.stop()
+        if self.store is not None:
+            self.store.close()
 
     async def _tick_loop(self) -> None:
         period = self.config.beat_interval / 4

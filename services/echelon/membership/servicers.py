@@ -5,6 +5,7 @@ a streaming handler reads what `streams.Streams` queues for it."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import time
 from contextlib import aclosing, contextmanager
@@ -22,6 +23,9 @@ from echelon.v1 import membership_pb2 as mpb
 from echelon.v1 import membership_pb2_grpc as mgrpc
 from echelon.v1 import pubsub_pb2 as ppb
 from echelon.v1 import pubsub_pb2_grpc as pgrpc
+
+log = logging.getLogger("echelon.membership")
+RUN_RESULTS = ("pushed", "unchanged", "refused", "failed")  # Control.ReportRun
 
 if TYPE_CHECKING:
     from echelon.membership.server import MembershipNode
@@ -234,7 +238,8 @@ class ControlServicer(mgrpc.ControlServicer):
 
     async def PushPlan(self, plan, context):
         await self.node.peers.ready.wait()
-        rejection = plans.check(plan, self.replica.plans.version, self.replica.alive(), self.replica.topics.live())
+        rejection = plans.check(plan, self.replica.plans.version, self.replica.alive(), self.replica.topics.live(),
+                                self.replica.live_members())
         if rejection is not None:
             self.node.metrics.plan_pushes.labels("stale" if rejection.stale else "invalid").inc()
             raise (FailedPrecondition if rejection.stale else InvalidArgument)(str(rejection))
@@ -245,6 +250,16 @@ class ControlServicer(mgrpc.ControlServicer):
         self.node.peers.push(plan=self.replica.accept_plan(plan.version, stored))
         self.node.metrics.plan_pushes.labels("accepted").inc()
         return mpb.PushPlanResponse(version=plan.version)
+
+    async def ReportRun(self, request, context):
+        if request.result not in RUN_RESULTS:
+            raise InvalidArgument(f"run result {request.result!r}: one of {', '.join(RUN_RESULTS)}")
+        self.node.metrics.replan_runs.labels(request.result).inc()
+        if request.result == "failed":
+            log.warning("routing job run failed: %s", request.reason[:500])
+        else:
+            self.replica.record_run(time.time())
+        return mpb.ReportRunResponse()
 
     async def WatchPlan(self, request, context):
         await self.node.peers.ready.wait()

@@ -24,7 +24,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-R = 'region=~"$region"'
+N = 'namespace=~"$namespace"'  # one release's namespace (none locally: `.*` matches the absent label)
+R = f'{N}, region=~"$region"'
 T = 'topic=~"$topic"'
 RATE = "$__rate_interval"
 
@@ -34,6 +35,8 @@ BACKLOG_NEAR = 0.8  # of a subscription's backlog bound
 MATCHER_SHARE_FACTOR = 2
 MATCHER_SHARE_FLOOR = 1000  # subscriptions in the tier below which imbalance is not worth a page
 VIEW_AGE_STALE = 10  # seconds; membership sends a keepalive every second
+JOB_STALE_AFTER = 3600  # seconds without a good run of the routing job (the chart runs it every 15 min)
+CERT_EXPIRY_WARNING = 6 * 3600  # seconds; cert-manager renews 8 h ahead of expiry by default
 # Where the runbooks are, relative to the repository's root (an alert links its own section).
 RUNBOOKS = "docs/operations.md"
 
@@ -91,22 +94,24 @@ def q(expr: str, legend: str = "", unit: str = "") -> Query:
 
 # -- recording rules: evaluated once by Prometheus, read by panels, alerts and the routing job
 
+# Every aggregation keeps `namespace`: releases in different namespaces never mix (shares
+# and fair shares are per release).
 RECORDS = (
     Record("topic:echelon_agent_published:rate1m",
-           'sum by (region, topic) (rate(echelon_agent_published_total{result="ok"}[1m]))'),
+           'sum by (namespace, region, topic) (rate(echelon_agent_published_total{result="ok"}[1m]))'),
     Record("topic:echelon_agent_deliveries:rate1m",
-           "sum by (region, topic) (rate(echelon_agent_deliveries_total[1m]))"),
+           "sum by (namespace, region, topic) (rate(echelon_agent_deliveries_total[1m]))"),
     Record("le:echelon_agent_delivery_latency_seconds_bucket:rate1m",
-           "sum by (region, le) (rate(echelon_agent_delivery_latency_seconds_bucket[1m]))"),
+           "sum by (namespace, region, le) (rate(echelon_agent_delivery_latency_seconds_bucket[1m]))"),
     Record("link:echelon_link_congestion_element:ratio1m",
            "rate(echelon_link_enqueued_total[1m]) / rate(echelon_link_dequeued_total[1m])"),
     Record("member:echelon_matcher_subscriptions:share",
-           "sum by (region, member) (echelon_matcher_zone_subscriptions)"
-           " / scalar(sum(echelon_matcher_zone_subscriptions))"),
+           "sum by (namespace, region, member) (echelon_matcher_zone_subscriptions)"
+           " / on (namespace) group_left sum by (namespace) (echelon_matcher_zone_subscriptions)"),
     Record("member:echelon_matcher_events:share1m",
-           "sum by (region, member) (rate(echelon_matcher_zone_events_total[1m]))"
-           " / scalar(sum(rate(echelon_matcher_zone_events_total[1m])))"),
-    Record("echelon:matcher_fair_share:ratio", "1 / count(echelon_matcher_copies)"),
+           "sum by (namespace, region, member) (rate(echelon_matcher_zone_events_total[1m]))"
+           " / on (namespace) group_left sum by (namespace) (rate(echelon_matcher_zone_events_total[1m]))"),
+    Record("echelon:matcher_fair_share:ratio", "1 / count by (namespace) (echelon_matcher_copies)"),
 )
 
 # -- dashboards
@@ -133,10 +138,10 @@ OVERVIEW = Dashboard("echelon-overview", "Echelon / Overview", "Traffic, latency
         q(f'sum by (job, grpc_code) (rate(grpc_server_handled_total{{grpc_code!="OK", {R}}}[{RATE}]))',
           "{{job}} {{grpc_code}}"),),
           "ops", "RPCs that ended with a status other than OK, by service and code."),
-    Panel("Members by state", (q('max by (state) (echelon_membership_members{job="membership"})', "{{state}}"),),
+    Panel("Members by state", (q(f'max by (state) (echelon_membership_members{{job="membership", {N}}})', "{{state}}"),),
           "short", "Members in the membership view by state (the largest count any replica holds).", kind="stat"),
     Panel("Plan version", (
-        q('max(echelon_membership_plan_version{job="membership"})', "stored"),
+        q(f'max(echelon_membership_plan_version{{job="membership", {N}}})', "stored"),
         q(f'min by (job) (echelon_membership_plan_version{{job!="membership", {R}}})', "oldest adopted, {{job}}")),
           "none", "Routing-plan version membership stores, and the oldest version any member has adopted "
                   "(a gap that stays means a member did not switch).", kind="stat"),
@@ -255,7 +260,7 @@ MEMBERSHIP = Dashboard("echelon-membership", "Echelon / Membership and control l
           "short", "Plans pushed in the last hour by result, as membership counted them (the routing job is a "
                    "batch with no metrics of its own; its runs that push nothing are in its log).", kind="stat"),
     Panel("Routing-job predicted gain", (
-        q('max(echelon_membership_plan_predicted_gain{job="membership"})', "current plan"),),
+        q(f'max(echelon_membership_plan_predicted_gain{{job="membership", {N}}})', "current plan"),),
           "percentunit", "What the pusher of the current plan predicted it gains over the plan it replaced: the "
                          "largest relative fall of a topic's zone imbalance (0 for a clique or hint change).",
           kind="stat"),
@@ -271,15 +276,17 @@ ALERTS = (
           f" and echelon_link_queue_length > {CONGESTED_QUEUE}",
           CONGESTED_FOR, "warning", "Link {{ $labels.member }} -> {{ $labels.peer }} congested",
           f"CE >= 1 (or nothing dequeued) with more than {CONGESTED_QUEUE} frames queued for {CONGESTED_FOR}."),
-    Alert("EchelonMemberDead", 'max(echelon_membership_members{job="membership", state="dead"}) > 0', "0m",
+    Alert("EchelonMemberDead", 'max by (namespace) (echelon_membership_members{job="membership", state="dead"}) > 0',
+          "0m",
           "critical", "{{ $value }} member(s) DEAD",
           "Membership declared members DEAD; `echelon status` names them. Resolves when they come back or "
           "their tombstone expires."),
     Alert("EchelonTargetDown", 'up{job=~"agent|matcher|membership|router"} == 0', "1m", "critical",
           "{{ $labels.job }} {{ $labels.member }} not scraped", "Prometheus cannot scrape this process for 1m."),
     Alert("EchelonMatcherOverShare",
-          f"member:echelon_matcher_subscriptions:share > {MATCHER_SHARE_FACTOR} * scalar(echelon:matcher_fair_share:ratio)"
-          f" and on() sum(echelon_matcher_zone_subscriptions) > {MATCHER_SHARE_FLOOR}",
+          f"member:echelon_matcher_subscriptions:share"
+          f" > on (namespace) group_left {MATCHER_SHARE_FACTOR} * echelon:matcher_fair_share:ratio"
+          f" and on (namespace) sum by (namespace) (echelon_matcher_zone_subscriptions) > {MATCHER_SHARE_FLOOR}",
           "10m", "warning", "Matcher {{ $labels.member }} holds {{ $value | humanizePercentage }} of the subscriptions",
           f"Over {MATCHER_SHARE_FACTOR}x its fair share for 10m; the routing job's next plan should split its zones."),
     Alert("EchelonSubscriberBacklogNearBound",
@@ -294,14 +301,34 @@ ALERTS = (
     Alert("EchelonPlanRefused", 'increase(echelon_membership_plan_pushes_total{result!="accepted"}[10m]) > 0', "0m",
           "warning", "A routing plan was refused ({{ $labels.result }})",
           "Control refused a pushed plan; the old one stays. The routing job's log says why."),
+    # The routing job reports every run to membership (Control.ReportRun): a batch has no
+    # /metrics of its own, and a job that never reaches membership shows up as stale.
+    Alert("EchelonRoutingJobFailed",
+          'sum by (namespace) (increase(echelon_membership_replan_runs_total{result="failed"}[1h])) > 0', "0m",
+          "warning", "A routing job run failed in namespace {{ $labels.namespace }}",
+          "The run pushed nothing (missing or partial metrics, a member that did not answer, its deadline); "
+          "the cluster keeps its plan. The job's log (or membership's) says why."),
+    Alert("EchelonRoutingJobStale",
+          f"time() - max by (namespace) (echelon_membership_replan_last_success_timestamp_seconds)"
+          f" > {JOB_STALE_AFTER}",
+          "30m", "warning", "No routing job run has succeeded in namespace {{ $labels.namespace }} for over an hour",
+          "The job is not running (schedule, the spark-operator not watching the namespace, no image) or every "
+          "run fails: routing keeps a plan made for an older load."),
+    Alert("EchelonCertificateExpiring",
+          f"echelon_tls_certificate_expiry_timestamp_seconds > 0"
+          f" and echelon_tls_certificate_expiry_timestamp_seconds - time() < {CERT_EXPIRY_WARNING}",
+          "5m", "critical", "The certificate of {{ $labels.member }} expires in under 6 hours",
+          "It was not renewed (cert-manager renews 8h before expiry by default; a Secret must be rotated by hand). "
+          "Past expiry its peers refuse its connections."),
 )
 
-_VARIABLES = re.compile(r"\$(__rate_interval|region|topic)\b")
+_VARIABLES = re.compile(r"\$(__rate_interval|namespace|region|topic)\b")
 
 
-def instantiate(expr: str, region: str = ".*", topic: str = ".*", rate_interval: str = "1m") -> str:
+def instantiate(expr: str, region: str = ".*", topic: str = ".*", rate_interval: str = "1m",
+                namespace: str = ".*") -> str:
     """A panel's PromQL with Grafana's variables filled, as Grafana would send it."""
-    values = {"__rate_interval": rate_interval, "region": region, "topic": topic}
+    values = {"__rate_interval": rate_interval, "namespace": namespace, "region": region, "topic": topic}
     return _VARIABLES.sub(lambda m: values[m.group(1)], expr)
 
 

@@ -1,8 +1,8 @@
 """Grafana dashboards from the catalog, built with grafana-foundation-sdk (Grafana's own
 typed builders, schema of the Grafana release it is pinned to).
 
-Every dashboard has a `datasource` variable (any Prometheus), and `region` and `topic`
-query variables (multi-value, "All" = `.*`); panels lay out two to a row.
+Every dashboard has a `datasource` variable (any Prometheus), and `namespace` (one
+release's), `region` and `topic` query variables (multi-value, "All" = `.*`); panels lay out two to a row.
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ def build(d: Dashboard) -> dm.Dashboard:
     builder = (gd.Dashboard(d.title).uid(d.uid).description(d.description).tags(["echelon"]).refresh("30s")
                .time("now-1h", "now").timezone("browser").tooltip(dm.DashboardCursorSync.CROSSHAIR)
                .with_variable(gd.DatasourceVariable("datasource").label("Data source").type("prometheus"))
+               .with_variable(_variable("namespace", "label_values(echelon_membership_plan_version, namespace)"))
                .with_variable(_variable("region", "label_values(up{job=~\"agent|matcher|membership|router\"}, region)"))
                .with_variable(_variable("topic", "label_values(echelon_agent_published_total, topic)")))
     for i, p in enumerate(d.panels):

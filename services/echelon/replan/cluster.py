@@ -113,6 +113,12 @@ def point_rows(samples: list[xpb.SampleResponse]) -> tuple[list[tuple], dict[str
     return rows, events
 
 
+def report_run(address: str, result: str, reason: str = "") -> None:
+    """Control.ReportRun: this run's outcome, counted by membership for the job's alerts."""
+    with _dial(address) as ch:
+        mgrpc.ControlStub(ch).ReportRun(mpb.RunReport(result=result, reason=reason[:2000]), timeout=TIMEOUT)
+
+
 class PlanRefused(Exception):
     """Membership refused the plan (INVALID_ARGUMENT): the reason is the message."""
 

@@ -14,6 +14,7 @@ import json
 import os
 import re
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,14 +38,28 @@ def duration(text: str) -> float:
     return float(m.group(1)) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}[m.group(2)]
 
 
+def _selector(text: str) -> str:
+    try:
+        return metrics.check_selector(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="echelon replan", description=__doc__.split("\n\n")[0])
     p.add_argument("--membership", default="127.0.0.1:7100", help="membership replicas (comma list), tried in order")
     p.add_argument("--prometheus", default="", help="Prometheus base URL: metrics by query_range")
+    p.add_argument("--selector", default="", type=_selector,
+                   help='label matchers naming this release in Prometheus, e.g. namespace="echelon",pod=~"echelon-.*"')
+    p.add_argument("--shards", type=int, default=0,
+                   help="time shards of the Prometheus window, fetched in parallel by the executors "
+                        "(default: Spark's default parallelism)")
     p.add_argument("--snapshot", default="", help="metrics from a snapshot file (.jsonl or .parquet)")
     p.add_argument("--window", type=duration, default=duration("5m"), help="metrics window (default 5m)")
     p.add_argument("--step", type=duration, default=None, help="sample step (default: 15s for Prometheus, "
                    "window/4 for scrapes)")
+    p.add_argument("--deadline", type=duration, default=0.0,
+                   help="stop a run still going after this long: exit 1, reported as failed (default: none)")
     p.add_argument("--dry-run", action="store_true", help="print the table and the plan, push nothing")
     p.add_argument("--master", default=None, help="Spark master (default local[*]; spark-submit sets its own)")
     p.add_argument("--margin", type=float, default=0.1, help="push only if imbalance falls by this share")
@@ -68,6 +83,12 @@ class Result:
     note: str = ""
     measured: dict[str, tuple[float, float, float]] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)  # wall time per stage
+    membership: str = ""  # the replica that answered
+
+    @property
+    def outcome(self) -> str:
+        """What Control.ReportRun is told: pushed, unchanged or refused."""
+        return "refused" if self.refused else "pushed" if self.pushed else "unchanged"
 
 
 def _first_view(addresses: list[str]) -> tuple[str, mpb.View]:
@@ -81,6 +102,7 @@ def _first_view(addresses: list[str]) -> tuple[str, mpb.View]:
 
 
 def metric_frame(spark, args, v: mpb.View):
+    """The window's metric rows as a DataFrame; MetricsIncomplete when a scrape failed."""
     from echelon.replan.transforms import METRIC_SCHEMA
 
     endpoints = {m.id: m.metrics_address for m in v.members if m.metrics_address and m.state in cluster.ALIVE}
@@ -90,11 +112,47 @@ def metric_frame(spark, args, v: mpb.View):
             return spark.read.schema(METRIC_SCHEMA).parquet(str(path))
         rows = list(metrics.read_jsonl(path))
     elif args.prometheus:
-        instances = {a: m for m, a in endpoints.items()}
-        rows = metrics.prometheus(args.prometheus, args.window, args.step or 15.0, instances)
+        return prometheus_frame(spark, args, {a: m for m, a in endpoints.items()})
     else:
-        rows, _ = metrics.scrape(endpoints, args.window, args.step or max(0.5, args.window / 4))
+        rows, failed = metrics.scrape(endpoints, args.window, args.step or max(0.5, args.window / 4))
+        if failed:
+            raise metrics.MetricsIncomplete(f"{failed} scrapes of the members' /metrics failed "
+                                            f"(a NetworkPolicy may close the metrics ports to this pod)")
     return spark.createDataFrame([tuple(r.__dict__.values()) for r in rows], METRIC_SCHEMA)
+
+
+def prometheus_frame(spark, args, instances: dict[str, str], end: float | None = None):
+    """The window cut into time shards that the executors fetch from Prometheus in
+    parallel (one task each): the rows never pass through the driver, which sees only
+    the aggregates the transforms make of them (docs/operations.md, "The routing job")."""
+    from echelon.replan.transforms import METRIC_SCHEMA
+
+    step = args.step or 15.0
+    end = time.time() if end is None else end
+    n = args.shards or spark.sparkContext.defaultParallelism
+    parts = metrics.shards(end - args.window, end, step, n)
+    url, selector = args.prometheus, args.selector
+
+    def fetch(shard):
+        from echelon.replan import metrics as m  # on the executor
+
+        return m.prometheus_shard(url, shard, step, instances, selector)
+
+    rdd = spark.sparkContext.parallelize(parts, len(parts)).flatMap(fetch)
+    return spark.createDataFrame(rdd, METRIC_SCHEMA)
+
+
+def check_complete(frame, required: list[str]) -> None:
+    """Every member the plan is about has samples in the window, else MetricsIncomplete."""
+    from pyspark.sql import functions as F
+
+    present = {r.member for r in frame.filter(F.col("name") == metrics.PRESENCE).select("member").distinct()
+               .collect()}
+    absent = metrics.missing(present, required)
+    if absent:
+        shown = ", ".join(absent[:10]) + (f" and {len(absent) - 10} more" if len(absent) > 10 else "")
+        raise metrics.MetricsIncomplete(f"no metrics in the window for {len(absent)} of {len(required)} members "
+                                        f"({shown}); nothing decided")
 
 
 def run(args: argparse.Namespace, spark=None) -> Result:
@@ -115,14 +173,16 @@ def run(args: argparse.Namespace, spark=None) -> Result:
     current = cluster.current_plan(address)
     matchers = cluster.alive(v, mpb.ROLE_MATCHER)
     if not matchers:
-        return Result(None, note="no alive matcher")
+        return Result(None, note="no alive matcher", membership=address)
     layouts = cluster.layouts([m.address for m in matchers])
     if not layouts.settled:
-        return Result(None, note="a layout change is still in progress: nothing decided")
+        return Result(None, note="a layout change is still in progress: nothing decided", membership=address)
     samples = [cluster.sample(m.address, args.max_points) for m in matchers]
     stage("cluster")
     spark = spark or session(args.master)
     rows = metric_frame(spark, args, v)
+    members = [m.id for m in cluster.alive(v, mpb.ROLE_AGENT, mpb.ROLE_MATCHER, mpb.ROLE_ROUTER)]
+    check_complete(rows, members)
     stage("metrics")
     increase, last = T.counter_increase(rows), T.gauge_last(rows)
     measured = {r.member: (r.subscriptions, r.events, r.event_rate) for r in T.matcher_load(increase, last).collect()}
@@ -142,17 +202,17 @@ def run(args: argparse.Namespace, spark=None) -> Result:
             continue
         if space.dims:
             spaces[t.name] = space
-    members = [m.id for m in cluster.alive(v, mpb.ROLE_AGENT, mpb.ROLE_MATCHER, mpb.ROLE_ROUTER)]
     inputs = planning.Inputs(
         matchers=[m.id for m in matchers], members=members, agents=[m.id for m in cluster.alive(v, mpb.ROLE_AGENT)],
         spaces=spaces, current=current, zones=layouts.zones, sources=layouts.sources,
         points={t: np.asarray(p, dtype=np.float64) for t, p in points.items()}, events=events,
-        congested=congested, rtt=rtt)
+        congested=congested, rtt=rtt, routers=[m.id for m in cluster.alive(v, mpb.ROLE_ROUTER)],
+        regions={m.id: m.region for m in v.members})
     settings = planning.Settings(margin=args.margin, max_distance=args.max_distance, max_servers=args.max_servers,
                                  delta=args.delta)
     decision = planning.decide(inputs, settings, current.version + 1)
     stage("decide")
-    result = Result(decision, measured=measured, seconds=seconds)
+    result = Result(decision, measured=measured, seconds=seconds, membership=address)
     if decision.plan is None or args.dry_run:
         return result
     try:
@@ -217,20 +277,61 @@ def report(result: Result, as_json: bool = False) -> str:
     return "\n".join(lines)
 
 
+def tell(addresses: list[str], result: str, reason: str = "") -> None:
+    """Control.ReportRun to the first replica that takes it; a run that cannot be reported
+    is still the run it was (the stale-job alert covers a job that never reaches membership)."""
+    last: Exception | None = None
+    for a in addresses:
+        try:
+            cluster.report_run(a, result, reason)
+            return
+        except grpc.RpcError as e:
+            last = e
+    print(f"replan: could not report the run ({result}) to membership: {last or 'no address'}",
+          file=sys.stderr)
+
+
+def execute(args: argparse.Namespace, spark, out=None) -> int:
+    """One run on `spark`, printed and reported to membership. 0: a plan pushed or none
+    needed; 1: the run failed (nothing pushed; reported as a failed run); 2: membership
+    refused the plan."""
+    addresses = [a for a in args.membership.split(",") if a]
+    try:
+        result = run(args, spark)
+    except Exception as e:  # noqa: BLE001 - any failure is a failed run, reported (a Spark task's too)
+        print(f"replan failed: {type(e).__name__}: {str(e)[:2000]}", file=sys.stderr)
+        tell(addresses, "failed", str(e))
+        return 1
+    print(report(result, args.json), file=out)
+    tell([result.membership] if result.membership else addresses, result.outcome, result.refused)
+    return 2 if result.refused else 0
+
+
+def deadline(seconds: float, addresses: list[str]) -> threading.Timer:
+    """A watchdog: past `seconds`, report the run as failed and end the process (a hung
+    Spark stage or RPC holds no lock the exit needs; under spark-submit the JVM follows)."""
+    def expire() -> None:
+        print(f"replan failed: still running after its deadline of {seconds:.0f}s", file=sys.stderr)
+        tell(addresses, "failed", f"deadline of {seconds:.0f}s passed")
+        os._exit(1)
+
+    timer = threading.Timer(seconds, expire)
+    timer.daemon = True
+    timer.start()
+    return timer
+
+
 def main(argv: list[str] | None = None) -> int:
     from echelon.replan.session import session
 
     args = parser().parse_args(argv)
+    if args.deadline:
+        deadline(args.deadline, [a for a in args.membership.split(",") if a])
     spark = session(args.master)
     try:
-        result = run(args, spark)
-    except (RuntimeError, ValueError, OSError, grpc.RpcError) as e:
-        print(f"replan failed: {e}", file=sys.stderr)
-        return 1
+        return execute(args, spark)
     finally:
         spark.stop()  # before the interpreter exits: the JVM's last tasks still talk to it
-    print(report(result, args.json))
-    return 2 if result.refused else 0
 
 
 if __name__ == "__main__":

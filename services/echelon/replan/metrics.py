@@ -22,6 +22,7 @@ No Spark here: the dump command runs without a JVM.
 from __future__ import annotations
 
 import json
+import re
 import time
 import urllib.error
 import urllib.parse
@@ -32,6 +33,8 @@ from typing import Iterable, Iterator, Mapping
 
 from prometheus_client.parser import text_string_to_metric_families
 
+# Every service exports it (no labels): a member with a sample of it in the window was measured.
+PRESENCE = "echelon_membership_plan_version"
 # name -> the labels the job reads
 FAMILIES: dict[str, tuple[str, ...]] = {
     "echelon_matcher_zone_events_total": ("topic", "zone"),
@@ -41,8 +44,35 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     "echelon_link_dequeued_total": ("peer",),
     "echelon_relay_sent_bytes_total": ("peer",),
     "echelon_peer_rtt_seconds": ("peer",),
+    PRESENCE: (),
 }
 COLUMNS = ("ts", "member", "name", "topic", "zone", "peer", "value")
+# Label matchers of a Prometheus selector: `name op "value"`, comma-separated.
+MATCHER = re.compile(r'\s*[a-zA-Z_][a-zA-Z0-9_]*\s*(=~|!~|!=|=)\s*"(?:[^"\\]|\\.)*"\s*')
+
+
+class MetricsIncomplete(RuntimeError):
+    """The window's metrics miss members the plan is about: deciding on them would treat
+    the missing as idle (and clear their hints), so the run fails instead."""
+
+
+def check_selector(text: str) -> str:
+    """`text` if it is a list of label matchers (`namespace="a",pod=~"b-.*"`); else ValueError."""
+    rest = text.strip()
+    while rest:
+        m = MATCHER.match(rest)
+        if not m:
+            raise ValueError(f"not a label matcher list: {text!r} (e.g. namespace=\"echelon\",pod=~\"echelon-.*\")")
+        rest = rest[m.end():]
+        if rest and not rest.startswith(","):
+            raise ValueError(f"label matchers are separated by commas: {text!r}")
+        rest = rest[1:]
+    return text.strip()
+
+
+def missing(present: set[str], required: Iterable[str]) -> list[str]:
+    """The required members with no sample in the window."""
+    return sorted(set(required) - present)
 
 
 @dataclass(frozen=True)
@@ -94,16 +124,22 @@ def scrape(endpoints: Mapping[str, str], window: float, step: float, timeout: fl
     return rows, failed
 
 
+def query(selector: str = "") -> str:
+    """The PromQL selector of the kept families, narrowed by `selector` (label matchers
+    naming the release: its namespace and pods), so two releases never mix in one input."""
+    inner = "__name__=~\"" + "|".join(sorted(FAMILIES)) + "\""
+    return "{" + inner + ("," + check_selector(selector) if selector.strip() else "") + "}"
+
+
 def prometheus(url: str, window: float, step: float, instances: Mapping[str, str] | None = None,
-               end: float | None = None, timeout: float = 10.0) -> list[Row]:
+               end: float | None = None, timeout: float = 10.0, selector: str = "") -> list[Row]:
     """`query_range` for the kept families over [end - window, end] at `step`.
 
     `instances` maps a scrape address (the `instance` label) to a member id, for series
     without a `member` label. Raises RuntimeError with Prometheus' error on a bad answer.
     """
     end = time.time() if end is None else end
-    query = "{__name__=~\"" + "|".join(sorted(FAMILIES)) + "\"}"
-    params = urllib.parse.urlencode({"query": query, "start": end - window, "end": end, "step": step})
+    params = urllib.parse.urlencode({"query": query(selector), "start": end - window, "end": end, "step": step})
     try:
         body = json.loads(_get(f"{url.rstrip('/')}/api/v1/query_range?{params}", timeout))
     except urllib.error.HTTPError as e:  # 400/422: Prometheus says why in a JSON body
@@ -121,6 +157,26 @@ def prometheus(url: str, window: float, step: float, instances: Mapping[str, str
             rows.append(Row(float(ts), member, labels["__name__"], labels.get("topic", ""), labels.get("zone", ""),
                             labels.get("peer", ""), float(value)))
     return rows
+
+
+def shards(start: float, end: float, step: float, n: int) -> list[tuple[float, float]]:
+    """[start, end] cut into at most `n` query_range windows on the step grid that
+    together hold every sample time start + k*step once (query_range includes both ends)."""
+    if step <= 0:
+        raise ValueError(f"step {step}: must be positive")
+    points = int((end - start) // step) + 1
+    n = max(1, min(n, points))
+    bounds = [round(points * i / n) for i in range(n + 1)]
+    return [(start + bounds[i] * step, start + (bounds[i + 1] - 1) * step) for i in range(n)
+            if bounds[i + 1] > bounds[i]]
+
+
+def prometheus_shard(url: str, shard: tuple[float, float], step: float, instances: Mapping[str, str],
+                     selector: str = "", timeout: float = 30.0) -> list[tuple]:
+    """One time shard's rows as tuples (what an executor fetches and hands to Spark)."""
+    start, end = shard
+    return [astuple(r) for r in prometheus(url, end - start, step, instances, end=end, timeout=timeout,
+                                           selector=selector)]
 
 
 def write_jsonl(rows: Iterable[Row], path: Path) -> int:

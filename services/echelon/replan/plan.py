@@ -8,7 +8,9 @@ Pure (no Spark, no I/O); the planners themselves are in `echelon.core`:
 - cliques: `core.kyra.cliques` over every data-plane member with a measured round trip.
   The current cliques stay while they are still valid (every member alive and measured,
   every clique within max_distance, every member in one): loopback latencies jitter, and
-  a re-clustering on jitter would move regions for nothing;
+  a re-clustering on jitter would move regions for nothing. Only cliques that leave no
+  agent without a router of its region are proposed (`served_cliques`; none without
+  routers), as membership refuses the others;
 - bucket hints: an agent whose most congested uplink was congested (OctopiA's CE >= 1 with
   a queue above delta) in at least half the intervals, or whose median round trip is
   above `slow` times the cluster's median (and above 50 ms), gets weight 1; a hinted agent
@@ -66,6 +68,8 @@ class Inputs:
     events: dict[str, np.ndarray]  # recent event points per topic
     congested: dict[str, float] = field(default_factory=dict)  # agent -> share of congested intervals
     rtt: dict[tuple[str, str], float] = field(default_factory=dict)  # (member, peer) -> seconds
+    routers: list[str] = field(default_factory=list)  # alive
+    regions: dict[str, str] = field(default_factory=dict)  # member -> the region it joined with
 
 
 @dataclass
@@ -120,18 +124,32 @@ def valid_cliques(current: Sequence[Sequence[str]], members: Sequence[str],
     return True
 
 
+def served_cliques(cliques: list[list[str]], inputs: Inputs) -> list[list[str]]:
+    """Cliques membership accepts (membership/plans.py): none without routers (they would
+    change nothing); a clique holding no router is dissolved (its members stay in the
+    regions they joined); none if some agent is still left without a router of its region."""
+    routers = set(inputs.routers)
+    kept = [c for c in cliques if routers & set(c)]
+    regions = {m: f"clique-c{i}" for i, c in enumerate(kept) for m in c}
+    agents = {a: inputs.regions.get(a, "") for a in inputs.agents}
+    if not kept or kyra.unserved(agents, {r: inputs.regions.get(r, "") for r in routers}, regions):
+        return []
+    return kept
+
+
 def decide_cliques(inputs: Inputs, s: Settings) -> tuple[list[list[str]], bool]:
     measured = sorted({m for pair in inputs.rtt for m in pair} & set(inputs.members))
     current = [list(c.members) for c in inputs.current.cliques]
     if not measured or valid_cliques(current, measured, inputs.rtt, s):
-        return current, False
+        kept = served_cliques(current, inputs)
+        return kept, sorted(map(sorted, kept)) != sorted(map(sorted, current))
     n = len(measured)
     m = np.full((n, n), np.nan)
     index = {k: i for i, k in enumerate(measured)}
     for (a, b), v in inputs.rtt.items():
         if a in index and b in index:
             m[index[a], index[b]] = v
-    new = kyra.named_cliques(measured, m, s.max_distance, s.max_servers)
+    new = served_cliques(kyra.named_cliques(measured, m, s.max_distance, s.max_servers), inputs)
     return new, sorted(map(sorted, new)) != sorted(map(sorted, current))
 
 

@@ -100,7 +100,7 @@ POLICY: dict[str, str] = {
                                  "Admin/GetTopic", "Admin/ListTopics")},
     **{_V1 + m: TOPIC_ADMIN for m in ("Admin/CreateTopic", "Admin/DeleteTopic")},
     **{_V1 + m: ADMIN for m in ("Admin/GrantAcl", "Admin/RevokeAcl", "Admin/ListAcls",
-                                "Control/GetPlan", "Control/PushPlan", "Control/WatchPlan",
+                                "Control/GetPlan", "Control/PushPlan", "Control/WatchPlan", "Control/ReportRun",
                                 "Membership/Watch", "Matcher/ListZones", "Matcher/Holdings", "Matcher/Sample",
                                 "Router/Describe")},
     **{_V1 + m: MEMBER for m in ("Membership/Join", "Membership/Heartbeat", "Membership/Leave",

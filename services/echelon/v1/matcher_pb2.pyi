@@ -22,10 +22,12 @@ class Subscription(_message.Message):
     def __init__(self, id: _Optional[str] = ..., agent: _Optional[str] = ..., topic: _Optional[str] = ..., filter: _Optional[_Union[_common_pb2.Filter, _Mapping]] = ..., version: _Optional[int] = ...) -> None: ...
 
 class RegisterRequest(_message.Message):
-    __slots__ = ("subscriptions",)
+    __slots__ = ("subscriptions", "refill")
     SUBSCRIPTIONS_FIELD_NUMBER: _ClassVar[int]
+    REFILL_FIELD_NUMBER: _ClassVar[int]
     subscriptions: _containers.RepeatedCompositeFieldContainer[Subscription]
-    def __init__(self, subscriptions: _Optional[_Iterable[_Union[Subscription, _Mapping]]] = ...) -> None: ...
+    refill: str
+    def __init__(self, subscriptions: _Optional[_Iterable[_Union[Subscription, _Mapping]]] = ..., refill: _Optional[str] = ...) -> None: ...
 
 class RegisterResponse(_message.Message):
     __slots__ = ("registered",)
@@ -134,18 +136,20 @@ class ZoneEvents(_message.Message):
     def __init__(self, zone: _Optional[str] = ..., events: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class LayoutStatus(_message.Message):
-    __slots__ = ("topic", "adopted", "pushed", "filled", "active")
+    __slots__ = ("topic", "adopted", "pushed", "filled", "active", "complete")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     ADOPTED_FIELD_NUMBER: _ClassVar[int]
     PUSHED_FIELD_NUMBER: _ClassVar[int]
     FILLED_FIELD_NUMBER: _ClassVar[int]
     ACTIVE_FIELD_NUMBER: _ClassVar[int]
+    COMPLETE_FIELD_NUMBER: _ClassVar[int]
     topic: str
     adopted: str
     pushed: bool
     filled: bool
     active: str
-    def __init__(self, topic: _Optional[str] = ..., adopted: _Optional[str] = ..., pushed: _Optional[bool] = ..., filled: _Optional[bool] = ..., active: _Optional[str] = ...) -> None: ...
+    complete: bool
+    def __init__(self, topic: _Optional[str] = ..., adopted: _Optional[str] = ..., pushed: _Optional[bool] = ..., filled: _Optional[bool] = ..., active: _Optional[str] = ..., complete: _Optional[bool] = ...) -> None: ...
 
 class SyncRequest(_message.Message):
     __slots__ = ("member", "incarnation", "seq", "layouts")

@@ -176,6 +176,18 @@ class SuspectResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
+class RunReport(_message.Message):
+    __slots__ = ("result", "reason")
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    result: str
+    reason: str
+    def __init__(self, result: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class ReportRunResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
 class Zone(_message.Message):
     __slots__ = ("id", "topic", "low", "high", "owner", "replicas")
     ID_FIELD_NUMBER: _ClassVar[int]

@@ -298,6 +298,11 @@ class ControlStub:
                 request_serializer=echelon_dot_v1_dot_membership__pb2.WatchPlanRequest.SerializeToString,
                 response_deserializer=echelon_dot_v1_dot_membership__pb2.RoutingPlan.FromString,
                 _registered_method=True)
+        self.ReportRun = channel.unary_unary(
+                '/echelon.v1.Control/ReportRun',
+                request_serializer=echelon_dot_v1_dot_membership__pb2.RunReport.SerializeToString,
+                response_deserializer=echelon_dot_v1_dot_membership__pb2.ReportRunResponse.FromString,
+                _registered_method=True)
 
 
 class ControlServicer:
@@ -324,6 +329,15 @@ class ControlServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReportRun(self, request, context):
+        """The routing job's outcome, once per run: membership counts runs by result and keeps
+        the time of the last success, so an alert sees a failed or a stale job (a batch has no
+        /metrics of its own). INVALID_ARGUMENT for an unknown result.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControlServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -341,6 +355,11 @@ def add_ControlServicer_to_server(servicer, server):
                     servicer.WatchPlan,
                     request_deserializer=echelon_dot_v1_dot_membership__pb2.WatchPlanRequest.FromString,
                     response_serializer=echelon_dot_v1_dot_membership__pb2.RoutingPlan.SerializeToString,
+            ),
+            'ReportRun': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReportRun,
+                    request_deserializer=echelon_dot_v1_dot_membership__pb2.RunReport.FromString,
+                    response_serializer=echelon_dot_v1_dot_membership__pb2.ReportRunResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -425,6 +444,33 @@ class Control:
             '/echelon.v1.Control/WatchPlan',
             echelon_dot_v1_dot_membership__pb2.WatchPlanRequest.SerializeToString,
             echelon_dot_v1_dot_membership__pb2.RoutingPlan.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReportRun(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/echelon.v1.Control/ReportRun',
+            echelon_dot_v1_dot_membership__pb2.RunReport.SerializeToString,
+            echelon_dot_v1_dot_membership__pb2.ReportRunResponse.FromString,
             options,
             channel_credentials,
             insecure,

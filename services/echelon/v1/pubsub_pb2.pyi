@@ -105,7 +105,7 @@ class SubscribeRequest(_message.Message):
     def __init__(self, open: _Optional[_Union[SubscriptionOpen, _Mapping]] = ..., ack: _Optional[_Union[SubscriberAck, _Mapping]] = ..., nack: _Optional[_Union[SubscriberNack, _Mapping]] = ..., close: _Optional[_Union[SubscriptionClose, _Mapping]] = ..., batch: _Optional[_Iterable[_Union[SubscribeRequest, _Mapping]]] = ...) -> None: ...
 
 class SubscriptionOpen(_message.Message):
-    __slots__ = ("topic", "filter", "filter_text", "subscription", "credits", "batched_deliveries", "durable", "routed", "sid", "encoded_events")
+    __slots__ = ("topic", "filter", "filter_text", "subscription", "credits", "batched_deliveries", "durable", "routed", "sid", "encoded_events", "evict")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     FILTER_FIELD_NUMBER: _ClassVar[int]
     FILTER_TEXT_FIELD_NUMBER: _ClassVar[int]
@@ -116,6 +116,7 @@ class SubscriptionOpen(_message.Message):
     ROUTED_FIELD_NUMBER: _ClassVar[int]
     SID_FIELD_NUMBER: _ClassVar[int]
     ENCODED_EVENTS_FIELD_NUMBER: _ClassVar[int]
+    EVICT_FIELD_NUMBER: _ClassVar[int]
     topic: str
     filter: _common_pb2.Filter
     filter_text: str
@@ -126,7 +127,8 @@ class SubscriptionOpen(_message.Message):
     routed: bool
     sid: int
     encoded_events: bool
-    def __init__(self, topic: _Optional[str] = ..., filter: _Optional[_Union[_common_pb2.Filter, _Mapping]] = ..., filter_text: _Optional[str] = ..., subscription: _Optional[str] = ..., credits: _Optional[int] = ..., batched_deliveries: _Optional[bool] = ..., durable: _Optional[_Union[DurableOptions, _Mapping]] = ..., routed: _Optional[bool] = ..., sid: _Optional[int] = ..., encoded_events: _Optional[bool] = ...) -> None: ...
+    evict: bool
+    def __init__(self, topic: _Optional[str] = ..., filter: _Optional[_Union[_common_pb2.Filter, _Mapping]] = ..., filter_text: _Optional[str] = ..., subscription: _Optional[str] = ..., credits: _Optional[int] = ..., batched_deliveries: _Optional[bool] = ..., durable: _Optional[_Union[DurableOptions, _Mapping]] = ..., routed: _Optional[bool] = ..., sid: _Optional[int] = ..., encoded_events: _Optional[bool] = ..., evict: _Optional[bool] = ...) -> None: ...
 
 class SubscriberAck(_message.Message):
     __slots__ = ("delivery_ids", "credits", "through", "sid")

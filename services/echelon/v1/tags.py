@@ -171,6 +171,7 @@ class Subscription:  # matcher.proto
 
 class RegisterRequest:  # matcher.proto
     subscriptions = 0x0a  # 1, length-delimited
+    refill = 0x12  # 2, length-delimited
 
 
 class RegisterResponse:  # matcher.proto
@@ -244,6 +245,7 @@ class LayoutStatus:  # matcher.proto
     pushed = 0x18  # 3, varint
     filled = 0x20  # 4, varint
     active = 0x2a  # 5, length-delimited
+    complete = 0x30  # 6, varint
 
 
 class SyncRequest:  # matcher.proto
@@ -436,6 +438,15 @@ class SuspectResponse:  # membership.proto
     pass
 
 
+class RunReport:  # membership.proto
+    result = 0x0a  # 1, length-delimited
+    reason = 0x12  # 2, length-delimited
+
+
+class ReportRunResponse:  # membership.proto
+    pass
+
+
 class Zone:  # membership.proto
     id = 0x0a  # 1, length-delimited
     topic = 0x12  # 2, length-delimited
@@ -576,6 +587,7 @@ class SubscriptionOpen:  # pubsub.proto
     routed = 0x148  # 41, varint
     sid = 0x370  # 110, varint
     encoded_events = 0x550  # 170, varint
+    evict = 0x5a8  # 181, varint
 
 
 class SubscriberAck:  # pubsub.proto

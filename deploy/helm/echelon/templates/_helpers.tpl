@@ -101,6 +101,9 @@ app.kubernetes.io/part-of: echelon
   valueFrom: {fieldRef: {fieldPath: spec.nodeName}}
 {{- include "echelon.tlsEnv" . }}
 {{- include "echelon.authEnv" (dict "root" . "client" false) }}
+{{- with .Values.extraEnv }}
+{{ toYaml . }}
+{{- end }}
 {{- end -}}
 
 {{/* Named ports, native gRPC probes on the standard health service (on the plain-text
@@ -136,8 +139,20 @@ resources:
   {{- toYaml .values.resources | nindent 2 }}
 securityContext:
   {{- toYaml .root.Values.containerSecurityContext | nindent 2 }}
+{{- with .root.Values.preStopSeconds }}
+# Endpoints and peers stop sending here before the drain begins (SIGTERM after the sleep).
+lifecycle:
+  preStop:
+    sleep: {seconds: {{ . }}}
+{{- end }}
 volumeMounts:
   - {name: tmp, mountPath: /tmp}
+  {{- with .extraMounts }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+  {{- with .root.Values.extraVolumeMounts }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
   {{- include "echelon.tlsMount" .root | nindent 2 }}
   {{- include "echelon.authMount" .root | nindent 2 }}
 {{- end -}}
@@ -147,8 +162,14 @@ volumeMounts:
 {{- if le (float64 .values.terminationGracePeriodSeconds) (float64 .values.grace) -}}
 {{- fail (printf "%s.terminationGracePeriodSeconds (%v) must exceed %s.grace (%v): Kubernetes would SIGKILL mid-drain" .component .values.terminationGracePeriodSeconds .component .values.grace) -}}
 {{- end -}}
-serviceAccountName: {{ include "echelon.componentName" (dict "root" .root "component" (.serviceAccount | default .component)) }}
+{{- if le (float64 .values.terminationGracePeriodSeconds) (addf .values.grace .root.Values.preStopSeconds) -}}
+{{- fail (printf "%s.terminationGracePeriodSeconds (%v) must exceed preStopSeconds (%v) plus %s.grace (%v): the preStop sleep counts against it" .component .values.terminationGracePeriodSeconds .root.Values.preStopSeconds .component .values.grace) -}}
+{{- end -}}
+serviceAccountName: {{ include "echelon.serviceAccountName" . }}
 automountServiceAccountToken: {{ .automountToken | default false }}
+{{- with .root.Values.priorityClassName }}
+priorityClassName: {{ . | quote }}
+{{- end }}
 terminationGracePeriodSeconds: {{ .values.terminationGracePeriodSeconds }}
 enableServiceLinks: false
 securityContext:
@@ -173,7 +194,7 @@ affinity:
 topologySpreadConstraints:
   - maxSkew: 1
     topologyKey: {{ .values.topologySpreadKey }}
-    whenUnsatisfiable: ScheduleAnyway
+    whenUnsatisfiable: {{ ternary "DoNotSchedule" "ScheduleAnyway" .root.Values.hardSpread }}
     labelSelector:
       matchLabels:
         {{- include "echelon.selectorLabels" . | nindent 8 }}
@@ -187,6 +208,12 @@ topologySpreadConstraints:
 {{- $_ := set $a "prometheus.io/scrape" "true" -}}
 {{- $_ := set $a "prometheus.io/port" (toString .values.metricsPort) -}}
 {{- $_ := set $a "prometheus.io/path" "/metrics" -}}
+{{- /* What the scrape job in files/prometheus/scrape-pods.yaml reads to label an agent as
+       the ServiceMonitor does: its id is its node's name; its region is its node's label. */ -}}
+{{- if eq .component "agent" -}}
+{{- if include "echelon.agentIdFromNode" .root }}{{ $_ := set $a "echelon.io/member-from" "node" }}{{ end -}}
+{{- if .root.Values.agent.regionFromNode.enabled }}{{ $_ := set $a "echelon.io/region-from" "node" }}{{ end -}}
+{{- end -}}
 {{- end -}}
 {{- $a = merge (deepCopy (.values.podAnnotations | default dict)) $a -}}
 {{- with $a -}}
@@ -217,16 +244,49 @@ spec:
     - {name: metrics, port: {{ .values.metricsPort }}, targetPort: metrics, protocol: TCP, appProtocol: http}
 {{- end -}}
 
-{{/* A ServiceAccount per component, so RBAC can be granted to one component only. */}}
+{{/* A ServiceAccount per component, so RBAC can be granted to one component only; with
+     serviceAccount.name, one for every component; with serviceAccount.create false, none
+     (the pods run as serviceAccount.name, which must exist). */}}
 {{- define "echelon.serviceAccount" -}}
+{{- $sa := .root.Values.serviceAccount -}}
+{{- /* A shared one is created once, with membership (always rendered). */ -}}
+{{- if and $sa.create (or (not $sa.name) (eq .component "membership")) -}}
 apiVersion: v1
 kind: ServiceAccount
 metadata:
-  name: {{ include "echelon.componentName" . }}
+  name: {{ include "echelon.serviceAccountName" . }}
   namespace: {{ .root.Release.Namespace }}
   labels:
     {{- include "echelon.labels" . | nindent 4 }}
+  {{- with $sa.annotations }}
+  annotations:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
 automountServiceAccountToken: false
+{{- end -}}
+{{- end -}}
+
+{{/* The ServiceAccount a component's pods run as (dict "root" $ "component" "agent"). */}}
+{{- define "echelon.serviceAccountName" -}}
+{{- $sa := .root.Values.serviceAccount -}}
+{{- if $sa.name -}}{{ $sa.name }}
+{{- else if $sa.create -}}{{ include "echelon.componentName" (dict "root" .root "component" (.serviceAccount | default .component)) }}
+{{- else -}}default
+{{- end -}}
+{{- end -}}
+
+{{/* Labels every pod carries besides the chart's (values podLabels; never in selectors). */}}
+{{- define "echelon.podLabels" -}}
+{{- with .root.Values.podLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* Volumes every service pod gets besides its own (values extraVolumes). */}}
+{{- define "echelon.extraVolumes" -}}
+{{- with .Values.extraVolumes }}
+{{ toYaml . }}
+{{- end }}
 {{- end -}}
 
 {{- define "echelon.pdb" -}}
@@ -355,4 +415,10 @@ spec:
 {{- if and (ne .Values.auth.mode "none") .Values.auth.tokensSecret }}
 - {name: auth, mountPath: /etc/echelon/auth, readOnly: true}
 {{- end }}
+{{- end -}}
+
+{{/* "true" when an agent's id is its node's name (a DaemonSet, unless cert-manager issues
+     per-pod certificates, which name the pod); empty otherwise. */}}
+{{- define "echelon.agentIdFromNode" -}}
+{{- if and (eq .Values.agent.kind "DaemonSet") (not (and .Values.tls.enabled (eq .Values.tls.source "certManager"))) -}}true{{- end -}}
 {{- end -}}
