@@ -6,9 +6,11 @@ publisher) are built into a tree with `echelon.core.lbdd.build_tree`, and we rep
 - Tab. 1: depth min / median / max, the number of non-empty buckets (always equal to the
   depth -- asserted) and the span of bucket numbers (the paper: 24..32 at n = 500);
 - Fig. 4: contribution rate = copies a node sends / n. The publisher sends one copy per
-  member of the first non-empty bucket; the subscribers carry the rest.
+  member of the first non-empty bucket; the subscribers carry the rest;
+- the out-degree bound (not in the paper; core/lbdd.py): on the same sets, depth and the
+  largest out-degree of any node without the bound and with `--max-degree D`.
 
-Run: python -m loadtest.lbdd_sim [--max-n 100000] [--out out/lbdd] [--seeds 1000]
+Run: python -m loadtest.lbdd_sim [--max-n 100000] [--out out/lbdd] [--seeds 1000] [--max-degree 4]
 """
 
 from __future__ import annotations
@@ -54,14 +56,18 @@ class Row:
     publisher_copies: list[int]
     busiest_subscriber: list[int]  # per set: the largest out-degree among subscribers
     inner_degree: list[float]  # per set: mean out-degree of nodes that send at all
+    max_degree: list[int]  # per set: the largest out-degree of any node, publisher included
+    bounded_depths: list[int]  # per set, with the out-degree bound
+    bounded_max_degree: list[int]
 
     @property
     def publisher_rate(self) -> float:
         return statistics.mean(self.publisher_copies) / self.n
 
 
-def measure(n: int, sets: int) -> Row:
+def measure(n: int, sets: int, bound: int = 4) -> Row:
     depths, lowest, pub, busiest, inner = [], [], [], [], []
+    top, b_depths, b_top = [], [], []
     for seed in range(sets):
         source, members = sample(n, seed)
         tree = build_tree(source, members)
@@ -73,7 +79,12 @@ def measure(n: int, sets: int) -> Row:
         pub.append(degrees[source])
         busiest.append(max(d for k, d in degrees.items() if k != source))
         inner.append(statistics.mean(d for d in degrees.values() if d))
-    return Row(n, sets, depths, lowest, pub, busiest, inner)
+        top.append(max(degrees.values()))
+        bounded = build_tree(source, members, max_degree=bound)
+        assert len(bounded.parent) == n, "the bound must keep every member in the tree"
+        b_depths.append(bounded.depth)
+        b_top.append(max(bounded.out_degree.values()))
+    return Row(n, sets, depths, lowest, pub, busiest, inner, top, b_depths, b_top)
 
 
 def _table(title: str, columns: tuple[str, ...], rows: list[Row], cells) -> Table:
@@ -121,6 +132,19 @@ def contribution_table(rows: list[Row]) -> Table:
     )
 
 
+def bound_table(rows: list[Row], bound: int) -> Table:
+    # median / max over the sets, without and with the bound.
+    def mm(xs: list[int]) -> str:
+        return f"{statistics.median(xs):g} / {max(xs)}"
+
+    return _table(
+        f"Out-degree bound D = {bound} (not in the paper) - depth and largest out-degree",
+        ("n", "depth", f"depth D={bound}", "max out-deg", f"max out-deg D={bound}"),
+        rows,
+        lambda r: (mm(r.depths), mm(r.bounded_depths), mm(r.max_degree), mm(r.bounded_max_degree)),
+    )
+
+
 def plot(rows: list[Row], out: Path) -> list[Path]:
     import matplotlib
 
@@ -161,14 +185,19 @@ def plot(rows: list[Row], out: Path) -> list[Path]:
 @click.option(
     "--seeds", default=1000, show_default=True, help="Address sets per n up to 500 (fewer above)."
 )
-def main(max_n: int, out: Path, seeds: int) -> None:
+@click.option(
+    "--max-degree", default=4, show_default=True, type=click.IntRange(min=2),
+    help="Out-degree bound for the bounded column.",
+)
+def main(max_n: int, out: Path, seeds: int, max_degree: int) -> None:
     """Simulate LBDD trees over random address sets; print tables, write plots."""
     console = Console()
     started = time.perf_counter()
     sizes = [n for n in (*PAPER_SIZES, *LARGE_SIZES) if n <= max_n]
-    rows = [measure(n, seeds_for(n, seeds)) for n in sizes]
+    rows = [measure(n, seeds_for(n, seeds), max_degree) for n in sizes]
     console.print(depth_table(rows))
     console.print(contribution_table(rows))
+    console.print(bound_table(rows, max_degree))
     out.mkdir(parents=True, exist_ok=True)
     for png in plot(rows, out):
         console.print(f"wrote {png}")

@@ -16,8 +16,9 @@ member picked round-robin.
 
 Measured as in the paper: the share of the peers present that an event contacts (every
 peer receiving a routing or propagation message for it, Fig. 9), and each peer's share
-of all messages sent since it joined, by decile of peers (Fig. 12). Event load for the
-join decision is a count of recent messages (exponential decay, half-life 5,000 steps).
+of all messages sent since it joined, by decile of peers (Fig. 12), and the unique zones
+and replicas at the end (Tab. 1). Event load for the join decision is a count of recent
+messages (exponential decay, half-life 5,000 steps).
 Mirror copies are not simulated: the paper's runs have no failures.
 """
 
@@ -40,6 +41,7 @@ HALF_LIFE = 5000.0
 PAPER = {
     "share_under_5": {10000: 95.0, 100: 50.0},  # % of events contacting < 5% of peers (100: "more than half")
     "max_load": {100: 5.35},  # % of messages received by the most loaded peer
+    "zones": {100: 76, 1000: 652, 10000: 9622},  # Tab. 1, synthetic events: unique zones
 }
 
 
@@ -279,6 +281,12 @@ def report(results: Sequence[Result], subs: int, events: int) -> str:
         ref = f"(paper: {paper}%)" if paper else "(paper: 0.12% at 10,000 peers with 150k subscriptions)" if r.peers == 10000 else ""
         lines.append(f"  {r.peers:>6,} peers: the most loaded peer receives {max(r.loads):.3f}% of messages {ref}")
     lines.append("  every event reaches all affected subscriptions: it visits every zone meeting its affected region")
+    lines.append("")
+    lines.append("Tab. 1 -- unique zones (the other peers are replicas), synthetic events")
+    for r in results:
+        paper = PAPER["zones"].get(r.peers)
+        ref = f"(paper: {paper:,} zones, {r.peers - paper:,} replicas; zones {100 * (r.zones / paper - 1):+.1f}%)" if paper else ""
+        lines.append(f"  {r.peers:>6,} peers: {r.zones:,} zones, {r.peers - r.zones:,} replicas {ref}")
     return "\n".join(lines)
 
 

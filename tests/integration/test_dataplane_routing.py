@@ -27,10 +27,10 @@ def view(keys, subscribers=None) -> list[mpb.Member]:
             for i, k in enumerate(keys)]
 
 
-def agents(members, mode="lbdd", stripes=8) -> dict[str, Trees]:
+def agents(members, mode="lbdd", stripes=8, max_degree=None) -> dict[str, Trees]:
     out = {}
     for m in members:
-        out[m.id] = Trees(m.id, m.address, mode, stripes)
+        out[m.id] = Trees(m.id, m.address, mode, stripes, max_degree)
         out[m.id].update(members)
     return out
 
@@ -63,6 +63,20 @@ def test_every_destination_gets_one_copy_along_the_stripe_tree(stripe):
     by_key = {salted(m.address, stripe): m.id for m in members}
     tree = lbdd.build_tree(salted(PAPER[0], stripe), [salted(k, stripe) for k in PAPER[1:]])
     assert sent == {by_key[p]: len(c) for p, c in tree.children.items() if c}
+
+
+@pytest.mark.parametrize("bound", [2, 3])
+def test_out_degree_bound_keeps_one_copy_each_and_caps_every_sender(bound):
+    keys = [f"10.9.{i // 256}.{i % 256}:7100" for i in range(120)]
+    members = view(keys)
+    nodes = agents(members, stripes=2, max_degree=bound)
+    everyone = [m.id for m in members[1:]]
+    for stripe in range(2):
+        received, sent = disseminate(nodes, "a0", stripe, everyone)
+        assert received == {d: 1 for d in everyone}
+        assert max(sent.values()) <= bound
+    # without the bound the same view has a sender above it, so the test can fail
+    assert max(disseminate(agents(members, stripes=1), "a0", 0, everyone)[1].values()) > bound
 
 
 def test_only_subtrees_holding_a_destination_get_a_copy():

@@ -29,3 +29,13 @@ def test_tiny_run_prints_depths_of_build_tree(tmp_path):
         assert (int(lo), int(hi)) == (min(depths), max(depths))
         assert float(med) == statistics.median(depths)
         assert float(buckets) == statistics.median(depths)
+
+    bound = result.output.split("Out-degree bound")[1]
+    cells = [[c.strip() for c in line.strip("│ ").split("│")] for line in bound.splitlines()]
+    rows = {int(c[0]): c for c in cells if c[0].isdigit()}
+    assert sorted(rows) == [100, 200]
+    for n, (_, depth, _, top, bounded_top) in rows.items():
+        trees = [build_tree(*sample(n, seed)) for seed in range(seeds_for(n, 4))]
+        assert depth == f"{statistics.median(t.depth for t in trees):g} / {max(t.depth for t in trees)}"
+        assert int(top.split(" / ")[1]) == max(max(t.out_degree.values()) for t in trees)
+        assert int(bounded_top.split(" / ")[1]) <= 4

@@ -11,6 +11,7 @@ def test_quick_run_prints_the_tables_and_writes_the_plots(tmp_path, capsys):
     results = meghdoot_sim.main(["--quick", "--out", str(tmp_path)])
     out = capsys.readouterr().out
     assert "Fig. 9" in out and "Fig. 12" in out and "of events contact < 5% of peers" in out
+    assert "Tab. 1" in out and f"{results[0].zones:,} zones" in out
     for name in ("fig9_peers_contacted.png", "fig12_load_deciles.png"):
         assert (tmp_path / name).stat().st_size > 0
     for r in results:

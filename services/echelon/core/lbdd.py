@@ -23,6 +23,18 @@ strictly increase along every edge. The other members keep their buckets; only t
 boundaries of the bucket just below the leaves move. Every agent applies the same plan,
 so they all derive the same tree; during the switch a relay whose view differs sends the
 destinations outside its subtree directly (dataplane/trees.py), so nothing is lost.
+
+Out-degree bound (an option, off by default and for the paper's experiment): the paper's
+out-degree is unbounded -- a small bucket below a large one makes a few nodes send many
+copies (docs/papers.md). With `max_degree = D`, the tree's levels are the non-empty buckets
+as before, but a level keeps only its first D * |level below| members in (digest, key)
+order; the rest are pushed one level down (merged into the next level, re-sorted), and what
+is left past the last bucket forms extra levels of the same capacity. Algorithm 2 then runs
+unchanged between consecutive levels, so every member still has exactly one parent and each
+slice holds at most ceil(|next| / |self|) <= D nodes. Levels strictly increase along every
+edge (bucket numbers need no longer); depth <= non-empty buckets + ceil(log_D n), since
+pushes only join existing levels and the extra levels grow by a factor D. Hinted leaves
+stay the last level and are exempt: the hint (relay nothing) wins over the bound.
 """
 
 from __future__ import annotations
@@ -69,9 +81,10 @@ class Buckets:
     """
 
     source: str
-    numbers: tuple[int, ...]  # bucket number of each non-empty bucket, increasing
-    members: tuple[tuple[str, ...], ...]  # each bucket's members sorted by (digest, key)
+    numbers: tuple[int, ...]  # each level's (highest) bucket number; unbounded: one bucket per level
+    members: tuple[tuple[str, ...], ...]  # each level's members sorted by (digest, key)
     where: dict[str, tuple[int, int]] = field(repr=False)  # key -> (level, 0-based position)
+    own: dict[str, int] = field(default_factory=dict, repr=False)  # key -> its bucket number
 
     def _at(self, key: str) -> tuple[int, int] | None:
         # The source is a bucket of its own, of size one, just below level 0.
@@ -92,7 +105,7 @@ class Buckets:
     def bucket_of(self, key: str) -> int:
         """Section 3.2: key's bucket number (0 for the source)."""
         level = self._place(key)[0]
-        return 0 if level < 0 else self.numbers[level]
+        return 0 if level < 0 else self.own.get(key, self.numbers[level])
 
     def targets(self, key: str) -> list[str]:
         """Algorithm 2: key's slice of the next non-empty bucket above its own."""
@@ -153,7 +166,7 @@ class Tree:
     children: dict[str, list[str]]  # every node, source included -> its targets
     bucket: dict[str, int]  # source: 0
     rank: dict[str, int]  # source: 1
-    depth: int  # edges on the longest path = number of non-empty buckets
+    depth: int  # edges on the longest path = number of levels (unbounded: non-empty buckets)
 
     @property
     def out_degree(self) -> dict[str, int]:
@@ -174,9 +187,30 @@ class Tree:
         return out
 
 
-def buckets(source_key: str, member_keys: Iterable[str], leaves: Iterable[str] = ()) -> Buckets:
+def _bounded(levels: list[list[tuple[int, int, str]]], max_degree: int) -> list[list[tuple[int, int, str]]]:
+    """The out-degree bound (module doc): push each level's overflow one level down."""
+    out: list[list[tuple[int, int, str]]] = []
+    above, carry = 1, []  # the source is the level below the first
+    for level in levels:
+        merged = sorted(carry + level, key=lambda t: t[1:]) if carry else level
+        cap = max_degree * above
+        out.append(merged[:cap])
+        carry, above = merged[cap:], len(out[-1])
+    while carry:
+        cap = max_degree * above
+        out.append(carry[:cap])
+        carry, above = carry[cap:], len(out[-1])
+    return out
+
+
+def buckets(
+    source_key: str, member_keys: Iterable[str], leaves: Iterable[str] = (), max_degree: int | None = None
+) -> Buckets:
     """Algorithm 1 over a whole view; sorts once, O(n log n). Members in `leaves` go to
-    LEAF_BUCKET (bucket hints, see the module doc)."""
+    LEAF_BUCKET (bucket hints); `max_degree` bounds every node's targets (both in the
+    module doc)."""
+    if max_degree is not None and max_degree < 2:
+        raise ValueError(f"max_degree {max_degree}: at least 2 (1 would make a chain)")
     s = digest(source_key)
     leaves = frozenset(leaves)
     keyed = []
@@ -184,10 +218,15 @@ def buckets(source_key: str, member_keys: Iterable[str], leaves: Iterable[str] =
         d = digest(k)
         keyed.append((LEAF_BUCKET if k in leaves else max(1, bucket(s, d)), d, k))
     keyed.sort()
-    groups = [(b, tuple(k for _, _, k in g)) for b, g in groupby(keyed, key=lambda t: t[0])]
-    members = tuple(ks for _, ks in groups)
+    levels = [list(g) for _, g in groupby(keyed, key=lambda t: t[0])]
+    if max_degree is not None:
+        hinted = levels.pop() if levels and levels[-1][0][0] == LEAF_BUCKET else None
+        levels = _bounded(levels, max_degree) + ([hinted] if hinted else [])
+    members = tuple(tuple(k for _, _, k in level) for level in levels)
     where = {k: (lvl, pos) for lvl, ks in enumerate(members) for pos, k in enumerate(ks)}
-    return Buckets(source_key, tuple(b for b, _ in groups), members, where)
+    own = {k: b for b, _, k in keyed}
+    numbers = tuple(max(b for b, _, _ in level) for level in levels)
+    return Buckets(source_key, numbers, members, where, own)
 
 
 def bucket_sequence(
@@ -230,6 +269,8 @@ def path_update(
     return [t for t in new if t not in old], [t for t in old if t not in new]
 
 
-def build_tree(source_key: str, member_keys: Iterable[str], leaves: Iterable[str] = ()) -> Tree:
+def build_tree(
+    source_key: str, member_keys: Iterable[str], leaves: Iterable[str] = (), max_degree: int | None = None
+) -> Tree:
     """The tree every node's local view implies (Theorem 1), for tools, simulation and tests."""
-    return buckets(source_key, member_keys, leaves).tree()
+    return buckets(source_key, member_keys, leaves, max_degree).tree()

@@ -88,11 +88,17 @@ class _Tree:
 class Trees:
     """Routing decisions of one agent over its current peer table."""
 
-    def __init__(self, self_id: str, self_key: str, mode: str = "lbdd", stripes: int = 1):
+    def __init__(self, self_id: str, self_key: str, mode: str = "lbdd", stripes: int = 1,
+                 max_degree: int | None = None):
         if mode not in ("lbdd", "p2p"):
             raise ValueError(f"dissemination {mode!r}: lbdd or p2p")
         if stripes < 1:
             raise ValueError("stripes must be >= 1")
+        if max_degree is not None and max_degree < 2:
+            raise ValueError(f"max_degree {max_degree}: at least 2")
+        # LBDD's out-degree bound (core/lbdd.py); every agent must use the same value to
+        # derive the same tree. Off by default, as in the paper.
+        self.max_degree = max_degree
         self.self_id = self_id
         self.self_key = self_key
         self.mode = mode
@@ -128,7 +134,7 @@ class Trees:
             key = self.table.key
             ids = {salted(key[i], stripe): i for i in self.table.subscribers(topic)}
             leaves = [salted(key[i], stripe) for i in self.hinted if i in key]
-            tree = self._trees[k] = _Tree(lbdd.buckets(salted(source_key, stripe), ids, leaves), ids)
+            tree = self._trees[k] = _Tree(lbdd.buckets(salted(source_key, stripe), ids, leaves, self.max_degree), ids)
         return tree
 
     def route(self, source_key: str, topic: str, stripe: int,
