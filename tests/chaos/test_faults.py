@@ -75,8 +75,8 @@ def test_the_report_attributes_what_the_checker_finds_to_the_faults():
     assert p.dead_false == ["agent-4"]
     assert not res.ok
     failed = {name for name, (ok, _) in res.targets.items() if not ok}
-    assert failed == {"0 lost", "0 unexpected", "0 duplicates to a client", "0 false dead (delay/loss, pause)",
-                      "0 false dead (whole run)"}
+    assert failed == {"0 lost", "0 unexpected", "0 duplicates to a client", "0 reordered",
+                      "0 false dead (delay/loss, pause)", "0 false dead (whole run)"}
     assert "killed on agent-3 died with the process" in res.text
     assert "bad on agent-2 overflowed its backlog bound (RESOURCE_EXHAUSTED) at +6s" in res.text
 
