@@ -14,12 +14,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from echelon.launch.placement import free_port
+from loadtest.daemons import wait_ready
 
 
 def spark_home() -> Path:
@@ -78,18 +78,7 @@ class Standalone:
         return self
 
     def _wait(self, ready, timeout: float, what: str) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                if ready():
-                    return
-            except OSError:
-                pass
-            if any(p.poll() is not None for p in self._procs):
-                break
-            time.sleep(0.5)
-        logs = "\n".join(f"--- {p.name}\n{p.read_text()[-1500:]}" for p in sorted(self.root.glob("*.log")))
-        raise RuntimeError(f"standalone Spark: {what} not ready\n{logs}")
+        wait_ready(ready, timeout, f"standalone Spark: {what}", self._procs, self.root.glob("*.log"), tail=1500)
 
     def master_json(self) -> dict:
         return _json(f"{self.ui}/json/")

@@ -41,6 +41,8 @@ from pathlib import Path
 
 import yaml
 
+from loadtest.daemons import wait_ready
+
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "deploy" / "helm" / "echelon"
 KIT = Path(os.environ.get("KUBE_KIT", Path.home() / ".cache" / "echelon-kube"))
@@ -141,18 +143,7 @@ class ApiServer:
         return self
 
     def _wait(self, ready, timeout: float, what: str) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                if ready():
-                    return
-            except OSError:
-                pass
-            if any(p.poll() is not None for p in self.procs):
-                break
-            time.sleep(1)
-        logs = "\n".join(f"--- {p.name}\n{p.read_text()[-2000:]}" for p in self.work.glob("*.log"))
-        raise RuntimeError(f"{what} not ready\n{logs}")
+        wait_ready(ready, timeout, what, self.procs, self.work.glob("*.log"), interval=1.0)
 
     def kubectl(self, *args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
         r = subprocess.run([kubectl_path(), "--kubeconfig", str(self.kubeconfig), *args], input=stdin,
