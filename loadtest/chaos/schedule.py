@@ -44,7 +44,7 @@ class Schedule:
 
     def plan(self) -> list[str]:
         kinds = ["netem", "pause", "kill", "partition", "replica", "matcher", "members", "plan"]
-        return [k for k in kinds if self.hosts.supports(k)]
+        return [k for k in kinds if self.hosts.supports(k) and k not in self.cfg.skip]
 
     def duration(self, kind: str) -> float:
         c = self.cfg

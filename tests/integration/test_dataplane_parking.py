@@ -88,10 +88,13 @@ async def test_parked_messages_expire_and_a_member_that_left_is_not_waited_for()
     plane.expire(time.monotonic() + 31)
     assert plane.parked_count == 0 and node.metrics.lost._value.get() == 1
     receive(plane, 2, [child.id], acks)
-    node.trees.update([m for m in members if m.id != child.id])  # LEFT: gone from the live set, not DEAD
+    node.trees.update([m for m in members if m.id != child.id])  # absent from the view: still waited for
+    plane.on_view()
+    assert plane.parked_count == 1 and acks == [1, 2] and node.metrics.lost._value.get() == 1
+    node.trees.update([m for m in members if m.id != child.id], left=[child.id])  # LEFT: not waited for
     plane.on_view()
     assert plane.parked_count == 0 and acks == [1, 2] and node.metrics.lost._value.get() == 2
-    receive(plane, 3, [child.id], acks)  # not DEAD: nothing to wait for
+    receive(plane, 3, [child.id], acks)  # LEFT: nothing to wait for
     assert acks == [1, 2, 3] and node.metrics.lost._value.get() == 3
 
 

@@ -366,7 +366,7 @@ async def test_a_relay_forwards_each_slice_on_arrival_and_acks_after_its_subtree
     # A child fails with every slice unacknowledged: the relay re-routes them to its grandchildren.
     dead_key = next(c for c in tree.children[relay.address] if tree.children[c])
     dead = by_key[dead_key]
-    node.trees.update([m for m in members if m.id != dead.id])
+    node.trees.update([m for m in members if m.id != dead.id], left=[dead.id])  # gone for good: not waited for
     sent_before = {p: len(link.frames) for p, link in node.links.items()}
     node.links.pop(dead.id).settle(False)
     await asyncio.sleep(0)

@@ -190,7 +190,8 @@ class AgentNode(Node):
         """Algorithm 3: every route uses the new view (trees over this region's agents,
         the hand-off to its router). Returns the ids this agent may hold links to."""
         regions, here, agents, dead = region_view(self.membership, self.config.id, self.config.region)
-        self.plane.trees.update(agents, dead, hinted(self.membership.plan))  # bucket hints: the leaves
+        left = {m.id for m in self.membership.members.values() if m.state == mpb.MEMBER_STATE_LEFT}
+        self.plane.trees.update(agents, dead, hinted(self.membership.plan), left)  # bucket hints: the leaves
         self.gateway.trees.update(self.membership.alive(mpb.ROLE_ROUTER), regions, here)
         return {m.id for m in agents} | set(self.gateway.trees.table.members)
 

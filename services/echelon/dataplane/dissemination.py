@@ -220,12 +220,14 @@ class DataPlane:
     # -- parking: destinations whose member is DEAD here --------------------------------
 
     def _park(self, source: str, source_key: str, msg: rpb.RelayMessage, topic: str, lost: list[str]) -> int:
-        """Park the destinations DEAD here; returns how many are dropped instead (counted)."""
+        """Park the destinations DEAD here, or absent from the view (a view rebuilt by
+        restarted membership replicas, or one that has not learned of them yet: parking.py);
+        returns how many are dropped instead (counted)."""
         dropped = 0
         entry = None
         for d in lost:
-            if d not in self.trees.dead or self.node.stopping:
-                dropped += 1  # LEFT, or never in the view: nobody to wait for
+            if self.node.stopping or not self.trees.waits_for(d):
+                dropped += 1  # LEFT: nobody to wait for
                 continue
             entry = entry or Parked(time.monotonic(), source, source_key, msg, topic, msg.ByteSize())
             if self.parking.park(d, entry):
@@ -242,10 +244,12 @@ class DataPlane:
         vanished from the view dropped."""
         self.root.on_view()
         for member_id in [m for m in self.parking.members() if m not in self.trees.dead]:
-            entries = self.parking.take(member_id)
-            if not self.trees.alive(member_id):
-                self._drop_parked(entries)
+            if not self.trees.alive(member_id) and not self.trees.waits_for(member_id):
+                self._drop_parked(self.parking.take(member_id))
                 continue
+            if not self.trees.alive(member_id):
+                continue  # absent from the view: it waits, bounded by the parking's time
+            entries = self.parking.take(member_id)
             self.node.metrics.unparked.inc(len(entries))
             run: list = []
             for e in entries:  # in arrival order, one forward per run of one root's messages

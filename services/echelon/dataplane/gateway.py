@@ -71,6 +71,10 @@ class Gateway:
         self.router: str | None = None
         self._rank = int.from_bytes(hashlib.md5(self_id.encode()).digest()[:8], "big")
 
+    def waits_for(self, member_id: str) -> bool:
+        """Only a DEAD agent is waited for: a region with no router is failed at once."""
+        return member_id in self.dead
+
     def update(self, routers: Iterable[mpb.Member], regions: dict[str, str], region: str) -> None:
         self.regions, self.region = regions, region
         mine = sorted((m for m in routers if regions.get(m.id) == region), key=lambda m: m.id)

@@ -10,8 +10,10 @@ window never waits on a dead member; a parked message is this node's to keep, as
 frame is until acked). When the same member id is ALIVE again (a live agent that was
 falsely declared dead, or partitioned, and rejoined with a higher incarnation) the
 parked messages are sent to it in arrival order; past the bounds, or when the member
-LEFT or vanished from the view, they are dropped and counted
-(`echelon_agent_destinations_lost_total`). A restarted process (same id, new process)
+LEFT, they are dropped and counted (`echelon_agent_destinations_lost_total`). A destination
+absent from the view altogether is parked the same way: a view rebuilt by membership
+replicas that all restarted lacks members until they rejoin, and one that has not yet
+learned of a new member lacks it too; both are back within the bounds. A restarted process (same id, new process)
 gets them too, but its subscriptions are new and take only messages published after
 they were opened (subscriptions.py): at-least-once covers the subscriptions that
 survive, and a rejoining node is sent no duplicate of what it delivered before it crashed.

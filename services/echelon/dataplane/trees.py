@@ -105,15 +105,17 @@ class Trees:
         self.stripes = stripes if mode == "lbdd" else 1
         self.table = PeerTable(())
         self.dead: frozenset[str] = frozenset()  # agents DEAD in the view: their messages are parked
+        self.left: frozenset[str] = frozenset()  # agents that LEFT: nothing waits for them
         self.hinted: frozenset[str] = frozenset()  # agents the plan moves to the leaves
         self._trees: dict[tuple, _Tree] = {}
         self._routes: dict[tuple, tuple[dict[str, list[str]], list[str]]] = {}
         self._schedules: dict[tuple, tuple[int, ...]] = {}
 
-    def update(self, members: Iterable[mpb.Member], dead: Iterable[str] = (), hinted: Iterable[str] = ()) -> bool:
-        """Algorithm 3's trigger: a new view (`members` alive, `dead` the DEAD ones) or new
-        bucket hints. Returns True if the peer table or the hints changed."""
-        self.dead = frozenset(dead)
+    def update(self, members: Iterable[mpb.Member], dead: Iterable[str] = (), hinted: Iterable[str] = (),
+               left: Iterable[str] = ()) -> bool:
+        """Algorithm 3's trigger: a new view (`members` alive, `dead` the DEAD ones, `left`
+        the ones that LEFT) or new bucket hints. Returns True if the peer table or the hints changed."""
+        self.dead, self.left = frozenset(dead), frozenset(left)
         table = PeerTable(members)
         hinted = frozenset(hinted)
         if table.fingerprint == self.table.fingerprint and hinted == self.hinted:
@@ -126,6 +128,11 @@ class Trees:
 
     def alive(self, member_id: str) -> bool:
         return member_id in self.table.members
+
+    def waits_for(self, member_id: str) -> bool:
+        """Is a destination not alive here worth parking for? DEAD, or absent from the view
+        (parking.py); not one that LEFT."""
+        return member_id not in self.left
 
     def _tree(self, source_key: str, topic: str, stripe: int) -> _Tree:
         k = (source_key, topic, stripe)

@@ -138,7 +138,8 @@ class RouterNode(Node):
             return
         regions, _, mine, dead = region_view(self.membership, self.config.id, self.config.region)
         routers = self.membership.alive(mpb.ROLE_ROUTER)
-        self.local.trees.update(mine, dead)
+        left = {m.id for m in self.membership.members.values() if m.state == mpb.MEMBER_STATE_LEFT}
+        self.local.trees.update(mine, dead, left=left)
         self.local.on_view()
         self.overlay.update(routers, self.membership.alive(mpb.ROLE_AGENT), regions)
         self.links.keep({m.id for m in mine} | {m.id for m in routers})
