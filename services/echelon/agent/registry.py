@@ -81,7 +81,7 @@ class Registry:
         sub = Subscription(f"{self.me}/{name}", name, topic.name, flt, self.max_backlog, self.max_bytes,
                            evict=open_.evict and not open_.subscription)  # named subscriptions lag
         sub.owner = owner
-        sub.on_stall, sub.stall_seconds = self._stalled, self.stall_seconds
+        sub.on_stall, sub.on_shed, sub.stall_seconds = self._stalled, self.metrics.shed.inc, self.stall_seconds
         sub.attach(open_.credits)
         self.subs[name] = sub
         self._changed()
@@ -112,7 +112,6 @@ class Registry:
         """A lagging subscription acknowledged nothing for its stall bound (subscriptions.py)."""
         kind = "named" if sub.named else "ephemeral"
         self.metrics.stalls.labels(kind).inc()
-        self.metrics.shed.inc(shed)
         log.warning("subscription %s acknowledged nothing for %gs while holding its publishers back: %s", sub.id,
                     sub.stall_seconds, f"shedding its oldest ({shed} dropped)" if sub.named else "closed")
 

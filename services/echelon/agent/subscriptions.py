@@ -91,6 +91,7 @@ class Subscription:
     owner = ""  # the identity that opened it (agent/ownership.py)
     stall_seconds = STALL_SECONDS
     on_stall: Callable[["Subscription", int], None] | None = None  # (it, messages shed): the registry counts
+    on_shed: Callable[[int], None] | None = None  # messages dropped while shedding, each time
 
     def __init__(self, sid: str, name: str, topic: str, flt: Filter, max_backlog: int, max_bytes: int = MAX_BYTES,
                  evict: bool = False):
@@ -212,6 +213,8 @@ class Subscription:
             self.held_bytes -= self.backlog.popleft().size
             n += 1
         self.shed += n
+        if n and self.on_shed is not None:
+            self.on_shed(n)
         return n
 
     def release(self) -> None:
