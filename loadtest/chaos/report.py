@@ -191,8 +191,12 @@ def build_report(cfg: Config, hosts: Hosts, faults: list[Fault], obs: Observer, 
         "crash detected < 2 s": (ran_kill and max(kill_times) < 2.0,
                                  ", ".join(f"{t:.2f}s (all 3 replicas)" for t in kill_times) or "no kill ran"),
         "every acked message was checked": (totals["acked"] > 0, f"{totals['acked']} acked"),
-        "0 reordered": (totals["reordered"] == 0, str(totals["reordered"])),
     }
+    if cfg.reorder_target:
+        targets["0 reordered"] = (totals["reordered"] == 0, str(totals["reordered"]))
+    else:
+        notes.append(f"order per key: {totals['reordered']} reordered (measured, not a target in this run: "
+                     "docs/guarantees.md, \"What is not promised\")")
     for f in faults:
         if f.kind == "plan":
             targets["a plan with a clique no router serves is refused"] = (bool(f.refused), f.note[:120])
