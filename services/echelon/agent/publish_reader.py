@@ -70,7 +70,9 @@ async def _runs(requests, answers: deque[int]):
             async for req in requests:
                 queued.append(req)
                 news.set()
-                if len(queued) >= MAX_QUEUED:
+                # A slice of a bulk payload (or a batch) is not read ahead: the consumer takes
+                # it first, so HTTP/2 holds the rest of a payload in the client, not here.
+                if len(queued) >= MAX_QUEUED or not _single(req):
                     room.clear()
                     await room.wait()
         finally:
