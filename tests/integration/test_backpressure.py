@@ -100,19 +100,17 @@ async def test_a_slow_consumer_on_the_publishing_agent_slows_its_publisher_too()
 
 
 @pytest.mark.parametrize("named", [False, True], ids=["ephemeral", "named"])
-async def test_a_stalled_consumer_stops_holding_publishers_back(named, monkeypatch):
+async def test_a_stalled_consumer_stops_holding_publishers_back(named):
     """One that acknowledges nothing for the stall bound would otherwise stop every
     publisher through its agent (a hostile or dead client): an ephemeral one is closed
     RESOURCE_EXHAUSTED, a named one sheds its oldest; each event is either delivered or
     counted as shed, and a healthy subscriber beside it gets every one."""
-    from echelon.agent.subscriptions import Subscription
-
-    monkeypatch.setattr(Subscription, "stall_seconds", 1.0)
     c = Cluster(agents=3)
     await c.start()
     try:
         agent = c.agent_nodes[1]
         agent.max_backlog = BOUND
+        agent.subscriptions.stall_seconds = 1.0  # as `--stall-seconds 1`
         c0, c1, c2 = c.client(0), c.client(1), c.client(2)
         await c0.create_topic("t")
         stalled = c1.subscribe("t", "", name="stuck" if named else "", max_outstanding=5)
