@@ -138,7 +138,7 @@ class Dispatcher:
                        results: list[xpb.MatchResult]) -> None:
         """Local delivery here, this region's destinations to the data plane as the root,
         other regions' to the gateway."""
-        me, alive, dead, elsewhere = self.me, self.plane.trees.alive, self.plane.trees.dead, \
+        me, alive, waits_for, elsewhere = self.me, self.plane.trees.alive, self.plane.trees.waits_for, \
             self.gateway.trees.elsewhere
         payloads = list(chain.from_iterable([unit[1] for unit in units]))
         rooms = ()  # of this agent's own subscriptions past their bound (lagging): waited for below
@@ -148,9 +148,13 @@ class Dispatcher:
         routed: dict[bytes, tuple[list[str], list[str], int]] = {}
         for key, result in dict(zip(keys, results)).items():
             agents = [a.agent for a in result.agents]
-            # A DEAD destination is parked by the data plane until it comes back (or the park ends).
-            dests = [a for a in agents if a == me or alive(a) or a in dead]
             far = elsewhere(agents)
+            # A destination DEAD here, or absent from this view (one rebuilt by restarted
+            # membership replicas lacks members until they rejoin), is the data plane's to
+            # park until it comes back (parking.py); only one that LEFT is owed nothing.
+            # Dropped here, it was acked and lost without a count (docs/guarantees.md).
+            gone = set(far)
+            dests = [a for a in agents if a == me or alive(a) or (a not in gone and waits_for(a))]
             routed[key] = (dests, far, len(dests) + len(far))
         splits = list(map(routed.__getitem__, keys))
         far_any = any(s[1] for s in routed.values())
