@@ -7,10 +7,13 @@ from __future__ import annotations
 import asyncio
 import time
 
+from echelon.agent.dispatch import Dispatcher
 from echelon.dataplane.dissemination import DataPlane, event_of
+from echelon.dataplane.gateway import Gateway
 from echelon.agent.subscriptions import CLOCK_SKEW_NS, Subscription
 from echelon.core.filters import parse
 from echelon.v1 import common_pb2 as pb
+from echelon.v1 import matcher_pb2 as xpb
 from echelon.v1 import relay_pb2 as rpb
 from tests.integration.test_dataplane_routing import PAPER, FakeNode, relay_with_grandchildren, view
 
@@ -122,3 +125,51 @@ async def test_the_root_parks_a_dead_destinations_messages_too():
     sent = [(event_of(m).payload, list(m.destinations)) for link in node.links.values() for f, _ in link.frames
             for m in f.messages]
     assert sent == [(b"x", [dead.id])] and plane.parked_count == 0  # down its tree, as the root sends
+
+
+class _Matched:
+    """The matcher's answer for every batch: each event matches `agents` (agent/matching.py's `send`)."""
+
+    def __init__(self, agents: list[str]):
+        self.agents = agents
+
+    async def send(self, encoded):
+        future = asyncio.get_running_loop().create_future()
+        future.set_result([xpb.MatchResult(agents=[xpb.AgentMatches(agent=a) for a in self.agents])
+                           for _ in encoded])
+        return future
+
+
+async def _dispatch(dispatcher: Dispatcher, seq: int):
+    event = pb.Event(id=pb.MessageId(producer_id="p", sequence=seq), topic="t")
+    counts, waits = await asyncio.wait_for(dispatcher.submit([event], [b"x"]), 5)
+    return counts, waits
+
+
+async def test_the_publishing_agent_parks_a_destination_absent_from_its_view_and_drops_one_that_left():
+    """A view rebuilt by membership replicas that all restarted lacks members until they
+    rejoin: a destination the matcher names but the view does not is the data plane's to park
+    (it was dropped before the data plane saw it: the chaos run's `members` row lost acked
+    events); one that LEFT is owed nothing."""
+    members = view(PAPER)
+    node = FakeNode(members[0], members)
+    plane = DataPlane(node, node.trees, park_seconds=30.0)
+    gateway = DataPlane(node, Gateway(members[0].id, ""))
+    absent, left = members[-1], members[-2]
+    node.trees.update(members[:-2], left=[left.id])
+    plane.on_view()
+    dispatcher = Dispatcher(members[0].id, _Matched([absent.id, left.id]), plane, gateway, lambda events: [])
+    task = asyncio.create_task(dispatcher.run())
+    try:
+        counts, waits = await _dispatch(dispatcher, 1)
+        assert counts == [1] and all(w.done() for w in waits)  # acked: held here, for the absent one
+        assert plane.parked_count == 1 and not node.links
+        node.trees.update(members[:-2] + [absent], left=[left.id])  # it rejoined
+        plane.on_view()
+        sent = [(event_of(m).id.sequence, list(m.destinations)) for link in node.links.values()
+                for f, _ in link.frames for m in f.messages]
+        assert sent == [(1, [absent.id])] and plane.parked_count == 0
+        assert node.metrics.lost._value.get() == 0  # the one that left was never a destination
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
