@@ -28,8 +28,8 @@ class AgentMetrics:
         self.overflows = Counter("echelon_agent_backlog_overflows_total", "Subscriptions closed past their "
                                  "backlog bound (RESOURCE_EXHAUSTED).", registry=r)
         self.stalls = Counter("echelon_agent_subscription_stalls_total", "Lagging subscriptions that acknowledged "
-                              "nothing for the stall bound and stopped holding their publishers back: ephemeral "
-                              "ones closed, named ones shedding.", ["kind"], registry=r)
+                              "nothing for the stall bound and stopped holding their publishers back (by kind): ephemeral "
+                              "ones closed, named and durable ones shedding.", ["kind"], registry=r)
         self.shed = Counter("echelon_agent_backlog_shed_total", "Messages a stalled named subscription dropped "
                             "(its oldest queued) to stay within its bound.", registry=r)
         self.subscriptions = Gauge("echelon_agent_subscriptions", "Subscriptions held.", registry=r)

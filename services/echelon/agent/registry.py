@@ -110,7 +110,7 @@ class Registry:
 
     def _stalled(self, sub: Subscription, shed: int) -> None:
         """A lagging subscription acknowledged nothing for its stall bound (subscriptions.py)."""
-        kind = "named" if sub.named else "ephemeral"
+        kind = "durable" if sub.durable else "named" if sub.named else "ephemeral"
         self.metrics.stalls.labels(kind).inc()
         log.warning("subscription %s acknowledged nothing for %gs while holding its publishers back: %s", sub.id,
                     sub.stall_seconds, f"shedding its oldest ({shed} dropped)" if sub.named else "closed")

@@ -116,8 +116,9 @@ def pub(agent, topic_name, attrs, payload, payload_file, count, delivered, as_js
                    "any agent (echelon subscription list|show|seek|delete).")
 @click.option("--start", default="now", type=click.Choice(["now", "earliest"]), show_default=True,
               help="Where a new durable subscription starts.")
-@click.option("--policy", default="drop-oldest", type=click.Choice(["drop-oldest", "drop-new", "reject-publish"]),
-              show_default=True, help="A new durable subscription past its backlog bound.")
+@click.option("--policy", default="lag", type=click.Choice(["lag", "drop-oldest", "drop-new", "reject-publish"]),
+              show_default=True, help="A new durable subscription past its backlog bound: lag (its publishers "
+                                      "slow down), drop (counted) or refuse publishes.")
 @click.option("--count", default=0, type=click.IntRange(0), help="Stop after this many (0: run until Ctrl-C).")
 @click.option("--timeout", default=0.0, type=click.FloatRange(0), help="Stop after this many seconds idle.")
 @click.option("--out", "out", type=click.Path(dir_okay=False), default=None,

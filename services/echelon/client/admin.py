@@ -95,7 +95,7 @@ class SubscriptionInfo:
     filter: str  # in the filter language ("" matches everything)
     holders: tuple[str, ...]  # the first alive one serves its stream
     start: str  # "now" or "earliest"
-    policy: str  # past the bound: "drop-oldest", "drop-new", "reject-publish"
+    policy: str  # past the bound: "lag", "drop-oldest", "drop-new", "reject-publish"
     max_messages: int
     max_bytes: int
     idle_seconds: int
@@ -115,7 +115,7 @@ class SubscriptionInfo:
         o = s.options
         return cls(s.name, s.topic, str(filter_from_pb(s.filter)) if s.HasField("filter") else "", tuple(s.holders),
                    _name(ppb.StartPosition, o.start, "START_POSITION_"),
-                   _name(ppb.BacklogPolicy, o.policy, "BACKLOG_POLICY_"), o.max_messages, o.max_bytes,
+                   _name(ppb.BacklogPolicy, o.policy, "BACKLOG_POLICY_").replace("unspecified", "lag"), o.max_messages, o.max_bytes,
                    o.idle_seconds, o.replicas, s.created_unix_nanos, s.last_active_unix_nanos, s.backlog_messages,
                    s.backlog_bytes, s.oldest_unacked_unix_nanos, s.dropped, s.attached, s.answered_by, s.seeks)
 

@@ -143,6 +143,7 @@ class Durables:
                                   self.dropped.inc)
         self.subs[record.name] = sub
         registry = self.node.subscriptions
+        sub.on_stall, sub.stall_seconds = registry._stalled, registry.stall_seconds  # lagging: subscription.py
         registry.subs[record.name] = sub
         registry._changed()
         asyncio.create_task(self.register(sub), name=f"durable-register {record.name}")
@@ -236,7 +237,7 @@ class Durables:
         options = ppb.DurableOptions(start=o.start or ppb.START_POSITION_NOW,
                                      max_messages=o.max_messages or default("max_messages", d.max_messages),
                                      max_bytes=o.max_bytes or default("max_bytes", d.max_bytes),
-                                     policy=o.policy or ppb.BACKLOG_POLICY_DROP_OLDEST,
+                                     policy=o.policy,  # unspecified: lag (core/durability.py)
                                      idle_seconds=o.idle_seconds or default("idle_seconds", d.idle_seconds),
                                      replicas=o.replicas or default("replicas", d.replicas))
         agents = sorted({*self.peers.alive(), self.me})
