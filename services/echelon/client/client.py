@@ -18,7 +18,7 @@ from echelon.client.diagnose import probe
 from echelon.client.durable import Durable, seek_target
 from echelon.client.errors import InvalidArgument, Timeout, Unavailable, translating
 from echelon.client.publisher import AckLevel, Publisher
-from echelon.client.subscription import MAX_WHOLE, Callback, Subscription
+from echelon.client.subscription import MAX_OUTSTANDING_BYTES, MAX_WHOLE, Callback, Subscription
 from echelon.core.filters import Filter
 from echelon.core.schema import Attribute, Schema, parse_attribute
 from echelon.runtime.transport import TOKEN_ENV, TlsDir, Transport, call_any, unavailable
@@ -194,7 +194,8 @@ class Client:
                   callback: Callback | None = None, durable: Durable | bool | None = None,
                   max_whole: int = MAX_WHOLE, shared: bool = True, reconnect: bool | None = None,
                   ack_deadline: float = ACK_DEADLINE, max_deliveries: int = 0,
-                  dead_letter_topic: str = "", evict: bool = False) -> Subscription:
+                  dead_letter_topic: str = "", evict: bool = False,
+                  max_outstanding_bytes: int = MAX_OUTSTANDING_BYTES) -> Subscription:
         """A subscription to the events of `topic` that match `filter`; open it with `async with`.
 
             async with client.subscribe("quotes", 'Symbol = "aapl" and High >= 45') as sub:
@@ -206,7 +207,8 @@ class Client:
         async; a return acks it, an exception nacks it), at most `max_outstanding` at
         once, from the moment it is made (inside a running loop; `await sub.start()` waits
         for the open and raises how it failed); without, iterate. Either way the agent has at most `max_outstanding`
-        deliveries unsettled. `durable` (with `name`) makes it a cluster object that outlives
+        deliveries unsettled, and sends no more while those received and unsettled hold
+        `max_outstanding_bytes` (0: no byte bound; subscription.py, "Flow control"). `durable` (with `name`) makes it a cluster object that outlives
         any agent (client/durable.py). A payload above `max_whole` bytes is read with
         `msg.chunks()` as it arrives (subscription.py). `shared`: on the stream the client's
         other subscriptions share (client/shared.py); a durable one has its own.
@@ -226,7 +228,7 @@ class Client:
         if reconnect is None:
             reconnect = bool(name)
         sub = Subscription(self._conn, topic, filter, name, max_outstanding, callback, options, max_whole, shared,
-                           reconnect, ack_deadline, max_deliveries, dead_letter_topic, evict)
+                           reconnect, ack_deadline, max_deliveries, dead_letter_topic, evict, max_outstanding_bytes)
         if callback is not None:
             sub._start_soon()
         return sub
