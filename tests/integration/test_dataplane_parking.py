@@ -8,7 +8,7 @@ import asyncio
 import time
 
 from echelon.agent.dispatch import Dispatcher
-from echelon.dataplane.dissemination import DataPlane, event_of
+from echelon.dataplane.dissemination import HOLD_SECONDS, DataPlane, event_of
 from echelon.dataplane.gateway import Gateway
 from echelon.agent.subscriptions import CLOCK_SKEW_NS, Subscription
 from echelon.core.filters import parse
@@ -173,3 +173,36 @@ async def test_the_publishing_agent_parks_a_destination_absent_from_its_view_and
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_a_relays_ack_waits_for_a_destination_absent_from_its_view_until_it_is_sent_on():
+    """The root's view holds the destination, the relay's does not yet (or no more): the
+    frame's ack upstream waits until the relay sends it on, so the root's fence across a
+    view change keeps waiting and a later message cannot overtake it on another path
+    (without the wait, a reorder of the chaos run's `members` row); a DEAD one is not waited
+    for, and past HOLD_SECONDS the ack goes while the message stays parked."""
+    members, node, plane, child = setup()
+    node.trees.update([m for m in members if m.id != child.id])  # absent here, not DEAD
+    plane.on_view()
+    acks = []
+    receive(plane, 1, [child.id], acks)
+    await asyncio.sleep(0)
+    assert acks == [] and plane.parked_count == 1
+    node.trees.update(members)  # it is back in this view
+    plane.on_view()
+    assert sent_to(node, child.id) == [(1, [child.id])] and acks == []
+    settle_all(node)
+    await asyncio.sleep(0)
+    assert acks == [1]
+
+    node.trees.update([m for m in members if m.id != child.id])  # gone for good: bounded wait
+    plane.on_view()
+    receive(plane, 2, [child.id], acks)
+    plane.expire(time.monotonic() + HOLD_SECONDS + 0.1)
+    await asyncio.sleep(0)
+    assert acks == [1, 2] and plane.parked_count == 1  # acked, still parked for it
+
+    mark_dead(node, plane, members, child)
+    receive(plane, 3, [child.id], acks)
+    await asyncio.sleep(0)
+    assert acks == [1, 2, 3]  # DEAD: never waited for

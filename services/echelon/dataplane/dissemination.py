@@ -64,6 +64,7 @@ MAX_HOLDS = 65_536  # settled holds a relay remembers to suppress duplicate forw
 # slice holds would cost ~45 MiB per agent for nothing (measured: an agent's peak RSS crept
 # up with the payload size until 4 GiB). One forgotten anyway costs a redundant copy only.
 MAX_SLICE_HOLDS = 4_096
+HOLD_SECONDS = 5.0  # a relay's ack waits this long at most for a destination absent from its view (`_park`)
 
 
 class Host(Protocol):
@@ -168,7 +169,7 @@ class DataPlane:
             lost = known[0][1]
             if lost:
                 hold.lost += self._park(source, source_key, rpb.RelayMessage(encoded_event=data) if msg is data
-                                        else msg, topic, lost)
+                                        else msg, topic, lost, hold if source != self.id else None)
             if data:  # a whole message: its bytes as they came (no re-encoding)
                 for frame, held, _, tail in known[1]:
                     frame.add_whole(tail, data)
@@ -219,19 +220,35 @@ class DataPlane:
 
     # -- parking: destinations whose member is DEAD here --------------------------------
 
-    def _park(self, source: str, source_key: str, msg: rpb.RelayMessage, topic: str, lost: list[str]) -> int:
+    def _park(self, source: str, source_key: str, msg: rpb.RelayMessage, topic: str, lost: list[str],
+              hold: Hold | None = None) -> int:
         """Park the destinations DEAD here, or absent from the view (a view rebuilt by
         restarted membership replicas, or one that has not learned of them yet: parking.py);
-        returns how many are dropped instead (counted)."""
+        returns how many are dropped instead (counted).
+
+        `hold`: a relay's, for the frame that brought the message. A destination absent from
+        this relay's view was alive in the root's, which sent it here: the frame's ack waits
+        until it is sent on (or dropped), so the root's fence across a view change keeps
+        waiting for it and a later message of the producer cannot overtake it on another
+        path (docs/guarantees.md, "Order"). Views converge within seconds: past
+        HOLD_SECONDS (a member removed from the view for good) the ack goes, the message
+        stays parked. One DEAD here is not waited for (parking.py)."""
         dropped = 0
-        entry = None
+        entries: dict[bool, Parked] = {}
         for d in lost:
             if self.node.stopping or not self.trees.waits_for(d):
                 dropped += 1  # LEFT: nobody to wait for
                 continue
-            entry = entry or Parked(time.monotonic(), source, source_key, msg, topic, msg.ByteSize())
+            waits = hold is not None and d not in self.trees.dead
+            entry = entries.get(False)
+            if waits:  # one entry per destination: each releases the hold once (`_let_go`)
+                entry = Parked(time.monotonic(), source, source_key, msg, topic, msg.ByteSize(), hold)
+            elif entry is None:
+                entry = entries[False] = Parked(time.monotonic(), source, source_key, msg, topic, msg.ByteSize())
             if self.parking.park(d, entry):
                 self.node.metrics.parked.inc()
+                if waits:
+                    hold.pending += 1
             else:
                 dropped += 1
         if dropped:
@@ -262,11 +279,21 @@ class DataPlane:
 
     def _send_parked(self, member_id: str, entries: list[Parked]) -> None:
         first = entries[0]
-        self.forward(first.source, first.source_key, [(e.msg, e.topic, [member_id], Hold()) for e in entries])
+        self.forward(first.source, first.source_key, [(e.msg, e.topic, [member_id], e.hold or Hold())
+                                                      for e in entries])
+        self._let_go(entries)  # a waiting hold now waits for the copy just sent
+
+    @staticmethod
+    def _let_go(entries) -> None:
+        for e in entries:
+            if e.hold is not None:
+                hold, e.hold = e.hold, None
+                hold.release()
 
     def expire(self, now: float | None = None) -> None:
         """Drop (and count as lost) what was parked longer than `park_seconds`."""
         now = time.monotonic() if now is None else now
+        self._let_go(self.parking.holding(now - HOLD_SECONDS))
         for member_id, old in self.parking.expire(now).items():
             log.warning("%d messages parked for %s expired: it did not come back within %.0f s",
                         len(old), member_id, self.parking.seconds)
@@ -275,6 +302,7 @@ class DataPlane:
     def _drop_parked(self, entries) -> None:
         if entries:
             self.node.metrics.lost.inc(len(entries))
+            self._let_go(entries)
 
     # -- receiving -------------------------------------------------------------------
 
