@@ -206,3 +206,28 @@ async def test_a_relays_ack_waits_for_a_destination_absent_from_its_view_until_i
     receive(plane, 3, [child.id], acks)
     await asyncio.sleep(0)
     assert acks == [1, 2, 3]  # DEAD: never waited for
+
+
+async def test_a_relay_fences_its_new_routes_until_what_it_relayed_on_the_old_view_is_acknowledged():
+    """The relay's route to a grandchild changes while its first message is still on the
+    old path (here a bucket hint makes the child a leaf): the next message waits until the
+    first is acknowledged, so it cannot overtake it on the new path (without the fence, the
+    chaos run's reorders after a partition healed: docs/guarantees.md, "Order")."""
+    members, node, plane, child = setup()
+    grandchild = next(m.id for m in members if m.id != child.id
+                      and node.trees.route(PAPER[0], "t", 0, [m.id])[0].get(child.id) == [m.id])
+    acks = []
+    receive(plane, 1, [grandchild], acks)
+    assert sent_to(node, child.id) == [(1, [grandchild])]
+    node.trees.update(members, hinted=[child.id])  # the child relays nothing any more
+    plane.on_view()
+    receive(plane, 2, [grandchild], acks)
+    await asyncio.sleep(0)
+    (target,) = node.trees.route(PAPER[0], "t", 0, [grandchild])[0]  # its new path
+    assert target != child.id and sent_to(node, target) == []  # fenced: 1 is still on its way through the child
+    node.links[child.id].settle(True)
+    await asyncio.sleep(0.01)
+    assert sent_to(node, target) == [(2, [grandchild])] and acks == [1]
+    settle_all(node)
+    await asyncio.sleep(0)
+    assert acks == [1, 2]

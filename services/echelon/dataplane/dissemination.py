@@ -44,7 +44,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from typing import Callable, Protocol
 
 from echelon.dataplane.frames import OutFrame, destinations, id_key, key_of, peek, slice_body, whole_tail
@@ -110,6 +110,12 @@ class DataPlane:
         self._sent: dict[asyncio.Future, tuple[OutFrame, list[Hold], list[Hold]]] = {}
         self.parking = Parking(park_seconds, park_messages, park_bytes)
         self.root = Root(self)
+        # The relay's fence across a view change (`on_view`): frames relayed on the old view
+        # still unacknowledged, and the frames received since, held back until those settle.
+        self._shape: tuple | None = None
+        self._behind: set[asyncio.Future] = set()
+        self._fenced: deque[tuple[rpb.RelayFrame, Callable[[], None]]] = deque()
+        self._lifting: asyncio.Task | None = None
 
     @property
     def parked_count(self) -> int:
@@ -260,6 +266,10 @@ class DataPlane:
         the parked messages of members ALIVE again are sent, those of members that left or
         vanished from the view dropped."""
         self.root.on_view()
+        shape = (self.trees.table, getattr(self.trees, "hinted", None))
+        if shape != self._shape:
+            self._shape = shape
+            self._fence()
         for member_id in [m for m in self.parking.members() if m not in self.trees.dead]:
             if not self.trees.alive(member_id) and not self.trees.waits_for(member_id):
                 self._drop_parked(self.parking.take(member_id))
@@ -304,10 +314,49 @@ class DataPlane:
             self.node.metrics.lost.inc(len(entries))
             self._let_go(entries)
 
+    # -- the relay's fence -------------------------------------------------------------
+
+    def _fence(self) -> None:
+        """The routes changed: a frame relayed from now on may take another path than one
+        relayed before it and still on its way, and overtake it (a producer's order, which
+        the root's own fence keeps only for the root's routes: root.py). So frames received
+        from now on wait, in order, until those relayed on the old view are acknowledged
+        (re-routed ones included), for at most HOLD_SECONDS (a stalled link must not stop
+        this relay for longer: docs/guarantees.md, "Order")."""
+        behind = [f for f, entry in self._sent.items() if entry[0].source != self.id and not f.done()]
+        if not behind:
+            return
+        self._behind.update(behind)
+        if self._lifting is None:
+            self._lifting = asyncio.get_running_loop().create_task(self._lift(), name="relay-fence")
+
+    async def _lift(self) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + HOLD_SECONDS
+        try:
+            while (behind := [f for f in self._behind if not f.done()]) and loop.time() < deadline:
+                await asyncio.wait(behind, timeout=deadline - loop.time())
+        finally:
+            self._behind.clear()
+            self._lifting = None
+            fenced, self._fenced = self._fenced, deque()
+            for frame, ack in fenced:
+                if self._lifting is not None:  # a new fence went up meanwhile: the rest waits for it
+                    self._fenced.append((frame, ack))
+                else:
+                    self._receive(frame, ack)
+
     # -- receiving -------------------------------------------------------------------
 
     def receive(self, frame: rpb.RelayFrame, ack: Callable[[], None]) -> None:
-        """Deliver and forward one incoming frame; call `ack()` when its subtree holds it."""
+        """Deliver and forward one incoming frame; call `ack()` when its subtree holds it.
+        While the relay's fence is up (`_fence`) it waits its turn."""
+        if self._lifting is not None or self._fenced:
+            self._fenced.append((frame, ack))
+            return
+        self._receive(frame, ack)
+
+    def _receive(self, frame: rpb.RelayFrame, ack: Callable[[], None]) -> None:
         if self.node.stopping:
             return  # leaving: the sender re-routes once we are out of its view
         me, source = self.id, frame.source
