@@ -64,7 +64,10 @@ MAX_HOLDS = 65_536  # settled holds a relay remembers to suppress duplicate forw
 # slice holds would cost ~45 MiB per agent for nothing (measured: an agent's peak RSS crept
 # up with the payload size until 4 GiB). One forgotten anyway costs a redundant copy only.
 MAX_SLICE_HOLDS = 4_096
-HOLD_SECONDS = 5.0  # a relay's ack waits this long at most for a destination absent from its view (`_park`)
+# A relay's ack waits this long at most for a destination absent from its view (`_park`), and
+# its new routes for what it relayed on the old view (`_fence`): a view rebuilt by restarted
+# membership replicas took more than 5 s to hold every member again under load.
+HOLD_SECONDS = 15.0
 
 
 class Host(Protocol):
@@ -270,6 +273,8 @@ class DataPlane:
         if shape != self._shape:
             self._shape = shape
             self._fence()
+        for member_id in [m for m in self.parking.members() if m in self.trees.dead]:
+            self._let_go(self.parking.parked[member_id])  # DEAD now: its messages wait, the acks do not
         for member_id in [m for m in self.parking.members() if m not in self.trees.dead]:
             if not self.trees.alive(member_id) and not self.trees.waits_for(member_id):
                 self._drop_parked(self.parking.take(member_id))
