@@ -579,6 +579,54 @@ async def choose_own_limits(a: Abuse, row: Row):
     return "/".join(dict.fromkeys(statuses)), f"yes ({len(created)} created)" if created else "no"
 
 
+HOARD_CAPS = {"subscriptions": 10, "durable_subscriptions": 5}  # the admin's caps for mallory in this row
+
+
+@expect("RESOURCE_EXHAUSTED")
+async def subscriptions_without_end(a: Abuse, row: Row):
+    """Named subscriptions outlive their stream and durable ones their agent: one identity
+    creating them in a loop, each kept receiving up to its backlog bound. The admin has
+    capped her (`echelon acl cap user:mallory ...`); she must hold no more than the caps."""
+    named, durable = (20, 10) if a.short else (60, 25)
+    mallory, admin = a.client("mallory"), a.client("admin")
+    held = {"named": [], "durable": []}
+    statuses = []
+    try:
+        try:
+            await admin.set_caps("user:mallory", HOARD_CAPS)
+            await asyncio.sleep(1.0)  # the caps reach the agents with the next view
+        except AttributeError:  # a revision without caps per identity
+            row.notes.append("no caps per identity to set")
+        for kind, n, options in (("named", named, None), ("durable", durable, Durable())):
+            for i in range(n):
+                try:
+                    async with mallory.subscribe("quotes", name=f"hoard-{kind}-{i}", shared=False, durable=options):
+                        pass
+                    held[kind].append(f"hoard-{kind}-{i}")
+                except EchelonError as e:
+                    statuses.append(e.code.name)
+    finally:
+        for name in held["named"]:
+            try:
+                await mallory.unsubscribe(name)
+            except EchelonError:
+                pass
+        for s in await admin.list_subscriptions():
+            if "hoard-" in s.name:
+                await admin.delete_subscription(s.name)
+        try:
+            await admin.set_caps("user:mallory", clear=list(HOARD_CAPS))
+        except AttributeError:
+            pass
+        await mallory.close()
+        await admin.close()
+    row.notes.append(f"held {len(held['named'])} of {named} named, {len(held['durable'])} of {durable} durable; "
+                     f"caps {HOARD_CAPS}")
+    over = len(held["named"]) > HOARD_CAPS["subscriptions"] or len(held["durable"]) > HOARD_CAPS["durable_subscriptions"]
+    return "/".join(dict.fromkeys(statuses)) or "OK", f"yes ({len(held['named'])} named, {len(held['durable'])} " \
+        f"durable held)" if over else "no"
+
+
 async def _streams_then(a: Abuse, row: Row, user: str, revoke) -> tuple[str, str]:
     """`user`'s subscription (with a task writing acks all the time, as a busy consumer
     does) and publish stream, then `revoke()`: the statuses they end with, and what they
@@ -662,7 +710,8 @@ async def revoked_acl_open_streams(a: Abuse, row: Row):
 
 ATTACKS = [filter_many_clauses, filter_long_operand, filter_syntax_echo, unauthenticated_big_requests, garbage_bytes,
            reject_publish_blocks_publishers, stalled_subscriber_holds_publishers, steal_another_users_durable, modify_or_delete_another_users,
-           read_past_the_acl, choose_own_limits, revoked_token_open_streams, revoked_acl_open_streams]
+           read_past_the_acl, choose_own_limits, subscriptions_without_end, revoked_token_open_streams,
+           revoked_acl_open_streams]
 
 HEADER = (f"{'attack':34} {'status':34} {'state changed':40} {'RSS MiB':>8} {'matcher':>8} {'CPU s':>6} "
           f"{'p99 before':>10} {'p99 during':>10} {'DEAD':>4}  verdict")

@@ -331,3 +331,66 @@ async def test_a_revoked_right_ends_only_its_subscription_of_a_shared_stream(clu
     assert (await quotes.next(timeout=10)).attributes["Symbol"] == "still"
     await quotes.close()
     await secret.close()
+
+
+# -- caps per identity -----------------------------------------------------------------------
+
+
+async def test_caps_per_identity_set_by_the_admin_bound_what_one_identity_holds_and_asks(cluster):
+    c, t = cluster
+    root, ann, bob = c.client(0, t["root"]), c.client(1, t["ann"]), c.client(0, t["bob"])
+    with pytest.raises(errors.PermissionDenied):  # the cluster admin's
+        await ann.set_caps("user:ann", {"durable_subscriptions": 100})
+    with pytest.raises(errors.InvalidArgument, match="nonsense"):
+        await root.set_caps("user:ann", {"nonsense": 1})
+    with pytest.raises(errors.InvalidArgument, match="principal"):
+        await root.set_caps("ann", {"subscriptions": 1})
+    assert await root.set_caps("*", {"durable_max_messages": 500}) == {"durable_max_messages": 500}
+    assert await root.set_caps("user:ann", {"durable_subscriptions": 2, "durable_max_messages": 50,
+                                            "subscriptions": 3}) == \
+        {"subscriptions": 3, "durable_subscriptions": 2, "durable_max_messages": 50}
+    assert await root.set_caps("user:ann", clear=["durable_max_messages"]) == \
+        {"subscriptions": 3, "durable_subscriptions": 2}
+    await root.set_caps("user:ann", {"durable_max_messages": 50})
+    assert (await root.list_caps())["*"] == {"durable_max_messages": 500}
+    assert [r.pattern for r in await root.list_acls()] == ["quotes", "secret", "quotes"]  # caps are not rules
+    await wait_for(lambda: all(len(a.membership.acls) == 5 for a in c.agent_nodes), what="the caps reach the agents")
+
+    # What one durable subscription asks: over Ann's cap refused naming it; left at 0, set to it.
+    with pytest.raises(errors.InvalidArgument, match="durable_max_messages=50 for user:ann"):
+        async with ann.subscribe("quotes", name="big", durable=Durable(max_messages=51)):
+            pass
+    async with ann.subscribe("quotes", name="d1", durable=Durable()):
+        pass
+    assert (await ann.get_subscription("d1")).max_messages == 50
+    async with bob.subscribe("quotes", name="d1", durable=Durable()):  # Bob has '*''s cap: 500
+        pass
+    assert (await bob.get_subscription("d1")).max_messages == 500
+    with pytest.raises(errors.InvalidArgument, match="durable_max_messages=500 for user:bob"):
+        async with bob.subscribe("quotes", name="big", durable=Durable(max_messages=501)):
+            pass
+
+    # How many durable subscriptions Ann owns in the cluster (created through either agent).
+    async with c.client(0, t["ann"]).subscribe("quotes", name="d2", durable=Durable()):
+        pass
+    with pytest.raises(errors.ResourceExhausted, match="owns 2 durable subscriptions.*durable_subscriptions=2"):
+        async with ann.subscribe("quotes", name="d3", durable=Durable()):
+            pass
+    async with ann.subscribe("quotes", name="d1", durable=Durable()):  # resuming one is never refused
+        pass
+    await ann.delete_subscription("d2")
+    async with ann.subscribe("quotes", name="d3", durable=Durable()):
+        pass
+    assert await names(ann) == ["ann/d1", "ann/d3"]
+
+    # Named subscriptions outlive their stream: they count until unsubscribed.
+    for n in ("n1", "n2", "n3"):
+        async with ann.subscribe("quotes", name=n, shared=False):
+            pass
+    with pytest.raises(errors.ResourceExhausted, match="subscriptions=3"):
+        async with ann.subscribe("quotes", name="n4", shared=False):
+            pass
+    async with ann.subscribe("quotes", name="n1", shared=False):  # resuming one
+        pass
+    async with bob.subscribe("quotes", name="n4", shared=False):  # Bob is not Ann
+        pass

@@ -26,6 +26,7 @@ from echelon.agent.durable.caps import check_options
 from echelon.agent.durable.rpc import relay
 from echelon.agent.ownership import caller_name, check, claim, scoped
 from echelon.agent.publish_reader import coalesce
+from echelon.agent.quota import check_durables
 from echelon.agent.publishing import Publishing
 from echelon.agent.shared_stream import SharedStream
 from echelon.runtime.auth import STREAM, cancel_after
@@ -76,9 +77,11 @@ class PubSubServicer(pgrpc.PubSubServicer):
         access = node.server.access
         release = access.open_subscription(first.open.topic)
         try:
-            claim(access, first.open)  # the name in its owner's scope (ownership.py)
+            claim(access, first.open, node.subscriptions)  # the name in its owner's scope (ownership.py)
             if first.open.HasField("durable"):  # durable.py: served by its first alive holder
-                check_options(access, first.open, await node.topics.get(first.open.topic))  # durable/caps.py
+                check_options(access, first.open, await node.topics.get(first.open.topic),
+                              node.durables.defaults)  # durable/caps.py
+                await check_durables(access, node.durables, first.open.subscription)  # quota.py
                 target = await node.durables.route(first.open)
                 if target is not None:
                     try:

@@ -200,7 +200,7 @@ class SharedStream:
             access = node.server.access
             release = access.open_subscription(open_.topic, lambda e: self._end(sid, e) if sid in self.subs else None)
             try:
-                claim(access, open_)  # the name in its owner's scope (ownership.py)
+                claim(access, open_, node.subscriptions)  # the name in its owner's scope (ownership.py)
                 sub = await node.subscriptions.open(open_, caller_name(access))  # if cancelled or refused, closed again
             except BaseException:
                 release()

@@ -82,6 +82,11 @@ class AclRule:
         return {"principal": self.principal, "pattern": self.pattern, "rights": list(self.rights)}
 
 
+def caps_from_pb(caps: pb.IdentityCaps) -> dict[str, int]:
+    """An identity's caps as a dict of the fields set."""
+    return {f.name: v for f, v in caps.ListFields()}
+
+
 def _name(enum, value: int, prefix: str) -> str:
     return enum.Name(value).removeprefix(prefix).lower().replace("_", "-")
 

@@ -41,10 +41,12 @@ class DurableSubscription(_message.Message):
     def __init__(self, name: _Optional[str] = ..., topic: _Optional[str] = ..., filter: _Optional[_Union[_common_pb2.Filter, _Mapping]] = ..., options: _Optional[_Union[_pubsub_pb2.DurableOptions, _Mapping]] = ..., holders: _Optional[_Iterable[str]] = ..., created_unix_nanos: _Optional[int] = ..., last_active_unix_nanos: _Optional[int] = ..., backlog_messages: _Optional[int] = ..., backlog_bytes: _Optional[int] = ..., oldest_unacked_unix_nanos: _Optional[int] = ..., dropped: _Optional[int] = ..., attached: _Optional[bool] = ..., answered_by: _Optional[str] = ..., seeks: _Optional[int] = ...) -> None: ...
 
 class ListSubscriptionsRequest(_message.Message):
-    __slots__ = ("local",)
+    __slots__ = ("local", "owner")
     LOCAL_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
     local: bool
-    def __init__(self, local: _Optional[bool] = ...) -> None: ...
+    owner: str
+    def __init__(self, local: _Optional[bool] = ..., owner: _Optional[str] = ...) -> None: ...
 
 class ListSubscriptionsResponse(_message.Message):
     __slots__ = ("subscriptions",)

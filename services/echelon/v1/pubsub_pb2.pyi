@@ -200,6 +200,16 @@ class UnsubscribeResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
+class CapsRequest(_message.Message):
+    __slots__ = ("principal", "caps", "clear")
+    PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
+    CAPS_FIELD_NUMBER: _ClassVar[int]
+    CLEAR_FIELD_NUMBER: _ClassVar[int]
+    principal: str
+    caps: _common_pb2.IdentityCaps
+    clear: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, principal: _Optional[str] = ..., caps: _Optional[_Union[_common_pb2.IdentityCaps, _Mapping]] = ..., clear: _Optional[_Iterable[str]] = ...) -> None: ...
+
 class CreateTopicRequest(_message.Message):
     __slots__ = ("name", "schema", "retention_bytes", "retention_seconds", "durable_caps")
     NAME_FIELD_NUMBER: _ClassVar[int]

@@ -74,6 +74,16 @@ class AclRule:  # common.proto
     principal = 0x0a  # 1, length-delimited
     pattern = 0x12  # 2, length-delimited
     rights = 0x1a  # 3, length-delimited
+    caps = 0x192  # 50, length-delimited
+
+
+class IdentityCaps:  # common.proto
+    subscriptions = 0x08  # 1, varint
+    durable_subscriptions = 0x10  # 2, varint
+    durable_max_messages = 0x18  # 3, varint
+    durable_max_bytes = 0x20  # 4, varint
+    durable_max_idle_seconds = 0x28  # 5, varint
+    durable_max_replicas = 0x30  # 6, varint
 
 
 class DurableSubscription:  # durable.proto
@@ -95,6 +105,7 @@ class DurableSubscription:  # durable.proto
 
 class ListSubscriptionsRequest:  # durable.proto
     local = 0x08  # 1, varint
+    owner = 0x192  # 50, length-delimited
 
 
 class ListSubscriptionsResponse:  # durable.proto
@@ -629,6 +640,12 @@ class UnsubscribeRequest:  # pubsub.proto
 
 class UnsubscribeResponse:  # pubsub.proto
     pass
+
+
+class CapsRequest:  # pubsub.proto
+    principal = 0x0a  # 1, length-delimited
+    caps = 0x12  # 2, length-delimited
+    clear = 0x1a  # 3, length-delimited
 
 
 class CreateTopicRequest:  # pubsub.proto
