@@ -11,9 +11,19 @@ still served; a log flooded...); the victim agent's peak RSS and CPU during it, 
 matcher's peak RSS; the
 honest p99 latency in the seconds before and during it; and DEAD verdicts membership gave
 meanwhile (there must be none: every process stays up). A row FAILs when the status is
-not the expected one, state changed, the honest p99 during is over 2x before (and over
-200 ms: below that it is scheduler noise on a shared 2-core machine), or a member was declared
-dead. The run exits 1 if any row fails.
+not the expected one, state changed, the honest clients were slow during it, or a member
+was declared dead. The run exits 1 if any row fails.
+
+Slow, and telling the attack from the machine. A p99 over a few seconds of a 50/s
+workload is the few worst deliveries, and on a loaded machine the scheduler alone moves
+it several-fold. So every row has a control: once the attack is over and settled, a
+window as long as the attack's with no attack at all. The honest clients were slow
+during an attack when its p99 is over 2x both the window before it and its control (and
+over 200 ms: below that it is scheduler noise on a shared 2-core machine). A row found
+slow is run once more (the machine's spikes do not repeat on cue, an attack's effect
+does); it FAILs only if it is slow again, and the table keeps the first run in its
+notes. `--null` runs every row with its attack replaced by doing nothing for as long: the
+same rule on the machine alone (how often noise alone would have failed a row).
 """
 
 from __future__ import annotations
@@ -60,13 +70,18 @@ class Row:
     cpu_s: float = 0.0
     p99_before: float = 0.0
     p99_during: float = 0.0
+    p99_control: float = 0.0  # the same length of time after it, with no attack
     dead: int = 0
     notes: list[str] = field(default_factory=list)
 
     @property
+    def slow(self) -> bool:
+        """Honest p99 during the attack over 2x the window before it and its control."""
+        return self.p99_during > max(2 * self.p99_before, 2 * self.p99_control, P99_SLACK_MS)
+
+    @property
     def ok(self) -> bool:
-        slow = self.p99_during > max(2 * self.p99_before, P99_SLACK_MS)
-        return self.status == self.expected and self.changed == "no" and not slow and self.dead == 0
+        return self.status == self.expected and self.changed == "no" and not self.slow and self.dead == 0
 
 
 class Victim:
@@ -177,6 +192,7 @@ class Abuse:
                                auth=True, tls=args.tls, extra={"agent": ["--max-backlog", str(BACKLOG),
                                                                          "--stall-seconds", str(STALL_SECONDS)]})
         self.cluster._tokens = write_tokens_file(self.cluster.tokens_file, USERS)
+        self.tokens_text = self.cluster.tokens_file.read_text()  # restored before a revocation row runs again
         self.rows: list[Row] = []
 
     # -- clients ---------------------------------------------------------------------------
@@ -235,6 +251,12 @@ class Abuse:
                 if c.tls and attack is revoked_token_open_streams:
                     continue  # with TLS a user is its certificate: removing a token revokes nothing
                 row = await self.measure(attack)
+                if row.slow and self.args.control:  # the attack, or the machine? once more: a spike of the machine's rarely repeats
+                    print(fmt_row(row) + "  (slow: run again)", flush=True)
+                    again = await self.measure(attack)
+                    again.notes.append(f"first run slow: p99 {row.p99_before:.0f}/{row.p99_during:.0f}/"
+                                       f"{row.p99_control:.0f} ms before/during/control")
+                    row = again
                 self.rows.append(row)
                 print(fmt_row(row), flush=True)
             for x in samplers:
@@ -277,7 +299,11 @@ class Abuse:
         self.victim.peak, self.matcher.peak = self.victim.rss(), self.matcher.rss()
         start = time.time()
         try:
-            row.status, row.changed = await asyncio.wait_for(attack(self, row), timeout=120)
+            if self.args.null:  # the control experiment: no attack, the same rule
+                await asyncio.sleep(3.0)
+                row.status, row.changed = expected, "no"
+            else:
+                row.status, row.changed = await asyncio.wait_for(attack(self, row), timeout=120)
         except asyncio.TimeoutError:
             row.status, row.changed = "TIMEOUT", "?"
         except Exception as e:  # noqa: BLE001 - a failed attack is a row, not the end of the run
@@ -289,6 +315,11 @@ class Abuse:
         row.rss_mib = self.victim.peak / 2**20
         row.matcher_mib = self.matcher.peak / 2**20
         row.cpu_s = self.victim.cpu() - cpu0
+        if self.args.control:
+            await asyncio.sleep(2.0)  # settled, as before the attack
+            control = time.time()
+            await asyncio.sleep(end - start)  # the control: as long, with no attack
+            row.p99_control = self.honest.p99(control, time.time())
         row.dead = int(self.dead_verdicts() - dead0)
         return row
 
@@ -688,6 +719,10 @@ async def _streams_then(a: Abuse, row: Row, user: str, revoke) -> tuple[str, str
 
 @expect("UNAUTHENTICATED")
 async def revoked_token_open_streams(a: Abuse, row: Row):
+    if a.cluster.tokens_file.read_text() != a.tokens_text:  # run again: eve's token back first
+        a.cluster.tokens_file.write_text(a.tokens_text)
+        await asyncio.sleep(2.0)  # re-read within a second
+
     async def revoke():
         rows = json.loads(a.cluster.tokens_file.read_text())
         rows["tokens"] = [r for r in rows["tokens"] if r["name"] != "eve"]
@@ -699,6 +734,13 @@ async def revoked_token_open_streams(a: Abuse, row: Row):
 
 @expect("PERMISSION_DENIED")
 async def revoked_acl_open_streams(a: Abuse, row: Row):
+    admin = a.client("admin")
+    try:  # her rights as they were (this row may run twice)
+        await admin.grant_acl("user:mallory", "quotes", ["publish", "subscribe"])
+    finally:
+        await admin.close()
+    await asyncio.sleep(1.0)
+
     async def revoke():
         admin = a.client("admin")
         try:
@@ -713,14 +755,14 @@ ATTACKS = [filter_many_clauses, filter_long_operand, filter_syntax_echo, unauthe
            read_past_the_acl, choose_own_limits, subscriptions_without_end, revoked_token_open_streams,
            revoked_acl_open_streams]
 
-HEADER = (f"{'attack':34} {'status':34} {'state changed':40} {'RSS MiB':>8} {'matcher':>8} {'CPU s':>6} "
-          f"{'p99 before':>10} {'p99 during':>10} {'DEAD':>4}  verdict")
+HEADER = (f"{'attack':35} {'status':34} {'state changed':40} {'RSS MiB':>8} {'matcher':>8} {'CPU s':>6} "
+          f"{'p99 before':>10} {'p99 during':>10} {'control':>10} {'DEAD':>4}  verdict")
 
 
 def fmt_row(r: Row) -> str:
-    return (f"{r.attack:34} {r.status[:34]:34} {r.changed[:40]:40} {r.rss_mib:8.0f} {r.matcher_mib:8.0f} {r.cpu_s:6.1f} "
-            f"{r.p99_before:8.1f}ms {r.p99_during:8.1f}ms {r.dead:4d}  {'PASS' if r.ok else 'FAIL'}"
-            + (f"  ({'; '.join(r.notes)})" if r.notes else ""))
+    return (f"{r.attack:35} {r.status[:34]:34} {r.changed[:40]:40} {r.rss_mib:8.0f} {r.matcher_mib:8.0f} "
+            f"{r.cpu_s:6.1f} {r.p99_before:8.1f}ms {r.p99_during:8.1f}ms {r.p99_control:8.1f}ms {r.dead:4d}  "
+            f"{'PASS' if r.ok else 'FAIL'}" + (f"  ({'; '.join(r.notes)})" if r.notes else ""))
 
 
 def table(rows: list[Row]) -> str:
@@ -748,6 +790,10 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--tls", action="store_true", help="mTLS everywhere, each user its own client certificate")
     p.add_argument("--unscoped", action="store_true", help="address the victim's subscription by its bare name "
                    "(a revision without name scopes)")
+    p.add_argument("--null", action="store_true", help="the control experiment: every attack replaced by doing "
+                   "nothing as long, the same p99 rule (how often the machine alone fails a row)")
+    p.add_argument("--no-control", dest="control", action="store_false", help="no control window and no second "
+                   "run of a slow row (the short run inside make test, which does not judge latency)")
     p.add_argument("--out", default="out/abuse")
     p.add_argument("--honest", default="", help=argparse.SUPPRESS)  # the honest clients' process
     p.add_argument("--tls-dir", default="", help=argparse.SUPPRESS)

@@ -295,6 +295,76 @@ async def test_a_refused_stream_carries_its_status_in_band_while_the_client_keep
     assert set(raw_codes) <= {"PERMISSION_DENIED", "INTERNAL"}
 
 
+async def token_valid(c: Cluster, token: str) -> None:
+    """Until the agents take `token` again (the tokens file is re-read within a second)."""
+    from echelon.runtime.errors import Unauthenticated
+
+    def valid() -> bool:
+        try:
+            return all(a.server.access.tokens.identify(token) is not None for a in c.agent_nodes)
+        except Unauthenticated:
+            return False
+    await wait_for(valid, what="the token is valid again")
+
+
+async def test_a_publish_stream_ended_by_a_revoked_token_carries_its_status_in_band(tokens, cluster):
+    """The same for publish streams: a publisher writes all the time, so grpc/grpc#36066
+    hits it most; INTERNAL would even be retried by the SDK. The last ack carries the
+    stream's status (`stream_status`), and the SDK raises that code."""
+    c, t = cluster
+    path, _ = tokens
+    original = path.read_text()
+    raw_codes = []
+    for round_ in range(4):
+        path.write_text(original)
+        await token_valid(c, t["bob"])
+        async with Transport(token=t["bob"]).dial(c.agent_nodes[0].address) as ch:
+            call = pgrpc.PubSubStub(ch).Publish()
+            sequence = iter(range(1, 10**9))
+
+            async def hammer():  # one publish after another, as a busy producer writes them
+                try:
+                    while True:
+                        await call.write(ppb.PublishRequest(topic="quotes", producer_id=f"p{round_}",
+                                                            sequence=next(sequence), attributes={}))
+                        await asyncio.sleep(0.001)
+                except (grpc.aio.AioRpcError, asyncio.InvalidStateError, grpc.aio.UsageError):
+                    pass
+            writer = asyncio.create_task(hammer())
+            first = await anext(call.__aiter__())
+            assert not first.stream_status
+            rows = json.loads(original)
+            rows["tokens"] = [r for r in rows["tokens"] if r["name"] != "bob"]
+            path.write_text(json.dumps(rows))
+            last = None
+            try:
+                async for ack in call:
+                    last = ack
+            except grpc.aio.AioRpcError:
+                pass
+            raw_codes.append((await call.code()).name)
+            writer.cancel()
+            assert last is not None and last.stream_status, (round_, last, raw_codes, await call.details())
+            assert last.code == grpc.StatusCode.UNAUTHENTICATED.value[0] and "no longer valid" in last.error, last
+    print("the call's own status in each round:", raw_codes)  # UNAUTHENTICATED, or INTERNAL (the bug)
+    assert set(raw_codes) <= {"UNAUTHENTICATED", "INTERNAL"}
+    # The SDK raises the in-band code (never retries it as it would INTERNAL).
+    path.write_text(original)
+    await token_valid(c, t["bob"])
+    bob = c.client(0, t["bob"])
+    async with bob.publisher() as pub:
+        await pub.publish("quotes", {"Symbol": "b", "Price": 1.0})
+        rows = json.loads(original)
+        rows["tokens"] = [r for r in rows["tokens"] if r["name"] != "bob"]
+        path.write_text(json.dumps(rows))
+        with pytest.raises(errors.Unauthenticated):
+            for _ in range(1000):  # the agents re-read the file and re-check within a second or two
+                pub.publish_nowait("quotes", {"Symbol": "b", "Price": 1.0})
+                await pub.publish("quotes", {"Symbol": "b", "Price": 1.0})
+                await asyncio.sleep(0.02)
+    path.write_text(original)
+
+
 
 async def test_a_topic_admin_caps_its_topic_under_the_agents_caps(cluster):
     c, t = cluster

@@ -52,18 +52,31 @@ def final_status(error: EchelonError) -> ppb.Delivery:
     return ppb.Delivery(code=error.code.value[0], error=error.message)
 
 
+def final_publish_status(error: EchelonError) -> ppb.PublishAck:
+    """The last message of a publish stream that ends in `error` (its status, in-band, as
+    `final_status` for subscriptions): a writing publisher is the client grpc/grpc#36066
+    hits, and INTERNAL would be retried where the real status is final."""
+    return ppb.PublishAck(code=error.code.value[0], error=error.message, stream_status=True)
+
+
 class PubSubServicer(pgrpc.PubSubServicer):
     def __init__(self, node: AgentNode):
         self.node = node
         self.publishing = Publishing(node)
 
     def Publish(self, request_iterator, context):
+        stream = STREAM.get()
+        if stream is not None:  # a refusal's status in-band (runtime/auth.py)
+            stream.final = final_publish_status
         # publishing.py: its acks; publish_reader.py: single-event requests taken in runs
         return coalesce(self.publishing.stream, request_iterator)
 
     async def Subscribe(self, request_iterator, context):
         node = self.node
         first = await anext(request_iterator.__aiter__(), None)
+        stream = STREAM.get()
+        if stream is not None:  # a refusal's status goes in-band too (runtime/auth.py)
+            stream.final = final_status
         if first is None or not first.HasField("open"):
             raise InvalidArgument("the first request of a subscription must be `open`")
         if first.open.sid:  # many subscriptions on this stream (shared_stream.py)
@@ -108,9 +121,6 @@ class PubSubServicer(pgrpc.PubSubServicer):
                 else:
                     raise InvalidArgument("`open` may only be sent once")
 
-        stream = STREAM.get()
-        if stream is not None:  # a revoked stream's status goes in-band too (runtime/auth.py)
-            stream.final = final_status
         reader = None
         encoded = first.open.encoded_events  # the client reads Delivery.encoded_event
         most = MAX_DELIVERIES if first.open.batched_deliveries else 1  # the client reads Delivery.batch

@@ -124,7 +124,7 @@ class SharedStream:
             await self.call.write(req)
 
     async def _read(self) -> None:
-        error = None
+        error = final = None
         try:
             subs = self.subs
             async for delivery in self.call:
@@ -132,6 +132,9 @@ class SharedStream:
                 by_sub: dict[int, list] = {}
                 last = None  # the sid of the delivery before (a message holds each one's in a row)
                 for d in delivery.batch or (delivery,):
+                    if not d.delivery_id and not d.sid and d.code:  # the stream's own status, in-band
+                        final = from_status(d.code, d.error)
+                        continue
                     if not d.delivery_id:
                         self._status(d)
                         last = None  # (it may have ended one)
@@ -153,7 +156,7 @@ class SharedStream:
                     if sub is not None and ds:  # not closed while a chunk above was awaited
                         sub._receive(ds)
         except grpc.aio.AioRpcError as e:
-            error = from_rpc_error(e)
+            error = final or from_rpc_error(e)  # the call's status may have become INTERNAL (grpc/grpc#36066)
         finally:
             self._closing = True
             if self.conn.shared_stream is self:

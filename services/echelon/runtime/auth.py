@@ -591,8 +591,10 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
                 stream = OpenStream(caller, service, asyncio.current_task())
                 STREAM.set(stream)
                 access.streams.add(stream)
+            last = None
             try:
                 async for response in behavior(request, context):
+                    last = response
                     yield response
             except asyncio.CancelledError:
                 if stream is None or stream.revoked is None:
@@ -600,6 +602,13 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
                 if stream.final is not None:
                     yield stream.final(stream.revoked)
                 raise stream.revoked from None
+            except EchelonError as e:  # the handler's refusal: in-band too, unless it sent it itself
+                if stream is not None and stream.final is not None:
+                    final = stream.final(e)
+                    if final != last:
+                        cancel_after()
+                        yield final
+                raise
             finally:
                 if stream is not None:
                     access.streams.discard(stream)

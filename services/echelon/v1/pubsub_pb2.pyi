@@ -73,7 +73,7 @@ class PublishRequest(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., attributes: _Optional[_Mapping[str, _common_pb2.Value]] = ..., payload: _Optional[bytes] = ..., ordering_key: _Optional[str] = ..., producer_id: _Optional[str] = ..., sequence: _Optional[int] = ..., ack_level: _Optional[_Union[AckLevel, str]] = ..., slice_index: _Optional[int] = ..., slice_count: _Optional[int] = ..., payload_size: _Optional[int] = ..., batch: _Optional[_Iterable[_Union[PublishRequest, _Mapping]]] = ..., coalesce_acks: _Optional[bool] = ...) -> None: ...
 
 class PublishAck(_message.Message):
-    __slots__ = ("producer_id", "sequence", "code", "error", "destinations", "duplicate", "acks")
+    __slots__ = ("producer_id", "sequence", "code", "error", "destinations", "duplicate", "acks", "stream_status")
     PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     CODE_FIELD_NUMBER: _ClassVar[int]
@@ -81,6 +81,7 @@ class PublishAck(_message.Message):
     DESTINATIONS_FIELD_NUMBER: _ClassVar[int]
     DUPLICATE_FIELD_NUMBER: _ClassVar[int]
     ACKS_FIELD_NUMBER: _ClassVar[int]
+    STREAM_STATUS_FIELD_NUMBER: _ClassVar[int]
     producer_id: str
     sequence: int
     code: int
@@ -88,7 +89,8 @@ class PublishAck(_message.Message):
     destinations: int
     duplicate: bool
     acks: _containers.RepeatedCompositeFieldContainer[PublishAck]
-    def __init__(self, producer_id: _Optional[str] = ..., sequence: _Optional[int] = ..., code: _Optional[int] = ..., error: _Optional[str] = ..., destinations: _Optional[int] = ..., duplicate: _Optional[bool] = ..., acks: _Optional[_Iterable[_Union[PublishAck, _Mapping]]] = ...) -> None: ...
+    stream_status: bool
+    def __init__(self, producer_id: _Optional[str] = ..., sequence: _Optional[int] = ..., code: _Optional[int] = ..., error: _Optional[str] = ..., destinations: _Optional[int] = ..., duplicate: _Optional[bool] = ..., acks: _Optional[_Iterable[_Union[PublishAck, _Mapping]]] = ..., stream_status: _Optional[bool] = ...) -> None: ...
 
 class SubscribeRequest(_message.Message):
     __slots__ = ("open", "ack", "nack", "close", "batch")

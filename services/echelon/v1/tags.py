@@ -577,6 +577,7 @@ class PublishAck:  # pubsub.proto
     destinations = 0x28  # 5, varint
     duplicate = 0x30  # 6, varint
     acks = 0xa2  # 20, length-delimited
+    stream_status = 0x190  # 50, varint
 
 
 class SubscribeRequest:  # pubsub.proto
