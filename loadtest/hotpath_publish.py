@@ -70,8 +70,8 @@ def _admission(size: int):
     from types import SimpleNamespace
 
     from echelon.agent.topics import Topics
-    from echelon.core.schema import Schema, parse_attribute
-    from echelon.runtime.wire import attributes_to_pb, schema_to_pb
+    from echelon.contract.schema import Schema, parse_attribute
+    from echelon.contract.wire import attributes_to_pb, schema_to_pb
     from echelon.v1 import common_pb2 as pb
     from echelon.v1 import pubsub_pb2 as ppb
     from loadtest.bench_events.workload import SCHEMA
@@ -230,8 +230,8 @@ def stream_piece(batched: bool, handler: bool = False, coalesce: bool = True) ->
 
     from echelon.agent.metrics import AgentMetrics
     from echelon.agent.topics import Topics
-    from echelon.core.schema import Schema, parse_attribute
-    from echelon.runtime.wire import attributes_to_pb, schema_to_pb
+    from echelon.contract.schema import Schema, parse_attribute
+    from echelon.contract.wire import attributes_to_pb, schema_to_pb
     from echelon.v1 import common_pb2 as pb
     from echelon.v1 import pubsub_pb2 as ppb
     from loadtest.bench_events.workload import SCHEMA

@@ -33,10 +33,10 @@ from typing import TYPE_CHECKING, Protocol
 
 from echelon.dataplane.slices import PayloadStream
 from echelon.core.dedup import DedupWindow, Seen
-from echelon.core.schema import Schema
-from echelon.runtime.errors import AlreadyExists, InvalidArgument, Unavailable
+from echelon.contract.schema import Schema
+from echelon.contract.errors import AlreadyExists, InvalidArgument, Unavailable
 from echelon.runtime.schema_code import Fill, compile_schema
-from echelon.runtime.wire import attributes_from_pb, attributes_into_pb, event_digest
+from echelon.contract.wire import attributes_from_pb, attributes_into_pb, event_digest
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import pubsub_pb2 as ppb
 

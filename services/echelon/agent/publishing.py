@@ -40,7 +40,7 @@ import grpc
 
 from echelon.agent.admission import Admission, Unit, failure, first_copy
 from echelon.dataplane.slices import PayloadStream, payload_error
-from echelon.runtime.errors import InvalidArgument, Timeout, Unavailable, status_of
+from echelon.contract.errors import InvalidArgument, Timeout, Unavailable, status_of
 from echelon.v1 import pubsub_pb2 as ppb
 
 if TYPE_CHECKING:

@@ -30,8 +30,8 @@ from echelon.agent.publish_reader import coalesce
 from echelon.agent.publishing import Publishing
 from echelon.agent.shared_stream import SharedStream
 from echelon.runtime.auth import STREAM, cancel_after
-from echelon.runtime.errors import EchelonError, InvalidArgument, NotFound, ResourceExhausted
-from echelon.runtime.transport import SUBSCRIPTION_KEY
+from echelon.contract.errors import EchelonError, InvalidArgument, NotFound, ResourceExhausted
+from echelon.contract.transport import SUBSCRIPTION_KEY
 from echelon.v1 import pubsub_pb2 as ppb
 from echelon.v1 import pubsub_pb2_grpc as pgrpc
 

@@ -33,7 +33,7 @@ import grpc
 
 from echelon.agent.ownership import caller_name, claim
 from echelon.agent.subscriptions import Subscription
-from echelon.runtime.errors import (FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted, status_of)
+from echelon.contract.errors import (FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted, status_of)
 from echelon.v1 import pubsub_pb2 as ppb
 
 if TYPE_CHECKING:
