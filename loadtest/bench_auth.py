@@ -47,7 +47,7 @@ WINDOW = 2_000
 async def _measure(auth: bool) -> dict:
     from echelon.client import Client
     from echelon.launch import Cluster, Loopback
-    from echelon.runtime.errors import PermissionDenied
+    from echelon.client.errors import PermissionDenied
 
     out = Path(tempfile.mkdtemp(prefix="bench-auth-"))
     c = Cluster(agents=1, matchers=1, memberships=1, placement=Loopback(0), log_dir=out, auth=auth)

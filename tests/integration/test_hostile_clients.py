@@ -16,7 +16,7 @@ from echelon.client import Durable, errors
 from echelon.runtime.auth import AuthConfig
 from echelon.runtime.credentials import write_tokens_file
 from echelon.runtime.limits import Limits
-from echelon.runtime.transport import Transport
+from echelon.contract.transport import Transport
 from echelon.v1 import durable_pb2 as dpb
 from echelon.v1 import durable_pb2_grpc as dgrpc
 from echelon.v1 import pubsub_pb2 as ppb
@@ -297,7 +297,7 @@ async def test_a_refused_stream_carries_its_status_in_band_while_the_client_keep
 
 async def token_valid(c: Cluster, token: str) -> None:
     """Until the agents take `token` again (the tokens file is re-read within a second)."""
-    from echelon.runtime.errors import Unauthenticated
+    from echelon.contract.errors import Unauthenticated
 
     def valid() -> bool:
         try:

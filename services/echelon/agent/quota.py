@@ -25,7 +25,7 @@ import grpc
 
 from echelon.agent.ownership import caller_name, owner_of
 from echelon.runtime.auth import CALLER, Access
-from echelon.runtime.errors import ResourceExhausted, Unavailable
+from echelon.contract.errors import ResourceExhausted, Unavailable
 from echelon.v1 import durable_pb2 as dpb
 from echelon.v1 import pubsub_pb2 as ppb
 
