@@ -71,13 +71,14 @@ class Row:
     p99_before: float = 0.0
     p99_during: float = 0.0
     p99_control: float = 0.0  # the same length of time after it, with no attack
+    judged: bool = True  # latency judged (not with --no-control: printed only)
     dead: int = 0
     notes: list[str] = field(default_factory=list)
 
     @property
     def slow(self) -> bool:
         """Honest p99 during the attack over 2x the window before it and its control."""
-        return self.p99_during > max(2 * self.p99_before, 2 * self.p99_control, P99_SLACK_MS)
+        return self.judged and self.p99_during > max(2 * self.p99_before, 2 * self.p99_control, P99_SLACK_MS)
 
     @property
     def ok(self) -> bool:
@@ -291,7 +292,7 @@ class Abuse:
         name, expected = attack.__name__.replace("_", "-"), attack.expected
         if self.cluster.tls:  # no certificate: no handshake
             expected = expected.replace("UNAUTHENTICATED", "UNAVAILABLE")
-        row = Row(name, expected)
+        row = Row(name, expected, judged=self.args.control)
         await asyncio.sleep(2.0)  # the previous attack's effects settle
         before_end = time.time()
         row.p99_before = self.honest.p99(before_end - 4.0, before_end)
@@ -761,7 +762,8 @@ HEADER = (f"{'attack':35} {'status':34} {'state changed':40} {'RSS MiB':>8} {'ma
 
 def fmt_row(r: Row) -> str:
     return (f"{r.attack:35} {r.status[:34]:34} {r.changed[:40]:40} {r.rss_mib:8.0f} {r.matcher_mib:8.0f} "
-            f"{r.cpu_s:6.1f} {r.p99_before:8.1f}ms {r.p99_during:8.1f}ms {r.p99_control:8.1f}ms {r.dead:4d}  "
+            f"{r.cpu_s:6.1f} {r.p99_before:8.1f}ms {r.p99_during:8.1f}ms "
+            f"{f'{r.p99_control:8.1f}ms' if r.judged else 'not judged':>10} {r.dead:4d}  "
             f"{'PASS' if r.ok else 'FAIL'}" + (f"  ({'; '.join(r.notes)})" if r.notes else ""))
 
 
