@@ -337,11 +337,24 @@ async def test_a_publish_stream_ended_by_a_revoked_token_carries_its_status_in_b
             rows["tokens"] = [r for r in rows["tokens"] if r["name"] != "bob"]
             path.write_text(json.dumps(rows))
             last = None
+
+            async def read_all():
+                nonlocal last
+                try:
+                    async for ack in call:
+                        last = ack
+                except grpc.aio.AioRpcError:
+                    pass
             try:
-                async for ack in call:
-                    last = ack
-            except grpc.aio.AioRpcError:
-                pass
+                await asyncio.wait_for(read_all(), 20)
+            except asyncio.TimeoutError:  # the client's call stuck: was the stream ended by the agent?
+                open_streams = [st for a in c.agent_nodes for st in a.server.access.streams
+                                if st.caller.identity.name == "bob"]
+                assert not open_streams, (round_, "the agent did not end bob's stream", last)
+                raw_codes.append("client stuck (the agent ended it)")
+                writer.cancel()
+                call.cancel()
+                continue
             raw_codes.append((await call.code()).name)
             writer.cancel()
             assert last is not None and last.stream_status, (round_, last, raw_codes, await call.details())
