@@ -166,8 +166,58 @@ def workload(s: Setting):
     return scot, out, s.hrp_start + s.hrp_total * gap
 
 
+def tid_tree(scot: Scot, root) -> dict:
+    """The advertisement tree of a publisher at `root` on the unclustered SCOT (PADRES's
+    TID routing, the paper's baseline): the flood's first arrivals, breadth first, so a
+    broker's parent is its neighbour one hop nearer the root (aLinks tried first)."""
+    parent, frontier = {root: None}, [root]
+    while frontier:
+        nxt = []
+        for b in frontier:
+            for r in scot.alink(*b) + scot.ilinks(*b):
+                if r not in parent:
+                    parent[r] = b
+                    nxt.append(r)
+        frontier = nxt
+    return parent
+
+
+def placement(s: Setting, scot: Scot, notes) -> list[dict]:
+    """For TID, which needs brokers, not clusters: each notification's matching
+    subscribers placed on random brokers of their clusters, never the publisher's broker.
+    The HRP's rows share one `subs` dict, so its 40 subscribers keep one placement."""
+    rng = np.random.default_rng(s.seed + 7)
+    memo: dict[int, dict] = {}
+    out = []
+    for _, host, subs in notes:
+        key = id(subs)
+        if key not in memo:
+            where: dict = {}
+            for c, n in subs.items():
+                brokers = [(a, c) for a in range(s.t) if (a, c) != host]
+                for a in rng.integers(0, len(brokers), n):
+                    where[brokers[a]] = where.get(brokers[a], 0) + 1
+            memo[key] = where
+        out.append(memo[key])
+    return out
+
+
+def tid_children(parent: dict, targets) -> dict:
+    """The branches of the advertisement tree that lead to `targets`: broker -> children."""
+    kids: dict = {}
+    for b in targets:
+        while parent[b] is not None and b not in kids.get(parent[b], ()):
+            kids.setdefault(parent[b], []).append(b)
+            b = parent[b]
+    return kids
+
+
 def simulate(s: Setting, routing: str) -> Result:
     scot, notes, burst_end = workload(s)
+    if routing == "tid":
+        where = placement(s, scot, notes)
+        trees: dict = {}
+        branches: dict = {}
     links: dict = {}
     for a, c in scot.routers():
         for r in scot.alink(a, c):
@@ -184,6 +234,22 @@ def simulate(s: Setting, routing: str) -> Result:
     while heap:
         now, _, here, i, v, came = heapq.heappop(heap)
         published, host, subs = notes[i]
+        if routing == "tid":
+            key = (host, id(where[i]))
+            if key not in branches:
+                if host not in trees:
+                    trees[host] = tid_tree(scot, host)
+                branches[key] = tid_children(trees[host], where[i])
+            n = where[i].get(here, 0)
+            if n:
+                res.deliver(now, now - published, n)
+            for nxt in branches[key].get(here, ()):
+                link = links[(here, nxt)]
+                link.advance(now, s.interval)
+                res.messages += 1
+                heapq.heappush(heap, (link.send(now), seq, nxt, i, 0, ()))
+                seq += 1
+            continue
         if v & (1 << here[1]) or here == host:
             n = subs.get(here[1], 0)
             if n:
@@ -209,8 +275,9 @@ def simulate(s: Setting, routing: str) -> Result:
     return res
 
 
-def compare(s: Setting) -> tuple[Result, Result]:
-    return simulate(s, "snr"), simulate(s, "idr")
+def compare(s: Setting, tid: bool = False) -> tuple[Result, ...]:
+    """SNR, IDR and, with `tid`, the paper's TID baseline, on one workload."""
+    return tuple(simulate(s, r) for r in ("snr", "idr", "tid")[:3 if tid else 2])
 
 
 def plot(runs: dict[int, tuple[Result, Result]], out: Path) -> Path:
@@ -241,12 +308,15 @@ def plot(runs: dict[int, tuple[Result, Result]], out: Path) -> Path:
     return path
 
 
-def table(runs: dict[int, tuple[Result, Result]]) -> Table:
-    t = Table(title="OctopiA burst: IDR vs SNR, same workload (paper's figures in brackets)")
+def table(runs: dict[int, tuple[Result, ...]]) -> Table:
+    tid = any(len(pair) > 2 for pair in runs.values())
+    t = Table(title="OctopiA burst: IDR vs SNR" + (" and TID" if tid else "") +
+              ", same workload (paper's figures in brackets)")
     for col in ("HRP /min", "avg delay SNR s", "avg delay IDR s", "IDR lower by", "<1 s SNR", "<1 s IDR",
-                "stabilised SNR s", "stabilised IDR s", "IDR earlier by s", "messages IDR/SNR", "IDR rules"):
+                "stabilised SNR s", "stabilised IDR s", "IDR earlier by s", "messages IDR/SNR", "IDR rules") + (
+                ("avg delay TID s", "<1 s TID", "messages TID/IDR") if tid else ()):
         t.add_column(col, justify="right")
-    for rate, (snr_r, idr_r) in runs.items():
+    for rate, (snr_r, idr_r, *rest) in runs.items():
         lower = 100 * (1 - idr_r.average_delay() / snr_r.average_delay())
         paper = PAPER["avg_delay_lower"].get(rate)
         t.add_row(f"{rate:,}", f"{snr_r.average_delay():.3f}", f"{idr_r.average_delay():.3f}",
@@ -255,7 +325,9 @@ def table(runs: dict[int, tuple[Result, Result]]) -> Table:
                   f"{snr_r.stabilised_after():.1f}", f"{idr_r.stabilised_after():.1f}",
                   f"{snr_r.stabilised_after() - idr_r.stabilised_after():.1f} [239]",
                   f"{idr_r.messages / snr_r.messages:.4f} [1.003]",
-                  " ".join(f"{k}:{v}" for k, v in sorted(idr_r.rules.items())))
+                  " ".join(f"{k}:{v}" for k, v in sorted(idr_r.rules.items())),
+                  *((f"{rest[0].average_delay():.3f}", f"{100 * rest[0].share_under():.1f}% [31%]",
+                     f"{rest[0].messages / idr_r.messages:.2f} [2.42]") if rest else ()))
     return t
 
 
@@ -263,13 +335,15 @@ def table(runs: dict[int, tuple[Result, Result]]) -> Table:
 @click.option("--scale", default=1.0, type=click.FloatRange(0.001, 1.0), show_default=True,
               help="Share of the paper's notification counts (same rates); 1.0 is the paper's run.")
 @click.option("--rates", default="100000,80000,60000", show_default=True, help="HRP rates per minute.")
+@click.option("--tid/--no-tid", default=True, show_default=True,
+              help="Also run the paper's baseline, PADRES's TID routing on the unclustered SCOT.")
 @click.option("--out", default="out/octopia", type=click.Path(file_okay=False, path_type=Path))
-def main(scale: float, rates: str, out: Path) -> None:
+def main(scale: float, rates: str, tid: bool, out: Path) -> None:
     """IDR against SNR on the paper's burst scenario; prints the table, writes the plot."""
     runs = {}
     for rate in (int(r) for r in rates.split(",") if r):
         s = Setting(hrp_per_minute=rate).scaled(scale)
-        runs[rate] = compare(s)
+        runs[rate] = compare(s, tid)
     console = Console(width=200)
     console.print(table(runs))
     console.print(f"plot: {plot(runs, out)}")
