@@ -360,6 +360,30 @@ def tables(pub: list[dict], sub: list[dict], s: Setting) -> list[Table]:
     return [t1, t2]
 
 
+def sensitivity(s: Setting, per_entry_us: tuple[float, ...], subscribers: int = 1000) -> Table:
+    """The two delay figures as the cost per table entry varies (the sizes and message
+    counts do not depend on the cost model)."""
+    t = Table(title=f"Delays against the cost per table entry ({1e3 * s.base} ms per message, "
+                    f"{s.publishers} advertisements, {subscribers} subscriptions)")
+    for col in ("us per entry", "adv delay TID ms", "adv delay OctopiA ms", "lower by", "sub delay TID ms",
+                "sub delay OctopiA ms", "lower by"):
+        t.add_column(col, justify="right")
+    for us in per_entry_us:
+        c = Setting(**{**s.__dict__, "per_entry": us / 1e6, "subscribers": (subscribers,)})
+        ops, _ = subscriber_workload(c, subscribers)
+        adv_ids = [o.item.id for o in ops if o.kind == "adv"]
+        sub_ids = [o.item.id for o in ops if o.kind == "sub"]
+        d = {}
+        for system in ("tid", "octopia"):
+            _, tally = run(c, system, ops, cached_overlap())
+            d[system] = (tally.delay(adv_ids), tally.delay(sub_ids))
+        t.add_row(f"{us:g}", f"{1e3 * d['tid'][0]:.2f}", f"{1e3 * d['octopia'][0]:.2f}",
+                  f"{pct_lower(d['octopia'][0], d['tid'][0]):.1f}% [{PAPER['adv_delay_lower']}%]",
+                  f"{1e3 * d['tid'][1]:.2f}", f"{1e3 * d['octopia'][1]:.2f}",
+                  f"{pct_lower(d['octopia'][1], d['tid'][1]):.1f}% [{PAPER['sub_delay_lower']}%]")
+    return t
+
+
 def parse_ints(text: str) -> tuple[int, ...]:
     try:
         out = tuple(int(x) for x in text.split(",") if x.strip())
@@ -380,8 +404,10 @@ def parse_ints(text: str) -> tuple[int, ...]:
 @click.option("--latency-ms", default=0.2, type=click.FloatRange(0.0, 1e3), show_default=True)
 @click.option("--check-events", default=200, type=click.IntRange(0, 100_000), show_default=True,
               help="Events routed through both systems' tables against brute force.")
+@click.option("--sensitivity", "costs_text", default="", show_default=True,
+              help="Comma-separated us per entry: also print both delays for each (e.g. 0,5,20,50).")
 @click.option("--seed", default=1, show_default=True)
-def main(advertisements, subscribers, base_ms, per_entry_us, latency_ms, check_events, seed) -> None:
+def main(advertisements, subscribers, base_ms, per_entry_us, latency_ms, check_events, costs_text, seed) -> None:
     """The control-plane figures of OctopiA section VIII beside the paper's."""
     s = Setting(advertisements=parse_ints(advertisements), subscribers=parse_ints(subscribers),
                 base=base_ms / 1e3, per_entry=per_entry_us / 1e6, latency=latency_ms / 1e3, seed=seed)
@@ -392,6 +418,14 @@ def main(advertisements, subscribers, base_ms, per_entry_us, latency_ms, check_e
         console.print(t)
     console.print(f"cost model: {base_ms} ms per message + {per_entry_us} us per table entry matched, "
                   f"{latency_ms} ms per link; {s.t} x {s.regions} brokers")
+    if costs_text:
+        try:
+            costs = tuple(float(x) for x in costs_text.split(",") if x.strip())
+        except ValueError:
+            raise click.BadParameter(f"{costs_text!r}: comma-separated numbers", param_hint="--sensitivity") from None
+        if any(c < 0 for c in costs):
+            raise click.BadParameter(f"{costs_text!r}: costs >= 0", param_hint="--sensitivity")
+        console.print(sensitivity(s, costs))
     if oracle:
         console.print(f"oracle: {oracle['events']} events, {oracle['deliveries']} deliveries; OctopiA exact: "
                       f"{oracle['octopia_exact']}, TID exact: {oracle['tid_exact']}; notification IMs "

@@ -63,6 +63,9 @@ class Setting:
     ilink_latency: float = 0.020
     alink_latency: float = 0.001
     interval: float = 0.05  # the paper's t: 50 ms
+    match_cost: float = 0.0  # s a broker spends matching one notification (its CPU, FIFO)
+    copy_cost: float = 0.0  # s a broker spends per copy it puts on an output queue
+    tree_alinks: bool = False  # rule (ii) only down aLinks on the cluster's subscription trees
     delta: int = 10  # the paper's delta
     seed: int = 1
 
@@ -214,10 +217,11 @@ def tid_children(parent: dict, targets) -> dict:
 
 def simulate(s: Setting, routing: str) -> Result:
     scot, notes, burst_end = workload(s)
-    if routing == "tid":
+    if routing == "tid" or s.tree_alinks:
         where = placement(s, scot, notes)
         trees: dict = {}
         branches: dict = {}
+    cpu = {r: 0.0 for r in scot.routers()}
     links: dict = {}
     for a, c in scot.routers():
         for r in scot.alink(a, c):
@@ -234,6 +238,9 @@ def simulate(s: Setting, routing: str) -> Result:
     while heap:
         now, _, here, i, v, came = heapq.heappop(heap)
         published, host, subs = notes[i]
+        if s.match_cost or s.copy_cost:  # the broker's CPU: one notification at a time, in arrival order
+            now = max(now, cpu[here]) + s.match_cost
+            cpu[here] = now
         if routing == "tid":
             key = (host, id(where[i]))
             if key not in branches:
@@ -244,6 +251,7 @@ def simulate(s: Setting, routing: str) -> Result:
             if n:
                 res.deliver(now, now - published, n)
             for nxt in branches[key].get(here, ()):
+                now = cpu[here] = now + s.copy_cost
                 link = links[(here, nxt)]
                 link.advance(now, s.interval)
                 res.messages += 1
@@ -262,10 +270,21 @@ def simulate(s: Setting, routing: str) -> Result:
                 link = links[(here, r)]
                 link.advance(now, s.interval)
                 states[r] = link.meter.state
-            d = idr(scot, here, v, states, came)
+            avoid = came
+            if s.tree_alinks:  # target aLinks: toward this notification's subscribers in this cluster
+                key = (here, id(where[i]))
+                if key not in branches:
+                    mine = [b for b in where[i] if b[1] == here[1]]
+                    parent = tid_tree(Scot((s.t,)), (here[0], 0))
+                    kids = tid_children(parent, [(b[0], 0) for b in mine])
+                    branches[key] = {(b[0], here[1]) for b in kids.get((here[0], 0), ())}
+                avoid = tuple(set(came) | (set(scot.alink(*here)) - branches[key]))
+            d = idr(scot, here, v, states, avoid)
             sends = d.sends
             res.rules[d.rule] = res.rules.get(d.rule, 0) + 1
         for send in sends:
+            if s.copy_cost:
+                now = cpu[here] = now + s.copy_cost
             link = links[(here, send.to)]
             link.advance(now, s.interval)
             arrive = link.send(now)

@@ -39,3 +39,4 @@ def test_command_prints_both_tables_beside_the_paper():
     assert "[93.0%]" in result.output and "[98.9x]" in result.output and "OctopiA exact: True" in result.output
     bad = CliRunner().invoke(main, ["--subscribers", "0"])
     assert bad.exit_code != 0
+    assert CliRunner().invoke(main, ["--sensitivity", "x"]).exit_code != 0
