@@ -409,6 +409,12 @@ def parse_ints(text: str) -> tuple[int, ...]:
 @click.option("--seed", default=1, show_default=True)
 def main(advertisements, subscribers, base_ms, per_entry_us, latency_ms, check_events, costs_text, seed) -> None:
     """The control-plane figures of OctopiA section VIII beside the paper's."""
+    try:
+        costs = tuple(float(x) for x in costs_text.split(",") if x.strip())
+    except ValueError:
+        raise click.BadParameter(f"{costs_text!r}: comma-separated numbers", param_hint="--sensitivity") from None
+    if any(not c >= 0 for c in costs):
+        raise click.BadParameter(f"{costs_text!r}: costs >= 0", param_hint="--sensitivity")
     s = Setting(advertisements=parse_ints(advertisements), subscribers=parse_ints(subscribers),
                 base=base_ms / 1e3, per_entry=per_entry_us / 1e6, latency=latency_ms / 1e3, seed=seed)
     pub = publisher_sweep(s)
@@ -418,13 +424,7 @@ def main(advertisements, subscribers, base_ms, per_entry_us, latency_ms, check_e
         console.print(t)
     console.print(f"cost model: {base_ms} ms per message + {per_entry_us} us per table entry matched, "
                   f"{latency_ms} ms per link; {s.t} x {s.regions} brokers")
-    if costs_text:
-        try:
-            costs = tuple(float(x) for x in costs_text.split(",") if x.strip())
-        except ValueError:
-            raise click.BadParameter(f"{costs_text!r}: comma-separated numbers", param_hint="--sensitivity") from None
-        if any(c < 0 for c in costs):
-            raise click.BadParameter(f"{costs_text!r}: costs >= 0", param_hint="--sensitivity")
+    if costs:
         console.print(sensitivity(s, costs))
     if oracle:
         console.print(f"oracle: {oracle['events']} events, {oracle['deliveries']} deliveries; OctopiA exact: "
