@@ -47,8 +47,8 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from echelon.core.filters import Filter, Op, Predicate, overlaps
-from echelon.core.schema import Attribute, AttrType, Schema
+from echelon.contract.filters import Filter, Op, Predicate, overlaps
+from echelon.contract.schema import Attribute, AttrType, Schema
 from echelon.core.scot import Router, Scot
 from echelon.core.scot_control import Advertisement, ControlPlane, Kind, Subscription
 

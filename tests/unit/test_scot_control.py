@@ -20,8 +20,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from echelon.core.filters import Disjunction, Filter, Op, Predicate, overlaps
-from echelon.core.schema import Attribute, AttrType, Schema
+from echelon.contract.filters import Disjunction, Filter, Op, Predicate, overlaps
+from echelon.contract.schema import Attribute, AttrType, Schema
 from echelon.core.scot import Scot, bits
 from echelon.core.scot_control import Advertisement, ControlPlane, Kind, Subscription, exact_overlap
 
@@ -51,7 +51,7 @@ expression = st.one_of(conjunction, st.lists(conjunction, min_size=2, max_size=3
 
 
 @given(a=expression, b=expression)
-@settings(max_examples=400)
+@settings(max_examples=200, deadline=None)
 def test_overlap_is_exact_on_an_int_schema(a, b):
     assert overlaps(a, b, SCHEMA) == brute_overlap(a, b)
 
@@ -78,7 +78,7 @@ def scenario(draw):
 
 
 @given(scenario())
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_tables_and_routes_against_brute_force(case):
     t, k, ops, seed = case
     scot = Scot.uniform(t, k)

@@ -40,8 +40,8 @@ import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from echelon.core.filters import Expression, overlaps
-from echelon.core.schema import Schema
+from echelon.contract.filters import Expression, overlaps
+from echelon.contract.schema import Schema
 from echelon.core.scot import Router, Scot, Send, snr
 
 Overlap = Callable[["Advertisement", "Subscription"], bool]
@@ -231,7 +231,7 @@ class Broker:
 
 
 def exact_overlap(schema: Schema) -> Overlap:
-    """The overlap test of the filters' own semantics (`core/filters.py` `overlaps`)."""
+    """The overlap test of the filters' own semantics (`contract/filters.py` `overlaps`)."""
     return lambda adv, sub: overlaps(adv.filter, sub.filter, schema)
 
 
