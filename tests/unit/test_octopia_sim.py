@@ -49,3 +49,16 @@ def test_tid_baseline_reaches_every_matching_subscriber_once():
     edges = {frozenset({b, p}) for b, p in parent.items() if p is not None}
     assert all(p in scot.alink(*b) + scot.ilinks(*b) for b, p in parent.items() if p is not None)
     assert len(edges) == len(parent) - 1  # a spanning tree
+
+
+def test_broker_cpu_and_tree_alinks_keep_every_cluster_served_once():
+    """With a per-broker CPU cost and rule (ii) held to subscription-tree aLinks, each
+    target cluster is still served exactly once, and the CPU only adds delay."""
+    plain = Setting(hrp_per_minute=100_000, ilink_rate=1300.0).scaled(0.01)
+    loaded = Setting(**{**plain.__dict__, "match_cost": 0.0007, "copy_cost": 0.0001, "tree_alinks": True})
+    _, notes, _ = workload(loaded)
+    deliveries = sum(len(subs) for _, _, subs in notes)
+    for routing in ("snr", "idr"):
+        r = simulate(loaded, routing)
+        assert len(r) == deliveries and sum(r.weight) == sum(sum(s.values()) for _, _, s in notes), routing
+        assert r.average_delay() > simulate(plain, routing).average_delay()
