@@ -22,7 +22,9 @@ subscription that caused it (the paper's rule); the host keeps only the bit.
 Beyond the paper, which leaves removal out: UNSUB walks the same tree, and a secondary
 broker whose last overlapping subscription leaves turns its SCB off and sends CIB_CLEAR;
 UNADV removes the advertisement from the region. Links are FIFO, so a CIB_CLEAR never
-overtakes the CIB_SET before it.
+overtakes the CIB_SET before it. And a view change (`ControlPlane.reindex`): positions
+move, so each host re-sends its advertisements to its new secondary brokers, which
+answer every such ADV (CIB_SET or CIB_CLEAR); the host's CIV stays a superset until then.
 
 Routing a notification (SNR): at each broker, match the event against the PRT (exact);
 deliver to the local subscribers that match, forward down the last hops of the matching
@@ -77,6 +79,7 @@ class Message:
     dst: Router
     adv: Advertisement | None = None
     sub: Subscription | None = None
+    answer: bool = False  # ADV re-sent after a view change: answered CIB_SET or CIB_CLEAR either way
 
 
 @dataclass
@@ -197,7 +200,9 @@ class Broker:
         if m.kind is Kind.ADV:
             scb = self.bit if self._scb(m.adv) else 0
             self.srt[m.adv.id] = SrtEntry(m.adv, m.src, (1 << m.src[1]) | scb)
-            return [Message(Kind.CIB_SET, self.here, m.src, adv=m.adv)] if scb else []
+            if scb or m.answer:
+                return [Message(Kind.CIB_SET if scb else Kind.CIB_CLEAR, self.here, m.src, adv=m.adv)]
+            return []
         if m.kind is Kind.UNADV:
             self.srt.pop(m.adv.id, None)
             return []
@@ -213,6 +218,46 @@ class Broker:
         else:
             e.civ &= ~(1 << m.src[1])
         return []
+
+    # -- a view change (Echelon's: positions are places among a region's live routers) ----
+
+    def _toward(self, host: Router) -> Router | None:
+        """The aLink neighbour on the way to `host` in this cluster's tree (None: here)."""
+        if host == self.here:
+            return None
+        first = {r: r for r in self.scot.alink(*self.here)}
+        frontier = list(first)
+        while host not in first:
+            nxt = []
+            for b in frontier:
+                for r in self.scot.alink(*b):
+                    if r not in first and r != self.here:
+                        first[r] = first[b]
+                        nxt.append(r)
+            if not nxt:
+                raise ValueError(f"{host} is not in the cluster of {self.here}")
+            frontier = nxt
+        return first[host]
+
+    def rehome(self, scot: Scot, here: Router, subs: Mapping[str, Subscription],
+               advs: Mapping[str, Advertisement]) -> list[Message]:
+        """Move to position `here` of a new overlay. `subs` / `advs`: every surviving
+        subscription and advertisement with its host's new position. The PRT keeps its
+        cluster's survivors with last hops re-derived from the new tree (a last hop is the
+        neighbour toward the host). Entries held for other clusters' advertisements are
+        dropped; each advertisement hosted here keeps its CIV, a superset while the
+        re-sent ADVs' answers (always one each) come back and make it exact, so no cluster
+        misses an event meanwhile."""
+        self.scot, self.here, self.scanned = scot, here, 0
+        self.prt = {i: PrtEntry(subs[i], self._toward(subs[i].host)) for i in self.prt if i in subs}
+        out = []
+        srt = {}
+        for i, e in self.srt.items():
+            if e.last_hop is None and i in advs:
+                srt[i] = SrtEntry(advs[i], None, e.civ | self.bit)
+                out += [Message(Kind.ADV, here, r, adv=advs[i], answer=True) for r in self._secondaries()]
+        self.srt = srt
+        return out
 
     # -- notifications (section VII-A) ---------------------------------------------------
 
@@ -274,6 +319,28 @@ class ControlPlane:
             if not self.step(pick):
                 return
         raise RuntimeError("control plane did not settle")
+
+    def reindex(self, scot: Scot, where: Mapping[Router, Router]) -> None:
+        """A view change: the broker at old position p moves to `where[p]`; a broker not in
+        `where` is gone, with the subscriptions and advertisements it hosted (their agents
+        issue them again at another router). Call it once the plane is quiet (in the
+        services, a link's stream resends what was in flight)."""
+        def moved(x):
+            return type(x)(x.id, x.filter, where[x.host])
+
+        subs, advs = {}, {}
+        for b in self.brokers.values():
+            subs.update({i: moved(e.sub) for i, e in b.prt.items() if e.sub.host in where})
+            advs.update({i: moved(e.adv) for i, e in b.srt.items() if e.adv.host in where})
+        if sorted(where.values()) != sorted(scot.routers()) or not set(where) <= set(self.brokers):
+            raise ValueError("every position of the new overlay needs a surviving broker (a joining "
+                             "router first copies its cluster's PRT)")
+        self.scot = scot
+        self.queues, self.order = {}, []
+        old, self.brokers = self.brokers, {}
+        for p, q in where.items():
+            self.brokers[q] = old[p]
+            self.post(old[p].rehome(scot, q, subs, advs))
 
     def publish(self, adv: Advertisement, event: Mapping[str, object]) -> tuple[list[str], int, set[int]]:
         """Route one event of `adv` hop by hop: (subscription ids delivered, in the order
