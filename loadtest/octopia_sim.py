@@ -356,6 +356,8 @@ SENSITIVITY = (  # (what, Setting overrides): link rates, broker CPU, rule (ii)'
     ("iLinks 2000/s (above the HRP)", {"ilink_rate": 2000.0}),
     ("CPU 0.7 ms/notification", {"match_cost": 0.0007}),
     ("CPU 0.7 ms, iLinks 1300/s", {"match_cost": 0.0007, "ilink_rate": 1300.0}),
+    ("CPU 0.7 ms, iLinks 1350/s", {"match_cost": 0.0007, "ilink_rate": 1350.0}),
+    ("CPU 0.7 ms, iLinks 1400/s", {"match_cost": 0.0007, "ilink_rate": 1400.0}),
     ("CPU 0.4 + 0.1 ms/copy, links 5000/s", {"match_cost": 0.0004, "copy_cost": 0.0001, "ilink_rate": 5000.0,
                                              "alink_rate": 5000.0}),
     ("rule (ii) on subscription trees", {"tree_alinks": True}),
