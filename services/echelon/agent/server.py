@@ -34,6 +34,7 @@ from echelon.agent.matching import MatchClient
 from echelon.agent.metrics import AgentMetrics
 from echelon.agent.pubsub import PubSubServicer
 from echelon.agent.reconcile import PERIOD, Reconciler
+from echelon.agent.redelivery import DeadLetters
 from echelon.agent.registry import Registry
 from echelon.dataplane.relay import RelayServicer, add_RelayServicer_to_server
 from echelon.agent.durable.store import FSYNC_POLICIES, Store
@@ -98,7 +99,8 @@ class AgentNode(Node):
         self.dispatcher: Dispatcher | None = None
         self.reconciler: Reconciler | None = None
         self._tasks: list[asyncio.Task] = []
-        self.server.add(pgrpc.add_PubSubServicer_to_server, PubSubServicer(self),
+        self.pubsub = PubSubServicer(self)  # also publishes this agent's dead letters (redelivery.py)
+        self.server.add(pgrpc.add_PubSubServicer_to_server, self.pubsub,
                         ppb.DESCRIPTOR.services_by_name["PubSub"].full_name)
         self.server.add(pgrpc.add_AdminServicer_to_server, self.admin,
                         ppb.DESCRIPTOR.services_by_name["Admin"].full_name)
@@ -142,6 +144,7 @@ class AgentNode(Node):
         self.subscriptions = Registry(me, self.topics, self.matching, self.metrics,
                                       lambda topics: self.membership.set_topics(set(), topics), self._max_backlog)
         self.subscriptions.filter_limits = self.server.access.config.limits.filters()  # the operator's (--limits)
+        self.subscriptions.dead_letters = DeadLetters(self, self.metrics)
         self.durables = Durables(self, Store(self.data_dir, self.fsync), self.durable_defaults)
         durable_tasks = self.durables.start()
         delivery = LocalDelivery(lambda: self.subscriptions.subs, self.metrics, self.subscriptions.close)

@@ -61,6 +61,7 @@ class Deadlines:
     def __init__(self, sub: "Subscription", seconds: float):
         self.sub = sub
         self.seconds = seconds
+        self.late = 0.0  # of a deadline: how much later than the agent this one gives a message back
         self._marks: deque[tuple[float, int]] = deque()
 
     def clear(self) -> None:
@@ -75,7 +76,7 @@ class Deadlines:
             handed = self.sub._handed
             self._marks.append((now, handed[-1][-1].delivery_id if handed and handed[-1] else 0))
             bound = 0
-            while self._marks and self._marks[0][0] <= now - self.seconds:
+            while self._marks and self._marks[0][0] <= now - self.seconds * (1 + self.late):
                 bound = self._marks.popleft()[1]
             if bound:
                 self._expire(now, bound)
@@ -151,8 +152,10 @@ class DeadLetters:
 
 
 def in_progress(m: "Message") -> None:
-    """Restart `m`'s ack deadline (no message to the agent: the deadline is the client's)."""
+    """Restart `m`'s ack deadline: here, and at an agent that enforces it (told with the next flush)."""
     sub = m._subscription
     deadlines = getattr(sub, "_deadlines", None)
     if deadlines is not None and not m.settled:
         sub._extended[m.delivery_id] = time.monotonic() + deadlines.seconds
+        if sub._enforced and not sub._half_closed and not sub._ended.is_set():
+            sub.settlements.in_progress(m.delivery_id)
