@@ -213,3 +213,35 @@ async def test_a_failed_dead_letter_publish_is_kept_counted_and_retried(cluster)
         assert counted(cluster, "echelon_agent_dead_lettered", {"topic": "jobs"}) == 1
         with pytest.raises(errors.Timeout):
             await sub.next(timeout=1.0)
+
+
+async def test_a_raw_client_past_max_deliveries_reaches_the_dead_letter_topic(cluster):
+    c = cluster.client(0)
+    await c.create_topic("jobs")
+    await c.create_topic("jobs.dead")
+    agent = cluster.agent_nodes[2].address
+    async with grpc.aio.insecure_channel(agent) as ch:
+        dead_call = pgrpc.PubSubStub(ch).Subscribe()
+        await dead_call.write(ppb.SubscribeRequest(open=ppb.SubscriptionOpen(topic="jobs.dead", credits=10)))
+        await dead_call.initial_metadata()
+        call = pgrpc.PubSubStub(ch).Subscribe()
+        policy = ppb.RedeliveryPolicy(max_deliveries=2, dead_letter_topic="jobs.dead")
+        await call.write(ppb.SubscribeRequest(open=ppb.SubscriptionOpen(topic="jobs", subscription="rw", credits=10,
+                                                                        redelivery=policy)))
+        await call.initial_metadata()
+        await asyncio.sleep(0.3)  # the registrations reach the matcher
+        await publish(agent, "jobs", [9])
+        got, letters = reader(call), reader(dead_call)
+        for count in (0, 1):  # delivered twice, nacked twice
+            d = await asyncio.wait_for(got.get(), 10)
+            assert (n_of(d), d.redelivery_count) == (9, count)
+            await call.write(ppb.SubscribeRequest(nack=ppb.SubscriberNack(delivery_ids=[d.delivery_id], credits=1)))
+        letter = await asyncio.wait_for(letters.get(), 10)
+        attrs = letter.event.attributes
+        assert (attrs["n"].int_value, attrs["dead_letter_deliveries"].int_value,
+                attrs["dead_letter_subscription"].string_value) == (9, 2, "rw")
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(got.get(), 1.0)  # not a third time
+        call.cancel()
+        dead_call.cancel()
+    assert counted(cluster, "echelon_agent_dead_lettered", {"topic": "jobs"}) == 1
