@@ -16,8 +16,8 @@ import pytest
 from echelon.client import errors
 from echelon.runtime.auth import AuthConfig
 from echelon.runtime.credentials import write_tokens_file
-from echelon.runtime.transport import REDELIVERY_KEY, Transport
-from echelon.runtime.wire import attributes_to_pb
+from echelon.contract.transport import REDELIVERY_KEY, Transport
+from echelon.contract.wire import attributes_to_pb
 from echelon.v1 import pubsub_pb2 as ppb
 from echelon.v1 import pubsub_pb2_grpc as pgrpc
 from tests.harness import Cluster, wait_for

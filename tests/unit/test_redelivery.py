@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from echelon.core import redelivery as r
-from echelon.core.schema import Schema, parse_attribute
+from echelon.contract.schema import Schema, parse_attribute
 
 
 def schema(*specs: str, max_attribute_bytes: int | None = None) -> Schema:

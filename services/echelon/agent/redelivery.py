@@ -32,19 +32,19 @@ import contextvars
 import logging
 import time
 from itertools import count
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import grpc
 
 from echelon.core import redelivery as rules
-from echelon.runtime.errors import InvalidArgument
-from echelon.runtime.transport import REDELIVERY_KEY
+from echelon.contract.errors import InvalidArgument
+from echelon.contract.transport import REDELIVERY_KEY
 from echelon.v1 import pubsub_pb2 as ppb
 
 if TYPE_CHECKING:
     from echelon.agent.metrics import AgentMetrics
-    from echelon.agent.server import AgentNode
     from echelon.agent.subscriptions import Pending, Subscription
+    from echelon.agent.topics import Topics
 
 log = logging.getLogger("echelon.agent.redelivery")
 
@@ -67,7 +67,7 @@ def to_pb(policy: rules.Policy) -> ppb.RedeliveryPolicy:
                                 max_deliveries=policy.max_deliveries, dead_letter_topic=policy.dead_letter_topic)
 
 
-async def check_open(node: AgentNode, access, open_: ppb.SubscriptionOpen) -> rules.Policy:
+async def check_open(topics: Topics, access, open_: ppb.SubscriptionOpen) -> rules.Policy:
     """The open's policy, checked before anything is held: its values, then the caller's
     publish right on the dead-letter topic, the topic, and its schema against the
     subscription topic's."""
@@ -75,8 +75,8 @@ async def check_open(node: AgentNode, access, open_: ppb.SubscriptionOpen) -> ru
     dead = policy.dead_letter_topic
     if dead:
         access.require("publish", dead, SERVICE)  # PERMISSION_DENIED, counted
-        source, target = await node.topics.get(open_.topic), await node.topics.get(dead)  # NOT_FOUND
-        refusal = rules.schema_refusal(node.topics.schema(source), node.topics.schema(target),
+        source, target = await topics.get(open_.topic), await topics.get(dead)  # NOT_FOUND
+        refusal = rules.schema_refusal(topics.schema(source), topics.schema(target),
                                        open_.subscription or "~", policy.max_deliveries)
         if refusal:
             raise InvalidArgument(f"dead_letter_topic {dead!r} cannot take the dead letters of topic "
@@ -188,10 +188,10 @@ class DeadLetters:
     per dead letter (kept across its retries, so a retry after a lost ack is a duplicate,
     not a second copy)."""
 
-    def __init__(self, node: AgentNode, metrics: AgentMetrics):
-        self.node = node
+    def __init__(self, agent_id: str, publish: Callable, metrics: AgentMetrics):
+        self.publish = publish  # PubSubServicer.Publish: this agent's own handler, called in-process
         self.metrics = metrics
-        self.producer = f"{node.config.id}:dead-letters:{time.time_ns()}"
+        self.producer = f"{agent_id}:dead-letters:{time.time_ns()}"
         self._sequence = count(1)
         self.pending = 0  # dead letters not yet published (in flight or waiting to retry)
         self._tasks: set[asyncio.Task] = set()
@@ -252,7 +252,7 @@ class DeadLetters:
         async def one():
             yield req
         try:
-            acks = [ack async for ack in self.node.pubsub.Publish(one(), None)]
+            acks = [ack async for ack in self.publish(one(), None)]
         except Exception as e:  # noqa: BLE001 - any failure is retried, and said
             return f"{type(e).__name__}: {e}"
         if not acks:

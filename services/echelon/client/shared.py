@@ -24,7 +24,7 @@ import grpc
 from echelon.client.acks import Flusher
 from echelon.client.errors import Unavailable, from_rpc_error, from_status
 from echelon.client.message import subscribe_call
-from echelon.runtime.transport import REDELIVERY_KEY
+from echelon.contract.transport import REDELIVERY_KEY
 from echelon.v1 import pubsub_pb2 as ppb
 
 if TYPE_CHECKING:

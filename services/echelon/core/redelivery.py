@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from echelon.core.schema import AttrType, Schema, utf8_length
+from echelon.contract.schema import AttrType, Schema, utf8_length
 
 DEFAULT_ACK_DEADLINE_MS = 60_000  # as Google Pub/Sub's default
 MIN_ACK_DEADLINE_MS = 100  # below it, redeliveries would cost more than the work they retry
