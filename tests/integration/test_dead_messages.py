@@ -120,3 +120,39 @@ async def test_bad_dead_message_options_are_refused_before_any_call(cluster):
         c.subscribe("t", "", max_deliveries=3)
     with pytest.raises(errors.InvalidArgument, match="ack_deadline"):
         c.subscribe("t", "", ack_deadline=-1)
+
+
+async def test_with_an_agent_that_does_not_enforce_it_the_client_does(cluster, monkeypatch):
+    """An agent from before the contract (simulated: it announces nothing and keeps no
+    deadline nor max deliveries): the SDK's fallback (client/deadlines.py) nacks at the
+    deadline, and publishes the dead letter itself."""
+    import echelon.agent.redelivery as redelivery
+    import echelon.agent.registry as registry
+    import echelon.agent.shared_stream as shared_stream
+    from echelon.agent.subscriptions import Subscription
+    from echelon.core.redelivery import Policy
+
+    async def nothing_checked(topics, access, open_):
+        return None
+    monkeypatch.setattr(registry, "policy_of", lambda p, topic: Policy(None, 0, ""))
+    monkeypatch.setattr(shared_stream, "check_open", nothing_checked)
+    monkeypatch.setattr(shared_stream, "HEADER", ("x-echelon-something-else", "1"))
+    monkeypatch.setattr(Subscription, "headers", lambda self: ())
+    c = cluster.client(1)
+    await c.create_topic("jobs", ["n:int"])
+    await c.create_topic("jobs.dead")
+    async with c.subscribe("jobs.dead", "") as dead, \
+            c.subscribe("jobs", "", name="old", ack_deadline=0.5, max_deliveries=2,
+                        dead_letter_topic="jobs.dead") as sub:
+        assert not sub._enforced
+        await asyncio.sleep(0.3)
+        await published(cluster, "jobs", [{"n": 3}])
+        first = await sub.next(timeout=10)
+        again = await sub.next(timeout=10)  # the client's deadline nacked the first copy
+        assert (again.redelivery_count, sub.expired, first.settled) == (1, 1, True)
+        await again.nack()
+        letter = await dead.next(timeout=10)  # published by the client
+        assert letter.attributes == {"n": 3, "dead_letter_deliveries": 2, "dead_letter_subscription": "old"}
+        await wait_for(lambda: sub.dead_lettered == 1, what="counted")
+    assert counted(cluster, "echelon_agent_dead_lettered") == counted(cluster, "echelon_agent_ack_deadline_expired") == 0
+    assert redelivery.HEADER[0] == "x-echelon-redelivery"  # (only the copies above were changed)
