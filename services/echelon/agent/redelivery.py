@@ -32,6 +32,7 @@ import contextvars
 import logging
 import time
 from itertools import count
+from time import monotonic as _monotonic
 from typing import TYPE_CHECKING, Callable
 
 import grpc
@@ -124,12 +125,13 @@ class Deadlines:
         self._stopped = False
 
     def sent(self, last_id: int) -> None:
-        """Subscription.take handed out deliveries up to `last_id` (called once per take)."""
-        if self.marks.sent(self._loop.time(), last_id) and self._timer is None:
+        """Subscription.take handed out deliveries up to `last_id` (once per take: the hot
+        path; time.monotonic is asyncio's loop clock, without its method's call)."""
+        if self.marks.sent(_monotonic(), last_id) and self._timer is None:
             self._arm()
 
     def progress(self, delivery_ids) -> None:
-        unacked, due = self.sub.unacked, self._loop.time() + self.seconds
+        unacked, due = self.sub.unacked, _monotonic() + self.seconds
         for i in delivery_ids:
             if i in unacked:
                 self.extended[i] = due
@@ -144,14 +146,15 @@ class Deadlines:
 
     def _arm(self) -> None:
         times = [t for t in (self.marks.next_due(), min(self.extended.values(), default=None)) if t is not None]
-        self._timer = self._loop.call_at(min(times), self._fire) if times and not self._stopped else None
+        self._timer = self._loop.call_later(max(0.0, min(times) - _monotonic()), self._fire) \
+            if times and not self._stopped else None
 
     def _fire(self) -> None:
         self._timer = None
         sub = self.sub
         if sub.closed or self._stopped:
             return
-        now = self._loop.time()
+        now = _monotonic()
         bound = self.marks.due(now)
         unacked, extended, due = sub.unacked, self.extended, []
         for i, pending in unacked.items():  # in id order (ids are given increasing)

@@ -103,29 +103,34 @@ class Marks:
     """When the deliveries of one stream were sent, as (first, last send time, highest id)
     marks in id order; `due` pops the marks whose deadline passed."""
 
-    __slots__ = ("seconds", "grain", "marks")
+    __slots__ = ("seconds", "grain", "marks", "_open")
 
     def __init__(self, seconds: float):
         self.seconds = seconds
         self.grain = seconds / GRAIN
         self.marks: deque[list] = deque()
+        self._open = [0.0, 0.0, 0, float("-inf")]  # the newest mark, and when its grain ends
 
     def sent(self, now: float, last_id: int) -> bool:
-        """Deliveries up to `last_id` were sent at `now`; True when this starts a new mark
-        (the first one: the caller's timer may need setting)."""
-        marks = self.marks
-        if marks and now - marks[-1][0] < self.grain:
-            mark = marks[-1]  # within its grain: its deadline moves to this send (later, never earlier)
-            mark[1], mark[2] = now, last_id
+        """Deliveries up to `last_id` were sent at `now`; True when this starts the only
+        mark (the caller's timer may need setting). Called once per hand-out: the common
+        case, within the newest mark's grain, is a comparison and two stores."""
+        mark = self._open
+        if now < mark[3]:  # within its grain: its deadline moves to this send (later, never earlier)
+            mark[1] = now
+            mark[2] = last_id
             return False
-        marks.append([now, now, last_id])
-        return len(marks) == 1
+        mark = self._open = [now, now, last_id, now + self.grain]
+        self.marks.append(mark)
+        return len(self.marks) == 1
 
     def due(self, now: float) -> int:
         """The highest id whose deadline passed by `now` (0: none), its marks dropped."""
         bound, marks = 0, self.marks
         while marks and marks[0][1] + self.seconds <= now:
             bound = marks.popleft()[2]
+        if not marks:
+            self._open = [0.0, 0.0, 0, float("-inf")]  # (popped: a later send starts a new one)
         return bound
 
     def next_due(self) -> float | None:
@@ -134,3 +139,4 @@ class Marks:
 
     def clear(self) -> None:
         self.marks.clear()
+        self._open = [0.0, 0.0, 0, float("-inf")]
