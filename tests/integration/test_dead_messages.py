@@ -83,7 +83,8 @@ async def test_term_ends_a_poison_message_for_good(cluster):
 @pytest.mark.parametrize("kind", ["named", "durable"])
 async def test_past_max_deliveries_the_agent_publishes_to_the_dead_letter_topic(cluster, kind):
     """Delivered twice: nacked once, then left past its deadline; the agent sends it to
-    the dead-letter topic with the count, and the application never sees it again."""
+    the dead-letter topic with the count, and the application never sees it again. The
+    other message is termed: settled for good on a shared stream and on a durable one's."""
     c = cluster.client(1)
     await c.create_topic("jobs", ["n:int"])
     await c.create_topic("jobs.dead")  # no schema: the event's attributes and the dead-letter ones
@@ -93,7 +94,7 @@ async def test_past_max_deliveries_the_agent_publishes_to_the_dead_letter_topic(
         await asyncio.sleep(0.3)  # the registrations reach the matcher
         await published(cluster, "jobs", [{"n": 7}, {"n": 8}])
         first = {m.attributes["n"]: m for m in [await sub.next(timeout=10), await sub.next(timeout=10)]}
-        await first[8].ack()
+        await first[8].term()  # (a durable subscription's term is logged as its ack)
         await first[7].nack()
         second = await sub.next(timeout=10)
         assert (second.attributes, second.redelivery_count) == ({"n": 7}, 1)
@@ -109,6 +110,7 @@ async def test_past_max_deliveries_the_agent_publishes_to_the_dead_letter_topic(
         assert counted(cluster, "echelon_agent_dead_lettered") == 1
         assert counted(cluster, "echelon_agent_ack_deadline_expired") == 1
         assert counted(cluster, "echelon_agent_dead_letter_failures") == 0
+        assert counted(cluster, "echelon_agent_terminated") == 1
     if kind == "durable":  # settled in the log: nothing is owed any more
         info = await c.get_subscription(sub.name)
         assert info.backlog_messages == 0
