@@ -114,6 +114,7 @@ async def test_past_max_deliveries_the_agent_publishes_to_the_dead_letter_topic(
     if kind == "durable":  # settled in the log: nothing is owed any more
         info = await c.get_subscription(sub.name)
         assert info.backlog_messages == 0
+        assert (info.ack_deadline, info.max_deliveries, info.dead_letter_topic) == (0.5, 2, "jobs.dead")
 
 
 async def test_bad_dead_message_options_are_refused_before_any_call(cluster):
