@@ -159,3 +159,32 @@ async def test_with_an_agent_that_does_not_enforce_it_the_client_does(cluster, m
         await wait_for(lambda: sub.dead_lettered == 1, what="counted")
     assert counted(cluster, "echelon_agent_dead_lettered") == counted(cluster, "echelon_agent_ack_deadline_expired") == 0
     assert redelivery.HEADER[0] == "x-echelon-redelivery"  # (only the copies above were changed)
+
+
+async def test_the_cli_subscribes_with_a_dead_letter_topic_and_says_what_is_wrong(cluster):
+    """`echelon sub --max-deliveries --dead-letter-topic` (click's runner, in a thread: the CLI
+    runs its own loop) against the agents: a durable subscription created with the policy,
+    and the agent's refusals printed as such."""
+    from click.testing import CliRunner
+
+    from echelon.cli.main import cli
+
+    agent = cluster.agent_nodes[0].address
+
+    async def echelon(*args: str):
+        r = await asyncio.to_thread(CliRunner().invoke, cli, ["sub", "--agent", agent, *args])
+        return r.exit_code, r.output
+
+    c = cluster.client(0)
+    await c.create_topic("jobs")
+    await c.create_topic("jobs.dead")
+    code, out = await echelon("--topic", "jobs", "--durable", "cli-worker", "--max-deliveries", "4",
+                              "--dead-letter-topic", "jobs.dead", "--timeout", "0.5")
+    assert code == 0, out
+    info = await c.get_subscription("cli-worker")
+    assert (info.ack_deadline, info.max_deliveries, info.dead_letter_topic) == (60.0, 4, "jobs.dead")
+    code, out = await echelon("--topic", "jobs", "--max-deliveries", "4", "--dead-letter-topic", "nowhere",
+                              "--timeout", "0.5")
+    assert code == 1 and "NOT_FOUND" in out and "nowhere" in out, out
+    code, out = await echelon("--topic", "jobs", "--max-deliveries", "4", "--timeout", "0.5")
+    assert code == 1 and "dead_letter_topic" in out, out
