@@ -29,6 +29,7 @@ from echelon.agent.ownership import caller_name, check, claim, scoped
 from echelon.agent.publish_reader import coalesce
 from echelon.agent.quota import check_durables
 from echelon.agent.publishing import Publishing
+from echelon.agent.redelivery import check_open, handle
 from echelon.agent.shared_stream import SharedStream
 from echelon.runtime.auth import STREAM, cancel_after
 from echelon.contract.errors import EchelonError, InvalidArgument, NotFound, ResourceExhausted
@@ -114,6 +115,7 @@ class PubSubServicer(pgrpc.PubSubServicer):
         release = access.open_subscription(first.open.topic)
         try:
             claim(access, first.open, parts.subscriptions)  # the name in its owner's scope (ownership.py)
+            await check_open(self.topics, access, first.open)  # ack deadline, dead-letter topic (redelivery.py)
             if first.open.HasField("durable"):  # durable.py: served by its first alive holder
                 check_options(access, first.open, await self.topics.get(first.open.topic),
                               parts.durables.defaults)  # durable/caps.py
@@ -141,7 +143,7 @@ class PubSubServicer(pgrpc.PubSubServicer):
                                                                     req.ack.through))
                 elif req.HasField("nack"):
                     sub.nack(req.nack.delivery_ids, req.nack.delay_ms / 1000, req.nack.credits)
-                else:
+                elif not handle(metrics, sub, req):  # term, in_progress (redelivery.py)
                     raise InvalidArgument("`open` may only be sent once")
 
         if stream is not None:

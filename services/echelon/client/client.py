@@ -234,7 +234,7 @@ class Client:
         (docs/cli.md, "Subscriptions across an agent's death"). `ack_deadline` (seconds, 0:
         none): a message not settled by then is redelivered (`msg.in_progress()` extends
         it); `max_deliveries` (0: no bound): a message delivered that often goes to
-        `dead_letter_topic` instead (client/deadlines.py). `evict` (unnamed only): past its
+        `dead_letter_topic` instead (enforced by the agents: docs/guarantees.md, "Dead messages"). `evict` (unnamed only): past its
         bound at the agent it is closed (RESOURCE_EXHAUSTED, its loss counted) rather than
         slow the publishers down, as NATS core does (docs/guarantees.md, "Flow control")."""
         self._conn.check_open()

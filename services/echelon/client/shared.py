@@ -24,6 +24,7 @@ import grpc
 from echelon.client.acks import Flusher
 from echelon.client.errors import Unavailable, from_rpc_error, from_status
 from echelon.client.message import subscribe_call
+from echelon.contract.transport import REDELIVERY_KEY
 from echelon.v1 import pubsub_pb2 as ppb
 
 if TYPE_CHECKING:
@@ -46,6 +47,7 @@ class SharedStream:
         self._closing = False  # half-closed (or about to be): no more opens
         self._left: asyncio.Future | None = None  # the half-close, once begun
         self.messages = 0  # Delivery messages read: what the benchmarks count
+        self.enforced = False  # the agent enforces redelivery policies (its initial metadata, once read)
         self._reader = asyncio.create_task(self._read(), name="shared subscription stream")
 
     @staticmethod
@@ -73,7 +75,9 @@ class SharedStream:
                 await self._write([ppb.SubscribeRequest(open=shared)])
             except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
                 pass  # the stream failed: the reader answers with its status
-            return await answer
+            opened = await answer
+            self.enforced = REDELIVERY_KEY in dict(await self.call.initial_metadata() or ())
+            return opened
         except BaseException:
             self.subs.pop(sid, None)
             self.opening.pop(sid, None)

@@ -67,7 +67,11 @@ class PubSubServicer:
 
     def Subscribe(self, request_iterator, context):
         """The first request opens (or resumes) a subscription; later ones carry acks,
-        nacks and flow credits. The agent never has more deliveries in flight than granted.
+        nacks, terms, progress reports and flow credits. The agent never has more
+        deliveries in flight than granted. An agent that enforces the open's
+        RedeliveryPolicy (ack deadline, term, in-progress, dead letters) says so in the
+        stream's initial metadata: `x-echelon-redelivery: 1`; to one that does not, a
+        client sends no `term` or `in_progress` (it would end the stream).
         A first `open` with a `sid` makes the stream shared: it carries many subscriptions
         (SubscriptionOpen.sid says how).
         """

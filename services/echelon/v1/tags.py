@@ -101,6 +101,7 @@ class DurableSubscription:  # durable.proto
     attached = 0x60  # 12, varint
     answered_by = 0x6a  # 13, length-delimited
     seeks = 0x70  # 14, varint
+    redelivery = 0x7a  # 15, length-delimited
 
 
 class ListSubscriptionsRequest:  # durable.proto
@@ -584,6 +585,8 @@ class SubscribeRequest:  # pubsub.proto
     open = 0x0a  # 1, length-delimited
     ack = 0x12  # 2, length-delimited
     nack = 0x1a  # 3, length-delimited
+    in_progress = 0x22  # 4, length-delimited
+    term = 0x2a  # 5, length-delimited
     close = 0x37a  # 111, length-delimited
     batch = 0x372  # 110, length-delimited
 
@@ -600,12 +603,31 @@ class SubscriptionOpen:  # pubsub.proto
     sid = 0x370  # 110, varint
     encoded_events = 0x550  # 170, varint
     evict = 0x5a8  # 181, varint
+    redelivery = 0x5f2  # 190, length-delimited
+
+
+class RedeliveryPolicy:  # pubsub.proto
+    ack_deadline_ms = 0x08  # 1, varint
+    no_ack_deadline = 0x10  # 2, varint
+    max_deliveries = 0x18  # 3, varint
+    dead_letter_topic = 0x22  # 4, length-delimited
 
 
 class SubscriberAck:  # pubsub.proto
     delivery_ids = 0x0a  # 1, length-delimited
     credits = 0x10  # 2, varint
     through = 0xa0  # 20, varint
+    sid = 0x370  # 110, varint
+
+
+class SubscriberProgress:  # pubsub.proto
+    delivery_ids = 0x0a  # 1, length-delimited
+    sid = 0x370  # 110, varint
+
+
+class SubscriberTerm:  # pubsub.proto
+    delivery_ids = 0x0a  # 1, length-delimited
+    credits = 0x10  # 2, varint
     sid = 0x370  # 110, varint
 
 
