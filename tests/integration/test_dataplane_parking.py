@@ -11,7 +11,7 @@ from echelon.agent.dispatch import Dispatcher
 from echelon.dataplane.dissemination import HOLD_SECONDS, DataPlane, event_of
 from echelon.dataplane.gateway import Gateway
 from echelon.agent.subscriptions import CLOCK_SKEW_NS, Subscription
-from echelon.core.filters import parse
+from echelon.contract.filters import parse
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import matcher_pb2 as xpb
 from echelon.v1 import relay_pb2 as rpb

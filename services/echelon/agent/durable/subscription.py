@@ -26,8 +26,8 @@ from typing import Callable, Iterable
 
 from echelon.agent.durable.store import Key, Store, key_of
 from echelon.agent.subscriptions import Pending, Subscription
-from echelon.core.durability import Bound, Policy, admit, Admission
-from echelon.core.filters import Filter
+from echelon.core.durability import Admission, Bound, Policy, admit
+from echelon.contract.filters import Filter
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import durable_pb2 as dpb
 
@@ -71,7 +71,7 @@ class DurableSubscription(Subscription):
         return list(self.record.holders)
 
     def headers(self) -> tuple[tuple[str, str], ...]:
-        return (("x-echelon-seeks", str(self.record.seeks)),)
+        return (*super().headers(), ("x-echelon-seeks", str(self.record.seeks)))
 
     def full(self) -> bool:
         return self.bound.full(self.depth, self.nbytes)
@@ -155,6 +155,13 @@ class DurableSubscription(Subscription):
         log first: the credits come back once the acks are committed."""
         crash_point("ack-received")
         done = self.settle(delivery_ids, through)
+        self.forget(done)
+        self.credits += credits
+        self.changed.set()
+        return len(done)
+
+    def forget(self, done: list[Pending]) -> None:
+        """Settled for good (acked, termed, dead-lettered): logged as gone, for every holder."""
         keys = [key_of(p.event) for p in done]
         if keys:
             self.store.ack(self.name, self.topic, keys)
@@ -164,9 +171,6 @@ class DurableSubscription(Subscription):
             self.remember(keys)
             self.acked(self, keys)
             self._progressed()
-        self.credits += credits
-        self.changed.set()
-        return len(done)
 
     def remember(self, keys: Iterable[Key]) -> None:
         for k in keys:
