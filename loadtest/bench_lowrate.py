@@ -1,9 +1,10 @@
-"""The 1,000 events/s latency (docs/performance.md, "Small events"), this tree against a base
+"""The latency at fixed rates (docs/performance.md, "Small events"), this tree against a base
 revision, side by side:
-`python -m loadtest.bench_lowrate --base main --rounds 3`.
+`python -m loadtest.bench_lowrate --base main --rounds 3`
+(`--rates 1000 10000 --publishers 1 --modes batch-DELIVERED raw-DELIVERED` for latency under load).
 
 Every 1,000/s cell of `make bench-events` (2% and 20% selectivity, 1 and 4 publishers,
-batch and single publish(), ACCEPTED and DELIVERED; `--selectivity 2` for half of them),
+every mode; `--selectivity 2` for half of them; `--rates`, `--publishers`, `--modes` choose),
 on whole clusters of the base revision (its `services/echelon/` and `loadtest/` unpacked as
 bench_hotpath does) and of this tree, alternating (base, head, base, head...): each round
 one child process per tree builds bench_events' cluster and runs the cells with that
@@ -29,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 MESSAGES = (("publish read", "pub acks"), ("read", "deliveries"), ("written", "sub acks"))
 
 
-def child(seconds: float, selectivity: list[int]) -> None:
+def child(seconds: float, selectivity: list[int], rates: list[int], publishers: list[int], modes: list[str]) -> None:
     # Run as a script: this directory first on sys.path, `echelon` and `loadtest` from
     # PYTHONPATH (either tree's), as bench_hotpath's children.
     from hotpath_cluster import _count_subscribe_messages
@@ -54,17 +55,18 @@ def child(seconds: float, selectivity: list[int]) -> None:
                 await system.open_subs(subs, pool, run.deliver)
                 await run.warm_up(system, subs, pool)
                 loop.started()
-                for npub in (1, 4):
-                    for mode in MODES["echelon"]:
+                for npub in publishers:
+                    for mode in [m for m in MODES["echelon"] if not modes or m in modes]:
                         sends = await system.publishers(npub, mode, pool)
-                        before = dict(count)
-                        row = await run.cell(system, sends, 1000, pool, subs, {
-                            "system": "echelon", "mode": mode, "selectivity": sel, "publishers": npub})
+                        for rate in rates:
+                            before = dict(count)
+                            row = await run.cell(system, sends, rate, pool, subs, {
+                                "system": "echelon", "mode": mode, "selectivity": sel, "publishers": npub})
+                            events = max(row["events"], 1)
+                            rows.append({"cell": f"{sel:>2}% {npub}p {rate:>5}/s {mode}", "p50": row["p50_ms"],
+                                         "p99": row["p99_ms"], "cpu": 1000 * row["cpu_s_per_1k_services"],
+                                         **{name: (count[k] - before[k]) / events for k, name in MESSAGES}})
                         await system.close_publishers()
-                        events = max(row["events"], 1)
-                        rows.append({"cell": f"{sel:>2}% {npub}p {mode}", "p50": row["p50_ms"], "p99": row["p99_ms"],
-                                     "cpu": 1000 * row["cpu_s_per_1k_services"],
-                                     **{name: (count[k] - before[k]) / events for k, name in MESSAGES}})
                 await system.close_subs()
         finally:
             await system.stop()
@@ -80,11 +82,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=2.0, help="publishing time per cell")
     ap.add_argument("--selectivity", type=int, nargs="+", default=[2, 20], choices=[2, 20])
+    ap.add_argument("--rates", type=int, nargs="+", default=[1000], help="events/s of the cells")
+    ap.add_argument("--publishers", type=int, nargs="+", default=[1, 4])
+    ap.add_argument("--modes", nargs="+", default=[], help="Echelon's modes (bench_events'; default: all)")
     ap.add_argument("--json", default="", help="also write every round's cells here")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
-        child(args.seconds, args.selectivity)
+        child(args.seconds, args.selectivity, args.rates, args.publishers, args.modes)
         return
     from loadtest.bench_hotpath import unpack
 
@@ -95,7 +100,9 @@ def main(argv: list[str] | None = None) -> None:
         for r in range(args.rounds):
             for tree in ("base", "head"):
                 out = subprocess.run([sys.executable, __file__, "--child", "--seconds", str(args.seconds),
-                                      "--selectivity", *map(str, args.selectivity)],
+                                      "--selectivity", *map(str, args.selectivity), "--rates", *map(str, args.rates),
+                                      "--publishers", *map(str, args.publishers),
+                                      *(["--modes", *args.modes] if args.modes else [])],
                                      env={**os.environ, "PYTHONPATH": paths[tree]}, cwd=trees[tree],
                                      capture_output=True, text=True, timeout=1800)
                 if out.returncode:
@@ -107,17 +114,18 @@ def main(argv: list[str] | None = None) -> None:
         Path(args.json).write_text(json.dumps(runs))
     rev = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", args.base], capture_output=True,
                          text=True).stdout.strip()
-    print(report(runs, f"1,000 events/s, {args.rounds} alternating rounds of {args.seconds:g} s cells; "
+    print(report(runs, f"{', '.join(f'{r:,}' for r in args.rates)} events/s, {args.rounds} alternating rounds of "
+                       f"{args.seconds:g} s cells; "
                        f"base {args.base} ({rev}), head this tree; medians over rounds"))
 
 
 def report(runs: dict[str, list[list[dict]]], title: str) -> str:
     med = lambda rows, k: statistics.median(r[k] for r in rows)  # noqa: E731
-    lines = [title, f"{'cell':27} {'p50 base':>8} {'head':>6} {'p99 base':>8} {'head':>6}   "
+    lines = [title, f"{'cell':35} {'p50 base':>8} {'head':>6} {'p99 base':>8} {'head':>6}   "
              + "   ".join(f"{name} base/head" for _, name in MESSAGES) + "   cpu ms/1k base/head"]
     for i, first in enumerate(runs["head"][0]):
         b, h = [rows[i] for rows in runs["base"]], [rows[i] for rows in runs["head"]]
-        lines.append(f"{first['cell']:27} {med(b, 'p50'):8.2f} {med(h, 'p50'):6.2f} {med(b, 'p99'):8.2f} "
+        lines.append(f"{first['cell']:35} {med(b, 'p50'):8.2f} {med(h, 'p50'):6.2f} {med(b, 'p99'):8.2f} "
                      f"{med(h, 'p99'):6.2f}   "
                      + "   ".join(f"{med(b, name):{len(name) + 5}.2f}/{med(h, name):.2f}" for _, name in MESSAGES)
                      + f"   {med(b, 'cpu'):9.0f}/{med(h, 'cpu'):.0f}")

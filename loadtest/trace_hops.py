@@ -200,8 +200,9 @@ def install() -> list[str]:
 
 async def _cell(system, pub, pool, rate: float, seconds: float, first_id: int, received: dict, acked: dict,
                 sent: dict) -> int:
-    """Publish at `rate` for `seconds`, one event per publish_batch call (each alone, as at
-    1,000/s with a sub-millisecond pacing), many in flight; returns the next free id."""
+    """Publish at `rate` for `seconds` as bench_events' fixed-rate cells do: every event
+    due by now in one publish_batch call (at 1,000/s mostly one, at 10,000/s about ten:
+    the loop's timers have a 1 ms grain), many calls in flight; returns the next free id."""
     from loadtest.bench_events.systems import pool_index
     from loadtest.bench_events.workload import PAYLOAD, TOPIC
 
@@ -212,20 +213,24 @@ async def _cell(system, pub, pool, rate: float, seconds: float, first_id: int, r
     i = first_id
     n = int(rate * seconds)
     while i < first_id + n:
-        due = t0 + (i - first_id) / rate
-        delay = due - time.perf_counter()
-        if delay > 0:
-            await asyncio.sleep(delay)
+        due = min(first_id + n, first_id + int((time.perf_counter() - t0) * rate) + 1)
+        if due <= i:
+            await asyncio.sleep(max(0.001, t0 + (i - first_id) / rate - time.perf_counter()))
+            continue
 
-        async def one(i=i):
+        async def some(ids):
             now = time.perf_counter_ns()
-            sent[i] = now + offset
-            await pub.publish_batch(TOPIC, [(attrs[pool_index(i)], PAYLOAD.pack(i, now))])
-            acked[i] = time.perf_counter_ns() + offset
-        t = asyncio.create_task(one())
+            for k in ids:
+                sent[k] = now + offset
+            await pub.publish_batch(TOPIC, [(attrs[pool_index(k)], PAYLOAD.pack(k, now)) for k in ids])
+            done = time.perf_counter_ns() + offset
+            for k in ids:
+                acked[k] = done
+        t = asyncio.create_task(some(range(i, due)))
         tasks.add(t)
         t.add_done_callback(tasks.discard)
-        i += 1
+        i = due
+        await asyncio.sleep(0)
     deadline = time.monotonic() + 10
     while (tasks or len([k for k in received if k >= first_id]) < n) and time.monotonic() < deadline:
         await asyncio.sleep(0.05)

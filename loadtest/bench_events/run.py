@@ -170,7 +170,7 @@ class Run:
                 for npub in self.args.publishers:
                     for mode in [m for m in MODES[name] if name != "echelon" or m in self.args.modes]:
                         sends = await system.publishers(npub, mode, pool)
-                        for rate in RATES:
+                        for rate in self.args.rates:
                             for rep in range(self.args.repeat):  # back to back: the spread shows the noise
                                 meta = {"system": name, "mode": mode, "selectivity": sel, "publishers": npub,
                                         "repeat": rep}
@@ -451,6 +451,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--repeat", type=int, default=1, help="runs of each cell, back to back (the table of "
                     "spreads shows the noise of this shared machine)")
     ap.add_argument("--publishers", nargs="+", type=int, default=[1, 4])
+    ap.add_argument("--rates", nargs="+", type=lambda v: None if v == "max" else int(v), default=list(RATES),
+                    help="events/s of the cells, `max` for saturation (default: 1000 10000 max)")
     args = ap.parse_args(argv)
     args.check = args.quick
     if args.quick:

@@ -4,13 +4,15 @@ single-event requests become one batch, as if the client had sent `PublishReques
 
 Why: a client generated from the protos sends one event per request. Admitted,
 dispatched and acked one by one (a unit, a future, an ack message each), its events cost
-the agent about twice the Python work of the same events in a batch (loadtest/README.md,
+the agent much more Python work than the same events in a batch (docs/performance.md,
 the `Publish handler` pieces). A reader task takes the stream's messages as gRPC hands
 them over, the consumer (publishing.py) all that queued meanwhile. gRPC hands over one
 message per read, and the consumer is faster than the reads: taken as they come, runs
 would be of one. So while earlier requests of the stream await their acks (a pipelining
-client, whose acks are not due yet anyway) a run waits for the next request, at most GAP
-for each and LINGER in all; a request with nothing of its stream in flight goes at once.
+client, whose acks are not due yet anyway) a run of single events waits for the next
+request, at most GAP for each and LINGER in all; a request with nothing of its stream in
+flight goes at once, and so does anything that cannot join a run (a `batch`, as the
+SDK sends: nothing would be merged with it, so waiting would only delay it).
 
 The contract stays the client's: the acks of a run are written as that client asked, one
 PublishAck per request (its fields at the top level, in request order), or, with
@@ -91,8 +93,8 @@ async def _runs(requests, answers: deque[int]):
             had = len(queued)
             await news.wait()
             timer.cancel()
-            if len(queued) == had:
-                return  # the gap passed with nothing new
+            if len(queued) == had or not _single(queued[-1]):
+                return  # the gap passed with nothing new, or what came ends the run anyway
 
     reader = asyncio.create_task(read())
     try:
@@ -104,7 +106,7 @@ async def _runs(requests, answers: deque[int]):
                 news.clear()
                 await news.wait()
                 continue
-            if len(queued) < MAX_RUN:
+            if len(queued) < MAX_RUN and _single(queued[-1]):
                 await more()
             taken, run = list(queued), []
             queued.clear()
