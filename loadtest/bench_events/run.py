@@ -34,6 +34,7 @@ class Run:
         self.ready: set[int] = set()
         self.cells: list[dict] = []
         self.profile: dict | None = None
+        self.floor: list[dict] = []
 
     def deliver(self, sub: int, event_id: int, sent_ns: int) -> None:
         if event_id < 0:
@@ -423,6 +424,10 @@ async def run(args: argparse.Namespace) -> Run:
     r = Run(args)
     for name in args.systems:
         await r.system(name)
+    if args.floor:  # what gRPC alone does with one event a request: the raw-stub cells' ceiling
+        from loadtest import grpc_floor
+
+        r.floor = [await grpc_floor.cell(m, 40960, WINDOW) for m in grpc_floor.MODES]
     return r
 
 
@@ -451,6 +456,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--repeat", type=int, default=1, help="runs of each cell, back to back (the table of "
                     "spreads shows the noise of this shared machine)")
     ap.add_argument("--publishers", nargs="+", type=int, default=[1, 4])
+    ap.add_argument("--floor", action="store_true", help="also gRPC alone, one event a request "
+                    "(loadtest/grpc_floor.py): the ceiling of the raw-stub cells, in the same run")
     ap.add_argument("--rates", nargs="+", type=lambda v: None if v == "max" else int(v), default=list(RATES),
                     help="events/s of the cells, `max` for saturation (default: 1000 10000 max)")
     args = ap.parse_args(argv)
@@ -483,6 +490,10 @@ def main(argv: list[str] | None = None) -> Run:
     ranged = range_table(r.cells)
     if ranged:
         print("\n" + ranged)
+    if r.floor:
+        from loadtest.grpc_floor import table as floor_table
+
+        print("\n" + floor_table(r.floor))
     print("\nCPU ms per 1,000 events, by process")
     print(cpu_table(r.cells))
     if r.profile:
@@ -491,7 +502,7 @@ def main(argv: list[str] | None = None) -> Run:
             print(f"  by {title}:")
             for f, pct in r.profile.get(key, []):
                 print(f"    {pct:5.1f}%  {f}")
-    (out / "bench_events.json").write_text(json.dumps({"cells": r.cells, "profile": r.profile,
+    (out / "bench_events.json").write_text(json.dumps({"cells": r.cells, "profile": r.profile, "grpc_floor": r.floor,
                                                       "seconds": time.monotonic() - started,
                                                       "event_loop": loop.chosen(),
                                                       "args": {k: v for k, v in vars(args).items()}}, indent=1))
