@@ -24,6 +24,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -91,14 +92,17 @@ def main(argv: list[str] | None = None) -> None:
     if args.child:
         child(args.seconds, args.selectivity, args.rates, args.publishers, args.modes)
         return
+    from loadtest.bench_events.workload import cpu_waiting
     from loadtest.bench_hotpath import unpack
 
     runs: dict[str, list[list[dict]]] = {"base": [], "head": []}
+    short: dict[str, list[float]] = {"base": [], "head": []}  # per round: the share of it the machine was short of cores
     with tempfile.TemporaryDirectory(prefix="bench_lowrate.") as tmp:
         trees = {"base": str(unpack(args.base, Path(tmp))), "head": str(ROOT)}
         paths = {**trees, "head": os.pathsep.join((str(ROOT / "services"), str(ROOT)))}  # as bench_hotpath's
         for r in range(args.rounds):
             for tree in ("base", "head"):
+                waiting0, t0 = cpu_waiting(), time.monotonic()
                 out = subprocess.run([sys.executable, __file__, "--child", "--seconds", str(args.seconds),
                                       "--selectivity", *map(str, args.selectivity), "--rates", *map(str, args.rates),
                                       "--publishers", *map(str, args.publishers),
@@ -108,18 +112,20 @@ def main(argv: list[str] | None = None) -> None:
                 if out.returncode:
                     raise SystemExit(f"{tree} child failed:\n{out.stderr}")
                 runs[tree].append(json.loads(out.stdout.strip().splitlines()[-1]))
+                if waiting0 is not None:
+                    short[tree].append((cpu_waiting() - waiting0) / (time.monotonic() - t0))
             print(f"round {r + 1}/{args.rounds} done (load average {os.getloadavg()[0]:.1f})", file=sys.stderr,
                   flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(runs))
     rev = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", args.base], capture_output=True,
                          text=True).stdout.strip()
-    print(report(runs, f"{', '.join(f'{r:,}' for r in args.rates)} events/s, {args.rounds} alternating rounds of "
+    print(report(runs, short, f"{', '.join(f'{r:,}' for r in args.rates)} events/s, {args.rounds} alternating rounds of "
                        f"{args.seconds:g} s cells; "
                        f"base {args.base} ({rev}), head this tree; medians over rounds"))
 
 
-def report(runs: dict[str, list[list[dict]]], title: str) -> str:
+def report(runs: dict[str, list[list[dict]]], short: dict[str, list[float]], title: str) -> str:
     med = lambda rows, k: statistics.median(r[k] for r in rows)  # noqa: E731
     lines = [title, f"{'cell':35} {'p50 base':>8} {'head':>6} {'p99 base':>8} {'head':>6}   "
              + "   ".join(f"{name} base/head" for _, name in MESSAGES) + "   cpu ms/1k base/head"]
@@ -137,6 +143,10 @@ def report(runs: dict[str, list[list[dict]]], title: str) -> str:
             lines.append(f"{tree:4} {k}: per round, the mean over cells {' '.join(f'{v:.2f}' for v in means)}, the "
                          f"worst {' '.join(f'{v:.2f}' for v in worst)}"
                          + (f"; cells under p50 3 ms and p99 15 ms {met}" if k == "p99" else ""))
+    for tree in ("base", "head"):
+        if short.get(tree):
+            lines.append(f"{tree}: the machine short of cores (/proc/pressure/cpu, some) per round "
+                         + " ".join(f"{100 * v:.0f}%" for v in short[tree]))
     return "\n".join(lines)
 
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 from echelon.runtime import loop
 from loadtest.bench_events.systems import MODES, SYSTEMS, missing_peers
-from loadtest.bench_events.workload import (POOL, RANGE, Pool, Received, cpu_seconds, oracle, percentile,
-                                            subscriptions, tcp_bytes_sent)
+from loadtest.bench_events.workload import (POOL, RANGE, Pool, Received, cpu_seconds, cpu_waiting, oracle,
+                                            percentile, subscriptions, tcp_bytes_sent)
 
 RATES = (1000, 10000, None)  # None: saturation
 WINDOW = 4096  # events in flight over all publishers (the bound on what a cell leaves behind)
@@ -72,7 +72,7 @@ class Run:
         cpu0 = {k: cpu_seconds(p) for k, p in pids.items()}
         overflowed0 = getattr(system, "overflowed", 0)
         filtered0 = getattr(system, "filtered", 0)
-        load0 = os.getloadavg()[0]
+        load0, waiting0 = os.getloadavg()[0], cpu_waiting()
         gen0 = cpu_seconds(own)
         wire0 = tcp_bytes_sent(set(pids.values()) | {own})
         window = WINDOW // len(sends)
@@ -128,6 +128,8 @@ class Run:
         self.sink = None
         cpu = {k: cpu_seconds(p) - cpu0[k] for k, p in pids.items()}
         wire = tcp_bytes_sent(set(pids.values()) | {own}) - wire0
+        waiting = cpu_waiting()
+        wall = (time.perf_counter_ns() - t0) / 1e9
         lat = sorted(received.latencies)
         pub_s = (last_ack[0] - t0) / 1e9 if last_ack[0] else None
         dlv_s = (received.last_ns - t0) / 1e9 if received.last_ns else None
@@ -149,6 +151,7 @@ class Run:
                "client_filtered_per_useful": (getattr(system, "filtered", 0) - filtered0) / received.useful
                if received.useful else None,
                "load_average": [round(load0, 2), round(os.getloadavg()[0], 2)],
+               "cpu_pressure": None if waiting is None or waiting0 is None else round((waiting - waiting0) / wall, 3),
                "trees_pinned": getattr(system, "pinned", None)}
         if rate is not None:
             target = min(rate, cap / seconds)
@@ -242,7 +245,9 @@ def line(r: dict) -> str:
         held += f" ({r['subscriptions_overflowed']} slow subscriptions closed by their agents, subscribed again)"
     return (f"{r['system']:8} {r['mode']:17} {r['selectivity']:>3}% {r['publishers']}p {str(r['rate']):>6}: "
             f"pub {r['published_per_s']:9.0f}/s dlv {r['delivered_per_s']:9.0f}/s p50 {fmt(r['p50_ms'], '.2f')} "
-            f"p99 {fmt(r['p99_ms'], '.2f')} ms{held}")
+            f"p99 {fmt(r['p99_ms'], '.2f')} ms{held}"
+            + (f" (short of cores {100 * r['cpu_pressure']:.0f}% of the cell)" if r.get("cpu_pressure") is not None
+               else ""))
 
 
 def table(cells: list[dict]) -> str:
