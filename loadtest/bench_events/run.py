@@ -72,12 +72,12 @@ class Run:
         cpu0 = {k: cpu_seconds(p) for k, p in pids.items()}
         overflowed0 = getattr(system, "overflowed", 0)
         filtered0 = getattr(system, "filtered", 0)
-        load0, waiting0 = os.getloadavg()[0], cpu_waiting()
+        load0 = os.getloadavg()[0]
         gen0 = cpu_seconds(own)
         wire0 = tcp_bytes_sent(set(pids.values()) | {own})
         window = WINDOW // len(sends)
         acked, errors, last_ack = [0], Counter(), [0]
-        t0 = time.perf_counter_ns()
+        waiting0, t0 = cpu_waiting(), time.perf_counter_ns()
         end = t0 + int(seconds * 1e9)
 
         async def publisher(send, share: float) -> None:
@@ -128,8 +128,7 @@ class Run:
         self.sink = None
         cpu = {k: cpu_seconds(p) - cpu0[k] for k, p in pids.items()}
         wire = tcp_bytes_sent(set(pids.values()) | {own}) - wire0
-        waiting = cpu_waiting()
-        wall = (time.perf_counter_ns() - t0) / 1e9
+        waiting, wall = cpu_waiting(), (time.perf_counter_ns() - t0) / 1e9
         lat = sorted(received.latencies)
         pub_s = (last_ack[0] - t0) / 1e9 if last_ack[0] else None
         dlv_s = (received.last_ns - t0) / 1e9 if received.last_ns else None
