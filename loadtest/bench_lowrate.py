@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 MESSAGES = (("publish read", "pub acks"), ("read", "deliveries"), ("written", "sub acks"))
 
 
-def child(seconds: float, selectivity: list[int], rates: list[int], publishers: list[int], modes: list[str]) -> None:
+def child(seconds: float, selectivity: list[int], rates: list[str], publishers: list[int], modes: list[str]) -> None:
     # Run as a script: this directory first on sys.path, `echelon` and `loadtest` from
     # PYTHONPATH (either tree's), as bench_hotpath's children.
     from hotpath_cluster import _count_subscribe_messages
@@ -59,13 +59,14 @@ def child(seconds: float, selectivity: list[int], rates: list[int], publishers: 
                 for npub in publishers:
                     for mode in [m for m in MODES["echelon"] if not modes or m in modes]:
                         sends = await system.publishers(npub, mode, pool)
-                        for rate in rates:
+                        for rate in [None if r == "max" else int(r) for r in rates]:
                             before = dict(count)
                             row = await run.cell(system, sends, rate, pool, subs, {
                                 "system": "echelon", "mode": mode, "selectivity": sel, "publishers": npub})
                             events = max(row["events"], 1)
-                            rows.append({"cell": f"{sel:>2}% {npub}p {rate:>5}/s {mode}", "p50": row["p50_ms"],
+                            rows.append({"cell": f"{sel:>2}% {npub}p {rate or 'max':>5}/s {mode}", "p50": row["p50_ms"],
                                          "p99": row["p99_ms"], "cpu": 1000 * row["cpu_s_per_1k_services"],
+                                         "rate": row["published_per_s"],
                                          **{name: (count[k] - before[k]) / events for k, name in MESSAGES}})
                         await system.close_publishers()
                 await system.close_subs()
@@ -83,7 +84,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=2.0, help="publishing time per cell")
     ap.add_argument("--selectivity", type=int, nargs="+", default=[2, 20], choices=[2, 20])
-    ap.add_argument("--rates", type=int, nargs="+", default=[1000], help="events/s of the cells")
+    ap.add_argument("--rates", nargs="+", default=["1000"], help="events/s of the cells (`max`: saturation)")
     ap.add_argument("--publishers", type=int, nargs="+", default=[1, 4])
     ap.add_argument("--modes", nargs="+", default=[], help="Echelon's modes (bench_events'; default: all)")
     ap.add_argument("--json", default="", help="also write every round's cells here")
@@ -120,7 +121,7 @@ def main(argv: list[str] | None = None) -> None:
         Path(args.json).write_text(json.dumps(runs))
     rev = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", args.base], capture_output=True,
                          text=True).stdout.strip()
-    print(report(runs, short, f"{', '.join(f'{r:,}' for r in args.rates)} events/s, {args.rounds} alternating rounds of "
+    print(report(runs, short, f"{', '.join(args.rates)} events/s, {args.rounds} alternating rounds of "
                        f"{args.seconds:g} s cells; "
                        f"base {args.base} ({rev}), head this tree; medians over rounds"))
 
@@ -128,13 +129,14 @@ def main(argv: list[str] | None = None) -> None:
 def report(runs: dict[str, list[list[dict]]], short: dict[str, list[float]], title: str) -> str:
     med = lambda rows, k: statistics.median(r[k] for r in rows)  # noqa: E731
     lines = [title, f"{'cell':35} {'p50 base':>8} {'head':>6} {'p99 base':>8} {'head':>6}   "
-             + "   ".join(f"{name} base/head" for _, name in MESSAGES) + "   cpu ms/1k base/head"]
+             + "   ".join(f"{name} base/head" for _, name in MESSAGES) + "   cpu ms/1k base/head   published/s base/head"]
     for i, first in enumerate(runs["head"][0]):
         b, h = [rows[i] for rows in runs["base"]], [rows[i] for rows in runs["head"]]
         lines.append(f"{first['cell']:35} {med(b, 'p50'):8.2f} {med(h, 'p50'):6.2f} {med(b, 'p99'):8.2f} "
                      f"{med(h, 'p99'):6.2f}   "
                      + "   ".join(f"{med(b, name):{len(name) + 5}.2f}/{med(h, name):.2f}" for _, name in MESSAGES)
-                     + f"   {med(b, 'cpu'):9.0f}/{med(h, 'cpu'):.0f}")
+                     + f"   {med(b, 'cpu'):9.0f}/{med(h, 'cpu'):<5.0f}"
+                     + (f"   {med(b, 'rate'):10.0f}/{med(h, 'rate'):.0f}" if "rate" in first else ""))
     for k in ("p50", "p99"):
         for tree in ("base", "head"):
             means = [statistics.fmean(r[k] for r in rows) for rows in runs[tree]]
