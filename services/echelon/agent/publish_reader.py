@@ -9,10 +9,8 @@ the `Publish handler` pieces). A reader task takes the stream's messages as gRPC
 them over, the consumer (publishing.py) all that queued meanwhile. gRPC hands over one
 message per read, and the consumer is faster than the reads: taken as they come, runs
 would be of one. So while earlier requests of the stream await their acks (a pipelining
-client, whose acks are not due yet anyway) a run of single events waits for the next
-request, at most GAP for each and LINGER in all; a request with nothing of its stream in
-flight goes at once, and so does anything that cannot join a run (a `batch`, as the
-SDK sends: nothing would be merged with it, so waiting would only delay it).
+client, whose acks are not due yet anyway) a run waits for the next request, at most GAP
+for each and LINGER in all; a request with nothing of its stream in flight goes at once.
 
 The contract stays the client's: the acks of a run are written as that client asked, one
 PublishAck per request (its fields at the top level, in request order), or, with
@@ -93,8 +91,8 @@ async def _runs(requests, answers: deque[int]):
             had = len(queued)
             await news.wait()
             timer.cancel()
-            if len(queued) == had or not _single(queued[-1]):
-                return  # the gap passed with nothing new, or what came ends the run anyway
+            if len(queued) == had:
+                return  # the gap passed with nothing new
 
     reader = asyncio.create_task(read())
     try:
@@ -106,7 +104,7 @@ async def _runs(requests, answers: deque[int]):
                 news.clear()
                 await news.wait()
                 continue
-            if len(queued) < MAX_RUN and _single(queued[-1]):
+            if len(queued) < MAX_RUN:
                 await more()
             taken, run = list(queued), []
             queued.clear()
