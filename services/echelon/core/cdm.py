@@ -59,7 +59,9 @@ def _bulk():
 
 
 @dataclass(frozen=True)
-class Subscription:
+class Entry:
+    """A subscription as the index holds it: its id, the agent that holds it, its filter."""
+
     id: str
     agent: str
     filter: Filter
@@ -68,9 +70,9 @@ class Subscription:
 class CountingIndex:
     """Subscriptions of one zone (or one matcher), matched by counting; see the module doc."""
 
-    def __init__(self, subscriptions: Iterable[Subscription] = (), *, base: int = 64, growth: int = 8):
+    def __init__(self, subscriptions: Iterable[Entry] = (), *, base: int = 64, growth: int = 8):
         self._base, self._growth = base, growth
-        self._subs: dict[str, Subscription] = {}
+        self._subs: dict[str, Entry] = {}
         self._rows: dict[str, tuple[Row, ...] | None] = {}
         self._level: dict[str, int] = {}
         self._levels: list[list[str]] = [[]]
@@ -88,21 +90,21 @@ class CountingIndex:
     def __contains__(self, sid: object) -> bool:
         return sid in self._subs
 
-    def get(self, sid: str) -> Subscription | None:
+    def get(self, sid: str) -> Entry | None:
         return self._subs.get(sid)
 
-    def subscriptions(self) -> list[Subscription]:
+    def subscriptions(self) -> list[Entry]:
         return list(self._subs.values())
 
     def attributes(self) -> Iterable[str]:
         """The attributes some subscription here names: the only ones matching reads."""
         return self._attributes.keys()
 
-    def insert(self, sub: Subscription) -> None:
+    def insert(self, sub: Entry) -> None:
         """Add or replace (same id) one subscription; SchemaError for a malformed filter."""
         self.insert_many([sub])
 
-    def insert_many(self, subs: Iterable[Subscription]) -> None:
+    def insert_many(self, subs: Iterable[Entry]) -> None:
         """Add or replace many at once, placed in the first level that holds them all."""
         with _bulk():
             parsed = [(s, rows_of(s.filter)) for s in subs]  # raises before any state changes
