@@ -185,7 +185,7 @@ class CountingIndex:
                 idv = idv if order is None else idv[order]
             e = e if order is None else e[order]
             bounds = np.searchsorted(e, np.arange(n + 1)).tolist()
-            ids = idv.tolist()  # once: a numpy slice and tolist per event cost 10x a list slice
+            ids = idv.tolist()  # once: a numpy slice and tolist per event cost far more than a list slice
             out += [ids[a:b] for a, b in zip(bounds, bounds[1:])]
         return out
 
@@ -219,7 +219,7 @@ class CountingIndex:
     def _agent_sets(self, seen: np.ndarray) -> list[frozenset[str]]:
         """Each row's agents (a row of `seen` per event, a column per agent code), as one
         frozenset per distinct row, kept: a row packed into bytes is its key, looked up
-        in C (a topic's events meet few agent sets; a new frozenset per event cost 4x)."""
+        in C (a topic's events meet few agent sets: a new frozenset per event would cost more)."""
         packed = np.packbits(seen, axis=1)
         keys = packed.view(f"V{packed.shape[1]}").ravel().tolist()  # a bytes object per row
         kept = self._sets
