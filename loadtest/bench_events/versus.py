@@ -2,9 +2,9 @@
 side in one run (docs/performance.md, "Against a base revision").
 
 The base revision's package is unpacked as bench_hotpath does (either layout); each round
-runs one child process per tree, alternating (base, head, base, head...), each child this
-tree's driver (`python -m loadtest.bench_events` with the other arguments given) on that
-tree's `echelon`: its own cluster, its own SDK. Per cell, the median over rounds of each
+runs one child process per tree, alternating (base, head, head, base, base, head...), each
+child this tree's driver (`python -m loadtest.bench_events` with the other arguments given)
+on that tree's `echelon`: its own cluster, its own SDK. Per cell, the median over rounds of each
 tree's published and delivered events/s, p50 and p99 and the services' CPU per 1,000
 events, the gain (head/base for a rate, base/head for a latency or a cost: above 1 is
 better now) and each round's own gain (the two ran back to back, under about the same
@@ -57,7 +57,9 @@ def side_by_side(base: str, rounds: int, argv: list[str]) -> str:
         paths = {"base": os.pathsep.join((str(driver), str(tree))),
                  "head": os.pathsep.join((str(driver), str(ROOT / "services"), str(ROOT)))}
         for r in range(rounds):
-            for side in ("base", "head"):
+            # base, head, then head, base: a load that rises (or falls) through the run falls on
+            # both trees alike instead of always on the second.
+            for side in ("base", "head") if r % 2 == 0 else ("head", "base"):
                 out = Path(tmp) / f"{side}-{r}"
                 done = subprocess.run([sys.executable, "-m", "loadtest.bench_events", *passed, "--systems", "echelon",
                                        "--out", str(out)], env={**os.environ, "PYTHONPATH": paths[side]},
@@ -106,4 +108,8 @@ def report(runs: dict[str, list[list[dict]]], title: str) -> str:
             gains.append(f"{name} " + " ".join(f"{(hh / bb if higher else bb / hh):.2f}" for bb, hh in pairs))
         lines.append(row)
         per_round.append(f"{f'{mode} {sel}% {pubs}p {rate}':30} " + "; ".join(gains))
-    return "\n".join(lines + ["", "gain per round (base and head back to back)"] + per_round)
+    loads = {side: " ".join(f"{statistics.fmean(v for c in rnd for v in c.get('load_average', [0])):.0f}"
+                            for rnd in runs[side]) for side in runs}
+    return "\n".join(lines + ["", "gain per round (base and head back to back)"] + per_round
+                     + ["", f"load average per round, the mean over its cells: base {loads['base']}, "
+                            f"head {loads['head']}"])
