@@ -60,18 +60,27 @@ def side_by_side(base: str, rounds: int, argv: list[str]) -> str:
             # base, head, then head, base: a load that rises (or falls) through the run falls on
             # both trees alike instead of always on the second.
             for side in ("base", "head") if r % 2 == 0 else ("head", "base"):
-                out = Path(tmp) / f"{side}-{r}"
-                done = subprocess.run([sys.executable, "-m", "loadtest.bench_events", *passed, "--systems", "echelon",
-                                       "--out", str(out)], env={**os.environ, "PYTHONPATH": paths[side]},
-                                      cwd=driver, capture_output=True, text=True, timeout=3600)
-                if done.returncode:
-                    raise SystemExit(f"{side} child failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
-                runs[side].append(json.loads((out / "bench_events.json").read_text())["cells"])
+                runs[side].append(_child(passed, paths[side], driver, Path(tmp) / f"{side}-{r}"))
             print(f"round {r + 1}/{rounds} done (load average {os.getloadavg()[0]:.1f})", file=sys.stderr, flush=True)
     rev = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", base], capture_output=True,
                          text=True).stdout.strip()
-    return report(runs, f"Echelon's cells, median of {rounds} alternating rounds; base {base} ({rev}), head this "
+    kept = sum(b is not None and h is not None for b, h in zip(runs["base"], runs["head"]))
+    return report(runs, f"Echelon's cells, median of {kept} of {rounds} alternating rounds; base {base} ({rev}), head this "
                         f"tree; load average {os.getloadavg()[0]:.1f} at the end")
+
+
+def _child(passed: list[str], path: str, driver: Path, out: Path, attempts: int = 2) -> list[dict] | None:
+    """One tree's cells (None: its cluster failed twice, e.g. not up in time on a loaded
+    machine; the round then counts for neither tree)."""
+    for attempt in range(attempts):
+        done = subprocess.run([sys.executable, "-m", "loadtest.bench_events", *passed, "--systems", "echelon",
+                               "--out", str(out / str(attempt))], env={**os.environ, "PYTHONPATH": path},
+                              cwd=driver, capture_output=True, text=True, timeout=3600)
+        if done.returncode == 0:
+            return json.loads((out / str(attempt) / "bench_events.json").read_text())["cells"]
+        print(f"a child failed ({'retried' if attempt + 1 < attempts else 'round left out'}):\n"
+              f"{done.stderr[-1500:]}", file=sys.stderr, flush=True)
+    return None
 
 
 def _key(c: dict) -> tuple:
@@ -89,10 +98,12 @@ def report(runs: dict[str, list[list[dict]]], title: str) -> str:
     head = f"{'cell':30}" + "".join(f" {name + ' base':>14} {'head':>8} {'gain':>5}" for name, _, _ in MEASURES)
     lines = [title, head, "-" * len(head)]
     per_round: list[str] = []
-    cells = [_key(c) for c in runs["head"][0]]
-    for key in cells:
-        b_rows = [next((c for c in rnd if _key(c) == key), None) for rnd in runs["base"]]
-        h_rows = [next((c for c in rnd if _key(c) == key), None) for rnd in runs["head"]]
+    whole = [(b, h) for b, h in zip(runs["base"], runs["head"]) if b is not None and h is not None]
+    if not whole:
+        return f"{title}\nno round where both trees ran"
+    for key in [_key(c) for c in whole[0][1]]:
+        b_rows = [next((c for c in b if _key(c) == key), None) for b, _ in whole]
+        h_rows = [next((c for c in h if _key(c) == key), None) for _, h in whole]
         mode, sel, pubs, rate = key
         row = f"{f'{mode} {sel}% {pubs}p {rate}':30}"
         gains = []
@@ -108,8 +119,8 @@ def report(runs: dict[str, list[list[dict]]], title: str) -> str:
             gains.append(f"{name} " + " ".join(f"{(hh / bb if higher else bb / hh):.2f}" for bb, hh in pairs))
         lines.append(row)
         per_round.append(f"{f'{mode} {sel}% {pubs}p {rate}':30} " + "; ".join(gains))
-    loads = {side: " ".join(f"{statistics.fmean(v for c in rnd for v in c.get('load_average', [0])):.0f}"
-                            for rnd in runs[side]) for side in runs}
+    loads = {side: " ".join(f"{statistics.fmean(v for c in pair[k] for v in c.get('load_average', [0])):.0f}"
+                            for pair in whole) for k, side in enumerate(("base", "head"))}
     return "\n".join(lines + ["", "gain per round (base and head back to back)"] + per_round
                      + ["", f"load average per round, the mean over its cells: base {loads['base']}, "
                             f"head {loads['head']}"])

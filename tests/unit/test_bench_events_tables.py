@@ -52,6 +52,9 @@ def test_side_by_side_takes_medians_per_tree_and_a_gain_above_one_means_better_n
     assert row[-3:] == ["30.00", "10.00", "3.00"]
     rounds = next(x for x in lines if x.startswith("m 2% 1p max") and "pub/s" in x)
     assert "pub/s 4.00 1.67 3.00" in rounds  # each round's own ratio
+    runs["base"][1] = None  # a round whose base cluster failed counts for neither tree
+    row = next(x for x in report(runs, "t").splitlines() if x.startswith("m 2% 1p max")).split()
+    assert row[4:7] == ["150.00", "500.00", "3.33"]
 
 
 def test_side_by_side_passes_the_other_options_to_both_trees():
