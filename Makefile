@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 SYSTEM := $(VENV)/.system
 NODE   := tests/interop/node/node_modules/.package-lock.json
 
-.PHONY: install proto dashboards docs-diagram demo up test chaos abuse kube-check bench bench-replan bench-events bench-events-base bench-hotpath bench-lowrate trace-hops bench-durable bench-overload bench-tls replan-loop bulk-scale clean
+.PHONY: install proto dashboards docs-diagram demo up test chaos abuse kube-check bench bench-replan bench-events bench-events-base bench-hotpath bench-lowrate trace-hops bench-durable bench-overload bench-tls bench-auth replan-loop bulk-scale clean
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) on PATH"; exit 1; }
@@ -135,6 +135,13 @@ bench-overload: $(STAMP)
 bench-tls: $(STAMP)
 	$(PY) -m loadtest.bench_tls --out out/bench_tls
 
+# What the access checks cost on the hot path (a few minutes, docs/security.md "What the
+# checks cost"): the checks themselves in CPU time, alternating with none, then the same
+# cluster with auth off and on, alternating: ratios with their spread.
+bench-auth: $(STAMP)
+	$(PY) -m loadtest.bench_auth --pieces --rounds 12
+	$(PY) -m loadtest.bench_auth --rounds 8
+
 replan-loop: $(STAMP)
 	$(PY) -m loadtest.replan_loop --out out/replan_loop
 
@@ -157,6 +164,12 @@ octopia: $(STAMP) $(SYSTEM)
 	$(PY) -m loadtest.octopia_sim --out out/octopia
 	$(PY) -m loadtest.octopia_net --out out/octopia_net
 	$(PY) -m pytest -q -m netns tests/chaos/test_octopia_net.py
+
+# OctopiA's control plane (advertisements, subscriptions, SRT/PRT, CIB_SET) beside the paper's TID
+# baseline (PADRES) on the 70-router overlay, simulated: two tables beside the paper's figures.
+.PHONY: octopia-control
+octopia-control: $(STAMP)
+	$(PY) -m loadtest.octopia_control_sim
 
 # The paper's bulk experiment in network namespaces (needs root; about 15 minutes): tables, out/bulk/*.png.
 .PHONY: bulk

@@ -11,7 +11,7 @@ from typing import Iterable, Mapping
 
 import grpc
 
-from echelon.client.admin import AclRule, SubscriptionInfo, Topic
+from echelon.client.admin import AclRule, SubscriptionInfo, Topic, caps_from_pb
 from echelon.client.connection import Connection, ConnectionEvent, Hook, Reconnect, with_port
 from echelon.client.deadlines import ACK_DEADLINE
 from echelon.client.diagnose import probe
@@ -173,6 +173,24 @@ class Client:
     async def list_acls(self, timeout: float | None = None) -> list[AclRule]:
         return [AclRule.from_pb(r) for r in (await self._admin("ListAcls", ppb.ListAclsRequest(), timeout)).rules]
 
+    async def set_caps(self, principal: str, caps: Mapping[str, int] | None = None, clear: Iterable[str] = (),
+                       timeout: float | None = None) -> dict[str, int]:
+        """Set caps of `principal` ("user:<name>", "group:<name>" or "*"): what it may hold
+        and ask for (subscriptions, durable_subscriptions, durable_max_messages,
+        durable_max_bytes, durable_max_idle_seconds, durable_max_replicas), over the
+        agents' limits; `clear` removes some. Returns its caps as they now stand."""
+        try:
+            msg = pb.IdentityCaps(**(caps or {}))
+        except (ValueError, TypeError) as e:
+            raise InvalidArgument(f"caps: {e}") from None
+        request = ppb.CapsRequest(principal=principal, caps=msg, clear=list(clear))
+        return caps_from_pb((await self._admin("SetCaps", request, timeout)).caps)
+
+    async def list_caps(self, timeout: float | None = None) -> dict[str, dict[str, int]]:
+        """principal -> its caps, for every principal that has some."""
+        listed = await self._admin("ListCaps", ppb.ListAclsRequest(), timeout)
+        return {r.principal: caps_from_pb(r.caps) for r in listed.rules}
+
     # -- publish and subscribe ---------------------------------------------------------
 
     def publisher(self, producer_id: str | None = None, ack_level: AckLevel = AckLevel.ACCEPTED) -> Publisher:
@@ -216,7 +234,7 @@ class Client:
         (docs/cli.md, "Subscriptions across an agent's death"). `ack_deadline` (seconds, 0:
         none): a message not settled by then is redelivered (`msg.in_progress()` extends
         it); `max_deliveries` (0: no bound): a message delivered that often goes to
-        `dead_letter_topic` instead (client/deadlines.py). `evict` (unnamed only): past its
+        `dead_letter_topic` instead (enforced by the agents: docs/guarantees.md, "Dead messages"). `evict` (unnamed only): past its
         bound at the agent it is closed (RESOURCE_EXHAUSTED, its loss counted) rather than
         slow the publishers down, as NATS core does (docs/guarantees.md, "Flow control")."""
         self._conn.check_open()

@@ -65,7 +65,7 @@ from echelon.client.errors import (ClientClosed, EchelonError, FailedPreconditio
 from echelon.client.message import Message, Sliced, check_delay, subscribe_call
 from echelon.client.shared import SharedStream
 from echelon.contract.filters import Disjunction, Filter
-from echelon.contract.transport import SUBSCRIPTION_KEY
+from echelon.contract.transport import REDELIVERY_KEY, SUBSCRIPTION_KEY
 from echelon.contract.wire import filter_to_pb
 from echelon.v1 import pubsub_pb2 as ppb
 
@@ -108,7 +108,10 @@ class Subscription(Inbox):
         self.reconnects = 0  # streams opened again after one was lost
         self.gaps: list[tuple[float, float]] = []  # (lost, reopened), Unix seconds: events may be missing there
         open_ = ppb.SubscriptionOpen(topic=topic, subscription=name, credits=max_outstanding, durable=durable,
-                                     encoded_events=True, batched_deliveries=True, evict=evict)
+                                     encoded_events=True, batched_deliveries=True, evict=evict,
+                                     redelivery=ppb.RedeliveryPolicy(
+                                         ack_deadline_ms=round(ack_deadline * 1000), no_ack_deadline=not ack_deadline,
+                                         max_deliveries=max_deliveries, dead_letter_topic=dead_letter_topic))
         if isinstance(flt, (Filter, Disjunction)):  # a parsed filter: its structured form
             open_.filter.CopyFrom(filter_to_pb(flt))
         else:
@@ -124,6 +127,7 @@ class Subscription(Inbox):
                          conn.acked(name) if durable is not None else None,
                          Deadlines(self, ack_deadline) if ack_deadline else None,
                          DeadLetters(self, max_deliveries, dead_letter_topic) if max_deliveries else None)
+        self._fallback = self._dead_letters  # client-side dead letters, for an agent that does not enforce them
         self._sliced = Sliced(max_whole, self._put, self._lost)  # sliced payloads being received
         self._callbacks: set[asyncio.Task] = set()
         self._call = None
@@ -222,6 +226,7 @@ class Subscription(Inbox):
         except BaseException:
             self._shared = None
             raise
+        self._enforce(stream.enforced)
 
     async def _open_on(self, i: int) -> None:
         self._agent = i % len(self._conn.addresses)
@@ -237,6 +242,7 @@ class Subscription(Inbox):
         metadata = dict(await call.initial_metadata() or ())
         if SUBSCRIPTION_KEY in metadata:
             self.id = metadata[SUBSCRIPTION_KEY]
+            self._enforce(REDELIVERY_KEY in metadata)
             if self._acked is not None:  # a seek moved what is owed: acked messages may come again
                 self._conn.seen_seeks(self.name, metadata.get("x-echelon-seeks", ""))
             return
@@ -244,6 +250,16 @@ class Subscription(Inbox):
         if code == grpc.StatusCode.OK:
             raise Unavailable("subscription stream ended before it was opened")
         raise from_status(code, await call.details() or "", {k: v for k, v in await call.trailing_metadata() or ()})
+
+    def _enforce(self, announced: bool) -> None:
+        """This stream's agent enforces the redelivery policy (it said so when the stream
+        opened): dead letters are its job, and this client's deadlines only settle, a
+        quarter of a deadline after the agent's, what the agent took back (a nack of an id
+        it no longer has just returns the credit). Else client/deadlines.py enforces both."""
+        self._enforced = announced
+        self._dead_letters = None if announced else self._fallback
+        if self._deadlines is not None:
+            self._deadlines.late = 0.25 if announced else 0.0
 
     async def next(self, timeout: float | None = None) -> Message:
         """The next message; Timeout after `timeout` seconds (the stream stays open).
@@ -368,8 +384,8 @@ class Subscription(Inbox):
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        if self._dead_letters is not None:
-            await self._dead_letters.close()
+        if self._fallback is not None:
+            await self._fallback.close()
         if not self._ended.is_set():  # closed while no stream was open (reconnecting)
             self._finish(None)
 

@@ -56,6 +56,7 @@ from echelon.agent.durable.copies import copy_of, take_copy
 from echelon.agent.durable.peers import Peers
 from echelon.agent.durable.subscription import DurableSubscription
 from echelon.agent.durable.upkeep import flush_loop, maintain_loop
+from echelon.agent.redelivery import apply, policy_of, to_pb
 from echelon.agent.durable.store import Key, Store
 from echelon.core.durability import Policy, holders
 from echelon.contract.filters import Filter
@@ -143,6 +144,7 @@ class Durables:
                                   self.dropped.inc)
         self.subs[record.name] = sub
         registry = self.node.subscriptions
+        apply(sub, policy_of(record.redelivery, record.topic), registry.dead_letters, self.node.metrics)
         registry.subs[record.name] = sub
         registry._changed()
         asyncio.create_task(self.register(sub), name=f"durable-register {record.name}")
@@ -202,7 +204,7 @@ class Durables:
             if record is not None:
                 sub = await self.adopt(record)
             else:
-                sub = await self._create(name, topic, flt, open_.durable)
+                sub = await self._create(name, topic, flt, open_.durable, open_.redelivery)
         elif not sub.synced:
             await self.sync(sub)
         if name not in self.subs:
@@ -221,7 +223,8 @@ class Durables:
         self.touch(sub)
         return sub
 
-    async def _create(self, name: str, topic: pb.Topic, flt: Filter, o: ppb.DurableOptions) -> DurableSubscription:
+    async def _create(self, name: str, topic: pb.Topic, flt: Filter, o: ppb.DurableOptions,
+                      redelivery: ppb.RedeliveryPolicy) -> DurableSubscription:
         d = self.defaults
         if o.policy and o.policy not in Policy._value2member_map_:
             raise InvalidArgument(f"backlog policy {o.policy}: unknown")
@@ -245,7 +248,8 @@ class Durables:
             chosen = [self.me, *chosen[:-1]]
         now = time.time_ns()
         record = dpb.DurableSubscription(name=name, topic=topic.name, filter=filter_to_pb(flt), options=options,
-                                         holders=chosen, created_unix_nanos=now, last_active_unix_nanos=now)
+                                         holders=chosen, created_unix_nanos=now, last_active_unix_nanos=now,
+                                         redelivery=to_pb(policy_of(redelivery, topic.name)))
         sub = self._create_local(record)
         await self.register(sub)  # matched from the moment the open returns ("now")
         await self._tell_holders(sub, dpb.DurableChange(name=name, create=record))

@@ -63,7 +63,7 @@ class DurableSubscription(Subscription):
         return list(self.record.holders)
 
     def headers(self) -> tuple[tuple[str, str], ...]:
-        return (("x-echelon-seeks", str(self.record.seeks)),)
+        return (*super().headers(), ("x-echelon-seeks", str(self.record.seeks)))
 
     def full(self) -> bool:
         return self.bound.full(self.depth, self.nbytes)
@@ -110,6 +110,13 @@ class DurableSubscription(Subscription):
         log first: the credits come back once the acks are committed."""
         crash_point("ack-received")
         done = self.settle(delivery_ids, through)
+        self.forget(done)
+        self.credits += credits
+        self.changed.set()
+        return len(done)
+
+    def forget(self, done: list[Pending]) -> None:
+        """Settled for good (acked, termed, dead-lettered): logged as gone, for every holder."""
         keys = [key_of(p.event) for p in done]
         if keys:
             self.store.ack(self.name, self.topic, keys)
@@ -118,9 +125,6 @@ class DurableSubscription(Subscription):
                 self._gone(k)
             self.remember(keys)
             self.acked(self, keys)
-        self.credits += credits
-        self.changed.set()
-        return len(done)
 
     def remember(self, keys: Iterable[Key]) -> None:
         for k in keys:
