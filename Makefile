@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 SYSTEM := $(VENV)/.system
 NODE   := tests/interop/node/node_modules/.package-lock.json
 
-.PHONY: install proto dashboards docs-diagram demo up test chaos abuse kube-check bench bench-replan bench-events bench-hotpath bench-lowrate trace-hops bench-durable bench-overload bench-tls bench-auth replan-loop bulk-scale clean
+.PHONY: install proto dashboards docs-diagram demo up test chaos abuse kube-check bench bench-replan bench-events bench-events-base bench-hotpath bench-lowrate trace-hops bench-durable bench-overload bench-tls bench-auth replan-loop bulk-scale clean
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) on PATH"; exit 1; }
@@ -85,12 +85,20 @@ bench-replan: $(STAMP)
 	$(PY) -m loadtest.bench_replan --out out/bench_replan
 
 # Small events, Echelon beside nats-server and redis-server in one run (about 10 minutes on a
-# quiet machine): the table of ratios to NATS, issue 12's targets MET / NOT MET, CPU per
-# service, out/bench_events/{latency_vs_rate.png,bench_events.json}, and a py-spy profile of
-# the publishing agent under saturation. `make bench-events BENCH_ARGS=--short`: the cells the
+# quiet machine): the table of ratios to NATS, the small-event targets MET / NOT MET
+# (docs/performance.md), CPU per service, out/bench_events/{latency_vs_rate.png,bench_events.json},
+# and a py-spy profile of the publishing agent under saturation. `make bench-events BENCH_ARGS=--short`: the cells the
 # targets are read from (DELIVERED), 2 s each, in about half the time.
 bench-events: $(STAMP) $(SYSTEM)
 	$(PY) -m loadtest.bench_events --out out/bench_events --profile $(BENCH_ARGS)
+
+# Echelon's cells of bench-events, this tree against BASE (default main), alternating rounds
+# of a run per tree (loadtest/bench_events/versus.py). By default the quick version, usable on
+# a loaded machine (about 15 minutes): DELIVERED, 2% selectivity, 1 publisher, 2 s cells, 4
+# rounds (each tree first in half of them); `VERSUS_ARGS=--rounds 4` for every cell of the grid.
+VERSUS_ARGS ?= --short --modes batch-DELIVERED single-DELIVERED --selectivity 2 --publishers 1 --rounds 4
+bench-events-base: $(STAMP)
+	$(PY) -m loadtest.bench_events --base $(BASE) $(VERSUS_ARGS)
 
 # The hot path's per-event pieces, then whole clusters, then idle clusters, this tree against
 # BASE (default main), alternating in one run (a few minutes each): microseconds per event,

@@ -464,6 +464,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                     "(loadtest/grpc_floor.py): the ceiling of the raw-stub cells, in the same run")
     ap.add_argument("--rates", nargs="+", type=lambda v: None if v == "max" else int(v), default=list(RATES),
                     help="events/s of the cells, `max` for saturation (default: 1000 10000 max)")
+    ap.add_argument("--base", metavar="REV", help="Echelon's cells of this tree against revision REV, side by "
+                    "side: alternating rounds of one run per tree (versus.py); the other options apply to both")
+    ap.add_argument("--rounds", type=int, default=2, help="with --base: rounds (a run per tree each)")
     args = ap.parse_args(argv)
     args.check = args.quick
     if args.quick:
@@ -474,8 +477,13 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def main(argv: list[str] | None = None) -> Run:
+def main(argv: list[str] | None = None) -> Run | None:
     args = parse(argv)
+    if args.base:
+        from loadtest.bench_events.versus import side_by_side
+
+        print(side_by_side(args.base, args.rounds, sys.argv[1:] if argv is None else argv))
+        return None
     missing = missing_peers()
     if missing:
         raise SystemExit(f"missing {', '.join(missing)}: `make install` as root installs them (apt)")

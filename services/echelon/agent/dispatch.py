@@ -161,7 +161,7 @@ class Dispatcher:
             self.gateway.trees.elsewhere
         payloads = list(chain.from_iterable([unit[1] for unit in units]))
         rooms = ()  # of this agent's own subscriptions past their bound (lagging): waited for below
-        # A batch repeats few agent sets: each split once (keyed by the result's bytes, 5x
+        # A batch repeats few agent sets: each split once (keyed by the result's bytes, far
         # cheaper than reading its agents), as (here, elsewhere, destination count).
         keys = list(map(_result_key, results))
         routed: dict[bytes, tuple[list[str], list[str], int]] = {}

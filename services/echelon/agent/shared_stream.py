@@ -2,8 +2,8 @@
 stream, as NATS carries a connection's subscriptions under their sids.
 
 Why: an event that matches several subscriptions of one client went out as one message
-per subscription, and came back as one ack message each; a grpc.aio message costs
-~90-100 us of CPU per endpoint, so at low rates the message count is the cost. On a
+per subscription, and came back as one ack message each; a grpc.aio message costs far
+more CPU at each end than the work it carries, so at low rates the message count is the cost. On a
 shared stream one Delivery message carries whatever all the stream's subscriptions have
 ready (up to MAX_DELIVERIES, each element with its `sid`), and one request carries the
 acks of many (`SubscribeRequest.batch`).
@@ -142,7 +142,7 @@ class SharedStream:
         return out, sliced, more
 
     def _counter(self, family, topic: str):
-        """`family`'s series of `topic` (labels() costs ~2 us a call: once per topic and family)."""
+        """`family`'s series of `topic` (labels() costs more than the increment: once per topic and family)."""
         counter = self._counted.get((family, topic))
         if counter is None:
             counter = self._counted[(family, topic)] = family.labels(topic)

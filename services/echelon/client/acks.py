@@ -19,7 +19,7 @@ subscriptions (`SubscribeRequest.batch`), whichever of them triggered it; while 
 is on its way the next settlements accumulate for the one after it.
 
 Why these numbers: an ack message costs about what the delivery it answers costs
-(~90-100 us of CPU per endpoint), so one per delivery message doubled the subscriber
+(the CPU of a gRPC message at each end), so one per delivery message doubled the subscriber
 side's messages. Deliveries do not wait on acks while credits remain, so the delay
 costs no latency; it only widens what a broken stream redelivers (at-least-once: an ack
 in flight was never certain). A stream writes at most one timer flush per ACK_DELAY: 20
