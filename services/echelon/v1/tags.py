@@ -76,6 +76,16 @@ class AclRule:  # common.proto
     rights = 0x1a  # 3, length-delimited
 
 
+class CrawlStepRequest:  # crawl.proto
+    role = 0x08  # 1, varint
+
+
+class CrawlStepResponse:  # crawl.proto
+    holders = 0x0a  # 1, length-delimited
+    neighbours = 0x12  # 2, length-delimited
+    view_age_seconds = 0x19  # 3, 64-bit
+
+
 class DurableSubscription:  # durable.proto
     name = 0x0a  # 1, length-delimited
     topic = 0x12  # 2, length-delimited
