@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from echelon.runtime.errors import InvalidArgument
+from echelon.contract.errors import InvalidArgument
 from echelon.runtime.member import MemberClient
 from echelon.v1 import crawl_pb2 as cpb
 from echelon.v1 import membership_pb2 as mpb

@@ -37,7 +37,7 @@ API for a caller that holds operator settings:
 
     limits = FilterLimits(max_bytes=8192, max_predicates=64)
     flt = parse(text, limits)            # FilterSyntaxError, FilterTooLarge
-    flt = runtime.wire.filter_from_request(pb_filter, text, limits)
+    flt = contract.wire.filter_from_request(pb_filter, text, limits)
     flt = flt.validate(schema, limits)   # SchemaError; the terms that can match
 
 In the agent every kind of subscription (ephemeral, named, durable) is checked with
@@ -51,7 +51,7 @@ import math
 from dataclasses import dataclass
 from typing import Mapping, Union
 
-from echelon.core.schema import (DEFAULT_MAX_LENGTH, Attribute, AttrType, Schema, SchemaError, Value, fmt_number,
+from echelon.contract.schema import (DEFAULT_MAX_LENGTH, Attribute, AttrType, Schema, SchemaError, Value, fmt_number,
                                  type_fits, type_name, utf8_length)
 
 
@@ -417,6 +417,6 @@ def parse(text: str, limits: FilterLimits = DEFAULT_LIMITS) -> Expression:
     """Parse the text form into its normal form (filter_text.py): a Filter when it is one
     conjunction, else a Disjunction; FilterSyntaxError names the offending position,
     FilterTooLarge the cap passed."""
-    from echelon.core.filter_text import parse_text  # the grammar builds on this module's types
+    from echelon.contract.filter_text import parse_text  # the grammar builds on this module's types
 
     return parse_text(text, limits)
