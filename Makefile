@@ -150,6 +150,12 @@ octopia: $(STAMP) $(SYSTEM)
 	$(PY) -m loadtest.octopia_net --out out/octopia_net
 	$(PY) -m pytest -q -m netns tests/chaos/test_octopia_net.py
 
+# OctopiA's control plane (advertisements, subscriptions, SRT/PRT, CIB_SET) beside the paper's TID
+# baseline (PADRES) on the 70-router overlay, simulated: two tables beside the paper's figures.
+.PHONY: octopia-control
+octopia-control: $(STAMP)
+	$(PY) -m loadtest.octopia_control_sim
+
 # The paper's bulk experiment in network namespaces (needs root; about 15 minutes): tables, out/bulk/*.png.
 .PHONY: bulk
 bulk: $(STAMP) $(SYSTEM)

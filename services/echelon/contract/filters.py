@@ -324,6 +324,24 @@ def check_size(f: Expression, limits: FilterLimits = DEFAULT_LIMITS) -> None:
         raise FilterTooLarge(f"the filter is {n} predicates in normal form: at most {limits.max_expanded}")
 
 
+def overlaps(a: Expression, b: Expression, schema: Schema) -> bool:
+    """Can one event of `schema` satisfy both `a` and `b` (well-formed, `check`ed)? An
+    advertisement matches a subscription when they overlap (OctopiA section I). Attributes
+    are independent, so two conjunctions overlap when each attribute's predicates together
+    have a value in its domain. Never a false negative; the one false positive is a
+    float or string interval with no representable value inside (adjacent floats, strings
+    past `max_length`): a copy the exact match downstream then drops."""
+    for s in a.terms:
+        for t in b.terms:
+            by_attribute: dict[str, list[Predicate]] = {}
+            for p in s.predicates + t.predicates:
+                by_attribute.setdefault(p.attribute, []).append(p)
+            if all(_satisfiable(preds, None if schema.empty else schema.get(name))
+                   for name, preds in by_attribute.items()):
+                return True
+    return False
+
+
 def term_ids(sid: str, n: int) -> list[str]:
     """The matcher entries of subscription `sid` (`<agent>/<name>`) with `n` terms: the
     first is `sid` itself (a conjunction is registered as it always was), the others
