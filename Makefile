@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 SYSTEM := $(VENV)/.system
 NODE   := tests/interop/node/node_modules/.package-lock.json
 
-.PHONY: install proto dashboards docs-diagram demo up test chaos abuse kube-check bench bench-replan bench-events bench-hotpath bench-lowrate trace-hops bench-durable bench-overload bench-tls replan-loop bulk-scale clean
+.PHONY: install proto dashboards docs-diagram demo up test chaos abuse kube-check bench bench-replan bench-events bench-hotpath bench-lowrate trace-hops bench-durable bench-overload bench-tls bench-auth replan-loop bulk-scale clean
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) on PATH"; exit 1; }
@@ -126,6 +126,13 @@ bench-overload: $(STAMP)
 # minutes): throughput and p50/p99 side by side, on/off ratios, out/bench_tls/bench_tls.json.
 bench-tls: $(STAMP)
 	$(PY) -m loadtest.bench_tls --out out/bench_tls
+
+# What the access checks cost on the hot path (a few minutes, docs/security.md "What the
+# checks cost"): the checks themselves in CPU time, alternating with none, then the same
+# cluster with auth off and on, alternating: ratios with their spread.
+bench-auth: $(STAMP)
+	$(PY) -m loadtest.bench_auth --pieces --rounds 12
+	$(PY) -m loadtest.bench_auth --rounds 8
 
 replan-loop: $(STAMP)
 	$(PY) -m loadtest.replan_loop --out out/replan_loop

@@ -62,6 +62,7 @@ log = logging.getLogger("echelon.transport")
 # -- metadata keys (lower case: gRPC metadata keys are) -------------------------------------
 MEMBER_KEY = "x-echelon-member"  # Relay.Stream: the sending member (checked against its certificate)
 SUBSCRIPTION_KEY = "x-echelon-subscription"  # Subscribe: initial metadata naming the subscription
+REDELIVERY_KEY = "x-echelon-redelivery"  # Subscribe: the agent enforces RedeliveryPolicy (agent/redelivery.py)
 INCARNATION_KEY = "echelon-incarnation"  # a refused (stale) Join: the recorded incarnation, trailing
 # AUTHORIZATION_KEY ("authorization": "Bearer <token>", for callers without a certificate)
 # is defined with the interceptors that send it (contract/bearer.py) and imported above.
