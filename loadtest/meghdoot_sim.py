@@ -1,7 +1,7 @@
 """Meghdoot's evaluation (Gupta et al., section 5) replayed on Echelon's zone code.
 
     python -m loadtest.meghdoot_sim [--peers 100,1000,10000] [--subs 14029] [--events 115000]
-                                    [--skewed] [--out out/meghdoot] [--quick]
+                                    [--skewed] [--uniform-alert] [--out out/meghdoot] [--quick]
 
 One peer starts with the whole space. The stock subscriptions and events
 (loadtest/stock.py) arrive in one random interleaving; after each of them a new peer
@@ -15,7 +15,10 @@ reaches every zone meeting its affected region (3.4), one message per zone to th
 member picked round-robin.
 
 Measured as in the paper: the share of the peers present that an event contacts (every
-peer receiving a routing or propagation message for it, Fig. 9), and each peer's share
+peer receiving a routing or propagation message for it, Fig. 9); beside it, for every
+tenth event, the peers it is routed through plus the peers of the zones holding a
+subscription it matches (the reading of Fig. 9's "delivered to all the relevant
+subscriptions by contacting" that docs/papers.md discusses), and each peer's share
 of all messages sent since it joined, by decile of peers (Fig. 12), and the unique zones
 and replicas at the end (Tab. 1). Event load for the join decision is a count of recent
 messages (exponential decay, half-life 5,000 steps).
@@ -33,7 +36,7 @@ from typing import Sequence
 import numpy as np
 
 from echelon.core.can import Zone, ZoneMap, adjacent
-from echelon.core.space import Space
+from echelon.core.space import Space, affected_mask
 from loadtest import stock
 
 BUCKETS = [(0, 5), (5, 10), (10, 15), (15, 20), (20, 30), (30, 40), (40, 50), (50, 60), (60, 100)]
@@ -52,6 +55,7 @@ class Result:
     contacted: list[float] = field(default_factory=list)  # % of peers contacted, per event
     affected: list[float] = field(default_factory=list)  # % of peers in the affected zones, per event
     loads: list[float] = field(default_factory=list)  # % of messages since joining, per peer
+    relevant: list[float] = field(default_factory=list)  # % of peers routing or holding a match, every 10th event
 
     def histogram(self) -> list[float]:
         c = np.asarray(self.contacted)
@@ -225,35 +229,53 @@ class Sim:
         self.receive(self.pick(np.array(hops[:-1], dtype=np.int64)), event=False)
         self.receive(self.members[target, : self.size[target]], event=False)  # every member stores it
 
-    def publish(self, point: tuple) -> tuple[int, int]:
-        """Deliver one event: (peers contacted in all, peers of the affected zones)."""
-        hops = self.route(self._origin(), np.asarray(point))
+    def publish(self, point: tuple, holding: set[int] | None = None) -> tuple[int, int, int]:
+        """Deliver one event: (peers contacted in all, peers of the affected zones, peers
+        it was routed through or that hold a match: the target zone's and those of the
+        zones in `holding`, the positions of the zones holding a subscription it matches)."""
+        start = self._origin()
+        hops = self.route(start, np.asarray(point))
         zones = self.map.affected(point)
         routed, matched = self.pick(np.array(hops[:-1], dtype=np.int64)), self.pick(zones)
         self.receive(np.concatenate([routed, matched]), event=True)
-        return len(set(routed.tolist()) | set(matched.tolist())), len(set(matched.tolist()))
+        relevant = 0
+        if holding is not None:
+            target = hops[-1] if hops else start
+            picked = dict(zip(zones.tolist(), matched.tolist()))
+            relevant = len(set(routed.tolist()) | {p for z, p in picked.items() if z in holding or z == target})
+        return len(set(routed.tolist()) | set(matched.tolist())), len(set(matched.tolist())), relevant
 
 
-def simulate(peers: int, subs: int, events: int, seed: int = 7, skewed: bool = False) -> Result:
+def simulate(peers: int, subs: int, events: int, seed: int = 7, skewed: bool = False,
+             uniform_alert: bool = False) -> Result:
     space = Space.of(stock.STOCK_SCHEMA)
     sim = Sim(space, seed, peers)
-    sub_points = [space.subscription_point(f) for f in stock.subscriptions(subs, seed)]
+    sub_points = [space.subscription_point(f) for f in stock.subscriptions(subs, seed, uniform_alert)]
+    points = np.array(sub_points)
+    installed = np.zeros(subs, dtype=bool)
     ev_points = [space.event_point(e) for e in stock.events(events, seed + 1, skewed=skewed)]
     order = sim.rng.permutation(subs + events)
-    contacted, affected = [], []
+    contacted, affected, relevant = [], [], []
     for k in order:
         sim.step += 1
         if sim.peers < peers and sim.rng.random() < 0.1:
             sim.join()
         if k < subs:
             sim.subscribe(f"s{k}", sub_points[k])
+            installed[k] = True
         else:
-            every, matched = sim.publish(ev_points[k - subs])
+            holding = None
+            if len(contacted) % 10 == 9:
+                hit = np.flatnonzero(affected_mask(points, ev_points[k - subs]) & installed)
+                holding = {sim.map.index(sim.map.primary[f"s{i}"]) for i in hit.tolist()}
+            every, matched, rel = sim.publish(ev_points[k - subs], holding)
             contacted.append(100.0 * every / sim.peers)
             affected.append(100.0 * matched / sim.peers)
+            if holding is not None:
+                relevant.append(100.0 * rel / sim.peers)
     n = sim.peers
     loads = 100.0 * sim.msgs[:n] / np.maximum(1, sim.total - sim.joined_at[:n])
-    return Result(n, len(sim.map.zones), contacted, affected, loads.tolist())
+    return Result(n, len(sim.map.zones), contacted, affected, loads.tolist(), relevant)
 
 
 def report(results: Sequence[Result], subs: int, events: int) -> str:
@@ -277,6 +299,10 @@ def report(results: Sequence[Result], subs: int, events: int) -> str:
             f"{r.under_5(inclusive=True):.1f}% at most 5% {ref}; counting only the affected zones' "
             f"peers (no routing hops): {r.under_5('affected'):.1f}% / {r.under_5('affected', True):.1f}%"
         )
+        if r.relevant:
+            lines.append(f"  {r.peers:>6,} peers: counting the peers it is routed through and those holding a "
+                         f"subscription it matches: {r.under_5('relevant'):.1f}% / "
+                         f"{r.under_5('relevant', True):.1f}%")
         paper = PAPER["max_load"].get(r.peers)
         ref = f"(paper: {paper}%)" if paper else "(paper: 0.12% at 10,000 peers with 150k subscriptions)" if r.peers == 10000 else ""
         lines.append(f"  {r.peers:>6,} peers: the most loaded peer receives {max(r.loads):.3f}% of messages {ref}")
@@ -330,6 +356,8 @@ def main(argv: Sequence[str] | None = None) -> list[Result]:
     ap.add_argument("--subs", type=int, default=14029)
     ap.add_argument("--events", type=int, default=115000)
     ap.add_argument("--skewed", action="store_true", help="prices concentrated in 10..30 (the paper's real set)")
+    ap.add_argument("--uniform-alert", action="store_true",
+                    help="the market-wide alert's threshold uniform over Volume, like every other parameter")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--out", default="out/meghdoot")
     ap.add_argument("--quick", action="store_true", help="a smoke run: 20 and 60 peers, 600 subs, 3000 events")
@@ -339,7 +367,7 @@ def main(argv: Sequence[str] | None = None) -> list[Result]:
     results = []
     for n in (int(p) for p in args.peers.split(",") if p):
         t = time.perf_counter()
-        results.append(simulate(n, args.subs, args.events, args.seed, args.skewed))
+        results.append(simulate(n, args.subs, args.events, args.seed, args.skewed, args.uniform_alert))
         print(f"  simulated {n:,} peers in {time.perf_counter() - t:.0f} s", flush=True)
     print(report(results, args.subs, args.events))
     out = Path(args.out)

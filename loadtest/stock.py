@@ -75,14 +75,18 @@ def _price(x: float) -> float:
     return round(float(x), 2)
 
 
-def subscriptions(n: int, seed: int = 0) -> list[Filter]:
-    """`n` subscriptions from the five templates, deterministic in `seed`."""
+def subscriptions(n: int, seed: int = 0, uniform_alert: bool = False) -> list[Filter]:
+    """`n` subscriptions from the five templates, deterministic in `seed`; `uniform_alert`:
+    the market-wide alert's P1 uniform over the Volume domain, like every other parameter
+    (the Meghdoot simulation's option: docs/papers.md, Meghdoot)."""
     rng = np.random.default_rng(seed)
     kinds = rng.choice(len(TEMPLATES), size=n, p=[p for _, p in TEMPLATES])
     syms = rng.integers(0, len(SYMBOLS), n)
     a, b = rng.uniform(0, PRICE_MAX, n), rng.uniform(0, PRICE_MAX, n)
     vol = rng.integers(0, VOLUME_MAX + 1, n)
     alert = rng.integers(int(VOLUME_MAX * 0.99), VOLUME_MAX + 1, n)
+    if uniform_alert:
+        alert = rng.integers(0, VOLUME_MAX + 1, n)
     out = []
     for i in range(n):
         k = int(kinds[i])

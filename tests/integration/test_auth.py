@@ -149,7 +149,7 @@ async def test_over_tls_every_agent_rpc_on_the_client_port_refuses_a_call_withou
                     f"127.0.0.1:{agent.server.client_port}") as ch:
                 calls += await refuse_every_rpc(ch, agent.server.service_names, rpcs)
         served = {s for s, *_ in rpcs if s in agent.server.service_names}
-        assert served == {f"echelon.v1.{s}" for s in ("PubSub", "Admin", "Relay", "Durable")}
+        assert served == {f"echelon.v1.{s}" for s in ("PubSub", "Admin", "Relay", "Durable", "Crawl")}
         assert calls == 2 * sum(1 for s, *_ in rpcs if s in served) == refused_count(agent, "unauthenticated")
     finally:
         await c.stop()

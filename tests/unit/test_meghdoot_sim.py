@@ -12,6 +12,7 @@ def test_quick_run_prints_the_tables_and_writes_the_plots(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "Fig. 9" in out and "Fig. 12" in out and "of events contact < 5% of peers" in out
     assert "Tab. 1" in out and f"{results[0].zones:,} zones" in out
+    assert "holding a subscription it matches" in out
     for name in ("fig9_peers_contacted.png", "fig12_load_deciles.png"):
         assert (tmp_path / name).stat().st_size > 0
     for r in results:
@@ -21,4 +22,7 @@ def test_quick_run_prints_the_tables_and_writes_the_plots(tmp_path, capsys):
         # each peer's share is of the messages sent since it joined: the first peer saw them all
         assert 0 < r.loads[0] <= 100 and sum(r.loads) >= 100 - 1e-9
         assert r.zones <= r.peers == int(r.peers)
+        # every tenth event also counted as routed-through plus holders of a match: a subset of
+        # the peers it contacted
+        assert len(r.relevant) == 300 and all(0 < x <= c for x, c in zip(r.relevant, r.contacted[9::10]))
     assert [r.peers for r in results] == [20, 60]

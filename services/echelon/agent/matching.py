@@ -50,6 +50,7 @@ from collections import deque
 
 import grpc
 
+from echelon.agent.crawl import MatcherSearch
 from echelon.contract.errors import Unavailable
 from echelon.runtime.member import MemberClient, lifetime
 from echelon.contract.wire import varints
@@ -99,6 +100,7 @@ class MatchClient:
         self._rr = 0
         self._clock = 0
         self._refill: asyncio.Task | None = None
+        self.search = MatcherSearch(membership, self._channel, self.on_view)  # when membership is lost
 
     def _channel(self, m: mpb.Member) -> grpc.aio.Channel:
         ch = self._channels.get(m.address)
@@ -110,7 +112,7 @@ class MatchClient:
         return xgrpc.MatcherStub(self._channel(m))
 
     def matchers(self) -> list[mpb.Member]:
-        return self.membership.alive(mpb.ROLE_MATCHER)
+        return self.search.matchers(self.membership.alive(mpb.ROLE_MATCHER))
 
     def _version(self) -> int:
         """Nanoseconds of this agent's clock, strictly increasing."""
@@ -125,6 +127,7 @@ class MatchClient:
         NOT_FOUND propagate: every matcher would say the same)."""
         matchers = self.matchers()
         if not matchers:
+            self.search.missed()
             raise Unavailable("no matcher is alive")
         error: Exception | None = None
         for k in range(len(matchers)):
@@ -137,6 +140,7 @@ class MatchClient:
                 if e.code() not in RETRY_CODES:
                     raise
                 log.info("%s on %s failed (%s): trying the next matcher", method, m.id, e.code().name)
+                self.search.missed(m.id)
                 error = e
         raise Unavailable(f"no matcher accepted {method}: {error}")
 
@@ -331,8 +335,11 @@ class MatchClient:
                                 r.future.set_exception(e)
                             continue
                         log.info("match on %s failed (%s): failing over with %d batches", m.id, e, len(self._out))
+                        self.search.missed(m.id)
                         self._suggested = None
                         self._rr += 1
+                else:
+                    self.search.missed()
                 if self._out and loop.time() > self._out[0].deadline:
                     self._fail(Unavailable("no matcher answered in time"))
                     return
@@ -381,6 +388,7 @@ class MatchClient:
         for task in (self._refill, self._remover, self._server):
             if task:
                 task.cancel()
+        await self.search.close()
         self._fail(Unavailable("the agent is stopping"))
         await asyncio.gather(*(ch.close() for ch in self._channels.values()), return_exceptions=True)
 

@@ -107,7 +107,8 @@ POLICY: dict[str, str] = {
                                  "Membership/Suspect", "Replication/Digest", "Replication/Pull",
                                  "Replication/Push", "Relay/Stream", "Matcher/Register", "Matcher/Remove",
                                  "Matcher/Match", "Matcher/Store", "Matcher/Drop", "Matcher/Revoke",
-                                 "Matcher/Sync", "Matcher/Reconcile", "Durable/Apply", "Durable/Fetch")},
+                                 "Matcher/Sync", "Matcher/Reconcile", "Durable/Apply", "Durable/Fetch",
+                                 "Crawl/Step")},
     # Durable subscriptions by name: any identity lists and reads them; Seek and
     # DeleteSubscription need the subscribe right on the subscription's topic (checked
     # by the handler once the topic is known, agent/durable/rpc.py).

@@ -19,11 +19,13 @@ from prometheus_client import Gauge
 
 from echelon.runtime import loop
 from echelon.runtime.auth import AuthConfig, acl_cache
+from echelon.runtime.crawl import CrawlServicer
 from echelon.runtime.member import MemberClient
 from echelon.runtime.metrics import serve_metrics
 from echelon.runtime.rtt import RttProber
 from echelon.runtime.server import Server
 from echelon.contract.transport import TlsDir, Transport
+from echelon.v1 import crawl_pb2_grpc
 from echelon.v1 import membership_pb2 as mpb
 
 log = logging.getLogger("echelon.node")
@@ -72,6 +74,8 @@ class Node:
         self.server = Server(transport=transport, auth=config.auth)
         self.registry = self.server.registry
         self.membership: MemberClient | None = None
+        self.server.add(crawl_pb2_grpc.add_CrawlServicer_to_server, CrawlServicer(lambda: self.membership),
+                        "echelon.v1.Crawl")
         self._metrics_http = None
         self.rtt: RttProber | None = None
         self.view_age = Gauge("echelon_membership_view_age_seconds",

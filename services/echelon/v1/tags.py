@@ -86,6 +86,16 @@ class IdentityCaps:  # common.proto
     durable_max_replicas = 0x30  # 6, varint
 
 
+class CrawlStepRequest:  # crawl.proto
+    role = 0x08  # 1, varint
+
+
+class CrawlStepResponse:  # crawl.proto
+    holders = 0x0a  # 1, length-delimited
+    neighbours = 0x12  # 2, length-delimited
+    view_age_seconds = 0x19  # 3, 64-bit
+
+
 class DurableSubscription:  # durable.proto
     name = 0x0a  # 1, length-delimited
     topic = 0x12  # 2, length-delimited
