@@ -147,7 +147,8 @@ class AgentNode(Node):
                                       lambda topics: self.membership.set_topics(set(), topics), self._max_backlog)
         self.subscriptions.filter_limits = self.server.access.config.limits.filters()  # the operator's (--limits)
         self.subscriptions.dead_letters = DeadLetters(me, self.pubsub.Publish, self.metrics)
-        self.durables = Durables(self, Store(self.data_dir, self.fsync), self.durable_defaults)
+        self.durables = Durables(me, self, self.server.access, self.server.transport,  # durables.py's Host
+                                 Store(self.data_dir, self.fsync), self.durable_defaults)
         durable_tasks = self.durables.start()
         delivery = LocalDelivery(lambda: self.subscriptions.subs, self.metrics, self.subscriptions.close)
         self.subscriptions.max_bytes = self.max_backlog_bytes

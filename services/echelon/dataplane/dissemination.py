@@ -60,9 +60,9 @@ log = logging.getLogger("echelon.dataplane.dissemination")
 
 MAX_HOLDS = 65_536  # settled holds a relay remembers to suppress duplicate forwarding
 # Of slices, apart: a duplicate slice is a re-sent unacknowledged frame, so it is among the
-# last windows' worth (8 stripes x 8 MiB = 1,024 slices of 64 KiB); remembering 65,536
-# slice holds would cost ~45 MiB per agent for nothing (measured: an agent's peak RSS crept
-# up with the payload size until 4 GiB). One forgotten anyway costs a redundant copy only.
+# last windows' worth (8 stripes x 8 MiB = 1,024 slices of 64 KiB); remembering as many
+# slice holds as event holds would make an agent's memory grow with the payload size
+# (docs/performance.md, bulk memory). One forgotten anyway costs a redundant copy only.
 MAX_SLICE_HOLDS = 4_096
 # A relay's ack waits this long at most for a destination absent from its view (`_park`), and
 # its new routes for what it relayed on the old view (`_fence`): a view rebuilt by restarted

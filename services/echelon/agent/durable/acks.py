@@ -65,7 +65,7 @@ class AckReplicator:
 
     async def retry(self) -> None:
         """Acks a holder did not take, again (the housekeeping's second)."""
-        members = self.d.node.membership.members
+        members = self.d.host.membership.members
         pending, self._retry = self._retry, OrderedDict()
         sends = []
         for (agent, name), keys in pending.items():

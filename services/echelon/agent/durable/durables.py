@@ -46,7 +46,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client import Counter, Gauge
 
@@ -68,7 +68,26 @@ from echelon.v1 import durable_pb2 as dpb
 from echelon.v1 import pubsub_pb2 as ppb
 
 if TYPE_CHECKING:
-    from echelon.agent.server import AgentNode
+    from prometheus_client import CollectorRegistry
+
+    from echelon.agent.metrics import AgentMetrics
+    from echelon.agent.registry import Registry
+    from echelon.agent.topics import Topics
+    from echelon.runtime.auth import Access
+    from echelon.runtime.member import MemberClient
+    from echelon.contract.transport import Transport
+
+
+class Host(Protocol):
+    """What durable subscriptions use of their agent, read when used (the membership
+    client and the registry's subscriptions come and go with the agent's life)."""
+
+    registry: CollectorRegistry
+    metrics: AgentMetrics
+    topics: Topics
+    subscriptions: Registry
+    membership: MemberClient
+    fsync_batch_ms: float
 
 log = logging.getLogger("echelon.agent.durable.durables")
 
@@ -88,9 +107,10 @@ class Defaults:
 
 
 class Durables:
-    def __init__(self, node: AgentNode, store: Store, defaults: Defaults):
-        self.node = node
-        self.me = node.config.id
+    def __init__(self, me: str, host: Host, access: Access, transport: Transport, store: Store,
+                 defaults: Defaults):
+        self.host, self.access, self.transport = host, access, transport
+        self.me = me
         self.store = store
         self.defaults = defaults
         self.started_ns = time.time_ns()
@@ -99,7 +119,7 @@ class Durables:
         self.acks = AckReplicator(self)
         self.peers = Peers(self)
         self._syncing: dict[str, asyncio.Task] = {}
-        r = node.registry
+        r = host.registry
         self.dropped = Counter("echelon_durable_dropped_total", "Messages a durable subscription's backlog policy "
                                "dropped (a counted loss).", registry=r)
         self.refused = Counter("echelon_durable_publishes_refused_total", "Publishes refused because a matching "
@@ -135,7 +155,7 @@ class Durables:
             sub.synced = False
         return [asyncio.create_task(self.acks.run(), name="durable-acks"),
                 asyncio.create_task(maintain_loop(self), name="durable-maintain"),
-                *([asyncio.create_task(flush_loop(self, self.node.fsync_batch_ms / 1000), name="durable-fsync")]
+                *([asyncio.create_task(flush_loop(self, self.host.fsync_batch_ms / 1000), name="durable-fsync")]
                   if self.store.fsync == "batch" else [])]
 
     def _hold(self, record: dpb.DurableSubscription) -> DurableSubscription:
@@ -143,9 +163,9 @@ class Durables:
         sub = DurableSubscription(self.me, record, filter_from_pb(record.filter), self.store, self._acked,
                                   self.dropped.inc)
         self.subs[record.name] = sub
-        registry = self.node.subscriptions
+        registry = self.host.subscriptions
         sub.on_stall, sub.stall_seconds = registry._stalled, registry.stall_seconds  # lagging: subscription.py
-        apply(sub, policy_of(record.redelivery, record.topic), registry.dead_letters, self.node.metrics)
+        apply(sub, policy_of(record.redelivery, record.topic), registry.dead_letters, self.host.metrics)
         registry.subs[record.name] = sub
         registry._changed()
         asyncio.create_task(self.register(sub), name=f"durable-register {record.name}")
@@ -156,7 +176,7 @@ class Durables:
         delay = 0.1
         while not sub.closed:
             try:
-                await self.node.subscriptions._register(sub)
+                await self.host.subscriptions._register(sub)
                 return
             except Exception as e:  # noqa: BLE001 - retried; reconciliation is the net under it
                 log.info("registering durable %s: %s (retrying)", sub.name, e)
@@ -168,7 +188,7 @@ class Durables:
         self.store.delete(name, time.time_ns())
         self.acks.forget(name)
         if sub is not None:
-            self.node.subscriptions.close(sub)
+            self.host.subscriptions.close(sub)
 
     # -- opening a stream ------------------------------------------------------------------
 
@@ -193,9 +213,9 @@ class Durables:
     async def open(self, open_: ppb.SubscriptionOpen) -> DurableSubscription:
         """Create or resume, attached to the caller's stream (this agent serves it)."""
         name = open_.subscription
-        topic = await self.node.topics.get(open_.topic)
-        limits = self.node.subscriptions.filter_limits  # the registry's, for every kind of subscription
-        flt = filter_from_request(open_.filter, open_.filter_text, limits).validate(self.node.topics.schema(topic),
+        topic = await self.host.topics.get(open_.topic)
+        limits = self.host.subscriptions.filter_limits  # the registry's, for every kind of subscription
+        flt = filter_from_request(open_.filter, open_.filter_text, limits).validate(self.host.topics.schema(topic),
                                                                                      limits)
         sub = self.subs.get(name)
         if sub is None:
@@ -233,7 +253,7 @@ class Durables:
             raise InvalidArgument(f"start position {o.start}: unknown")
         if o.replicas > 5:
             raise InvalidArgument(f"replicas {o.replicas}: 1 to 5")
-        limits = self.node.server.access.config.limits  # the caps apply to defaults too (caps.py)
+        limits = self.access.config.limits  # the caps apply to defaults too (caps.py)
 
         def default(field: str, value: int) -> int:
             return within_caps(field, value, limits, topic)

@@ -30,7 +30,7 @@ class Peers:
         self._channels: dict[tuple[str, int], grpc.aio.Channel] = {}  # (address, lifetime) -> channel
 
     def alive(self) -> dict[str, mpb.Member]:
-        return {m.id: m for m in self.d.node.membership.alive(mpb.ROLE_AGENT)}
+        return {m.id: m for m in self.d.host.membership.alive(mpb.ROLE_AGENT)}
 
     def serving(self, record: dpb.DurableSubscription) -> str:
         """The first alive holder."""
@@ -52,12 +52,12 @@ class Peers:
         if ch is None:
             for old in [k for k in self._channels if k[0] == member.address]:
                 asyncio.create_task(self._channels.pop(old).close())
-            ch = self._channels[key] = self.d.node.server.transport.dial(member.address, RECONNECT_OPTIONS)
+            ch = self._channels[key] = self.d.transport.dial(member.address, RECONNECT_OPTIONS)
         return dgrpc.DurableStub(ch)
 
     def dial(self, agent: str) -> grpc.aio.Channel:
         """A channel of its own to `agent` (a relayed subscriber stream; closed with it)."""
-        return self.d.node.server.transport.dial(self.alive()[agent].address)
+        return self.d.transport.dial(self.alive()[agent].address)
 
     async def locate(self, name: str) -> dpb.DurableSubscription | None:
         """The record, from here or from any agent of the view that holds it; None only when

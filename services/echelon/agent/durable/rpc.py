@@ -43,7 +43,7 @@ class DurableServicer(dgrpc.DurableServicer):
         """The record of the subscription the caller names, if the caller may use it (its
         owner or an admin of its topic, agent/ownership.py), with the subscribe right on
         its topic; to anyone else it does not exist."""
-        access = self.d.node.server.access
+        access = self.d.access
         name = scoped(access, given)
         check_name(name)
         record = await self.d.peers.locate(name)
@@ -60,7 +60,7 @@ class DurableServicer(dgrpc.DurableServicer):
 
     async def ListSubscriptions(self, request, context):
         d = self.d
-        access = d.node.server.access
+        access = d.access
         self._access(request)
         mine = [s.describe(d.me) for s in list(d.subs.values())
                 if not request.owner or owner_of(s.name) == request.owner]
@@ -102,7 +102,7 @@ class DurableServicer(dgrpc.DurableServicer):
         """The `local` forms are one agent asking or telling another: members only
         (runtime/auth.py); a client's request goes through `_record`."""
         if request.local:
-            self.d.node.server.access.require_member(f"{type(request).__name__} (local)", SERVICE)
+            self.d.access.require_member(f"{type(request).__name__} (local)", SERVICE)
 
     async def Seek(self, request, context):
         d = self.d

@@ -122,7 +122,7 @@ class Store:
     def dirty(self) -> bool:
         """Has anything been committed since the last `flush` began (or is a transaction
         still open, counted again at the next)? An agent without durable subscriptions
-        then does no fsync at all: every 10 ms one took 10-20% of its time on a busy disk.
+        then does no fsync at all: a periodic fsync of nothing still costs a busy disk's time.
         Reads the connection: call it on the event loop."""
         if self.db.in_transaction:
             return True

@@ -30,8 +30,8 @@ async def flush_loop(d: Durables, period: float) -> None:
         await committed.wait()
         await asyncio.sleep(period)
         committed.clear()  # before `dirty()` reads the changes: a later commit sets it again
-        # In a thread: an fsync takes 1 to 25 ms on a busy disk, every `period` (10 ms by
-        # default), and on the event loop it held up every stream of the agent meanwhile.
+        # In a thread: an fsync blocks for as long as the disk takes, every `period`, and on
+        # the event loop it held up every stream of the agent meanwhile.
         if d.store.dirty():
             await asyncio.to_thread(d.store.flush)
             d.flushes.inc()
@@ -76,7 +76,7 @@ async def maintain(d: Durables, lifetimes: dict[str, int]) -> None:
 
 def expire_retention(d: Durables, now_ns: int) -> None:
     for name in d.store.topics():
-        topic = d.node.membership.topics.get(name)
+        topic = d.host.membership.topics.get(name)
         seconds = (topic.retention_seconds if topic else 0) or d.defaults.retention_seconds
         nbytes = (topic.retention_bytes if topic else 0) or d.defaults.retention_bytes
         swept: list[int] = []  # the positions the sweep read: what it lets go, and one more
