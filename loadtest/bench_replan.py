@@ -32,6 +32,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -194,6 +196,7 @@ class Timings(list):
         start = time.perf_counter()
         out = fn()
         self.append((engine, stage, time.perf_counter() - start))
+        print(f"  ... {engine}: {stage} {self[-1][2]:.1f}s", file=sys.stderr, flush=True)  # a long run's progress
         return out
 
 
@@ -264,6 +267,7 @@ def run(n: int, master: str, workdir: Path, standalone: bool = False, prom_root:
 
     table = series_table()
     timings = Timings()
+    timings.append(("load average", "start", os.getloadavg()[0]))
     src = Source(workdir / "rows.parquet")
     prom = None
     if prom_root is not None:
@@ -306,6 +310,7 @@ def run(n: int, master: str, workdir: Path, standalone: bool = False, prom_root:
     finally:
         if prom is not None:
             prom.stop()
+    timings.append(("load average", "end", os.getloadavg()[0]))
     return timings
 
 
@@ -342,10 +347,13 @@ def jobs(timings: Timings) -> dict[str, float]:
 def report(results: dict[int, Timings], master: str) -> str:
     lines = []
     for n, timings in results.items():
+        load = " -> ".join(f"{v:.1f}" for e, st, v in timings if e == "load average")
         lines.append(f"{n:,} metric rows ({n // len(series_table()['name'])} scrapes of "
-                     f"{len(series_table()['name']):,} series): stages")
+                     f"{len(series_table()['name']):,} series): stages; machine load average {load}")
         lines.append(f"  {'engine':<32}{'stage':<24}{'seconds':>9}{'rows/s':>14}")
         for engine, stage, s in timings:
+            if engine == "load average":
+                continue
             if stage.startswith("shards"):
                 lines.append(f"  {engine:<32}{stage:<24}")
                 continue
