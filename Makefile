@@ -4,6 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 SYSTEM := $(VENV)/.system
+NODE   := tests/interop/node/node_modules/.package-lock.json
 
 .PHONY: install proto dashboards docs-diagram demo up test chaos abuse kube-check bench bench-replan bench-events bench-hotpath bench-lowrate trace-hops bench-durable bench-overload bench-tls replan-loop bulk-scale clean
 
@@ -27,7 +28,12 @@ $(SYSTEM): | $(STAMP)
 	fi
 	touch $(SYSTEM)
 
-install: $(STAMP) $(SYSTEM)
+# The Node.js client written from protos/ alone (tests/interop): its two npm packages.
+$(NODE): tests/interop/node/package-lock.json
+	@if command -v npm >/dev/null; then npm ci -s --no-audit --no-fund --prefix tests/interop/node; \
+	else echo "note: npm missing: the other-language client test will skip"; fi
+
+install: $(STAMP) $(SYSTEM) $(NODE)
 
 proto: $(STAMP)
 	$(PY) -m echelon.tools.genproto
@@ -47,7 +53,7 @@ demo: $(STAMP)
 up: $(STAMP)
 	$(VENV)/bin/echelon up --agents 4 --matchers 2
 
-test: $(STAMP) $(SYSTEM)
+test: $(STAMP) $(SYSTEM) $(NODE)
 	$(PY) -m pytest -q
 
 chaos: $(STAMP) $(SYSTEM)
@@ -146,6 +152,12 @@ octopia: $(STAMP) $(SYSTEM)
 	$(PY) -m loadtest.octopia_sim --out out/octopia
 	$(PY) -m loadtest.octopia_net --out out/octopia_net
 	$(PY) -m pytest -q -m netns tests/chaos/test_octopia_net.py
+
+# OctopiA's control plane (advertisements, subscriptions, SRT/PRT, CIB_SET) beside the paper's TID
+# baseline (PADRES) on the 70-router overlay, simulated: two tables beside the paper's figures.
+.PHONY: octopia-control
+octopia-control: $(STAMP)
+	$(PY) -m loadtest.octopia_control_sim
 
 # The paper's bulk experiment in network namespaces (needs root; about 15 minutes): tables, out/bulk/*.png.
 .PHONY: bulk

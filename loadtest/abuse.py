@@ -34,7 +34,7 @@ from echelon.client import DELIVERED, Client, Durable
 from echelon.client.errors import EchelonError
 from echelon.launch import Cluster, Loopback
 from echelon.runtime.credentials import write_tokens_file
-from echelon.runtime.transport import TlsDir, Transport
+from echelon.contract.transport import TlsDir, Transport
 from echelon.v1 import durable_pb2 as dpb
 from echelon.v1 import durable_pb2_grpc as dgrpc
 from echelon.v1 import pubsub_pb2 as ppb

@@ -68,7 +68,26 @@ def unpack(rev: str, into: Path) -> Path:
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
     package = into / "services" / "echelon"
     (into / "echelon").symlink_to(package if package.is_dir() else into / "services")
+    _alias_contract(into / "echelon")
     return into
+
+
+# Where the contract's modules were before echelon/contract/ (docs/architecture.md, "One contract").
+FORMERLY = {"schema": "core", "filters": "core", "filter_text": "core", "errors": "runtime", "wire": "runtime",
+            "transport": "runtime", "bearer": "runtime"}
+
+
+def _alias_contract(package: Path) -> None:
+    """In a base tree from before echelon/contract/, `echelon.contract.X` made another name
+    for the module it was then, so this tree's pieces import either tree alike."""
+    contract = package / "contract"
+    if contract.exists():
+        return
+    contract.mkdir()
+    (contract / "__init__.py").write_text("")
+    for name, was in FORMERLY.items():
+        (contract / f"{name}.py").write_text(f"import sys\nimport echelon.{was}.{name} as _m\n\n"
+                                             f"sys.modules[__name__] = _m\n")
 
 
 def main(argv: list[str] | None = None) -> None:

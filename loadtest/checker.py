@@ -18,7 +18,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
-from echelon.core.filters import Filter
+from echelon.contract.filters import Filter
 
 MessageKey = tuple[str, int]  # (producer id, sequence)
 

@@ -64,7 +64,7 @@ def relay_plane(me: str, deliver):
 
 
 def relay_items(n: int, first: int = 0):
-    from echelon.runtime.wire import attributes_to_pb
+    from echelon.contract.wire import attributes_to_pb
     from echelon.v1 import common_pb2 as pb
 
     now = time.time_ns()

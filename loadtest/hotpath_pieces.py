@@ -68,7 +68,7 @@ from hotpath_subscribe import (deliver_piece, gc_piece, queue_piece, relay_recei
 
 def _match_piece(sel: int) -> float:
     from echelon.core.cdm import CountingIndex, Subscription
-    from echelon.core.filters import parse
+    from echelon.contract.filters import parse
     from loadtest.bench_events.workload import subscriptions
 
     index = CountingIndex(Subscription(str(s.index), f"agent-{s.index % 3}", parse(s.echelon_filter()))
@@ -82,8 +82,8 @@ def _answer_piece(sel: int) -> float:
     from types import SimpleNamespace
 
     from echelon.core.can import Zone
-    from echelon.core.filters import parse
-    from echelon.core.schema import Schema, parse_attribute
+    from echelon.contract.filters import parse
+    from echelon.contract.schema import Schema, parse_attribute
     from echelon.core.space import Space
     from echelon.matcher.layout import Copy, Layout, default_zones
     from echelon.matcher import server
@@ -127,15 +127,15 @@ def _entry_piece(size: int = 1, parsed: bool = False) -> float:
     from prometheus_client import CollectorRegistry
 
     from echelon.core.can import Zone
-    from echelon.core.filters import parse
-    from echelon.core.schema import Schema, parse_attribute
+    from echelon.contract.filters import parse
+    from echelon.contract.schema import Schema, parse_attribute
     from echelon.core.space import Space
     from echelon.matcher.layout import Copy, default_zones
     from echelon.matcher.peers import TierView
     from echelon.matcher.sample import EventSampler
     from echelon.matcher.server import MatcherMetrics, MatcherServicer
     from echelon.matcher.tier import Tier
-    from echelon.runtime.wire import attributes_to_pb
+    from echelon.contract.wire import attributes_to_pb
     from echelon.v1 import common_pb2 as pb
     from echelon.v1 import matcher_pb2 as xpb
     from loadtest.bench_events.workload import SCHEMA, subscriptions

@@ -70,8 +70,8 @@ def _admission(size: int):
     from types import SimpleNamespace
 
     from echelon.agent.topics import Topics
-    from echelon.core.schema import Schema, parse_attribute
-    from echelon.runtime.wire import attributes_to_pb, schema_to_pb
+    from echelon.contract.schema import Schema, parse_attribute
+    from echelon.contract.wire import attributes_to_pb, schema_to_pb
     from echelon.v1 import common_pb2 as pb
     from echelon.v1 import pubsub_pb2 as ppb
     from loadtest.bench_events.workload import SCHEMA
@@ -99,7 +99,7 @@ def _admission(size: int):
     try:  # this tree: admission.py
         from echelon.agent.admission import Admission, Unit
 
-        admission = Admission(node)
+        admission = _built(Admission, node)
 
         def batch(first: int):
             return admission.accept(Unit(True, level, "p"), reqs, list(range(first, first + size)), payloads)
@@ -112,6 +112,21 @@ def _admission(size: int):
             return admission._accept(_Unit(True, level), reqs, "p", list(range(first, first + size)), payloads)
 
     return loop, admission, batch
+
+
+def _built(cls, node):
+    """`cls` (Admission or Publishing) on a stub `node`: a tree's before narrow collaborators
+    took the node itself; this tree's take its parts (agent/pubsub.py)."""
+    import inspect
+
+    from echelon.agent.admission import Admission
+
+    if "node" in inspect.signature(cls).parameters:
+        return cls(node)
+    access = node.server.access
+    if cls is Admission:
+        return Admission(access, node.topics, node)
+    return cls(node.config.id, node.metrics, Admission(access, node.topics, node))
 
 
 def _unchecked(now, n=None):
@@ -215,8 +230,8 @@ def stream_piece(batched: bool, handler: bool = False, coalesce: bool = True) ->
 
     from echelon.agent.metrics import AgentMetrics
     from echelon.agent.topics import Topics
-    from echelon.core.schema import Schema, parse_attribute
-    from echelon.runtime.wire import attributes_to_pb, schema_to_pb
+    from echelon.contract.schema import Schema, parse_attribute
+    from echelon.contract.wire import attributes_to_pb, schema_to_pb
     from echelon.v1 import common_pb2 as pb
     from echelon.v1 import pubsub_pb2 as ppb
     from loadtest.bench_events.workload import SCHEMA
@@ -263,7 +278,7 @@ def stream_piece(batched: bool, handler: bool = False, coalesce: bool = True) ->
                 out.append(r)
         return [ppb.PublishRequest.FromString(r.SerializeToString()) for r in out]
 
-    publishing = Publishing(node)  # for every round (its caches warm, as in an agent): fresh sequences each
+    publishing = _built(Publishing, node)  # for every round (its caches warm, as in an agent): fresh sequences each
     stream = publishing.stream
     if handler:
         try:

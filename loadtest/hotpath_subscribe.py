@@ -16,8 +16,8 @@ def deliver_piece(sel: int, frame: int) -> float:
     from echelon.agent.metrics import AgentMetrics
     from echelon.agent.subscriptions import Subscription
     from echelon.core.dedup import DedupWindow
-    from echelon.core.filters import parse
-    from echelon.runtime.wire import attributes_to_pb
+    from echelon.contract.filters import parse
+    from echelon.contract.wire import attributes_to_pb
     from echelon.v1 import common_pb2 as pb
     from loadtest.bench_events.workload import subscriptions
 
@@ -74,7 +74,7 @@ def _subscriber_agent(sel: int, n: int):
     from echelon.agent.shared_stream import SharedStream
     from echelon.agent.subscriptions import Subscription
     from echelon.core.dedup import DedupWindow
-    from echelon.core.filters import parse
+    from echelon.contract.filters import parse
     from echelon.v1 import relay_pb2 as rpb
     from loadtest.bench_events.workload import subscriptions
 
@@ -172,7 +172,7 @@ def queue_piece() -> float:
     and acked cumulatively by a client that keeps 768 out (the settled ids and the credits
     back in one ack, as client/acks.py sends them)."""
     from echelon.agent.subscriptions import Subscription
-    from echelon.core.filters import parse
+    from echelon.contract.filters import parse
     from echelon.v1 import common_pb2 as pb
 
     sub = Subscription("a/s", "~s", "bench", parse(""), 1 << 30)

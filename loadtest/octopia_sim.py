@@ -63,6 +63,9 @@ class Setting:
     ilink_latency: float = 0.020
     alink_latency: float = 0.001
     interval: float = 0.05  # the paper's t: 50 ms
+    match_cost: float = 0.0  # s a broker spends matching one notification (its CPU, FIFO)
+    copy_cost: float = 0.0  # s a broker spends per copy it puts on an output queue
+    tree_alinks: bool = False  # rule (ii) only down aLinks on the cluster's subscription trees
     delta: int = 10  # the paper's delta
     seed: int = 1
 
@@ -166,8 +169,59 @@ def workload(s: Setting):
     return scot, out, s.hrp_start + s.hrp_total * gap
 
 
+def tid_tree(scot: Scot, root) -> dict:
+    """The advertisement tree of a publisher at `root` on the unclustered SCOT (PADRES's
+    TID routing, the paper's baseline): the flood's first arrivals, breadth first, so a
+    broker's parent is its neighbour one hop nearer the root (aLinks tried first)."""
+    parent, frontier = {root: None}, [root]
+    while frontier:
+        nxt = []
+        for b in frontier:
+            for r in scot.alink(*b) + scot.ilinks(*b):
+                if r not in parent:
+                    parent[r] = b
+                    nxt.append(r)
+        frontier = nxt
+    return parent
+
+
+def placement(s: Setting, scot: Scot, notes) -> list[dict]:
+    """For TID, which needs brokers, not clusters: each notification's matching
+    subscribers placed on random brokers of their clusters, never the publisher's broker.
+    The HRP's rows share one `subs` dict, so its 40 subscribers keep one placement."""
+    rng = np.random.default_rng(s.seed + 7)
+    memo: dict[int, dict] = {}
+    out = []
+    for _, host, subs in notes:
+        key = id(subs)
+        if key not in memo:
+            where: dict = {}
+            for c, n in subs.items():
+                brokers = [(a, c) for a in range(s.t) if (a, c) != host]
+                for a in rng.integers(0, len(brokers), n):
+                    where[brokers[a]] = where.get(brokers[a], 0) + 1
+            memo[key] = where
+        out.append(memo[key])
+    return out
+
+
+def tid_children(parent: dict, targets) -> dict:
+    """The branches of the advertisement tree that lead to `targets`: broker -> children."""
+    kids: dict = {}
+    for b in targets:
+        while parent[b] is not None and b not in kids.get(parent[b], ()):
+            kids.setdefault(parent[b], []).append(b)
+            b = parent[b]
+    return kids
+
+
 def simulate(s: Setting, routing: str) -> Result:
     scot, notes, burst_end = workload(s)
+    if routing == "tid" or s.tree_alinks:
+        where = placement(s, scot, notes)
+        trees: dict = {}
+        branches: dict = {}
+    cpu = {r: 0.0 for r in scot.routers()}
     links: dict = {}
     for a, c in scot.routers():
         for r in scot.alink(a, c):
@@ -184,6 +238,26 @@ def simulate(s: Setting, routing: str) -> Result:
     while heap:
         now, _, here, i, v, came = heapq.heappop(heap)
         published, host, subs = notes[i]
+        if s.match_cost or s.copy_cost:  # the broker's CPU: one notification at a time, in arrival order
+            now = max(now, cpu[here]) + s.match_cost
+            cpu[here] = now
+        if routing == "tid":
+            key = (host, id(where[i]))
+            if key not in branches:
+                if host not in trees:
+                    trees[host] = tid_tree(scot, host)
+                branches[key] = tid_children(trees[host], where[i])
+            n = where[i].get(here, 0)
+            if n:
+                res.deliver(now, now - published, n)
+            for nxt in branches[key].get(here, ()):
+                now = cpu[here] = now + s.copy_cost
+                link = links[(here, nxt)]
+                link.advance(now, s.interval)
+                res.messages += 1
+                heapq.heappush(heap, (link.send(now), seq, nxt, i, 0, ()))
+                seq += 1
+            continue
         if v & (1 << here[1]) or here == host:
             n = subs.get(here[1], 0)
             if n:
@@ -196,10 +270,21 @@ def simulate(s: Setting, routing: str) -> Result:
                 link = links[(here, r)]
                 link.advance(now, s.interval)
                 states[r] = link.meter.state
-            d = idr(scot, here, v, states, came)
+            avoid = came
+            if s.tree_alinks:  # target aLinks: toward this notification's subscribers in this cluster
+                key = (here, id(where[i]))
+                if key not in branches:
+                    mine = [b for b in where[i] if b[1] == here[1]]
+                    parent = tid_tree(Scot((s.t,)), (here[0], 0))
+                    kids = tid_children(parent, [(b[0], 0) for b in mine])
+                    branches[key] = {(b[0], here[1]) for b in kids.get((here[0], 0), ())}
+                avoid = tuple(set(came) | (set(scot.alink(*here)) - branches[key]))
+            d = idr(scot, here, v, states, avoid)
             sends = d.sends
             res.rules[d.rule] = res.rules.get(d.rule, 0) + 1
         for send in sends:
+            if s.copy_cost:
+                now = cpu[here] = now + s.copy_cost
             link = links[(here, send.to)]
             link.advance(now, s.interval)
             arrive = link.send(now)
@@ -209,8 +294,9 @@ def simulate(s: Setting, routing: str) -> Result:
     return res
 
 
-def compare(s: Setting) -> tuple[Result, Result]:
-    return simulate(s, "snr"), simulate(s, "idr")
+def compare(s: Setting, tid: bool = False) -> tuple[Result, ...]:
+    """SNR, IDR and, with `tid`, the paper's TID baseline, on one workload."""
+    return tuple(simulate(s, r) for r in ("snr", "idr", "tid")[:3 if tid else 2])
 
 
 def plot(runs: dict[int, tuple[Result, Result]], out: Path) -> Path:
@@ -241,12 +327,15 @@ def plot(runs: dict[int, tuple[Result, Result]], out: Path) -> Path:
     return path
 
 
-def table(runs: dict[int, tuple[Result, Result]]) -> Table:
-    t = Table(title="OctopiA burst: IDR vs SNR, same workload (paper's figures in brackets)")
+def table(runs: dict[int, tuple[Result, ...]]) -> Table:
+    tid = any(len(pair) > 2 for pair in runs.values())
+    t = Table(title="OctopiA burst: IDR vs SNR" + (" and TID" if tid else "") +
+              ", same workload (paper's figures in brackets)")
     for col in ("HRP /min", "avg delay SNR s", "avg delay IDR s", "IDR lower by", "<1 s SNR", "<1 s IDR",
-                "stabilised SNR s", "stabilised IDR s", "IDR earlier by s", "messages IDR/SNR", "IDR rules"):
+                "stabilised SNR s", "stabilised IDR s", "IDR earlier by s", "messages IDR/SNR", "IDR rules") + (
+                ("avg delay TID s", "<1 s TID", "messages TID/IDR") if tid else ()):
         t.add_column(col, justify="right")
-    for rate, (snr_r, idr_r) in runs.items():
+    for rate, (snr_r, idr_r, *rest) in runs.items():
         lower = 100 * (1 - idr_r.average_delay() / snr_r.average_delay())
         paper = PAPER["avg_delay_lower"].get(rate)
         t.add_row(f"{rate:,}", f"{snr_r.average_delay():.3f}", f"{idr_r.average_delay():.3f}",
@@ -255,7 +344,40 @@ def table(runs: dict[int, tuple[Result, Result]]) -> Table:
                   f"{snr_r.stabilised_after():.1f}", f"{idr_r.stabilised_after():.1f}",
                   f"{snr_r.stabilised_after() - idr_r.stabilised_after():.1f} [239]",
                   f"{idr_r.messages / snr_r.messages:.4f} [1.003]",
-                  " ".join(f"{k}:{v}" for k, v in sorted(idr_r.rules.items())))
+                  " ".join(f"{k}:{v}" for k, v in sorted(idr_r.rules.items())),
+                  *((f"{rest[0].average_delay():.3f}", f"{100 * rest[0].share_under():.1f}% [31%]",
+                     f"{rest[0].messages / idr_r.messages:.2f} [2.42]") if rest else ()))
+    return t
+
+
+SENSITIVITY = (  # (what, Setting overrides): link rates, broker CPU, rule (ii)'s aLinks, the HRP's rate
+    ("as above", {}),
+    ("iLinks 1500/s", {"ilink_rate": 1500.0}),
+    ("iLinks 2000/s (above the HRP)", {"ilink_rate": 2000.0}),
+    ("CPU 0.7 ms/notification", {"match_cost": 0.0007}),
+    ("CPU 0.7 ms, iLinks 1300/s", {"match_cost": 0.0007, "ilink_rate": 1300.0}),
+    ("CPU 0.7 ms, iLinks 1350/s", {"match_cost": 0.0007, "ilink_rate": 1350.0}),
+    ("CPU 0.7 ms, iLinks 1400/s", {"match_cost": 0.0007, "ilink_rate": 1400.0}),
+    ("CPU 0.4 + 0.1 ms/copy, links 5000/s", {"match_cost": 0.0004, "copy_cost": 0.0001, "ilink_rate": 5000.0,
+                                             "alink_rate": 5000.0}),
+    ("rule (ii) on subscription trees", {"tree_alinks": True}),
+    ("HRP 60k/min", {"hrp_per_minute": 60_000}),
+)
+
+
+def sensitivity(scale: float, rate: int = 100_000) -> Table:
+    """IDR against SNR as the model's settings move, each beside the paper's figures."""
+    t = Table(title=f"Sensitivity at {scale:g} of the paper's counts, HRP {rate:,}/min unless said "
+                    "(paper: IDR lower by 17.5%, <1 s 44.1% SNR / 53.8% IDR)")
+    for col in ("setting", "avg delay SNR s", "avg delay IDR s", "IDR lower by", "<1 s SNR", "<1 s IDR",
+                "messages IDR/SNR", "rule ii"):
+        t.add_column(col, justify="right")
+    for what, over in SENSITIVITY:
+        c = Setting(**{**Setting(hrp_per_minute=rate).__dict__, **over}).scaled(scale)
+        a, b = compare(c)
+        t.add_row(what, f"{a.average_delay():.3f}", f"{b.average_delay():.3f}",
+                  f"{100 * (1 - b.average_delay() / a.average_delay()):.1f}%", f"{100 * a.share_under():.1f}%",
+                  f"{100 * b.share_under():.1f}%", f"{b.messages / a.messages:.3f}", str(b.rules.get("ii", 0)))
     return t
 
 
@@ -263,16 +385,22 @@ def table(runs: dict[int, tuple[Result, Result]]) -> Table:
 @click.option("--scale", default=1.0, type=click.FloatRange(0.001, 1.0), show_default=True,
               help="Share of the paper's notification counts (same rates); 1.0 is the paper's run.")
 @click.option("--rates", default="100000,80000,60000", show_default=True, help="HRP rates per minute.")
+@click.option("--tid/--no-tid", default=True, show_default=True,
+              help="Also run the paper's baseline, PADRES's TID routing on the unclustered SCOT.")
+@click.option("--sensitivity/--no-sensitivity", "sweep", default=False, show_default=True,
+              help="Also print IDR against SNR over link rates, broker CPU cost, rule (ii)'s aLinks and the HRP.")
 @click.option("--out", default="out/octopia", type=click.Path(file_okay=False, path_type=Path))
-def main(scale: float, rates: str, out: Path) -> None:
+def main(scale: float, rates: str, tid: bool, sweep: bool, out: Path) -> None:
     """IDR against SNR on the paper's burst scenario; prints the table, writes the plot."""
     runs = {}
     for rate in (int(r) for r in rates.split(",") if r):
         s = Setting(hrp_per_minute=rate).scaled(scale)
-        runs[rate] = compare(s)
+        runs[rate] = compare(s, tid)
     console = Console(width=200)
     console.print(table(runs))
     console.print(f"plot: {plot(runs, out)}")
+    if sweep:
+        console.print(sensitivity(scale))
 
 
 if __name__ == "__main__":

@@ -27,8 +27,8 @@ import datetime as dt
 
 import numpy as np
 
-from echelon.core.filters import Filter, Op, Predicate
-from echelon.core.schema import Attribute, AttrType, Schema
+from echelon.contract.filters import Filter, Op, Predicate
+from echelon.contract.schema import Attribute, AttrType, Schema
 
 STOCK_SCHEMA = Schema(
     (

@@ -24,7 +24,7 @@ import time
 
 from echelon.client import Client, Durable
 from echelon.core.durability import holders
-from echelon.core.filters import parse
+from echelon.contract.filters import parse
 from loadtest import checker
 from loadtest.chaos.workload import CREDITS, FILTERS, TOPIC, Received
 

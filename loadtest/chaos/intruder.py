@@ -2,7 +2,7 @@
 beside the workload, that every second tries to get in with credentials it should not
 have, and what it got.
 
-Credentials (directories in the layout of `runtime.transport.TlsDir`, made by `prepare`):
+Credentials (directories in the layout of `contract.transport.TlsDir`, made by `prepare`):
   no-cert          TLS trusting the cluster's CA, no client certificate (a stranger)
   foreign-ca       a certificate naming a real agent, signed by a CA of its own
   client-as-agent  the cluster's CA, `spiffe://echelon/client/intruder`, claiming to be a member
@@ -54,8 +54,8 @@ import grpc
 
 from echelon.launch import free_port, stop_process
 from echelon.runtime.certs import Authority
-from echelon.runtime.transport import MEMBER_KEY, PLAIN, TLS_DIR_ENV, TOKEN_ENV, TlsDir, Transport
-from echelon.runtime.wire import attributes_to_pb
+from echelon.contract.transport import MEMBER_KEY, PLAIN, TLS_DIR_ENV, TOKEN_ENV, TlsDir, Transport
+from echelon.contract.wire import attributes_to_pb
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import membership_pb2 as mpb
 from echelon.v1 import membership_pb2_grpc as mgrpc

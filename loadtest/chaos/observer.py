@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import grpc
 
 from echelon.runtime.member import membership_channel
-from echelon.runtime.transport import PLAIN, Transport
+from echelon.contract.transport import PLAIN, Transport
 from echelon.v1 import membership_pb2 as mpb
 from echelon.v1 import membership_pb2_grpc as mgrpc
 

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 from echelon.client import ACCEPTED, Client, EchelonError
 from echelon.client.errors import ClientClosed
-from echelon.core.filters import parse
-from echelon.runtime.transport import OWN_SUBCHANNEL, RECONNECT_OPTIONS
+from echelon.contract.filters import parse
+from echelon.contract.transport import OWN_SUBCHANNEL, RECONNECT_OPTIONS
 from loadtest import checker
 from loadtest.chaos.config import KILL_MAYBE_BEFORE
 

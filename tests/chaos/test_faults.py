@@ -26,7 +26,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from echelon.core.filters import parse
+from echelon.contract.filters import parse
 from loadtest.chaos import DEAD, Change, Config, Fault, Observer, Received, Result, Sent, build_report, run
 from loadtest.checker import Delivered
 from loadtest.netns import Unsupported, check_available

@@ -62,7 +62,7 @@ def _secrets(tmp_path, values: dict) -> dict[str, str]:
     """Secret name -> the directory standing for it, with a component-wide certificate
     (`<role>/*`) from one throw-away CA, as `tls.source: secrets` expects."""
     from echelon.runtime.certs import Authority
-    from echelon.runtime.transport import ANY_MEMBER
+    from echelon.contract.transport import ANY_MEMBER
 
     ca = Authority.create()
     roles = {"membership": "membership", "matcher": "matcher", "agent": "agent", "client": "client"}

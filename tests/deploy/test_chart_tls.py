@@ -76,7 +76,7 @@ def test_the_helm_test_pod_dials_with_a_client_certificate():
 
 
 def test_csi_certificates_name_the_member_id_and_role():
-    """runtime/transport.py refuses a member whose certificate does not name the id and
+    """contract/transport.py refuses a member whose certificate does not name the id and
     role it claims: the URI SAN the csi-driver writes must be the pod's --id."""
     objs = objects(_with_routers(CERT_MANAGER))
     checked = set()

@@ -17,7 +17,7 @@ from echelon.client import Client, errors
 from echelon.router.server import RouterNode
 from echelon.runtime.auth import POLICY, AuthConfig
 from echelon.runtime.credentials import write_tokens_file
-from echelon.runtime.transport import TlsDir, Transport
+from echelon.contract.transport import TlsDir, Transport
 from echelon.runtime.limits import Limits
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import pubsub_pb2 as ppb

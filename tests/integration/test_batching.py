@@ -11,8 +11,8 @@ import grpc
 import pytest
 
 from echelon.agent.subscriptions import Subscription as AgentSubscription
-from echelon.core.filters import parse
-from echelon.runtime.wire import attributes_to_pb
+from echelon.contract.filters import parse
+from echelon.contract.wire import attributes_to_pb
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import pubsub_pb2 as ppb
 from echelon.v1 import pubsub_pb2_grpc as pgrpc

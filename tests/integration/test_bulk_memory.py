@@ -9,7 +9,7 @@ protobuf: "before" in the run). On top of it an agent holds, whatever the size, 
 the publisher's read-ahead (`slices.STREAM_WINDOW`, 8 MiB) plus one link window of
 unacknowledged frames per outgoing link (`--window-bytes`, 8 MiB; at most 3 links
 here), each frame also in gRPC's buffers while it is written: 2 x (8 + 3 x 8) = 64 MiB;
-gRPC buffers at most one fixed HTTP/2 window (1 MiB, runtime/transport.py) per stream
+gRPC buffers at most one fixed HTTP/2 window (1 MiB, contract/transport.py) per stream
 besides. 50 + 64 + slack: 160 MiB (measured: 96-102 MiB at the publishing agent, 53-73
 at the others, from 64 MiB to 1 GiB payloads, on h-bulk; 113-132 MiB at the publishing
 agent on 2026-11-23, h-bulk and the merge with h-hot alike: 128 failed half the runs).

@@ -18,7 +18,7 @@ import pytest
 
 from echelon.client import DELIVERED
 from echelon.client.errors import DataLoss, InvalidArgument
-from echelon.runtime.wire import attributes_to_pb
+from echelon.contract.wire import attributes_to_pb
 from echelon.v1 import pubsub_pb2 as ppb
 from echelon.v1 import pubsub_pb2_grpc as pgrpc
 from tests.harness import Cluster, wait_for

@@ -11,8 +11,8 @@ import pytest
 
 from echelon.agent.subscriptions import Pending, Subscription as AgentSubscription
 from echelon.client import AckLevel, errors
-from echelon.core.filters import parse
-from echelon.runtime.errors import InvalidArgument
+from echelon.contract.filters import parse
+from echelon.contract.errors import InvalidArgument
 from echelon.v1 import common_pb2 as pb
 from tests.harness import wait_for
 

@@ -9,7 +9,7 @@ import time
 
 from echelon.dataplane.dissemination import DataPlane, event_of
 from echelon.agent.subscriptions import CLOCK_SKEW_NS, Subscription
-from echelon.core.filters import parse
+from echelon.contract.filters import parse
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import relay_pb2 as rpb
 from tests.integration.test_dataplane_routing import PAPER, FakeNode, relay_with_grandchildren, view

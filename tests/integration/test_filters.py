@@ -12,8 +12,8 @@ import pytest
 
 from echelon.client import DELIVERED, errors
 from echelon.client import subscription as client_subscription
-from echelon.core.filters import DEFAULT_LIMITS, Filter, FilterLimits, Op, Predicate, parse, term_ids
-from echelon.runtime.wire import filter_to_pb
+from echelon.contract.filters import DEFAULT_LIMITS, Filter, FilterLimits, Op, Predicate, parse, term_ids
+from echelon.contract.wire import filter_to_pb
 from echelon.v1 import common_pb2 as pb
 from tests.harness import wait_for
 

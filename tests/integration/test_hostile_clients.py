@@ -16,7 +16,7 @@ from echelon.client import Durable, errors
 from echelon.runtime.auth import AuthConfig
 from echelon.runtime.credentials import write_tokens_file
 from echelon.runtime.limits import Limits
-from echelon.runtime.transport import Transport
+from echelon.contract.transport import Transport
 from echelon.v1 import durable_pb2 as dpb
 from echelon.v1 import durable_pb2_grpc as dgrpc
 from echelon.v1 import pubsub_pb2 as ppb

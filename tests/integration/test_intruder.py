@@ -15,7 +15,7 @@ import pytest
 
 from echelon.runtime.auth import AuthConfig
 from echelon.runtime.credentials import write_tokens_file
-from echelon.runtime.transport import TlsDir, Transport
+from echelon.contract.transport import TlsDir, Transport
 from echelon.v1 import membership_pb2 as mpb
 from loadtest.chaos.intruder import (JOIN_INCARNATION, Evidence, Intruder, Target, attempts, current_plans, evidence,
                                      prepare, report)

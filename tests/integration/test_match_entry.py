@@ -23,11 +23,11 @@ from collections import defaultdict
 import grpc
 import pytest
 
-from echelon.core.filters import parse
+from echelon.contract.filters import parse
 from echelon.matcher.layout import default_zones
 from echelon.core.space import Space
-from echelon.core.schema import Schema
-from echelon.runtime.wire import attributes_to_pb
+from echelon.contract.schema import Schema
+from echelon.contract.wire import attributes_to_pb
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import matcher_pb2 as xpb
 from echelon.v1 import matcher_pb2_grpc as xgrpc

@@ -11,8 +11,8 @@ import asyncio
 import grpc
 import pytest
 
-from echelon.runtime.errors import Unavailable
-from echelon.runtime.wire import attributes_to_pb
+from echelon.contract.errors import Unavailable
+from echelon.contract.wire import attributes_to_pb
 from echelon.v1 import pubsub_pb2 as ppb
 from echelon.v1 import pubsub_pb2_grpc as pgrpc
 from tests.harness import Cluster, wait_for

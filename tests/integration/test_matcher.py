@@ -24,10 +24,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from echelon.client import Client, errors
 from echelon.core.can import ZoneMap
-from echelon.core.filters import Filter, Predicate, parse
+from echelon.contract.filters import Filter, Predicate, parse
 from echelon.core.space import Space
 from echelon import launch
-from echelon.runtime.wire import attributes_to_pb, filter_to_pb
+from echelon.contract.wire import attributes_to_pb, filter_to_pb
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import matcher_pb2 as xpb
 from echelon.v1 import matcher_pb2_grpc as xgrpc

@@ -27,7 +27,7 @@ from echelon.client import Client, errors
 from echelon.launch import Cluster, Loopback
 from echelon.observe import catalog
 from echelon.observe.prometheus import Prometheus, PrometheusAPI, cluster_targets
-from echelon.runtime.transport import PLAIN
+from echelon.contract.transport import PLAIN
 from echelon.v1 import membership_pb2 as mpb
 from echelon.v1 import membership_pb2_grpc as mgrpc
 from loadtest import steady

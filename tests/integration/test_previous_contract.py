@@ -13,7 +13,7 @@ import asyncio
 import grpc
 import pytest
 
-from echelon.runtime.wire import attributes_to_pb
+from echelon.contract.wire import attributes_to_pb
 from echelon.v1 import pubsub_pb2 as ppb
 from echelon.v1 import pubsub_pb2_grpc as pgrpc
 

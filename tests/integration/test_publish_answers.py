@@ -16,7 +16,7 @@ import grpc
 import pytest
 
 from echelon.agent import publishing
-from echelon.runtime.wire import attributes_to_pb
+from echelon.contract.wire import attributes_to_pb
 from echelon.v1 import pubsub_pb2 as ppb
 from echelon.v1 import pubsub_pb2_grpc as pgrpc
 from tests.harness import Cluster

@@ -9,8 +9,8 @@ import grpc
 import pytest
 
 from echelon.client import errors
-from echelon.core.schema import Attribute, AttrType, Schema
-from echelon.runtime.wire import attributes_to_pb
+from echelon.contract.schema import Attribute, AttrType, Schema
+from echelon.contract.wire import attributes_to_pb
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import pubsub_pb2 as ppb
 from echelon.v1 import pubsub_pb2_grpc as pgrpc

@@ -11,7 +11,7 @@ import collections
 import grpc
 
 from echelon.agent import publish_reader
-from echelon.runtime.wire import attributes_to_pb
+from echelon.contract.wire import attributes_to_pb
 from echelon.v1 import pubsub_pb2 as ppb
 from echelon.v1 import pubsub_pb2_grpc as pgrpc
 

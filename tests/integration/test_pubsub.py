@@ -8,7 +8,7 @@ import grpc
 import pytest
 
 from echelon.client import DELIVERED, errors
-from echelon.core.filters import parse
+from echelon.contract.filters import parse
 from tests.harness import wait_for
 
 SCHEMA = ["Symbol:string", "High:float:0:500", "Low:float:0:500", "Volume:int:0:310000000"]

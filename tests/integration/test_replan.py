@@ -20,7 +20,7 @@ import pytest
 from echelon.client import Client
 from echelon import launch
 from echelon.matcher.sample import SAMPLE_EVERY
-from echelon.runtime.wire import attributes_to_pb, filter_to_pb
+from echelon.contract.wire import attributes_to_pb, filter_to_pb
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import matcher_pb2 as xpb
 from echelon.v1 import matcher_pb2_grpc as xgrpc

@@ -16,7 +16,7 @@ import pytest
 from echelon.dataplane.gateway import region_map
 from echelon.agent.server import AgentNode
 from echelon.client import DELIVERED
-from echelon.core.filters import parse
+from echelon.contract.filters import parse
 from echelon.router.server import RouterNode
 from echelon.runtime.node import NodeConfig
 from echelon.v1 import membership_pb2 as mpb

@@ -13,7 +13,7 @@ import pytest
 
 from echelon.dataplane.gateway import Gateway
 from echelon.client import DELIVERED, Client
-from echelon.core.filters import parse
+from echelon.contract.filters import parse
 from echelon.launch import Cluster, Loopback
 from echelon.v1 import membership_pb2 as mpb
 from tests.harness import wait_for

@@ -20,11 +20,11 @@ import pytest
 
 from echelon.agent.subscriptions import Subscription
 from echelon.client import Client
-from echelon.core.filters import parse
+from echelon.contract.filters import parse
 from echelon.core.holdings import BUCKETS, digests
 from echelon.launch import Cluster as ProcessCluster, Loopback
-from echelon.runtime.transport import PLAIN
-from echelon.runtime.wire import attributes_to_pb, filter_to_pb
+from echelon.contract.transport import PLAIN
+from echelon.contract.wire import attributes_to_pb, filter_to_pb
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import matcher_pb2 as xpb
 from echelon.v1 import matcher_pb2_grpc as xgrpc

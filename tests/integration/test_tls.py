@@ -17,7 +17,7 @@ from cryptography import x509
 from prometheus_client import generate_latest
 
 from echelon.runtime.certs import not_after
-from echelon.runtime.transport import MEMBER_KEY, TlsDir, Transport, peer_certificate_identity, spiffe_id
+from echelon.contract.transport import MEMBER_KEY, TlsDir, Transport, peer_certificate_identity, spiffe_id
 from echelon.v1 import matcher_pb2 as xpb
 from echelon.v1 import matcher_pb2_grpc as xgrpc
 from echelon.v1 import membership_pb2 as mpb

@@ -15,7 +15,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from echelon.agent.server import AgentNode
 from echelon.launch import free_port
-from echelon.runtime.transport import ANY_MEMBER, TlsDir, Transport
+from echelon.contract.transport import ANY_MEMBER, TlsDir, Transport
 from echelon.v1 import membership_pb2 as mpb
 from echelon.v1 import membership_pb2_grpc as mgrpc
 from tests.harness import Cluster, wait_for

@@ -11,8 +11,8 @@ from echelon.agent import delivery
 from echelon.agent.delivery import LocalDelivery
 from echelon.agent.metrics import AgentMetrics
 from echelon.agent.subscriptions import Subscription
-from echelon.core.filters import parse
-from echelon.runtime.wire import attributes_to_pb
+from echelon.contract.filters import parse
+from echelon.contract.wire import attributes_to_pb
 from echelon.v1 import common_pb2 as pb
 
 SYMBOLS = ["a", "b", "c", "d"]

@@ -1,8 +1,8 @@
 """The agent's topic cache: a schema is parsed once per topic version."""
 
 from echelon.agent.topics import Topics
-from echelon.core.schema import Attribute, AttrType, Schema
-from echelon.runtime.wire import schema_to_pb
+from echelon.contract.schema import Attribute, AttrType, Schema
+from echelon.contract.wire import schema_to_pb
 from echelon.v1 import common_pb2 as pb
 
 

@@ -1,4 +1,4 @@
-"""What a matcher reads of an event: runtime/wire.py `attributes_read` takes the
+"""What a matcher reads of an event: contract/wire.py `attributes_read` takes the
 named attributes only, checked as `attributes_from_pb` checks them (the oracle);
 core/cdm.py `CountingIndex.attributes` names what its live subscriptions use, through
 inserts, replacements and deletes (oracle: the filters held); an event kept for the
@@ -11,10 +11,10 @@ import random
 import pytest
 
 from echelon.core.cdm import CountingIndex, Subscription
-from echelon.core.filters import parse
+from echelon.contract.filters import parse
 from echelon.matcher.server import _sampled
-from echelon.runtime.errors import InvalidArgument
-from echelon.runtime.wire import attributes_from_pb, attributes_read, attributes_to_pb
+from echelon.contract.errors import InvalidArgument
+from echelon.contract.wire import attributes_from_pb, attributes_read, attributes_to_pb
 from echelon.v1 import common_pb2 as pb
 
 

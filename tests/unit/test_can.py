@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from echelon.core.can import TilingError, Zone, ZoneMap, check_tiling, handoff, split
 from echelon.core.cdm import CountingIndex, Subscription
-from echelon.core.schema import Attribute, AttrType, Schema
+from echelon.contract.schema import Attribute, AttrType, Schema
 from echelon.core.space import Space, reflect
 from loadtest import stock
 from tests.unit.test_space import events, filters, schemas

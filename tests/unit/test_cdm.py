@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from echelon.core import cdm
 from echelon.core.cdm import CountingIndex, Subscription
 from echelon.core.cdm_keys import successor
-from echelon.core.filters import Filter, Op, Predicate, parse
-from echelon.core.schema import SchemaError
+from echelon.contract.filters import Filter, Op, Predicate, parse
+from echelon.contract.schema import SchemaError
 from loadtest import stock
 from tests.unit.test_space import events, filters, schemas
 

@@ -1,6 +1,6 @@
 """The chaos checker must catch every kind of anomaly it reports."""
 
-from echelon.core.filters import parse
+from echelon.contract.filters import parse
 from loadtest.checker import Delivered, check, totals
 
 ACKED = {("p", i): {"n": i} for i in range(1, 7)}

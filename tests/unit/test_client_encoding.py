@@ -12,8 +12,8 @@ import pytest
 
 from echelon.client import encoding
 from echelon.client.encoding import Encoder
-from echelon.runtime.errors import InvalidArgument
-from echelon.runtime.wire import attributes_into_pb, varint
+from echelon.contract.errors import InvalidArgument
+from echelon.contract.wire import attributes_into_pb, varint
 from echelon.v1 import pubsub_pb2 as ppb
 
 

@@ -2,7 +2,7 @@
 reads the bytes an agent puts in `encoded_event` as the Event they encode."""
 
 from echelon.client.message import Message, event_of
-from echelon.runtime.wire import attributes_to_pb
+from echelon.contract.wire import attributes_to_pb
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import pubsub_pb2 as ppb
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 import asyncio
 import random
 
-from echelon.core.filters import parse
-from echelon.core.schema import Attribute, AttrType, Schema
+from echelon.contract.filters import parse
+from echelon.contract.schema import Attribute, AttrType, Schema
 from echelon.matcher.layout import Copy
 from echelon.matcher.tier import Tier
 from tests.unit.test_matcher_tier import Net, Reference, Wire

@@ -1,13 +1,13 @@
-"""The caps on what one filter may cost (core/filters.py FilterLimits): each refused before
+"""The caps on what one filter may cost (contract/filters.py FilterLimits): each refused before
 the work it bounds, with a short message."""
 
 import pytest
 
-from echelon.core import filter_text
-from echelon.core.filters import (DEFAULT_LIMITS, Filter, FilterLimits, FilterSyntaxError, FilterTooLarge, Op,
+from echelon.contract import filter_text
+from echelon.contract.filters import (DEFAULT_LIMITS, Filter, FilterLimits, FilterSyntaxError, FilterTooLarge, Op,
                                   Predicate, parse)
-from echelon.core.schema import Attribute, AttrType, Schema, SchemaError
-from echelon.runtime.wire import filter_from_request, filter_to_pb
+from echelon.contract.schema import Attribute, AttrType, Schema, SchemaError
+from echelon.contract.wire import filter_from_request, filter_to_pb
 from echelon.v1 import common_pb2 as pb
 
 SHORT = 300  # characters: an error message quotes an excerpt, never the input
@@ -110,7 +110,7 @@ def test_long_attribute_names_are_cut_in_messages():
 
 
 def test_the_structured_form_is_bounded_before_it_is_converted(monkeypatch):
-    import echelon.runtime.wire as wire
+    import echelon.contract.wire as wire
 
     def refuse(f):
         raise AssertionError("converted a structured filter past a cap")
@@ -131,7 +131,7 @@ def test_the_structured_form_is_bounded_before_it_is_converted(monkeypatch):
 
 
 def test_nested_any_of_is_refused():
-    from echelon.runtime.errors import InvalidArgument
+    from echelon.contract.errors import InvalidArgument
 
     inner = pb.Filter(any_of=[pb.Filter(), pb.Filter()])
     with pytest.raises(InvalidArgument, match="a term is a conjunction"):

@@ -7,8 +7,8 @@ import math
 import random
 
 from echelon.core.filter_code import compile_filters
-from echelon.core.filters import Filter, Op, Predicate, parse
-from echelon.runtime.wire import attributes_to_pb
+from echelon.contract.filters import Filter, Op, Predicate, parse
+from echelon.contract.wire import attributes_to_pb
 from echelon.v1 import common_pb2 as pb
 
 NAMES = ["Symbol", "Price", "Volume", "odd name \" '"]

@@ -17,10 +17,10 @@ from hypothesis import strategies as st
 from echelon.core.cdm import CountingIndex
 from echelon.core.cdm import Subscription as Entry
 from echelon.core.filter_code import compile_filters
-from echelon.core.filters import Disjunction, Filter, FilterTooLarge, Op, Predicate, parse, subscription_of, term_ids
-from echelon.core.schema import Attribute, AttrType, Schema, SchemaError
+from echelon.contract.filters import Disjunction, Filter, FilterTooLarge, Op, Predicate, parse, subscription_of, term_ids
+from echelon.contract.schema import Attribute, AttrType, Schema, SchemaError
 from echelon.core.space import Space
-from echelon.runtime.wire import filter_from_pb, filter_to_pb
+from echelon.contract.wire import filter_from_pb, filter_to_pb
 from tests.unit.test_can import Tier
 
 POOLS = {"a": [-2, -1, 0, 1, 2], "b": [0, 0.5, 1, 2.5, 4], "s": ["", "a", "ab", "abc", "b", "ba"]}

@@ -4,9 +4,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from echelon.core.filters import Filter, FilterSyntaxError, Op, Predicate, parse
-from echelon.core.schema import Attribute, AttrType, Schema, SchemaError
-from echelon.runtime.wire import filter_from_pb, filter_to_pb
+from echelon.contract.filters import Filter, FilterSyntaxError, Op, Predicate, parse
+from echelon.contract.schema import Attribute, AttrType, Schema, SchemaError
+from echelon.contract.wire import filter_from_pb, filter_to_pb
 
 
 def test_paper_example_parses():

@@ -22,8 +22,10 @@ def test_no_service_imports_another_and_the_data_plane_is_below_them():
     arrows = layers.arrows()
     services = {"agent", "router", "matcher", "membership"}
     assert not {(a, b) for a, b in arrows if a in services and b in services}
-    assert {b for a, b in arrows if a == "dataplane"} <= {"core", "runtime", "v1"}
-    assert not {b for a, b in arrows if a == "core"}
+    assert {b for a, b in arrows if a == "dataplane"} <= {"core", "runtime", "contract", "v1"}
+    assert {b for a, b in arrows if a == "core"} <= {"contract"}
+    assert {b for a, b in arrows if a == "client"} == {"v1", "contract"}  # no borrow from below
+    assert not hasattr(layers, "CLIENT_BORROWS")
 
 
 def _tree(tmp_path, files: dict[str, str]):
@@ -49,6 +51,15 @@ def _tree(tmp_path, files: dict[str, str]):
     ("core/x.py", "import grpc\n", "standard library and numpy"),
     ("client/x.py", "from echelon.agent.server import Agent\n", "client imports only"),
     ("client/x.py", "from echelon.runtime.auth import Auth\n", "client imports only"),
+    ("client/x.py", "from echelon.core.cdm import Index\n", "client imports only"),  # no borrow at all
+    ("client/x.py", "from echelon.runtime.limits import Limits\n", "client imports only"),
+    ("client/x.py", "def f():\n    from echelon.dataplane import frames\n", "client imports only"),
+    ("core/x.py", "from echelon.contract.wire import varint\n", "core imports nothing"),  # not the pure part
+    ("core/x.py", "from echelon.contract import filters\n", "core imports nothing"),
+    ("contract/schema.py", "import grpc\n", "pure languages"),
+    ("contract/filters.py", "from echelon.contract.errors import InvalidArgument\n", "pure languages"),
+    ("contract/x.py", "from echelon.runtime import auth\n", "upward"),
+    ("contract/x.py", "from echelon.core import lbdd\n", "upward"),
     ("observe/x.py", "from echelon.agent import metrics\n", "peers"),
     ("newthing/x.py", "from echelon.core import lbdd\n", "in no layer"),
 ])
@@ -61,13 +72,17 @@ def test_the_checker_finds_a_broken_rule(tmp_path, name, text, rule):
 
 def test_the_checker_passes_what_the_rules_allow(tmp_path):
     root = _tree(tmp_path, {
-        "core/x.py": "import hashlib\nimport numpy as np\nfrom . import y\nfrom echelon.core.y import z\n",
+        "core/x.py": "import hashlib\nimport numpy as np\nfrom . import y\nfrom echelon.core.y import z\n"
+                     "from echelon.contract.filters import Filter\n",
+        "contract/filters.py": "from __future__ import annotations\nimport math\nfrom echelon.contract.schema import S\n",
+        "contract/wire.py": "import grpc\nfrom echelon.v1 import common_pb2\nfrom echelon.contract.filters import F\n",
         "core/y.py": "z = 1\n",
         "runtime/x.py": "from echelon.core import x\nfrom echelon.v1 import common_pb2\nimport grpc\n",
         "dataplane/x.py": "from ..runtime import x\nfrom echelon.core.x import np\n",
         "agent/x.py": "from echelon.dataplane import x\n",
         "router/x.py": "from echelon.dataplane.x import x\n",
-        "client/x.py": "from echelon.v1 import pubsub_pb2\nfrom echelon.client import y\nfrom echelon.core.filters import Filter\n",
+        "client/x.py": "from echelon.v1 import pubsub_pb2\nfrom echelon.client import y\nfrom echelon.contract.filters import Filter\n"
+                       "from echelon.contract.transport import Transport\n",
         "cli/x.py": "from echelon.client import x\nfrom echelon.agent import x\nfrom echelon.launch import y\n",
         "__main__.py": "from echelon.cli.x import main\n",
     })

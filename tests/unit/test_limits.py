@@ -9,7 +9,7 @@ from prometheus_client import CollectorRegistry
 
 from echelon.core.acl import Acl, Identity, Rule
 from echelon.runtime.auth import CALLER, Access, AuthConfig, Caller
-from echelon.runtime.errors import PermissionDenied, ResourceExhausted
+from echelon.contract.errors import PermissionDenied, ResourceExhausted
 from echelon.runtime.limits import Limits
 
 

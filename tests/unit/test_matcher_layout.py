@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from echelon.core.can import Zone, ZoneMap, check_tiling
-from echelon.core.filters import parse
-from echelon.core.schema import Attribute, AttrType, Schema
+from echelon.contract.filters import parse
+from echelon.contract.schema import Attribute, AttrType, Schema
 from echelon.core.space import Space
 from echelon.matcher.layout import SMALL, Copy, Layout, default_zones, effective_zones, layout_key
 from loadtest import stock

@@ -20,13 +20,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from echelon.core.can import ZoneMap
-from echelon.core.filters import Filter, Op, Predicate, parse
-from echelon.core.schema import Attribute, AttrType, Schema, SchemaError
+from echelon.contract.filters import Filter, Op, Predicate, parse
+from echelon.contract.schema import Attribute, AttrType, Schema, SchemaError
 from echelon.core.space import Space
 from echelon.matcher.layout import Copy, default_zones
 from echelon.matcher.peers import PeerUnavailable, TierView
 from echelon.matcher.tier import Tier
-from echelon.runtime.wire import attributes_to_pb
+from echelon.contract.wire import attributes_to_pb
 from echelon.v1 import common_pb2 as pb
 from loadtest import stock
 from tests.unit.test_space import events, filters, schemas

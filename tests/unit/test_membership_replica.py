@@ -9,7 +9,7 @@ from echelon.core.detector import MemberRecord, State, StaleIncarnation
 from echelon.core.view import ViewDelta
 from echelon.membership.replica import Replica
 from echelon.membership.wire import delta_to_pb, member_to_pb, record_from_pb, state_from_pb, state_to_pb
-from echelon.runtime.errors import InvalidArgument
+from echelon.contract.errors import InvalidArgument
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import membership_pb2 as mpb
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from click.testing import CliRunner
 
-from loadtest.octopia_sim import Setting, main, simulate, workload
+from loadtest.octopia_sim import Setting, main, simulate, tid_tree, workload
 
 
 def test_short_burst_reproduces_the_direction_of_the_paper():
@@ -33,3 +33,32 @@ def test_command_prints_the_table_and_writes_the_plot(tmp_path):
     result = CliRunner().invoke(main, ["--scale", "0.005", "--rates", "60000", "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
     assert "IDR lower by" in result.output and (tmp_path / "octopia_delay.png").stat().st_size > 0
+
+
+def test_tid_baseline_reaches_every_matching_subscriber_once():
+    """The paper's baseline on the unclustered SCOT: every matching subscriber is reached
+    once (weights summed against the workload), along tree edges only, and it sends more
+    inter-broker messages than SNR (whose in-cluster hops the model leaves out)."""
+    s = Setting(hrp_per_minute=60_000).scaled(0.01)
+    scot, notes, _ = workload(s)
+    tid, snr_r = simulate(s, "tid"), simulate(s, "snr")
+    assert sum(tid.weight) == sum(sum(subs.values()) for _, _, subs in notes)
+    assert tid.messages > snr_r.messages
+    parent = tid_tree(scot, (0, 0))
+    assert len(parent) == len(scot.routers()) and sum(p is None for p in parent.values()) == 1
+    edges = {frozenset({b, p}) for b, p in parent.items() if p is not None}
+    assert all(p in scot.alink(*b) + scot.ilinks(*b) for b, p in parent.items() if p is not None)
+    assert len(edges) == len(parent) - 1  # a spanning tree
+
+
+def test_broker_cpu_and_tree_alinks_keep_every_cluster_served_once():
+    """With a per-broker CPU cost and rule (ii) held to subscription-tree aLinks, each
+    target cluster is still served exactly once, and the CPU only adds delay."""
+    plain = Setting(hrp_per_minute=100_000, ilink_rate=1300.0).scaled(0.01)
+    loaded = Setting(**{**plain.__dict__, "match_cost": 0.0007, "copy_cost": 0.0001, "tree_alinks": True})
+    _, notes, _ = workload(loaded)
+    deliveries = sum(len(subs) for _, _, subs in notes)
+    for routing in ("snr", "idr"):
+        r = simulate(loaded, routing)
+        assert len(r) == deliveries and sum(r.weight) == sum(sum(s.values()) for _, _, s in notes), routing
+        assert r.average_delay() > simulate(plain, routing).average_delay()

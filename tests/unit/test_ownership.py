@@ -13,7 +13,7 @@ from echelon.agent.durable.caps import check_options
 from echelon.agent.ownership import claim, may_use, scoped
 from echelon.core.acl import Acl, Identity, Rule
 from echelon.runtime.auth import CALLER, Access, AuthConfig, Caller, OpenStream
-from echelon.runtime.errors import InvalidArgument, NotFound, PermissionDenied, Unauthenticated
+from echelon.contract.errors import InvalidArgument, NotFound, PermissionDenied, Unauthenticated
 from echelon.runtime.limits import Limits, parse_limits
 from echelon.v1 import pubsub_pb2 as ppb
 

@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from echelon.core.schema import Attribute, AttrType, Schema, SchemaError, parse_attribute
+from echelon.contract.schema import Attribute, AttrType, Schema, SchemaError, parse_attribute
 
 
 def test_parse_attribute_forms():

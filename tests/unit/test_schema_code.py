@@ -8,10 +8,10 @@ import random
 
 import pytest
 
-from echelon.core.schema import Attribute, AttrType, Schema
-from echelon.runtime.errors import InvalidArgument
+from echelon.contract.schema import Attribute, AttrType, Schema
+from echelon.contract.errors import InvalidArgument
 from echelon.runtime.schema_code import compile_schema
-from echelon.runtime.wire import attributes_from_pb, attributes_into_pb
+from echelon.contract.wire import attributes_from_pb, attributes_into_pb
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import pubsub_pb2 as ppb
 

@@ -7,8 +7,8 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from echelon.core.filters import Filter, Op, Predicate
-from echelon.core.schema import Attribute, AttrType, Schema, SchemaError
+from echelon.contract.filters import Filter, Op, Predicate
+from echelon.contract.schema import Attribute, AttrType, Schema, SchemaError
 from echelon.core.space import (
     Space,
     affected_region,

@@ -10,7 +10,7 @@ import random
 
 from echelon.dataplane.slices import ChunkStream
 from echelon.agent.subscriptions import CLOCK_SKEW_NS, Subscription
-from echelon.core.filters import parse
+from echelon.contract.filters import parse
 from echelon.v1 import common_pb2 as pb
 
 

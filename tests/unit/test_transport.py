@@ -1,4 +1,4 @@
-"""runtime/transport.py without servers: certificate files read again when they change
+"""contract/transport.py without servers: certificate files read again when they change
 (and a mismatched pair, as in the middle of a rotation, refused), and call_any."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import grpc
 import pytest
 
 from echelon.runtime.certs import Authority
-from echelon.runtime.errors import NotFound, Unavailable
-from echelon.runtime.transport import TlsDir, Transport, call_any, unavailable
+from echelon.contract.errors import NotFound, Unavailable
+from echelon.contract.transport import TlsDir, Transport, call_any, unavailable
 
 
 def test_files_follow_the_directory_and_skip_a_mismatched_pair(tmp_path):

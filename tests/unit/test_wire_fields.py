@@ -1,11 +1,11 @@
-"""Messages sent as bytes put together from serialized parts (runtime.wire.length_delimited:
+"""Messages sent as bytes put together from serialized parts (contract.wire.length_delimited:
 the agent's Match requests and the root's whole events; agent.frames: relay frames), against
 protobuf's own serialization of the same message as the oracle."""
 
 from echelon.dataplane.frames import OutFrame, destinations, peek, whole_tail
 from echelon.agent.matching import EVENTS_TAG
 from echelon.dataplane.root import PAYLOAD_TAG, encode, encode_all
-from echelon.runtime.wire import attributes_to_pb, length_delimited, varint
+from echelon.contract.wire import attributes_to_pb, length_delimited, varint
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import matcher_pb2 as xpb
 from echelon.v1 import relay_pb2 as rpb

@@ -7,9 +7,9 @@ from typing import Callable
 import grpc
 
 from echelon.runtime.auth import Access
-from echelon.runtime.errors import NotFound
+from echelon.contract.errors import NotFound
 from echelon.runtime.member import MemberClient
-from echelon.runtime.transport import PLAIN, Transport, call_any, unavailable
+from echelon.contract.transport import PLAIN, Transport, call_any, unavailable
 from echelon.v1 import pubsub_pb2 as ppb
 from echelon.v1 import pubsub_pb2_grpc as pgrpc
 

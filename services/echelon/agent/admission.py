@@ -29,19 +29,22 @@ import asyncio
 import itertools
 import time
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from echelon.dataplane.slices import PayloadStream
 from echelon.core.dedup import DedupWindow, Seen
-from echelon.core.schema import Schema
-from echelon.runtime.errors import AlreadyExists, InvalidArgument, Unavailable
+from echelon.contract.schema import Schema
+from echelon.contract.errors import AlreadyExists, InvalidArgument, Unavailable
 from echelon.runtime.schema_code import Fill, compile_schema
-from echelon.runtime.wire import attributes_from_pb, attributes_into_pb, event_digest
+from echelon.contract.wire import attributes_from_pb, attributes_into_pb, event_digest
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import pubsub_pb2 as ppb
 
 if TYPE_CHECKING:
-    from echelon.agent.server import AgentNode
+    from echelon.agent.dispatch import Dispatcher
+    from echelon.agent.durable import Durables
+    from echelon.agent.topics import Topics
+    from echelon.runtime.auth import Access
 
 _DELIVERED = ppb.ACK_LEVEL_DELIVERED
 _SAME, _DIFFERENT = Seen.SAME, Seen.DIFFERENT
@@ -105,12 +108,22 @@ def first_copy(cell: list, index: int) -> tuple[BaseException | None, int]:
     return error, (first.result()[0][index] if error is None else 0)
 
 
+class Dispatching(Protocol):
+    """The parts admission hands events to, made once the agent has a membership view
+    (server.py's `on_start`): read per request, never before one comes."""
+
+    durables: Durables  # `refusing` and `refuse`: a full REJECT_PUBLISH durable subscription
+    dispatcher: Dispatcher  # `submit`: a unit's fresh events
+
+
 class Admission:
     """The window of message ids accepted here (with their digests) and the admission of
     each request into it."""
 
-    def __init__(self, node: AgentNode):
-        self.node = node
+    def __init__(self, access: Access, topics: Topics, parts: Dispatching):
+        self.access = access  # the caller's rights and rate (runtime/auth.py)
+        self.topics = topics
+        self.parts = parts
         self.accepted = DedupWindow(capacity=100_000)  # at most 200,000 ids held, as before generations
         self._cells: dict[int, list] = {}  # unit number -> its cell
         self._made: deque[tuple[int, int]] = deque()  # (window generation at its end, unit number), in order
@@ -127,7 +140,7 @@ class Admission:
         self._cells[number] = cell
         now = time.monotonic()
         # The caller's rights once a topic, the rate's tokens once (runtime/auth.py).
-        check_publish, end_checks = self.node.server.access.publish_checker(now, len(seqs))
+        check_publish, end_checks = self.access.publish_checker(now, len(seqs))
         try:
             await self._admit(unit, reqs, seqs, payloads, check_publish, now, number, events, kept)
         finally:
@@ -153,7 +166,7 @@ class Admission:
         wall = time.time_ns()
         window = self.accepted
         window.expire(now)
-        offer, durables, batched, Event = window.offer, self.node.durables, unit.batched, pb.Event
+        offer, durables, batched, Event = window.offer, self.parts.durables, unit.batched, pb.Event
         for req, seq, payload in zip(reqs, seqs, payloads):
             name = req.topic
             try:
@@ -203,7 +216,7 @@ class Admission:
     def _dispatch(self, unit: Unit, events: list[pb.Event], kept: list, cell: list) -> None:
         waiting = cell[0]  # duplicates may wait on it already
         try:
-            future = self.node.dispatcher.submit(events, kept, unit.alone)
+            future = self.parts.dispatcher.submit(events, kept, unit.alone)
         except BaseException as e:
             self._forget(unit)
             if waiting is not None:
@@ -234,7 +247,7 @@ class Admission:
 
     async def _schema(self, name: str) -> tuple[Schema, Fill | None]:
         """The topic's schema and its compiled fill (None for a schemaless topic)."""
-        topics = self.node.topics
+        topics = self.topics
         schema = topics.schema(await topics.get(name))  # parsed once per topic version
         cached = self._fills.get(name)
         if cached is None or cached[0] is not schema:

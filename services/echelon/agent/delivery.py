@@ -9,7 +9,7 @@ The filter check: a frame's events are matched together, against the
 topic's local subscriptions compiled into one function (core/filter_code.py: cheaper than
 checking each filter, and than the counting index for a lone event). A topic with more
 than COMPILED_SUBS subscriptions here, or more than COMPILED_PREDICATES predicates over
-their filters' terms (core/filters.py), is matched with the CDM counting index instead
+their filters' terms (contract/filters.py), is matched with the CDM counting index instead
 (core/cdm.py, the matcher's own, exact as `Filter.matches`): compiling costs several times
 the index's build per subscription, paid again whenever the topic's subscriptions or
 their filters change, and the index's cost per event grows with the matches rather
@@ -36,7 +36,7 @@ from echelon.core.cdm import CountingIndex
 from echelon.core.cdm import Subscription as Indexed
 from echelon.core.dedup import DedupWindow
 from echelon.core.filter_code import compile_filters
-from echelon.runtime.wire import attributes_from_pb
+from echelon.contract.wire import attributes_from_pb
 from echelon.v1 import common_pb2 as pb
 
 log = logging.getLogger("echelon.agent.delivery")

@@ -36,7 +36,7 @@ from echelon.agent.matching import MatchClient
 from echelon.dataplane.holds import settled
 from echelon.dataplane.root import encode_all
 from echelon.dataplane.slices import PayloadStream
-from echelon.runtime.errors import EchelonError, Unavailable
+from echelon.contract.errors import EchelonError, Unavailable
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import matcher_pb2 as xpb
 

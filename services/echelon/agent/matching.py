@@ -50,9 +50,9 @@ from collections import deque
 
 import grpc
 
-from echelon.runtime.errors import Unavailable
+from echelon.contract.errors import Unavailable
 from echelon.runtime.member import MemberClient, lifetime
-from echelon.runtime.wire import varints
+from echelon.contract.wire import varints
 from echelon.v1 import matcher_pb2 as xpb
 from echelon.v1 import matcher_pb2_grpc as xgrpc
 from echelon.v1 import membership_pb2 as mpb

@@ -16,7 +16,7 @@ relaying a stream it already checked) pass the cluster-wide name as it is.
 from __future__ import annotations
 
 from echelon.runtime.auth import CALLER, Access
-from echelon.runtime.errors import InvalidArgument, NotFound
+from echelon.contract.errors import InvalidArgument, NotFound
 
 SCOPE = "/"
 MAX_NAME = 200  # a client's part of a name

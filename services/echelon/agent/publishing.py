@@ -40,11 +40,11 @@ import grpc
 
 from echelon.agent.admission import Admission, Unit, failure, first_copy
 from echelon.dataplane.slices import PayloadStream, payload_error
-from echelon.runtime.errors import InvalidArgument, Timeout, Unavailable, status_of
+from echelon.contract.errors import InvalidArgument, Timeout, Unavailable, status_of
 from echelon.v1 import pubsub_pb2 as ppb
 
 if TYPE_CHECKING:
-    from echelon.agent.server import AgentNode
+    from echelon.agent.metrics import AgentMetrics
 
 log = logging.getLogger("echelon.agent")
 
@@ -60,10 +60,11 @@ class Publishing:
     """The agent's publish streams; their admission and the window of message ids accepted
     here are `admission`'s (admission.py)."""
 
-    def __init__(self, node: AgentNode):
-        self.node = node
+    def __init__(self, agent_id: str, metrics: AgentMetrics, admission: Admission):
+        self.agent_id = agent_id  # in the ids of streams that name no producer
+        self.metrics = metrics
         self._producers = 0
-        self.admission = Admission(node)
+        self.admission = admission
         self._counters: dict[tuple[str, str], object] = {}  # (topic, result) -> its published counter
         self.slice_idle = SLICE_IDLE
 
@@ -138,7 +139,7 @@ class Publishing:
         costs more than the increment)."""
         child = self._counters.get((topic, result))
         if child is None:
-            child = self._counters[(topic, result)] = self.node.metrics.published.labels(topic, result)
+            child = self._counters[(topic, result)] = self.metrics.published.labels(topic, result)
         child.inc(n)
 
     async def stream(self, request_iterator):
@@ -147,7 +148,7 @@ class Publishing:
         one ack message (or a share of one, `coalesce_acks`). Reading stops while
         MAX_EVENTS_IN_FLIGHT events await their acks."""
         self._producers += 1
-        default_producer = f"{self.node.config.id}:{self._producers}:{time.time_ns()}"
+        default_producer = f"{self.agent_id}:{self._producers}:{time.time_ns()}"
         pending: deque[Unit | None] = deque()  # in the order of the requests; None: the last
         arrived = asyncio.Event()
         room = asyncio.Event()

@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
+from echelon.agent.admission import Admission
 from echelon.agent.durable.caps import check_options
 from echelon.agent.durable.rpc import relay
 from echelon.agent.ownership import caller_name, check, claim, scoped
@@ -29,13 +30,19 @@ from echelon.agent.publish_reader import coalesce
 from echelon.agent.publishing import Publishing
 from echelon.agent.shared_stream import SharedStream
 from echelon.runtime.auth import STREAM, cancel_after
-from echelon.runtime.errors import EchelonError, InvalidArgument, NotFound, ResourceExhausted
-from echelon.runtime.transport import SUBSCRIPTION_KEY
+from echelon.contract.errors import EchelonError, InvalidArgument, NotFound, ResourceExhausted
+from echelon.contract.transport import SUBSCRIPTION_KEY
 from echelon.v1 import pubsub_pb2 as ppb
 from echelon.v1 import pubsub_pb2_grpc as pgrpc
 
 if TYPE_CHECKING:
-    from echelon.agent.server import AgentNode
+    from echelon.agent.dispatch import Dispatcher
+    from echelon.agent.durable import Durables
+    from echelon.agent.matching import MatchClient
+    from echelon.agent.metrics import AgentMetrics
+    from echelon.agent.registry import Registry
+    from echelon.agent.topics import Topics
+    from echelon.runtime.auth import Access
 
 log = logging.getLogger("echelon.agent")
 
@@ -51,46 +58,60 @@ def final_status(error: EchelonError) -> ppb.Delivery:
     return ppb.Delivery(code=error.code.value[0], error=error.message)
 
 
+class AgentParts(Protocol):
+    """The parts the client API hands requests to, made once the agent has a membership
+    view (server.py's `on_start`): read per request, never before one comes
+    (admission.Dispatching is a part of it)."""
+
+    subscriptions: Registry
+    durables: Durables
+    dispatcher: Dispatcher
+    matching: MatchClient  # its `timeout`: how long Unsubscribe waits for the tier
+
+
 class PubSubServicer(pgrpc.PubSubServicer):
-    def __init__(self, node: AgentNode):
-        self.node = node
-        self.publishing = Publishing(node)
+    def __init__(self, agent_id: str, access: Access, metrics: AgentMetrics, topics: Topics, parts: AgentParts):
+        self.access = access  # the caller's rights, subscription count and name scope (runtime/auth.py)
+        self.metrics = metrics
+        self.topics = topics
+        self.parts = parts
+        self.publishing = Publishing(agent_id, metrics, Admission(access, topics, parts))
 
     def Publish(self, request_iterator, context):
         # publishing.py: its acks; publish_reader.py: single-event requests taken in runs
         return coalesce(self.publishing.stream, request_iterator)
 
     async def Subscribe(self, request_iterator, context):
-        node = self.node
+        parts, metrics = self.parts, self.metrics
         first = await anext(request_iterator.__aiter__(), None)
         if first is None or not first.HasField("open"):
             raise InvalidArgument("the first request of a subscription must be `open`")
         if first.open.sid:  # many subscriptions on this stream (shared_stream.py)
-            async for delivery in SharedStream(node, self._chunked, MAX_DELIVERIES).serve(first, request_iterator,
-                                                                                          context):
+            shared = SharedStream(self.access, metrics, parts.subscriptions, self._chunked, MAX_DELIVERIES)
+            async for delivery in shared.serve(first, request_iterator, context):
                 yield delivery
             return
         # The caller's right and subscription count, checked here, before a durable open is
         # relayed to its holder (which sees this agent, a member, as the caller). `release`
         # runs once however the stream ends.
-        access = node.server.access
+        access = self.access
         release = access.open_subscription(first.open.topic)
         try:
             claim(access, first.open)  # the name in its owner's scope (ownership.py)
             if first.open.HasField("durable"):  # durable.py: served by its first alive holder
-                check_options(access, first.open, await node.topics.get(first.open.topic))  # durable/caps.py
-                target = await node.durables.route(first.open)
+                check_options(access, first.open, await self.topics.get(first.open.topic))  # durable/caps.py
+                target = await parts.durables.route(first.open)
                 if target is not None:
                     try:
-                        async for delivery in relay(node.durables.peers.dial(target), first, request_iterator, context):
+                        async for delivery in relay(parts.durables.peers.dial(target), first, request_iterator, context):
                             yield delivery
                     finally:
                         release()
                     return
-                sub = await node.durables.open(first.open)
+                sub = await parts.durables.open(first.open)
             else:
                 # Attached and registered; if this await is cancelled, the open closes it itself.
-                sub = await node.subscriptions.open(first.open, caller_name(access))
+                sub = await parts.subscriptions.open(first.open, caller_name(access))
         except BaseException:
             release()
             raise
@@ -98,7 +119,7 @@ class PubSubServicer(pgrpc.PubSubServicer):
         async def read():
             async for req in request_iterator:
                 if req.HasField("ack"):
-                    node.metrics.acks.labels(sub.topic).inc(sub.ack(req.ack.delivery_ids, req.ack.credits,
+                    metrics.acks.labels(sub.topic).inc(sub.ack(req.ack.delivery_ids, req.ack.credits,
                                                                     req.ack.through))
                 elif req.HasField("nack"):
                     sub.nack(req.nack.delivery_ids, req.nack.delay_ms / 1000, req.nack.credits)
@@ -111,7 +132,7 @@ class PubSubServicer(pgrpc.PubSubServicer):
         reader = None
         encoded = first.open.encoded_events  # the client reads Delivery.encoded_event
         most = MAX_DELIVERIES if first.open.batched_deliveries else 1  # the client reads Delivery.batch
-        delivered = node.metrics.deliveries.labels(sub.topic)  # once: labels() costs ~2 us a call
+        delivered = metrics.deliveries.labels(sub.topic)  # once: labels() costs ~2 us a call
         try:  # entered with no await since the open: every way out below runs the cleanup
             # Headers now: the client's `start()` returns once the subscription is registered.
             await context.send_initial_metadata(((SUBSCRIPTION_KEY, sub.id), *sub.headers()))
@@ -137,7 +158,7 @@ class PubSubServicer(pgrpc.PubSubServicer):
                 delivered.inc(len(items))
                 redelivered = sum(1 for _, p in items if p.redeliveries)
                 if redelivered:
-                    node.metrics.redeliveries.inc(redelivered)
+                    metrics.redeliveries.inc(redelivered)
                 if items[0][1].stream is not None:  # taken alone (Subscription.take)
                     async for delivery in self._chunked(sub, *items[0], reader):
                         yield delivery
@@ -154,9 +175,9 @@ class PubSubServicer(pgrpc.PubSubServicer):
                 reader.cancel()
             sub.detach()
             if not sub.named:
-                node.subscriptions.close(sub)
+                parts.subscriptions.close(sub)
             elif sub.durable:
-                node.durables.touch(sub)
+                parts.durables.touch(sub)
 
     @staticmethod
     async def _chunked(sub, delivery_id: int, pending, reader: asyncio.Task):
@@ -189,23 +210,23 @@ class PubSubServicer(pgrpc.PubSubServicer):
     async def Unsubscribe(self, request, context):
         """Gone from this agent at once; the answer waits (up to the matcher timeout) for the
         tier to acknowledge the removal, which is retried after that if it must be."""
-        access = self.node.server.access  # the subscribe right on its topic (runtime/auth.py)
+        access = self.access  # the subscribe right on its topic (runtime/auth.py)
         given = request.subscription
         # Ephemeral names (`~N`) are this agent's own and carry their owner; the others are
         # in their owner's scope (ownership.py). Another's is "does not exist".
         name = given if given.startswith("~") else scoped(access, given)
-        sub = self.node.subscriptions.subs.get(name)
+        sub = self.parts.subscriptions.subs.get(name)
         if sub is None or sub.durable:
-            record = await self.node.durables.peers.locate(name) if name else None
+            record = await self.parts.durables.peers.locate(name) if name else None
             if record is not None:  # a durable subscription: gone from every holder
                 check(access, record.name, record.topic, given)
                 access.require("subscribe", record.topic, SERVICE)
-                await self.node.durables.delete(record)
+                await self.parts.durables.delete(record)
                 return ppb.UnsubscribeResponse()
         if sub is None:
             raise NotFound(f"subscription {given!r} does not exist on this agent")
         check(access, sub.name, sub.topic, given, sub.owner if sub.name.startswith("~") else None)
         access.require("subscribe", sub.topic, SERVICE)
-        removed = self.node.subscriptions.close(sub)
-        await asyncio.wait([removed], timeout=self.node.matching.timeout)
+        removed = self.parts.subscriptions.close(sub)
+        await asyncio.wait([removed], timeout=self.parts.matching.timeout)
         return ppb.UnsubscribeResponse()

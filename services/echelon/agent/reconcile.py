@@ -27,7 +27,7 @@ import grpc
 
 from echelon.agent.matching import MatchClient
 from echelon.core.holdings import BUCKETS, diff, digests
-from echelon.runtime.errors import EchelonError
+from echelon.contract.errors import EchelonError
 from echelon.v1 import matcher_pb2 as xpb
 
 log = logging.getLogger("echelon.agent.reconcile")

@@ -21,9 +21,9 @@ from echelon.agent.matching import MatchClient
 from echelon.agent.metrics import AgentMetrics
 from echelon.agent.subscriptions import MAX_BYTES, STALL_SECONDS, Subscription
 from echelon.agent.topics import Topics
-from echelon.core.filters import DEFAULT_LIMITS, term_ids
-from echelon.runtime.errors import AlreadyExists, FailedPrecondition, InvalidArgument, Unavailable
-from echelon.runtime.wire import filter_from_request, filter_to_pb
+from echelon.contract.filters import DEFAULT_LIMITS, term_ids
+from echelon.contract.errors import AlreadyExists, FailedPrecondition, InvalidArgument, Unavailable
+from echelon.contract.wire import filter_from_request, filter_to_pb
 from echelon.v1 import matcher_pb2 as xpb
 from echelon.v1 import pubsub_pb2 as ppb
 
@@ -42,7 +42,7 @@ class Registry:
         self.max_bytes = MAX_BYTES
         self.stall_seconds = STALL_SECONDS
         self.subs: dict[str, Subscription] = {}  # by name
-        self._terms: dict[str, int] = {}  # subscription id -> its entries on the tier (core/filters.py term_ids)
+        self._terms: dict[str, int] = {}  # subscription id -> its entries on the tier (contract/filters.py term_ids)
         self.filter_limits = DEFAULT_LIMITS  # what one filter may cost (an operator's settings go here)
         self._ephemeral = 0
 

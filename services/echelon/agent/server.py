@@ -98,7 +98,10 @@ class AgentNode(Node):
         self.dispatcher: Dispatcher | None = None
         self.reconciler: Reconciler | None = None
         self._tasks: list[asyncio.Task] = []
-        self.server.add(pgrpc.add_PubSubServicer_to_server, PubSubServicer(self),
+        # The client API sees the parts made on start (subscriptions, durables, dispatcher,
+        # matching) through this node, read per request (pubsub.AgentParts).
+        self.server.add(pgrpc.add_PubSubServicer_to_server,
+                        PubSubServicer(config.id, self.server.access, self.metrics, self.topics, self),
                         ppb.DESCRIPTOR.services_by_name["PubSub"].full_name)
         self.server.add(pgrpc.add_AdminServicer_to_server, self.admin,
                         ppb.DESCRIPTOR.services_by_name["Admin"].full_name)

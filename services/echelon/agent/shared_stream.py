@@ -33,18 +33,23 @@ import grpc
 
 from echelon.agent.ownership import caller_name, claim
 from echelon.agent.subscriptions import Subscription
-from echelon.runtime.errors import (FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted, status_of)
+from echelon.contract.errors import (FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted, status_of)
 from echelon.v1 import pubsub_pb2 as ppb
 
 if TYPE_CHECKING:
-    from echelon.agent.server import AgentNode
+    from echelon.agent.metrics import AgentMetrics
+    from echelon.agent.registry import Registry
+    from echelon.runtime.auth import Access
 
 log = logging.getLogger("echelon.agent")
 
 
 class SharedStream:
-    def __init__(self, node: "AgentNode", chunked: Callable, max_deliveries: int):
-        self.node = node
+    def __init__(self, access: Access, metrics: AgentMetrics, subscriptions: Registry, chunked: Callable,
+                 max_deliveries: int):
+        self.access = access  # the caller's rights, subscription count and name scope (runtime/auth.py)
+        self.metrics = metrics
+        self.subscriptions = subscriptions
         self.chunked = chunked  # PubSubServicer._chunked: a sliced payload's Deliveries
         self.max_deliveries = max_deliveries
         self.subs: dict[int, Subscription] = {}
@@ -99,7 +104,7 @@ class SharedStream:
             return out, None, False
         self._turn = (self._turn + 1) % len(sids)
         room, encoded, subs = self.max_deliveries, self.encoded, self.subs
-        metrics, add = self.node.metrics, out.batch.add
+        metrics, add = self.metrics, out.batch.add
         more, sliced = False, None
         taken: dict[str, int] = {}  # deliveries by topic: one counter call per topic and message
         for sid in sids[self._turn:] + sids[:self._turn]:
@@ -178,7 +183,7 @@ class SharedStream:
                         raise InvalidArgument("a request of a shared stream carries open, ack, nack, close or a batch")
             finally:
                 for topic, n in acked.items():
-                    self._counter(self.node.metrics.acks, topic).inc(n)
+                    self._counter(self.metrics.acks, topic).inc(n)
 
     def _sub(self, sid: int) -> Subscription | None:
         """The subscription of an ack or nack: None for one that ended meanwhile (what it
@@ -193,15 +198,14 @@ class SharedStream:
         sid = open_.sid
         if not sid or sid in self.subs:
             raise InvalidArgument(f"sid {sid}: every subscription of a shared stream has its own, not 0")
-        node = self.node
         try:
             if open_.HasField("durable") or open_.routed:
                 raise FailedPrecondition("a durable subscription has a stream of its own")
-            access = node.server.access
+            access = self.access
             release = access.open_subscription(open_.topic, lambda e: self._end(sid, e) if sid in self.subs else None)
             try:
                 claim(access, open_)  # the name in its owner's scope (ownership.py)
-                sub = await node.subscriptions.open(open_, caller_name(access))  # if cancelled or refused, closed again
+                sub = await self.subscriptions.open(open_, caller_name(access))  # if cancelled or refused, closed again
             except BaseException:
                 release()
                 raise
@@ -231,4 +235,4 @@ class SharedStream:
         self.releases.pop(sid)()
         sub.detach()
         if not sub.named:
-            self.node.subscriptions.close(sub)
+            self.subscriptions.close(sub)

@@ -46,8 +46,8 @@ from typing import Callable
 
 from echelon.dataplane.holds import Hold
 from echelon.dataplane.slices import ChunkStream
-from echelon.core.filters import Filter
-from echelon.runtime.errors import InvalidArgument
+from echelon.contract.filters import Filter
+from echelon.contract.errors import InvalidArgument
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import pubsub_pb2 as ppb
 

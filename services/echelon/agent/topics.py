@@ -13,10 +13,10 @@ from typing import Awaitable, Callable
 
 import grpc
 
-from echelon.core.schema import Schema
-from echelon.runtime.errors import InvalidArgument, NotFound, Unavailable
+from echelon.contract.schema import Schema
+from echelon.contract.errors import InvalidArgument, NotFound, Unavailable
 from echelon.runtime.member import MemberClient
-from echelon.runtime.wire import schema_from_pb
+from echelon.contract.wire import schema_from_pb
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import pubsub_pb2 as ppb
 

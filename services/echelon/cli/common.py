@@ -16,7 +16,7 @@ from echelon.cli.context import load
 from echelon.client import Client, EchelonError
 from echelon.client.connection import DEFAULT_AGENT_PORT, with_port
 from echelon.client.diagnose import MEMBERSHIP, probe
-from echelon.runtime.transport import TlsDir, Transport
+from echelon.contract.transport import TlsDir, Transport
 
 # Outside a terminal (a pipe, a log) rich would cut tables to 80 columns: addresses are what a person copies.
 console = Console() if Console().is_terminal else Console(width=200)

@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from echelon.client import DELIVERED, Client, EchelonError
-from echelon.core.filters import parse
+from echelon.contract.filters import parse
 from echelon.launch import Cluster, Loopback
 
 SCHEMA = ["Symbol:string", "Open:float:0:500", "High:float:0:500", "Low:float:0:500", "Close:float:0:500",

@@ -14,7 +14,7 @@ from rich.table import Table
 
 from echelon.cli.common import MEMBERSHIP_OPTION, TLS, TOKEN, console, membership_failure, transport
 from echelon.runtime.member import fetch_view
-from echelon.runtime.transport import call_any
+from echelon.contract.transport import call_any
 from echelon.v1 import membership_pb2 as mpb
 
 

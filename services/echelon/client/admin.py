@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from echelon.core.schema import Attribute, AttrType, Schema
-from echelon.runtime.wire import filter_from_pb, schema_from_pb
+from echelon.contract.schema import Attribute, AttrType, Schema
+from echelon.contract.wire import filter_from_pb, schema_from_pb
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import durable_pb2 as dpb
 from echelon.v1 import pubsub_pb2 as ppb

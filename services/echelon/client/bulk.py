@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, AsyncIterable, Iterable, Mapping
 import grpc
 
 from echelon.client.errors import InvalidArgument, Unavailable, from_status, translating
-from echelon.core.schema import Value
-from echelon.runtime.wire import attributes_to_pb
+from echelon.contract.schema import Value
+from echelon.contract.wire import attributes_to_pb
 from echelon.v1 import pubsub_pb2 as ppb
 from echelon.v1 import pubsub_pb2_grpc as pgrpc
 

@@ -19,10 +19,10 @@ from echelon.client.durable import Durable, seek_target
 from echelon.client.errors import InvalidArgument, Timeout, Unavailable, translating
 from echelon.client.publisher import AckLevel, Publisher
 from echelon.client.subscription import MAX_WHOLE, Callback, Subscription
-from echelon.core.filters import Filter
-from echelon.core.schema import Attribute, Schema, parse_attribute
-from echelon.runtime.transport import TOKEN_ENV, TlsDir, Transport, call_any, unavailable
-from echelon.runtime.wire import schema_to_pb
+from echelon.contract.filters import Filter
+from echelon.contract.schema import Attribute, Schema, parse_attribute
+from echelon.contract.transport import TOKEN_ENV, TlsDir, Transport, call_any, unavailable
+from echelon.contract.wire import schema_to_pb
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import durable_pb2 as dpb
 from echelon.v1 import durable_pb2_grpc as dgrpc

@@ -22,7 +22,7 @@ from typing import Any, Awaitable, Callable
 import grpc
 
 from echelon.client.errors import ClientClosed, EchelonError
-from echelon.runtime.transport import Transport
+from echelon.contract.transport import Transport
 
 log = logging.getLogger("echelon.client")
 

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 from echelon.client.errors import EchelonError, InvalidArgument
 from echelon.client.message import event_of
-from echelon.runtime.wire import attributes_from_pb
+from echelon.contract.wire import attributes_from_pb
 from echelon.v1 import pubsub_pb2 as ppb
 
 if TYPE_CHECKING:

@@ -15,7 +15,7 @@ import ssl
 
 import grpc
 
-from echelon.runtime.transport import Transport
+from echelon.contract.transport import Transport
 
 HEALTH_CHECK = "/grpc.health.v1.Health/Check"
 SERVING, NOT_SERVING = 1, 2  # grpc.health.v1.HealthCheckResponse.ServingStatus

@@ -15,8 +15,8 @@ from __future__ import annotations
 import struct
 from typing import Mapping
 
-from echelon.core.schema import Value
-from echelon.runtime.wire import length_delimited, value_to_pb, varint
+from echelon.contract.schema import Value
+from echelon.contract.wire import length_delimited, value_to_pb, varint
 from echelon.v1.tags import PublishRequest as _Request
 from echelon.v1.tags import Value as _Value
 
@@ -56,7 +56,7 @@ class Encoder:
               seq: int) -> bytes:
         """One event's PublishRequest (topic, attributes, payload, ordering_key, sequence).
         Raises as upb would for a value no attribute can hold:
-        InvalidArgument (runtime/wire.py), ValueError past int64, UnicodeEncodeError."""
+        InvalidArgument (contract/wire.py), ValueError past int64, UnicodeEncodeError."""
         parts = [self._topics.get(topic) or self._topic(topic)]
         floats, strings = self._floats, self._strings
         for name, x in attributes.items():

@@ -12,7 +12,7 @@ Every failure, whether the agent refused a call, a publish was rejected in its a
 subscription stream ended, or the agent could not be reached, is an `EchelonError`
 subclass carrying the status `code`, the server's `message` and `details` (the trailing
 metadata the server sent). No `grpc.aio.AioRpcError` escapes the client. The classes are
-the ones the services raise (`echelon.runtime.errors`), so a handler's `NotFound` is the
+the ones the services raise (`echelon.contract.errors`), so a handler's `NotFound` is the
 application's `NotFound`. `Timeout` is also a `TimeoutError`; `ClientClosed` (a
 `FailedPrecondition`) means the client, publisher or subscription is draining or closed.
 """
@@ -23,7 +23,7 @@ from contextlib import contextmanager
 
 import grpc
 
-from echelon.runtime.errors import (BY_CODE, Aborted, AlreadyExists, Cancelled, DataLoss, EchelonError,
+from echelon.contract.errors import (BY_CODE, Aborted, AlreadyExists, Cancelled, DataLoss, EchelonError,
                                     FailedPrecondition, Internal, InvalidArgument, NotFound, OutOfRange,
                                     PermissionDenied, ResourceExhausted, Timeout, Unauthenticated, Unavailable,
                                     Unimplemented, Unknown, from_rpc_error, from_status, status_of)

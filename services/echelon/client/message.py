@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Callable
 import grpc
 
 from echelon.client.errors import DataLoss, EchelonError, FailedPrecondition, InvalidArgument
-from echelon.core.schema import Value
-from echelon.runtime.wire import attributes_from_pb
+from echelon.contract.schema import Value
+from echelon.contract.wire import attributes_from_pb
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import pubsub_pb2 as ppb
 

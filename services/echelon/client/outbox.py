@@ -21,8 +21,8 @@ from typing import Iterable, Mapping
 
 from echelon.client.encoding import Encoder
 from echelon.client.errors import translating
-from echelon.core.schema import Value
-from echelon.runtime.wire import attributes_into_pb
+from echelon.contract.schema import Value
+from echelon.contract.wire import attributes_into_pb
 from echelon.v1 import pubsub_pb2 as ppb
 
 SLICE_BYTES = 4 << 20  # larger payloads are published as slices

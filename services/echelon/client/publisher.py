@@ -36,7 +36,7 @@ from echelon.client.errors import ClientClosed, EchelonError, Timeout, from_rpc_
 from echelon.client.outbox import MAX_BATCH_BYTES, MAX_BATCH_EVENTS, SLICE_BYTES, Outbox  # noqa: F401 - public
 from echelon.client.results import Pending
 from echelon.client.results import PublishResult  # noqa: F401 - public
-from echelon.core.schema import Value
+from echelon.contract.schema import Value
 from echelon.v1 import pubsub_pb2 as ppb
 
 if TYPE_CHECKING:

@@ -64,9 +64,9 @@ from echelon.client.errors import (ClientClosed, EchelonError, FailedPreconditio
                                    Timeout, Unavailable, from_rpc_error, from_status)
 from echelon.client.message import Message, Sliced, check_delay, subscribe_call
 from echelon.client.shared import SharedStream
-from echelon.core.filters import Disjunction, Filter
-from echelon.runtime.transport import SUBSCRIPTION_KEY
-from echelon.runtime.wire import filter_to_pb
+from echelon.contract.filters import Disjunction, Filter
+from echelon.contract.transport import SUBSCRIPTION_KEY
+from echelon.contract.wire import filter_to_pb
 from echelon.v1 import pubsub_pb2 as ppb
 
 log = logging.getLogger("echelon.client")

@@ -37,7 +37,7 @@ import numpy as np
 
 from echelon.core.cdm_keys import Column, Dim, Row, rows_of
 from echelon.core.cdm_runs import Run
-from echelon.core.filters import Filter
+from echelon.contract.filters import Filter
 
 BATCH = 4096  # events matched per numpy pass; < 2**16 keeps the event sort a radix sort
 SEEN_CELLS = 1 << 20  # (event, agent) pairs deduplicated in a table up to this size, else sorted

@@ -28,7 +28,7 @@ from typing import Mapping, NamedTuple, Sequence
 
 import numpy as np
 
-from echelon.core.filters import Filter, Op
+from echelon.contract.filters import Filter, Op
 
 ABSENT, NAN, BOTTOM, NO_EXCL = -4, -3, -1, -5
 TOP = 2**62

@@ -11,12 +11,12 @@ equality (`Symbol = "x"`, the commonest): those of an attribute are found by one
 lookup of its value, whatever their number.
 
 Exact as `Filter.matches` (each predicate as `Predicate.holds`) for the values events
-carry (int, float, str: runtime/wire.py): no value, a bool, or a value of the other
+carry (int, float, str: contract/wire.py): no value, a bool, or a value of the other
 kind satisfies no predicate. A predicate whose literal is of none of these kinds calls
 its own `holds`. Literals are passed to the code as bound constants, never written into
 its text.
 
-A disjunction (core/filters.py) is one `or` of its terms' tests: a subscription gets an
+A disjunction (contract/filters.py) is one `or` of its terms' tests: a subscription gets an
 event once, however many of its terms the event satisfies.
 """
 
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Callable, Mapping, Sequence
 
-from echelon.core.filters import Expression, Filter, Op, Predicate
+from echelon.contract.filters import Expression, Filter, Op, Predicate
 
 Matcher = Callable[[Sequence[Mapping[str, object]]], list[list[int]]]
 

@@ -36,8 +36,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from echelon.core.filters import Filter, Op, Predicate
-from echelon.core.schema import Attribute, AttrType, Schema
+from echelon.contract.filters import Filter, Op, Predicate
+from echelon.contract.schema import Attribute, AttrType, Schema
 
 STRING_BYTES = 6
 FINITE = 1e300  # coordinates are clamped into [-FINITE, FINITE]

@@ -14,7 +14,7 @@ fields in field-number order: its id, then its topic).
 
 from __future__ import annotations
 
-from echelon.runtime.wire import varint
+from echelon.contract.wire import varint
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import relay_pb2 as rpb
 from echelon.v1.tags import Event, RelayFrame, RelayMessage

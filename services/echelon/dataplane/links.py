@@ -36,7 +36,7 @@ from typing import Callable
 import grpc
 
 from echelon.dataplane.frames import OutFrame
-from echelon.runtime.transport import MEMBER_KEY, OWN_SUBCHANNEL, PLAIN, RECONNECT_OPTIONS, Transport
+from echelon.contract.transport import MEMBER_KEY, OWN_SUBCHANNEL, PLAIN, RECONNECT_OPTIONS, Transport
 from echelon.v1 import relay_pb2 as rpb
 
 log = logging.getLogger("echelon.links")

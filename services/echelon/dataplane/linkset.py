@@ -16,7 +16,7 @@ from prometheus_client import Counter, Gauge
 
 from echelon.dataplane.links import Link, LinkMetrics
 from echelon.core.dedup import DedupWindow
-from echelon.runtime.transport import PLAIN, Transport
+from echelon.contract.transport import PLAIN, Transport
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import membership_pb2 as mpb
 

@@ -27,7 +27,7 @@ from typing import Callable
 import grpc
 from prometheus_client import Counter
 
-from echelon.runtime.transport import MEMBER_KEY, require_member
+from echelon.contract.transport import MEMBER_KEY, require_member
 from echelon.v1 import relay_pb2 as rpb
 from echelon.v1 import relay_pb2_grpc as rgrpc
 

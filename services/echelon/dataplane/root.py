@@ -40,8 +40,8 @@ from typing import TYPE_CHECKING
 
 from echelon.dataplane.holds import Hold, Job
 from echelon.dataplane.slices import STREAM_WINDOW, PayloadReader, cut, slice_count, slice_event
-from echelon.runtime.errors import Unavailable
-from echelon.runtime.wire import length_delimited, varints
+from echelon.contract.errors import Unavailable
+from echelon.contract.wire import length_delimited, varints
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import relay_pb2 as rpb
 from echelon.v1 import tags

@@ -49,7 +49,7 @@ import time
 from collections import deque
 from typing import Callable
 
-from echelon.runtime.errors import InvalidArgument
+from echelon.contract.errors import InvalidArgument
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import relay_pb2 as rpb
 

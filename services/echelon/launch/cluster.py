@@ -46,7 +46,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
 from echelon.launch.placement import Loopback, Placement, Site, stop_processes
-from echelon.runtime.transport import PLAIN, TlsDir, Transport
+from echelon.contract.transport import PLAIN, TlsDir, Transport
 from echelon.v1 import membership_pb2 as mpb
 
 # Start order; stop goes the other way. Auxiliary processes come last (wave 3).

@@ -4,7 +4,7 @@ message of one MatchResult and AgentMatches object per event that gRPC then seri
 part of the native rest).
 
 Protobuf concatenation makes this exact: a message's fields, each serialized apart and
-written side by side, parse as that message (runtime/wire.py `length_delimited`). An
+written side by side, parse as that message (contract/wire.py `length_delimited`). An
 event's MatchResult depends only on its set of agents (when only the agents are asked
 for, as publishing agents do), and a topic's events meet few sets, so each set's bytes
 are made once and kept (`Answers`, bounded). The receiver parses what it always did:
@@ -17,7 +17,7 @@ from collections import defaultdict
 from typing import Sequence
 
 from echelon.matcher.peers import Agents, Matches
-from echelon.runtime.wire import length_delimited
+from echelon.contract.wire import length_delimited
 from echelon.v1 import matcher_pb2 as xpb
 from echelon.v1 import tags
 

@@ -32,7 +32,7 @@ from echelon.matcher.adoption import Layouts
 from echelon.matcher.layout import Layout
 from echelon.matcher.peers import Agents, Matches, PeerUnavailable, StaleLayout, Transport
 from echelon.matcher.zones import Zones
-from echelon.runtime.wire import attributes_read
+from echelon.contract.wire import attributes_read
 
 TOPIC_WAIT = 3.0  # how long a batch waits for a topic this matcher has not seen yet
 

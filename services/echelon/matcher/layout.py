@@ -44,10 +44,10 @@ import numpy as np
 
 from echelon.core.can import Zone, ZoneMap
 from echelon.core.cdm import CountingIndex, Subscription
-from echelon.core.filters import Filter
-from echelon.core.schema import AttrType, Schema
+from echelon.contract.filters import Filter
+from echelon.contract.schema import AttrType, Schema
 from echelon.core.space import Point, Space, value_key
-from echelon.runtime.wire import value_field
+from echelon.contract.wire import value_field
 
 
 STRING_KEYS = 65536  # string values whose keys a layout remembers for routing

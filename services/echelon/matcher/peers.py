@@ -22,11 +22,11 @@ from typing import AbstractSet, Callable, Mapping, Protocol, Sequence
 import grpc
 
 from echelon.core.can import Zone
-from echelon.core.schema import Schema
+from echelon.contract.schema import Schema
 from echelon.matcher.layout import Copy
 from echelon.runtime.member import MemberClient
-from echelon.runtime.transport import RECONNECT_OPTIONS
-from echelon.runtime.wire import attributes_into_pb
+from echelon.contract.transport import RECONNECT_OPTIONS
+from echelon.contract.wire import attributes_into_pb
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import matcher_pb2 as xpb
 from echelon.v1 import matcher_pb2_grpc as xgrpc

@@ -23,7 +23,7 @@ from echelon.dataplane.dissemination import PARK_SECONDS
 from echelon.core.holdings import DIGEST_BYTES, MAX_BUCKETS, Holding, differing
 from echelon.matcher.peers import GrpcTransport, PeerUnavailable
 from echelon.matcher.tier import Tier
-from echelon.runtime.errors import InvalidArgument, Unavailable
+from echelon.contract.errors import InvalidArgument, Unavailable
 from echelon.v1 import matcher_pb2 as xpb
 
 log = logging.getLogger("echelon.matcher.reconcile")

@@ -24,7 +24,7 @@ from collections import Counter, OrderedDict, deque
 from typing import Callable, Mapping, Sequence
 
 from echelon.matcher.tier import Tier
-from echelon.runtime.errors import InvalidArgument
+from echelon.contract.errors import InvalidArgument
 from echelon.v1 import matcher_pb2 as xpb
 
 DEFAULT_POINTS = 4096

@@ -23,7 +23,7 @@ from prometheus_client import Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 
 from echelon.core.can import Zone
-from echelon.core.schema import SchemaError
+from echelon.contract.schema import SchemaError
 from echelon.dataplane.dissemination import PARK_SECONDS
 from echelon.matcher.answer import Answers
 from echelon.matcher.layout import Copy
@@ -33,12 +33,12 @@ from echelon.matcher.refill import TIMEOUT as REFILL_TIMEOUT
 from echelon.matcher.refill import Refill
 from echelon.matcher.sample import EventSampler, sample
 from echelon.matcher.tier import Tier
-from echelon.runtime.errors import InvalidArgument
+from echelon.contract.errors import InvalidArgument
 from echelon.runtime.member import lifetime
 from echelon.runtime.metrics import LATENCY_BUCKETS
 from echelon.runtime.node import Node, NodeConfig
-from echelon.runtime.transport import require_member
-from echelon.runtime.wire import attributes_from_pb, attributes_read, filter_from_pb, schema_from_pb, value_field
+from echelon.contract.transport import require_member
+from echelon.contract.wire import attributes_from_pb, attributes_read, filter_from_pb, schema_from_pb, value_field
 from echelon.v1 import matcher_pb2 as xpb
 from echelon.v1 import matcher_pb2_grpc as xgrpc
 from echelon.v1 import membership_pb2 as mpb

@@ -44,7 +44,7 @@ import logging
 from collections import defaultdict
 from typing import Callable, Mapping, MutableMapping, Sequence
 
-from echelon.core.schema import Schema
+from echelon.contract.schema import Schema
 from echelon.matcher.adoption import CHUNK, Layouts
 from echelon.matcher.barrier import Barrier
 from echelon.matcher.empty import LEASE, EmptyZones
@@ -55,7 +55,7 @@ from echelon.matcher.refill import Refill
 from echelon.matcher.removal import Drops, Removal
 from echelon.matcher.store import CopyStore
 from echelon.matcher.zones import Zones
-from echelon.runtime.errors import NotFound, Unavailable
+from echelon.contract.errors import NotFound, Unavailable
 
 log = logging.getLogger("echelon.matcher.tier")
 

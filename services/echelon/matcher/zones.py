@@ -13,7 +13,7 @@ from echelon.matcher.adoption import Layouts
 from echelon.matcher.layout import Layout
 from echelon.matcher.peers import Agents, Matches, StaleLayout
 from echelon.matcher.store import CopyStore
-from echelon.runtime.wire import attributes_read
+from echelon.contract.wire import attributes_read
 
 NONE: Agents = frozenset()  # an event no zone here matched
 

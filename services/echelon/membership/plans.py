@@ -23,8 +23,8 @@ from echelon.core.space import Space
 from echelon.core.view import PlanRejection, check_plan
 from echelon.core.kyra import unserved
 from echelon.dataplane.gateway import clique_regions
-from echelon.runtime.errors import InvalidArgument
-from echelon.runtime.wire import schema_from_pb
+from echelon.contract.errors import InvalidArgument
+from echelon.contract.wire import schema_from_pb
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import membership_pb2 as mpb
 

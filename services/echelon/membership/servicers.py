@@ -15,9 +15,9 @@ from echelon.core import acl
 from echelon.core.detector import MemberGone, StaleIncarnation, UnknownMember
 from echelon.membership import plans
 from echelon.membership.wire import STATES, record_from_pb, state_from_pb, state_to_pb
-from echelon.runtime.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
-from echelon.runtime.transport import INCARNATION_KEY, MEMBER_ROLES, require_member, role_of
-from echelon.runtime.wire import schema_from_pb
+from echelon.contract.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
+from echelon.contract.transport import INCARNATION_KEY, MEMBER_ROLES, require_member, role_of
+from echelon.contract.wire import schema_from_pb
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import membership_pb2 as mpb
 from echelon.v1 import membership_pb2_grpc as mgrpc

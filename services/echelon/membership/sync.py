@@ -21,7 +21,7 @@ from echelon.core.replication import Entry
 from echelon.membership.replica import Replica
 from echelon.membership.wire import state_from_pb, state_to_pb
 from echelon.runtime.member import membership_channel
-from echelon.runtime.transport import PLAIN, Transport
+from echelon.contract.transport import PLAIN, Transport
 from echelon.v1 import membership_pb2 as mpb
 from echelon.v1 import membership_pb2_grpc as mgrpc
 

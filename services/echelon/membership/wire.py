@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 from echelon.core.detector import MemberRecord, State
 from echelon.core.replication import Entry, Stamp
 from echelon.core.view import View, ViewDelta
-from echelon.runtime.errors import InvalidArgument
+from echelon.contract.errors import InvalidArgument
 from echelon.v1 import membership_pb2 as mpb
 
 STATES = {State.ALIVE: mpb.MEMBER_STATE_ALIVE, State.SUSPECT: mpb.MEMBER_STATE_SUSPECT,

@@ -1,7 +1,7 @@
 """The routing job's side of the cluster's gRPC contract (blocking calls): the view, the
 plan, the matchers' samples and zones, and `Control.PushPlan` with its retry rule.
 
-Channels come from the one transport (`echelon.runtime.transport`): plain text, or mTLS
+Channels come from the one transport (`echelon.contract.transport`): plain text, or mTLS
 with the job's certificate (role `replan`) from `ECHELON_TLS_DIR` / `--tls-dir`
 (`configure`), and on clusters run with `--auth` a cluster admin's bearer token from
 `ECHELON_TOKEN` / `--token` (a certificate, when there is one, names the job instead).
@@ -18,7 +18,7 @@ import grpc
 import numpy as np
 
 from echelon.core.can import Zone
-from echelon.runtime.transport import TOKEN_ENV, TlsDir, Transport
+from echelon.contract.transport import TOKEN_ENV, TlsDir, Transport
 from echelon.v1 import matcher_pb2 as xpb
 from echelon.v1 import matcher_pb2_grpc as xgrpc
 from echelon.v1 import membership_pb2 as mpb

@@ -23,8 +23,8 @@ import grpc
 import numpy as np
 
 from echelon.core.space import Space
-from echelon.runtime.errors import InvalidArgument
-from echelon.runtime.wire import schema_from_pb
+from echelon.contract.errors import InvalidArgument
+from echelon.contract.wire import schema_from_pb
 from echelon.v1 import membership_pb2 as mpb
 from echelon.replan import cluster, metrics
 from echelon.replan import plan as planning

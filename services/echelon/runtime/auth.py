@@ -3,7 +3,7 @@
 
 Identity. Every call is identified once, in `AuthInterceptor`, by the first of:
 1. a TLS client certificate, verified in the handshake against the cluster's CA
-   (runtime/transport.py: `spiffe://echelon/<role>/<id>`): role `client` is the user
+   (contract/transport.py: `spiffe://echelon/<role>/<id>`): role `client` is the user
    `<id>` (`user:<id>` in ACLs, no groups); a member's role (agent, matcher, router,
    membership) or the routing job's (`replan`) is a member;
 2. a bearer token in the `authorization` metadata (`Bearer <token>`), checked by the
@@ -80,10 +80,10 @@ import grpc
 from prometheus_client import CollectorRegistry, Counter
 
 from echelon.core.acl import RIGHTS, SUPERUSERS, Acl, Identity, Rule
-from echelon.runtime.errors import EchelonError, InvalidArgument, PermissionDenied, ResourceExhausted, Unauthenticated
+from echelon.contract.errors import EchelonError, InvalidArgument, PermissionDenied, ResourceExhausted, Unauthenticated
 from echelon.runtime.credentials import JwtKeys, StaticTokens, is_url
 from echelon.runtime.limits import Limits, Quotas
-from echelon.runtime.transport import AUTHORIZATION_KEY, PeerIdentity, peer_certificate_identity
+from echelon.contract.transport import AUTHORIZATION_KEY, PeerIdentity, peer_certificate_identity
 
 log = logging.getLogger("echelon.auth")
 

@@ -22,7 +22,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from prometheus_client import CollectorRegistry, Gauge
 
-from echelon.runtime.transport import SERVER_NAME, Transport, spiffe_id
+from echelon.contract.transport import SERVER_NAME, Transport, spiffe_id
 
 DAY = datetime.timedelta(days=1)
 

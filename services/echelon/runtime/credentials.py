@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from echelon.core.acl import Identity
-from echelon.runtime.errors import Unauthenticated
+from echelon.contract.errors import Unauthenticated
 
 log = logging.getLogger("echelon.auth")
 

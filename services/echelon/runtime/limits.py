@@ -14,7 +14,7 @@
   (agent/durable/caps.py; docs/security.md).
 - Filters: `filter_max_bytes`, `filter_max_predicates`, `filter_max_depth`,
   `filter_max_terms` bound what one subscription's filter may cost, for every identity
-  (core/filters.py `FilterLimits`; docs/filters.md, "Caps").
+  (contract/filters.py `FilterLimits`; docs/filters.md, "Caps").
 
 Everything is on by default with values a real workload does not reach (tens of
 thousands of events per second per identity on one agent; the loadtests stay well
@@ -27,8 +27,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from echelon.core.filters import DEFAULT_LIMITS, FilterLimits
-from echelon.runtime.transport import MAX_MESSAGE_BYTES
+from echelon.contract.filters import DEFAULT_LIMITS, FilterLimits
+from echelon.contract.transport import MAX_MESSAGE_BYTES
 
 _IDLE_BUCKETS = 10_000  # past this many buckets, full (idle) ones are dropped
 
@@ -46,7 +46,7 @@ class Limits:
     durable_max_bytes: int = 1 << 30
     durable_max_idle_seconds: int = 30 * 86400
     durable_max_replicas: int = 3
-    # What one filter may cost (core/filters.py); an operator may only tighten or loosen these
+    # What one filter may cost (contract/filters.py); an operator may only tighten or loosen these
     # four, the derived caps of the normal form follow from them.
     filter_max_bytes: int = DEFAULT_LIMITS.max_bytes
     filter_max_predicates: int = DEFAULT_LIMITS.max_predicates

@@ -37,7 +37,7 @@ from echelon.core.acl import rule_key
 from echelon.core.detector import BEAT_EVERY
 from echelon.core.replication import watch_target
 from echelon.core.view import View, ViewDelta, merge
-from echelon.runtime.transport import INCARNATION_KEY, PLAIN, RECONNECT_OPTIONS, Transport
+from echelon.contract.transport import INCARNATION_KEY, PLAIN, RECONNECT_OPTIONS, Transport
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import membership_pb2 as mpb
 from echelon.v1 import membership_pb2_grpc as mgrpc

@@ -23,7 +23,7 @@ from echelon.runtime.member import MemberClient
 from echelon.runtime.metrics import serve_metrics
 from echelon.runtime.rtt import RttProber
 from echelon.runtime.server import Server
-from echelon.runtime.transport import TlsDir, Transport
+from echelon.contract.transport import TlsDir, Transport
 from echelon.v1 import membership_pb2 as mpb
 
 log = logging.getLogger("echelon.node")

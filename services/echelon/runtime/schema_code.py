@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from echelon.core.schema import NUMBER_BYTES, AttrType, Schema, utf8_length
+from echelon.contract.schema import NUMBER_BYTES, AttrType, Schema, utf8_length
 
 Fill = Callable[[object, object], "tuple | None"]
 

@@ -22,9 +22,9 @@ from grpc_reflection.v1alpha import reflection
 from prometheus_client import CollectorRegistry
 
 from echelon.runtime.auth import REASONS, Access, AuthConfig, AuthInterceptor
-from echelon.runtime.errors import status_of
+from echelon.contract.errors import status_of
 from echelon.runtime.metrics import RpcMetrics
-from echelon.runtime.transport import PLAIN, SERVER_OPTIONS, Transport
+from echelon.contract.transport import PLAIN, SERVER_OPTIONS, Transport
 
 log = logging.getLogger("echelon.server")
 
@@ -111,7 +111,7 @@ class StatusInterceptor(grpc.aio.ServerInterceptor):
 
 class Server:
     """One grpc.aio server: add servicers, `start(address)`, later `stop(grace)`. Its
-    ports are plain or TLS as `transport` says (runtime/transport.py)."""
+    ports are plain or TLS as `transport` says (contract/transport.py)."""
 
     def __init__(self, registry: CollectorRegistry | None = None, transport: Transport = PLAIN,
                  auth: AuthConfig | None = None):

@@ -2,7 +2,8 @@
 
 The layers come from tools/layers.py and the arrows from the code's imports today, so the
 picture in docs/architecture.md and the README is the rule the import test checks.
-Imports of `core` and `v1` are left out (every layer above may use them); the caption says so.
+Imports of `v1`, `contract` and `core` are left out but the client's (every layer above
+may use them); the caption says so.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from echelon.tools import layers
 
 OUT = layers.ROOT.parents[1] / "docs" / "layers.png"
 WHAT = {
-    "v1": "the contract\n(generated)", "core": "pure algorithms", "runtime": "service plumbing",
+    "v1": "the messages\n(generated)", "contract": "schemas, filters,\nerrors, transport",
+    "core": "pure algorithms", "runtime": "service plumbing",
     "dataplane": "LBDD trees, frames,\nholds, relay", "agent": "client API,\ndelivery, durable",
     "router": "OctopiA regions", "matcher": "Meghdoot zones,\nCDM", "membership": "views, topics,\nplans",
     "observe": "dashboards,\nalerts", "replan": "routing job\n(Spark)", "launch": "local clusters",
@@ -51,18 +53,18 @@ def draw(out: Path = OUT) -> Path:
         ax.text(x, y - 0.13, WHAT.get(pkg, ""), ha="center", va="center", fontsize=6.5, zorder=3,
                 linespacing=0.95)
     for src, dst in sorted(layers.arrows()):
-        if dst in ("core", "v1") or src not in centre or dst not in centre:
+        client = src == layers.CLIENT  # its arrows show it needs the contract alone
+        if (dst in ("core", "v1", "contract") and not client) or src not in centre or dst not in centre:
             continue
         (x0, y0), (x1, y1) = centre[src], centre[dst]
-        borrowed = src == layers.CLIENT  # CLIENT_BORROWS: to be shed, drawn dashed
         ax.add_patch(FancyArrowPatch((x0, y0 - box_h / 2), (x1, y1 + box_h / 2), arrowstyle="-|>",
-                                     mutation_scale=9, lw=0.7, color="#a04040" if borrowed else "#4a5a7a",
-                                     alpha=0.75, linestyle="--" if borrowed else "-",
+                                     mutation_scale=9, lw=0.7, color="#a04040" if client else "#4a5a7a",
+                                     alpha=0.75, linestyle="--" if client else "-",
                                      connectionstyle="arc3,rad=0.08", zorder=1))
     ax.text(0, -0.75, "An arrow: the package at its tail imports the one at its head (from the code today). "
-            "Every layer may import core and v1 (not drawn);\nno package imports one of its own layer or above "
-            "(tests/unit/test_layers.py). The client imports v1 and itself;\nits dashed arrow is what it still "
-            "borrows from below (tools/layers.py CLIENT_BORROWS, a list that may only shrink).", fontsize=7.5, va="top")
+            "Every layer may import v1, contract and core (not drawn);\nno package imports one of its own layer or "
+            "above (tests/unit/test_layers.py). The client (dashed arrows) imports\nthe contract alone, v1 and "
+            "contract, which the services import too.", fontsize=7.5, va="top")
     ax.set_xlim(-0.1, width + 2.0)
     ax.set_ylim(-1.45, gap * (len(layers.LAYERS) - 1) + 0.6)
     ax.axis("off")

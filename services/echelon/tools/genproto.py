@@ -69,7 +69,7 @@ def tags(descriptor_set: bytes) -> str:
     lines: list[str | None] = [
         '"""Generated from protos/echelon/v1 by `make proto`; do not edit.', "",
         "The wire tag of every field (field number << 3 | wire type), for the encoders that write",
-        "protobuf bytes by hand: `echelon.runtime.wire.varint(tag)` is the tag's bytes.", '"""']
+        "protobuf bytes by hand: `echelon.contract.wire.varint(tag)` is the tag's bytes.", '"""']
 
     def message(m, indent: str, source: str) -> None:
         lines.extend(["", "" if not indent else None, f"{indent}class {m.name}:" + (f"  # {source}" if source else "")])

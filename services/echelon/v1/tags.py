@@ -1,7 +1,7 @@
 """Generated from protos/echelon/v1 by `make proto`; do not edit.
 
 The wire tag of every field (field number << 3 | wire type), for the encoders that write
-protobuf bytes by hand: `echelon.runtime.wire.varint(tag)` is the tag's bytes.
+protobuf bytes by hand: `echelon.contract.wire.varint(tag)` is the tag's bytes.
 """
 
 

@@ -306,7 +306,7 @@ spec:
 {{- end }}
 {{- end -}}
 
-{{/* TLS (docs/security.md, runtime/transport.py): every pod gets its own certificate naming
+{{/* TLS (docs/security.md, contract/transport.py): every pod gets its own certificate naming
      spiffe://echelon/<role>/<member id>, mounted read-only at /etc/echelon/tls as
      tls.crt, tls.key, ca.crt (the services read ECHELON_TLS_DIR and reload the files when
      they change). With cert-manager the csi-driver issues and renews one per pod (its

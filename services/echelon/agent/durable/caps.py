@@ -16,7 +16,7 @@ lose messages it thought were kept.
 from __future__ import annotations
 
 from echelon.runtime.auth import CALLER, Access
-from echelon.runtime.errors import InvalidArgument, PermissionDenied
+from echelon.contract.errors import InvalidArgument, PermissionDenied
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import pubsub_pb2 as ppb
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import grpc
 
 from echelon.agent.durable.subscription import DurableSubscription
-from echelon.runtime.errors import FailedPrecondition, NotFound, Unavailable
+from echelon.contract.errors import FailedPrecondition, NotFound, Unavailable
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import durable_pb2 as dpb
 

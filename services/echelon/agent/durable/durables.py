@@ -58,10 +58,10 @@ from echelon.agent.durable.subscription import DurableSubscription
 from echelon.agent.durable.upkeep import flush_loop, maintain_loop
 from echelon.agent.durable.store import Key, Store
 from echelon.core.durability import Policy, holders
-from echelon.core.filters import Filter
-from echelon.runtime.errors import (Aborted, AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, OutOfRange,
+from echelon.contract.filters import Filter
+from echelon.contract.errors import (Aborted, AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, OutOfRange,
                                     ResourceExhausted, Unavailable)
-from echelon.runtime.wire import attributes_from_pb, filter_from_pb, filter_from_request, filter_to_pb
+from echelon.contract.wire import attributes_from_pb, filter_from_pb, filter_from_request, filter_to_pb
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import durable_pb2 as dpb
 from echelon.v1 import pubsub_pb2 as ppb

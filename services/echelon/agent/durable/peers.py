@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING
 import grpc
 
 from echelon.agent.durable.copies import CALL_TIMEOUT
-from echelon.runtime.errors import Unavailable
+from echelon.contract.errors import Unavailable
 from echelon.runtime.member import lifetime
-from echelon.runtime.transport import RECONNECT_OPTIONS
+from echelon.contract.transport import RECONNECT_OPTIONS
 from echelon.v1 import durable_pb2 as dpb
 from echelon.v1 import durable_pb2_grpc as dgrpc
 from echelon.v1 import membership_pb2 as mpb

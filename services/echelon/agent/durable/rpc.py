@@ -18,8 +18,8 @@ import grpc
 from echelon.agent.durable.durables import Durables, check_name
 from echelon.agent.durable.copies import CALL_TIMEOUT
 from echelon.agent.ownership import may_use, scoped
-from echelon.runtime.errors import NotFound, Unavailable, from_rpc_error
-from echelon.runtime.transport import require_member
+from echelon.contract.errors import NotFound, Unavailable, from_rpc_error
+from echelon.contract.transport import require_member
 from echelon.v1 import durable_pb2 as dpb
 from echelon.v1 import durable_pb2_grpc as dgrpc
 from echelon.v1 import pubsub_pb2 as ppb

@@ -22,7 +22,7 @@ from typing import Callable, Iterable
 from echelon.agent.durable.store import Key, Store, key_of
 from echelon.agent.subscriptions import Pending, Subscription
 from echelon.core.durability import Bound, Policy, admit
-from echelon.core.filters import Filter
+from echelon.contract.filters import Filter
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import durable_pb2 as dpb
 

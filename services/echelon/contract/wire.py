@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping
 
-from echelon.core.filters import (DEFAULT_LIMITS, Disjunction, Expression, Filter, FilterLimits, FilterTooLarge, Op,
+from echelon.contract.filters import (DEFAULT_LIMITS, Disjunction, Expression, Filter, FilterLimits, FilterTooLarge, Op,
                                   Predicate, check_size, parse, short)
-from echelon.core.schema import Attribute, AttrType, Schema, SchemaError, Value
-from echelon.runtime.errors import InvalidArgument
+from echelon.contract.schema import Attribute, AttrType, Schema, SchemaError, Value
+from echelon.contract.errors import InvalidArgument
 from echelon.v1 import common_pb2 as pb
 
 _OPS = {
@@ -115,7 +115,7 @@ def attributes_into_pb(attrs: Mapping[str, Value], out) -> None:
 
 def filter_from_pb(f: pb.Filter) -> Expression:
     """A filter in its structured form: `predicates`, and when `any_of` is set, every term
-    of it joined with them (the normal form, as core/filters.py)."""
+    of it joined with them (the normal form, as contract/filters.py)."""
     common = _predicates_from_pb(f.predicates, "predicate")
     if not f.any_of:
         return Filter(common)

@@ -13,8 +13,8 @@ from typing import Mapping
 
 import grpc
 
-from echelon.core.filters import FilterSyntaxError, FilterTooLarge
-from echelon.core.schema import SchemaError
+from echelon.contract.filters import FilterSyntaxError, FilterTooLarge
+from echelon.contract.schema import SchemaError
 
 Details = Mapping[str, "str | bytes"]
 

@@ -54,8 +54,8 @@ from urllib.parse import quote, unquote
 
 import grpc
 
-from echelon.runtime.bearer import AUTHORIZATION_KEY, BlockingBearer, bearer_interceptors  # noqa: F401 - re-exported
-from echelon.runtime.errors import PermissionDenied, Unauthenticated
+from echelon.contract.bearer import AUTHORIZATION_KEY, BlockingBearer, bearer_interceptors  # noqa: F401 - re-exported
+from echelon.contract.errors import PermissionDenied, Unauthenticated
 
 log = logging.getLogger("echelon.transport")
 
@@ -64,7 +64,7 @@ MEMBER_KEY = "x-echelon-member"  # Relay.Stream: the sending member (checked aga
 SUBSCRIPTION_KEY = "x-echelon-subscription"  # Subscribe: initial metadata naming the subscription
 INCARNATION_KEY = "echelon-incarnation"  # a refused (stale) Join: the recorded incarnation, trailing
 # AUTHORIZATION_KEY ("authorization": "Bearer <token>", for callers without a certificate)
-# is defined with the interceptors that send it (runtime/bearer.py) and imported above.
+# is defined with the interceptors that send it (contract/bearer.py) and imported above.
 
 # -- options ------------------------------------------------------------------------------
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024

@@ -37,7 +37,7 @@ API for a caller that holds operator settings:
 
     limits = FilterLimits(max_bytes=8192, max_predicates=64)
     flt = parse(text, limits)            # FilterSyntaxError, FilterTooLarge
-    flt = runtime.wire.filter_from_request(pb_filter, text, limits)
+    flt = contract.wire.filter_from_request(pb_filter, text, limits)
     flt = flt.validate(schema, limits)   # SchemaError; the terms that can match
 
 In the agent every kind of subscription (ephemeral, named, durable) is checked with
@@ -51,7 +51,7 @@ import math
 from dataclasses import dataclass
 from typing import Mapping, Union
 
-from echelon.core.schema import (DEFAULT_MAX_LENGTH, Attribute, AttrType, Schema, SchemaError, Value, fmt_number,
+from echelon.contract.schema import (DEFAULT_MAX_LENGTH, Attribute, AttrType, Schema, SchemaError, Value, fmt_number,
                                  type_fits, type_name, utf8_length)
 
 
@@ -324,6 +324,24 @@ def check_size(f: Expression, limits: FilterLimits = DEFAULT_LIMITS) -> None:
         raise FilterTooLarge(f"the filter is {n} predicates in normal form: at most {limits.max_expanded}")
 
 
+def overlaps(a: Expression, b: Expression, schema: Schema) -> bool:
+    """Can one event of `schema` satisfy both `a` and `b` (well-formed, `check`ed)? An
+    advertisement matches a subscription when they overlap (OctopiA section I). Attributes
+    are independent, so two conjunctions overlap when each attribute's predicates together
+    have a value in its domain. Never a false negative; the one false positive is a
+    float or string interval with no representable value inside (adjacent floats, strings
+    past `max_length`): a copy the exact match downstream then drops."""
+    for s in a.terms:
+        for t in b.terms:
+            by_attribute: dict[str, list[Predicate]] = {}
+            for p in s.predicates + t.predicates:
+                by_attribute.setdefault(p.attribute, []).append(p)
+            if all(_satisfiable(preds, None if schema.empty else schema.get(name))
+                   for name, preds in by_attribute.items()):
+                return True
+    return False
+
+
 def term_ids(sid: str, n: int) -> list[str]:
     """The matcher entries of subscription `sid` (`<agent>/<name>`) with `n` terms: the
     first is `sid` itself (a conjunction is registered as it always was), the others
@@ -417,6 +435,6 @@ def parse(text: str, limits: FilterLimits = DEFAULT_LIMITS) -> Expression:
     """Parse the text form into its normal form (filter_text.py): a Filter when it is one
     conjunction, else a Disjunction; FilterSyntaxError names the offending position,
     FilterTooLarge the cap passed."""
-    from echelon.core.filter_text import parse_text  # the grammar builds on this module's types
+    from echelon.contract.filter_text import parse_text  # the grammar builds on this module's types
 
     return parse_text(text, limits)

@@ -22,9 +22,9 @@ from __future__ import annotations
 import re
 from typing import Union
 
-from echelon.core.filters import (Disjunction, Expression, Filter, FilterLimits, FilterSyntaxError, FilterTooLarge,
+from echelon.contract.filters import (Disjunction, Expression, Filter, FilterLimits, FilterSyntaxError, FilterTooLarge,
                                   Op, Predicate, Value)
-from echelon.core.schema import utf8_length
+from echelon.contract.schema import utf8_length
 
 _TOKEN = re.compile(
     r"""\s*(?:
