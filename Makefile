@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 SYSTEM := $(VENV)/.system
 NODE   := tests/interop/node/node_modules/.package-lock.json
 
-.PHONY: install proto dashboards docs-diagram demo up test chaos abuse kube-check bench bench-replan bench-events bench-hotpath bench-lowrate trace-hops bench-durable bench-overload bench-tls replan-loop bulk-scale clean
+.PHONY: install proto dashboards docs-diagram demo up test chaos abuse kube-check bench bench-replan bench-events bench-events-base bench-hotpath bench-lowrate trace-hops bench-durable bench-overload bench-tls bench-auth replan-loop bulk-scale clean
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) on PATH"; exit 1; }
@@ -88,12 +88,20 @@ bench-replan: $(STAMP) $(SYSTEM)
 	$(PY) -m loadtest.bench_replan --out out/bench_replan $(BENCH_ARGS)
 
 # Small events, Echelon beside nats-server and redis-server in one run (about 10 minutes on a
-# quiet machine): the table of ratios to NATS, issue 12's targets MET / NOT MET, CPU per
-# service, out/bench_events/{latency_vs_rate.png,bench_events.json}, and a py-spy profile of
-# the publishing agent under saturation. `make bench-events BENCH_ARGS=--short`: the cells the
+# quiet machine): the table of ratios to NATS, the small-event targets MET / NOT MET
+# (docs/performance.md), CPU per service, out/bench_events/{latency_vs_rate.png,bench_events.json},
+# and a py-spy profile of the publishing agent under saturation. `make bench-events BENCH_ARGS=--short`: the cells the
 # targets are read from (DELIVERED), 2 s each, in about half the time.
 bench-events: $(STAMP) $(SYSTEM)
 	$(PY) -m loadtest.bench_events --out out/bench_events --profile $(BENCH_ARGS)
+
+# Echelon's cells of bench-events, this tree against BASE (default main), alternating rounds
+# of a run per tree (loadtest/bench_events/versus.py). By default the quick version, usable on
+# a loaded machine (about 15 minutes): DELIVERED, 2% selectivity, 1 publisher, 2 s cells, 4
+# rounds (each tree first in half of them); `VERSUS_ARGS=--rounds 4` for every cell of the grid.
+VERSUS_ARGS ?= --short --modes batch-DELIVERED single-DELIVERED --selectivity 2 --publishers 1 --rounds 4
+bench-events-base: $(STAMP)
+	$(PY) -m loadtest.bench_events --base $(BASE) $(VERSUS_ARGS)
 
 # The hot path's per-event pieces, then whole clusters, then idle clusters, this tree against
 # BASE (default main), alternating in one run (a few minutes each): microseconds per event,
@@ -129,6 +137,13 @@ bench-overload: $(STAMP)
 # minutes): throughput and p50/p99 side by side, on/off ratios, out/bench_tls/bench_tls.json.
 bench-tls: $(STAMP)
 	$(PY) -m loadtest.bench_tls --out out/bench_tls
+
+# What the access checks cost on the hot path (a few minutes, docs/security.md "What the
+# checks cost"): the checks themselves in CPU time, alternating with none, then the same
+# cluster with auth off and on, alternating: ratios with their spread.
+bench-auth: $(STAMP)
+	$(PY) -m loadtest.bench_auth --pieces --rounds 12
+	$(PY) -m loadtest.bench_auth --rounds 8
 
 replan-loop: $(STAMP)
 	$(PY) -m loadtest.replan_loop --out out/replan_loop

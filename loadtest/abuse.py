@@ -11,9 +11,19 @@ still served; a log flooded...); the victim agent's peak RSS and CPU during it, 
 matcher's peak RSS; the
 honest p99 latency in the seconds before and during it; and DEAD verdicts membership gave
 meanwhile (there must be none: every process stays up). A row FAILs when the status is
-not the expected one, state changed, the honest p99 during is over 2x before (and over
-200 ms: below that it is scheduler noise on a shared 2-core machine), or a member was declared
-dead. The run exits 1 if any row fails.
+not the expected one, state changed, the honest clients were slow during it, or a member
+was declared dead. The run exits 1 if any row fails.
+
+Slow, and telling the attack from the machine. A p99 over a few seconds of a 50/s
+workload is the few worst deliveries, and on a loaded machine the scheduler alone moves
+it several-fold. So every row has a control: once the attack is over and settled, a
+window as long as the attack's with no attack at all. The honest clients were slow
+during an attack when its p99 is over 2x both the window before it and its control (and
+over 200 ms: below that it is scheduler noise on a shared 2-core machine). A row found
+slow is run once more (the machine's spikes do not repeat on cue, an attack's effect
+does); it FAILs only if it is slow again, and the table keeps the first run in its
+notes. `--null` runs every row with its attack replaced by doing nothing for as long: the
+same rule on the machine alone (how often noise alone would have failed a row).
 """
 
 from __future__ import annotations
@@ -60,13 +70,19 @@ class Row:
     cpu_s: float = 0.0
     p99_before: float = 0.0
     p99_during: float = 0.0
+    p99_control: float = 0.0  # the same length of time after it, with no attack
+    judged: bool = True  # latency judged (not with --no-control: printed only)
     dead: int = 0
     notes: list[str] = field(default_factory=list)
 
     @property
+    def slow(self) -> bool:
+        """Honest p99 during the attack over 2x the window before it and its control."""
+        return self.judged and self.p99_during > max(2 * self.p99_before, 2 * self.p99_control, P99_SLACK_MS)
+
+    @property
     def ok(self) -> bool:
-        slow = self.p99_during > max(2 * self.p99_before, P99_SLACK_MS)
-        return self.status == self.expected and self.changed == "no" and not slow and self.dead == 0
+        return self.status == self.expected and self.changed == "no" and not self.slow and self.dead == 0
 
 
 class Victim:
@@ -177,6 +193,7 @@ class Abuse:
                                auth=True, tls=args.tls, extra={"agent": ["--max-backlog", str(BACKLOG),
                                                                          "--stall-seconds", str(STALL_SECONDS)]})
         self.cluster._tokens = write_tokens_file(self.cluster.tokens_file, USERS)
+        self.tokens_text = self.cluster.tokens_file.read_text()  # restored before a revocation row runs again
         self.rows: list[Row] = []
 
     # -- clients ---------------------------------------------------------------------------
@@ -235,6 +252,12 @@ class Abuse:
                 if c.tls and attack is revoked_token_open_streams:
                     continue  # with TLS a user is its certificate: removing a token revokes nothing
                 row = await self.measure(attack)
+                if row.slow and self.args.control:  # the attack, or the machine? once more: a spike of the machine's rarely repeats
+                    print(fmt_row(row) + "  (slow: run again)", flush=True)
+                    again = await self.measure(attack)
+                    again.notes.append(f"first run slow: p99 {row.p99_before:.0f}/{row.p99_during:.0f}/"
+                                       f"{row.p99_control:.0f} ms before/during/control")
+                    row = again
                 self.rows.append(row)
                 print(fmt_row(row), flush=True)
             for x in samplers:
@@ -269,15 +292,19 @@ class Abuse:
         name, expected = attack.__name__.replace("_", "-"), attack.expected
         if self.cluster.tls:  # no certificate: no handshake
             expected = expected.replace("UNAUTHENTICATED", "UNAVAILABLE")
-        row = Row(name, expected)
+        row = Row(name, expected, judged=self.args.control)
         await asyncio.sleep(2.0)  # the previous attack's effects settle
         before_end = time.time()
         row.p99_before = self.honest.p99(before_end - 4.0, before_end)
         dead0, cpu0 = self.dead_verdicts(), self.victim.cpu()
         self.victim.peak, self.matcher.peak = self.victim.rss(), self.matcher.rss()
-        start = time.time()
+        start, mine0 = time.time(), time.process_time()
         try:
-            row.status, row.changed = await asyncio.wait_for(attack(self, row), timeout=120)
+            if self.args.null:  # the control experiment: no attack, the same rule
+                await asyncio.sleep(3.0)
+                row.status, row.changed = expected, "no"
+            else:
+                row.status, row.changed = await asyncio.wait_for(attack(self, row), timeout=120)
         except asyncio.TimeoutError:
             row.status, row.changed = "TIMEOUT", "?"
         except Exception as e:  # noqa: BLE001 - a failed attack is a row, not the end of the run
@@ -286,9 +313,17 @@ class Abuse:
         end = max(time.time(), start + 3.0)
         await asyncio.sleep(max(0.0, end - time.time()) + 0.5)
         row.p99_during = self.honest.p99(start, end)
+        # The attacker's own CPU (this process, its gRPC threads too): on a 2-core machine it
+        # is taken from the honest clients as well, whatever the victim does.
+        row.notes.append(f"attacker CPU {time.process_time() - mine0:.1f} s")
         row.rss_mib = self.victim.peak / 2**20
         row.matcher_mib = self.matcher.peak / 2**20
         row.cpu_s = self.victim.cpu() - cpu0
+        if self.args.control:
+            await asyncio.sleep(2.0)  # settled, as before the attack
+            control = time.time()
+            await asyncio.sleep(end - start)  # the control: as long, with no attack
+            row.p99_control = self.honest.p99(control, time.time())
         row.dead = int(self.dead_verdicts() - dead0)
         return row
 
@@ -579,6 +614,54 @@ async def choose_own_limits(a: Abuse, row: Row):
     return "/".join(dict.fromkeys(statuses)), f"yes ({len(created)} created)" if created else "no"
 
 
+HOARD_CAPS = {"subscriptions": 10, "durable_subscriptions": 5}  # the admin's caps for mallory in this row
+
+
+@expect("RESOURCE_EXHAUSTED")
+async def subscriptions_without_end(a: Abuse, row: Row):
+    """Named subscriptions outlive their stream and durable ones their agent: one identity
+    creating them in a loop, each kept receiving up to its backlog bound. The admin has
+    capped her (`echelon acl cap user:mallory ...`); she must hold no more than the caps."""
+    named, durable = (20, 10) if a.short else (60, 25)
+    mallory, admin = a.client("mallory"), a.client("admin")
+    held = {"named": [], "durable": []}
+    statuses = []
+    try:
+        try:
+            await admin.set_caps("user:mallory", HOARD_CAPS)
+            await asyncio.sleep(1.0)  # the caps reach the agents with the next view
+        except AttributeError:  # a revision without caps per identity
+            row.notes.append("no caps per identity to set")
+        for kind, n, options in (("named", named, None), ("durable", durable, Durable())):
+            for i in range(n):
+                try:
+                    async with mallory.subscribe("quotes", name=f"hoard-{kind}-{i}", shared=False, durable=options):
+                        pass
+                    held[kind].append(f"hoard-{kind}-{i}")
+                except EchelonError as e:
+                    statuses.append(e.code.name)
+    finally:
+        for name in held["named"]:
+            try:
+                await mallory.unsubscribe(name)
+            except EchelonError:
+                pass
+        for s in await admin.list_subscriptions():
+            if "hoard-" in s.name:
+                await admin.delete_subscription(s.name)
+        try:
+            await admin.set_caps("user:mallory", clear=list(HOARD_CAPS))
+        except AttributeError:
+            pass
+        await mallory.close()
+        await admin.close()
+    row.notes.append(f"held {len(held['named'])} of {named} named, {len(held['durable'])} of {durable} durable; "
+                     f"caps {HOARD_CAPS}")
+    over = len(held["named"]) > HOARD_CAPS["subscriptions"] or len(held["durable"]) > HOARD_CAPS["durable_subscriptions"]
+    return "/".join(dict.fromkeys(statuses)) or "OK", f"yes ({len(held['named'])} named, {len(held['durable'])} " \
+        f"durable held)" if over else "no"
+
+
 async def _streams_then(a: Abuse, row: Row, user: str, revoke) -> tuple[str, str]:
     """`user`'s subscription (with a task writing acks all the time, as a busy consumer
     does) and publish stream, then `revoke()`: the statuses they end with, and what they
@@ -640,6 +723,10 @@ async def _streams_then(a: Abuse, row: Row, user: str, revoke) -> tuple[str, str
 
 @expect("UNAUTHENTICATED")
 async def revoked_token_open_streams(a: Abuse, row: Row):
+    if a.cluster.tokens_file.read_text() != a.tokens_text:  # run again: eve's token back first
+        a.cluster.tokens_file.write_text(a.tokens_text)
+        await asyncio.sleep(2.0)  # re-read within a second
+
     async def revoke():
         rows = json.loads(a.cluster.tokens_file.read_text())
         rows["tokens"] = [r for r in rows["tokens"] if r["name"] != "eve"]
@@ -651,6 +738,13 @@ async def revoked_token_open_streams(a: Abuse, row: Row):
 
 @expect("PERMISSION_DENIED")
 async def revoked_acl_open_streams(a: Abuse, row: Row):
+    admin = a.client("admin")
+    try:  # her rights as they were (this row may run twice)
+        await admin.grant_acl("user:mallory", "quotes", ["publish", "subscribe"])
+    finally:
+        await admin.close()
+    await asyncio.sleep(1.0)
+
     async def revoke():
         admin = a.client("admin")
         try:
@@ -662,16 +756,18 @@ async def revoked_acl_open_streams(a: Abuse, row: Row):
 
 ATTACKS = [filter_many_clauses, filter_long_operand, filter_syntax_echo, unauthenticated_big_requests, garbage_bytes,
            reject_publish_blocks_publishers, stalled_subscriber_holds_publishers, steal_another_users_durable, modify_or_delete_another_users,
-           read_past_the_acl, choose_own_limits, revoked_token_open_streams, revoked_acl_open_streams]
+           read_past_the_acl, choose_own_limits, subscriptions_without_end, revoked_token_open_streams,
+           revoked_acl_open_streams]
 
-HEADER = (f"{'attack':34} {'status':34} {'state changed':40} {'RSS MiB':>8} {'matcher':>8} {'CPU s':>6} "
-          f"{'p99 before':>10} {'p99 during':>10} {'DEAD':>4}  verdict")
+HEADER = (f"{'attack':35} {'status':34} {'state changed':40} {'RSS MiB':>8} {'matcher':>8} {'CPU s':>6} "
+          f"{'p99 before':>10} {'p99 during':>10} {'control':>10} {'DEAD':>4}  verdict")
 
 
 def fmt_row(r: Row) -> str:
-    return (f"{r.attack:34} {r.status[:34]:34} {r.changed[:40]:40} {r.rss_mib:8.0f} {r.matcher_mib:8.0f} {r.cpu_s:6.1f} "
-            f"{r.p99_before:8.1f}ms {r.p99_during:8.1f}ms {r.dead:4d}  {'PASS' if r.ok else 'FAIL'}"
-            + (f"  ({'; '.join(r.notes)})" if r.notes else ""))
+    return (f"{r.attack:35} {r.status[:34]:34} {r.changed[:40]:40} {r.rss_mib:8.0f} {r.matcher_mib:8.0f} "
+            f"{r.cpu_s:6.1f} {r.p99_before:8.1f}ms {r.p99_during:8.1f}ms "
+            f"{f'{r.p99_control:8.1f}ms' if r.judged else 'not judged':>10} {r.dead:4d}  "
+            f"{'PASS' if r.ok else 'FAIL'}" + (f"  ({'; '.join(r.notes)})" if r.notes else ""))
 
 
 def table(rows: list[Row]) -> str:
@@ -699,6 +795,10 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--tls", action="store_true", help="mTLS everywhere, each user its own client certificate")
     p.add_argument("--unscoped", action="store_true", help="address the victim's subscription by its bare name "
                    "(a revision without name scopes)")
+    p.add_argument("--null", action="store_true", help="the control experiment: every attack replaced by doing "
+                   "nothing as long, the same p99 rule (how often the machine alone fails a row)")
+    p.add_argument("--no-control", dest="control", action="store_false", help="no control window and no second "
+                   "run of a slow row (the short run inside make test, which does not judge latency)")
     p.add_argument("--out", default="out/abuse")
     p.add_argument("--honest", default="", help=argparse.SUPPRESS)  # the honest clients' process
     p.add_argument("--tls-dir", default="", help=argparse.SUPPRESS)

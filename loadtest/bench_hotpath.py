@@ -63,7 +63,10 @@ def child(cluster: float, selectivity: int = 2, idle: float = 0.0, publishers: i
 def unpack(rev: str, into: Path) -> Path:
     """The base revision's `echelon` package and loadtest/ under `into`: services/echelon/, or
     services/ itself in revisions from before the src-style root."""
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "services", "loadtest"],
+    # spark/: a revision whose `echelon` command imports the routing job's commands from it.
+    spark = subprocess.run(["git", "-C", str(ROOT), "cat-file", "-e", f"{rev}:spark"], capture_output=True)
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "services", "loadtest",
+                              *(["spark"] if spark.returncode == 0 else [])],
                              check=True, capture_output=True).stdout
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
     package = into / "services" / "echelon"

@@ -21,7 +21,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from echelon.core.cdm import CountingIndex, Subscription
+from echelon.core.cdm import CountingIndex, Entry
 from echelon.core.space import Space
 from loadtest import stock
 
@@ -31,7 +31,7 @@ TARGETS = {150_000: 100_000, 1_000_000: 20_000}  # events/s, batched, from the b
 class BruteForce:
     """Every subscription point tested against each event, then the exact check."""
 
-    def __init__(self, space: Space, subs: Sequence[Subscription]):
+    def __init__(self, space: Space, subs: Sequence[Entry]):
         self.space = space
         self.subs = list(subs)
         pts = np.array([space.subscription_point(s.filter) for s in self.subs]).reshape(len(self.subs), space.dims)
@@ -73,7 +73,7 @@ def _rate(fn, items: Sequence) -> tuple[float, list]:
 
 
 def measure(size: int, n_events: int, n_single: int, n_brute: int, seed: int = 1) -> Row:
-    subs = [Subscription(f"s{i}", f"agent{i % 64}", f) for i, f in enumerate(stock.subscriptions(size, seed))]
+    subs = [Entry(f"s{i}", f"agent{i % 64}", f) for i, f in enumerate(stock.subscriptions(size, seed))]
     events = stock.events(n_events, seed + 1)
     t = time.perf_counter()
     index = CountingIndex(subs)

@@ -67,11 +67,15 @@ from hotpath_subscribe import (deliver_piece, gc_piece, queue_piece, relay_recei
 
 
 def _match_piece(sel: int) -> float:
-    from echelon.core.cdm import CountingIndex, Subscription
+    from echelon.core.cdm import CountingIndex
+    try:
+        from echelon.core.cdm import Entry
+    except ImportError:  # a base tree from before the name
+        from echelon.core.cdm import Subscription as Entry
     from echelon.contract.filters import parse
     from loadtest.bench_events.workload import subscriptions
 
-    index = CountingIndex(Subscription(str(s.index), f"agent-{s.index % 3}", parse(s.echelon_filter()))
+    index = CountingIndex(Entry(str(s.index), f"agent-{s.index % 3}", parse(s.echelon_filter()))
                           for s in subscriptions(sel, 50))
     events = workload_events(256)
     return best(lambda: index.match_agents(events), len(events))

@@ -215,14 +215,15 @@ def client_piece(batched: bool) -> float:
         loop.close()
 
 
-def stream_piece(batched: bool, handler: bool = False, coalesce: bool = True) -> float:
+def stream_piece(batched: bool, handler: bool = False, coalesce: bool = True, access=None) -> float:
     """The publishing agent's Publish stream (read, admission, dispatch, acks) with a stub
     node whose dispatcher holds every unit at once: 256 events, one per request (each
     request as the SDK sends a lone event) or all in one batch request; the acks serialized.
     `handler`: through what PubSub.Publish puts before it (this tree: the reader that takes
     single-event requests in runs, agent/publish_reader.py; all 256 queued at once, as a
     pipelining client's are, gRPC's own cost per message not counted); `coalesce`: the
-    requests' `coalesce_acks` (unset: one ack message per request)."""
+    requests' `coalesce_acks` (unset: one ack message per request). `access`: the node's
+    Access (runtime/auth.py) instead of a caller with nothing to check (loadtest.bench_auth)."""
     import asyncio
     from types import SimpleNamespace
 
@@ -255,7 +256,7 @@ def stream_piece(batched: bool, handler: bool = False, coalesce: bool = True) ->
     node = SimpleNamespace(topics=Topics(lambda: membership, None),
                            durables=SimpleNamespace(refusing={}, refuse=lambda t, a: None),
                            config=SimpleNamespace(id="agent-0"), dispatcher=SimpleNamespace(submit=submit),
-                           server=SimpleNamespace(access=SimpleNamespace(publish_checker=_unchecked)),
+                           server=SimpleNamespace(access=access or SimpleNamespace(publish_checker=_unchecked)),
                            metrics=AgentMetrics(CollectorRegistry()))
     elements = [ppb.PublishRequest(topic="bench", attributes=attributes_to_pb(a), payload=i.to_bytes(16, "little"))
                 for i, a in enumerate(workload_events(256))]

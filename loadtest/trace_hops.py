@@ -20,7 +20,10 @@ publisher. One machine, one clock, so the differences are the time between the p
 | delivered | load generator | the subscriber's message handed to the application |
 | acked | load generator | `publish_batch` returned (DELIVERED) |
 
-Beside the hops, per cell: the gRPC messages per event, by kind (relay frames written and
+Beside the hops, per cell and process: how late the event loop ran a timer (a probe
+every PROBE seconds: its lateness is the time the loop could not turn, busy or not
+scheduled) and the share of that wall time the process was on a core (the rest of a
+late timer is a wait for the machine's cores, not for Echelon's work); the gRPC messages per event, by kind (relay frames written and
 RelayAcks read by the links, Match requests, and the load generator's Publish and
 Subscribe streams): at a low rate every event travels nearly alone, so at ~90-100 us of
 CPU per message at each end they are the cluster's CPU per event.
@@ -48,6 +51,7 @@ from collections import Counter, defaultdict, deque
 from pathlib import Path
 
 TRACE_ENV = "ECHELON_TRACE_DIR"
+PROBE = 0.005  # seconds between the loop-lag probe's timers
 ORDER = ["sent", "admit", "match out", "matcher in", "holder in", "holder out", "matcher out", "match back", "relay out", "sub in",
          "delivered", "acked"]
 
@@ -184,6 +188,22 @@ def install() -> list[str]:
                                                    f"{time.thread_time_ns() - started[1]}",))
     gc.callbacks.append(collected)
 
+    try:  # every service process runs its main coroutine through runtime.loop.run: the probe beside it
+        from echelon.runtime import loop as service_loop
+
+        def run_probed(original):
+            def run(main, *a, **kw):
+                async def probed():
+                    probe = asyncio.get_running_loop().create_task(_probe(sink))
+                    try:
+                        return await main
+                    finally:
+                        probe.cancel()
+                return original(probed(), *a, **kw)
+            return run
+        service_loop.run = run_probed(service_loop.run)
+    except ImportError:
+        missing.append("echelon.runtime.loop.run")
     wrap("echelon.agent.admission", "Admission._admit", admit)
     wrap("echelon.agent.matching", "MatchClient.send", match)
     wrap("echelon.matcher.server", "MatcherServicer.Match", matcher)
@@ -196,12 +216,23 @@ def install() -> list[str]:
     return missing
 
 
+async def _probe(sink: _Sink) -> None:
+    """Every PROBE seconds: how late the timer fired, and the process's CPU over the wait."""
+    loop = asyncio.get_running_loop()
+    while True:
+        t0, c0 = loop.time(), time.process_time()
+        await asyncio.sleep(PROBE)
+        wall = loop.time() - t0
+        sink.stamp("lag", (f"{(wall - PROBE) * 1e3:.3f}/{wall * 1e3:.3f}/{(time.process_time() - c0) * 1e3:.3f}",))
+
+
 # -- the driver -----------------------------------------------------------------------------
 
 async def _cell(system, pub, pool, rate: float, seconds: float, first_id: int, received: dict, acked: dict,
                 sent: dict) -> int:
-    """Publish at `rate` for `seconds`, one event per publish_batch call (each alone, as at
-    1,000/s with a sub-millisecond pacing), many in flight; returns the next free id."""
+    """Publish at `rate` for `seconds` as bench_events' fixed-rate cells do: every event
+    due by now in one publish_batch call (at 1,000/s mostly one, at 10,000/s about ten:
+    the loop's timers have a 1 ms grain), many calls in flight; returns the next free id."""
     from loadtest.bench_events.systems import pool_index
     from loadtest.bench_events.workload import PAYLOAD, TOPIC
 
@@ -212,20 +243,24 @@ async def _cell(system, pub, pool, rate: float, seconds: float, first_id: int, r
     i = first_id
     n = int(rate * seconds)
     while i < first_id + n:
-        due = t0 + (i - first_id) / rate
-        delay = due - time.perf_counter()
-        if delay > 0:
-            await asyncio.sleep(delay)
+        due = min(first_id + n, first_id + int((time.perf_counter() - t0) * rate) + 1)
+        if due <= i:
+            await asyncio.sleep(max(0.001, t0 + (i - first_id) / rate - time.perf_counter()))
+            continue
 
-        async def one(i=i):
+        async def some(ids):
             now = time.perf_counter_ns()
-            sent[i] = now + offset
-            await pub.publish_batch(TOPIC, [(attrs[pool_index(i)], PAYLOAD.pack(i, now))])
-            acked[i] = time.perf_counter_ns() + offset
-        t = asyncio.create_task(one())
+            for k in ids:
+                sent[k] = now + offset
+            await pub.publish_batch(TOPIC, [(attrs[pool_index(k)], PAYLOAD.pack(k, now)) for k in ids])
+            done = time.perf_counter_ns() + offset
+            for k in ids:
+                acked[k] = done
+        t = asyncio.create_task(some(range(i, due)))
         tasks.add(t)
         t.add_done_callback(tasks.discard)
-        i += 1
+        i = due
+        await asyncio.sleep(0)
     deadline = time.monotonic() + 10
     while (tasks or len([k for k in received if k >= first_id]) < n) and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
@@ -266,6 +301,7 @@ async def run(args) -> dict:
     os.environ[TRACE_ENV] = str(trace)
     os.environ["PYTHONPATH"] = os.pathsep.join([str(site), root, os.environ.get("PYTHONPATH", "")])
     install()  # here too: the load generator's GC pauses
+    probe = asyncio.create_task(_probe(_SINK)) if _SINK is not None else None  # and its loop's lag
     from loadtest.hotpath_cluster import _count_subscribe_messages
 
     streams = _count_subscribe_messages()  # the load generator's Publish and Subscribe messages
@@ -300,12 +336,15 @@ async def run(args) -> dict:
             cells.append((name, range(start, next_id), {k: streams[k] - before[k] for k in streams}))
         await client.close()
     finally:
+        if probe is not None:
+            probe.cancel()
         await system.stop()
     by_key: dict[str, dict[str, int]] = defaultdict(dict)
     ids: dict[str, int] = {}
     # (pid, gc<generation>) -> (end, wall ms, CPU ms of the collecting thread)
     pauses: dict[tuple[str, str], list[tuple[int, float, float]]] = defaultdict(list)
     messages: list[tuple[int, str]] = []  # (when, kind) of the services' messages counted
+    lags: dict[str, list[tuple[int, float, float, float]]] = defaultdict(list)  # pid -> (when, late, wall, cpu) ms
     if _SINK is not None:
         _SINK.file.flush()
     missing = set()
@@ -315,6 +354,9 @@ async def run(args) -> dict:
             if point.startswith("gc"):
                 wall, cpu = key.split("/")
                 pauses[(f.stem, point)].append((int(t), int(wall) / 1e6, int(cpu) / 1e6))
+            elif point == "lag":
+                late, wall, cpu = map(float, key.split("/"))
+                lags[f.stem].append((int(t), late, wall, cpu))
             elif point == "msg":
                 messages.append((int(t), key))
             elif point == "map":
@@ -326,7 +368,7 @@ async def run(args) -> dict:
     for f in trace.glob("*.missing"):
         missing |= set(f.read_text().split())
     stamps["sent"], stamps["delivered"], stamps["acked"] = sent, received, acked
-    report, gcs, per_event = {}, {}, {}
+    report, gcs, per_event, loops = {}, {}, {}, {}
     names = {str(pid): name for name, pid in pids.items()}
     for name, ids, loadgen in cells:
         rows = _budget(stamps, ids)
@@ -340,6 +382,14 @@ async def run(args) -> dict:
         counted = Counter(kind for t, kind in messages if start <= t <= end)
         per_event[name] = {**{k: v / n for k, v in sorted(counted.items())},
                            **{_STREAMS[k]: v / n for k, v in loadgen.items()}}
+        loops[name] = {}
+        for pid, v in sorted(lags.items(), key=lambda kv: names.get(kv[0], kv[0])):
+            during = [(late, wall, cpu) for t, late, wall, cpu in v if start <= t <= end]
+            if during:
+                late = [x for x, _, _ in during]
+                loops[name][names.get(pid, pid)] = {
+                    "n": len(during), "p50_ms": _pct(late, 0.5), "p99_ms": _pct(late, 0.99), "max_ms": max(late),
+                    "on_core": sum(c for _, _, c in during) / max(sum(w for _, w, _ in during), 1e-9)}
         gcs[name] = {}
         for (pid, gen), v in sorted(pauses.items(), key=lambda kv: (names.get(kv[0][0], kv[0][0]), kv[0][1])):
             during = [(wall, cpu) for t, wall, cpu in v if start <= t <= end]
@@ -347,7 +397,7 @@ async def run(args) -> dict:
                 gcs[name][f"{names.get(pid, pid)} {gen}"] = {
                     "n": len(during), "cpu_ms": sum(c for _, c in during), "max_cpu_ms": max(c for _, c in during),
                     "max_wall_ms": max(w for w, _ in during)}
-    return {"cells": report, "messages_per_event": per_event, "gc": gcs, "missing": sorted(missing),
+    return {"cells": report, "messages_per_event": per_event, "gc": gcs, "loop_lag": loops, "missing": sorted(missing),
             "trace_dir": str(trace)}
 
 
@@ -373,6 +423,12 @@ def main(argv: list[str] | None = None) -> None:
     for cell, kinds in out["messages_per_event"].items():
         print(f"\ngRPC messages per event during {cell}: "
               + ", ".join(f"{k} {v:.2f}" for k, v in kinds.items()) + f"; all {sum(kinds.values()):.2f}")
+    for cell, procs in out["loop_lag"].items():
+        print(f"\nthe event loops during {cell}: how late a {PROBE * 1e3:g} ms timer fired, ms, and the share of "
+              "the time the process was on a core (the rest of the lateness: waiting for a core)")
+        for name, g in procs.items():
+            print(f"  {name:26} p50 {g['p50_ms']:7.2f}  p99 {g['p99_ms']:7.2f}  max {g['max_ms']:7.2f}  "
+                  f"on a core {100 * g['on_core']:5.1f}%")
     for cell, passes in out["gc"].items():
         print(f"\nthe cyclic GC's passes during {cell}, per process and generation")
         for name, g in passes.items():

@@ -11,5 +11,6 @@ of the service processes (/proc/<pid>/stat), bytes on the wire per useful delive
 process (asyncio) runs every publisher and subscriber for all three systems.
 Outputs: the table (ratios to NATS), out/bench_events/latency_vs_rate.png and
 out/bench_events/bench_events.json; `--profile` adds a py-spy profile of the
-publishing agent under saturation (loadtest/README.md keeps the baseline).
+publishing agent under saturation. `--base REV` (`make bench-events-base`): Echelon's
+cells of this tree against a base revision instead, alternating (versus.py).
 """

@@ -17,8 +17,8 @@ from pathlib import Path
 
 from echelon.runtime import loop
 from loadtest.bench_events.systems import MODES, SYSTEMS, missing_peers
-from loadtest.bench_events.workload import (POOL, RANGE, Pool, Received, cpu_seconds, oracle, percentile,
-                                            subscriptions, tcp_bytes_sent)
+from loadtest.bench_events.workload import (POOL, RANGE, Pool, Received, cpu_seconds, cpu_waiting, oracle,
+                                            percentile, subscriptions, tcp_bytes_sent)
 
 RATES = (1000, 10000, None)  # None: saturation
 WINDOW = 4096  # events in flight over all publishers (the bound on what a cell leaves behind)
@@ -34,6 +34,7 @@ class Run:
         self.ready: set[int] = set()
         self.cells: list[dict] = []
         self.profile: dict | None = None
+        self.floor: list[dict] = []
 
     def deliver(self, sub: int, event_id: int, sent_ns: int) -> None:
         if event_id < 0:
@@ -76,7 +77,7 @@ class Run:
         wire0 = tcp_bytes_sent(set(pids.values()) | {own})
         window = WINDOW // len(sends)
         acked, errors, last_ack = [0], Counter(), [0]
-        t0 = time.perf_counter_ns()
+        waiting0, t0 = cpu_waiting(), time.perf_counter_ns()
         end = t0 + int(seconds * 1e9)
 
         async def publisher(send, share: float) -> None:
@@ -127,6 +128,7 @@ class Run:
         self.sink = None
         cpu = {k: cpu_seconds(p) - cpu0[k] for k, p in pids.items()}
         wire = tcp_bytes_sent(set(pids.values()) | {own}) - wire0
+        waiting, wall = cpu_waiting(), (time.perf_counter_ns() - t0) / 1e9
         lat = sorted(received.latencies)
         pub_s = (last_ack[0] - t0) / 1e9 if last_ack[0] else None
         dlv_s = (received.last_ns - t0) / 1e9 if received.last_ns else None
@@ -148,6 +150,7 @@ class Run:
                "client_filtered_per_useful": (getattr(system, "filtered", 0) - filtered0) / received.useful
                if received.useful else None,
                "load_average": [round(load0, 2), round(os.getloadavg()[0], 2)],
+               "cpu_pressure": None if waiting is None or waiting0 is None else round((waiting - waiting0) / wall, 3),
                "trees_pinned": getattr(system, "pinned", None)}
         if rate is not None:
             target = min(rate, cap / seconds)
@@ -170,7 +173,7 @@ class Run:
                 for npub in self.args.publishers:
                     for mode in [m for m in MODES[name] if name != "echelon" or m in self.args.modes]:
                         sends = await system.publishers(npub, mode, pool)
-                        for rate in RATES:
+                        for rate in self.args.rates:
                             for rep in range(self.args.repeat):  # back to back: the spread shows the noise
                                 meta = {"system": name, "mode": mode, "selectivity": sel, "publishers": npub,
                                         "repeat": rep}
@@ -241,7 +244,9 @@ def line(r: dict) -> str:
         held += f" ({r['subscriptions_overflowed']} slow subscriptions closed by their agents, subscribed again)"
     return (f"{r['system']:8} {r['mode']:17} {r['selectivity']:>3}% {r['publishers']}p {str(r['rate']):>6}: "
             f"pub {r['published_per_s']:9.0f}/s dlv {r['delivered_per_s']:9.0f}/s p50 {fmt(r['p50_ms'], '.2f')} "
-            f"p99 {fmt(r['p99_ms'], '.2f')} ms{held}")
+            f"p99 {fmt(r['p99_ms'], '.2f')} ms{held}"
+            + (f" (short of cores {100 * r['cpu_pressure']:.0f}% of the cell)" if r.get("cpu_pressure") is not None
+               else ""))
 
 
 def table(cells: list[dict]) -> str:
@@ -423,6 +428,10 @@ async def run(args: argparse.Namespace) -> Run:
     r = Run(args)
     for name in args.systems:
         await r.system(name)
+    if args.floor:  # what gRPC alone does with one event a request: the raw-stub cells' ceiling
+        from loadtest import grpc_floor
+
+        r.floor = [await grpc_floor.cell(m, 40960, WINDOW) for m in grpc_floor.MODES]
     return r
 
 
@@ -451,6 +460,13 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--repeat", type=int, default=1, help="runs of each cell, back to back (the table of "
                     "spreads shows the noise of this shared machine)")
     ap.add_argument("--publishers", nargs="+", type=int, default=[1, 4])
+    ap.add_argument("--floor", action="store_true", help="also gRPC alone, one event a request "
+                    "(loadtest/grpc_floor.py): the ceiling of the raw-stub cells, in the same run")
+    ap.add_argument("--rates", nargs="+", type=lambda v: None if v == "max" else int(v), default=list(RATES),
+                    help="events/s of the cells, `max` for saturation (default: 1000 10000 max)")
+    ap.add_argument("--base", metavar="REV", help="Echelon's cells of this tree against revision REV, side by "
+                    "side: alternating rounds of one run per tree (versus.py); the other options apply to both")
+    ap.add_argument("--rounds", type=int, default=2, help="with --base: rounds (a run per tree each)")
     args = ap.parse_args(argv)
     args.check = args.quick
     if args.quick:
@@ -461,8 +477,13 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def main(argv: list[str] | None = None) -> Run:
+def main(argv: list[str] | None = None) -> Run | None:
     args = parse(argv)
+    if args.base:
+        from loadtest.bench_events.versus import side_by_side
+
+        print(side_by_side(args.base, args.rounds, sys.argv[1:] if argv is None else argv))
+        return None
     missing = missing_peers()
     if missing:
         raise SystemExit(f"missing {', '.join(missing)}: `make install` as root installs them (apt)")
@@ -481,6 +502,10 @@ def main(argv: list[str] | None = None) -> Run:
     ranged = range_table(r.cells)
     if ranged:
         print("\n" + ranged)
+    if r.floor:
+        from loadtest.grpc_floor import table as floor_table
+
+        print("\n" + floor_table(r.floor))
     print("\nCPU ms per 1,000 events, by process")
     print(cpu_table(r.cells))
     if r.profile:
@@ -489,7 +514,7 @@ def main(argv: list[str] | None = None) -> Run:
             print(f"  by {title}:")
             for f, pct in r.profile.get(key, []):
                 print(f"    {pct:5.1f}%  {f}")
-    (out / "bench_events.json").write_text(json.dumps({"cells": r.cells, "profile": r.profile,
+    (out / "bench_events.json").write_text(json.dumps({"cells": r.cells, "profile": r.profile, "grpc_floor": r.floor,
                                                       "seconds": time.monotonic() - started,
                                                       "event_loop": loop.chosen(),
                                                       "args": {k: v for k, v in vars(args).items()}}, indent=1))

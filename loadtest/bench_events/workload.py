@@ -161,6 +161,20 @@ _USERS = re.compile(r"pid=(\d+)")
 _SENT = re.compile(r"bytes_sent:(\d+)")
 
 
+def cpu_waiting() -> float | None:
+    """Seconds some runnable task of this machine has waited for a core (the kernel's
+    pressure stall information, /proc/pressure/cpu `some`), None where the kernel has none.
+    Over a cell, divided by its wall time: the share of the cell during which the machine
+    was short of cores, whoever's work it was (a latency measured then is mostly a queue
+    for a core)."""
+    try:
+        with open("/proc/pressure/cpu") as f:
+            some = f.readline().split()
+    except OSError:
+        return None
+    return int(some[-1].partition("=")[2]) / 1e6 if some and some[0] == "some" else None
+
+
 def tcp_bytes_sent(pids: set[int]) -> int:
     """Sum of tcp_info bytes_sent over the TCP sockets owned by `pids`."""
     out = subprocess.run(["ss", "-tinpH"], capture_output=True, text=True, timeout=20).stdout

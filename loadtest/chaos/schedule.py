@@ -1,11 +1,11 @@
 """The faults, one at a time, each followed by a settle period, repeated while time
 remains: delay/loss on two agents' links, SIGSTOP of an inner relay, kill -9 of an inner
 relay (restarted: a new process, a new incarnation), a partition of one agent, kill -9
-of membership replica 0 (the one every member watches, restarted), kill -9 of the
-matcher (restarted empty: no acked event may be lost while the agents refill it,
-matcher/refill.py), a membership-wide restart (every replica killed, restarted), and a
-plan push with a clique no router serves (refused: membership/plans.py). `choose_roles`
-picks the targets from producer 0's LBDD tree."""
+of membership replica 0 (the one every member watches, restarted), a plan push with a
+clique no router serves (refused: membership/plans.py; nothing to settle after it), kill -9
+of the matcher (restarted empty: no acked event may be lost while the agents refill it,
+matcher/refill.py), and a membership-wide restart (every replica killed, restarted).
+`choose_roles` picks the targets from producer 0's LBDD tree."""
 
 from __future__ import annotations
 
@@ -43,12 +43,16 @@ class Schedule:
         self.faults: list[Fault] = []
 
     def plan(self) -> list[str]:
-        kinds = ["netem", "pause", "kill", "partition", "replica", "matcher", "members", "plan"]
+        kinds = ["netem", "pause", "kill", "partition", "replica", "plan", "matcher", "members"]
         return [k for k in kinds if self.hosts.supports(k) and k not in self.cfg.skip]
+
+    def settle(self, kind: str) -> float:
+        """A refused plan disturbs nothing: no settle after it."""
+        return 0.0 if kind == "plan" else self.cfg.settle
 
     def duration(self, kind: str) -> float:
         c = self.cfg
-        return c.settle + {"netem": c.netem_seconds, "pause": c.pause_seconds, "kill": c.restart_after + 3,
+        return self.settle(kind) + {"netem": c.netem_seconds, "pause": c.pause_seconds, "kill": c.restart_after + 3,
                            "partition": c.partition_seconds, "replica": c.restart_after + 3,
                            "matcher": c.restart_after + 3, "members": c.restart_after + 5, "plan": 2}[kind]
 
@@ -62,7 +66,7 @@ class Schedule:
                 self.faults.append(fault)
                 self.cfg.log(f"  +{fault.start - t0:6.1f}s {fault.kind:9} {', '.join(fault.targets)} "
                              f"({fault.end - fault.start:.1f}s) {fault.note}")
-                await asyncio.sleep(self.cfg.settle)
+                await asyncio.sleep(self.settle(kind))
             rounds += 1
 
     def _host(self, member: str):

@@ -91,9 +91,9 @@ def test_short_schedule_meets_the_targets(tmp_path):
                     "runs the same faults on loopback, without partitions and delay/loss")
     result = run(Config.short(out=tmp_path, log=print))
     assert result.mode == "netns"
-    assert [r.fault for r in result.rows][:8] == ["baseline", "netem", "pause", "kill", "partition", "replica",
-                                                  "matcher", "plan"]  # "members": the full run only (config.py)
     assert_targets(result)
+    assert [r.fault for r in result.rows][:9] == ["baseline", "netem", "pause", "kill", "partition", "replica",
+                                                  "plan", "matcher", "members"]
     assert next(r for r in result.rows if r.fault == "kill").dead_expected == 1
     assert next(r for r in result.rows if r.fault == "partition").dead_expected == 1  # 9 s > the 7 s silence timeout
     assert {"intruder: attempts made > 0", "intruder: 0 deliveries", "intruder: 0 writes accepted"} <= set(result.targets)

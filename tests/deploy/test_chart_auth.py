@@ -64,6 +64,19 @@ def test_jwt_with_tls_renders_the_key_set_and_makes_the_test_pod_a_superuser():
     assert pod["metadata"]["name"] == "echelon-test"
 
 
+def test_caps_per_identity_reach_every_service_as_json_the_services_parse():
+    from echelon.runtime.limits import parse_identity_caps
+
+    values = copy.deepcopy(AUTH)
+    values["auth"]["identityCaps"] = {"user:ann": {"durable_subscriptions": 20, "durable_max_messages": 1000000},
+                                      "*": {"subscriptions": 100}}
+    for _, c in service_containers(objects(values)):
+        assert parse_identity_caps(_parse(c["args"])["identity_caps"]) == \
+            {"user:ann": {"durable_subscriptions": 20, "durable_max_messages": 1000000}, "*": {"subscriptions": 100}}
+    for _, c in service_containers(objects(AUTH)):
+        assert _parse(c["args"])["identity_caps"] == ""
+
+
 def test_no_auth_by_default():
     for _, c in service_containers(objects()):
         assert _parse(c["args"])["auth"] == "none" and "ECHELON_MEMBER_TOKEN" not in _env(c)
@@ -75,6 +88,8 @@ def test_no_auth_by_default():
     (lambda v: v["auth"].update(mode="jwt", tokensSecret=""), "auth.jwt.jwksUrl"),
     (lambda v: v["auth"].update(mode="ldap"), "mode"),
     (lambda v: v["auth"].update(limits="publish_rate=fast"), "limits"),
+    (lambda v: v["auth"].update(identityCaps={"ann": {"subscriptions": 1}}), "propertyName .ann."),
+    (lambda v: v["auth"].update(identityCaps={"user:ann": {"subscription": 1}}), "subscription"),
 ])
 def test_values_that_cannot_work_are_refused(change, message):
     values = copy.deepcopy(AUTH)

@@ -60,6 +60,7 @@ OTHER = {
     ("tls", "certManager", "caDuration"): "8760h",
     ("auth", "mode"): "tokens", ("auth", "jwt", "jwksUrl"): "https://other.example/jwks",
     ("auth", "superusers"): ["ops"], ("auth", "limits"): "publish_rate=7",
+    ("auth", "identityCaps"): {"user:ann": {"subscriptions": 3}},
 }
 
 

@@ -58,6 +58,16 @@ def test_acl_commands_on_a_cluster_started_with_auth(tmp_path, monkeypatch):
         assert code == 1 and "INVALID_ARGUMENT" in out and "principal" in out
         code, out = run("acl", "revoke", "user:bob", "quotes", "publish", "--agent", agent, token=admin)
         assert code == 1 and "NOT_FOUND" in out
+        # Caps per identity, beside the rules (not among them).
+        code, out = run("acl", "cap", "user:ann", "durable_subscriptions=20", "subscriptions=5,durable_max_bytes=9",
+                        "--agent", agent, token=admin)
+        assert code == 0 and "user:ann: subscriptions=5, durable_subscriptions=20, durable_max_bytes=9" in out, out
+        code, out = run("acl", "cap", "user:ann", "durable_max_bytes=0", "--agent", agent, token=admin)
+        assert code == 0 and "user:ann: subscriptions=5, durable_subscriptions=20" in out, out
+        code, out = run("acl", "cap", "user:ann", "subscription=5", "--agent", agent, token=admin)
+        assert code == 2 and "FIELD one of subscriptions" in out, out
+        code, out = run("acl", "caps", "--json", "--agent", agent, token=admin)
+        assert code == 0 and json.loads(out) == {"user:ann": {"subscriptions": 5, "durable_subscriptions": 20}}
         code, out = run("acl", "list", "--json", "--agent", agent, token=admin)
         assert code == 0 and json.loads(out) == [
             {"principal": "group:traders", "pattern": "quotes.*", "rights": ["publish"]},

@@ -10,15 +10,33 @@ import asyncio
 
 import pytest
 
-from echelon.client import AckLevel, errors
+from echelon.client import AckLevel, Durable, errors
+from echelon.core.durability import holders
 from tests.harness import Cluster
 
 pytestmark = pytest.mark.asyncio
 BOUND = 20
+KINDS = ["ephemeral", "named", "durable"]
 
 
-@pytest.mark.parametrize("named", [False, True], ids=["ephemeral", "named"])
-async def test_a_slow_consumer_slows_the_publisher_and_loses_nothing(named):
+def open_kind(client, kind: str, agents: list[str], credits: int):
+    """A subscription of `kind` held by `agents[1]` (a durable one: its only holder, by its name)."""
+    if kind == "durable":
+        name = next(f"d{i}" for i in range(500) if holders(f"d{i}", agents, 1) == [agents[1]])
+        return client.subscribe("t", "", name=name, max_outstanding=credits,
+                                durable=Durable(max_messages=BOUND, replicas=1))
+    return client.subscribe("t", "", name="slow" if kind == "named" else "", max_outstanding=credits)
+
+
+def held_sub(agent, kind: str):
+    subs = list(agent.durables.subs.values()) if kind == "durable" else list(agent.subscriptions.subs.values())
+    (sub,) = subs
+    return sub
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_slow_consumer_slows_the_publisher_and_loses_nothing(kind):
+    """A durable subscription lags too (its default policy): nothing dropped (core/durability.py)."""
     c = Cluster(agents=2)
     await c.start()
     try:
@@ -26,7 +44,7 @@ async def test_a_slow_consumer_slows_the_publisher_and_loses_nothing(named):
         agent.max_backlog = BOUND
         c0, c1 = c.client(0), c.client(1)
         await c0.create_topic("t")
-        sub = c1.subscribe("t", "", name="slow" if named else "", max_outstanding=5)
+        sub = open_kind(c1, kind, [n.config.id for n in c.agent_nodes], 5)
         await sub.start()
         pub = c0.publisher(ack_level=AckLevel.DELIVERED)
         futures = [pub.publish_nowait("t", {"n": n}) for n in range(200)]
@@ -35,7 +53,7 @@ async def test_a_slow_consumer_slows_the_publisher_and_loses_nothing(named):
         acked = sum(f.done() for f in futures)
         assert acked <= BOUND + 5, acked  # the frames past the bound are not acknowledged
         assert all(f.exception() is None for f in futures if f.done())
-        held = agent.subscriptions.subs["slow" if named else next(iter(agent.subscriptions.subs))]
+        held = held_sub(agent, kind)
         assert held.room is not None and held.depth <= 200
         got = []
         while len(got) < 200:
@@ -46,6 +64,7 @@ async def test_a_slow_consumer_slows_the_publisher_and_loses_nothing(named):
         assert all(r.destinations == 1 for r in results)
         assert got == list(range(200))  # every one, in order
         assert agent.metrics.overflows._value.get() == 0
+        assert agent.durables.dropped._value.get() == 0
         await sub.close()
     finally:
         await c.stop()
@@ -99,8 +118,8 @@ async def test_a_slow_consumer_on_the_publishing_agent_slows_its_publisher_too()
         await c.stop()
 
 
-@pytest.mark.parametrize("named", [False, True], ids=["ephemeral", "named"])
-async def test_a_stalled_consumer_stops_holding_publishers_back(named):
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_stalled_consumer_stops_holding_publishers_back(kind):
     """One that acknowledges nothing for the stall bound would otherwise stop every
     publisher through its agent (a hostile or dead client): an ephemeral one is closed
     RESOURCE_EXHAUSTED, a named one sheds its oldest; each event is either delivered or
@@ -113,7 +132,8 @@ async def test_a_stalled_consumer_stops_holding_publishers_back(named):
         agent.subscriptions.stall_seconds = 1.0  # as `--stall-seconds 1`
         c0, c1, c2 = c.client(0), c.client(1), c.client(2)
         await c0.create_topic("t")
-        stalled = c1.subscribe("t", "", name="stuck" if named else "", max_outstanding=5)
+        named = kind != "ephemeral"
+        stalled = open_kind(c1, kind, [n.config.id for n in c.agent_nodes], 5)
         await stalled.start()
         healthy = c2.subscribe("t", "", max_outstanding=64)
         await healthy.start()
@@ -126,16 +146,17 @@ async def test_a_stalled_consumer_stops_holding_publishers_back(named):
             got.append(msg.attributes["n"])
             await msg.ack()
         assert got == list(range(200))
-        kind = "named" if named else "ephemeral"
         assert agent.metrics.stalls.labels(kind)._value.get() == 1
         if named:
-            held = agent.subscriptions.subs["stuck"]
+            held = held_sub(agent, kind)
+            dropped = (lambda: held.dropped) if kind == "durable" else (lambda: held.shed)
             received = []
-            while len(received) + held.shed < 200:
+            while len(received) + dropped() < 200:
                 msg = await stalled.next(timeout=20)
                 received.append(msg.attributes["n"])
                 await msg.ack()
-            assert held.shed > 0 and agent.metrics.shed._value.get() == held.shed
+            counted = agent.durables.dropped if kind == "durable" else agent.metrics.shed
+            assert dropped() > 0 and counted._value.get() == dropped()
             assert received == sorted(received) and len(set(received)) == len(received)  # in order, once each
         else:
             with pytest.raises(errors.ResourceExhausted):

@@ -7,10 +7,13 @@ from __future__ import annotations
 import asyncio
 import time
 
-from echelon.dataplane.dissemination import DataPlane, event_of
+from echelon.agent.dispatch import Dispatcher
+from echelon.dataplane.dissemination import HOLD_SECONDS, DataPlane, event_of
+from echelon.dataplane.gateway import Gateway
 from echelon.agent.subscriptions import CLOCK_SKEW_NS, Subscription
 from echelon.contract.filters import parse
 from echelon.v1 import common_pb2 as pb
+from echelon.v1 import matcher_pb2 as xpb
 from echelon.v1 import relay_pb2 as rpb
 from tests.integration.test_dataplane_routing import PAPER, FakeNode, relay_with_grandchildren, view
 
@@ -122,3 +125,109 @@ async def test_the_root_parks_a_dead_destinations_messages_too():
     sent = [(event_of(m).payload, list(m.destinations)) for link in node.links.values() for f, _ in link.frames
             for m in f.messages]
     assert sent == [(b"x", [dead.id])] and plane.parked_count == 0  # down its tree, as the root sends
+
+
+class _Matched:
+    """The matcher's answer for every batch: each event matches `agents` (agent/matching.py's `send`)."""
+
+    def __init__(self, agents: list[str]):
+        self.agents = agents
+
+    async def send(self, encoded):
+        future = asyncio.get_running_loop().create_future()
+        future.set_result([xpb.MatchResult(agents=[xpb.AgentMatches(agent=a) for a in self.agents])
+                           for _ in encoded])
+        return future
+
+
+async def _dispatch(dispatcher: Dispatcher, seq: int):
+    event = pb.Event(id=pb.MessageId(producer_id="p", sequence=seq), topic="t")
+    counts, waits = await asyncio.wait_for(dispatcher.submit([event], [b"x"]), 5)
+    return counts, waits
+
+
+async def test_the_publishing_agent_parks_a_destination_absent_from_its_view_and_drops_one_that_left():
+    """A view rebuilt by membership replicas that all restarted lacks members until they
+    rejoin: a destination the matcher names but the view does not is the data plane's to park
+    (it was dropped before the data plane saw it: the chaos run's `members` row lost acked
+    events); one that LEFT is owed nothing."""
+    members = view(PAPER)
+    node = FakeNode(members[0], members)
+    plane = DataPlane(node, node.trees, park_seconds=30.0)
+    gateway = DataPlane(node, Gateway(members[0].id, ""))
+    absent, left = members[-1], members[-2]
+    node.trees.update(members[:-2], left=[left.id])
+    plane.on_view()
+    dispatcher = Dispatcher(members[0].id, _Matched([absent.id, left.id]), plane, gateway, lambda events: [])
+    task = asyncio.create_task(dispatcher.run())
+    try:
+        counts, waits = await _dispatch(dispatcher, 1)
+        assert counts == [1] and all(w.done() for w in waits)  # acked: held here, for the absent one
+        assert plane.parked_count == 1 and not node.links
+        node.trees.update(members[:-2] + [absent], left=[left.id])  # it rejoined
+        plane.on_view()
+        sent = [(event_of(m).id.sequence, list(m.destinations)) for link in node.links.values()
+                for f, _ in link.frames for m in f.messages]
+        assert sent == [(1, [absent.id])] and plane.parked_count == 0
+        assert node.metrics.lost._value.get() == 0  # the one that left was never a destination
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_a_relays_ack_waits_for_a_destination_absent_from_its_view_until_it_is_sent_on():
+    """The root's view holds the destination, the relay's does not yet (or no more): the
+    frame's ack upstream waits until the relay sends it on, so the root's fence across a
+    view change keeps waiting and a later message cannot overtake it on another path
+    (without the wait, a reorder of the chaos run's `members` row); a DEAD one is not waited
+    for, and past HOLD_SECONDS the ack goes while the message stays parked."""
+    members, node, plane, child = setup()
+    node.trees.update([m for m in members if m.id != child.id])  # absent here, not DEAD
+    plane.on_view()
+    acks = []
+    receive(plane, 1, [child.id], acks)
+    await asyncio.sleep(0)
+    assert acks == [] and plane.parked_count == 1
+    node.trees.update(members)  # it is back in this view
+    plane.on_view()
+    assert sent_to(node, child.id) == [(1, [child.id])] and acks == []
+    settle_all(node)
+    await asyncio.sleep(0)
+    assert acks == [1]
+
+    node.trees.update([m for m in members if m.id != child.id])  # gone for good: bounded wait
+    plane.on_view()
+    receive(plane, 2, [child.id], acks)
+    plane.expire(time.monotonic() + HOLD_SECONDS + 0.1)
+    await asyncio.sleep(0)
+    assert acks == [1, 2] and plane.parked_count == 1  # acked, still parked for it
+
+    mark_dead(node, plane, members, child)
+    receive(plane, 3, [child.id], acks)
+    await asyncio.sleep(0)
+    assert acks == [1, 2, 3]  # DEAD: never waited for
+
+
+async def test_a_relay_fences_its_new_routes_until_what_it_relayed_on_the_old_view_is_acknowledged():
+    """The relay's route to a grandchild changes while its first message is still on the
+    old path (here a bucket hint makes the child a leaf): the next message waits until the
+    first is acknowledged, so it cannot overtake it on the new path (without the fence, the
+    chaos run's reorders after a partition healed: docs/guarantees.md, "Order")."""
+    members, node, plane, child = setup()
+    grandchild = next(m.id for m in members if m.id != child.id
+                      and node.trees.route(PAPER[0], "t", 0, [m.id])[0].get(child.id) == [m.id])
+    acks = []
+    receive(plane, 1, [grandchild], acks)
+    assert sent_to(node, child.id) == [(1, [grandchild])]
+    node.trees.update(members, hinted=[child.id])  # the child relays nothing any more
+    plane.on_view()
+    receive(plane, 2, [grandchild], acks)
+    await asyncio.sleep(0)
+    (target,) = node.trees.route(PAPER[0], "t", 0, [grandchild])[0]  # its new path
+    assert target != child.id and sent_to(node, target) == []  # fenced: 1 is still on its way through the child
+    node.links[child.id].settle(True)
+    await asyncio.sleep(0.01)
+    assert sent_to(node, target) == [(2, [grandchild])] and acks == [1]
+    settle_all(node)
+    await asyncio.sleep(0)
+    assert acks == [1, 2]

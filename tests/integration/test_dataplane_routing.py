@@ -502,7 +502,7 @@ async def test_a_relay_forwards_a_whole_message_once_and_reroutes_it_when_a_chil
     assert sorted(d for m in forwarded for d in m.destinations) == sorted(set(below) - {relay.id})
     dead_key = next(c for c in tree.children[relay.address] if tree.children[c])
     dead = by_key[dead_key]
-    node.trees.update([m for m in members if m.id != dead.id])
+    node.trees.update([m for m in members if m.id != dead.id], dead=[dead.id])  # DEAD: parked, not waited for
     node.links.pop(dead.id).settle(False)
     await asyncio.sleep(0)
     rerouted = {d for link in node.links.values() for f, _ in link.frames[1:] for m in f.messages

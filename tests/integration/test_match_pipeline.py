@@ -124,3 +124,36 @@ async def test_a_failed_match_stream_sends_every_outstanding_batch_again_in_orde
         assert not gate.order  # every held batch failed: each was answered after being sent again
     finally:
         await c.stop()
+
+
+@pytest.mark.timeout(60)
+async def test_a_full_batch_goes_while_a_large_one_waits_at_the_matcher(cluster):
+    """A batch of more than AHEAD_EVENTS events held at the matcher (so no later batch may
+    join it in flight for being late), then MAX_BATCH events more: they go as a second batch
+    at once, without waiting for the first's answer, and every event is acked in order."""
+    from echelon.agent.dispatch import AHEAD_EVENTS, MAX_BATCH
+
+    gate = Gate(cluster.matcher_nodes)
+    await cluster.client(0).create_topic("t")
+    first, second = AHEAD_EVENTS + 8, MAX_BATCH
+    sent = asyncio.Event()
+
+    async def requests():
+        yield ppb.PublishRequest(producer_id="p", batch=[request(k) for k in range(first)])
+        await wait_for(lambda: len(gate.held) >= 1, 10, what="the first batch at the matcher")
+        yield ppb.PublishRequest(producer_id="p", batch=[request(k) for k in range(first, first + second)])
+        await sent.wait()
+
+    async with grpc.aio.insecure_channel(cluster.agent_nodes[0].address) as ch:
+        call = pgrpc.PubSubStub(ch).Publish(requests())
+        await wait_for(lambda: len(gate.held) >= 2, 10, what="the full batch sent while the first is held")
+        gate.holding = False
+        for event in gate.held:
+            event.set()
+        acks = []
+        async for r in call:
+            acks += list(r.acks or [r])
+            if len(acks) == first + second:
+                break
+        sent.set()
+    assert [(a.sequence, a.code) for a in acks] == [(k + 1, 0) for k in range(first + second)]

@@ -1,4 +1,4 @@
-"""Membership keeps topics, ACLs and the routing plan on disk (membership/store.py).
+"""Membership keeps topics, ACLs (and the caps per identity beside them) and the routing plan on disk (membership/store.py).
 
 Real processes (`python -m echelon membership --data-dir ...` through echelon.launch):
 three replicas, topics created, one deleted, ACL rules granted and one revoked, a plan
@@ -27,9 +27,10 @@ from tests.integration.test_membership import admin, control, create_quotes, pla
 async def state(address: str) -> tuple[list[str], list[tuple], int, mpb.RoutingPlan]:
     topics = await admin(address, "ListTopics", ppb.ListTopicsRequest())
     acls = await admin(address, "ListAcls", ppb.ListAclsRequest())
+    caps = await admin(address, "ListCaps", ppb.ListAclsRequest())
     got = await control(address, "GetPlan", mpb.GetPlanRequest())
     return ([t.name for t in topics.topics], sorted((r.principal, r.pattern, tuple(r.rights)) for r in acls.rules),
-            got.version, got)
+            got.version, got, [(r.principal, r.caps.durable_subscriptions, r.caps.subscriptions) for r in caps.rules])
 
 
 @pytest.mark.timeout(240)
@@ -49,13 +50,19 @@ async def test_a_full_restart_of_every_replica_keeps_topics_acls_and_the_plan(tm
         await admin(r[0], "RevokeAcl", ppb.AclRequest(rule=pb.AclRule(principal="user:carol", pattern="*",
                                                                       rights=["admin"])))
         await control(r[0], "PushPlan", plan(4))
+        for principal in ("user:alice", "group:ops"):  # caps per identity, kept beside the rules
+            await admin(r[0], "SetCaps", ppb.CapsRequest(principal=principal, caps=pb.IdentityCaps(
+                durable_subscriptions=7, subscriptions=3)))
+        await admin(r[0], "SetCaps", ppb.CapsRequest(principal="group:ops", clear=["durable_subscriptions",
+                                                                                   "subscriptions"]))
         before = await state(r[0])
+        assert before[4] == [("user:alice", 7, 3)]
         assert before[:3] == (["orders", "quotes"], [("user:alice", "orders", ("publish",)),
                                                      ("user:bob", "quotes", ("subscribe",))], 4)
 
         async def replicated() -> bool:  # pushes, or anti-entropy, reach every replica
             for p in c.by_role("membership"):
-                if (await state(p.address))[:3] != before[:3]:
+                if (await state(p.address))[:3] != before[:3] or (await state(p.address))[4] != before[4]:
                     return False
             return True
 
@@ -68,7 +75,7 @@ async def test_a_full_restart_of_every_replica_keeps_topics_acls_and_the_plan(tm
 
         for p in c.by_role("membership"):
             after = await state(p.address)
-            assert after[:3] == before[:3], p.id
+            assert after[:3] == before[:3] and after[4] == before[4], p.id
             assert after[3].zones == before[3].zones and after[3].origin == "test"
             assert (c.data_dir(p.id) / "membership.sqlite3").exists()
         # The cluster goes on: a new topic after the restart is stamped above the kept ones.

@@ -94,6 +94,35 @@ async def refused_requests(agent: str, membership: str) -> None:
         assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION
 
 
+async def dead_messages(agent: str) -> None:
+    """One delivery of each kind the "Dead messages" panel counts (agent/redelivery.py): past
+    its ack deadline, terminated, dead-lettered, and a dead letter that fails (its topic is
+    deleted after the open) and is still held."""
+    async with Client(agent) as c:
+        for topic in ("jobs", "jobs.dead", "gone.dead"):
+            await c.create_topic(topic)
+        async with c.subscribe("jobs", "", name="workers", ack_deadline=0.2, max_deliveries=2,
+                               dead_letter_topic="jobs.dead") as sub, \
+                c.subscribe("jobs", "", name="doomed", max_deliveries=1, dead_letter_topic="gone.dead") as doomed:
+            await c.delete_topic("gone.dead")
+            await asyncio.sleep(1.0)  # the registrations reach the matchers, the deletion the agents
+            async with c.publisher() as pub:
+                await pub.publish_batch("jobs", [{"n": 1}, {"n": 2}])
+            termed = dead = False
+            while not (termed and dead):
+                m = await sub.next(timeout=30)
+                if m.attributes["n"] == 1:
+                    await m.term()
+                    termed = True
+                elif m.redelivery_count:  # back after its deadline: its second delivery, nacked, is its last
+                    await m.nack()
+                    dead = True
+                # else left alone past its deadline
+            for m in [await doomed.next(timeout=30) for _ in range(2)]:
+                await m.nack()  # past max deliveries, with no topic to go to: held and retried
+            await asyncio.sleep(2.0)
+
+
 def push_gain(membership: str) -> int:
     """A plan with a predicted gain, through the routing job's own push (GetPlan + 1, PushPlan)."""
     return job.push(membership, mpb.RoutingPlan(origin="echelon replan", predicted_gain=GAIN))
@@ -117,6 +146,7 @@ def live(tmp_path_factory):
         assert counts.published and counts.received and counts.refused, counts
         membership = cluster.by_role("membership")[0].address
         asyncio.run(refused_requests(agents[0], membership))
+        asyncio.run(dead_messages(agents[0]))
         assert push_gain(membership) == 1
         victim = cluster.by_role("agent")[-1]
         cluster.signal(victim.id, signal.SIGKILL)  # a member dies: detection, the DEAD state, the alert

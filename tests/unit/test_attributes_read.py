@@ -10,7 +10,7 @@ import random
 
 import pytest
 
-from echelon.core.cdm import CountingIndex, Subscription
+from echelon.core.cdm import CountingIndex, Entry
 from echelon.contract.filters import parse
 from echelon.matcher.server import _sampled
 from echelon.contract.errors import InvalidArgument
@@ -55,7 +55,7 @@ def test_index_attributes_follow_its_live_subscriptions():
             held.pop(sid, None)
         else:
             held[sid] = rnd.choice(filters)
-            index.insert(Subscription(sid, "a", parse(held[sid])))
+            index.insert(Entry(sid, "a", parse(held[sid])))
         assert set(index.attributes()) == {p.attribute for f in held.values() for p in parse(f).predicates}
 
 

@@ -1,10 +1,12 @@
 """The bench_events tables that read several cells: the spread of repeated cells (median
-and range, each cell's repeats together) and the range workload's comparison (which of
-useful deliveries/s, CPU and bytes per useful delivery Echelon is ahead on)."""
+and range, each cell's repeats together), the range workload's comparison (which of
+useful deliveries/s, CPU and bytes per useful delivery Echelon is ahead on), and the
+side by side of `--base REV` (medians per tree, gains the right way up)."""
 
 from __future__ import annotations
 
 from loadtest.bench_events.run import RANGE, range_table, spread_table
+from loadtest.bench_events.versus import report, without
 
 
 def cell(system: str, rate, pub: float, p50: float, cpu: float = 10.0, wire: float = 100.0, sel=2, rep: int = 0):
@@ -34,3 +36,27 @@ def test_range_comparison_says_where_echelon_is_ahead():
     assert "useful/s 1.50x" in nats and "CPU per useful 2.00x" in nats and "ahead on 2 of 3" in nats
     assert "useful/s 0.75x" in redis and "ahead on 2 of 3" in redis
     assert range_table([cell("nats", "max", 1.0, 1.0)]) == ""
+
+
+def test_side_by_side_takes_medians_per_tree_and_a_gain_above_one_means_better_now():
+    def rnd(pub: float, p50: float, cpu_s: float) -> list[dict]:
+        return [{**cell("echelon", "max", pub, p50), "cpu_s_per_1k_services": cpu_s}]
+
+    runs = {"base": [rnd(100.0, 4.0, 0.02), rnd(300.0, 2.0, 0.04), rnd(200.0, 8.0, 0.03)],
+            "head": [rnd(400.0, 1.0, 0.01), rnd(500.0, 2.0, 0.01), rnd(600.0, 1.0, 0.01)]}
+    lines = report(runs, "t").splitlines()
+    row = next(x for x in lines if x.startswith("m 2% 1p max")).split()
+    # pub/s: base median 200, head 500, gain 2.5; p50: base 4, head 1, gain 4; cpu ms/1k: 30 -> 10, gain 3
+    assert row[4:7] == ["200.00", "500.00", "2.50"]
+    assert row[10:13] == ["4.00", "1.00", "4.00"]
+    assert row[-3:] == ["30.00", "10.00", "3.00"]
+    rounds = next(x for x in lines if x.startswith("m 2% 1p max") and "pub/s" in x)
+    assert "pub/s 4.00 1.67 3.00" in rounds  # each round's own ratio
+    runs["base"][1] = None  # a round whose base cluster failed counts for neither tree
+    row = next(x for x in report(runs, "t").splitlines() if x.startswith("m 2% 1p max")).split()
+    assert row[4:7] == ["150.00", "500.00", "3.33"]
+
+
+def test_side_by_side_passes_the_other_options_to_both_trees():
+    argv = ["--base", "main", "--short", "--rounds=3", "--selectivity", "2", "--out", "x", "--systems", "nats"]
+    assert without(argv, "--base", "--rounds", "--out", "--systems") == ["--short", "--selectivity", "2"]

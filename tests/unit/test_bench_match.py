@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from echelon.core.cdm import CountingIndex, Subscription
+from echelon.core.cdm import CountingIndex, Entry
 from echelon.core.space import Space
 from loadtest import bench_match, stock
 
 
 def test_cdm_and_brute_force_agree_on_the_benchmark_data():
-    subs = [Subscription(f"s{i}", "a", f) for i, f in enumerate(stock.subscriptions(3000, seed=1))]
+    subs = [Entry(f"s{i}", "a", f) for i, f in enumerate(stock.subscriptions(3000, seed=1))]
     index = CountingIndex(subs)
     brute = bench_match.BruteForce(Space.of(stock.STOCK_SCHEMA), subs)
     for skewed in (False, True):

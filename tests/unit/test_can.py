@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from echelon.core.can import TilingError, Zone, ZoneMap, check_tiling, handoff, split
-from echelon.core.cdm import CountingIndex, Subscription
+from echelon.core.cdm import CountingIndex, Entry
 from echelon.contract.schema import Attribute, AttrType, Schema
 from echelon.core.space import Space, reflect
 from loadtest import stock
@@ -27,8 +27,8 @@ class Tier:
     def __init__(self, space: Space):
         self.space = space
         self.map = ZoneMap(space, owner="p0")
-        self.subs: dict[str, Subscription] = {}
-        self.copies: dict[str, dict[tuple[str, str], Subscription]] = {"p0": {}}
+        self.subs: dict[str, Entry] = {}
+        self.copies: dict[str, dict[tuple[str, str], Entry]] = {"p0": {}}
         self.index: dict[str, CountingIndex] = {"p0": CountingIndex(base=2, growth=2)}
         self.peers = 1
 
@@ -38,7 +38,7 @@ class Tier:
         self.copies[p], self.index[p] = {}, CountingIndex(base=2, growth=2)
         return p
 
-    def _store(self, peer: str, role: str, sub: Subscription) -> None:
+    def _store(self, peer: str, role: str, sub: Entry) -> None:
         self.copies[peer][(role, sub.id)] = sub
         if role == "primary":
             self.index[peer].insert(sub)
@@ -48,7 +48,7 @@ class Tier:
         if role == "primary":
             self.index[peer].delete(sid)
 
-    def add(self, sub: Subscription) -> None:
+    def add(self, sub: Entry) -> None:
         self.delete(sub.id)
         self.subs[sub.id] = sub
         primary, mirror = self.map.add(sub.id, self.space.subscription_point(sub.filter))
@@ -121,7 +121,7 @@ def test_tier_equals_brute_force_through_splits_replicas_handoffs_and_recovery(d
     tier = Tier(Space.of(schema))
     ids = st.integers(0, 30).map(lambda i: f"s{i}")
     for i in range(data.draw(st.integers(0, 25))):
-        tier.add(Subscription(data.draw(ids), f"a{i % 4}", data.draw(filters(schema))))
+        tier.add(Entry(data.draw(ids), f"a{i % 4}", data.draw(filters(schema))))
     for _ in range(data.draw(st.integers(1, 14))):
         action = data.draw(st.sampled_from(["split", "split", "replicate", "move", "add", "delete", "lose", "match"]))
         zone = data.draw(st.sampled_from(tier.map.zones)).id
@@ -131,7 +131,7 @@ def test_tier_equals_brute_force_through_splits_replicas_handoffs_and_recovery(d
             except ValueError:  # a zone too small to split
                 continue
         elif action == "add":
-            tier.add(Subscription(data.draw(ids), "a9", data.draw(filters(schema))))
+            tier.add(Entry(data.draw(ids), "a9", data.draw(filters(schema))))
         elif action == "delete" and tier.subs:
             tier.delete(data.draw(st.sampled_from(sorted(tier.subs))))
         elif action == "lose":
@@ -149,7 +149,7 @@ def test_stock_tier_with_many_zones():
     space = Space.of(stock.STOCK_SCHEMA)
     tier = Tier(space)
     for i, f in enumerate(stock.subscriptions(1500, seed=2)):
-        tier.add(Subscription(f"s{i}", f"a{i % 5}", f))
+        tier.add(Entry(f"s{i}", f"a{i % 5}", f))
     for _ in range(40):
         busiest = max(tier.map.zones, key=lambda z: len(tier.map.subscriptions(z.id)))
         tier.change("split", busiest.id)

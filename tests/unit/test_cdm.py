@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from echelon.core import cdm
-from echelon.core.cdm import CountingIndex, Subscription
+from echelon.core.cdm import CountingIndex, Entry
 from echelon.core.cdm_keys import successor
 from echelon.contract.filters import Filter, Op, Predicate, parse
 from echelon.contract.schema import SchemaError
@@ -18,11 +18,11 @@ from loadtest import stock
 from tests.unit.test_space import events, filters, schemas
 
 
-def brute(subs: dict[str, Subscription], e: dict) -> set[str]:
+def brute(subs: dict[str, Entry], e: dict) -> set[str]:
     return {s.id for s in subs.values() if s.filter.matches(e)}
 
 
-def check_agents(index: CountingIndex, subs: dict[str, Subscription], batch: list[dict]) -> None:
+def check_agents(index: CountingIndex, subs: dict[str, Entry], batch: list[dict]) -> None:
     """match_agents: each matching subscription's agent once per event, and the match count,
     through the (event, agent) table and through the sort that replaces it when large."""
     want = [brute(subs, e) for e in batch]
@@ -42,12 +42,12 @@ def test_equals_brute_force_through_inserts_and_deletes(data):
     schema = data.draw(schemas())
     # Tiny levels so that merges, cascades, tombstones and compaction all happen.
     index = CountingIndex(base=2, growth=2)
-    live: dict[str, Subscription] = {}
+    live: dict[str, Entry] = {}
     for step in range(data.draw(st.integers(1, 40))):
         action = data.draw(st.sampled_from(["insert", "insert", "insert", "delete", "match"]))
         if action == "insert":
             sid = f"s{data.draw(st.integers(0, 25))}"  # ids repeat: replacements
-            sub = Subscription(sid, f"agent{step % 3}", data.draw(filters(schema)))
+            sub = Entry(sid, f"agent{step % 3}", data.draw(filters(schema)))
             index.insert(sub)
             live[sid] = sub
         elif action == "delete" and live:
@@ -91,11 +91,11 @@ ODD_FILTERS = [
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.fixed_dictionaries({}, optional={"x": st.sampled_from(ODD_VALUES), "y": st.sampled_from(ODD_VALUES)}), max_size=8))
 def test_schemaless_odd_values_match_exactly(batch):
-    subs = {f"s{i}": Subscription(f"s{i}", "a", parse(t)) for i, t in enumerate(ODD_FILTERS)}
-    subs["nan"] = Subscription("nan", "a", Filter((Predicate("x", Op.NE, math.nan),)))
-    subs["nan_eq"] = Subscription("nan_eq", "a", Filter((Predicate("x", Op.EQ, math.nan),)))
-    subs["max"] = Subscription("max", "a", Filter((Predicate("x", Op.PREFIX, "\U0010ffff"),)))
-    subs["bool"] = Subscription("bool", "a", Filter((Predicate("x", Op.EQ, True),)))
+    subs = {f"s{i}": Entry(f"s{i}", "a", parse(t)) for i, t in enumerate(ODD_FILTERS)}
+    subs["nan"] = Entry("nan", "a", Filter((Predicate("x", Op.NE, math.nan),)))
+    subs["nan_eq"] = Entry("nan_eq", "a", Filter((Predicate("x", Op.EQ, math.nan),)))
+    subs["max"] = Entry("max", "a", Filter((Predicate("x", Op.PREFIX, "\U0010ffff"),)))
+    subs["bool"] = Entry("bool", "a", Filter((Predicate("x", Op.EQ, True),)))
     index = CountingIndex(subs.values())
     assert [set(r) for r in index.match_batch(batch)] == [brute(subs, e) for e in batch]
 
@@ -108,7 +108,7 @@ def test_successor_bounds_every_string_with_the_prefix():
 
 def test_stock_workload_matches_brute_force_and_answers_agents():
     filters_ = stock.subscriptions(2000, seed=4)
-    subs = {f"s{i}": Subscription(f"s{i}", f"agent{i % 7}", f) for i, f in enumerate(filters_)}
+    subs = {f"s{i}": Entry(f"s{i}", f"agent{i % 7}", f) for i, f in enumerate(filters_)}
     index = CountingIndex(subs.values())
     for skewed in (False, True):
         batch = stock.events(300, seed=5, skewed=skewed)
@@ -120,8 +120,8 @@ def test_stock_workload_matches_brute_force_and_answers_agents():
 
 
 def test_a_malformed_filter_is_refused_without_changing_the_index():
-    index = CountingIndex([Subscription("a", "x", parse("v = 1"))])
-    bad = Subscription("a", "x", Filter((Predicate("v", Op.BETWEEN, 1),)))
+    index = CountingIndex([Entry("a", "x", parse("v = 1"))])
+    bad = Entry("a", "x", Filter((Predicate("v", Op.BETWEEN, 1),)))
     with pytest.raises(SchemaError):
         index.insert(bad)
     assert index.match({"v": 1}) == ["a"]
@@ -130,10 +130,10 @@ def test_a_malformed_filter_is_refused_without_changing_the_index():
 
 def test_single_match_and_empty_index():
     assert CountingIndex().match_batch([{}, {"v": 1}]) == [[], []]
-    index = CountingIndex([Subscription("all", "x", Filter())])
+    index = CountingIndex([Entry("all", "x", Filter())])
     assert index.match({}) == ["all"] and "all" in index and index.get("all").agent == "x"
 
 
 def test_ints_beyond_float_precision_are_compared_exactly():
-    index = CountingIndex([Subscription("f", "a", parse("x = 9007199254740992.0")), Subscription("g", "a", parse("x > 9007199254740992.0"))])
+    index = CountingIndex([Entry("f", "a", parse("x = 9007199254740992.0")), Entry("g", "a", parse("x > 9007199254740992.0"))])
     assert index.match_batch([{"x": 2**53 + 1}, {"x": 2**53}]) == [["g"], ["f"]]

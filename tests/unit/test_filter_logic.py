@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from echelon.core.cdm import CountingIndex
-from echelon.core.cdm import Subscription as Entry
+from echelon.core.cdm import Entry
 from echelon.core.filter_code import compile_filters
 from echelon.contract.filters import Disjunction, Filter, FilterTooLarge, Op, Predicate, parse, subscription_of, term_ids
 from echelon.contract.schema import Attribute, AttrType, Schema, SchemaError

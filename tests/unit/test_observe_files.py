@@ -44,7 +44,7 @@ def test_dashboard_round_trips_through_the_grafana_model(board):
     for panel, spec in zip(model.panels, board.panels):
         assert panel.description and panel.field_config.defaults.unit == spec.unit
         assert panel.datasource.uid == "${datasource}"
-        assert [t.ref_id for t in panel.targets] == ["A", "B", "C", "D"][:len(spec.queries)]
+        assert [t.ref_id for t in panel.targets] == [chr(ord("A") + i) for i in range(len(spec.queries))]
         assert [t.expr for t in panel.targets] == [q.expr for q in spec.queries]
         overrides = {o.matcher.options: o.properties[0].value for o in panel.field_config.overrides}
         assert overrides == {chr(ord("A") + i): q.unit for i, q in enumerate(spec.queries)

@@ -79,7 +79,7 @@ def test_caps_refuse_over_the_operator_and_reject_publish_needs_topic_admin(acce
     token = as_("ann")
     try:
         check_options(access, open_(max_messages=10, replicas=2))
-        with pytest.raises(InvalidArgument, match="max_messages=11 is over the operator's cap durable_max_messages=10"):
+        with pytest.raises(InvalidArgument, match="max_messages=11 is over the cap durable_max_messages=10 for user:ann"):
             check_options(access, open_(max_messages=11))
         with pytest.raises(InvalidArgument, match="durable_max_replicas=2"):
             check_options(access, open_(replicas=3))
@@ -132,3 +132,53 @@ def test_refusals_are_logged_once_per_host_and_reason_per_interval(access, caplo
     access.note("ipv4:10.0.0.1:9", "unauthenticated", "no credentials", now=161.0)
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 4 and all("Traceback" not in x and r.exc_info is None for x, r in zip(lines, caplog.records))
+
+
+def test_caps_per_identity_resolve_user_then_highest_group_then_everyone_then_the_agent(access):
+    from echelon.core.acl import AclError, caps_for, make_caps
+    from echelon.runtime.auth import acl_cache
+    from echelon.runtime.limits import parse_identity_caps
+    from echelon.v1 import common_pb2 as pb
+
+    caps = {"*": {"subscriptions": 5, "durable_subscriptions": 9}, "group:a": {"subscriptions": 7},
+            "group:b": {"subscriptions": 8, "durable_max_messages": 3}, "user:ann": {"subscriptions": 2}}
+    assert caps_for(caps, Identity("ann", frozenset({"a", "b"}))) == \
+        {"subscriptions": 2, "durable_subscriptions": 9, "durable_max_messages": 3}
+    assert caps_for(caps, Identity("bob", frozenset({"a", "b"}))) == \
+        {"subscriptions": 8, "durable_subscriptions": 9, "durable_max_messages": 3}
+    assert caps_for(caps, Identity("carol")) == {"subscriptions": 5, "durable_subscriptions": 9}
+    assert caps_for({}, Identity("carol")) == {}
+    for principal, bad in (("ann", {"subscriptions": 1}), ("user:ann", {"nope": 1}),
+                           ("user:ann", {"subscriptions": -1}), ("user:ann", {"subscriptions": "1"})):
+        with pytest.raises(AclError):
+            make_caps(principal, bad)
+    assert make_caps("user:ann", {"subscriptions": 0, "durable_subscriptions": 4}) == {"durable_subscriptions": 4}
+    assert parse_identity_caps('{"user:ann": {"durable_max_messages": 1e6}}') == \
+        {"user:ann": {"durable_max_messages": 1000000}}
+    for text in ('[1]', '{"user:ann": 3}', '{"user:ann": {"x": 1}}', "{"):
+        with pytest.raises(ValueError, match="identity caps"):
+            parse_identity_caps(text)
+
+    # The view's entries: the caps entry is not a rule; the admin's caps win over the
+    # configuration's per principal and field; unset, the agent's --limits.
+    entries = {"r": pb.AclRule(principal="user:ann", pattern="quotes", rights=["subscribe"]),
+               "c": pb.AclRule(principal="user:ann", pattern="+caps", caps=pb.IdentityCaps(durable_max_messages=4))}
+    access.acl = acl_cache(lambda: 1, lambda: entries)
+    assert [r.pattern for r in access.acl().rules] == ["quotes"]
+    access.config.identity_caps.update({"user:ann": {"durable_max_messages": 6, "durable_max_replicas": 1}})
+    ann = Identity("ann")
+    assert [access.limit(ann, f) for f in ("durable_max_messages", "durable_max_replicas", "durable_max_bytes")] == \
+        [4, 1, access.config.limits.durable_max_bytes]
+    assert access.limit(Identity("bob"), "durable_max_messages") == 10
+    # An option left at 0 whose default is over the identity's cap is set to it (the holder
+    # that creates it sees an agent); over the cap refused naming it.
+    token = as_("ann")
+    try:
+        from echelon.agent.durable.durables import Defaults
+        o = ppb.SubscriptionOpen(topic="quotes", subscription="s", durable=ppb.DurableOptions())
+        check_options(access, o, None, Defaults())
+        assert (o.durable.max_messages, o.durable.replicas, o.durable.max_bytes) == (4, 1, 0)
+        with pytest.raises(InvalidArgument, match="durable_max_messages=4 for user:ann"):
+            check_options(access, ppb.SubscriptionOpen(topic="quotes", durable=ppb.DurableOptions(max_messages=5)))
+    finally:
+        CALLER.reset(token)

@@ -66,3 +66,9 @@ class AdminProxy(pgrpc.AdminServicer):
 
     async def ListAcls(self, request, context):
         return await self._forward("ListAcls", request, context)
+
+    async def SetCaps(self, request, context):
+        return await self._forward("SetCaps", request, context)
+
+    async def ListCaps(self, request, context):
+        return await self._forward("ListCaps", request, context)

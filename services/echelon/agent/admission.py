@@ -8,7 +8,7 @@ fresh events are dispatched as one unit.
 
 The digest of an event checked by the compiled schema is Python's hash of its topic,
 ordering key, attributes' values as the schema lists them (schema_code.py) and payload:
-no serialization (a third of the admission's cost). A retry is offered to the same
+no serialization (the costliest step of admission before). A retry is offered to the same
 version of the topic, so its digest is the same; a retry after the topic was made again
 with another schema is told from its first copy (ALREADY_EXISTS). -0.0 and 0.0 are one
 value here, as for every filter.

@@ -33,7 +33,7 @@ from echelon.agent.metrics import AgentMetrics
 from echelon.dataplane.slices import ChunkStream
 from echelon.agent.subscriptions import Subscription
 from echelon.core.cdm import CountingIndex
-from echelon.core.cdm import Subscription as Indexed
+from echelon.core.cdm import Entry
 from echelon.core.dedup import DedupWindow
 from echelon.core.filter_code import compile_filters
 from echelon.contract.wire import attributes_from_pb
@@ -60,7 +60,7 @@ class _TopicIndex:
         self.compiled = compile_filters(filters, wire=True) if small else None
         self.terms = any(len(f.terms) > 1 for f in filters)  # some disjunction: answers deduplicated
         self.index = None if self.compiled else CountingIndex(  # each term of a disjunction its own entry
-            Indexed(f"{i}/{k}" if k else str(i), "", t) for i, f in enumerate(filters) for k, t in enumerate(f.terms))
+            Entry(f"{i}/{k}" if k else str(i), "", t) for i, f in enumerate(filters) for k, t in enumerate(f.terms))
 
     def match(self, events: Sequence[pb.Event]) -> list[list[int]]:
         """For each of `subs`, the positions in `events` (a frame's) of those it matches, in order."""

@@ -17,7 +17,12 @@ next batch. Always allowing several batches out cost more than it saved: removin
 wait for the round trip adds rounds of fewer events each, and messages every hop then
 handles on cores that are already busy (docs/performance-history.md, "Measurements once in
 docstrings"). LATE is a few lone round trips: rare unless something stalls. Under
-saturation a batch holds AHEAD_EVENTS at once, so batches grow as before.
+saturation a batch holds AHEAD_EVENTS at once, so batches grow as before, up to
+MAX_BATCH: a full batch goes at once, whatever is in flight (up to DEPTH). Waiting
+would buy no fewer messages per event, and with one batch out at a time the rate
+could not pass MAX_BATCH per round trip: when the cores are busy and a round trip
+takes tens of milliseconds, publishes queued here for hundreds (`loadtest.trace_hops`,
+"admit -> match out"; docs/performance.md).
 
 A unit whose publisher waits on it alone (`submit(alone=True)`) makes its dispatch's
 frames ask for their acks at once (`ack_may_wait` unset, relay.py)."""
@@ -66,6 +71,7 @@ class Dispatcher:
         self._out = self._out_events = 0  # batches sent and not yet handed on, their events
         self._freed = asyncio.Event()
         self._sent: deque[float] = deque()  # when each batch in flight was sent, oldest first
+        self._queued = 0  # events in `_queue`: a full batch's worth wakes the sender at once
 
     def submit(self, events: list[pb.Event], payloads: list[bytes | PayloadStream], alone: bool = False
                ) -> asyncio.Future:
@@ -76,19 +82,35 @@ class Dispatcher:
         flight (its frames' acks must not wait)."""
         future = asyncio.get_running_loop().create_future()
         self._queue.put_nowait((events, payloads, future, alone))
+        self._queued += len(events)
+        if self._queued >= MAX_BATCH and self._out:
+            self._freed.set()  # a full batch need not wait for the one in flight (run)
         return future
+
+    def _more(self, units: list, size: int) -> int:
+        """Queued units into `units` while they hold fewer than MAX_BATCH events; the new size."""
+        while size < MAX_BATCH and not self._queue.empty():
+            units.append(unit := self._queue.get_nowait())
+            size += len(unit[0])
+            self._queued -= len(unit[0])
+        return size
 
     async def run(self) -> None:
         """Take whole units into a batch and send it to be matched once nothing is in flight
         (unanswered or not yet handed on), or the oldest in flight is LATE while fewer than
-        DEPTH batches and AHEAD_EVENTS events are; `_apply` hands on their answers in the
-        order sent."""
+        DEPTH batches and AHEAD_EVENTS events are, or at once when it is full (MAX_BATCH) and
+        fewer than DEPTH are; `_apply` hands on their answers in the order sent."""
         applier = asyncio.create_task(self._apply(), name="dispatch-apply")
         loop = asyncio.get_running_loop()
         try:
             while True:
                 units = [await self._queue.get()]
+                size = len(units[0][0])
+                self._queued -= size
                 while self._out:  # units that come meanwhile join this batch
+                    size = self._more(units, size)
+                    if size >= MAX_BATCH and self._out < DEPTH:
+                        break  # behind: a full batch waits for nothing (no more messages per event)
                     timer = None
                     if self._out < DEPTH and self._out_events < AHEAD_EVENTS:
                         if loop.time() >= (late := self._sent[0] + LATE):
@@ -98,10 +120,7 @@ class Dispatcher:
                     await self._freed.wait()
                     if timer is not None:
                         timer.cancel()
-                size = len(units[0][0])
-                while size < MAX_BATCH and not self._queue.empty():
-                    units.append(self._queue.get_nowait())
-                    size += len(units[-1][0])
+                size = self._more(units, size)
                 events = list(chain.from_iterable([unit[0] for unit in units]))
                 encoded = list(map(_serialize, events))  # once: to the matcher, then down the trees
                 self._out += 1
@@ -138,19 +157,23 @@ class Dispatcher:
                        results: list[xpb.MatchResult]) -> None:
         """Local delivery here, this region's destinations to the data plane as the root,
         other regions' to the gateway."""
-        me, alive, dead, elsewhere = self.me, self.plane.trees.alive, self.plane.trees.dead, \
+        me, alive, waits_for, elsewhere = self.me, self.plane.trees.alive, self.plane.trees.waits_for, \
             self.gateway.trees.elsewhere
         payloads = list(chain.from_iterable([unit[1] for unit in units]))
         rooms = ()  # of this agent's own subscriptions past their bound (lagging): waited for below
-        # A batch repeats few agent sets: each split once (keyed by the result's bytes, 5x
+        # A batch repeats few agent sets: each split once (keyed by the result's bytes, far
         # cheaper than reading its agents), as (here, elsewhere, destination count).
         keys = list(map(_result_key, results))
         routed: dict[bytes, tuple[list[str], list[str], int]] = {}
         for key, result in dict(zip(keys, results)).items():
             agents = [a.agent for a in result.agents]
-            # A DEAD destination is parked by the data plane until it comes back (or the park ends).
-            dests = [a for a in agents if a == me or alive(a) or a in dead]
             far = elsewhere(agents)
+            # A destination DEAD here, or absent from this view (one rebuilt by restarted
+            # membership replicas lacks members until they rejoin), is the data plane's to
+            # park until it comes back (parking.py); only one that LEFT is owed nothing.
+            # Dropped here, it was acked and lost without a count (docs/guarantees.md).
+            gone = set(far)
+            dests = [a for a in agents if a == me or alive(a) or (a not in gone and waits_for(a))]
             routed[key] = (dests, far, len(dests) + len(far))
         splits = list(map(routed.__getitem__, keys))
         far_any = any(s[1] for s in routed.values())

@@ -28,8 +28,8 @@ class AgentMetrics:
         self.overflows = Counter("echelon_agent_backlog_overflows_total", "Subscriptions closed past their "
                                  "backlog bound (RESOURCE_EXHAUSTED).", registry=r)
         self.stalls = Counter("echelon_agent_subscription_stalls_total", "Lagging subscriptions that acknowledged "
-                              "nothing for the stall bound and stopped holding their publishers back: ephemeral "
-                              "ones closed, named ones shedding.", ["kind"], registry=r)
+                              "nothing for the stall bound and stopped holding their publishers back (by kind): ephemeral "
+                              "ones closed, named and durable ones shedding.", ["kind"], registry=r)
         self.shed = Counter("echelon_agent_backlog_shed_total", "Messages a stalled named subscription dropped "
                             "(its oldest queued) to stay within its bound.", registry=r)
         self.subscriptions = Gauge("echelon_agent_subscriptions", "Subscriptions held.", registry=r)
@@ -58,6 +58,19 @@ class AgentMetrics:
                                 "DEAD member to come back.", registry=r)
         self.reassembling = Gauge("echelon_agent_payloads_reassembling", "Sliced payloads partly received.",
                                   registry=r)
+        # Dead messages (agent/redelivery.py), by the subscription's topic (failures: the dead-letter topic's).
+        self.expired = Counter("echelon_agent_ack_deadline_expired_total", "Deliveries not settled within their "
+                               "ack deadline: taken back and redelivered (or dead-lettered).", ["topic"], registry=r)
+        self.terminated = Counter("echelon_agent_terminated_total", "Deliveries the subscriber terminated (term): "
+                                  "settled, never redelivered.", ["topic"], registry=r)
+        self.dead_lettered = Counter("echelon_agent_dead_lettered_total", "Messages past their subscription's max "
+                                     "deliveries, published to its dead-letter topic and settled.", ["topic"],
+                                     registry=r)
+        self.dead_letter_failures = Counter("echelon_agent_dead_letter_failures_total", "Dead-letter publishes "
+                                            "that failed (the message is kept and the publish retried), by "
+                                            "dead-letter topic.", ["topic"], registry=r)
+        self.dead_letters_pending = Gauge("echelon_agent_dead_letters_pending", "Messages on their way to a "
+                                          "dead-letter topic (publishing, or waiting to retry).", registry=r)
         self.bulk_aborted = Counter("echelon_agent_bulk_aborted_total", "Sliced payloads a subscription lost "
                                     "mid-payload (its stream ended, nacked or stalled, or the payload's slices "
                                     "stopped coming): not redelivered, nothing holds a copy.", registry=r)

@@ -64,11 +64,16 @@ def check(access: Access, name: str, topic: str, given: str, owner: str | None =
         raise NotFound(f"subscription {given!r} does not exist")
 
 
-def claim(access: Access, open_) -> None:
+def claim(access: Access, open_, registry=None) -> None:
     """An open's name made cluster-wide for its caller, and checked: a qualified name of
-    another identity's needs admin on the topic the open names (the owner's own check)."""
+    another identity's needs admin on the topic the open names (the owner's own check).
+    With `registry` (a named open served here), creating one more past the caller's
+    `subscriptions` is refused (quota.py)."""
     given = open_.subscription
     name = scoped(access, given)
     if name:
         check(access, name, open_.topic, given)
     open_.subscription = name
+    if registry is not None and name and not open_.HasField("durable"):
+        from echelon.agent.quota import check_named  # quota.py builds on this module
+        check_named(access, registry, name)

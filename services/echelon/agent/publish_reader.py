@@ -4,7 +4,7 @@ single-event requests become one batch, as if the client had sent `PublishReques
 
 Why: a client generated from the protos sends one event per request. Admitted,
 dispatched and acked one by one (a unit, a future, an ack message each), its events cost
-the agent about twice the Python work of the same events in a batch (loadtest/README.md,
+the agent much more Python work than the same events in a batch (docs/performance.md,
 the `Publish handler` pieces). A reader task takes the stream's messages as gRPC hands
 them over, the consumer (publishing.py) all that queued meanwhile. gRPC hands over one
 message per read, and the consumer is faster than the reads: taken as they come, runs

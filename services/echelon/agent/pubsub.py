@@ -27,7 +27,9 @@ from echelon.agent.durable.caps import check_options
 from echelon.agent.durable.rpc import relay
 from echelon.agent.ownership import caller_name, check, claim, scoped
 from echelon.agent.publish_reader import coalesce
+from echelon.agent.quota import check_durables
 from echelon.agent.publishing import Publishing
+from echelon.agent.redelivery import check_open, handle
 from echelon.agent.shared_stream import SharedStream
 from echelon.runtime.auth import STREAM, cancel_after
 from echelon.contract.errors import EchelonError, InvalidArgument, NotFound, ResourceExhausted
@@ -58,6 +60,13 @@ def final_status(error: EchelonError) -> ppb.Delivery:
     return ppb.Delivery(code=error.code.value[0], error=error.message)
 
 
+def final_publish_status(error: EchelonError) -> ppb.PublishAck:
+    """The last message of a publish stream that ends in `error` (its status, in-band, as
+    `final_status` for subscriptions): a writing publisher is the client grpc/grpc#36066
+    hits, and INTERNAL would be retried where the real status is final."""
+    return ppb.PublishAck(code=error.code.value[0], error=error.message, stream_status=True)
+
+
 class AgentParts(Protocol):
     """The parts the client API hands requests to, made once the agent has a membership
     view (server.py's `on_start`): read per request, never before one comes
@@ -78,6 +87,9 @@ class PubSubServicer(pgrpc.PubSubServicer):
         self.publishing = Publishing(agent_id, metrics, Admission(access, topics, parts))
 
     def Publish(self, request_iterator, context):
+        stream = STREAM.get()
+        if stream is not None:  # a refusal's status in-band (runtime/auth.py)
+            stream.final = final_publish_status
         # publishing.py: its acks; publish_reader.py: single-event requests taken in runs
         return coalesce(self.publishing.stream, request_iterator)
 
@@ -86,7 +98,12 @@ class PubSubServicer(pgrpc.PubSubServicer):
         first = await anext(request_iterator.__aiter__(), None)
         if first is None or not first.HasField("open"):
             raise InvalidArgument("the first request of a subscription must be `open`")
+        # A refusal's status goes in-band too once the stream is open (runtime/auth.py); a
+        # refused open is the call's status alone (the client awaits it, writing nothing).
+        stream = STREAM.get()
         if first.open.sid:  # many subscriptions on this stream (shared_stream.py)
+            if stream is not None:
+                stream.final = final_status
             shared = SharedStream(self.access, metrics, parts.subscriptions, self._chunked, MAX_DELIVERIES)
             async for delivery in shared.serve(first, request_iterator, context):
                 yield delivery
@@ -97,9 +114,12 @@ class PubSubServicer(pgrpc.PubSubServicer):
         access = self.access
         release = access.open_subscription(first.open.topic)
         try:
-            claim(access, first.open)  # the name in its owner's scope (ownership.py)
+            claim(access, first.open, parts.subscriptions)  # the name in its owner's scope (ownership.py)
+            await check_open(self.topics, access, first.open)  # ack deadline, dead-letter topic (redelivery.py)
             if first.open.HasField("durable"):  # durable.py: served by its first alive holder
-                check_options(access, first.open, await self.topics.get(first.open.topic))  # durable/caps.py
+                check_options(access, first.open, await self.topics.get(first.open.topic),
+                              parts.durables.defaults)  # durable/caps.py
+                await check_durables(access, parts.durables, first.open.subscription)  # quota.py
                 target = await parts.durables.route(first.open)
                 if target is not None:
                     try:
@@ -123,16 +143,15 @@ class PubSubServicer(pgrpc.PubSubServicer):
                                                                     req.ack.through))
                 elif req.HasField("nack"):
                     sub.nack(req.nack.delivery_ids, req.nack.delay_ms / 1000, req.nack.credits)
-                else:
+                elif not handle(metrics, sub, req):  # term, in_progress (redelivery.py)
                     raise InvalidArgument("`open` may only be sent once")
 
-        stream = STREAM.get()
-        if stream is not None:  # a revoked stream's status goes in-band too (runtime/auth.py)
+        if stream is not None:
             stream.final = final_status
         reader = None
         encoded = first.open.encoded_events  # the client reads Delivery.encoded_event
         most = MAX_DELIVERIES if first.open.batched_deliveries else 1  # the client reads Delivery.batch
-        delivered = metrics.deliveries.labels(sub.topic)  # once: labels() costs ~2 us a call
+        delivered = metrics.deliveries.labels(sub.topic)  # once: labels() costs more than the increment
         try:  # entered with no await since the open: every way out below runs the cleanup
             # Headers now: the client's `start()` returns once the subscription is registered.
             await context.send_initial_metadata(((SUBSCRIPTION_KEY, sub.id), *sub.headers()))

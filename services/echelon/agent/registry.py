@@ -19,6 +19,7 @@ import grpc
 
 from echelon.agent.matching import MatchClient
 from echelon.agent.metrics import AgentMetrics
+from echelon.agent.redelivery import DeadLetters, apply, policy_of
 from echelon.agent.subscriptions import MAX_BYTES, STALL_SECONDS, Subscription
 from echelon.agent.topics import Topics
 from echelon.contract.filters import DEFAULT_LIMITS, term_ids
@@ -45,6 +46,7 @@ class Registry:
         self._terms: dict[str, int] = {}  # subscription id -> its entries on the tier (contract/filters.py term_ids)
         self.filter_limits = DEFAULT_LIMITS  # what one filter may cost (an operator's settings go here)
         self._ephemeral = 0
+        self.dead_letters: DeadLetters | None = None  # set by the agent once it can publish (server.py)
 
     async def open(self, open_: ppb.SubscriptionOpen, owner: str = "") -> Subscription:
         """Open (or resume) a subscription attached to the caller's stream, registered on the
@@ -52,6 +54,7 @@ class Registry:
         topic = await self.topics.get(open_.topic)
         flt = filter_from_request(open_.filter, open_.filter_text, self.filter_limits).validate(
             self.topics.schema(topic), self.filter_limits)
+        policy = policy_of(open_.redelivery, topic.name)  # checked in full before (redelivery.check_open)
         name = open_.subscription
         if name:
             if name.startswith("~"):  # in its owner's scope already (ownership.py)
@@ -65,6 +68,7 @@ class Registry:
                 if sub.topic != topic.name:
                     raise FailedPrecondition(f"subscription {name!r} is on topic {sub.topic!r}")
                 sub.attach(open_.credits)
+                apply(sub, policy, self.dead_letters, self.metrics)  # its new open's
                 if sub.filter != flt:
                     # The new filter is wanted from here; if the tier cannot be reached now,
                     # reconciliation registers it later.
@@ -83,6 +87,7 @@ class Registry:
         sub.owner = owner
         sub.on_stall, sub.on_shed, sub.stall_seconds = self._stalled, self.metrics.shed.inc, self.stall_seconds
         sub.attach(open_.credits)
+        apply(sub, policy, self.dead_letters, self.metrics)
         self.subs[name] = sub
         self._changed()
         try:
@@ -110,7 +115,7 @@ class Registry:
 
     def _stalled(self, sub: Subscription, shed: int) -> None:
         """A lagging subscription acknowledged nothing for its stall bound (subscriptions.py)."""
-        kind = "named" if sub.named else "ephemeral"
+        kind = "durable" if sub.durable else "named" if sub.named else "ephemeral"
         self.metrics.stalls.labels(kind).inc()
         log.warning("subscription %s acknowledged nothing for %gs while holding its publishers back: %s", sub.id,
                     sub.stall_seconds, f"shedding its oldest ({shed} dropped)" if sub.named else "closed")

@@ -34,6 +34,7 @@ from echelon.agent.matching import MatchClient
 from echelon.agent.metrics import AgentMetrics
 from echelon.agent.pubsub import PubSubServicer
 from echelon.agent.reconcile import PERIOD, Reconciler
+from echelon.agent.redelivery import DeadLetters
 from echelon.agent.registry import Registry
 from echelon.dataplane.relay import RelayServicer, add_RelayServicer_to_server
 from echelon.agent.durable.store import FSYNC_POLICIES, Store
@@ -100,8 +101,8 @@ class AgentNode(Node):
         self._tasks: list[asyncio.Task] = []
         # The client API sees the parts made on start (subscriptions, durables, dispatcher,
         # matching) through this node, read per request (pubsub.AgentParts).
-        self.server.add(pgrpc.add_PubSubServicer_to_server,
-                        PubSubServicer(config.id, self.server.access, self.metrics, self.topics, self),
+        self.pubsub = PubSubServicer(config.id, self.server.access, self.metrics, self.topics, self)
+        self.server.add(pgrpc.add_PubSubServicer_to_server, self.pubsub,  # (its Publish: also the dead letters)
                         ppb.DESCRIPTOR.services_by_name["PubSub"].full_name)
         self.server.add(pgrpc.add_AdminServicer_to_server, self.admin,
                         ppb.DESCRIPTOR.services_by_name["Admin"].full_name)
@@ -145,6 +146,7 @@ class AgentNode(Node):
         self.subscriptions = Registry(me, self.topics, self.matching, self.metrics,
                                       lambda topics: self.membership.set_topics(set(), topics), self._max_backlog)
         self.subscriptions.filter_limits = self.server.access.config.limits.filters()  # the operator's (--limits)
+        self.subscriptions.dead_letters = DeadLetters(me, self.pubsub.Publish, self.metrics)
         self.durables = Durables(self, Store(self.data_dir, self.fsync), self.durable_defaults)
         durable_tasks = self.durables.start()
         delivery = LocalDelivery(lambda: self.subscriptions.subs, self.metrics, self.subscriptions.close)

@@ -2,8 +2,8 @@
 stream, as NATS carries a connection's subscriptions under their sids.
 
 Why: an event that matches several subscriptions of one client went out as one message
-per subscription, and came back as one ack message each; a grpc.aio message costs
-~90-100 us of CPU per endpoint, so at low rates the message count is the cost. On a
+per subscription, and came back as one ack message each; a grpc.aio message costs far
+more CPU at each end than the work it carries, so at low rates the message count is the cost. On a
 shared stream one Delivery message carries whatever all the stream's subscriptions have
 ready (up to MAX_DELIVERIES, each element with its `sid`), and one request carries the
 acks of many (`SubscribeRequest.batch`).
@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Callable
 import grpc
 
 from echelon.agent.ownership import caller_name, claim
+from echelon.agent.redelivery import HEADER, check_open, handle
 from echelon.agent.subscriptions import Subscription
 from echelon.contract.errors import (FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted, status_of)
 from echelon.v1 import pubsub_pb2 as ppb
@@ -66,7 +67,7 @@ class SharedStream:
         reader = asyncio.create_task(self._read(first, requests))
         reader.add_done_callback(lambda _: self.wake.set())
         try:  # every way out below runs the cleanup
-            await context.send_initial_metadata(())  # the stream is open; each open is answered in it
+            await context.send_initial_metadata((HEADER,))  # open; each open is answered in it (redelivery.py)
             while True:
                 if reader.done():
                     reader.result()  # raises the reader's error, if any
@@ -141,7 +142,7 @@ class SharedStream:
         return out, sliced, more
 
     def _counter(self, family, topic: str):
-        """`family`'s series of `topic` (labels() costs ~2 us a call: once per topic and family)."""
+        """`family`'s series of `topic` (labels() costs more than the increment: once per topic and family)."""
         counter = self._counted.get((family, topic))
         if counter is None:
             counter = self._counted[(family, topic)] = family.labels(topic)
@@ -176,6 +177,10 @@ class SharedStream:
                             sub.nack(r.nack.delivery_ids, r.nack.delay_ms / 1000, r.nack.credits)
                     elif kind == "open":
                         await self._open(r.open)
+                    elif kind in ("term", "in_progress"):  # redelivery.py
+                        sub = self._sub(getattr(r, kind).sid)
+                        if sub is not None:
+                            handle(self.metrics, sub, r)
                     elif kind == "close":
                         if r.close.sid in self.subs:
                             self._end(r.close.sid, None)
@@ -204,7 +209,8 @@ class SharedStream:
             access = self.access
             release = access.open_subscription(open_.topic, lambda e: self._end(sid, e) if sid in self.subs else None)
             try:
-                claim(access, open_)  # the name in its owner's scope (ownership.py)
+                claim(access, open_, self.subscriptions)  # the name in its owner's scope (ownership.py)
+                await check_open(self.subscriptions.topics, access, open_)  # ack deadline, dead-letter topic (redelivery.py)
                 sub = await self.subscriptions.open(open_, caller_name(access))  # if cancelled or refused, closed again
             except BaseException:
                 release()

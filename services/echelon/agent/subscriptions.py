@@ -28,6 +28,10 @@ to stay within its bound, until an ack shows progress again. Both are counted
 (`on_stall`; docs/guarantees.md, "Flow control"). A topic admin who wants publishers
 held whatever the consumer does chooses a durable subscription with REJECT_PUBLISH.
 
+Ack deadlines, `term`, and max deliveries with a dead-letter topic are agent/redelivery.py's:
+the hooks here are `deadlines` (told of each take), `dead` (given what comes back, it
+keeps what is to be redelivered) and `forget` (a message settled other than by an ack).
+
 A subscription is owed the events published from its creation on (docs/guarantees.md: "every
 subscription that matched at publish time"). `owes` refuses older ones, allowing
 `CLOCK_SKEW` between the publishing agent's clock and ours: so a process restarted after
@@ -48,6 +52,8 @@ from echelon.dataplane.holds import Hold
 from echelon.dataplane.slices import ChunkStream
 from echelon.contract.filters import Filter
 from echelon.contract.errors import InvalidArgument
+from echelon.core.redelivery import DEFAULT as DEFAULT_POLICY
+from echelon.agent.redelivery import HEADER as REDELIVERY_HEADER
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import pubsub_pb2 as ppb
 
@@ -92,6 +98,9 @@ class Subscription:
     stall_seconds = STALL_SECONDS
     on_stall: Callable[["Subscription", int], None] | None = None  # (it, messages shed): the registry counts
     on_shed: Callable[[int], None] | None = None  # messages dropped while shedding, each time
+    policy = DEFAULT_POLICY  # ack deadline, max deliveries, dead-letter topic (agent/redelivery.py)
+    deadlines = None  # redelivery.Deadlines: told of what each take sends (None: no deadline)
+    dead = None  # redelivery.DeadLetters, with max deliveries: what comes back past it goes there
 
     def __init__(self, sid: str, name: str, topic: str, flt: Filter, max_backlog: int, max_bytes: int = MAX_BYTES,
                  evict: bool = False):
@@ -112,7 +121,7 @@ class Subscription:
         self.backlog: deque[Pending] = deque()
         self.unacked: dict[int, Pending] = {}
         self.credits = 0
-        self.delayed = 0  # nacked, waiting for their delay
+        self.delayed = 0  # held apart: nacked, waiting for their delay; on their way to the dead-letter topic
         self.attached = False
         self.overflowed = False
         self.closed = False
@@ -239,6 +248,8 @@ class Subscription:
             self._next_id += 1
             self.credits -= 1
             self.unacked[delivery_id] = pending
+            if self.deadlines is not None:
+                self.deadlines.sent(delivery_id)
             return [(delivery_id, pending)]
         taken = list(islice(backlog, n))
         streams = list(map(_stream, taken))
@@ -252,20 +263,26 @@ class Subscription:
         self._next_id += n
         self.credits -= n
         self.unacked.update(zip(ids, taken))
+        if self.deadlines is not None:
+            self.deadlines.sent(self._next_id - 1)
         return list(zip(ids, taken))
 
     def ack(self, delivery_ids, credits: int, through: int = 0) -> int:
         """Forget acked deliveries (`settle`) and take the credits back."""
         done = self.settle(delivery_ids, through)
+        self.forget(done)
+        self.credits += credits
+        self.changed.set()
+        return len(done)
+
+    def forget(self, done: list[Pending]) -> None:
+        """Settled for good (acked, termed, dead-lettered): no longer held."""
         if done:
             self.held_bytes -= sum(p.size for p in done)
             self._progress = time.monotonic()
             self.shedding = False  # progress: it may lag again
             if self.room is not None and not self.full():
                 self.release()
-        self.credits += credits
-        self.changed.set()
-        return len(done)
 
     def settle(self, delivery_ids, through: int = 0) -> list[Pending]:
         """Take acked deliveries out of `unacked`: every one up to `through`, cumulatively,
@@ -287,6 +304,8 @@ class Subscription:
                                   "nacked: a sliced payload is not redelivered")
         for pending in nacked:
             pending.redeliveries += 1
+        if self.dead is not None:
+            nacked = self.dead.divert(self, nacked)
         if delay and nacked:
             self.delayed += len(nacked)
             asyncio.get_running_loop().call_later(delay, self._requeue, nacked, True)
@@ -304,8 +323,9 @@ class Subscription:
             self.changed.set()
 
     def headers(self) -> tuple[tuple[str, str], ...]:
-        """More initial metadata for the stream (durable_sub.py)."""
-        return ()
+        """More initial metadata for the stream: the redelivery policy is enforced here
+        (agent/redelivery.py); a durable subscription adds its own (durable/subscription.py)."""
+        return (REDELIVERY_HEADER,)
 
     def attach(self, credits: int) -> None:
         self.attached = True
@@ -314,10 +334,12 @@ class Subscription:
     def detach(self) -> None:
         """The stream ended: unacknowledged deliveries go back to the head of the backlog;
         sliced payloads are lost to this subscription (nothing holds them to redeliver)."""
-        for delivery_id in sorted(self.unacked, reverse=True):
-            pending = self.unacked.pop(delivery_id)
+        back = [self.unacked.pop(i) for i in sorted(self.unacked)]
+        for pending in back:
             pending.redeliveries += 1
-            self.backlog.appendleft(pending)
+        if self.dead is not None:
+            back = self.dead.divert(self, back)
+        self.backlog.extendleft(reversed(back))
         self.backlog = deque(self._unstreamed(self.backlog, "the subscription stream ended"))
         self.attached = False
         self.credits = 0

@@ -116,8 +116,15 @@ def pub(agent, topic_name, attrs, payload, payload_file, count, delivered, as_js
                    "any agent (echelon subscription list|show|seek|delete).")
 @click.option("--start", default="now", type=click.Choice(["now", "earliest"]), show_default=True,
               help="Where a new durable subscription starts.")
-@click.option("--policy", default="drop-oldest", type=click.Choice(["drop-oldest", "drop-new", "reject-publish"]),
-              show_default=True, help="A new durable subscription past its backlog bound.")
+@click.option("--policy", default="lag", type=click.Choice(["lag", "drop-oldest", "drop-new", "reject-publish"]),
+              show_default=True, help="A new durable subscription past its backlog bound: lag (its publishers "
+                                      "slow down), drop (counted) or refuse publishes.")
+@click.option("--ack-deadline", default=60.0, type=click.FloatRange(0), show_default=True,
+              help="Seconds a delivery may stay unacked before the agent redelivers it (0: none).")
+@click.option("--max-deliveries", default=0, type=click.IntRange(0), show_default=True,
+              help="Past this many deliveries a message goes to --dead-letter-topic (0: no bound).")
+@click.option("--dead-letter-topic", default="", help="Where messages past --max-deliveries go (docs/cli.md, "
+                                                      "\"Dead messages\"); you need the publish right on it.")
 @click.option("--count", default=0, type=click.IntRange(0), help="Stop after this many (0: run until Ctrl-C).")
 @click.option("--timeout", default=0.0, type=click.FloatRange(0), help="Stop after this many seconds idle.")
 @click.option("--out", "out", type=click.Path(dir_okay=False), default=None,
@@ -125,8 +132,8 @@ def pub(agent, topic_name, attrs, payload, payload_file, count, delivered, as_js
                    "--count other than 1, to FILE.1, FILE.2, ...")
 @click.option("--json", "as_json", is_flag=True, help="One JSON line per delivery.")
 @QUIET
-def sub(agent, topic_name, filter_text, name, durable_name, start, policy, count, timeout, out, as_json,
-        quiet) -> None:
+def sub(agent, topic_name, filter_text, name, durable_name, start, policy, ack_deadline, max_deliveries,
+        dead_letter_topic, count, timeout, out, as_json, quiet) -> None:
     """Subscribe and print deliveries (each acked once printed).
 
     Example: `echelon sub --topic quotes --filter 'Symbol = "aapl"' --count 10`."""
@@ -139,7 +146,8 @@ def sub(agent, topic_name, filter_text, name, durable_name, start, policy, count
         async with make_client(agent) as c:
             await connected(c)
             async with c.subscribe(topic_name, filter_text, name=name or durable_name, durable=durable,
-                                   max_whole=0 if out else MAX_WHOLE) as s:
+                                   max_whole=0 if out else MAX_WHOLE, ack_deadline=ack_deadline,
+                                   max_deliveries=max_deliveries, dead_letter_topic=dead_letter_topic) as s:
                 with progress(quiet or as_json or not out) as bar:
                     while not count or n < count:
                         try:

@@ -73,16 +73,21 @@ AUTH_OPTIONS = [
                       "max_message_bytes=8388608; caps on durable subscriptions: durable_max_messages, "
                       "durable_max_bytes, durable_max_idle_seconds, durable_max_replicas; filter caps: filter_max_bytes, "
                       "filter_max_predicates, filter_max_depth, filter_max_terms [env ECHELON_LIMITS]."),
+    click.option("--identity-caps", default="", envvar="ECHELON_IDENTITY_CAPS",
+                 help="Caps per principal over --limits, JSON: {\"user:ann\": {\"durable_subscriptions\": 20}} "
+                      "(fields: subscriptions, durable_subscriptions, durable_max_messages, durable_max_bytes, "
+                      "durable_max_idle_seconds, durable_max_replicas); those set with `echelon acl cap` win "
+                      "[env ECHELON_IDENTITY_CAPS]."),
 ]
 
 
-def _auth(auth, tokens_file, jwks, jwt_issuer, jwt_audience, member_token, superusers, limits):
+def _auth(auth, tokens_file, jwks, jwt_issuer, jwt_audience, member_token, superusers, limits, identity_caps):
     from echelon.runtime.auth import AuthConfig
-    from echelon.runtime.limits import parse_limits
+    from echelon.runtime.limits import parse_identity_caps, parse_limits
 
     return AuthConfig(mode=auth, tokens_file=tokens_file or "", jwks=jwks or "", issuer=jwt_issuer,
                       audience=jwt_audience, member_token=member_token, superusers=tuple(_split([superusers])),
-                      limits=parse_limits(limits))
+                      limits=parse_limits(limits), identity_caps=parse_identity_caps(identity_caps))
 
 
 def _config(member_id, host, port, advertise, metrics_port, region, beat_interval, grace, tls_dir, health_port,

@@ -19,7 +19,7 @@ subscriptions (`SubscribeRequest.batch`), whichever of them triggered it; while 
 is on its way the next settlements accumulate for the one after it.
 
 Why these numbers: an ack message costs about what the delivery it answers costs
-(~90-100 us of CPU per endpoint), so one per delivery message doubled the subscriber
+(the CPU of a gRPC message at each end), so one per delivery message doubled the subscriber
 side's messages. Deliveries do not wait on acks while credits remain, so the delay
 costs no latency; it only widens what a broken stream redelivers (at-least-once: an ack
 in flight was never certain). A stream writes at most one timer flush per ACK_DELAY: 20
@@ -53,6 +53,8 @@ class Settlements:
         self.acks: list[int] = []  # handed out in id order: eligible for `through`
         self.loose: list[int] = []  # never handed out (their ids may pass ones not yet handed): by id only
         self.nacks: dict[int, list[int]] = {}  # delay in ms -> ids
+        self.terms: list[int] = []  # never to be redelivered (an agent that takes `term`)
+        self.progress: list[int] = []  # still being worked on: their ack deadlines start again
         self.credits = 0
         self.queued = 0
 
@@ -64,6 +66,15 @@ class Settlements:
     def nack(self, delivery_id: int, delay_ms: int, credit: int) -> None:
         self.nacks.setdefault(delay_ms, []).append(delivery_id)
         self._queue(credit, 1, urgent=True)
+
+    def term(self, delivery_ids: list[int], credit: int) -> None:
+        self.terms.extend(delivery_ids)
+        self._queue(credit, len(delivery_ids), urgent=False)
+
+    def in_progress(self, delivery_id: int) -> None:
+        """Not a settlement (no credit): written with the next flush, within ACK_DELAY."""
+        self.progress.append(delivery_id)
+        self.flusher.queued(self, False)
 
     def _queue(self, credit: int, n: int, urgent: bool) -> None:
         self.credits += credit * n
@@ -82,14 +93,20 @@ class Settlements:
     def cancel(self) -> None:
         """The subscription ended: what is queued is dropped (the agent redelivers it)."""
         self.acks, self.loose, self.nacks, self.credits, self.queued = [], [], {}, 0, 0
+        self.terms, self.progress = [], []
 
     def take(self) -> list[ppb.SubscribeRequest]:
-        """The requests for everything queued (nacks first, so a cumulative ack cannot
-        cover a nacked id), and the queue emptied."""
+        """The requests for everything queued (nacks and terms first, so a cumulative ack
+        cannot cover their ids), and the queue emptied."""
         acks, loose, nacks, credits, sid = self.acks, self.loose, self.nacks, self.credits, self.sid
+        terms, progress = self.terms, self.progress
         self.cancel()
         requests = [ppb.SubscribeRequest(nack=ppb.SubscriberNack(delivery_ids=ids, delay_ms=delay, sid=sid))
                     for delay, ids in nacks.items()]
+        if progress:
+            requests.append(ppb.SubscribeRequest(in_progress=ppb.SubscriberProgress(delivery_ids=progress, sid=sid)))
+        if terms:  # their credits go with the ack below (or alone)
+            requests.append(ppb.SubscribeRequest(term=ppb.SubscriberTerm(delivery_ids=terms, sid=sid)))
         if acks or loose or credits:
             # Every id below the oldest message still handed out is settled (handed in id order).
             oldest = self._oldest()

@@ -82,6 +82,11 @@ class AclRule:
         return {"principal": self.principal, "pattern": self.pattern, "rights": list(self.rights)}
 
 
+def caps_from_pb(caps: pb.IdentityCaps) -> dict[str, int]:
+    """An identity's caps as a dict of the fields set."""
+    return {f.name: v for f, v in caps.ListFields()}
+
+
 def _name(enum, value: int, prefix: str) -> str:
     return enum.Name(value).removeprefix(prefix).lower().replace("_", "-")
 
@@ -95,7 +100,7 @@ class SubscriptionInfo:
     filter: str  # in the filter language ("" matches everything)
     holders: tuple[str, ...]  # the first alive one serves its stream
     start: str  # "now" or "earliest"
-    policy: str  # past the bound: "drop-oldest", "drop-new", "reject-publish"
+    policy: str  # past the bound: "lag", "drop-oldest", "drop-new", "reject-publish"
     max_messages: int
     max_bytes: int
     idle_seconds: int
@@ -109,17 +114,31 @@ class SubscriptionInfo:
     attached: bool
     answered_by: str
     seeks: int
+    # Its redelivery policy (docs/guarantees.md, "Dead messages"); 0 max_deliveries: no bound.
+    ack_deadline: float = 60.0  # seconds; 0: none
+    max_deliveries: int = 0
+    dead_letter_topic: str = ""
 
     @classmethod
     def from_pb(cls, s: dpb.DurableSubscription) -> "SubscriptionInfo":
         o = s.options
         return cls(s.name, s.topic, str(filter_from_pb(s.filter)) if s.HasField("filter") else "", tuple(s.holders),
                    _name(ppb.StartPosition, o.start, "START_POSITION_"),
-                   _name(ppb.BacklogPolicy, o.policy, "BACKLOG_POLICY_"), o.max_messages, o.max_bytes,
+                   _name(ppb.BacklogPolicy, o.policy, "BACKLOG_POLICY_").replace("unspecified", "lag"), o.max_messages, o.max_bytes,
                    o.idle_seconds, o.replicas, s.created_unix_nanos, s.last_active_unix_nanos, s.backlog_messages,
-                   s.backlog_bytes, s.oldest_unacked_unix_nanos, s.dropped, s.attached, s.answered_by, s.seeks)
+                   s.backlog_bytes, s.oldest_unacked_unix_nanos, s.dropped, s.attached, s.answered_by, s.seeks,
+                   *_redelivery(s))
 
     def as_dict(self) -> dict:
         d = asdict(self)
         d["holders"] = list(self.holders)
         return d
+
+
+def _redelivery(s: dpb.DurableSubscription) -> tuple[float, int, str]:
+    """(ack deadline in seconds, max deliveries, dead-letter topic); a record from before
+    the policy existed has the defaults."""
+    r = s.redelivery
+    if not s.HasField("redelivery"):
+        return 60.0, 0, ""
+    return (0.0 if r.no_ack_deadline else (r.ack_deadline_ms or 60_000) / 1000), r.max_deliveries, r.dead_letter_topic

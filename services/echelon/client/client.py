@@ -11,14 +11,14 @@ from typing import Iterable, Mapping
 
 import grpc
 
-from echelon.client.admin import AclRule, SubscriptionInfo, Topic
+from echelon.client.admin import AclRule, SubscriptionInfo, Topic, caps_from_pb
 from echelon.client.connection import Connection, ConnectionEvent, Hook, Reconnect, with_port
 from echelon.client.deadlines import ACK_DEADLINE
 from echelon.client.diagnose import probe
 from echelon.client.durable import Durable, seek_target
 from echelon.client.errors import InvalidArgument, Timeout, Unavailable, translating
 from echelon.client.publisher import AckLevel, Publisher
-from echelon.client.subscription import MAX_WHOLE, Callback, Subscription
+from echelon.client.subscription import MAX_OUTSTANDING_BYTES, MAX_WHOLE, Callback, Subscription
 from echelon.contract.filters import Filter
 from echelon.contract.schema import Attribute, Schema, parse_attribute
 from echelon.contract.transport import TOKEN_ENV, TlsDir, Transport, call_any, unavailable
@@ -173,6 +173,24 @@ class Client:
     async def list_acls(self, timeout: float | None = None) -> list[AclRule]:
         return [AclRule.from_pb(r) for r in (await self._admin("ListAcls", ppb.ListAclsRequest(), timeout)).rules]
 
+    async def set_caps(self, principal: str, caps: Mapping[str, int] | None = None, clear: Iterable[str] = (),
+                       timeout: float | None = None) -> dict[str, int]:
+        """Set caps of `principal` ("user:<name>", "group:<name>" or "*"): what it may hold
+        and ask for (subscriptions, durable_subscriptions, durable_max_messages,
+        durable_max_bytes, durable_max_idle_seconds, durable_max_replicas), over the
+        agents' limits; `clear` removes some. Returns its caps as they now stand."""
+        try:
+            msg = pb.IdentityCaps(**(caps or {}))
+        except (ValueError, TypeError) as e:
+            raise InvalidArgument(f"caps: {e}") from None
+        request = ppb.CapsRequest(principal=principal, caps=msg, clear=list(clear))
+        return caps_from_pb((await self._admin("SetCaps", request, timeout)).caps)
+
+    async def list_caps(self, timeout: float | None = None) -> dict[str, dict[str, int]]:
+        """principal -> its caps, for every principal that has some."""
+        listed = await self._admin("ListCaps", ppb.ListAclsRequest(), timeout)
+        return {r.principal: caps_from_pb(r.caps) for r in listed.rules}
+
     # -- publish and subscribe ---------------------------------------------------------
 
     def publisher(self, producer_id: str | None = None, ack_level: AckLevel = AckLevel.ACCEPTED) -> Publisher:
@@ -194,7 +212,8 @@ class Client:
                   callback: Callback | None = None, durable: Durable | bool | None = None,
                   max_whole: int = MAX_WHOLE, shared: bool = True, reconnect: bool | None = None,
                   ack_deadline: float = ACK_DEADLINE, max_deliveries: int = 0,
-                  dead_letter_topic: str = "", evict: bool = False) -> Subscription:
+                  dead_letter_topic: str = "", evict: bool = False,
+                  max_outstanding_bytes: int = MAX_OUTSTANDING_BYTES) -> Subscription:
         """A subscription to the events of `topic` that match `filter`; open it with `async with`.
 
             async with client.subscribe("quotes", 'Symbol = "aapl" and High >= 45') as sub:
@@ -206,7 +225,8 @@ class Client:
         async; a return acks it, an exception nacks it), at most `max_outstanding` at
         once, from the moment it is made (inside a running loop; `await sub.start()` waits
         for the open and raises how it failed); without, iterate. Either way the agent has at most `max_outstanding`
-        deliveries unsettled. `durable` (with `name`) makes it a cluster object that outlives
+        deliveries unsettled, and sends no more while those received and unsettled hold
+        `max_outstanding_bytes` (0: no byte bound; subscription.py, "Flow control"). `durable` (with `name`) makes it a cluster object that outlives
         any agent (client/durable.py). A payload above `max_whole` bytes is read with
         `msg.chunks()` as it arrives (subscription.py). `shared`: on the stream the client's
         other subscriptions share (client/shared.py); a durable one has its own.
@@ -216,7 +236,7 @@ class Client:
         (docs/cli.md, "Subscriptions across an agent's death"). `ack_deadline` (seconds, 0:
         none): a message not settled by then is redelivered (`msg.in_progress()` extends
         it); `max_deliveries` (0: no bound): a message delivered that often goes to
-        `dead_letter_topic` instead (client/deadlines.py). `evict` (unnamed only): past its
+        `dead_letter_topic` instead (enforced by the agents: docs/guarantees.md, "Dead messages"). `evict` (unnamed only): past its
         bound at the agent it is closed (RESOURCE_EXHAUSTED, its loss counted) rather than
         slow the publishers down, as NATS core does (docs/guarantees.md, "Flow control")."""
         self._conn.check_open()
@@ -226,7 +246,7 @@ class Client:
         if reconnect is None:
             reconnect = bool(name)
         sub = Subscription(self._conn, topic, filter, name, max_outstanding, callback, options, max_whole, shared,
-                           reconnect, ack_deadline, max_deliveries, dead_letter_topic, evict)
+                           reconnect, ack_deadline, max_deliveries, dead_letter_topic, evict, max_outstanding_bytes)
         if callback is not None:
             sub._start_soon()
         return sub

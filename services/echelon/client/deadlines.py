@@ -1,20 +1,30 @@
-"""Dead messages, as the client enforces them (docs/cli.md, "Dead messages"): an ack
-deadline per subscription, `msg.in_progress()` to extend it, `msg.term()`, and
-`max_deliveries` with a dead-letter topic.
+"""Dead messages on the client (docs/cli.md, "Dead messages"): an ack deadline per
+subscription, `msg.in_progress()` to extend it, `msg.term()`, and `max_deliveries` with a
+dead-letter topic.
 
-- Ack deadline (default 60 s, as Google Pub/Sub's): a message handed out and not
-  settled within it is nacked (no delay), so the agent redelivers it (`redelivery_count`
-  + 1) instead of it waiting behind a stuck callback until the stream ends; settling
-  the first copy later does nothing (it comes back between one and one and a quarter
-  deadlines). `in_progress()` restarts its deadline. A payload
-  streamed to `chunks()` has none (reading it may take longer than any deadline).
-- `term()`: processed never, redelivered never: acked, and counted (`terminated`).
-- `max_deliveries` (0: no bound): a message already delivered that many times
-  (`redelivery_count` >= max_deliveries) is not handed out again: it is published to
-  `dead_letter_topic` with its attributes, payload and ordering key, plus
-  `dead_letter_deliveries` (how often it was delivered) and `dead_letter_subscription`,
-  then acked (a topic with an empty schema takes those attributes). If the dead-letter
-  publish fails the message is nacked and tried again later.
+The agents enforce all of it (agent/redelivery.py) and say so when a stream opens; the
+SDK then sends `in_progress` and `term` and leaves dead letters to them
+(`Subscription._enforce`). What runs here:
+
+- With such an agent: `Deadlines` settles what the agent took back. A quarter of a
+  deadline after the agent's (between 1.25 and 1.5 deadlines), a message still unsettled
+  is nacked: the agent no longer has its id, so the nack only returns the credit (and if
+  the agent were late, it is the same redelivery); the message is marked settled and
+  counted (`expired`).
+- With an older agent (no announcement), the fallback, as before the protocol had it:
+  - ack deadline (default 60 s, as Google Pub/Sub's): a message handed out and not
+    settled within it is nacked (no delay), so the agent redelivers it
+    (`redelivery_count` + 1); settling the first copy later does nothing (it comes back
+    between one and one and a quarter deadlines). `in_progress()` restarts it here. A
+    payload streamed to `chunks()` has none (reading it may take longer than any deadline).
+  - `term()`: acked, and counted (`terminated`).
+  - `max_deliveries` (0: no bound): a message already delivered that many times
+    (`redelivery_count` >= max_deliveries) is not handed out again: it is published to
+    `dead_letter_topic` with its attributes, payload and ordering key, plus
+    `dead_letter_deliveries` (how often it was delivered) and `dead_letter_subscription`,
+    then acked (a topic with an empty schema takes those attributes). If the dead-letter
+    publish fails the message is nacked and tried again later.
+  A client that dies or hangs is covered by neither: that is why the agents enforce it.
 
 Counted on the Subscription: `expired`, `terminated`, `dead_lettered`.
 """
@@ -61,6 +71,7 @@ class Deadlines:
     def __init__(self, sub: "Subscription", seconds: float):
         self.sub = sub
         self.seconds = seconds
+        self.late = 0.0  # of a deadline: how much later than the agent this one gives a message back
         self._marks: deque[tuple[float, int]] = deque()
 
     def clear(self) -> None:
@@ -75,7 +86,7 @@ class Deadlines:
             handed = self.sub._handed
             self._marks.append((now, handed[-1][-1].delivery_id if handed and handed[-1] else 0))
             bound = 0
-            while self._marks and self._marks[0][0] <= now - self.seconds:
+            while self._marks and self._marks[0][0] <= now - self.seconds * (1 + self.late):
                 bound = self._marks.popleft()[1]
             if bound:
                 self._expire(now, bound)
@@ -151,8 +162,10 @@ class DeadLetters:
 
 
 def in_progress(m: "Message") -> None:
-    """Restart `m`'s ack deadline (no message to the agent: the deadline is the client's)."""
+    """Restart `m`'s ack deadline: here, and at an agent that enforces it (told with the next flush)."""
     sub = m._subscription
     deadlines = getattr(sub, "_deadlines", None)
     if deadlines is not None and not m.settled:
         sub._extended[m.delivery_id] = time.monotonic() + deadlines.seconds
+        if sub._enforced and not sub._half_closed and not sub._ended.is_set():
+            sub.settlements.in_progress(m.delivery_id)

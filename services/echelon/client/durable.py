@@ -27,7 +27,7 @@ from echelon.client.errors import InvalidArgument
 from echelon.v1 import pubsub_pb2 as ppb
 
 STARTS = {"now": ppb.START_POSITION_NOW, "earliest": ppb.START_POSITION_EARLIEST}
-POLICIES = {"drop-oldest": ppb.BACKLOG_POLICY_DROP_OLDEST, "drop-new": ppb.BACKLOG_POLICY_DROP_NEW,
+POLICIES = {"lag": ppb.BACKLOG_POLICY_UNSPECIFIED, "drop-oldest": ppb.BACKLOG_POLICY_DROP_OLDEST, "drop-new": ppb.BACKLOG_POLICY_DROP_NEW,
             "reject-publish": ppb.BACKLOG_POLICY_REJECT_PUBLISH}
 
 
@@ -38,7 +38,9 @@ class Durable:
     start: str = "now"  # or "earliest": every event its topic retains
     max_messages: int = 0
     max_bytes: int = 0
-    policy: str = "drop-oldest"  # past the bound: "drop-oldest", "drop-new", "reject-publish"
+    # Past the bound: "lag" (its publishers slow down until the subscriber's acks make room;
+    # nothing is lost), "drop-oldest" or "drop-new" (a counted loss), "reject-publish".
+    policy: str = "lag"
     idle_seconds: int = 0  # deleted after this long with no stream
     replicas: int = 0  # agents holding it (default 2)
 

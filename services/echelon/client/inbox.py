@@ -36,7 +36,7 @@ class Stale:
         self.owner = owner
         self.acked = acked
 
-    def _settle(self, messages, nack_delay: float | None) -> None:
+    def _settle(self, messages, nack_delay: float | None, term: bool = False) -> None:
         for m in messages:
             if not m.settled:
                 m.settled = True
@@ -59,6 +59,10 @@ class Inbox:
         self._deadlines = deadlines  # ack deadlines of the messages handed out (client/deadlines.py), or None
         self._extended: dict[int, float] = {}  # delivery id -> its deadline, once `in_progress()` moved it
         self._dead_letters = dead_letters  # past max_deliveries: to the dead-letter topic (client/deadlines.py)
+        # The stream's agent enforces the redelivery policy (agent/redelivery.py): term and
+        # in_progress go to it, dead letters are its own; else client/deadlines.py stands in.
+        self._enforced = False
+        self._max_deliveries = dead_letters.max_deliveries if dead_letters is not None else 0
         self.expired = self.terminated = self.dead_lettered = 0
         # Durable: message ids acked through this client under this name, so a redelivery
         # after a failover is acked again, not handed out (client/durable.py).
@@ -174,14 +178,14 @@ class Inbox:
         self._unsettled += len(batch)
         return list(batch)
 
-    def _settle(self, messages: Iterable[Message], nack_delay: float | None) -> None:
+    def _settle(self, messages: Iterable[Message], nack_delay: float | None, term: bool = False) -> None:
         """Queue the settlement of each message not settled yet (client/acks.py writes them)."""
         messages = [m for m in messages if not m.settled]
         if not messages:
             return
         for m in messages:
             if m._subscription is not self:
-                return self._settle_stale(messages, nack_delay)
+                return self._settle_stale(messages, nack_delay, term)
         if self._half_closed or self._ended.is_set():
             raise ClientClosed("subscription is closed: the agent redelivers this message to a named subscription")
         ids = []
@@ -198,6 +202,8 @@ class Inbox:
         if nack_delay is not None:
             for i in ids:
                 settlements.nack(i, round(nack_delay * 1000), credit)
+            if self._enforced and self._max_deliveries:  # the agent sends these to the dead-letter topic
+                self.dead_lettered += sum(1 for m in messages if m.redelivery_count + 1 >= self._max_deliveries)
         else:
             acked = self._acked
             if acked is not None:
@@ -205,11 +211,14 @@ class Inbox:
                     acked[(m.producer_id, m.sequence)] = None
                 while len(acked) > ACKED_MEMORY:
                     acked.popitem(last=False)
-            settlements.ack(ids, credit)  # after the loop: the flush judged once, on what is no longer handed
+            if term and self._enforced:
+                settlements.term(ids, credit)
+            else:
+                settlements.ack(ids, credit)  # after the loop: the flush judged once, on what is no longer handed
         if not unsettled and self._all_settled is not None and not self._all_settled.done():
             self._all_settled.set_result(None)
 
-    def _settle_stale(self, messages: list[Message], nack_delay: float | None) -> None:
+    def _settle_stale(self, messages: list[Message], nack_delay: float | None, term: bool = False) -> None:
         """Some of `messages` came on a stream lost since (Stale): settled apart, the rest as usual."""
         rest = []
         for m in messages:
@@ -221,7 +230,7 @@ class Inbox:
             else:
                 raise InvalidArgument("a message of another subscription: settle it with its own")
         if rest:
-            self._settle(rest, nack_delay)
+            self._settle(rest, nack_delay, term)
 
     def _settled(self) -> asyncio.Future:
         """Done once no message handed out is unsettled."""

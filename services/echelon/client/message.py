@@ -139,18 +139,20 @@ class Message:
         self._subscription._settle((self,), check_delay(delay))
 
     async def in_progress(self) -> None:
-        """Still being worked on: its ack deadline starts again (client/deadlines.py)."""
+        """Still being worked on: its ack deadline starts again, at the agent (which is told)
+        and here (client/deadlines.py)."""
         from echelon.client.deadlines import in_progress
 
         in_progress(self)
 
     async def term(self) -> None:
-        """Never to be processed, nor redelivered: settled as acked, and counted in the
-        subscription's `terminated` (a poison message)."""
+        """Never to be processed, nor redelivered: settled for good (the agent counts it
+        terminated; an older agent takes it as an ack), and counted in the subscription's
+        `terminated` (a poison message)."""
         sub = self._subscription
         if not self.settled and hasattr(sub, "terminated"):
             sub.terminated += 1
-        sub._settle((self,), None)
+        sub._settle((self,), None, term=True)
 
 
 def subscribe_call(channel: grpc.aio.Channel) -> grpc.aio.StreamStreamCall:

@@ -32,7 +32,7 @@ import grpc
 
 from echelon.client import bulk
 from echelon.client.connection import ConnectionEvent, Outage
-from echelon.client.errors import ClientClosed, EchelonError, Timeout, from_rpc_error
+from echelon.client.errors import ClientClosed, EchelonError, Timeout, from_rpc_error, from_status
 from echelon.client.outbox import MAX_BATCH_BYTES, MAX_BATCH_EVENTS, SLICE_BYTES, Outbox  # noqa: F401 - public
 from echelon.client.results import Pending
 from echelon.client.results import PublishResult  # noqa: F401 - public
@@ -47,6 +47,14 @@ RETRIED = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCo
            grpc.StatusCode.INTERNAL)
 
 Event = Mapping[str, Value] | tuple[Mapping[str, Value], bytes]
+
+
+class InBand(Exception):
+    """The agent ended the stream with this status in its last ack (`stream_status`)."""
+
+    def __init__(self, error: EchelonError):
+        super().__init__(str(error))
+        self.error = error
 
 
 PUBLISH = f"/{ppb.DESCRIPTOR.services_by_name['PubSub'].full_name}/Publish"
@@ -222,6 +230,8 @@ class Publisher:
             outbox = None
             try:
                 async for reply in call:
+                    if reply.stream_status:  # the stream's own status, in-band: the call's may be INTERNAL
+                        raise InBand(from_status(reply.code, reply.error))
                     attempt = 0
                     if outage is not None:
                         conn.notify(ConnectionEvent("reconnected", self, conn.address(agent),
@@ -230,16 +240,18 @@ class Publisher:
                     self._pending.acked(reply.acks or (reply,))
                 if self._closed and not self._pending:
                     return  # our half-close ended the stream
-            except grpc.aio.AioRpcError as e:
+            except (grpc.aio.AioRpcError, InBand) as e:
+                call.cancel()
+                error = e.error if isinstance(e, InBand) else from_rpc_error(e)
                 attempt += 1
-                retried = e.code() in RETRIED
+                retried = error.code in RETRIED
                 if retried and outage is None:
                     outage = Outage(conn)
-                    conn.notify(ConnectionEvent("disconnected", self, conn.address(agent), from_rpc_error(e)))
+                    conn.notify(ConnectionEvent("disconnected", self, conn.address(agent), error))
                 if outage is not None:
                     outage.attempts += 1
                 if attempt > self.max_retries or not retried:
-                    self._fail_pending(from_rpc_error(e))
+                    self._fail_pending(error)
                     attempt = 0
                 conn.failed(agent)  # the next stream goes to the next agent
                 agent = conn.current

@@ -113,7 +113,7 @@ class Pending:
                 outcome = outcomes[i] = from_status(ack.code, ack.error)
             else:
                 outcome = outcomes[i] = _new(PublishResult)
-                d = outcome.__dict__  # its fields set directly: a frozen dataclass's __init__ costs 4x
+                d = outcome.__dict__  # its fields set directly: a frozen dataclass's __init__ costs more
                 d["producer_id"] = producer_id
                 d["sequence"] = seq
                 d["destinations"] = ack.destinations

@@ -24,6 +24,7 @@ import grpc
 from echelon.client.acks import Flusher
 from echelon.client.errors import Unavailable, from_rpc_error, from_status
 from echelon.client.message import subscribe_call
+from echelon.contract.transport import REDELIVERY_KEY
 from echelon.v1 import pubsub_pb2 as ppb
 
 if TYPE_CHECKING:
@@ -46,6 +47,7 @@ class SharedStream:
         self._closing = False  # half-closed (or about to be): no more opens
         self._left: asyncio.Future | None = None  # the half-close, once begun
         self.messages = 0  # Delivery messages read: what the benchmarks count
+        self.enforced = False  # the agent enforces redelivery policies (its initial metadata, once read)
         self._reader = asyncio.create_task(self._read(), name="shared subscription stream")
 
     @staticmethod
@@ -73,7 +75,9 @@ class SharedStream:
                 await self._write([ppb.SubscribeRequest(open=shared)])
             except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
                 pass  # the stream failed: the reader answers with its status
-            return await answer
+            opened = await answer
+            self.enforced = REDELIVERY_KEY in dict(await self.call.initial_metadata() or ())
+            return opened
         except BaseException:
             self.subs.pop(sid, None)
             self.opening.pop(sid, None)
@@ -124,7 +128,7 @@ class SharedStream:
             await self.call.write(req)
 
     async def _read(self) -> None:
-        error = None
+        error = final = None
         try:
             subs = self.subs
             async for delivery in self.call:
@@ -132,6 +136,9 @@ class SharedStream:
                 by_sub: dict[int, list] = {}
                 last = None  # the sid of the delivery before (a message holds each one's in a row)
                 for d in delivery.batch or (delivery,):
+                    if not d.delivery_id and not d.sid and d.code:  # the stream's own status, in-band
+                        final = from_status(d.code, d.error)
+                        continue
                     if not d.delivery_id:
                         self._status(d)
                         last = None  # (it may have ended one)
@@ -153,7 +160,7 @@ class SharedStream:
                     if sub is not None and ds:  # not closed while a chunk above was awaited
                         sub._receive(ds)
         except grpc.aio.AioRpcError as e:
-            error = from_rpc_error(e)
+            error = final or from_rpc_error(e)  # the call's status may have become INTERNAL (grpc/grpc#36066)
         finally:
             self._closing = True
             if self.conn.shared_stream is self:

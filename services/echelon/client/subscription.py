@@ -27,7 +27,13 @@ chunks (or settle it: the rest is then read and dropped) before waiting for the 
 
 Flow control (as Google Pub/Sub's): the agent never has more than `max_outstanding`
 deliveries unsettled (the stream's credits: one comes back per ack or nack), and the
-callback form never runs more than `max_outstanding` callbacks at once. A named
+callback form never runs more than `max_outstanding` callbacks at once. Beside that
+message bound, `max_outstanding_bytes` bounds the bytes of the deliveries received and not
+settled: while they hold more, settling one returns no credit (it is withheld, and goes
+back with the settlement that brings them under the bound), so the agent stops sending and
+the subscription lags there (docs/guarantees.md, "Flow control"). What the agent's credits
+left let through can still come: the bytes held stay under the bound plus `max_outstanding`
+messages. A named
 subscription (`name=`) outlives its stream: whatever was not acked when it closed is
 redelivered to the next stream with that name (`redelivery_count` + 1).
 
@@ -65,13 +71,14 @@ from echelon.client.errors import (ClientClosed, EchelonError, FailedPreconditio
 from echelon.client.message import Message, Sliced, check_delay, subscribe_call
 from echelon.client.shared import SharedStream
 from echelon.contract.filters import Disjunction, Filter
-from echelon.contract.transport import SUBSCRIPTION_KEY
+from echelon.contract.transport import REDELIVERY_KEY, SUBSCRIPTION_KEY
 from echelon.contract.wire import filter_to_pb
 from echelon.v1 import pubsub_pb2 as ppb
 
 log = logging.getLogger("echelon.client")
 
 MAX_WHOLE = 64 << 20  # payloads up to this are assembled and handed whole
+MAX_OUTSTANDING_BYTES = 64 << 20  # received and unsettled, past which credits are withheld (the agent's default bound)
 MAX_BATCH = 256  # messages handed out by one receive() unless asked otherwise
 OPEN_WAIT = 10.0  # seconds one reopen attempt may take before the next agent is tried
 
@@ -93,9 +100,13 @@ class Subscription(Inbox):
     def __init__(self, conn: Connection, topic: str, flt: str | Filter, name: str, max_outstanding: int,
                  callback: Callback | None, durable: ppb.DurableOptions | None = None, max_whole: int = MAX_WHOLE,
                  shared: bool = False, reconnect: bool = False, ack_deadline: float = ACK_DEADLINE,
-                 max_deliveries: int = 0, dead_letter_topic: str = "", evict: bool = False):
+                 max_deliveries: int = 0, dead_letter_topic: str = "", evict: bool = False,
+                 max_outstanding_bytes: int = MAX_OUTSTANDING_BYTES):
         if max_outstanding < 1:
             raise InvalidArgument(f"max_outstanding {max_outstanding}: at least 1")
+        if max_outstanding_bytes < 0:
+            raise InvalidArgument(f"max_outstanding_bytes {max_outstanding_bytes}: at least 0 (0: no byte bound)")
+        self._bytes = _HeldBytes(max_outstanding_bytes) if max_outstanding_bytes else None
         if max_whole < 0:
             raise InvalidArgument(f"max_whole {max_whole}: at least 0")
         check_dead_messages(ack_deadline, max_deliveries, dead_letter_topic)
@@ -108,7 +119,10 @@ class Subscription(Inbox):
         self.reconnects = 0  # streams opened again after one was lost
         self.gaps: list[tuple[float, float]] = []  # (lost, reopened), Unix seconds: events may be missing there
         open_ = ppb.SubscriptionOpen(topic=topic, subscription=name, credits=max_outstanding, durable=durable,
-                                     encoded_events=True, batched_deliveries=True, evict=evict)
+                                     encoded_events=True, batched_deliveries=True, evict=evict,
+                                     redelivery=ppb.RedeliveryPolicy(
+                                         ack_deadline_ms=round(ack_deadline * 1000), no_ack_deadline=not ack_deadline,
+                                         max_deliveries=max_deliveries, dead_letter_topic=dead_letter_topic))
         if isinstance(flt, (Filter, Disjunction)):  # a parsed filter: its structured form
             open_.filter.CopyFrom(filter_to_pb(flt))
         else:
@@ -124,6 +138,7 @@ class Subscription(Inbox):
                          conn.acked(name) if durable is not None else None,
                          Deadlines(self, ack_deadline) if ack_deadline else None,
                          DeadLetters(self, max_deliveries, dead_letter_topic) if max_deliveries else None)
+        self._fallback = self._dead_letters  # client-side dead letters, for an agent that does not enforce them
         self._sliced = Sliced(max_whole, self._put, self._lost)  # sliced payloads being received
         self._callbacks: set[asyncio.Task] = set()
         self._call = None
@@ -134,7 +149,22 @@ class Subscription(Inbox):
         self._start_awaited = False
 
     def _new_settlements(self, flusher: Flusher, sid: int = 0) -> Settlements:
-        return Settlements(flusher, self._oldest, self._held, self.max_outstanding, sid)
+        """A new stream's: its credits start at `max_outstanding`, and nothing is held on it yet."""
+        if self._bytes is None:
+            return Settlements(flusher, self._oldest, self._held, self.max_outstanding, sid)
+        self._bytes.clear()
+        return _ByteSettlements(self._bytes, flusher, self._oldest, self._held, self.max_outstanding, sid)
+
+    def _receive(self, batch) -> None:
+        held = self._bytes
+        if held is not None:
+            held.received(batch)
+        super()._receive(batch)
+
+    @property
+    def held_bytes(self) -> int:
+        """Bytes of the deliveries received on this stream and not settled (0 without a byte bound)."""
+        return self._bytes.held if self._bytes is not None else 0
 
     async def __aenter__(self) -> "Subscription":
         await self.start()
@@ -222,6 +252,7 @@ class Subscription(Inbox):
         except BaseException:
             self._shared = None
             raise
+        self._enforce(stream.enforced)
 
     async def _open_on(self, i: int) -> None:
         self._agent = i % len(self._conn.addresses)
@@ -237,6 +268,7 @@ class Subscription(Inbox):
         metadata = dict(await call.initial_metadata() or ())
         if SUBSCRIPTION_KEY in metadata:
             self.id = metadata[SUBSCRIPTION_KEY]
+            self._enforce(REDELIVERY_KEY in metadata)
             if self._acked is not None:  # a seek moved what is owed: acked messages may come again
                 self._conn.seen_seeks(self.name, metadata.get("x-echelon-seeks", ""))
             return
@@ -244,6 +276,16 @@ class Subscription(Inbox):
         if code == grpc.StatusCode.OK:
             raise Unavailable("subscription stream ended before it was opened")
         raise from_status(code, await call.details() or "", {k: v for k, v in await call.trailing_metadata() or ()})
+
+    def _enforce(self, announced: bool) -> None:
+        """This stream's agent enforces the redelivery policy (it said so when the stream
+        opened): dead letters are its job, and this client's deadlines only settle, a
+        quarter of a deadline after the agent's, what the agent took back (a nack of an id
+        it no longer has just returns the credit). Else client/deadlines.py enforces both."""
+        self._enforced = announced
+        self._dead_letters = None if announced else self._fallback
+        if self._deadlines is not None:
+            self._deadlines.late = 0.25 if announced else 0.0
 
     async def next(self, timeout: float | None = None) -> Message:
         """The next message; Timeout after `timeout` seconds (the stream stays open).
@@ -368,8 +410,8 @@ class Subscription(Inbox):
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        if self._dead_letters is not None:
-            await self._dead_letters.close()
+        if self._fallback is not None:
+            await self._fallback.close()
         if not self._ended.is_set():  # closed while no stream was open (reconnecting)
             self._finish(None)
 
@@ -495,3 +537,53 @@ class Subscription(Inbox):
                 raise asyncio.InvalidStateError("the stream is half-closed")
             for req in requests:
                 await self._call.write(req)
+
+
+class _HeldBytes:
+    """A stream's deliveries received and not settled, by size, and the credits withheld."""
+
+    __slots__ = ("max", "held", "sizes", "withheld")
+
+    def __init__(self, max_bytes: int):
+        self.max = max_bytes
+        self.clear()
+
+    def clear(self) -> None:
+        self.held, self.sizes, self.withheld = 0, {}, 0
+
+    def received(self, batch) -> None:
+        sizes = self.sizes
+        for d in batch:
+            n = sizes[d.delivery_id] = d.ByteSize()
+            self.held += n
+
+    def grant(self, delivery_ids, credit: int) -> int:
+        """Settled: the credits that go back now (none while still past the bound; those withheld too once under)."""
+        pop = self.sizes.pop
+        self.held -= sum(pop(i, 0) for i in delivery_ids)
+        n = credit * len(delivery_ids)
+        if not credit:
+            return 0  # draining: nothing new comes in
+        if self.held > self.max:
+            self.withheld += n
+            return 0
+        n, self.withheld = n + self.withheld, 0
+        return n
+
+
+class _ByteSettlements(Settlements):
+    """Settlements whose credits the byte bound may withhold (`_HeldBytes.grant`)."""
+
+    def __init__(self, held: _HeldBytes, *args):
+        super().__init__(*args)
+        self.held_bytes = held
+
+    def ack(self, delivery_ids: list[int], credit: int, handed: bool = True) -> None:
+        granted = self.held_bytes.grant(delivery_ids, credit)
+        super().ack(delivery_ids, 0, handed)
+        self.credits += granted
+
+    def nack(self, delivery_id: int, delay_ms: int, credit: int) -> None:
+        granted = self.held_bytes.grant((delivery_id,), credit)
+        super().nack(delivery_id, delay_ms, 0)
+        self.credits += granted

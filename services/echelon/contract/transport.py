@@ -62,6 +62,7 @@ log = logging.getLogger("echelon.transport")
 # -- metadata keys (lower case: gRPC metadata keys are) -------------------------------------
 MEMBER_KEY = "x-echelon-member"  # Relay.Stream: the sending member (checked against its certificate)
 SUBSCRIPTION_KEY = "x-echelon-subscription"  # Subscribe: initial metadata naming the subscription
+REDELIVERY_KEY = "x-echelon-redelivery"  # Subscribe: the agent enforces RedeliveryPolicy (agent/redelivery.py)
 INCARNATION_KEY = "echelon-incarnation"  # a refused (stale) Join: the recorded incarnation, trailing
 # AUTHORIZATION_KEY ("authorization": "Bearer <token>", for callers without a certificate)
 # is defined with the interceptors that send it (contract/bearer.py) and imported above.
@@ -80,9 +81,8 @@ CHANNEL_OPTIONS = [
     ("grpc.http2.max_pings_without_data", 0),
     # A fixed HTTP/2 stream window instead of one grown by BDP probing: a receiver that stops
     # reading (back-pressure on a bulk payload) otherwise lets gRPC buffer as much as the
-    # grown window in its own memory (measured: the publishing agent's peak RSS 241 MiB with
-    # probing, 96 MiB without, on the same 256 MiB payload). 1 MiB per stream still fills a
-    # 20 MB/s path at 50 ms round trips.
+    # grown window in its own memory (docs/performance-history.md, "Measurements once in
+    # docstrings"). 1 MiB per stream still fills a 20 MB/s path at 50 ms round trips.
     ("grpc.http2.bdp_probe", 0),
     ("grpc.http2.lookahead_bytes", 1 << 20),
 ]

@@ -59,7 +59,9 @@ def _bulk():
 
 
 @dataclass(frozen=True)
-class Subscription:
+class Entry:
+    """A subscription as the index holds it: its id, the agent that holds it, its filter."""
+
     id: str
     agent: str
     filter: Filter
@@ -68,9 +70,9 @@ class Subscription:
 class CountingIndex:
     """Subscriptions of one zone (or one matcher), matched by counting; see the module doc."""
 
-    def __init__(self, subscriptions: Iterable[Subscription] = (), *, base: int = 64, growth: int = 8):
+    def __init__(self, subscriptions: Iterable[Entry] = (), *, base: int = 64, growth: int = 8):
         self._base, self._growth = base, growth
-        self._subs: dict[str, Subscription] = {}
+        self._subs: dict[str, Entry] = {}
         self._rows: dict[str, tuple[Row, ...] | None] = {}
         self._level: dict[str, int] = {}
         self._levels: list[list[str]] = [[]]
@@ -88,21 +90,21 @@ class CountingIndex:
     def __contains__(self, sid: object) -> bool:
         return sid in self._subs
 
-    def get(self, sid: str) -> Subscription | None:
+    def get(self, sid: str) -> Entry | None:
         return self._subs.get(sid)
 
-    def subscriptions(self) -> list[Subscription]:
+    def subscriptions(self) -> list[Entry]:
         return list(self._subs.values())
 
     def attributes(self) -> Iterable[str]:
         """The attributes some subscription here names: the only ones matching reads."""
         return self._attributes.keys()
 
-    def insert(self, sub: Subscription) -> None:
+    def insert(self, sub: Entry) -> None:
         """Add or replace (same id) one subscription; SchemaError for a malformed filter."""
         self.insert_many([sub])
 
-    def insert_many(self, subs: Iterable[Subscription]) -> None:
+    def insert_many(self, subs: Iterable[Entry]) -> None:
         """Add or replace many at once, placed in the first level that holds them all."""
         with _bulk():
             parsed = [(s, rows_of(s.filter)) for s in subs]  # raises before any state changes
@@ -183,7 +185,7 @@ class CountingIndex:
                 idv = idv if order is None else idv[order]
             e = e if order is None else e[order]
             bounds = np.searchsorted(e, np.arange(n + 1)).tolist()
-            ids = idv.tolist()  # once: a numpy slice and tolist per event cost 10x a list slice
+            ids = idv.tolist()  # once: a numpy slice and tolist per event cost far more than a list slice
             out += [ids[a:b] for a, b in zip(bounds, bounds[1:])]
         return out
 
@@ -217,7 +219,7 @@ class CountingIndex:
     def _agent_sets(self, seen: np.ndarray) -> list[frozenset[str]]:
         """Each row's agents (a row of `seen` per event, a column per agent code), as one
         frozenset per distinct row, kept: a row packed into bytes is its key, looked up
-        in C (a topic's events meet few agent sets; a new frozenset per event cost 4x)."""
+        in C (a topic's events meet few agent sets: a new frozenset per event would cost more)."""
         packed = np.packbits(seen, axis=1)
         keys = packed.view(f"V{packed.shape[1]}").ravel().tolist()  # a bytes object per row
         kept = self._sets

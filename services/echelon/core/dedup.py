@@ -92,7 +92,7 @@ class DedupWindow:
     def first_time(self, key: Hashable, now: float) -> bool:
         """True the first time `key` is offered within the window; records it: its time
         alone (a window of a million ids would otherwise hold a million objects that every
-        full pass of the cyclic GC scans: ~0.2-0.5 s each, on the delivery path)."""
+        full pass of the cyclic GC scans, on the delivery path)."""
         if now - self._due > self.horizon:
             self._expire(now)
         young = self._young

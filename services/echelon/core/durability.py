@@ -9,11 +9,14 @@ changed (as LBDD's MD5 buckets: deterministic, no coordination). The order is fi
 the subscription's record when it is created; the first holder that is alive serves its
 stream, the others keep a copy of its backlog.
 
-Backlog bound. Past `max_messages` or `max_bytes` the policy decides: DROP_OLDEST makes
-room by dropping the oldest unacknowledged messages, DROP_NEW does not keep the new one
-(either way a counted loss), REJECT_PUBLISH keeps the new one (it was already accepted)
-and the publishing agents refuse further matching publishes until the backlog shrinks.
-A single message larger than `max_bytes` is kept under REJECT_PUBLISH only.
+Backlog bound. Past `max_messages` or `max_bytes` the policy decides: LAG (the default)
+keeps the new one and the agent holds back the frames that bring more until the
+subscriber's acks make room, so its publishers slow down (agent/durable/subscription.py);
+DROP_OLDEST makes room by dropping the oldest unacknowledged messages, DROP_NEW does not
+keep the new one (either way a counted loss, chosen); REJECT_PUBLISH keeps the new one (it
+was already accepted) and the publishing agents refuse further matching publishes until
+the backlog shrinks. A single message larger than `max_bytes` is kept under LAG and
+REJECT_PUBLISH only.
 
 Retention. Per topic, events older than `max_age_ns` or past `max_bytes` (oldest first)
 are let go, except those a durable subscription still owes: retention bounds replay
@@ -36,6 +39,7 @@ def holders(name: str, agents: Iterable[str], replicas: int) -> list[str]:
 
 
 class Policy(Enum):
+    LAG = 0  # BACKLOG_POLICY_UNSPECIFIED
     DROP_OLDEST = 1
     DROP_NEW = 2
     REJECT_PUBLISH = 3
@@ -63,7 +67,7 @@ def admit(bound: Bound, sizes_oldest_first: Iterable[int], messages: int, nbytes
     (the ones not out for delivery), oldest first."""
     if messages + 1 <= bound.max_messages and nbytes + size <= bound.max_bytes:
         return Admission(True, 0)
-    if bound.policy is Policy.REJECT_PUBLISH:
+    if bound.policy is Policy.REJECT_PUBLISH or bound.policy is Policy.LAG:
         return Admission(True, 0)
     if bound.policy is Policy.DROP_NEW or size > bound.max_bytes:
         return Admission(False, 0)

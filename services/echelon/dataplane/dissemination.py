@@ -44,7 +44,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from typing import Callable, Protocol
 
 from echelon.dataplane.frames import OutFrame, destinations, id_key, key_of, peek, slice_body, whole_tail
@@ -64,6 +64,10 @@ MAX_HOLDS = 65_536  # settled holds a relay remembers to suppress duplicate forw
 # slice holds would cost ~45 MiB per agent for nothing (measured: an agent's peak RSS crept
 # up with the payload size until 4 GiB). One forgotten anyway costs a redundant copy only.
 MAX_SLICE_HOLDS = 4_096
+# A relay's ack waits this long at most for a destination absent from its view (`_park`), and
+# its new routes for what it relayed on the old view (`_fence`): a view rebuilt by restarted
+# membership replicas took more than 5 s to hold every member again under load.
+HOLD_SECONDS = 15.0
 
 
 class Host(Protocol):
@@ -109,6 +113,12 @@ class DataPlane:
         self._sent: dict[asyncio.Future, tuple[OutFrame, list[Hold], list[Hold]]] = {}
         self.parking = Parking(park_seconds, park_messages, park_bytes)
         self.root = Root(self)
+        # The relay's fence across a view change (`on_view`): frames relayed on the old view
+        # still unacknowledged, and the frames received since, held back until those settle.
+        self._shape: tuple | None = None
+        self._behind: set[asyncio.Future] = set()
+        self._fenced: deque[tuple[rpb.RelayFrame, Callable[[], None]]] = deque()
+        self._lifting: asyncio.Task | None = None
 
     @property
     def parked_count(self) -> int:
@@ -168,7 +178,7 @@ class DataPlane:
             lost = known[0][1]
             if lost:
                 hold.lost += self._park(source, source_key, rpb.RelayMessage(encoded_event=data) if msg is data
-                                        else msg, topic, lost)
+                                        else msg, topic, lost, hold if source != self.id else None)
             if data:  # a whole message: its bytes as they came (no re-encoding)
                 for frame, held, _, tail in known[1]:
                     frame.add_whole(tail, data)
@@ -219,19 +229,35 @@ class DataPlane:
 
     # -- parking: destinations whose member is DEAD here --------------------------------
 
-    def _park(self, source: str, source_key: str, msg: rpb.RelayMessage, topic: str, lost: list[str]) -> int:
+    def _park(self, source: str, source_key: str, msg: rpb.RelayMessage, topic: str, lost: list[str],
+              hold: Hold | None = None) -> int:
         """Park the destinations DEAD here, or absent from the view (a view rebuilt by
         restarted membership replicas, or one that has not learned of them yet: parking.py);
-        returns how many are dropped instead (counted)."""
+        returns how many are dropped instead (counted).
+
+        `hold`: a relay's, for the frame that brought the message. A destination absent from
+        this relay's view was alive in the root's, which sent it here: the frame's ack waits
+        until it is sent on (or dropped), so the root's fence across a view change keeps
+        waiting for it and a later message of the producer cannot overtake it on another
+        path (docs/guarantees.md, "Order"). Views converge within seconds: past
+        HOLD_SECONDS (a member removed from the view for good) the ack goes, the message
+        stays parked. One DEAD here is not waited for (parking.py)."""
         dropped = 0
-        entry = None
+        entries: dict[bool, Parked] = {}
         for d in lost:
             if self.node.stopping or not self.trees.waits_for(d):
                 dropped += 1  # LEFT: nobody to wait for
                 continue
-            entry = entry or Parked(time.monotonic(), source, source_key, msg, topic, msg.ByteSize())
+            waits = hold is not None and d not in self.trees.dead
+            entry = entries.get(False)
+            if waits:  # one entry per destination: each releases the hold once (`_let_go`)
+                entry = Parked(time.monotonic(), source, source_key, msg, topic, msg.ByteSize(), hold)
+            elif entry is None:
+                entry = entries[False] = Parked(time.monotonic(), source, source_key, msg, topic, msg.ByteSize())
             if self.parking.park(d, entry):
                 self.node.metrics.parked.inc()
+                if waits:
+                    hold.pending += 1
             else:
                 dropped += 1
         if dropped:
@@ -243,6 +269,12 @@ class DataPlane:
         the parked messages of members ALIVE again are sent, those of members that left or
         vanished from the view dropped."""
         self.root.on_view()
+        shape = (self.trees.table, getattr(self.trees, "hinted", None))
+        if shape != self._shape:
+            self._shape = shape
+            self._fence()
+        for member_id in [m for m in self.parking.members() if m in self.trees.dead]:
+            self._let_go(self.parking.parked[member_id])  # DEAD now: its messages wait, the acks do not
         for member_id in [m for m in self.parking.members() if m not in self.trees.dead]:
             if not self.trees.alive(member_id) and not self.trees.waits_for(member_id):
                 self._drop_parked(self.parking.take(member_id))
@@ -262,11 +294,21 @@ class DataPlane:
 
     def _send_parked(self, member_id: str, entries: list[Parked]) -> None:
         first = entries[0]
-        self.forward(first.source, first.source_key, [(e.msg, e.topic, [member_id], Hold()) for e in entries])
+        self.forward(first.source, first.source_key, [(e.msg, e.topic, [member_id], e.hold or Hold())
+                                                      for e in entries])
+        self._let_go(entries)  # a waiting hold now waits for the copy just sent
+
+    @staticmethod
+    def _let_go(entries) -> None:
+        for e in entries:
+            if e.hold is not None:
+                hold, e.hold = e.hold, None
+                hold.release()
 
     def expire(self, now: float | None = None) -> None:
         """Drop (and count as lost) what was parked longer than `park_seconds`."""
         now = time.monotonic() if now is None else now
+        self._let_go(self.parking.holding(now - HOLD_SECONDS))
         for member_id, old in self.parking.expire(now).items():
             log.warning("%d messages parked for %s expired: it did not come back within %.0f s",
                         len(old), member_id, self.parking.seconds)
@@ -275,11 +317,51 @@ class DataPlane:
     def _drop_parked(self, entries) -> None:
         if entries:
             self.node.metrics.lost.inc(len(entries))
+            self._let_go(entries)
+
+    # -- the relay's fence -------------------------------------------------------------
+
+    def _fence(self) -> None:
+        """The routes changed: a frame relayed from now on may take another path than one
+        relayed before it and still on its way, and overtake it (a producer's order, which
+        the root's own fence keeps only for the root's routes: root.py). So frames received
+        from now on wait, in order, until those relayed on the old view are acknowledged
+        (re-routed ones included), for at most HOLD_SECONDS (a stalled link must not stop
+        this relay for longer: docs/guarantees.md, "Order")."""
+        behind = [f for f, entry in self._sent.items() if entry[0].source != self.id and not f.done()]
+        if not behind:
+            return
+        self._behind.update(behind)
+        if self._lifting is None:
+            self._lifting = asyncio.get_running_loop().create_task(self._lift(), name="relay-fence")
+
+    async def _lift(self) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + HOLD_SECONDS
+        try:
+            while (behind := [f for f in self._behind if not f.done()]) and loop.time() < deadline:
+                await asyncio.wait(behind, timeout=deadline - loop.time())
+        finally:
+            self._behind.clear()
+            self._lifting = None
+            fenced, self._fenced = self._fenced, deque()
+            for frame, ack in fenced:
+                if self._lifting is not None:  # a new fence went up meanwhile: the rest waits for it
+                    self._fenced.append((frame, ack))
+                else:
+                    self._receive(frame, ack)
 
     # -- receiving -------------------------------------------------------------------
 
     def receive(self, frame: rpb.RelayFrame, ack: Callable[[], None]) -> None:
-        """Deliver and forward one incoming frame; call `ack()` when its subtree holds it."""
+        """Deliver and forward one incoming frame; call `ack()` when its subtree holds it.
+        While the relay's fence is up (`_fence`) it waits its turn."""
+        if self._lifting is not None or self._fenced:
+            self._fenced.append((frame, ack))
+            return
+        self._receive(frame, ack)
+
+    def _receive(self, frame: rpb.RelayFrame, ack: Callable[[], None]) -> None:
         if self.node.stopping:
             return  # leaving: the sender re-routes once we are out of its view
         me, source = self.id, frame.source

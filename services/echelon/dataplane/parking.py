@@ -33,10 +33,12 @@ PARK_BYTES = 64 << 20
 class Parked:
     """One message waiting for a DEAD destination to come back."""
 
-    __slots__ = ("at", "source", "source_key", "msg", "topic", "size")
+    __slots__ = ("at", "source", "source_key", "msg", "topic", "size", "hold")
 
-    def __init__(self, at: float, source: str, source_key: str, msg: rpb.RelayMessage, topic: str, size: int):
+    def __init__(self, at: float, source: str, source_key: str, msg: rpb.RelayMessage, topic: str, size: int,
+                 hold=None):
         self.at, self.source, self.source_key, self.msg, self.topic, self.size = at, source, source_key, msg, topic, size
+        self.hold = hold  # a relay's: the incoming frame's ack waits until this is sent on or dropped
 
 
 class Parking:
@@ -58,6 +60,10 @@ class Parking:
         self.count += 1
         self.bytes += entry.size
         return True
+
+    def holding(self, before: float) -> list[Parked]:
+        """Entries parked before `before` whose frame's ack still waits for them."""
+        return [e for queue in self.parked.values() for e in queue if e.hold is not None and e.at < before]
 
     def members(self) -> list[str]:
         return list(self.parked)

@@ -1,7 +1,7 @@
 """A `Match` answer serialized as it is built: the MatchResponse's bytes, not a
 message of one MatchResult and AgentMatches object per event that gRPC then serializes
-(building them was ~8% of the matching matcher's CPU at saturation, their serialization
-part of the native rest).
+(building them was a share of the matching matcher's CPU at saturation worth saving,
+their serialization part of the native rest).
 
 Protobuf concatenation makes this exact: a message's fields, each serialized apart and
 written side by side, parse as that message (contract/wire.py `length_delimited`). An

@@ -43,7 +43,7 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 
 from echelon.core.can import Zone, ZoneMap
-from echelon.core.cdm import CountingIndex, Subscription
+from echelon.core.cdm import CountingIndex, Entry
 from echelon.contract.filters import Filter
 from echelon.contract.schema import AttrType, Schema
 from echelon.core.space import Point, Space, value_key
@@ -210,12 +210,12 @@ class Layout:
                 _, m = self.map.add(sid, points[sid])
                 self.map.remove(sid)
                 mirr[j] = self._ids.index(m)
-        by_zone: dict[str, list[Subscription]] = {}
+        by_zone: dict[str, list[Entry]] = {}
         for c, p, m in zip(copies, prim.tolist(), mirr.tolist()):
             zone = self.primary[c.id] = self._ids[p]
             self.mirror[c.id] = self._ids[m]
             if zone in self.index:
-                by_zone.setdefault(zone, []).append(Subscription(c.id, c.agent, c.filter))
+                by_zone.setdefault(zone, []).append(Entry(c.id, c.agent, c.filter))
         for zone, subs in by_zone.items():
             self.index[zone].insert_many(subs)
 

@@ -1,9 +1,10 @@
 """The reconciliation barrier: an entry answers Match only while the matchers it routes to
-hold every subscription of every alive agent (docs/guarantees.md).
+hold every subscription of every agent of the view but those that LEFT (docs/guarantees.md).
 
 A matcher process starts empty. It is *complete* for a topic once
 
-- every agent the view holds alive has refilled it: an agent sends every subscription it
+- every agent the view holds, alive or DEAD (whose messages are parked for it; not one that
+  LEFT), has refilled it: an agent sends every subscription it
   owns to a matcher new to it (or back in a new lifetime), marked as the whole of them
   (`RegisterRequest.refill`, agent/matching.py), even when it owns none; or
 - it switched to a layout of the topic whose other members all said they were complete:
@@ -33,7 +34,7 @@ TIMEOUT = 30.0
 class Refill:
     def __init__(self, alive_agents: Callable[[], Iterable[str]] | None = None, timeout: float = TIMEOUT,
                  clock: Callable[[], float] = time.monotonic):
-        """`alive_agents()`: the agents the view holds alive (None: no agent owns anything
+        """`alive_agents()`: the agents whose refill is owed (matcher/server.py; None: no agent owns anything
         here, the tier's unit tests: complete from the start)."""
         self.alive_agents = alive_agents
         self.timeout = timeout

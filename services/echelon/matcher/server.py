@@ -350,7 +350,7 @@ class MatcherNode(Node):
                  refill_seconds: float = REFILL_TIMEOUT):
         super().__init__(config)
         self.transport = GrpcTransport(config.id, lambda: self.membership, self.incarnation)
-        refill = Refill(lambda: [m.id for m in self.membership.alive(mpb.ROLE_AGENT)], refill_seconds)
+        refill = Refill(self._owed_refills, refill_seconds)
         self.tier = Tier(config.id, self.transport, self.lifetime, deadline, refill=refill)
         self.metrics = MatcherMetrics(self.registry, self.tier)
         refill.on_timeout = self.metrics.refill_timeouts.inc
@@ -360,6 +360,14 @@ class MatcherNode(Node):
         self.events = EventSampler()  # for Sample: the routing job's event points
         self.matcher = MatcherServicer(self)
         self.server.add(add_matcher_servicer, self.matcher, SERVICE)
+
+    def _owed_refills(self) -> list[str]:
+        """The agents whose refill the barrier waits for: alive, and DEAD too (not LEFT). A
+        DEAD agent's messages are parked for it (dataplane/parking.py), and one declared
+        DEAD by a stall comes back with its subscriptions: answering without them lost the
+        events they matched (refill.py bounds the wait)."""
+        return [m.id for m in self.membership.members.values()
+                if m.role == mpb.ROLE_AGENT and m.state != mpb.MEMBER_STATE_LEFT]
 
     def incarnation(self) -> int:
         return self.membership.member.incarnation if self.membership else 0

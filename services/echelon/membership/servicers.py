@@ -15,6 +15,7 @@ from echelon.core import acl
 from echelon.core.detector import MemberGone, StaleIncarnation, UnknownMember
 from echelon.membership import plans
 from echelon.membership.wire import STATES, record_from_pb, state_from_pb, state_to_pb
+from echelon.runtime.auth import caps_dict
 from echelon.contract.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from echelon.contract.transport import INCARNATION_KEY, MEMBER_ROLES, require_member, role_of
 from echelon.contract.wire import schema_from_pb
@@ -206,7 +207,35 @@ class AdminServicer(pgrpc.AdminServicer):
 
     async def ListAcls(self, request, context):
         await self.node.peers.ready.wait()
-        return ppb.ListAclsResponse(rules=[r for _, r in sorted(self.replica.acls.live().items())])
+        return ppb.ListAclsResponse(rules=[r for _, r in sorted(self.replica.acls.live().items())
+                                           if r.pattern != acl.CAPS_PATTERN])
+
+    # Caps per identity: entries of the same map under the pattern CAPS_PATTERN (core/acl.py).
+
+    async def SetCaps(self, request, context):
+        await self.node.peers.ready.wait()
+        key = acl.rule_key(request.principal, acl.CAPS_PATTERN)
+        old = self.replica.acls.get(key)
+        caps = caps_dict(old.caps) if old is not None else {}
+        try:
+            bad = [f for f in request.clear if f not in acl.CAP_FIELDS]
+            if bad:
+                raise acl.AclError(f"clear {', '.join(map(repr, bad))}: one of {', '.join(acl.CAP_FIELDS)}")
+            caps = acl.make_caps(request.principal, {**{k: v for k, v in caps.items() if k not in request.clear},
+                                                     **caps_dict(request.caps)})
+        except acl.AclError as e:
+            raise InvalidArgument(str(e)) from None
+        entry = pb.AclRule(principal=request.principal, pattern=acl.CAPS_PATTERN, caps=pb.IdentityCaps(**caps))
+        if caps:
+            self.node.peers.push(acls={key: self.replica.put_acl(key, entry)})
+        elif old is not None:
+            self.node.peers.push(acls={key: self.replica.delete_acl(key)})
+        return entry
+
+    async def ListCaps(self, request, context):
+        await self.node.peers.ready.wait()
+        return ppb.ListAclsResponse(rules=[r for _, r in sorted(self.replica.acls.live().items())
+                                           if r.pattern == acl.CAPS_PATTERN])
 
     def _rule(self, key: str) -> acl.Rule | None:
         r = self.replica.acls.get(key)

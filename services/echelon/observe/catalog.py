@@ -34,6 +34,7 @@ CONGESTED_FOR = "2m"
 BACKLOG_NEAR = 0.8  # of a subscription's backlog bound
 MATCHER_SHARE_FACTOR = 2
 MATCHER_SHARE_FLOOR = 1000  # subscriptions in the tier below which imbalance is not worth a page
+DEAD_LETTER_FAILING = "5m"  # failed dead-letter publishes in every window this long, for this long
 VIEW_AGE_STALE = 10  # seconds; membership sends a keepalive every second
 JOB_STALE_AFTER = 3600  # seconds without a good run of the routing job (the chart runs it every 15 min)
 CERT_EXPIRY_WARNING = 6 * 3600  # seconds; cert-manager renews 8 h ahead of expiry by default
@@ -134,6 +135,18 @@ OVERVIEW = Dashboard("echelon-overview", "Echelon / Overview", "Traffic, latency
         q(f"sum by (topic) (rate(echelon_agent_acks_total{{{R}, {T}}}[{RATE}]))", "subscriber acks {{topic}}")),
           "ops", "Publish acks by result (ok or the gRPC code of the refusal) and deliveries acknowledged by "
                  "subscribers."),
+    Panel("Dead messages", (
+        q(f"sum by (topic) (rate(echelon_agent_ack_deadline_expired_total{{{R}, {T}}}[{RATE}]))",
+          "past deadline {{topic}}"),
+        q(f"sum by (topic) (rate(echelon_agent_terminated_total{{{R}, {T}}}[{RATE}]))", "terminated {{topic}}"),
+        q(f"sum by (topic) (rate(echelon_agent_dead_lettered_total{{{R}, {T}}}[{RATE}]))", "dead-lettered {{topic}}"),
+        q(f"sum by (topic) (rate(echelon_agent_dead_letter_failures_total{{{R}, {T}}}[{RATE}]))",
+          "dead-letter publish failed, to {{topic}}"),
+        q(f"sum(echelon_agent_dead_letters_pending{{{R}}})", "waiting to be dead-lettered", "short")),
+          "ops", "Deliveries the agents took back past their ack deadline, terminated by subscribers, and sent "
+                 "to a dead-letter topic past max deliveries (by the subscription's topic); failed dead-letter "
+                 "publishes (by dead-letter topic) and the messages held until theirs goes through "
+                 "(docs/guarantees.md, \"Dead messages\")."),
     Panel("Errors by gRPC code", (
         q(f'sum by (job, grpc_code) (rate(grpc_server_handled_total{{grpc_code!="OK", {R}}}[{RATE}]))',
           "{{job}} {{grpc_code}}"),),
@@ -293,6 +306,11 @@ ALERTS = (
           f"echelon_agent_subscription_backlog_max / echelon_agent_subscription_backlog_bound > {BACKLOG_NEAR}", "1m",
           "warning", "A subscription on {{ $labels.member }} is near its backlog bound",
           "Past the bound its stream ends with RESOURCE_EXHAUSTED; the subscriber is too slow."),
+    Alert("EchelonDeadLetterPublishFailing",
+          f"increase(echelon_agent_dead_letter_failures_total[{DEAD_LETTER_FAILING}]) > 0", DEAD_LETTER_FAILING,
+          "warning", "Dead letters from {{ $labels.member }} to {{ $labels.topic }} keep failing",
+          "The messages are kept (within their subscription's backlog bound) and retried every 30s at most; "
+          "the agent's log says why each publish failed."),
     Alert("EchelonViewAgeGrowing",
           f'echelon_membership_view_age_seconds{{job!="membership"}} > {VIEW_AGE_STALE}'
           f' and deriv(echelon_membership_view_age_seconds{{job!="membership"}}[1m]) > 0.5',

@@ -79,7 +79,7 @@ from pathlib import Path
 import grpc
 from prometheus_client import CollectorRegistry, Counter
 
-from echelon.core.acl import RIGHTS, SUPERUSERS, Acl, Identity, Rule
+from echelon.core.acl import CAP_FIELDS, CAPS_PATTERN, RIGHTS, SUPERUSERS, Acl, Identity, Rule
 from echelon.contract.errors import EchelonError, InvalidArgument, PermissionDenied, ResourceExhausted, Unauthenticated
 from echelon.runtime.credentials import JwtKeys, StaticTokens, is_url
 from echelon.runtime.limits import Limits, Quotas
@@ -99,7 +99,7 @@ POLICY: dict[str, str] = {
     **{_V1 + m: CLIENT for m in ("PubSub/Publish", "PubSub/Subscribe", "PubSub/Unsubscribe",
                                  "Admin/GetTopic", "Admin/ListTopics")},
     **{_V1 + m: TOPIC_ADMIN for m in ("Admin/CreateTopic", "Admin/DeleteTopic")},
-    **{_V1 + m: ADMIN for m in ("Admin/GrantAcl", "Admin/RevokeAcl", "Admin/ListAcls",
+    **{_V1 + m: ADMIN for m in ("Admin/GrantAcl", "Admin/RevokeAcl", "Admin/ListAcls", "Admin/SetCaps", "Admin/ListCaps",
                                 "Control/GetPlan", "Control/PushPlan", "Control/WatchPlan", "Control/ReportRun",
                                 "Membership/Watch", "Matcher/ListZones", "Matcher/Holdings", "Matcher/Sample",
                                 "Router/Describe")},
@@ -134,6 +134,9 @@ class AuthConfig:
     member_token: str = ""
     superusers: tuple[str, ...] = ()
     limits: Limits = field(default_factory=Limits)
+    # principal -> caps (core/acl.py CAP_FIELDS) from the operator's configuration (the
+    # chart's auth.identityCaps); those the cluster admin sets (`echelon acl cap`) win.
+    identity_caps: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -192,6 +195,11 @@ def certificate_identity(peer: PeerIdentity) -> Identity:
     return Identity(f"{peer.role}/{peer.id}", member=True)
 
 
+def caps_dict(caps) -> dict[str, int]:
+    """An IdentityCaps message's set fields."""
+    return {f: getattr(caps, f) for f in CAP_FIELDS if getattr(caps, f)}
+
+
 def acl_cache(version: Callable[[], object], rules: Callable[[], Mapping]) -> Callable[[], Acl]:
     """An `Acl` over the AclRule messages `rules()` returns, rebuilt when `version()` moves
     (from the view's version: every ACL change is a new view version)."""
@@ -200,7 +208,10 @@ def acl_cache(version: Callable[[], object], rules: Callable[[], Mapping]) -> Ca
     def current() -> Acl:
         v = version()
         if cached[0] != v:
-            cached[:] = [v, Acl(Rule(r.principal, r.pattern, frozenset(r.rights)) for r in rules().values())]
+            entries = list(rules().values())
+            cached[:] = [v, Acl((Rule(r.principal, r.pattern, frozenset(r.rights)) for r in entries
+                                 if r.pattern != CAPS_PATTERN),
+                                {r.principal: caps_dict(r.caps) for r in entries if r.pattern == CAPS_PATTERN})]
         return cached[1]
 
     return current
@@ -217,11 +228,24 @@ class Access:
         self.jwt = JwtKeys(c.jwks, c.audience, c.issuer) if c.mode == "jwt" else None
         self.acl: Callable[[], Acl] = Acl  # the node points it at its view's rules
         self.quotas = Quotas(self.config.limits)
+        self._caps: tuple[object, Acl] = (None, Acl())  # (the Acl they were merged from, merged)
         self.streams: set[OpenStream] = set()  # streaming calls being served (recheck)
         self._noted: dict[tuple[str, str], float] = {}  # (host, reason) -> when last logged (note)
         self.refused = Counter("echelon_refused_calls_total",
                                "Calls (or events in a publish stream) refused, by gRPC service and reason.",
                                ["service", "reason"], registry=registry)
+
+    def limit(self, identity: Identity, name: str) -> int:
+        """The limit `name` (a Limits field) for `identity`: its caps (core/acl.py
+        `caps_for`; the cluster admin's over the configuration's, per principal and
+        field), else the agent's --limits."""
+        acl = self.acl()
+        if self._caps[0] is not acl:
+            merged = {p: dict(c) for p, c in self.config.identity_caps.items()}
+            for p, c in acl.caps.items():
+                merged.setdefault(p, {}).update(c)
+            self._caps = (acl, Acl(caps=merged))
+        return self._caps[1].caps_of(identity).get(name) or getattr(self.config.limits, name)
 
     def count(self, service: str, reason: str) -> None:
         self.refused.labels(service, reason).inc()
@@ -367,7 +391,7 @@ class Access:
         caller = self.require("subscribe", topic, _V1 + "PubSub")
         if caller is None:
             return lambda: None
-        over = self.quotas.open_subscription(caller.key)
+        over = self.quotas.open_subscription(caller.key, self.limit(caller.identity, "subscriptions"))
         if over:
             self.count(_V1 + "PubSub", "subscriptions")
             raise ResourceExhausted(over)
@@ -567,8 +591,10 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
                 stream = OpenStream(caller, service, asyncio.current_task())
                 STREAM.set(stream)
                 access.streams.add(stream)
+            last = None
             try:
                 async for response in behavior(request, context):
+                    last = response
                     yield response
             except asyncio.CancelledError:
                 if stream is None or stream.revoked is None:
@@ -576,6 +602,13 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
                 if stream.final is not None:
                     yield stream.final(stream.revoked)
                 raise stream.revoked from None
+            except EchelonError as e:  # the handler's refusal: in-band too, unless it sent it itself
+                if stream is not None and stream.final is not None:
+                    final = stream.final(e)
+                    if final != last:
+                        cancel_after()
+                        yield final
+                raise
             finally:
                 if stream is not None:
                     access.streams.discard(stream)

@@ -53,7 +53,7 @@ class StaticTokens:
 
     def __init__(self, path: str):
         self.path = path
-        self._mtime = os.stat(path).st_mtime_ns
+        self._mtime = _stamp(os.stat(path))
         self._tokens = load_tokens(path)
         self._checked = time.monotonic()
 
@@ -69,12 +69,18 @@ class StaticTokens:
 
     def _reload(self) -> None:
         try:
-            mtime = os.stat(self.path).st_mtime_ns
+            mtime = _stamp(os.stat(self.path))
             if mtime != self._mtime:
                 self._tokens, self._mtime = load_tokens(self.path), mtime
                 log.info("tokens reloaded from %s (%d tokens)", self.path, len(self._tokens))
         except (OSError, ValueError) as e:  # keep the last good set
             log.warning("tokens file not reloaded: %s", e)
+
+
+def _stamp(st: os.stat_result) -> tuple[int, int, int]:
+    """What tells a changed file: its mtime alone misses two writes within one tick of the
+    file system's clock (a few milliseconds), so its size and inode too (a replaced file)."""
+    return st.st_mtime_ns, st.st_size, st.st_ino
 
 
 class JwtKeys:
@@ -92,7 +98,7 @@ class JwtKeys:
         self.keys: dict = {}
         self._fetched = float("-inf")
         self._fetching = False
-        self._mtime = None if is_url(source) else os.stat(source).st_mtime_ns
+        self._mtime = None if is_url(source) else _stamp(os.stat(source))
         self._load()
         if not self.keys:
             raise ValueError(f"{source}: no usable key in the JWKS")
@@ -129,7 +135,7 @@ class JwtKeys:
                 threading.Thread(target=fetch, name="jwks-refresh", daemon=True).start()
             return
         try:
-            mtime = os.stat(self.source).st_mtime_ns
+            mtime = _stamp(os.stat(self.source))
         except OSError:
             return
         if mtime != self._mtime:

@@ -9,12 +9,16 @@
   hold all of an agent's memory in stream state.
 - Sizes: `max_message_bytes` is the server's gRPC receive limit; attribute and
   payload sizes are the topic schema's (`max_length`, `max_attribute_bytes`).
-- Durable subscriptions: `durable_max_messages`, `durable_max_bytes`,
+- Durable subscriptions: `durable_subscriptions` an identity may own in the cluster,
+  `durable_max_messages`, `durable_max_bytes`,
   `durable_max_idle_seconds`, `durable_max_replicas` cap what a client may ask for
   (agent/durable/caps.py; docs/security.md).
 - Filters: `filter_max_bytes`, `filter_max_predicates`, `filter_max_depth`,
   `filter_max_terms` bound what one subscription's filter may cost, for every identity
   (contract/filters.py `FilterLimits`; docs/filters.md, "Caps").
+
+The cluster admin may set `subscriptions` and the durable caps per identity, replacing
+these for it (core/acl.py CAP_FIELDS, `echelon acl cap`; `Access.limit`).
 
 Everything is on by default with values a real workload does not reach (tens of
 thousands of events per second per identity on one agent; the loadtests stay well
@@ -24,9 +28,11 @@ clients' limits already shaped. All decisions take `now` from the caller.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from dataclasses import dataclass
 
+from echelon.core.acl import AclError, make_caps
 from echelon.contract.filters import DEFAULT_LIMITS, FilterLimits
 from echelon.contract.transport import MAX_MESSAGE_BYTES
 
@@ -42,6 +48,7 @@ class Limits:
     streams_per_connection: int = 5_000
     max_message_bytes: int = MAX_MESSAGE_BYTES
     # Caps on what a client may ask of a durable subscription (agent/durable/caps.py).
+    durable_subscriptions: int = 1_000
     durable_max_messages: int = 1_000_000
     durable_max_bytes: int = 1 << 30
     durable_max_idle_seconds: int = 30 * 86400
@@ -81,6 +88,24 @@ def parse_limits(text: str) -> Limits:
         except ValueError:
             raise ValueError(f"limit {name}={value!r}: not a number") from None
     return Limits(**values)
+
+
+def parse_identity_caps(text: str) -> dict[str, dict[str, int]]:
+    """`{"user:ann": {"durable_subscriptions": 20}}` (JSON; "" for none) -> principal ->
+    caps (core/acl.py CAP_FIELDS); ValueError names what is wrong."""
+    if not text.strip():
+        return {}
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"identity caps: not JSON ({e})") from None
+    if not isinstance(data, dict) or not all(isinstance(c, dict) for c in data.values()):
+        raise ValueError("identity caps: a JSON object of principal -> {cap: number}")
+    try:  # a YAML number may come through a template as a float ("1e+06")
+        return {p: make_caps(p, {k: int(v) if isinstance(v, float) and v.is_integer() else v for k, v in c.items()})
+                for p, c in data.items()}
+    except AclError as e:
+        raise ValueError(f"identity caps: {e}") from None
 
 
 class TokenBucket:
@@ -149,9 +174,11 @@ class Quotas:
             if counter[key] <= 0:
                 del counter[key]
 
-    def open_subscription(self, who: str) -> str | None:
-        if self.subscriptions[who] >= self.limits.subscriptions:
-            return f"{who} holds {self.subscriptions[who]} subscriptions here, the limit is {self.limits.subscriptions}"
+    def open_subscription(self, who: str, most: int | None = None) -> str | None:
+        """Count an open subscription of `who` (at most `most`, default the limit)."""
+        most = self.limits.subscriptions if most is None else most
+        if self.subscriptions[who] >= most:
+            return f"{who} holds {self.subscriptions[who]} subscriptions here, the limit is subscriptions={most}"
         self.subscriptions[who] += 1
         return None
 

@@ -55,10 +55,9 @@ def running() -> str:
 
 
 # At saturation most young objects are still in flight when a pass comes (events held for
-# their acks), so each pass scans and promotes them, and every 10th scans them again: at
-# 10,000 the busiest agents spent 2.4-7.1% of their CPU in the GC (gc.callbacks, two
-# saturation cells), at 100,000 1.0-3.2%; the longest pass ~20 ms either way (at 10,000
-# the older generation's); at 1,000/s no pass at all in an 8 s cell.
+# their acks), so each pass scans and promotes them, and every 10th scans them again: fewer,
+# larger young passes cost the busiest agents less of their CPU in the GC, with no longer a
+# worst pass (docs/performance-history.md, "Measurements once in docstrings").
 # Cyclic garbage waits at most that many allocations longer.
 YOUNG = 100_000
 

@@ -151,11 +151,29 @@ class Event(_message.Message):
     def __init__(self, id: _Optional[_Union[MessageId, _Mapping]] = ..., topic: _Optional[str] = ..., attributes: _Optional[_Mapping[str, Value]] = ..., payload: _Optional[bytes] = ..., ordering_key: _Optional[str] = ..., publish_time_unix_nanos: _Optional[int] = ...) -> None: ...
 
 class AclRule(_message.Message):
-    __slots__ = ("principal", "pattern", "rights")
+    __slots__ = ("principal", "pattern", "rights", "caps")
     PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
     PATTERN_FIELD_NUMBER: _ClassVar[int]
     RIGHTS_FIELD_NUMBER: _ClassVar[int]
+    CAPS_FIELD_NUMBER: _ClassVar[int]
     principal: str
     pattern: str
     rights: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, principal: _Optional[str] = ..., pattern: _Optional[str] = ..., rights: _Optional[_Iterable[str]] = ...) -> None: ...
+    caps: IdentityCaps
+    def __init__(self, principal: _Optional[str] = ..., pattern: _Optional[str] = ..., rights: _Optional[_Iterable[str]] = ..., caps: _Optional[_Union[IdentityCaps, _Mapping]] = ...) -> None: ...
+
+class IdentityCaps(_message.Message):
+    __slots__ = ("subscriptions", "durable_subscriptions", "durable_max_messages", "durable_max_bytes", "durable_max_idle_seconds", "durable_max_replicas")
+    SUBSCRIPTIONS_FIELD_NUMBER: _ClassVar[int]
+    DURABLE_SUBSCRIPTIONS_FIELD_NUMBER: _ClassVar[int]
+    DURABLE_MAX_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    DURABLE_MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    DURABLE_MAX_IDLE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    DURABLE_MAX_REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    subscriptions: int
+    durable_subscriptions: int
+    durable_max_messages: int
+    durable_max_bytes: int
+    durable_max_idle_seconds: int
+    durable_max_replicas: int
+    def __init__(self, subscriptions: _Optional[int] = ..., durable_subscriptions: _Optional[int] = ..., durable_max_messages: _Optional[int] = ..., durable_max_bytes: _Optional[int] = ..., durable_max_idle_seconds: _Optional[int] = ..., durable_max_replicas: _Optional[int] = ...) -> None: ...

@@ -26,7 +26,7 @@ from echelon.v1 import common_pb2 as echelon_dot_v1_dot_common__pb2
 from echelon.v1 import pubsub_pb2 as echelon_dot_v1_dot_pubsub__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x65\x63helon/v1/durable.proto\x12\nechelon.v1\x1a\x17\x65\x63helon/v1/common.proto\x1a\x17\x65\x63helon/v1/pubsub.proto\"\xeb\x02\n\x13\x44urableSubscription\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\"\n\x06\x66ilter\x18\x03 \x01(\x0b\x32\x12.echelon.v1.Filter\x12+\n\x07options\x18\x04 \x01(\x0b\x32\x1a.echelon.v1.DurableOptions\x12\x0f\n\x07holders\x18\x05 \x03(\t\x12\x1a\n\x12\x63reated_unix_nanos\x18\x06 \x01(\x03\x12\x1e\n\x16last_active_unix_nanos\x18\x07 \x01(\x03\x12\x18\n\x10\x62\x61\x63klog_messages\x18\x08 \x01(\x04\x12\x15\n\rbacklog_bytes\x18\t \x01(\x04\x12!\n\x19oldest_unacked_unix_nanos\x18\n \x01(\x03\x12\x0f\n\x07\x64ropped\x18\x0b \x01(\x04\x12\x10\n\x08\x61ttached\x18\x0c \x01(\x08\x12\x13\n\x0b\x61nswered_by\x18\r \x01(\t\x12\r\n\x05seeks\x18\x0e \x01(\x04\")\n\x18ListSubscriptionsRequest\x12\r\n\x05local\x18\x01 \x01(\x08\"S\n\x19ListSubscriptionsResponse\x12\x36\n\rsubscriptions\x18\x01 \x03(\x0b\x32\x1f.echelon.v1.DurableSubscription\"5\n\x16GetSubscriptionRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05local\x18\x02 \x01(\x08\"y\n\x0bSeekRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x19\n\x0ftime_unix_nanos\x18\x02 \x01(\x03H\x00\x12(\n\x07message\x18\x03 \x01(\x0b\x32\x15.echelon.v1.MessageIdH\x00\x12\r\n\x05local\x18\x04 \x01(\x08\x42\x08\n\x06target\"(\n\x0cSeekResponse\x12\x18\n\x10\x62\x61\x63klog_messages\x18\x01 \x01(\x04\"8\n\x19\x44\x65leteSubscriptionRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05local\x18\x02 \x01(\x08\"\x1c\n\x1a\x44\x65leteSubscriptionResponse\"\x83\x02\n\rDurableChange\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x31\n\x06\x63reate\x18\x02 \x01(\x0b\x32\x1f.echelon.v1.DurableSubscriptionH\x00\x12\'\n\x04\x61\x63ks\x18\x03 \x01(\x0b\x32\x17.echelon.v1.DurableAcksH\x00\x12\'\n\x04seek\x18\x04 \x01(\x0b\x32\x17.echelon.v1.SeekRequestH\x00\x12\x10\n\x06\x64\x65lete\x18\x05 \x01(\x08H\x00\x12\x1a\n\x10touch_unix_nanos\x18\x06 \x01(\x03H\x00\x12\'\n\x04\x66ull\x18\x07 \x01(\x0b\x32\x17.echelon.v1.BacklogFullH\x00\x42\x08\n\x06\x63hange\"N\n\x0b\x42\x61\x63klogFull\x12\r\n\x05topic\x18\x01 \x01(\t\x12\"\n\x06\x66ilter\x18\x02 \x01(\x0b\x32\x12.echelon.v1.Filter\x12\x0c\n\x04\x66ull\x18\x03 \x01(\x08\"1\n\x0b\x44urableAcks\x12\"\n\x03ids\x18\x01 \x03(\x0b\x32\x15.echelon.v1.MessageId\"\x0f\n\rApplyResponse\"\x1c\n\x0c\x46\x65tchRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\xac\x01\n\x0c\x44urableState\x12/\n\x06record\x18\x01 \x01(\x0b\x32\x1f.echelon.v1.DurableSubscription\x12\"\n\x07\x62\x61\x63klog\x18\x02 \x03(\x0b\x32\x11.echelon.v1.Event\x12!\n\x19sender_started_unix_nanos\x18\x03 \x01(\x03\x12$\n\x05\x61\x63ked\x18\x04 \x03(\x0b\x32\x15.echelon.v1.MessageId2\xdf\x03\n\x07\x44urable\x12`\n\x11ListSubscriptions\x12$.echelon.v1.ListSubscriptionsRequest\x1a%.echelon.v1.ListSubscriptionsResponse\x12V\n\x0fGetSubscription\x12\".echelon.v1.GetSubscriptionRequest\x1a\x1f.echelon.v1.DurableSubscription\x12\x39\n\x04Seek\x12\x17.echelon.v1.SeekRequest\x1a\x18.echelon.v1.SeekResponse\x12\x63\n\x12\x44\x65leteSubscription\x12%.echelon.v1.DeleteSubscriptionRequest\x1a&.echelon.v1.DeleteSubscriptionResponse\x12=\n\x05\x41pply\x12\x19.echelon.v1.DurableChange\x1a\x19.echelon.v1.ApplyResponse\x12;\n\x05\x46\x65tch\x12\x18.echelon.v1.FetchRequest\x1a\x18.echelon.v1.DurableStateb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x65\x63helon/v1/durable.proto\x12\nechelon.v1\x1a\x17\x65\x63helon/v1/common.proto\x1a\x17\x65\x63helon/v1/pubsub.proto\"\x9d\x03\n\x13\x44urableSubscription\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\"\n\x06\x66ilter\x18\x03 \x01(\x0b\x32\x12.echelon.v1.Filter\x12+\n\x07options\x18\x04 \x01(\x0b\x32\x1a.echelon.v1.DurableOptions\x12\x0f\n\x07holders\x18\x05 \x03(\t\x12\x1a\n\x12\x63reated_unix_nanos\x18\x06 \x01(\x03\x12\x1e\n\x16last_active_unix_nanos\x18\x07 \x01(\x03\x12\x18\n\x10\x62\x61\x63klog_messages\x18\x08 \x01(\x04\x12\x15\n\rbacklog_bytes\x18\t \x01(\x04\x12!\n\x19oldest_unacked_unix_nanos\x18\n \x01(\x03\x12\x0f\n\x07\x64ropped\x18\x0b \x01(\x04\x12\x10\n\x08\x61ttached\x18\x0c \x01(\x08\x12\x13\n\x0b\x61nswered_by\x18\r \x01(\t\x12\r\n\x05seeks\x18\x0e \x01(\x04\x12\x30\n\nredelivery\x18\x0f \x01(\x0b\x32\x1c.echelon.v1.RedeliveryPolicy\"8\n\x18ListSubscriptionsRequest\x12\r\n\x05local\x18\x01 \x01(\x08\x12\r\n\x05owner\x18\x32 \x01(\t\"S\n\x19ListSubscriptionsResponse\x12\x36\n\rsubscriptions\x18\x01 \x03(\x0b\x32\x1f.echelon.v1.DurableSubscription\"5\n\x16GetSubscriptionRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05local\x18\x02 \x01(\x08\"y\n\x0bSeekRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x19\n\x0ftime_unix_nanos\x18\x02 \x01(\x03H\x00\x12(\n\x07message\x18\x03 \x01(\x0b\x32\x15.echelon.v1.MessageIdH\x00\x12\r\n\x05local\x18\x04 \x01(\x08\x42\x08\n\x06target\"(\n\x0cSeekResponse\x12\x18\n\x10\x62\x61\x63klog_messages\x18\x01 \x01(\x04\"8\n\x19\x44\x65leteSubscriptionRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05local\x18\x02 \x01(\x08\"\x1c\n\x1a\x44\x65leteSubscriptionResponse\"\x83\x02\n\rDurableChange\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x31\n\x06\x63reate\x18\x02 \x01(\x0b\x32\x1f.echelon.v1.DurableSubscriptionH\x00\x12\'\n\x04\x61\x63ks\x18\x03 \x01(\x0b\x32\x17.echelon.v1.DurableAcksH\x00\x12\'\n\x04seek\x18\x04 \x01(\x0b\x32\x17.echelon.v1.SeekRequestH\x00\x12\x10\n\x06\x64\x65lete\x18\x05 \x01(\x08H\x00\x12\x1a\n\x10touch_unix_nanos\x18\x06 \x01(\x03H\x00\x12\'\n\x04\x66ull\x18\x07 \x01(\x0b\x32\x17.echelon.v1.BacklogFullH\x00\x42\x08\n\x06\x63hange\"N\n\x0b\x42\x61\x63klogFull\x12\r\n\x05topic\x18\x01 \x01(\t\x12\"\n\x06\x66ilter\x18\x02 \x01(\x0b\x32\x12.echelon.v1.Filter\x12\x0c\n\x04\x66ull\x18\x03 \x01(\x08\"1\n\x0b\x44urableAcks\x12\"\n\x03ids\x18\x01 \x03(\x0b\x32\x15.echelon.v1.MessageId\"\x0f\n\rApplyResponse\"\x1c\n\x0c\x46\x65tchRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\xac\x01\n\x0c\x44urableState\x12/\n\x06record\x18\x01 \x01(\x0b\x32\x1f.echelon.v1.DurableSubscription\x12\"\n\x07\x62\x61\x63klog\x18\x02 \x03(\x0b\x32\x11.echelon.v1.Event\x12!\n\x19sender_started_unix_nanos\x18\x03 \x01(\x03\x12$\n\x05\x61\x63ked\x18\x04 \x03(\x0b\x32\x15.echelon.v1.MessageId2\xdf\x03\n\x07\x44urable\x12`\n\x11ListSubscriptions\x12$.echelon.v1.ListSubscriptionsRequest\x1a%.echelon.v1.ListSubscriptionsResponse\x12V\n\x0fGetSubscription\x12\".echelon.v1.GetSubscriptionRequest\x1a\x1f.echelon.v1.DurableSubscription\x12\x39\n\x04Seek\x12\x17.echelon.v1.SeekRequest\x1a\x18.echelon.v1.SeekResponse\x12\x63\n\x12\x44\x65leteSubscription\x12%.echelon.v1.DeleteSubscriptionRequest\x1a&.echelon.v1.DeleteSubscriptionResponse\x12=\n\x05\x41pply\x12\x19.echelon.v1.DurableChange\x1a\x19.echelon.v1.ApplyResponse\x12;\n\x05\x46\x65tch\x12\x18.echelon.v1.FetchRequest\x1a\x18.echelon.v1.DurableStateb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,33 +34,33 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'echelon.v1.durable_pb2', _g
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_DURABLESUBSCRIPTION']._serialized_start=91
-  _globals['_DURABLESUBSCRIPTION']._serialized_end=454
-  _globals['_LISTSUBSCRIPTIONSREQUEST']._serialized_start=456
-  _globals['_LISTSUBSCRIPTIONSREQUEST']._serialized_end=497
-  _globals['_LISTSUBSCRIPTIONSRESPONSE']._serialized_start=499
-  _globals['_LISTSUBSCRIPTIONSRESPONSE']._serialized_end=582
-  _globals['_GETSUBSCRIPTIONREQUEST']._serialized_start=584
-  _globals['_GETSUBSCRIPTIONREQUEST']._serialized_end=637
-  _globals['_SEEKREQUEST']._serialized_start=639
-  _globals['_SEEKREQUEST']._serialized_end=760
-  _globals['_SEEKRESPONSE']._serialized_start=762
-  _globals['_SEEKRESPONSE']._serialized_end=802
-  _globals['_DELETESUBSCRIPTIONREQUEST']._serialized_start=804
-  _globals['_DELETESUBSCRIPTIONREQUEST']._serialized_end=860
-  _globals['_DELETESUBSCRIPTIONRESPONSE']._serialized_start=862
-  _globals['_DELETESUBSCRIPTIONRESPONSE']._serialized_end=890
-  _globals['_DURABLECHANGE']._serialized_start=893
-  _globals['_DURABLECHANGE']._serialized_end=1152
-  _globals['_BACKLOGFULL']._serialized_start=1154
-  _globals['_BACKLOGFULL']._serialized_end=1232
-  _globals['_DURABLEACKS']._serialized_start=1234
-  _globals['_DURABLEACKS']._serialized_end=1283
-  _globals['_APPLYRESPONSE']._serialized_start=1285
-  _globals['_APPLYRESPONSE']._serialized_end=1300
-  _globals['_FETCHREQUEST']._serialized_start=1302
-  _globals['_FETCHREQUEST']._serialized_end=1330
-  _globals['_DURABLESTATE']._serialized_start=1333
-  _globals['_DURABLESTATE']._serialized_end=1505
-  _globals['_DURABLE']._serialized_start=1508
-  _globals['_DURABLE']._serialized_end=1987
+  _globals['_DURABLESUBSCRIPTION']._serialized_end=504
+  _globals['_LISTSUBSCRIPTIONSREQUEST']._serialized_start=506
+  _globals['_LISTSUBSCRIPTIONSREQUEST']._serialized_end=562
+  _globals['_LISTSUBSCRIPTIONSRESPONSE']._serialized_start=564
+  _globals['_LISTSUBSCRIPTIONSRESPONSE']._serialized_end=647
+  _globals['_GETSUBSCRIPTIONREQUEST']._serialized_start=649
+  _globals['_GETSUBSCRIPTIONREQUEST']._serialized_end=702
+  _globals['_SEEKREQUEST']._serialized_start=704
+  _globals['_SEEKREQUEST']._serialized_end=825
+  _globals['_SEEKRESPONSE']._serialized_start=827
+  _globals['_SEEKRESPONSE']._serialized_end=867
+  _globals['_DELETESUBSCRIPTIONREQUEST']._serialized_start=869
+  _globals['_DELETESUBSCRIPTIONREQUEST']._serialized_end=925
+  _globals['_DELETESUBSCRIPTIONRESPONSE']._serialized_start=927
+  _globals['_DELETESUBSCRIPTIONRESPONSE']._serialized_end=955
+  _globals['_DURABLECHANGE']._serialized_start=958
+  _globals['_DURABLECHANGE']._serialized_end=1217
+  _globals['_BACKLOGFULL']._serialized_start=1219
+  _globals['_BACKLOGFULL']._serialized_end=1297
+  _globals['_DURABLEACKS']._serialized_start=1299
+  _globals['_DURABLEACKS']._serialized_end=1348
+  _globals['_APPLYRESPONSE']._serialized_start=1350
+  _globals['_APPLYRESPONSE']._serialized_end=1365
+  _globals['_FETCHREQUEST']._serialized_start=1367
+  _globals['_FETCHREQUEST']._serialized_end=1395
+  _globals['_DURABLESTATE']._serialized_start=1398
+  _globals['_DURABLESTATE']._serialized_end=1570
+  _globals['_DURABLE']._serialized_start=1573
+  _globals['_DURABLE']._serialized_end=2052
 # @@protoc_insertion_point(module_scope)

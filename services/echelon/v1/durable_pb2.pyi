@@ -9,7 +9,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class DurableSubscription(_message.Message):
-    __slots__ = ("name", "topic", "filter", "options", "holders", "created_unix_nanos", "last_active_unix_nanos", "backlog_messages", "backlog_bytes", "oldest_unacked_unix_nanos", "dropped", "attached", "answered_by", "seeks")
+    __slots__ = ("name", "topic", "filter", "options", "holders", "created_unix_nanos", "last_active_unix_nanos", "backlog_messages", "backlog_bytes", "oldest_unacked_unix_nanos", "dropped", "attached", "answered_by", "seeks", "redelivery")
     NAME_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     FILTER_FIELD_NUMBER: _ClassVar[int]
@@ -24,6 +24,7 @@ class DurableSubscription(_message.Message):
     ATTACHED_FIELD_NUMBER: _ClassVar[int]
     ANSWERED_BY_FIELD_NUMBER: _ClassVar[int]
     SEEKS_FIELD_NUMBER: _ClassVar[int]
+    REDELIVERY_FIELD_NUMBER: _ClassVar[int]
     name: str
     topic: str
     filter: _common_pb2.Filter
@@ -38,13 +39,16 @@ class DurableSubscription(_message.Message):
     attached: bool
     answered_by: str
     seeks: int
-    def __init__(self, name: _Optional[str] = ..., topic: _Optional[str] = ..., filter: _Optional[_Union[_common_pb2.Filter, _Mapping]] = ..., options: _Optional[_Union[_pubsub_pb2.DurableOptions, _Mapping]] = ..., holders: _Optional[_Iterable[str]] = ..., created_unix_nanos: _Optional[int] = ..., last_active_unix_nanos: _Optional[int] = ..., backlog_messages: _Optional[int] = ..., backlog_bytes: _Optional[int] = ..., oldest_unacked_unix_nanos: _Optional[int] = ..., dropped: _Optional[int] = ..., attached: _Optional[bool] = ..., answered_by: _Optional[str] = ..., seeks: _Optional[int] = ...) -> None: ...
+    redelivery: _pubsub_pb2.RedeliveryPolicy
+    def __init__(self, name: _Optional[str] = ..., topic: _Optional[str] = ..., filter: _Optional[_Union[_common_pb2.Filter, _Mapping]] = ..., options: _Optional[_Union[_pubsub_pb2.DurableOptions, _Mapping]] = ..., holders: _Optional[_Iterable[str]] = ..., created_unix_nanos: _Optional[int] = ..., last_active_unix_nanos: _Optional[int] = ..., backlog_messages: _Optional[int] = ..., backlog_bytes: _Optional[int] = ..., oldest_unacked_unix_nanos: _Optional[int] = ..., dropped: _Optional[int] = ..., attached: _Optional[bool] = ..., answered_by: _Optional[str] = ..., seeks: _Optional[int] = ..., redelivery: _Optional[_Union[_pubsub_pb2.RedeliveryPolicy, _Mapping]] = ...) -> None: ...
 
 class ListSubscriptionsRequest(_message.Message):
-    __slots__ = ("local",)
+    __slots__ = ("local", "owner")
     LOCAL_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
     local: bool
-    def __init__(self, local: _Optional[bool] = ...) -> None: ...
+    owner: str
+    def __init__(self, local: _Optional[bool] = ..., owner: _Optional[str] = ...) -> None: ...
 
 class ListSubscriptionsResponse(_message.Message):
     __slots__ = ("subscriptions",)

@@ -73,7 +73,7 @@ class PublishRequest(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., attributes: _Optional[_Mapping[str, _common_pb2.Value]] = ..., payload: _Optional[bytes] = ..., ordering_key: _Optional[str] = ..., producer_id: _Optional[str] = ..., sequence: _Optional[int] = ..., ack_level: _Optional[_Union[AckLevel, str]] = ..., slice_index: _Optional[int] = ..., slice_count: _Optional[int] = ..., payload_size: _Optional[int] = ..., batch: _Optional[_Iterable[_Union[PublishRequest, _Mapping]]] = ..., coalesce_acks: _Optional[bool] = ...) -> None: ...
 
 class PublishAck(_message.Message):
-    __slots__ = ("producer_id", "sequence", "code", "error", "destinations", "duplicate", "acks")
+    __slots__ = ("producer_id", "sequence", "code", "error", "destinations", "duplicate", "acks", "stream_status")
     PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     CODE_FIELD_NUMBER: _ClassVar[int]
@@ -81,6 +81,7 @@ class PublishAck(_message.Message):
     DESTINATIONS_FIELD_NUMBER: _ClassVar[int]
     DUPLICATE_FIELD_NUMBER: _ClassVar[int]
     ACKS_FIELD_NUMBER: _ClassVar[int]
+    STREAM_STATUS_FIELD_NUMBER: _ClassVar[int]
     producer_id: str
     sequence: int
     code: int
@@ -88,24 +89,29 @@ class PublishAck(_message.Message):
     destinations: int
     duplicate: bool
     acks: _containers.RepeatedCompositeFieldContainer[PublishAck]
-    def __init__(self, producer_id: _Optional[str] = ..., sequence: _Optional[int] = ..., code: _Optional[int] = ..., error: _Optional[str] = ..., destinations: _Optional[int] = ..., duplicate: _Optional[bool] = ..., acks: _Optional[_Iterable[_Union[PublishAck, _Mapping]]] = ...) -> None: ...
+    stream_status: bool
+    def __init__(self, producer_id: _Optional[str] = ..., sequence: _Optional[int] = ..., code: _Optional[int] = ..., error: _Optional[str] = ..., destinations: _Optional[int] = ..., duplicate: _Optional[bool] = ..., acks: _Optional[_Iterable[_Union[PublishAck, _Mapping]]] = ..., stream_status: _Optional[bool] = ...) -> None: ...
 
 class SubscribeRequest(_message.Message):
-    __slots__ = ("open", "ack", "nack", "close", "batch")
+    __slots__ = ("open", "ack", "nack", "in_progress", "term", "close", "batch")
     OPEN_FIELD_NUMBER: _ClassVar[int]
     ACK_FIELD_NUMBER: _ClassVar[int]
     NACK_FIELD_NUMBER: _ClassVar[int]
+    IN_PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
     CLOSE_FIELD_NUMBER: _ClassVar[int]
     BATCH_FIELD_NUMBER: _ClassVar[int]
     open: SubscriptionOpen
     ack: SubscriberAck
     nack: SubscriberNack
+    in_progress: SubscriberProgress
+    term: SubscriberTerm
     close: SubscriptionClose
     batch: _containers.RepeatedCompositeFieldContainer[SubscribeRequest]
-    def __init__(self, open: _Optional[_Union[SubscriptionOpen, _Mapping]] = ..., ack: _Optional[_Union[SubscriberAck, _Mapping]] = ..., nack: _Optional[_Union[SubscriberNack, _Mapping]] = ..., close: _Optional[_Union[SubscriptionClose, _Mapping]] = ..., batch: _Optional[_Iterable[_Union[SubscribeRequest, _Mapping]]] = ...) -> None: ...
+    def __init__(self, open: _Optional[_Union[SubscriptionOpen, _Mapping]] = ..., ack: _Optional[_Union[SubscriberAck, _Mapping]] = ..., nack: _Optional[_Union[SubscriberNack, _Mapping]] = ..., in_progress: _Optional[_Union[SubscriberProgress, _Mapping]] = ..., term: _Optional[_Union[SubscriberTerm, _Mapping]] = ..., close: _Optional[_Union[SubscriptionClose, _Mapping]] = ..., batch: _Optional[_Iterable[_Union[SubscribeRequest, _Mapping]]] = ...) -> None: ...
 
 class SubscriptionOpen(_message.Message):
-    __slots__ = ("topic", "filter", "filter_text", "subscription", "credits", "batched_deliveries", "durable", "routed", "sid", "encoded_events", "evict")
+    __slots__ = ("topic", "filter", "filter_text", "subscription", "credits", "batched_deliveries", "durable", "routed", "sid", "encoded_events", "evict", "redelivery")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     FILTER_FIELD_NUMBER: _ClassVar[int]
     FILTER_TEXT_FIELD_NUMBER: _ClassVar[int]
@@ -117,6 +123,7 @@ class SubscriptionOpen(_message.Message):
     SID_FIELD_NUMBER: _ClassVar[int]
     ENCODED_EVENTS_FIELD_NUMBER: _ClassVar[int]
     EVICT_FIELD_NUMBER: _ClassVar[int]
+    REDELIVERY_FIELD_NUMBER: _ClassVar[int]
     topic: str
     filter: _common_pb2.Filter
     filter_text: str
@@ -128,7 +135,20 @@ class SubscriptionOpen(_message.Message):
     sid: int
     encoded_events: bool
     evict: bool
-    def __init__(self, topic: _Optional[str] = ..., filter: _Optional[_Union[_common_pb2.Filter, _Mapping]] = ..., filter_text: _Optional[str] = ..., subscription: _Optional[str] = ..., credits: _Optional[int] = ..., batched_deliveries: _Optional[bool] = ..., durable: _Optional[_Union[DurableOptions, _Mapping]] = ..., routed: _Optional[bool] = ..., sid: _Optional[int] = ..., encoded_events: _Optional[bool] = ..., evict: _Optional[bool] = ...) -> None: ...
+    redelivery: RedeliveryPolicy
+    def __init__(self, topic: _Optional[str] = ..., filter: _Optional[_Union[_common_pb2.Filter, _Mapping]] = ..., filter_text: _Optional[str] = ..., subscription: _Optional[str] = ..., credits: _Optional[int] = ..., batched_deliveries: _Optional[bool] = ..., durable: _Optional[_Union[DurableOptions, _Mapping]] = ..., routed: _Optional[bool] = ..., sid: _Optional[int] = ..., encoded_events: _Optional[bool] = ..., evict: _Optional[bool] = ..., redelivery: _Optional[_Union[RedeliveryPolicy, _Mapping]] = ...) -> None: ...
+
+class RedeliveryPolicy(_message.Message):
+    __slots__ = ("ack_deadline_ms", "no_ack_deadline", "max_deliveries", "dead_letter_topic")
+    ACK_DEADLINE_MS_FIELD_NUMBER: _ClassVar[int]
+    NO_ACK_DEADLINE_FIELD_NUMBER: _ClassVar[int]
+    MAX_DELIVERIES_FIELD_NUMBER: _ClassVar[int]
+    DEAD_LETTER_TOPIC_FIELD_NUMBER: _ClassVar[int]
+    ack_deadline_ms: int
+    no_ack_deadline: bool
+    max_deliveries: int
+    dead_letter_topic: str
+    def __init__(self, ack_deadline_ms: _Optional[int] = ..., no_ack_deadline: _Optional[bool] = ..., max_deliveries: _Optional[int] = ..., dead_letter_topic: _Optional[str] = ...) -> None: ...
 
 class SubscriberAck(_message.Message):
     __slots__ = ("delivery_ids", "credits", "through", "sid")
@@ -141,6 +161,24 @@ class SubscriberAck(_message.Message):
     through: int
     sid: int
     def __init__(self, delivery_ids: _Optional[_Iterable[int]] = ..., credits: _Optional[int] = ..., through: _Optional[int] = ..., sid: _Optional[int] = ...) -> None: ...
+
+class SubscriberProgress(_message.Message):
+    __slots__ = ("delivery_ids", "sid")
+    DELIVERY_IDS_FIELD_NUMBER: _ClassVar[int]
+    SID_FIELD_NUMBER: _ClassVar[int]
+    delivery_ids: _containers.RepeatedScalarFieldContainer[int]
+    sid: int
+    def __init__(self, delivery_ids: _Optional[_Iterable[int]] = ..., sid: _Optional[int] = ...) -> None: ...
+
+class SubscriberTerm(_message.Message):
+    __slots__ = ("delivery_ids", "credits", "sid")
+    DELIVERY_IDS_FIELD_NUMBER: _ClassVar[int]
+    CREDITS_FIELD_NUMBER: _ClassVar[int]
+    SID_FIELD_NUMBER: _ClassVar[int]
+    delivery_ids: _containers.RepeatedScalarFieldContainer[int]
+    credits: int
+    sid: int
+    def __init__(self, delivery_ids: _Optional[_Iterable[int]] = ..., credits: _Optional[int] = ..., sid: _Optional[int] = ...) -> None: ...
 
 class SubscriberNack(_message.Message):
     __slots__ = ("delivery_ids", "delay_ms", "credits", "sid")
@@ -199,6 +237,16 @@ class UnsubscribeRequest(_message.Message):
 class UnsubscribeResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class CapsRequest(_message.Message):
+    __slots__ = ("principal", "caps", "clear")
+    PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
+    CAPS_FIELD_NUMBER: _ClassVar[int]
+    CLEAR_FIELD_NUMBER: _ClassVar[int]
+    principal: str
+    caps: _common_pb2.IdentityCaps
+    clear: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, principal: _Optional[str] = ..., caps: _Optional[_Union[_common_pb2.IdentityCaps, _Mapping]] = ..., clear: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class CreateTopicRequest(_message.Message):
     __slots__ = ("name", "schema", "retention_bytes", "retention_seconds", "durable_caps")

@@ -67,7 +67,11 @@ class PubSubServicer:
 
     def Subscribe(self, request_iterator, context):
         """The first request opens (or resumes) a subscription; later ones carry acks,
-        nacks and flow credits. The agent never has more deliveries in flight than granted.
+        nacks, terms, progress reports and flow credits. The agent never has more
+        deliveries in flight than granted. An agent that enforces the open's
+        RedeliveryPolicy (ack deadline, term, in-progress, dead letters) says so in the
+        stream's initial metadata: `x-echelon-redelivery: 1`; to one that does not, a
+        client sends no `term` or `in_progress` (it would end the stream).
         A first `open` with a `sid` makes the stream shared: it carries many subscriptions
         (SubscriptionOpen.sid says how).
         """
@@ -238,6 +242,16 @@ class AdminStub:
                 request_serializer=echelon_dot_v1_dot_pubsub__pb2.ListAclsRequest.SerializeToString,
                 response_deserializer=echelon_dot_v1_dot_pubsub__pb2.ListAclsResponse.FromString,
                 _registered_method=True)
+        self.SetCaps = channel.unary_unary(
+                '/echelon.v1.Admin/SetCaps',
+                request_serializer=echelon_dot_v1_dot_pubsub__pb2.CapsRequest.SerializeToString,
+                response_deserializer=echelon_dot_v1_dot_common__pb2.AclRule.FromString,
+                _registered_method=True)
+        self.ListCaps = channel.unary_unary(
+                '/echelon.v1.Admin/ListCaps',
+                request_serializer=echelon_dot_v1_dot_pubsub__pb2.ListAclsRequest.SerializeToString,
+                response_deserializer=echelon_dot_v1_dot_pubsub__pb2.ListAclsResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -288,6 +302,21 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetCaps(self, request, context):
+        """Per-identity caps (IdentityCaps), stored with the ACLs: set merges the non-zero
+        fields of `caps` into the principal's (a field given as 0 in `clear` is removed);
+        the answer is the entry as it now stands. Cluster admin only.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListCaps(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -323,6 +352,16 @@ def add_AdminServicer_to_server(servicer, server):
             ),
             'ListAcls': grpc.unary_unary_rpc_method_handler(
                     servicer.ListAcls,
+                    request_deserializer=echelon_dot_v1_dot_pubsub__pb2.ListAclsRequest.FromString,
+                    response_serializer=echelon_dot_v1_dot_pubsub__pb2.ListAclsResponse.SerializeToString,
+            ),
+            'SetCaps': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetCaps,
+                    request_deserializer=echelon_dot_v1_dot_pubsub__pb2.CapsRequest.FromString,
+                    response_serializer=echelon_dot_v1_dot_common__pb2.AclRule.SerializeToString,
+            ),
+            'ListCaps': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListCaps,
                     request_deserializer=echelon_dot_v1_dot_pubsub__pb2.ListAclsRequest.FromString,
                     response_serializer=echelon_dot_v1_dot_pubsub__pb2.ListAclsResponse.SerializeToString,
             ),
@@ -515,6 +554,60 @@ class Admin:
             request,
             target,
             '/echelon.v1.Admin/ListAcls',
+            echelon_dot_v1_dot_pubsub__pb2.ListAclsRequest.SerializeToString,
+            echelon_dot_v1_dot_pubsub__pb2.ListAclsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetCaps(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/echelon.v1.Admin/SetCaps',
+            echelon_dot_v1_dot_pubsub__pb2.CapsRequest.SerializeToString,
+            echelon_dot_v1_dot_common__pb2.AclRule.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListCaps(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/echelon.v1.Admin/ListCaps',
             echelon_dot_v1_dot_pubsub__pb2.ListAclsRequest.SerializeToString,
             echelon_dot_v1_dot_pubsub__pb2.ListAclsResponse.FromString,
             options,

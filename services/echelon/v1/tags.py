@@ -74,6 +74,16 @@ class AclRule:  # common.proto
     principal = 0x0a  # 1, length-delimited
     pattern = 0x12  # 2, length-delimited
     rights = 0x1a  # 3, length-delimited
+    caps = 0x192  # 50, length-delimited
+
+
+class IdentityCaps:  # common.proto
+    subscriptions = 0x08  # 1, varint
+    durable_subscriptions = 0x10  # 2, varint
+    durable_max_messages = 0x18  # 3, varint
+    durable_max_bytes = 0x20  # 4, varint
+    durable_max_idle_seconds = 0x28  # 5, varint
+    durable_max_replicas = 0x30  # 6, varint
 
 
 class DurableSubscription:  # durable.proto
@@ -91,10 +101,12 @@ class DurableSubscription:  # durable.proto
     attached = 0x60  # 12, varint
     answered_by = 0x6a  # 13, length-delimited
     seeks = 0x70  # 14, varint
+    redelivery = 0x7a  # 15, length-delimited
 
 
 class ListSubscriptionsRequest:  # durable.proto
     local = 0x08  # 1, varint
+    owner = 0x192  # 50, length-delimited
 
 
 class ListSubscriptionsResponse:  # durable.proto
@@ -566,12 +578,15 @@ class PublishAck:  # pubsub.proto
     destinations = 0x28  # 5, varint
     duplicate = 0x30  # 6, varint
     acks = 0xa2  # 20, length-delimited
+    stream_status = 0x190  # 50, varint
 
 
 class SubscribeRequest:  # pubsub.proto
     open = 0x0a  # 1, length-delimited
     ack = 0x12  # 2, length-delimited
     nack = 0x1a  # 3, length-delimited
+    in_progress = 0x22  # 4, length-delimited
+    term = 0x2a  # 5, length-delimited
     close = 0x37a  # 111, length-delimited
     batch = 0x372  # 110, length-delimited
 
@@ -588,12 +603,31 @@ class SubscriptionOpen:  # pubsub.proto
     sid = 0x370  # 110, varint
     encoded_events = 0x550  # 170, varint
     evict = 0x5a8  # 181, varint
+    redelivery = 0x5f2  # 190, length-delimited
+
+
+class RedeliveryPolicy:  # pubsub.proto
+    ack_deadline_ms = 0x08  # 1, varint
+    no_ack_deadline = 0x10  # 2, varint
+    max_deliveries = 0x18  # 3, varint
+    dead_letter_topic = 0x22  # 4, length-delimited
 
 
 class SubscriberAck:  # pubsub.proto
     delivery_ids = 0x0a  # 1, length-delimited
     credits = 0x10  # 2, varint
     through = 0xa0  # 20, varint
+    sid = 0x370  # 110, varint
+
+
+class SubscriberProgress:  # pubsub.proto
+    delivery_ids = 0x0a  # 1, length-delimited
+    sid = 0x370  # 110, varint
+
+
+class SubscriberTerm:  # pubsub.proto
+    delivery_ids = 0x0a  # 1, length-delimited
+    credits = 0x10  # 2, varint
     sid = 0x370  # 110, varint
 
 
@@ -629,6 +663,12 @@ class UnsubscribeRequest:  # pubsub.proto
 
 class UnsubscribeResponse:  # pubsub.proto
     pass
+
+
+class CapsRequest:  # pubsub.proto
+    principal = 0x0a  # 1, length-delimited
+    caps = 0x12  # 2, length-delimited
+    clear = 0x1a  # 3, length-delimited
 
 
 class CreateTopicRequest:  # pubsub.proto

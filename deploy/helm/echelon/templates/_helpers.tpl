@@ -391,6 +391,10 @@ spec:
 - --limits
 - {{ . | quote }}
 {{- end }}
+{{- with $a.identityCaps }}
+- --identity-caps
+- {{ toJson . | quote }}
+{{- end }}
 {{- end -}}
 
 {{/* A token from a Secret: the services' member token, or (client: true) the cluster

@@ -1,7 +1,8 @@
 """The operator's caps over what a subscriber asks of a durable subscription
 (docs/security.md): its backlog's messages and bytes, its idle time and its replicas
 are bounded by the agent's limits (`--limits durable_max_messages=...`, the chart's
-`auth.limits`) and by its topic's caps (`Topic.durable_caps`, set by whoever creates the
+`auth.limits`), or the caller's own caps where the cluster admin set them (`echelon acl
+cap`, the chart's `auth.identityCaps`), and by its topic's caps (`Topic.durable_caps`, set by whoever creates the
 topic, an admin of it: `echelon topic create --durable-caps ...`), and only an admin
 of the topic may choose REJECT_PUBLISH, the one policy that pushes back on every
 publisher of the topic. Checked where the client's
@@ -24,20 +25,26 @@ _CAPPED = (("max_messages", "durable_max_messages"), ("max_bytes", "durable_max_
            ("idle_seconds", "durable_max_idle_seconds"), ("replicas", "durable_max_replicas"))
 
 
-def check_options(access: Access, open_: ppb.SubscriptionOpen, topic: pb.Topic | None = None) -> None:
-    """Refuse `open_`'s durable options over the agent's caps or its topic's (the lower
-    one counts; a topic's 0 leaves the agent's)."""
+def check_options(access: Access, open_: ppb.SubscriptionOpen, topic: pb.Topic | None = None,
+                  defaults=None) -> None:
+    """Refuse `open_`'s durable options over the caller's caps (its identity's if the
+    cluster admin set them, else the agent's: `Access.limit`) or its topic's (the lower
+    one counts; a topic's 0 leaves the other). An option left at 0 whose agent default
+    (`defaults`) is over the identity's cap is set to the cap here: the holder that
+    creates it sees an agent, not the caller."""
     caller = CALLER.get()
     if caller is None or not caller.limited:
         return
-    o, limits = open_.durable, access.config.limits
+    o = open_.durable
     for field, cap in _CAPPED:
-        asked, most = getattr(o, field), getattr(limits, cap)
+        asked, most = getattr(o, field), access.limit(caller.identity, cap)
         if asked > most:
-            raise InvalidArgument(f"durable {field}={asked} is over the operator's cap {cap}={most}")
+            raise InvalidArgument(f"durable {field}={asked} is over the cap {cap}={most} for {caller.identity}")
         mine = getattr(topic.durable_caps, field) if topic is not None else 0
         if mine and asked > mine:
             raise InvalidArgument(f"durable {field}={asked} is over topic {topic.name!r}'s cap {field}={mine}")
+        if not asked and defaults is not None and getattr(defaults, field) > most:
+            setattr(o, field, min(most, mine or most))
     if o.policy == ppb.BACKLOG_POLICY_REJECT_PUBLISH:
         refusal = access.acl().refusal(caller.identity, "admin", open_.topic)
         if refusal:

@@ -56,6 +56,7 @@ from echelon.agent.durable.copies import copy_of, take_copy
 from echelon.agent.durable.peers import Peers
 from echelon.agent.durable.subscription import DurableSubscription
 from echelon.agent.durable.upkeep import flush_loop, maintain_loop
+from echelon.agent.redelivery import apply, policy_of, to_pb
 from echelon.agent.durable.store import Key, Store
 from echelon.core.durability import Policy, holders
 from echelon.contract.filters import Filter
@@ -143,6 +144,8 @@ class Durables:
                                   self.dropped.inc)
         self.subs[record.name] = sub
         registry = self.node.subscriptions
+        sub.on_stall, sub.stall_seconds = registry._stalled, registry.stall_seconds  # lagging: subscription.py
+        apply(sub, policy_of(record.redelivery, record.topic), registry.dead_letters, self.node.metrics)
         registry.subs[record.name] = sub
         registry._changed()
         asyncio.create_task(self.register(sub), name=f"durable-register {record.name}")
@@ -202,7 +205,7 @@ class Durables:
             if record is not None:
                 sub = await self.adopt(record)
             else:
-                sub = await self._create(name, topic, flt, open_.durable)
+                sub = await self._create(name, topic, flt, open_.durable, open_.redelivery)
         elif not sub.synced:
             await self.sync(sub)
         if name not in self.subs:
@@ -221,7 +224,8 @@ class Durables:
         self.touch(sub)
         return sub
 
-    async def _create(self, name: str, topic: pb.Topic, flt: Filter, o: ppb.DurableOptions) -> DurableSubscription:
+    async def _create(self, name: str, topic: pb.Topic, flt: Filter, o: ppb.DurableOptions,
+                      redelivery: ppb.RedeliveryPolicy) -> DurableSubscription:
         d = self.defaults
         if o.policy and o.policy not in Policy._value2member_map_:
             raise InvalidArgument(f"backlog policy {o.policy}: unknown")
@@ -236,7 +240,7 @@ class Durables:
         options = ppb.DurableOptions(start=o.start or ppb.START_POSITION_NOW,
                                      max_messages=o.max_messages or default("max_messages", d.max_messages),
                                      max_bytes=o.max_bytes or default("max_bytes", d.max_bytes),
-                                     policy=o.policy or ppb.BACKLOG_POLICY_DROP_OLDEST,
+                                     policy=o.policy,  # unspecified: lag (core/durability.py)
                                      idle_seconds=o.idle_seconds or default("idle_seconds", d.idle_seconds),
                                      replicas=o.replicas or default("replicas", d.replicas))
         agents = sorted({*self.peers.alive(), self.me})
@@ -245,7 +249,8 @@ class Durables:
             chosen = [self.me, *chosen[:-1]]
         now = time.time_ns()
         record = dpb.DurableSubscription(name=name, topic=topic.name, filter=filter_to_pb(flt), options=options,
-                                         holders=chosen, created_unix_nanos=now, last_active_unix_nanos=now)
+                                         holders=chosen, created_unix_nanos=now, last_active_unix_nanos=now,
+                                         redelivery=to_pb(policy_of(redelivery, topic.name)))
         sub = self._create_local(record)
         await self.register(sub)  # matched from the moment the open returns ("now")
         await self._tell_holders(sub, dpb.DurableChange(name=name, create=record))

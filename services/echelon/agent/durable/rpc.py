@@ -17,7 +17,7 @@ import grpc
 
 from echelon.agent.durable.durables import Durables, check_name
 from echelon.agent.durable.copies import CALL_TIMEOUT
-from echelon.agent.ownership import may_use, scoped
+from echelon.agent.ownership import may_use, owner_of, scoped
 from echelon.contract.errors import NotFound, Unavailable, from_rpc_error
 from echelon.contract.transport import require_member
 from echelon.v1 import durable_pb2 as dpb
@@ -62,14 +62,15 @@ class DurableServicer(dgrpc.DurableServicer):
         d = self.d
         access = d.node.server.access
         self._access(request)
-        mine = [s.describe(d.me) for s in list(d.subs.values())]
+        mine = [s.describe(d.me) for s in list(d.subs.values())
+                if not request.owner or owner_of(s.name) == request.owner]
         if request.local:
             return dpb.ListSubscriptionsResponse(subscriptions=mine)
 
         async def ask(agent: str):
             try:
-                return (await d.peers.stub(agent).ListSubscriptions(dpb.ListSubscriptionsRequest(local=True),
-                                                              timeout=CALL_TIMEOUT)).subscriptions
+                return (await d.peers.stub(agent).ListSubscriptions(
+                    dpb.ListSubscriptionsRequest(local=True, owner=request.owner), timeout=CALL_TIMEOUT)).subscriptions
             except (grpc.aio.AioRpcError, Unavailable):
                 return []
         copies = mine + [s for found in await asyncio.gather(*(ask(a) for a in d.peers.alive() if a != d.me))

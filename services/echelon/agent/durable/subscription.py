@@ -8,7 +8,12 @@ at any step costs at most a redelivery of something not yet acknowledged in the 
 (at-least-once), never a message.
 
 Backlog bound: core/durability.py (`admit`); the size counted is the event's encoded
-size.
+size. Under LAG (the default policy) a subscription past its bound lags as a named one
+does (agent/subscriptions.py): it keeps every message and holds `room`, so the frames that
+bring more are acknowledged upstream only once its subscriber's acks (or, for another
+holder's copy, the serving holder's) bring it below the bound, and its publishers slow
+down. One that makes no progress for the stall bound stops holding them and sheds its
+oldest down to the bound (DROP_OLDEST, counted in `drops`).
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from typing import Callable, Iterable
 
 from echelon.agent.durable.store import Key, Store, key_of
 from echelon.agent.subscriptions import Pending, Subscription
-from echelon.core.durability import Bound, Policy, admit
+from echelon.core.durability import Admission, Bound, Policy, admit
 from echelon.contract.filters import Filter
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import durable_pb2 as dpb
@@ -29,6 +34,9 @@ from echelon.v1 import durable_pb2 as dpb
 STALE_REBUILD = 4096  # acked messages left inside a replica's backlog before it is rebuilt
 RECENT_ACKS = 100_000  # acked message ids remembered per subscription (late copies are dropped)
 CRASH_ENV = "ECHELON_DURABLE_CRASH_AT"  # fault injection for the tests: the process exits at this step
+
+
+_KEEP = Admission(True, 0)
 
 
 def crash_point(step: str) -> None:
@@ -63,7 +71,7 @@ class DurableSubscription(Subscription):
         return list(self.record.holders)
 
     def headers(self) -> tuple[tuple[str, str], ...]:
-        return (("x-echelon-seeks", str(self.record.seeks)),)
+        return (*super().headers(), ("x-echelon-seeks", str(self.record.seeks)))
 
     def full(self) -> bool:
         return self.bound.full(self.depth, self.nbytes)
@@ -83,10 +91,14 @@ class DurableSubscription(Subscription):
         if key in self.sizes or key in self.recent:
             return True  # already owed (a copy adopted from the other holder), or acked
         size = event.ByteSize()
-        if self.stale and self.bound.full(self.depth + 1, self.nbytes + size):
-            self._rebuild()  # the policy counts and evicts only what is really owed
-        decision = admit(self.bound, (self.sizes[key_of(p.event)] for p in self.backlog), self.depth, self.nbytes,
-                         size)
+        bound = self._bound()
+        if bound.policy is Policy.LAG:
+            decision = _KEEP  # past the bound it lags (`_lag`, below)
+        else:
+            if self.stale and bound.full(self.depth + 1, self.nbytes + size):
+                self._rebuild()  # the policy counts and evicts only what is really owed
+            decision = admit(bound, (self.sizes[key_of(p.event)] for p in self.backlog), self.depth, self.nbytes,
+                             size)
         evicted = list(itertools.islice(self.backlog, decision.evict))
         if not decision.keep:
             self.dropped += 1
@@ -102,14 +114,54 @@ class DurableSubscription(Subscription):
         self.sizes[key] = size
         self.nbytes += size
         self.backlog.append(Pending(event))
+        self._lag()
         self.changed.set()
         return True
+
+    def _bound(self) -> Bound:
+        """The bound in force: a stalled LAG subscription sheds its oldest (the module doc)."""
+        if self.bound.policy is Policy.LAG and self.shedding:
+            return Bound(self.bound.max_messages, self.bound.max_bytes, Policy.DROP_OLDEST)
+        return self.bound
+
+    def _lag(self) -> None:
+        if self.bound.policy is Policy.LAG and not self.closed:
+            super()._lag()
+
+    def _shed(self) -> int:
+        """Stalled: drop the oldest queued (logged as gone, counted) until within the bound."""
+        if self.stale:
+            self._rebuild()
+        n = 0
+        while self.backlog and self.full():
+            key = key_of(self.backlog.popleft().event)
+            self.store.ack(self.name, self.topic, [key])
+            self._gone(key)
+            n += 1
+        if n:
+            self.dropped += n
+            self.drops(n)
+        return n
+
+    def _progressed(self) -> None:
+        """Acks settled something: it may lag again, and has room once below the bound."""
+        self._progress = time.monotonic()
+        self.shedding = False
+        if self.room is not None and not self.full():
+            self.release()
 
     def ack(self, delivery_ids, credits: int, through: int = 0) -> int:
         """As Subscription.ack (listed ids and, cumulatively, every one up to `through`), the
         log first: the credits come back once the acks are committed."""
         crash_point("ack-received")
         done = self.settle(delivery_ids, through)
+        self.forget(done)
+        self.credits += credits
+        self.changed.set()
+        return len(done)
+
+    def forget(self, done: list[Pending]) -> None:
+        """Settled for good (acked, termed, dead-lettered): logged as gone, for every holder."""
         keys = [key_of(p.event) for p in done]
         if keys:
             self.store.ack(self.name, self.topic, keys)
@@ -118,9 +170,7 @@ class DurableSubscription(Subscription):
                 self._gone(k)
             self.remember(keys)
             self.acked(self, keys)
-        self.credits += credits
-        self.changed.set()
-        return len(done)
+            self._progressed()
 
     def remember(self, keys: Iterable[Key]) -> None:
         for k in keys:
@@ -151,6 +201,7 @@ class DurableSubscription(Subscription):
         self._drop_stale_head()
         if len(self.stale) > STALE_REBUILD:
             self._rebuild()
+        self._progressed()
         self.changed.set()
 
     def _rebuild(self) -> None:
@@ -189,6 +240,8 @@ class DurableSubscription(Subscription):
         self.unacked.clear()
         self.sizes = {key_of(p.event): p.event.ByteSize() for p in self.backlog}
         self.nbytes = sum(self.sizes.values())
+        if self.room is not None and not self.full():
+            self.release()
         self.changed.set()
 
     def touch(self, now_ns: int | None = None) -> int:
