@@ -79,10 +79,13 @@ bench: $(STAMP)
 	$(PY) -m loadtest.bench_match --out out/bench_match
 	$(PY) -m loadtest.lbdd_sim --out out/lbdd
 
-# The routing job on 10M metric rows (Spark local[2] beside pandas), and the control loop
-# measured on 4 matcher processes with 150k subscriptions (a table and out/replan_loop/*.png).
-bench-replan: $(STAMP)
-	$(PY) -m loadtest.bench_replan --out out/bench_replan
+# The routing job on 1M and 10M metric rows: pandas, Spark local[2] from Parquet and from a
+# real Prometheus (the production path: executors fetch time shards), and both on a standalone
+# master + 2 workers started from the pyspark wheel; ratios side by side (docs/performance.md).
+# `make bench-replan BENCH_ARGS=--quick`: 1M rows only. And the control loop measured on 4
+# matcher processes with 150k subscriptions (a table and out/replan_loop/*.png).
+bench-replan: $(STAMP) $(SYSTEM)
+	$(PY) -m loadtest.bench_replan --out out/bench_replan $(BENCH_ARGS)
 
 # Small events, Echelon beside nats-server and redis-server in one run (about 10 minutes on a
 # quiet machine): the table of ratios to NATS, the small-event targets MET / NOT MET

@@ -1,31 +1,42 @@
-"""The routing job at scale: 10M synthetic metric rows -> a plan, on Spark local[2] and in
-plain pandas/numpy, side by side in one run.
+"""The routing job at scale: synthetic metric rows -> a plan, side by side in one run:
 
-    python -m loadtest.bench_replan [--rows 10000000] [--master local[2]] [--standalone] [--out DIR]
+- pandas/numpy (the rows in memory),
+- Spark local[2] from the rows at rest (the Parquet snapshot `--snapshot` reads),
+- Spark local[2] on the production ingest path: the executors fetch time shards of the
+  window from a real Prometheus (Debian's `prometheus`, loaded with the same samples by
+  `promtool tsdb create-blocks-from openmetrics`, loadtest/prom_backfill.py) with the job's
+  own `prometheus_frame`,
+- both again on a standalone Spark cluster started here from the pyspark wheel (a master
+  and two one-core workers, loadtest/spark_standalone.py), stopped by pid after.
 
-With --standalone the same Parquet rows also go through the job's transforms on a standalone
-Spark cluster started here from the pyspark wheel (a master and two one-core workers,
-loadtest/spark_standalone.py), beside local[2] and pandas, with the same answers checked.
+    python -m loadtest.bench_replan [--rows 1000000,10000000 | --quick] [--master local[2]]
+                                    [--no-standalone] [--no-prometheus] [--out DIR]
 
 The rows are the job's own schema (spark/metrics.py): 200 agents with 16 outgoing links
 each (enqueued/dequeued counters, queue length, round trip) and 16 matchers with 32 zones
-each (zone events counter, zone subscriptions gauge), scraped until the rows add up.
-Every value is a formula of (series, scrape), so both engines get the same rows: Spark
-generates them with `range` and writes Parquet (the snapshot format); pandas gets numpy
-columns. The stages are the job's transforms (counter increase, gauge last/mean, matcher
-load, OctopiA CE per link and interval, latency), then the same decision on their output
-(zones from a stock sample of 4 x 4096 points, Kyra cliques over the 216 x 16 latencies,
-bucket hints). Both engines' answers are checked equal. Prints wall time per stage and
-rows/s; the target is under 60 s from rows at rest (the Parquet snapshot) to a plan on
-local[2], JVM start included; generating the rows is timed but not part of the job.
+each (zone events counter, zone subscriptions gauge), scraped once a second until the rows
+add up (whole scrapes, so every series has every time of the window and Prometheus' lookback
+adds no sample). Every value is a formula of (series, scrape), so every engine gets the same
+rows: Spark generates them with `range` and writes Parquet; pandas gets numpy columns;
+Prometheus gets them as OpenMetrics text. The stages are the job's transforms (counter
+increase, gauge last/mean, matcher load, OctopiA CE per link and interval, latency), then the
+same decision on their output (zones from a stock sample of 4 x 4096 points, Kyra cliques
+over the 216 x 16 latencies, bucket hints). Every engine's answers are checked equal.
+Prints wall time per stage and rows/s, then each engine's job (rows at rest -> plan,
+session start included) with its ratio to pandas and to local[2] from Parquet; the target
+is under 60 s on local[2] from the snapshot. Generating the rows and loading Prometheus is
+timed but not part of the job. Results in docs/performance.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -178,100 +189,221 @@ def decide(load: dict, congestion: dict, rtt: dict) -> dict:
     return {"zones": len(zones), "cliques": len(cliques), "hints": len(hints)}
 
 
-def run(n: int, master: str, workdir: Path, standalone: bool = False) -> list[tuple[str, str, float]]:
+class Timings(list):
+    """(engine, stage, seconds) in the order they ran."""
+
+    def timed(self, engine: str, stage: str, fn):
+        start = time.perf_counter()
+        out = fn()
+        self.append((engine, stage, time.perf_counter() - start))
+        print(f"  ... {engine}: {stage} {self[-1][2]:.1f}s", file=sys.stderr, flush=True)  # a long run's progress
+        return out
+
+
+def spark_answers(out: dict) -> tuple[dict, dict, dict]:
+    return ({r.member: r.subscriptions for r in out["matcher_load"]}, {r.member: r.congested for r in out["congestion"]},
+            {(r.member, r.peer): r.rtt for r in out["latency"]})
+
+
+def check_same(out: dict, plan: dict, ref: dict, ref_plan: dict, what: str) -> None:
+    """`out` (spark_transforms) gives the reference's answers, to float rounding."""
+    (load, cong, rtt), (r_load, r_cong, r_rtt) = spark_answers(out), spark_answers(ref)
+    assert (out["increase"], out["last"]) == (ref["increase"], ref["last"]), what
+    assert load.keys() == r_load.keys() and all(abs(load[k] - r_load[k]) < 1e-6 for k in load), what
+    assert cong.keys() == r_cong.keys() and all(abs(cong[k] - r_cong[k]) < 1e-9 for k in cong), what
+    assert rtt.keys() == r_rtt.keys() and all(abs(rtt[k] - r_rtt[k]) < 1e-12 for k in rtt), what
+    assert plan == ref_plan, (what, plan, ref_plan)
+
+
+@dataclass
+class Source:
+    """Where the rows are at rest: the Parquet snapshot, and Prometheus holding the same
+    samples at times base + t (the job's answers do not depend on the origin of time)."""
+
+    parquet: Path
+    prometheus: str = ""
+    base: int = 0
+    scrapes: int = 0
+    shards: int = 0
+
+
+def run_spark(spark, engine: str, src: Source, timings: Timings, ref: dict | None, ref_plan: dict | None):
+    """The job's transforms and decision on `spark`, from the Parquet rows and (given a
+    Prometheus) from query_range shards the executors fetch, as the job does in production.
+    Returns the Parquet run's answers; every run must give `ref`'s when one is given."""
+    from echelon.replan.main import parser, prometheus_frame
+    from echelon.replan.transforms import METRIC_SCHEMA
+
+    df = spark.read.schema(METRIC_SCHEMA).parquet(str(src.parquet))
+    out = timings.timed(f"{engine} parquet", "transforms", lambda: spark_transforms(df))
+    plan = timings.timed(f"{engine} parquet", "decide", lambda: decide(*spark_answers(out)))
+    ref, ref_plan = ref or out, ref_plan or plan
+    check_same(out, plan, ref, ref_plan, f"{engine} parquet")
+    if src.prometheus:
+        argv = ["--prometheus", src.prometheus, "--window", f"{src.scrapes - 1}s", "--step", "1s"]
+        args = parser().parse_args(argv + (["--shards", str(src.shards)] if src.shards else []))
+        end = src.base + src.scrapes - 1
+        name = f"{engine} prometheus"
+
+        def fetch():
+            frame = prometheus_frame(spark, args, {}, end=end)
+            frame.count()  # the shards fetched by the executors and kept there
+            return frame
+
+        frame = timings.timed(name, "fetch (executors)", fetch)
+        p_out = timings.timed(name, "transforms", lambda: spark_transforms(frame))
+        p_plan = timings.timed(name, "decide", lambda: decide(*spark_answers(p_out)))
+        check_same(p_out, p_plan, ref, ref_plan, name)
+        timings.append((name, f"shards: {frame.rdd.getNumPartitions()}", 0.0))
+        frame.unpersist()
+    return out, plan
+
+
+def run(n: int, master: str, workdir: Path, standalone: bool = False, prom_root: Path | None = None,
+        shards: int = 0) -> Timings:
+    """One size: pandas, Spark on `master` (and on a standalone cluster), each from the
+    Parquet rows and from Prometheus when `prom_root` is given. `n` is whole scrapes."""
     from echelon.replan.session import session
 
     table = series_table()
-    timings: list[tuple[str, str, float]] = []
+    timings = Timings()
+    timings.append(("load average", "start", os.getloadavg()[0]))
+    src = Source(workdir / "rows.parquet")
+    prom = None
+    if prom_root is not None:
+        from loadtest import prom_backfill
 
-    def timed(engine: str, stage: str, fn):
-        start = time.perf_counter()
-        out = fn()
-        timings.append((engine, stage, time.perf_counter() - start))
-        return out
+        s = len(table["name"])
+        src.scrapes, src.shards = n // s, shards
+        # Yesterday's midnight (UTC): a rerun the same day finds the samples on disk, and
+        # they fall in one of Prometheus' two-hour blocks.
+        src.base = (int(time.time()) // 86400 - 1) * 86400
+        counter = np.char.endswith(table["name"], "_total").astype(np.float64)
+        rtt = (table["name"] == "echelon_peer_rtt_seconds").astype(np.float64)
+        timings.timed("prometheus", "backfill (promtool)", lambda: prom_backfill.load(
+            prom_root, table, src.scrapes, src.base, lambda sid, t: value(sid, t, counter[sid], rtt[sid])))
+        prom = prom_backfill.serve(prom_root)
+        src.prometheus = prom.url
+    try:
+        label = f"spark {master}"
+        spark = timings.timed(label, "start session", lambda: session(master, "bench-replan"))
+        timings.timed(label, "generate -> parquet", lambda: spark_rows(spark, n, table, src.parquet))
+        s_out, s_plan = run_spark(spark, label, src, timings, None, None)
+        spark.stop()
 
-    spark = timed("spark", "start session", lambda: session(master, "bench-replan"))
-    df = timed("spark", "generate -> parquet", lambda: spark_rows(spark, n, table, workdir / "rows.parquet"))
-    s_out = timed("spark", "transforms", lambda: spark_transforms(df))
-    s_load = {r.member: r.subscriptions for r in s_out["matcher_load"]}
-    s_cong = {r.member: r.congested for r in s_out["congestion"]}
-    s_rtt = {(r.member, r.peer): r.rtt for r in s_out["latency"]}
-    s_plan = timed("spark", "decide", lambda: decide(s_load, s_cong, s_rtt))
-
-    pdf = timed("pandas", "generate", lambda: pandas_rows(n, table))
-    p_out = timed("pandas", "transforms", lambda: pandas_transforms(pdf))
-    p_load = p_out["matcher_load"]["subscriptions"].to_dict()
-    p_cong = p_out["congestion"]["congested"].to_dict()
-    p_rtt = {(r.member, r.peer): r.mean for r in p_out["latency"].itertuples()}
-    p_plan = timed("pandas", "decide", lambda: decide(p_load, p_cong, p_rtt))
-
-    # Both engines must give the same answers.
-    assert s_out["increase"] == len(p_out["increase"]) and s_out["last"] == len(p_out["last"])
-    assert s_load.keys() == p_load.keys() and all(abs(s_load[k] - p_load[k]) < 1e-6 for k in s_load)
-    assert s_cong.keys() == p_cong.keys() and all(abs(s_cong[k] - p_cong[k]) < 1e-9 for k in s_cong)
-    assert s_rtt.keys() == p_rtt.keys() and all(abs(s_rtt[k] - p_rtt[k]) < 1e-12 for k in s_rtt)
-    assert s_plan == p_plan, (s_plan, p_plan)
-    spark.stop()
-    if standalone:
-        timings += run_standalone(workdir, s_out, s_plan)
+        pdf = timings.timed("pandas", "generate", lambda: pandas_rows(n, table))
+        p_out = timings.timed("pandas", "transforms", lambda: pandas_transforms(pdf))
+        del pdf
+        p_load = p_out["matcher_load"]["subscriptions"].to_dict()
+        p_cong = p_out["congestion"]["congested"].to_dict()
+        p_rtt = {(r.member, r.peer): r.mean for r in p_out["latency"].itertuples()}
+        p_plan = timings.timed("pandas", "decide", lambda: decide(p_load, p_cong, p_rtt))
+        # pandas must give Spark's answers.
+        s_load, s_cong, s_rtt = spark_answers(s_out)
+        assert s_out["increase"] == len(p_out["increase"]) and s_out["last"] == len(p_out["last"])
+        assert s_load.keys() == p_load.keys() and all(abs(s_load[k] - p_load[k]) < 1e-6 for k in s_load)
+        assert s_cong.keys() == p_cong.keys() and all(abs(s_cong[k] - p_cong[k]) < 1e-9 for k in s_cong)
+        assert s_rtt.keys() == p_rtt.keys() and all(abs(s_rtt[k] - p_rtt[k]) < 1e-12 for k in s_rtt)
+        assert s_plan == p_plan, (s_plan, p_plan)
+        if standalone:
+            run_standalone(workdir, src, timings, s_out, s_plan)
+    finally:
+        if prom is not None:
+            prom.stop()
+    timings.append(("load average", "end", os.getloadavg()[0]))
     return timings
 
 
-def run_standalone(workdir: Path, local_out: dict, local_plan: dict) -> list[tuple[str, str, float]]:
-    """The job's transforms on the rows at rest, on a master and two workers of this machine."""
+STANDALONE = "spark standalone 2x1"
+
+
+def run_standalone(workdir: Path, src: Source, timings: Timings, ref: dict, ref_plan: dict) -> None:
+    """The same runs on a master and two one-core workers started here from the pyspark
+    wheel (loadtest/spark_standalone.py), stopped by pid after."""
     from echelon.replan.session import session
     from loadtest.spark_standalone import Standalone
 
-    timings: list[tuple[str, str, float]] = []
     with Standalone(workdir / "standalone", workers=2) as cluster:
         conf = dict(c.split("=", 1) for c in cluster.conf()[1::2])
-        engine = "spark standalone 2x1"
-        start = time.perf_counter()
-        spark = session(cluster.master_url, "bench-replan", conf)
-        timings.append((engine, "start session", time.perf_counter() - start))
+        spark = timings.timed(STANDALONE, "start session", lambda: session(cluster.master_url, "bench-replan", conf))
         assert spark.sparkContext.master == cluster.master_url, spark.sparkContext.master
-        df = spark.read.parquet(str(workdir / "rows.parquet"))
-        start = time.perf_counter()
-        out = spark_transforms(df)
-        timings.append((engine, "transforms", time.perf_counter() - start))
-        start = time.perf_counter()
-        plan = decide({r.member: r.subscriptions for r in out["matcher_load"]},
-                      {r.member: r.congested for r in out["congestion"]},
-                      {(r.member, r.peer): r.rtt for r in out["latency"]})
-        timings.append((engine, "decide", time.perf_counter() - start))
-        assert plan == local_plan and out["increase"] == local_out["increase"], (plan, local_plan)
+        run_spark(spark, STANDALONE, src, timings, ref, ref_plan)
         spark.stop()
-    return timings
+
+
+# What each row's job is: from rows at rest to a plan. Generating the rows (and loading
+# Prometheus) is the fixture; a session's start counts for each of its rows.
+def jobs(timings: Timings) -> dict[str, float]:
+    starts = {e: s for e, st, s in timings if st == "start session"}
+    out: dict[str, float] = {}
+    for engine, stage, s in timings:
+        if stage in ("transforms", "decide", "fetch (executors)"):
+            out[engine] = out.get(engine, 0.0) + s
+    for engine in out:
+        out[engine] += next((v for k, v in starts.items() if engine.startswith(k + " ")), 0.0)
+    return out
+
+
+def report(results: dict[int, Timings], master: str) -> str:
+    lines = []
+    for n, timings in results.items():
+        load = " -> ".join(f"{v:.1f}" for e, st, v in timings if e == "load average")
+        lines.append(f"{n:,} metric rows ({n // len(series_table()['name'])} scrapes of "
+                     f"{len(series_table()['name']):,} series): stages; machine load average {load}")
+        lines.append(f"  {'engine':<32}{'stage':<24}{'seconds':>9}{'rows/s':>14}")
+        for engine, stage, s in timings:
+            if engine == "load average":
+                continue
+            if stage.startswith("shards"):
+                lines.append(f"  {engine:<32}{stage:<24}")
+                continue
+            rate = f"{n / s:,.0f}" if stage in ("transforms", "generate -> parquet", "generate",
+                                                "fetch (executors)") else "-"
+            lines.append(f"  {engine:<32}{stage:<24}{s:>9.2f}{rate:>14}")
+        lines.append("")
+    local = f"spark {master} parquet"
+    lines.append("The job, rows at rest -> plan (session start + fetch + transforms + decide), side by side; "
+                 "same answers checked")
+    lines.append(f"{'rows':>12}  {'engine':<34}{'seconds':>9}{'rows/s':>13}{'x pandas':>10}{'x ' + local:>32}")
+    for n, timings in results.items():
+        job = jobs(timings)
+        for engine, s in job.items():
+            lines.append(f"{n:>12,}  {engine:<34}{s:>9.2f}{n / s:>13,.0f}{s / job['pandas']:>10.2f}"
+                         f"{s / job[local]:>32.2f}")
+        verdict = "PASS" if job[local] < 60 else "FALLS SHORT"
+        lines.append(f"{'':>12}  target < 60 s on {master} from the Parquet snapshot: {verdict}")
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--rows", type=int, default=10_000_000)
+    p.add_argument("--rows", default="1000000,10000000",
+                   help="comma-separated sizes, each rounded up to whole scrapes of every series")
+    p.add_argument("--quick", action="store_true", help="1M rows only")
     p.add_argument("--master", default="local[2]")
     p.add_argument("--out", type=Path, default=Path("out/bench_replan"))
-    p.add_argument("--standalone", action="store_true", help="also on a standalone master + 2 workers started here")
+    p.add_argument("--no-standalone", dest="standalone", action="store_false",
+                   help="leave out the standalone master + 2 workers")
+    p.add_argument("--no-prometheus", dest="prometheus", action="store_false",
+                   help="leave out the production ingest path (executors fetching from a real Prometheus)")
+    p.add_argument("--shards", type=int, default=0, help="the job's --shards (default: its own choice)")
     args = p.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        timings = run(args.rows, args.master, Path(tmp), args.standalone)
-    # The job's own work: from rows at rest to a plan. Generating the rows is the test
-    # fixture (Spark writes the Parquet snapshot the job reads; pandas builds them in memory).
-    job = {"spark": ("start session", "transforms", "decide"), "pandas": ("transforms", "decide")}
-    if args.standalone:
-        job["spark standalone 2x1"] = ("start session", "transforms", "decide")
-    total = {e: sum(s for en, st, s in timings if en == e and st in job[e]) for e in job}
-    print(f"{args.rows:,} metric rows, Spark {args.master} beside pandas/numpy (same rows, same answers)")
-    print(f"{'engine':<22}{'stage':<22}{'seconds':>9}{'rows/s':>14}")
-    for engine, stage, s in timings:
-        rate = f"{args.rows / s:,.0f}" if stage in ("transforms", "generate -> parquet", "generate") else "-"
-        print(f"{engine:<22}{stage:<22}{s:>9.2f}{rate:>14}")
-    for e, s in total.items():
-        print(f"{e:<22}{'job: ' + ' + '.join(job[e]):<40}{s:>9.2f}{args.rows / s:>14,.0f}")
-    ratio = total["spark"] / total["pandas"]
-    verdict = "PASS" if total["spark"] < 60 else "FALLS SHORT"
-    print(f"spark / pandas wall time of the job: {ratio:.2f}x; target < 60 s (rows at rest -> plan) on "
-          f"{args.master}: {verdict}")
-    (args.out / "bench_replan.json").write_text(json.dumps({"rows": args.rows, "timings": timings}, indent=2))
+    s = len(series_table()["name"])
+    sizes = [1_000_000] if args.quick else [int(x) for x in args.rows.split(",")]
+    sizes = [-(-n // s) * s for n in sizes]
+    results: dict[int, Timings] = {}
+    for n in sizes:
+        with tempfile.TemporaryDirectory() as tmp:
+            prom_root = args.out / f"prometheus-{n}" if args.prometheus else None
+            results[n] = run(n, args.master, Path(tmp), args.standalone, prom_root, args.shards)
+        print(report({n: results[n]}, args.master), flush=True)
+        print(flush=True)
+    if len(results) > 1:
+        print(report(results, args.master).split("\n\n")[-1])
+    (args.out / "bench_replan.json").write_text(json.dumps(
+        {"master": args.master, "runs": {str(n): {"timings": t, "jobs": jobs(t)} for n, t in results.items()}},
+        indent=2))
 
 
 if __name__ == "__main__":

@@ -88,8 +88,9 @@ class Standalone:
 
     def conf(self) -> list[str]:
         """`--conf` pairs for a job on this cluster: every executor registered before the
-        first stage (so both workers get tasks), an event log to read the tasks from, and the
-        driver on loopback where the executors reach it."""
+        first stage (so both workers get tasks), an event log to read the tasks from, the
+        driver on loopback where the executors reach it, and Python workers that import
+        what the driver imports."""
         pairs = {
             "spark.driver.host": "127.0.0.1",
             "spark.driver.bindAddress": "127.0.0.1",
@@ -102,7 +103,10 @@ class Standalone:
             "spark.eventLog.rolling.enabled": "false",  # one plain JSON-lines file per application
             "spark.eventLog.compress": "false",
             "spark.ui.showConsoleProgress": "false",
-            "spark.executorEnv.PYTHONPATH": os.environ.get("PYTHONPATH", ""),
+            # The executors' Python workers import the job (the Prometheus shards are
+            # fetched there): this interpreter with its import path, as in local mode.
+            "spark.pyspark.python": sys.executable,
+            "spark.executorEnv.PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
         }
         return [x for k, v in pairs.items() for x in ("--conf", f"{k}={v}")]
 

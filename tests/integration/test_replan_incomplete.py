@@ -81,3 +81,15 @@ def test_time_shards_hold_every_step_of_the_window_once(start, end, step, n):
     times = [a + k * step for a, b in parts for k in range(int(round((b - a) / step)) + 1)]
     grid = [start + k * step for k in range(int((end - start) // step) + 1)]
     assert times == grid  # in order, none twice, none missing
+
+
+@pytest.mark.parametrize("points,series,parallelism", [(21, 100, 2), (724, 13_824, 2), (724, 13_824, 64),
+                                                       (1, 10**6, 8), (40_000, 1, 2), (5, 0, 4)])
+def test_shard_count_keeps_every_task_busy_and_every_shard_small(points, series, parallelism):
+    n = metrics.shard_count(points, series, parallelism)
+    assert 1 <= n <= points
+    sizes = [round(points * (i + 1) / n) - round(points * i / n) for i in range(n)]  # as shards() cuts
+    if n < points:  # one point per shard is as fine as the window can be cut
+        assert max(sizes) * series <= metrics.SHARD_ROWS * 1.01 + series
+    assert max(sizes) <= metrics.MAX_POINTS
+    assert n >= min(parallelism, points)

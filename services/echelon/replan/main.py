@@ -53,7 +53,8 @@ def parser() -> argparse.ArgumentParser:
                    help='label matchers naming this release in Prometheus, e.g. namespace="echelon",pod=~"echelon-.*"')
     p.add_argument("--shards", type=int, default=0,
                    help="time shards of the Prometheus window, fetched in parallel by the executors "
-                        "(default: Spark's default parallelism)")
+                        "(default: Spark's default parallelism, more when a shard would exceed "
+                        f"{metrics.SHARD_ROWS:,} rows)")
     p.add_argument("--snapshot", default="", help="metrics from a snapshot file (.jsonl or .parquet)")
     p.add_argument("--window", type=duration, default=duration("5m"), help="metrics window (default 5m)")
     p.add_argument("--step", type=duration, default=None, help="sample step (default: 15s for Prometheus, "
@@ -124,14 +125,19 @@ def metric_frame(spark, args, v: mpb.View):
 def prometheus_frame(spark, args, instances: dict[str, str], end: float | None = None):
     """The window cut into time shards that the executors fetch from Prometheus in
     parallel (one task each): the rows never pass through the driver, which sees only
-    the aggregates the transforms make of them (docs/operations.md, "The routing job")."""
+    the aggregates the transforms make of them (docs/operations.md, "The routing job").
+    The rows are kept on the executors (persisted), so the window is fetched once and every
+    aggregate reads the same samples."""
+    from pyspark import StorageLevel
+
     from echelon.replan.transforms import METRIC_SCHEMA
 
     step = args.step or 15.0
     end = time.time() if end is None else end
-    n = args.shards or spark.sparkContext.defaultParallelism
-    parts = metrics.shards(end - args.window, end, step, n)
     url, selector = args.prometheus, args.selector
+    n = args.shards or metrics.shard_count(int(args.window // step) + 1, metrics.series_count(url, end, selector),
+                                           spark.sparkContext.defaultParallelism)
+    parts = metrics.shards(end - args.window, end, step, n)
 
     def fetch(shard):
         from echelon.replan import metrics as m  # on the executor
@@ -139,7 +145,7 @@ def prometheus_frame(spark, args, instances: dict[str, str], end: float | None =
         return m.prometheus_shard(url, shard, step, instances, selector)
 
     rdd = spark.sparkContext.parallelize(parts, len(parts)).flatMap(fetch)
-    return spark.createDataFrame(rdd, METRIC_SCHEMA)
+    return spark.createDataFrame(rdd, METRIC_SCHEMA).persist(StorageLevel.MEMORY_AND_DISK)
 
 
 def check_complete(frame, required: list[str]) -> None:
@@ -193,6 +199,7 @@ def run(args: argparse.Namespace, spark=None) -> Result:
     for r in T.equal_rate(spark.createDataFrame(point_rows, T.POINT_SCHEMA)).orderBy("topic", "member", "zone", "k") \
             .collect():
         points.setdefault(r.topic, []).append(r.coords)
+    rows.unpersist()
     stage("aggregate")
     spaces = {}
     for t in v.topics:

@@ -131,6 +131,33 @@ def query(selector: str = "") -> str:
     return "{" + inner + ("," + check_selector(selector) if selector.strip() else "") + "}"
 
 
+def _api(url: str, path: str, params: dict, timeout: float) -> dict:
+    """The `data` of a Prometheus HTTP API answer; RuntimeError with Prometheus' error."""
+    try:
+        body = json.loads(_get(f"{url.rstrip('/')}/api/v1/{path}?{urllib.parse.urlencode(params)}", timeout))
+    except urllib.error.HTTPError as e:  # 400/422: Prometheus says why in a JSON body
+        try:
+            body = json.loads(e.read().decode())
+        except ValueError:
+            raise RuntimeError(f"prometheus: HTTP {e.code}") from None
+    if body.get("status") != "success":
+        raise RuntimeError(f"prometheus: {body.get('errorType')}: {body.get('error')}")
+    return body["data"]
+
+
+def _range_tuples(url: str, window: float, step: float, instances: Mapping[str, str] | None, end: float,
+                  timeout: float, selector: str) -> Iterator[tuple]:
+    """`query_range` over [end - window, end] as row tuples in COLUMNS order."""
+    data = _api(url, "query_range", {"query": query(selector), "start": end - window, "end": end, "step": step},
+                timeout)
+    for series in data["result"]:
+        labels = series["metric"]
+        member = labels.get("member") or (instances or {}).get(labels.get("instance", ""), labels.get("instance", ""))
+        head = (member, labels["__name__"], labels.get("topic", ""), labels.get("zone", ""), labels.get("peer", ""))
+        for ts, value in series["values"]:
+            yield (float(ts), *head, float(value))
+
+
 def prometheus(url: str, window: float, step: float, instances: Mapping[str, str] | None = None,
                end: float | None = None, timeout: float = 10.0, selector: str = "") -> list[Row]:
     """`query_range` for the kept families over [end - window, end] at `step`.
@@ -139,24 +166,27 @@ def prometheus(url: str, window: float, step: float, instances: Mapping[str, str
     without a `member` label. Raises RuntimeError with Prometheus' error on a bad answer.
     """
     end = time.time() if end is None else end
-    params = urllib.parse.urlencode({"query": query(selector), "start": end - window, "end": end, "step": step})
-    try:
-        body = json.loads(_get(f"{url.rstrip('/')}/api/v1/query_range?{params}", timeout))
-    except urllib.error.HTTPError as e:  # 400/422: Prometheus says why in a JSON body
-        try:
-            body = json.loads(e.read().decode())
-        except ValueError:
-            raise RuntimeError(f"prometheus: HTTP {e.code}") from None
-    if body.get("status") != "success":
-        raise RuntimeError(f"prometheus: {body.get('errorType')}: {body.get('error')}")
-    rows = []
-    for series in body["data"]["result"]:
-        labels = series["metric"]
-        member = labels.get("member") or (instances or {}).get(labels.get("instance", ""), labels.get("instance", ""))
-        for ts, value in series["values"]:
-            rows.append(Row(float(ts), member, labels["__name__"], labels.get("topic", ""), labels.get("zone", ""),
-                            labels.get("peer", ""), float(value)))
-    return rows
+    return [Row(*t) for t in _range_tuples(url, window, step, instances, end, timeout, selector)]
+
+
+def series_count(url: str, at: float, selector: str = "", timeout: float = 10.0) -> int:
+    """How many series of the kept families Prometheus holds at `at` (one instant query)."""
+    result = _api(url, "query", {"query": f"count({query(selector)})", "time": at}, timeout)["result"]
+    return int(float(result[0]["value"][1])) if result else 0
+
+
+# Prometheus refuses a query_range of more points than this per series.
+MAX_POINTS = 11_000
+# Rows one shard brings into one Python worker: its JSON answer is parsed whole, so this
+# bounds a task's memory whatever the window and the cluster's size.
+SHARD_ROWS = 250_000
+
+
+def shard_count(points: int, series: int, parallelism: int) -> int:
+    """Shards of a window of `points` steps over `series` series: every task busy, no
+    shard above SHARD_ROWS rows or MAX_POINTS points (docs/operations.md, "The routing job")."""
+    by_rows = -(-points * series // SHARD_ROWS)
+    return max(1, min(points, max(parallelism, by_rows, -(-points // MAX_POINTS))))
 
 
 def shards(start: float, end: float, step: float, n: int) -> list[tuple[float, float]]:
@@ -172,11 +202,10 @@ def shards(start: float, end: float, step: float, n: int) -> list[tuple[float, f
 
 
 def prometheus_shard(url: str, shard: tuple[float, float], step: float, instances: Mapping[str, str],
-                     selector: str = "", timeout: float = 30.0) -> list[tuple]:
+                     selector: str = "", timeout: float = 60.0) -> list[tuple]:
     """One time shard's rows as tuples (what an executor fetches and hands to Spark)."""
     start, end = shard
-    return [astuple(r) for r in prometheus(url, end - start, step, instances, end=end, timeout=timeout,
-                                           selector=selector)]
+    return list(_range_tuples(url, end - start, step, instances, end, timeout, selector))
 
 
 def write_jsonl(rows: Iterable[Row], path: Path) -> int:
