@@ -141,7 +141,7 @@ def test_the_retention_sweep_reads_what_it_lets_go_not_the_whole_log(tmp_path):
             store.append(ev, ["a"] if i % 7 == 0 else [])  # every 7th still owed
         store.commit()
         expired_counter = SimpleNamespace(n=0, inc=lambda k: setattr(expired_counter, "n", expired_counter.n + k))
-        d = SimpleNamespace(store=store, node=SimpleNamespace(membership=SimpleNamespace(topics={})),
+        d = SimpleNamespace(store=store, host=SimpleNamespace(membership=SimpleNamespace(topics={})),
                             defaults=SimpleNamespace(retention_seconds=1, retention_bytes=1 << 30),
                             retention_expired=expired_counter)
         expire_retention(d, now_ns)  # the first sums the log's bytes (once per process)

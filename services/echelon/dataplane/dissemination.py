@@ -64,10 +64,13 @@ MAX_HOLDS = 65_536  # settled holds a relay remembers to suppress duplicate forw
 # slice holds as event holds would make an agent's memory grow with the payload size
 # (docs/performance.md, bulk memory). One forgotten anyway costs a redundant copy only.
 MAX_SLICE_HOLDS = 4_096
-# A relay's ack waits this long at most for a destination absent from its view (`_park`), and
-# its new routes for what it relayed on the old view (`_fence`): a view rebuilt by restarted
-# membership replicas took more than 5 s to hold every member again under load.
+# A relay's ack waits this long at most for a destination absent from its view (`_park`): a
+# view rebuilt by restarted membership replicas can take seconds to hold every member again.
 HOLD_SECONDS = 15.0
+# A relay's new routes wait this long at most for what it relayed on the old view (`_fence`).
+# Shorter than HOLD_SECONDS: two relays that re-route toward each other after a crash each
+# wait for frames the other holds behind its own fence, and only this bound ends that wait.
+FENCE_SECONDS = 2.0
 
 
 class Host(Protocol):
@@ -326,7 +329,7 @@ class DataPlane:
         relayed before it and still on its way, and overtake it (a producer's order, which
         the root's own fence keeps only for the root's routes: root.py). So frames received
         from now on wait, in order, until those relayed on the old view are acknowledged
-        (re-routed ones included), for at most HOLD_SECONDS (a stalled link must not stop
+        (re-routed ones included), for at most FENCE_SECONDS (a stalled link must not stop
         this relay for longer: docs/guarantees.md, "Order")."""
         behind = [f for f, entry in self._sent.items() if entry[0].source != self.id and not f.done()]
         if not behind:
@@ -337,7 +340,7 @@ class DataPlane:
 
     async def _lift(self) -> None:
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + HOLD_SECONDS
+        deadline = loop.time() + FENCE_SECONDS
         try:
             while (behind := [f for f in self._behind if not f.done()]) and loop.time() < deadline:
                 await asyncio.wait(behind, timeout=deadline - loop.time())
