@@ -66,6 +66,7 @@ class Setting:
     match_cost: float = 0.0  # s a broker spends matching one notification (its CPU, FIFO)
     copy_cost: float = 0.0  # s a broker spends per copy it puts on an output queue
     tree_alinks: bool = False  # rule (ii) only down aLinks on the cluster's subscription trees
+    cluster_hops: bool = False  # serve each cluster along its subscription tree (aLinks), not at its entry broker
     delta: int = 10  # the paper's delta
     seed: int = 1
 
@@ -217,7 +218,7 @@ def tid_children(parent: dict, targets) -> dict:
 
 def simulate(s: Setting, routing: str) -> Result:
     scot, notes, burst_end = workload(s)
-    if routing == "tid" or s.tree_alinks:
+    if routing == "tid" or s.tree_alinks or s.cluster_hops:
         where = placement(s, scot, notes)
         trees: dict = {}
         branches: dict = {}
@@ -232,11 +233,13 @@ def simulate(s: Setting, routing: str) -> Result:
     heap: list = []
     seq = 0
     for i, (at, host, subs) in enumerate(notes):
-        heap.append((at, seq, host, i, sum(1 << c for c in subs), ()))
+        heap.append((at, seq, host, i, sum(1 << c for c in subs), (), None))
         seq += 1
     heapq.heapify(heap)
+    single = Scot((s.t,))
+    roots: dict = {}  # entry position -> its BFS tree in one cluster
     while heap:
-        now, _, here, i, v, came = heapq.heappop(heap)
+        now, _, here, i, v, came, tree = heapq.heappop(heap)
         published, host, subs = notes[i]
         if s.match_cost or s.copy_cost:  # the broker's CPU: one notification at a time, in arrival order
             now = max(now, cpu[here]) + s.match_cost
@@ -255,14 +258,29 @@ def simulate(s: Setting, routing: str) -> Result:
                 link = links[(here, nxt)]
                 link.advance(now, s.interval)
                 res.messages += 1
-                heapq.heappush(heap, (link.send(now), seq, nxt, i, 0, ()))
+                heapq.heappush(heap, (link.send(now), seq, nxt, i, 0, (), None))
                 seq += 1
             continue
-        if v & (1 << here[1]) or here == host:
+        down = ()  # aLink neighbours this copy goes on to along the cluster's subscription tree
+        if s.cluster_hops:
+            if tree is None and v & (1 << here[1]):  # it enters the cluster here: root its tree
+                mine = [(b[0], 0) for b in where[i] if b[1] == here[1]]
+                if here[0] not in roots:
+                    roots[here[0]] = tid_tree(single, (here[0], 0))
+                kids = tid_children(roots[here[0]], mine)
+                tree = {(b[0], here[1]): [(k[0], here[1]) for k in ks] for b, ks in kids.items()}
+            if tree is not None:
+                n = where[i].get(here, 0)
+                if n:
+                    res.deliver(now, now - published, n)
+                down = tree.get(here, ())
+        elif v & (1 << here[1]) or here == host:
             n = subs.get(here[1], 0)
             if n:
                 res.deliver(now, now - published, n)
-        if routing == "snr":
+        if not v & ~(1 << here[1]):
+            sends = []
+        elif routing == "snr":
             sends = snr(scot, here, v)
         else:
             states = {}
@@ -282,14 +300,18 @@ def simulate(s: Setting, routing: str) -> Result:
             d = idr(scot, here, v, states, avoid)
             sends = d.sends
             res.rules[d.rule] = res.rules.get(d.rule, 0) + 1
-        for send in sends:
+        out = {send.to: send.civ for send in sends}
+        for r in down:  # a CIV-N going down the tree rides on the tree's copy: one message
+            out.setdefault(r, 0)
+        for to, civ_ in out.items():
             if s.copy_cost:
                 now = cpu[here] = now + s.copy_cost
-            link = links[(here, send.to)]
+            link = links[(here, to)]
             link.advance(now, s.interval)
             arrive = link.send(now)
             res.messages += 1
-            heapq.heappush(heap, (arrive, seq, send.to, i, send.civ, (here,) if send.to[1] == here[1] else ()))
+            heapq.heappush(heap, (arrive, seq, to, i, civ_, (here,) if to[1] == here[1] else (),
+                                  tree if to in down else None))
             seq += 1
     return res
 
