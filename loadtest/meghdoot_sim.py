@@ -9,13 +9,14 @@ One peer starts with the whole space. The stock subscriptions and events
 joins with probability 10% until the bound is reached (5.1). A joining peer enters at a
 random peer and climbs to a local maximum of load over CAN neighbours (4.2); that peer
 then hands the new peer a replica if it is loaded by event propagation, else splits its
-zone by subscription count (4.1). "Loaded by event propagation" is, by default, a
-capacity: the peer handles more than CAPACITY (5%) of the events published lately, so a
-zone every event crosses ends with about 1 / CAPACITY members -- the largest degree of
-replication in the paper's Fig. 15(a) is 20. `--join-rule share` keeps the earlier
-reading: replicate when the peer's share of event messages exceeds its zone's share of
-the subscriptions; both shares shrink together as peers join, so it goes on replicating
-at every size (docs/papers.md, "Meghdoot"). Subscriptions
+zone by subscription count (4.1). "Loaded by event propagation" has two parts, by
+default: loaded -- the peer handles more than CAPACITY (5%) of the events published
+lately, so a zone every event crosses ends with about 1 / CAPACITY members (the largest
+degree of replication in the paper's Fig. 15(a) is 20) -- and by events more than by
+subscriptions -- its share of recent event messages exceeds its zone's share of the
+subscriptions. `--join-rule share` keeps only the second part, the earlier reading: both
+shares shrink together as peers join, so it goes on replicating at every size
+(docs/papers.md, "Meghdoot"). Subscriptions
 and events are routed greedily over CAN neighbours from a random peer to the zone of
 their point (Euclidean distance in the space scaled to the unit cube); an event then
 reaches every zone meeting its affected region (3.4), one message per zone to the
@@ -223,9 +224,10 @@ class Sim:
         self.peers += 1
         self.joined_at[peer] = self.total
         self.eload[peer], self.elast[peer] = self.eload[here], self.elast[here]
-        if self.capacity is not None:  # share of the recent events it handled
+        if self.capacity is not None:  # loaded (over capacity) and by events more than by subscriptions
             handled = self.eload[here] * self._decay(self.elast[here])
-            replicate = handled / max(1.0, self.ecount[0] * self._decay(self.ecount[1])) > self.capacity
+            overloaded = handled / max(1.0, self.ecount[0] * self._decay(self.ecount[1])) > self.capacity
+            replicate = overloaded and events > subs
         else:
             replicate = events > subs
         if not replicate:
