@@ -29,6 +29,7 @@ from echelon.agent.dispatch import Dispatcher
 from echelon.agent.durable import Defaults, Durables
 from echelon.agent.durable.rpc import DurableServicer
 from echelon.dataplane.gateway import Gateway, region_view
+from echelon.dataplane.tiers import tiers
 from echelon.dataplane.linkset import LinkSet, PlaneHost
 from echelon.agent.matching import MatchClient
 from echelon.agent.metrics import AgentMetrics
@@ -142,7 +143,7 @@ class AgentNode(Node):
 
     async def on_start(self) -> None:
         me = self.config.id
-        self.matching = MatchClient(self.membership)
+        self.matching = MatchClient(self.membership, region=self.config.region)
         self.subscriptions = Registry(me, self.topics, self.matching, self.metrics,
                                       lambda topics: self.membership.set_topics(set(), topics), self._max_backlog)
         self.subscriptions.filter_limits = self.server.access.config.limits.filters()  # the operator's (--limits)
@@ -198,7 +199,8 @@ class AgentNode(Node):
         regions, here, agents, dead = region_view(self.membership, self.config.id, self.config.region)
         left = {m.id for m in self.membership.members.values() if m.state == mpb.MEMBER_STATE_LEFT}
         self.plane.trees.update(agents, dead, hinted(self.membership.plan), left)  # bucket hints: the leaves
-        self.gateway.trees.update(self.membership.alive(mpb.ROLE_ROUTER), regions, here)
+        far = tiers(self.membership).far(self.config.region)  # regions matched by their own tier
+        self.gateway.trees.update(self.membership.alive(mpb.ROLE_ROUTER), regions, here, far)
         return {m.id for m in agents} | set(self.gateway.trees.table.members)
 
     def _settle(self, futures) -> None:

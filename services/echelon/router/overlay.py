@@ -22,6 +22,7 @@ from collections.abc import Iterable, Sequence
 
 from echelon.core.idr import IDLE, LinkState, idr
 from echelon.core.scot import Router, Scot, bits, civ, snr
+from echelon.dataplane.tiers import is_pseudo, pseudo
 from echelon.v1 import membership_pb2 as mpb
 
 ANY_ALINK = ()  # handed over by an agent, or entered over an iLink: every aLink is a target aLink
@@ -56,6 +57,9 @@ class Overlay:
     def update(self, routers: Iterable[mpb.Member], agents: Iterable[mpb.Member], regions: dict[str, str]) -> None:
         """A new view: `regions` maps every member id to its region."""
         routers = sorted(routers, key=lambda m: m.id)
+        regions = dict(regions)
+        for m in routers:  # `@R` (tiers.py): served where R's routers are (the first's, under cliques)
+            regions.setdefault(pseudo(m.region), regions[m.id])
         self.region_name = regions
         self.region = regions.get(self.self_id, self.region)
         self.regions = sorted({regions[m.id] for m in routers})
@@ -71,6 +75,7 @@ class Overlay:
         self.here = self.position.get(self.self_id)
         self.table = Table({m.id: m for m in routers if m.id != self.self_id})
         self.region_of = {m.id: index[regions[m.id]] for m in agents if regions[m.id] in index}
+        self.region_of.update((k, index[r]) for k, r in regions.items() if is_pseudo(k) and r in index)
         self.states = {p: s for p, s in self.states.items() if p in self.at}
 
     def alive(self, member_id: str) -> bool:
