@@ -191,6 +191,7 @@ class AgentNode(Node):
         if self.plane:
             alive = self._update_routes()
             self.plane.on_view()  # members back from DEAD get what was parked for them
+            self.gateway.on_view()  # and regions whose router is back (dataplane/tiers.py)
             self.links.keep(alive)
 
     def _update_routes(self) -> set[str]:
@@ -213,6 +214,7 @@ class AgentNode(Node):
         while True:
             await asyncio.sleep(1.0)
             self.plane.expire()
+            self.gateway.expire()
             self.plane.streams.sweep()
 
     def _peer_broke(self, peer: str) -> None:

@@ -38,8 +38,8 @@ class Tiers:
     def __init__(self, members: Iterable[mpb.Member]):
         members = [m for m in members if m.state != mpb.MEMBER_STATE_LEFT]
         self.matcher_regions = sorted({m.region for m in members if m.role == mpb.ROLE_MATCHER})
-        self.router_regions = sorted({m.region for m in members if m.role == mpb.ROLE_ROUTER
-                                      and m.state in (mpb.MEMBER_STATE_ALIVE, mpb.MEMBER_STATE_SUSPECT)})
+        # DEAD routers too: a region cut off is still sent to (what goes there is parked).
+        self.router_regions = sorted({m.region for m in members if m.role == mpb.ROLE_ROUTER})
 
     def serving(self, region: str) -> str:
         """The region whose matchers serve `region`."""

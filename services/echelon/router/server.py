@@ -125,7 +125,7 @@ class RouterNode(Node):
         # A router holds no subscriptions and is never a destination: nothing to deliver here.
         self.host = PlaneHost(self.config.id, self.address, self.metrics, self.links, DedupWindow(), lambda _: 0)
         self.local = DataPlane(self.host, Trees(self.config.id, self.address), park_seconds=self.park_seconds)
-        self.relay = DataPlane(self.host, self.overlay)
+        self.relay = DataPlane(self.host, self.overlay, park_seconds=self.park_seconds)
         self.on_view()
         self.membership.on_plan(self.on_view)  # a plan's cliques may move members between regions
         self._ready.set()
@@ -152,7 +152,10 @@ class RouterNode(Node):
         left = {m.id for m in self.membership.members.values() if m.state == mpb.MEMBER_STATE_LEFT}
         self.local.trees.update(mine, dead, left=left)
         self.local.on_view()
-        self.overlay.update(routers, self.membership.alive(mpb.ROLE_AGENT), regions)
+        known = {m.region for m in self.membership.members.values()
+                 if m.role == mpb.ROLE_ROUTER and m.state != mpb.MEMBER_STATE_LEFT}
+        self.overlay.update(routers, self.membership.alive(mpb.ROLE_AGENT), regions, known)
+        self.relay.on_view()  # regions back: what was parked for them goes
         self.links.keep({m.id for m in mine} | {m.id for m in routers})
 
     def _settle(self, futures) -> None:
@@ -194,6 +197,7 @@ class RouterNode(Node):
         while True:
             await asyncio.sleep(1.0)
             self.local.expire()
+            self.relay.expire()
 
     # -- one incoming frame ------------------------------------------------------------
 
