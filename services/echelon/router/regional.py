@@ -7,8 +7,9 @@ router of that region that receives it asks its own region's matcher tier, as an
 would, and the LBDD tree is rooted over the answer's agents of its region. So a publish
 never waits on a matcher outside the region whose subscriptions it is matched against.
 
-Frames are matched one at a time, in the order they came (FIFO per publisher, as the
-relays keep it): a frame behind one still being matched waits. No answer (the tier
+Frames are matched in the order they came (FIFO per publisher, as the relays keep it), the
+ones queued while a batch is out together as the next batch: a frame behind one still being
+matched waits. No answer (the tier
 unreachable): the frame is retried and stays unacknowledged, so the publisher's window
 and its `DELIVERED` ack wait; nothing is dropped. An event that matches nobody here is
 acknowledged at once and counted (`echelon_router_unmatched_total`).
@@ -41,6 +42,7 @@ MATCH_METHOD = "/echelon.v1.Matcher/Match"
 RETRY = 0.2  # between rounds over the tier's matchers
 TIMEOUT = 10.0  # one answer
 SLICED = 1024  # answers kept for sliced payloads still arriving
+BATCH = 512  # events per Match batch, at most (about: whole frames)
 
 
 class RegionMatch:
@@ -79,58 +81,71 @@ class RegionMatch:
 
     async def _run(self) -> None:
         while self.queue and not self.stopping():
-            frame, deliver = self.queue[0]
+            # The frames queued meanwhile go as one Match batch (as the agents' dispatcher
+            # batches): one answer's wait per batch, not per frame.
+            frames, events = [], 0
+            for frame, deliver in self.queue:
+                frames.append((frame, deliver))
+                events += len(frame.messages)
+                if events >= BATCH:
+                    break
             try:
-                resolved = await self._resolve(frame)
+                resolved = await self._resolve([f for f, _ in frames])
             except (Unavailable, grpc.aio.AioRpcError, asyncio.InvalidStateError, asyncio.TimeoutError) as e:
                 log.info("matching in region %s failed (%s): retrying", self.region, e)
                 self._close_stream()
                 await asyncio.sleep(RETRY)
                 continue
-            self.queue.popleft()
-            deliver(resolved)
+            for (_, deliver), out in zip(frames, resolved):
+                self.queue.popleft()
+                deliver(out)
 
-    async def _resolve(self, frame: rpb.RelayFrame) -> rpb.RelayFrame:
-        todo: list[tuple[int, tuple | None]] = []  # messages to match, and their slice key
+    async def _resolve(self, frames: list[rpb.RelayFrame]) -> list[rpb.RelayFrame]:
+        todo: list[tuple[int, int, tuple | None]] = []  # (frame, message) to match, and its slice key
         events: list[pb.Event] = []
-        answers: dict[int, list[str]] = {}
-        for i, msg in enumerate(frame.messages):
-            if not any(map(is_pseudo, msg.destinations)):
-                continue
-            ev = event_of(msg)
-            key = (frame.source, ev.id.producer_id, ev.id.sequence) if msg.slice_count > 1 or msg.aborted else None
-            if key is not None and key in self._sliced:
-                answers[i] = self._sliced[key]
-                continue
-            if msg.aborted:
-                answers[i] = []  # nothing of it was sent here: nothing to end
-                continue
-            todo.append((i, key))
-            # Attributes only: the matchers never need the payload.
-            events.append(pb.Event(id=ev.id, topic=ev.topic, attributes=ev.attributes))
+        answers: dict[tuple[int, int], list[str]] = {}
+        for f, frame in enumerate(frames):
+            for i, msg in enumerate(frame.messages):
+                if not any(map(is_pseudo, msg.destinations)):
+                    continue
+                ev = event_of(msg)
+                sliced = msg.slice_count > 1 or msg.aborted
+                key = (frame.source, ev.id.producer_id, ev.id.sequence) if sliced else None
+                if key is not None and key in self._sliced:
+                    answers[f, i] = self._sliced[key]
+                    continue
+                if msg.aborted:
+                    answers[f, i] = []  # nothing of it was sent here: nothing to end
+                    continue
+                todo.append((f, i, key))
+                # Attributes only: the matchers never need the payload.
+                events.append(pb.Event(id=ev.id, topic=ev.topic, attributes=ev.attributes))
         if events:
             results = await self._match(events)
-            for (i, key), result in zip(todo, results):
+            for (f, i, key), result in zip(todo, results):
                 agents = [a.agent for a in result.agents if self.local(a.agent)]
-                answers[i] = agents
+                answers[f, i] = agents
                 if key is not None:
                     self._sliced[key] = agents
                     while len(self._sliced) > SLICED:
                         self._sliced.popitem(last=False)
-        out = rpb.RelayFrame(source=frame.source, source_key=frame.source_key, ack_may_wait=frame.ack_may_wait)
-        for i, msg in enumerate(frame.messages):
-            if i not in answers:
-                out.messages.add().CopyFrom(msg)
-                continue
-            named = [d for d in msg.destinations if not is_pseudo(d)]
-            dests = named + [a for a in answers[i] if a not in named]
-            if not dests:
-                self.unmatched.inc()
-                continue
-            m = out.messages.add()
-            m.CopyFrom(msg)
-            m.ClearField("destinations")
-            m.destinations.extend(dests)
+        out = []
+        for f, frame in enumerate(frames):
+            o = rpb.RelayFrame(source=frame.source, source_key=frame.source_key, ack_may_wait=frame.ack_may_wait)
+            for i, msg in enumerate(frame.messages):
+                if (f, i) not in answers:
+                    o.messages.add().CopyFrom(msg)
+                    continue
+                named = [d for d in msg.destinations if not is_pseudo(d)]
+                dests = named + [a for a in answers[f, i] if a not in named]
+                if not dests:
+                    self.unmatched.inc()
+                    continue
+                m = o.messages.add()
+                m.CopyFrom(msg)
+                m.ClearField("destinations")
+                m.destinations.extend(dests)
+            out.append(o)
         return out
 
     def _matchers(self) -> list[mpb.Member]:
