@@ -33,6 +33,7 @@ from echelon.dataplane.tiers import tiers
 from echelon.dataplane.linkset import LinkSet, PlaneHost
 from echelon.agent.matching import MatchClient
 from echelon.agent.metrics import AgentMetrics
+from echelon.agent.named import NamedFile
 from echelon.agent.pubsub import PubSubServicer
 from echelon.agent.reconcile import PERIOD, Reconciler
 from echelon.agent.redelivery import DeadLetters
@@ -154,6 +155,8 @@ class AgentNode(Node):
         delivery = LocalDelivery(lambda: self.subscriptions.subs, self.metrics, self.subscriptions.close)
         self.subscriptions.max_bytes = self.max_backlog_bytes
         self.subscriptions.stall_seconds = self.stall_seconds
+        self.subscriptions.saved = NamedFile(self.data_dir)
+        self.subscriptions.restore()  # before frames are taken: what was kept for them comes back (named.py)
         self.host = PlaneHost(me, self.address, self.metrics, self.links, delivery.dedup, delivery.deliver_many,
                               delivery.open_stream, delivery.take_full)
         trees = Trees(me, self.address, self.dissemination, self.stripes)
