@@ -30,9 +30,12 @@ from echelon.agent.durable import Defaults, Durables
 from echelon.agent.durable.rpc import DurableServicer
 from echelon.dataplane.gateway import Gateway, region_view
 from echelon.dataplane.tiers import tiers
+from echelon.dataplane.root import FRAME_BYTES
+from echelon.contract.schema import MAX_MAX_ATTRIBUTE_BYTES
 from echelon.dataplane.linkset import LinkSet, PlaneHost
 from echelon.agent.matching import MatchClient
 from echelon.agent.metrics import AgentMetrics
+from echelon.agent.named import NamedFile
 from echelon.agent.pubsub import PubSubServicer
 from echelon.agent.reconcile import PERIOD, Reconciler
 from echelon.agent.redelivery import DeadLetters
@@ -62,6 +65,7 @@ class AgentNode(Node):
                  data_dir: str | None = None, fsync: str = "batch", fsync_batch_ms: int = 10,
                  durable: Defaults | None = None, max_backlog_bytes: int = MAX_BYTES,
                  stall_seconds: float = STALL_SECONDS):
+        self.slice_bytes = slice_bytes  # before the server is made: its receive limit follows (receive_limit)
         super().__init__(config)
         self.max_backlog_bytes = max_backlog_bytes  # each subscription's byte bound (subscriptions.py)
         self.stall_seconds = stall_seconds  # a lagging subscription acking nothing this long is stalled
@@ -120,6 +124,15 @@ class AgentNode(Node):
             lambda: max((s.depth for s in list(self.subs.values())), default=0) if self.subscriptions else 0)
         self.metrics.backlog_bound.set_function(lambda: self.max_backlog)
 
+    def receive_limit(self, config: NodeConfig) -> int:
+        """What the agent's server receives: a client's largest request (`--limits
+        max_request_bytes`) or a relay frame (FRAME_BYTES of small events and one more of
+        up to `slice_bytes`, plus attributes), whichever is larger. A larger message, a
+        Subscribe's filter of megabytes say, is refused by gRPC core before the event loop
+        copies it (docs/security.md, "The agent's receive limit")."""
+        frame = FRAME_BYTES + self.slice_bytes + MAX_MAX_ATTRIBUTE_BYTES + (64 << 10)
+        return max(config.auth.limits.max_request_bytes, frame)
+
     @property
     def subs(self) -> dict[str, Subscription]:
         """The subscriptions held here, by name."""
@@ -154,6 +167,8 @@ class AgentNode(Node):
         delivery = LocalDelivery(lambda: self.subscriptions.subs, self.metrics, self.subscriptions.close)
         self.subscriptions.max_bytes = self.max_backlog_bytes
         self.subscriptions.stall_seconds = self.stall_seconds
+        self.subscriptions.saved = NamedFile(self.data_dir)
+        self.subscriptions.restore()  # before frames are taken: what was kept for them comes back (named.py)
         self.host = PlaneHost(me, self.address, self.metrics, self.links, delivery.dedup, delivery.deliver_many,
                               delivery.open_stream, delivery.take_full)
         trees = Trees(me, self.address, self.dissemination, self.stripes)
