@@ -70,7 +70,12 @@ class Regions:
         return [n for n in (*self.matchers, *self.routers, *self.agents) if n not in self.cluster.crashed]
 
     async def stop(self) -> None:
-        await asyncio.gather(*(n.stop(0.2) for n in self.nodes()), return_exceptions=True)
+        # Clients, then agents (their removals still reach the matchers), then the rest.
+        await asyncio.gather(*(c.close() for c in self.cluster.clients), return_exceptions=True)
+        self.cluster.clients.clear()
+        await asyncio.gather(*(n.stop(0.2) for n in self.agents if n not in self.cluster.crashed),
+                             return_exceptions=True)
+        await asyncio.gather(*(n.stop(0.2) for n in self.nodes() if n not in self.agents), return_exceptions=True)
 
     def client(self, i: int):
         from echelon.client import Client
