@@ -174,6 +174,12 @@ octopia: $(STAMP) $(SYSTEM)
 octopia-control: $(STAMP)
 	$(PY) -m loadtest.octopia_control_sim
 
+# Regions that stand alone as real processes: a region's router paused (SIGSTOP) and resumed,
+# local traffic unaffected, the far regions catch up (the in-process version runs in make test).
+.PHONY: regions
+regions: $(STAMP)
+	$(PY) -m pytest -q -m slow tests/integration/test_regions_processes.py
+
 # The paper's bulk experiment in network namespaces (needs root; about 15 minutes): tables, out/bulk/*.png.
 .PHONY: bulk
 bulk: $(STAMP) $(SYSTEM)
