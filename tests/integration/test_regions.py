@@ -203,3 +203,38 @@ async def test_a_region_cut_off_serves_its_own_and_catches_up_after_healing(regi
             assert [r for r in seen if r.startswith(f"during-{o}-")] == during[o], (region, o)
     assert sum(r.metrics.lost._value.get() for r in regions.routers) == 0
     assert all(a.metrics.lost._value.get() == 0 for a in regions.agents)
+
+
+@pytest.mark.timeout(120)
+async def test_a_region_whose_matchers_are_all_dead_does_not_hold_the_others_back(regions):
+    """ap's only matcher crashed: eu's DELIVERED publishes do not wait on it (ap's router
+    acknowledges and keeps them, as for a DEAD destination); once a matcher of ap is back,
+    ap's subscriber gets them, in order."""
+    clients = [regions.client(i) for i in range(len(regions.agents))]
+    await clients[0].create_topic("t", SCHEMA)
+    subs = {region: clients[2 * c + 1].subscribe("t", "x < 50") for c, region in enumerate(REGIONS)}
+    for s in subs.values():
+        await s.start()
+    pub = clients[0].publisher(ack_level=DELIVERED)  # agent-eu-0
+    victim = next(m for m in regions.matchers if m.config.id == "matcher-ap")
+    await regions.cluster.crash(victim)
+    router = next(r for r in regions.routers if r.config.id == "router-ap-0")
+    await wait_for(lambda: not router.matching._matchers(), timeout=30, what="ap's tier DEAD at its router")
+    sent = [f"e{k}" for k in range(20)]
+    for k, name in enumerate(sent):
+        await asyncio.wait_for(pub.publish("t", {"x": k * 5, "y": 0, "r": name}), 30)
+    want = [n for k, n in enumerate(sent) if k * 5 < 50]
+    for region in ("eu", "us"):
+        assert [m.attributes["r"] for m in await drain(subs[region])] == want, region
+    assert not await drain(subs["ap"])
+    # A matcher of ap again: the agents refill it, the router matches what it kept.
+    node = MatcherNode(regions.config("matcher-ap-1", "ap"))
+    await node.start()
+    regions.matchers.append(node)
+    got: list[str] = []
+    for _ in range(100):
+        got += [m.attributes["r"] for m in await drain(subs["ap"], 0.2)]
+        if len(got) >= len(want):
+            break
+    assert got == want
+    assert sum(r.metrics.lost._value.get() for r in regions.routers) == 0

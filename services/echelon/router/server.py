@@ -111,8 +111,8 @@ class RouterNode(Node):
         # Events sent to the region itself (`@region`) are matched by its own tier.
         self.matching = RegionMatch(lambda: self.membership, config.region,
                                     lambda agent: self.overlay.region_name.get(agent) == self.overlay.region,
-                                    self.metrics.unmatched,
-                                    lambda: self.stopping)
+                                    self.metrics.unmatched, self.metrics.lost, lambda: self.stopping,
+                                    park_seconds)
         self._ready = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
         self.server.add(rgrpc.add_RelayServicer_to_server, RelayServicer(
@@ -234,12 +234,18 @@ class RouterNode(Node):
             return
         if local.messages:
             if self.matching.busy or any(is_pseudo(d) for m in local.messages for d in m.destinations):
+                once = [one_done]
+
+                def done_once() -> None:  # acknowledged early while the tier is all DEAD (regional.py)
+                    if once:
+                        once.pop()()
+
                 def deliver(resolved: rpb.RelayFrame) -> None:
                     if resolved.messages:
-                        self.local.receive(resolved, one_done)
+                        self.local.receive(resolved, done_once)
                     else:
-                        one_done()
-                self.matching.submit(local, deliver)
+                        done_once()
+                self.matching.submit(local, deliver, done_once)
             else:
                 self.local.receive(local, one_done)
         if remote.messages:
