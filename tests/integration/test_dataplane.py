@@ -190,6 +190,9 @@ async def test_killing_an_inner_relay_mid_transfer_loses_and_duplicates_nothing(
         assert len(messages) == len(set(messages)), f"agent-{i} got duplicates"
     # Path update: whoever held frames for the victim re-routed them.
     assert sum(a.metrics.rerouted._value.get() for a in cluster.agent_nodes if a is not victim) > 0
+    # Every relay fence lifted by the acks it waited for: none waited on another's until its
+    # bound ran out (relays re-routing toward each other, dataplane/dissemination.py `_fence`).
+    assert [a.config.id for a in cluster.agent_nodes if a is not victim and a.plane.fence_timeouts] == []
 
 
 @pytest.mark.parametrize("lbdd_cluster", [{"dissemination": "p2p"}], indirect=True)
