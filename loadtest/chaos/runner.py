@@ -79,7 +79,12 @@ async def drive(cfg: Config, hosts: Hosts, cluster: Cluster) -> Result:
         schedule = Schedule(cfg, cluster, observer, hosts, roles)
         log(f"faults ({', '.join(schedule.plan())}), until +{cfg.minutes * 60:.0f}s:")
         await schedule.run(until - cfg.settle / 2, t0)
-        await asyncio.sleep(max(0.0, until - time.monotonic()))
+        if cfg.rounds:  # its rounds ran: the last one settles, then publishing stops
+            await asyncio.sleep(cfg.settle)
+            for p in producers:
+                p.until = 0.0
+        else:
+            await asyncio.sleep(max(0.0, until - time.monotonic()))
         log("publishing stopped; draining")
         counts = await spy.counts() if spy else None
         await asyncio.gather(*(p.close(20.0) for p in producers))
