@@ -86,6 +86,8 @@ async def drive(cfg: Config, hosts: Hosts, cluster: Cluster) -> Result:
         else:
             await asyncio.sleep(max(0.0, until - time.monotonic()))
         log("publishing stopped; draining")
+        if spy and cfg.rounds:
+            spy.finish()
         counts = await spy.counts() if spy else None
         await asyncio.gather(*(p.close(20.0) for p in producers))
         await drain(producers, subscribers, schedule.faults, cfg.drain, cfg.wipe_disk)
