@@ -92,13 +92,15 @@ async def drive(cfg: Config, hosts: Hosts, cluster: Cluster) -> Result:
             spy.finish()
         counting = asyncio.ensure_future(spy.counts()) if spy else None  # while the subscribers drain
         await asyncio.gather(*(p.close(20.0) for p in producers))
+        log(f"publishers flushed at +{time.monotonic() - t0:.0f}s")
         await asyncio.gather(drain(producers, subscribers, schedule.faults, cfg.drain, cfg.wipe_disk),
                              durable.drain(producers, durables, cfg.drain))
-        counts = await counting if counting else None
         log(f"drained at +{time.monotonic() - t0:.0f}s")
+        counts = await counting if counting else None
         metrics = agent_counters(cluster)
         dump(cfg.out / "deliveries.jsonl", producers, subscribers, t0)
-        plot(cfg.out / "timeline.png", schedule.faults, observer, producers, subscribers, t0)
+        if cfg.plot:
+            plot(cfg.out / "timeline.png", schedule.faults, observer, producers, subscribers, t0)
         log(f"deliveries and timeline written at +{time.monotonic() - t0:.0f}s")
         result = build_report(cfg, hosts, schedule.faults, observer, producers, subscribers, roles, t0, metrics)
         result.add(*durable.report(producers, durables))
