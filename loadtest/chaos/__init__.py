@@ -48,7 +48,8 @@ fault during (or after) which they were sent.
 Output (in --out, default out/chaos): report.txt (the tables printed at the end),
 report.json, deliveries.jsonl (every message sent and every delivery, for a post-mortem),
 timeline.png (delivery latency over the run, fault windows shaded, verdicts marked), and
-every process's log in logs/.
+every process's log in logs/ (the short run inside `make test` writes neither
+deliveries.jsonl nor timeline.png: `Config.artifacts`).
 
 Counting: see `loadtest.chaos.report`.
 

@@ -33,7 +33,7 @@ class Config:
     intruder: bool | None = None  # the intruder (intruder.py) runs beside the workload; None: with TLS
     rounds: int = 0  # rounds of every fault kind (0: as many as fit in `minutes`)
     overlap: bool = False  # delay/loss in the background of the pause and the kill (schedule.py)
-    plot: bool = True  # timeline.png beside the report (matplotlib: seconds on a loaded machine)
+    artifacts: bool = True  # deliveries.jsonl and timeline.png beside the report (seconds on a loaded machine)
     out: Path = Path("out/chaos")
     log: object = print
 
@@ -48,4 +48,4 @@ class Config:
         phases, and delay/loss during the pause and the kill. `minutes` only bounds it."""
         return cls(**{"minutes": 6.0, "rounds": 1, "overlap": True, "netem_seconds": 6.0, "pause_seconds": 3.0,
                       "partition_seconds": 8.0, "restart_after": 1.5, "settle": 3.0, "warmup": 3.0,
-                      "drain": 45.0, "plot": False, **kw})
+                      "drain": 45.0, "artifacts": False, **kw})

@@ -98,8 +98,8 @@ async def drive(cfg: Config, hosts: Hosts, cluster: Cluster) -> Result:
         log(f"drained at +{time.monotonic() - t0:.0f}s")
         counts = await counting if counting else None
         metrics = agent_counters(cluster)
-        dump(cfg.out / "deliveries.jsonl", producers, subscribers, t0)
-        if cfg.plot:
+        if cfg.artifacts:
+            dump(cfg.out / "deliveries.jsonl", producers, subscribers, t0)
             plot(cfg.out / "timeline.png", schedule.faults, observer, producers, subscribers, t0)
         log(f"deliveries and timeline written at +{time.monotonic() - t0:.0f}s")
         result = build_report(cfg, hosts, schedule.faults, observer, producers, subscribers, roles, t0, metrics)
