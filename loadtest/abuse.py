@@ -151,6 +151,14 @@ class Honest:
             sys.executable, "-m", "loadtest.abuse", "--honest", ",".join(a.cluster.agent_addresses()),
             "--out", str(self.path), *(["--tls-dir", a.tls("honest")] if a.cluster.tls else []), env=env)
 
+    async def delivering(self, most: float = 60.0) -> None:
+        """Wait (at most `most` seconds) until the honest clients' deliveries are flowing."""
+        deadline = time.monotonic() + most
+        while time.monotonic() < deadline:
+            if self.path.exists() and self.path.read_text().count("\n") >= RATE:
+                return
+            await asyncio.sleep(0.2)
+
     def p99(self, start: float, end: float) -> float:
         xs = []
         for line in self.path.read_text().splitlines() if self.path.exists() else ():
@@ -274,6 +282,7 @@ class Abuse:
             samplers = [asyncio.create_task(v.sample()) for v in (self.victim, self.matcher)]
             self.honest = Honest(self, Path(self.args.out) / "honest.log")
             await self.honest.start()
+            await self.honest.delivering()  # a first row with nothing before it would judge nothing
             await asyncio.sleep(self.timing.warm_up)
             for attack in self.attacks:
                 if c.tls and attack is revoked_token_open_streams:
