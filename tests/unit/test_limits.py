@@ -73,7 +73,7 @@ def _held(bucket, now):
     return min(bucket.burst, bucket.tokens + (now - bucket.at) * bucket.rate)
 
 
-def test_the_agents_receive_limit_holds_the_largest_request_a_client_or_member_sends():
+async def test_the_agents_receive_limit_holds_the_largest_request_a_client_or_member_sends():
     """The SDK's largest publish request (a batch closed past MAX_BATCH_BYTES with one more
     event of SLICE_BYTES, attributes at the schema's ceiling) and a relay frame fit under
     the agent's receive limit; a Subscribe of 8 MiB does not (docs/security.md, "The
