@@ -21,6 +21,7 @@ from loadtest.bench_events.workload import (POOL, RANGE, Pool, Received, cpu_sec
                                             percentile, subscriptions, tcp_bytes_sent)
 
 RATES = (1000, 10000, None)  # None: saturation
+QUICK_RATES = (1000, None)  # --quick: a paced cell and a saturated one (10,000/s is paced alike)
 WINDOW = 4096  # events in flight over all publishers (the bound on what a cell leaves behind)
 BATCH = 256  # events per send() at saturation
 SUSTAINED = 0.95  # a fixed rate counts as held when this share of it was published and delivered
@@ -466,13 +467,15 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--publishers", nargs="+", type=int, default=[1, 4])
     ap.add_argument("--floor", action="store_true", help="also gRPC alone, one event a request "
                     "(loadtest/grpc_floor.py): the ceiling of the raw-stub cells, in the same run")
-    ap.add_argument("--rates", nargs="+", type=lambda v: None if v == "max" else int(v), default=list(RATES),
-                    help="events/s of the cells, `max` for saturation (default: 1000 10000 max)")
+    ap.add_argument("--rates", nargs="+", type=lambda v: None if v == "max" else int(v), default=None,
+                    help="events/s of the cells, `max` for saturation (default: 1000 10000 max; --quick: 1000 max)")
     ap.add_argument("--base", metavar="REV", help="Echelon's cells of this tree against revision REV, side by "
                     "side: alternating rounds of one run per tree (versus.py); the other options apply to both")
     ap.add_argument("--rounds", type=int, default=2, help="with --base: rounds (a run per tree each)")
     args = ap.parse_args(argv)
     args.check = args.quick
+    if args.rates is None:
+        args.rates = list(QUICK_RATES if args.quick else RATES)
     if args.quick:
         args.seconds, args.max_events, args.subs = 0.3, 600, 10
     if args.short:
