@@ -18,7 +18,7 @@ from pathlib import Path
 from echelon.runtime import loop
 from loadtest.bench_events.systems import MODES, SYSTEMS, missing_peers
 from loadtest.bench_events.workload import (POOL, RANGE, Pool, Received, cpu_seconds, cpu_waiting, oracle,
-                                            percentile, subscriptions, tcp_bytes_sent)
+                                            percentile, subscriptions, tcp_bytes_by_hop)
 
 RATES = (1000, 10000, None)  # None: saturation
 QUICK_RATES = (1000, None)  # --quick: a paced cell and a saturated one (10,000/s is paced alike)
@@ -78,7 +78,8 @@ class Run:
         filtered0 = getattr(system, "filtered", 0)
         load0 = os.getloadavg()[0]
         gen0 = cpu_seconds(own)
-        wire0 = tcp_bytes_sent(set(pids.values()) | {own})
+        roles = {pid: hop_role(name, system.name) for name, pid in pids.items()} | {own: "client"}
+        wire0 = tcp_bytes_by_hop(roles)
         window = WINDOW // len(sends)
         acked, errors, last_ack = [0], Counter(), [0]
         waiting0, t0 = cpu_waiting(), time.perf_counter_ns()
@@ -132,7 +133,9 @@ class Run:
             await asyncio.sleep(0.1)  # anything extra shows up in the oracle (the peers have none)
         self.sink = None
         cpu = {k: cpu_seconds(p) - cpu0[k] for k, p in pids.items()}
-        wire = tcp_bytes_sent(set(pids.values()) | {own}) - wire0
+        hops = tcp_bytes_by_hop(roles)
+        hops.subtract(wire0)
+        wire = sum(hops.values())
         waiting, wall = cpu_waiting(), (time.perf_counter_ns() - t0) / 1e9
         lat = sorted(received.latencies)
         pub_s = (last_ack[0] - t0) / 1e9 if last_ack[0] else None
@@ -148,6 +151,9 @@ class Run:
                "cpu_s_per_1k_services": sum(cpu.values()) / max(acked[0], 1) * 1000,
                "cpu_s_per_1k_loadgen": (cpu_seconds(own) - gen0) / max(acked[0], 1) * 1000,
                "wire_bytes": wire, "bytes_per_useful_delivery": wire / received.useful if received.useful else None,
+               # Where those bytes went: sender>receiver, per useful delivery (hop_role).
+               "bytes_by_hop": {f"{a}>{b}": round(n / received.useful, 1) for (a, b), n in sorted(hops.items())
+                                if n > 0} if received.useful else {},
                # What the whole run paid per delivery a subscriber wanted: the services and the load
                # generator (publishers, and subscribers with their filtering in the client).
                "cpu_us_per_useful_delivery": (sum(cpu.values()) + cpu_seconds(own) - gen0) / received.useful * 1e6
@@ -237,6 +243,32 @@ def top_costs(folded: Path, n: int = 15) -> dict:
         ours[mine[-1] if mine else "(outside Echelon's code) " + (frames[-1] if frames else "?")] += c
     share = lambda counter: [(f, round(100 * c / total, 1)) for f, c in counter.most_common(n)]  # noqa: E731
     return {"samples": total, "self_pct": share(self_), "by_echelon_frame_pct": share(ours)}
+
+
+def hop_role(name: str, system: str) -> str:
+    """A process's part in the byte breakdown: Echelon's publishing agent (agent-0, where
+    the publishers connect) apart from the subscribing agents; the load generator is
+    "client" (publishers and subscribers)."""
+    if system != "echelon":
+        return system
+    return "pub-agent" if name == "agent-0" else name.rpartition("-")[0]
+
+
+def hop_table(cells: list[dict]) -> str:
+    """Bytes per useful delivery by hop (sender>receiver) at saturation, one row per cell:
+    where the bytes of a delivery go (publish, matching, relay frames and their acks,
+    deliveries and the subscribers' acks, the control plane)."""
+    cells = [c for c in cells if c["rate"] == "max" and c.get("bytes_by_hop")]
+    if not cells:
+        return ""
+    hops = sorted({h for c in cells for h, n in c["bytes_by_hop"].items() if n >= 0.5})
+    head = f"{'system':8} {'mode':17} {'sel':>4} {'pubs':>4} {'B/dlv':>6}  " + "  ".join(hops)
+    rows = ["bytes per useful delivery by hop, sender>receiver (saturation cells)", head, "-" * len(head)]
+    for c in cells:
+        rows.append(f"{c['system']:8} {c['mode']:17} {str(c['selectivity']) + '%':>4} {c['publishers']:>4} "
+                    f"{fmt(c['bytes_per_useful_delivery']):>6}  "
+                    + "  ".join(f"{fmt(c['bytes_by_hop'].get(h), '.1f'):>{len(h)}}" for h in hops))
+    return "\n".join(rows)
 
 
 def fmt(v, spec=".0f") -> str:
@@ -509,6 +541,9 @@ def main(argv: list[str] | None = None) -> Run | None:
     ranged = range_table(r.cells)
     if ranged:
         print("\n" + ranged)
+    by_hop = hop_table(r.cells)
+    if by_hop:
+        print("\n" + by_hop)
     if r.floor:
         from loadtest.grpc_floor import table as floor_table
 
