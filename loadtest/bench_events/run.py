@@ -271,6 +271,24 @@ def hop_table(cells: list[dict]) -> str:
     return "\n".join(rows)
 
 
+FLOOR_OF = {"raw": "ack each", "rawc": "coalesced"}  # a raw-stub mode's counterpart in gRPC alone
+
+
+def floor_ratios(cells: list[dict], floor: list[dict]) -> str:
+    """Each raw-stub saturation cell's published rate over gRPC alone's requests/s with the
+    same acks (loadtest/grpc_floor.py): 1 means the agent's coalescing reached the floor of
+    one event a request; above 1, the agent answers several requests per message."""
+    alone = {f["mode"]: f["requests_per_s"] for f in floor}
+    rows = []
+    for c in cells:
+        how = c["mode"].split("-")[0]
+        if c["system"] == "echelon" and c["rate"] == "max" and alone.get(FLOOR_OF.get(how)):
+            ref = alone[FLOOR_OF[how]]
+            rows.append(f"  {c['mode']} {c['selectivity']}% {c['publishers']}p: {c['published_per_s']:,.0f}/s = "
+                        f"{c['published_per_s'] / ref:.2f}x gRPC alone, {FLOOR_OF[how]} ({ref:,.0f} requests/s)")
+    return "raw-stub cells against the floor:\n" + "\n".join(rows) if rows else ""
+
+
 def fmt(v, spec=".0f") -> str:
     return "-" if v is None else format(v, spec)
 
@@ -548,6 +566,9 @@ def main(argv: list[str] | None = None) -> Run | None:
         from loadtest.grpc_floor import table as floor_table
 
         print("\n" + floor_table(r.floor))
+        ratios = floor_ratios(r.cells, r.floor)
+        if ratios:
+            print(ratios)
     print("\nCPU ms per 1,000 events, by process")
     print(cpu_table(r.cells))
     if r.profile:

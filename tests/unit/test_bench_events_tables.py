@@ -105,3 +105,18 @@ def test_hop_table_lists_the_saturation_cells_by_hop():
     assert header.split()[-2:] == ["client>pub-agent", "pub-agent>agent"]
     assert row.split()[-3:] == ["300", "90.0", "120.0"] and len(hop_table(cells).splitlines()) == 4
     assert hop_table([cells[1]]) == ""
+
+
+def test_raw_cells_are_read_against_the_floor_with_the_same_acks():
+    from loadtest.bench_events.run import floor_ratios
+
+    cells = [dict(cell("echelon", "max", 3000.0, 1.0), mode="raw-DELIVERED"),
+             dict(cell("echelon", "max", 6000.0, 1.0), mode="rawc-DELIVERED"),
+             dict(cell("echelon", 1000, 1000.0, 1.0), mode="raw-DELIVERED"),
+             dict(cell("echelon", "max", 9000.0, 1.0), mode="batch-DELIVERED")]
+    floor = [{"mode": "read", "requests_per_s": 8000.0}, {"mode": "ack each", "requests_per_s": 4000.0},
+             {"mode": "coalesced", "requests_per_s": 5000.0}]
+    lines = floor_ratios(cells, floor).splitlines()
+    assert len(lines) == 3
+    assert "0.75x gRPC alone, ack each" in lines[1] and "1.20x gRPC alone, coalesced" in lines[2]
+    assert floor_ratios(cells, []) == ""
