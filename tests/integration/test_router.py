@@ -59,8 +59,8 @@ class Regions:
         return self
 
     async def stop(self) -> None:
-        # The clients first, as the harness's Cluster.stop does: an agent stopped under a
-        # client's open streams waits for them and held each test's teardown for seconds.
+        # The clients first, as the harness's Cluster.stop does: a client closed after its
+        # agent stopped, with a publisher and subscriptions open, takes seconds to give up.
         for c in self.cluster.clients:
             await c.close()
         await asyncio.gather(*(n.stop(0.2) for n in (*self.agents, *self.routers) if n not in self.cluster.crashed),
