@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-KILL_MAYBE_BEFORE = 10.0  # seconds before a kill whose messages a dying subscription may miss
+KILL_MAYBE_BEFORE = 10.0  # seconds before a kill whose messages a subscription on a wiped disk may miss
 
 
 @dataclass

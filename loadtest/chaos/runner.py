@@ -83,7 +83,7 @@ async def drive(cfg: Config, hosts: Hosts, cluster: Cluster) -> Result:
         log("publishing stopped; draining")
         counts = await spy.counts() if spy else None
         await asyncio.gather(*(p.close(20.0) for p in producers))
-        await drain(producers, subscribers, schedule.faults, cfg.drain)
+        await drain(producers, subscribers, schedule.faults, cfg.drain, cfg.wipe_disk)
         await durable.drain(producers, durables, cfg.drain)
         metrics = agent_counters(cluster)
         dump(cfg.out / "deliveries.jsonl", producers, subscribers, t0)

@@ -64,8 +64,9 @@ def test_the_report_attributes_what_the_checker_finds_to_the_faults():
     obs.changes = [Change(t0 + 4.5, r, "agent-3", DEAD, 1) for r in range(3)]
     obs.changes.append(Change(t0 + 5.3, 1, "agent-4", DEAD, 1))  # the paused agent: a false verdict
     hosts = SimpleNamespace(mode="netns", reason="")
-    res = build_report(Config(), hosts, [kill, pause], obs, [producer], subs, {"producers": ["agent-0"], "tree": {}},
-                       t0, {})
+    # A killed agent that lost its disk: its named subscriptions die with it (report.py).
+    res = build_report(Config(wipe_disk=True), hosts, [kill, pause], obs, [producer], subs,
+                       {"producers": ["agent-0"], "tree": {}}, t0, {})
     base, k, p = res.rows
     assert (base.sent, k.sent, p.sent) == (3, 1, 2)  # sent at +1..+3 | +4 | +5, +6
     assert (base.lost, k.lost, p.lost) == (0, 1, 2)  # "bad" misses 4, 5, 6; "killed" is owed none of 3..6
@@ -76,9 +77,18 @@ def test_the_report_attributes_what_the_checker_finds_to_the_faults():
     assert not res.ok
     failed = {name for name, (ok, _) in res.targets.items() if not ok}
     assert failed == {"0 lost", "0 unexpected", "0 duplicates to a client", "0 reordered",
-                      "0 false dead (delay/loss, pause)", "0 false dead (whole run)"}
+                      "0 false dead (delay/loss, pause)", "0 false dead (whole run)",
+                      "named subscriptions: every acked message owed, 0 lost"}
     assert "killed on agent-3 died with the process" in res.text
     assert "bad on agent-2 overflowed its backlog bound (RESOURCE_EXHAUSTED) at +6s" in res.text
+    # On its own disk (the default): no window around the kill, 3..6 are owed to "killed" too.
+    res = build_report(Config(), hosts, [kill, pause], obs, [producer], subs, {"producers": ["agent-0"], "tree": {}},
+                       t0, {})
+    base, k, p = res.rows
+    assert (base.lost, k.lost, p.lost) == (1, 2, 4)
+    assert res.targets["named subscriptions: every acked message owed, 0 lost"] == (
+        False, "7 lost of 18 owed (no window around a kill), 12 distinct received")
+    assert "died with the process" not in res.text
 
 
 @pytest.mark.netns

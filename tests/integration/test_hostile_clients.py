@@ -62,13 +62,10 @@ async def cluster(tokens):
         await c.stop()
 
 
-CLIENT_GRACE = 5.0  # seconds a client's read may take to end once the agent ended its stream
-
-
 @pytest.fixture
 def quick_rechecks(monkeypatch):
     """The agents (in this process) look at the tokens file and re-check open streams every
-    0.1 s instead of every second: the in-band tests revoke four times each and only wait
+    0.1 s instead of every second: the in-band tests revoke in every round and only wait
     for the revocation to arrive; what they check does not depend on how soon it does."""
     monkeypatch.setattr("echelon.runtime.credentials.RELOAD_CHECK", 0.1)
     monkeypatch.setattr("echelon.runtime.auth.RECHECK", 0.1)
@@ -319,6 +316,9 @@ async def token_valid(c: Cluster, token: str) -> None:
     await wait_for(valid, what="the token is valid again")
 
 
+ROUNDS = 6  # of the raw publish stream below: a call left without a status showed in about one in four
+
+
 async def test_a_publish_stream_ended_by_a_revoked_token_carries_its_status_in_band(tokens, cluster, quick_rechecks):
     """The same for publish streams: a publisher writes all the time, so grpc/grpc#36066
     hits it most; INTERNAL would even be retried by the SDK. The last ack carries the
@@ -327,7 +327,7 @@ async def test_a_publish_stream_ended_by_a_revoked_token_carries_its_status_in_b
     path, _ = tokens
     original = path.read_text()
     raw_codes = []
-    for round_ in range(4):
+    for round_ in range(ROUNDS):
         path.write_text(original)
         await token_valid(c, t["bob"])
         async with Transport(token=t["bob"]).dial(c.agent_nodes[0].address) as ch:
@@ -357,29 +357,21 @@ async def test_a_publish_stream_ended_by_a_revoked_token_carries_its_status_in_b
                         last = ack
                 except grpc.aio.AioRpcError:
                     pass
-            def bobs_streams() -> list:
-                return [st for a in c.agent_nodes for st in a.server.access.streams
-                        if st.caller.identity.name == "bob"]
-            reader = asyncio.create_task(read_all())
-            # Wait on what ends the round, not a fixed bound: the client's read ends, or the
-            # agent has ended bob's stream and the client then gets CLIENT_GRACE to see it.
-            await wait_for(lambda: reader.done() or not bobs_streams(), 20, interval=0.05,
-                           what=f"round {round_}: the agent ends bob's stream")
-            await asyncio.wait({reader}, timeout=CLIENT_GRACE)
-            if not reader.done():  # the client's call stuck: the agent did end the stream
-                reader.cancel()
-                assert not bobs_streams(), (round_, "the agent did not end bob's stream", last)
-                raw_codes.append("client stuck (the agent ended it)")
+            try:  # bounded: a call the agent left without a status would hang here
+                await asyncio.wait_for(read_all(), 20)
+            except asyncio.TimeoutError:
+                open_streams = [st for a in c.agent_nodes for st in a.server.access.streams
+                                if st.caller.identity.name == "bob"]
                 writer.cancel()
                 call.cancel()
-                continue
+                pytest.fail(f"round {round_}: the client's call got no status in 20 s (the agent "
+                            f"{'still holds' if open_streams else 'ended'} bob's stream); last ack {last}")
             raw_codes.append((await call.code()).name)
             writer.cancel()
             assert last is not None and last.stream_status, (round_, last, raw_codes, await call.details())
             assert last.code == grpc.StatusCode.UNAUTHENTICATED.value[0] and "no longer valid" in last.error, last
     print("the call's own status in each round:", raw_codes)  # UNAUTHENTICATED, or INTERNAL (the bug)
-    stuck = "client stuck (the agent ended it)"
-    assert set(raw_codes) <= {"UNAUTHENTICATED", "INTERNAL", stuck} and raw_codes.count(stuck) < len(raw_codes)
+    assert set(raw_codes) <= {"UNAUTHENTICATED", "INTERNAL"}
     # The SDK raises the in-band code (never retries it as it would INTERNAL).
     path.write_text(original)
     await token_valid(c, t["bob"])

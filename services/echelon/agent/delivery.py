@@ -90,21 +90,27 @@ class LocalDelivery:
 
     def take_full(self) -> list:
         """The `room` holds of the lagging subscriptions the events delivered since the last
-        call went to: the frame that brought them is acknowledged once they are released."""
+        call went to, and the holds of what named ones keep (subscriptions.py): the frame
+        that brought them is acknowledged once they are released."""
         full, self.full = self.full, []
         return full
 
     def deliver_root(self, events: Sequence[pb.Event], encoded: Sequence[bytes] | None = None) -> list:
         """`deliver_many` for the publishing agent's own subscriptions: the rooms of those
-        lagging, which the dispatcher waits for before it settles the publish."""
-        self.deliver_many(events, encoded)
+        lagging, which the dispatcher waits for before it settles the publish. Nothing is
+        kept for a named subscription here: its publish is this process's, which a crash
+        ends before any other destination holds it (subscriptions.py)."""
+        self.deliver_many(events, encoded, keep=False)
         return self.take_full()
 
-    def deliver_many(self, events: Sequence[pb.Event], encoded: Sequence[bytes] | None = None) -> int:
+    def deliver_many(self, events: Sequence[pb.Event], encoded: Sequence[bytes] | None = None,
+                     keep: bool = True) -> int:
         """Offer each event (a frame's, in order) to every matching local subscription, once
         per message id: one filter pass per topic, and each subscription takes its events
         of the frame in one call. `encoded`: each event's bytes as received (b"": none),
-        kept to be sent as they are (subscriptions.Pending). The latency histogram gets one
+        kept to be sent as they are (subscriptions.Pending). `keep`: the frame's ack waits
+        for what named subscriptions with a stream attached settle (`take_full`,
+        subscriptions.py). The latency histogram gets one
         sample per frame (its first event delivered: the others came with it)."""
         now = time.monotonic()
         first_time = self.dedup.first_time
@@ -117,6 +123,7 @@ class LocalDelivery:
             if not fresh:
                 return 0
         indexes = self._topic_indexes()
+        kept = self.full if keep else None
         topics = [e.topic for e in fresh]
         if topics.count(topics[0]) == len(topics):  # one topic: the common case, no regrouping
             groups = [(topics[0], fresh, data)]
@@ -134,7 +141,7 @@ class LocalDelivery:
             for sub, js in zip(index.subs, found):
                 if not js:
                     continue
-                n = sub.offer_many([evs[j] for j in js], [raws[j] for j in js])
+                n = sub.offer_many([evs[j] for j in js], [raws[j] for j in js], kept)
                 if n is None:
                     self._overflow(sub)
                     continue

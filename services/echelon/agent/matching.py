@@ -52,6 +52,7 @@ import grpc
 
 from echelon.agent.crawl import MatcherSearch
 from echelon.contract.errors import Unavailable
+from echelon.dataplane.tiers import tiers
 from echelon.runtime.member import MemberClient, lifetime
 from echelon.contract.wire import varints
 from echelon.v1 import matcher_pb2 as xpb
@@ -76,9 +77,14 @@ _EVENTS = bytes((EVENTS_TAG,))
 
 
 class MatchClient:
-    def __init__(self, membership: MemberClient, timeout: float = 10.0):
+    def __init__(self, membership: MemberClient, timeout: float = 10.0, region: str | None = None,
+                 refills: bool = True):
+        """`region`: only the tier serving it is called (dataplane/tiers.py; None: every
+        matcher); `refills`: False for a caller that owns no subscriptions (a router)."""
         self.membership = membership
         self.timeout = timeout
+        self.region = region
+        self.refills = refills
         self.subscriptions: dict[str, xpb.Subscription] = {}  # wanted: registered, or being registered
         self.registering: dict[str, asyncio.Task] = {}
         self._removals: dict[str, int] = {}  # id -> token of the unregister that queued it
@@ -112,7 +118,10 @@ class MatchClient:
         return xgrpc.MatcherStub(self._channel(m))
 
     def matchers(self) -> list[mpb.Member]:
-        return self.search.matchers(self.membership.alive(mpb.ROLE_MATCHER))
+        alive = self.membership.alive(mpb.ROLE_MATCHER)
+        if self.region is not None:
+            alive = tiers(self.membership).matchers(alive, self.region)
+        return self.search.matchers(alive)
 
     def _version(self) -> int:
         """Nanoseconds of this agent's clock, strictly increasing."""
@@ -259,6 +268,8 @@ class MatchClient:
 
     def on_view(self) -> None:
         """Refill matchers that are new to us or came back in a new lifetime (restarted: state lost)."""
+        if not self.refills:
+            return
         fresh = [m for m in self.matchers() if self._known.get(m.id) != lifetime(m.incarnation)]
         if fresh and (self._refill is None or self._refill.done()):
             self._refill = asyncio.create_task(self._fill(fresh))
@@ -313,7 +324,8 @@ class MatchClient:
         loop = asyncio.get_running_loop()
         try:
             while self._out:
-                matchers = [m for m in self.matchers() if self._known.get(m.id) == lifetime(m.incarnation)]
+                matchers = [m for m in self.matchers()
+                            if not self.refills or self._known.get(m.id) == lifetime(m.incarnation)]
                 if matchers:
                     by_id = {x.id: x for x in matchers}
                     m = by_id.get(self._suggested or "") or by_id.get(self._stream_matcher or "") or \

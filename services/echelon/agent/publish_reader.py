@@ -10,7 +10,8 @@ them over, the consumer (publishing.py) all that queued meanwhile. gRPC hands ov
 message per read, and the consumer is faster than the reads: taken as they come, runs
 would be of one. So while earlier requests of the stream await their acks (a pipelining
 client, whose acks are not due yet anyway) a run waits for the next request, at most GAP
-for each and LINGER in all; a request with nothing of its stream in flight goes at once.
+for each and LINGER in all; a request with nothing of its stream in flight goes at once, and so
+does a run that ends in a slice or a batch (no run grows behind it).
 
 The contract stays the client's: the acks of a run are written as that client asked, one
 PublishAck per request (its fields at the top level, in request order), or, with
@@ -91,8 +92,8 @@ async def _runs(requests, answers: deque[int]):
             had = len(queued)
             await news.wait()
             timer.cancel()
-            if len(queued) == had:
-                return  # the gap passed with nothing new
+            if len(queued) == had or not _single(queued[-1]):
+                return  # the gap passed with nothing new, or the reader waits for this pass (read)
 
     reader = asyncio.create_task(read())
     try:
@@ -104,7 +105,9 @@ async def _runs(requests, answers: deque[int]):
                 news.clear()
                 await news.wait()
                 continue
-            if len(queued) < MAX_RUN:
+            # Only a run of single events can grow; behind a slice or a batch the reader waits
+            # for this pass (read), so waiting would only add a timer and a gap per request.
+            if len(queued) < MAX_RUN and _single(queued[-1]):
                 await more()
             taken, run = list(queued), []
             queued.clear()

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Callable
 
 import grpc
 
 from echelon.agent.matching import MatchClient
 from echelon.agent.metrics import AgentMetrics
+from echelon.agent.named import NamedFile
 from echelon.agent.redelivery import DeadLetters, apply, policy_of
 from echelon.agent.subscriptions import MAX_BYTES, STALL_SECONDS, Subscription
 from echelon.agent.topics import Topics
@@ -47,6 +49,8 @@ class Registry:
         self.filter_limits = DEFAULT_LIMITS  # what one filter may cost (an operator's settings go here)
         self._ephemeral = 0
         self.dead_letters: DeadLetters | None = None  # set by the agent once it can publish (server.py)
+        self._tasks: set[asyncio.Task] = set()
+        self.saved = NamedFile(None)  # the named subscriptions kept on disk (named.py; the agent's --data-dir)
 
     async def open(self, open_: ppb.SubscriptionOpen, owner: str = "") -> Subscription:
         """Open (or resume) a subscription attached to the caller's stream, registered on the
@@ -78,14 +82,12 @@ class Registry:
                     except BaseException:
                         sub.detach()
                         raise
+                    self._save()
                 return sub
         else:
             self._ephemeral += 1
             name = f"~{self._ephemeral}"
-        sub = Subscription(f"{self.me}/{name}", name, topic.name, flt, self.max_backlog, self.max_bytes,
-                           evict=open_.evict and not open_.subscription)  # named subscriptions lag
-        sub.owner = owner
-        sub.on_stall, sub.on_shed, sub.stall_seconds = self._stalled, self.metrics.shed.inc, self.stall_seconds
+        sub = self._new(name, topic.name, flt, owner, evict=open_.evict and not open_.subscription)
         sub.attach(open_.credits)
         apply(sub, policy, self.dead_letters, self.metrics)
         self.subs[name] = sub
@@ -95,7 +97,58 @@ class Registry:
         except BaseException:  # refused, unreachable, or the client went away meanwhile
             self.close(sub)
             raise
+        if sub.named:
+            self._save()
         return sub
+
+    def _new(self, name: str, topic: str, flt, owner: str, evict: bool = False) -> Subscription:
+        sub = Subscription(f"{self.me}/{name}", name, topic, flt, self.max_backlog, self.max_bytes,
+                           evict=evict)  # named subscriptions lag
+        sub.owner = owner
+        sub.on_stall, sub.on_shed, sub.stall_seconds = self._stalled, self.metrics.shed.inc, self.stall_seconds
+        return sub
+
+    def restore(self) -> list[Subscription]:
+        """The named subscriptions a previous process of this agent kept (named.py): held
+        again, detached, with their creation time, and registered on the tier (retried by
+        reconciliation if it cannot be reached now). What was published before now may have
+        been delivered by that process: it comes marked as a redelivery."""
+        now = time.time_ns()
+        restored = []
+        for saved in self.saved.load():
+            if saved.name in self.subs:
+                continue
+            sub = self._new(saved.name, saved.topic, saved.filter, saved.owner)
+            sub.created_ns, sub.restored_ns = saved.created_ns, now
+            self.subs[sub.name] = sub
+            restored.append(sub)
+        if restored:
+            self._changed()
+            log.info("restored %d named subscriptions kept by the previous process", len(restored))
+            task = asyncio.get_running_loop().create_task(self._register_all(restored))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        return restored
+
+    async def _register_all(self, subs: list[Subscription]) -> None:
+        """In one request, begun before reconciliation's first round (which would take the
+        tier's copies of those not yet registered for a previous life's ghosts)."""
+        entries = []
+        for sub in subs:
+            ids = term_ids(sub.id, len(sub.filter.terms))
+            self._terms[sub.id] = len(ids)
+            entries += [xpb.Subscription(id=i, agent=self.me, topic=sub.topic, filter=filter_to_pb(t))
+                        for i, t in zip(ids, sub.filter.terms)]
+        try:
+            await self.matching.register(entries)
+        except Exception as e:  # noqa: BLE001 - reconciliation registers them later
+            log.warning("%d restored subscriptions not registered yet: %s", len(subs), e)
+
+    def _save(self) -> None:
+        try:
+            self.saved.save(s for s in self.subs.values() if s.named and not s.durable)
+        except OSError as e:  # the subscription works; only a crash of this process would lose it
+            log.error("named subscriptions not kept on disk (%s): a crash of this agent ends them", e)
 
     async def _register(self, sub: Subscription) -> None:
         """Each term of the filter's normal form is an entry of its own on the tier (the
@@ -130,9 +183,12 @@ class Registry:
             return done
         sub.closed = True
         sub.release()  # it holds no frame back any more
+        sub.unkeep()
         sub.changed.set()
         if self.subs.get(sub.name) is sub:
             del self.subs[sub.name]
+            if sub.named and not sub.durable:
+                self._save()
         self._changed()
         return self.matching.unregister(term_ids(sub.id, self._terms.pop(sub.id, 1)))
 

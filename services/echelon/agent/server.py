@@ -29,9 +29,13 @@ from echelon.agent.dispatch import Dispatcher
 from echelon.agent.durable import Defaults, Durables
 from echelon.agent.durable.rpc import DurableServicer
 from echelon.dataplane.gateway import Gateway, region_view
+from echelon.dataplane.tiers import tiers
+from echelon.dataplane.root import FRAME_BYTES
+from echelon.contract.schema import MAX_MAX_ATTRIBUTE_BYTES
 from echelon.dataplane.linkset import LinkSet, PlaneHost
 from echelon.agent.matching import MatchClient
 from echelon.agent.metrics import AgentMetrics
+from echelon.agent.named import NamedFile
 from echelon.agent.pubsub import PubSubServicer
 from echelon.agent.reconcile import PERIOD, Reconciler
 from echelon.agent.redelivery import DeadLetters
@@ -61,6 +65,7 @@ class AgentNode(Node):
                  data_dir: str | None = None, fsync: str = "batch", fsync_batch_ms: int = 10,
                  durable: Defaults | None = None, max_backlog_bytes: int = MAX_BYTES,
                  stall_seconds: float = STALL_SECONDS):
+        self.slice_bytes = slice_bytes  # before the server is made: its receive limit follows (receive_limit)
         super().__init__(config)
         self.max_backlog_bytes = max_backlog_bytes  # each subscription's byte bound (subscriptions.py)
         self.stall_seconds = stall_seconds  # a lagging subscription acking nothing this long is stalled
@@ -119,6 +124,15 @@ class AgentNode(Node):
             lambda: max((s.depth for s in list(self.subs.values())), default=0) if self.subscriptions else 0)
         self.metrics.backlog_bound.set_function(lambda: self.max_backlog)
 
+    def receive_limit(self, config: NodeConfig) -> int:
+        """What the agent's server receives: a client's largest request (`--limits
+        max_request_bytes`) or a relay frame (FRAME_BYTES of small events and one more of
+        up to `slice_bytes`, plus attributes), whichever is larger. A larger message, a
+        Subscribe's filter of megabytes say, is refused by gRPC core before the event loop
+        copies it (docs/security.md, "The agent's receive limit")."""
+        frame = FRAME_BYTES + self.slice_bytes + MAX_MAX_ATTRIBUTE_BYTES + (64 << 10)
+        return max(config.auth.limits.max_request_bytes, frame)
+
     @property
     def subs(self) -> dict[str, Subscription]:
         """The subscriptions held here, by name."""
@@ -142,7 +156,7 @@ class AgentNode(Node):
 
     async def on_start(self) -> None:
         me = self.config.id
-        self.matching = MatchClient(self.membership)
+        self.matching = MatchClient(self.membership, region=self.config.region)
         self.subscriptions = Registry(me, self.topics, self.matching, self.metrics,
                                       lambda topics: self.membership.set_topics(set(), topics), self._max_backlog)
         self.subscriptions.filter_limits = self.server.access.config.limits.filters()  # the operator's (--limits)
@@ -153,6 +167,8 @@ class AgentNode(Node):
         delivery = LocalDelivery(lambda: self.subscriptions.subs, self.metrics, self.subscriptions.close)
         self.subscriptions.max_bytes = self.max_backlog_bytes
         self.subscriptions.stall_seconds = self.stall_seconds
+        self.subscriptions.saved = NamedFile(self.data_dir)
+        self.subscriptions.restore()  # before frames are taken: what was kept for them comes back (named.py)
         self.host = PlaneHost(me, self.address, self.metrics, self.links, delivery.dedup, delivery.deliver_many,
                               delivery.open_stream, delivery.take_full)
         trees = Trees(me, self.address, self.dissemination, self.stripes)
@@ -190,6 +206,7 @@ class AgentNode(Node):
         if self.plane:
             alive = self._update_routes()
             self.plane.on_view()  # members back from DEAD get what was parked for them
+            self.gateway.on_view()  # and regions whose router is back (dataplane/tiers.py)
             self.links.keep(alive)
 
     def _update_routes(self) -> set[str]:
@@ -198,7 +215,8 @@ class AgentNode(Node):
         regions, here, agents, dead = region_view(self.membership, self.config.id, self.config.region)
         left = {m.id for m in self.membership.members.values() if m.state == mpb.MEMBER_STATE_LEFT}
         self.plane.trees.update(agents, dead, hinted(self.membership.plan), left)  # bucket hints: the leaves
-        self.gateway.trees.update(self.membership.alive(mpb.ROLE_ROUTER), regions, here)
+        far = tiers(self.membership).far(self.config.region)  # regions matched by their own tier
+        self.gateway.trees.update(self.membership.alive(mpb.ROLE_ROUTER), regions, here, far)
         return {m.id for m in agents} | set(self.gateway.trees.table.members)
 
     def _settle(self, futures) -> None:
@@ -211,6 +229,7 @@ class AgentNode(Node):
         while True:
             await asyncio.sleep(1.0)
             self.plane.expire()
+            self.gateway.expire()
             self.plane.streams.sweep()
 
     def _peer_broke(self, peer: str) -> None:

@@ -37,6 +37,19 @@ subscription that matched at publish time"). `owes` refuses older ones, allowing
 `CLOCK_SKEW` between the publishing agent's clock and ours: so a process restarted after
 a crash does not hand its new subscriptions what the dead process may already have
 delivered (messages parked for it, or resent by a peer's link, while it was down).
+
+A named subscription with a stream attached outlives a crash of its agent (kill -9): it
+is kept on the agent's disk (named.py) and restored, detached, by the restarted process
+with its creation time, and what it was sent is *kept* upstream meanwhile: each frame that
+brought it events gets a `Hold` (`offer_many(keep=...)`) that is released only when the
+client settles them (ack, term, dead letter), so the frame is acknowledged upstream only
+then and a relay or the root still holds it, re-routes it when this agent dies, and parks
+it until the restarted process is back (dataplane/parking.py). The restored subscription
+marks what was published before the restart as a redelivery (`restored_ns`): the dead
+process may have delivered it. Detached (its client gone, this process alive) or stalled
+(settling nothing for `stall_seconds` while it keeps frames), it keeps nothing: its
+backlog is this process's memory only, and the publishers never wait for a consumer that
+is not there.
 """
 
 from __future__ import annotations
@@ -68,9 +81,10 @@ class Pending:
     """A delivery owed: its event, or (relayed) the bytes the root serialized it in alone
     (`data`: sent on as they are, and the payload is not held twice in the backlog)."""
 
-    __slots__ = ("_event", "redeliveries", "stream", "data", "size")
+    __slots__ = ("_event", "redeliveries", "stream", "data", "size", "hold")
 
     def __init__(self, event: pb.Event, redeliveries: int = 0, stream: ChunkStream | None = None, data: bytes = b""):
+        self.hold: Hold | None = None  # the frame it came in, kept upstream until this is settled (module doc)
         self._event = None if data else event
         self.redeliveries = redeliveries
         self.stream = stream  # a sliced payload, handed out as it arrives (slices.py)
@@ -128,6 +142,11 @@ class Subscription:
         self.ended: Exception | None = None  # set: the attached stream ends with this error (a durable seek)
         self.changed = asyncio.Event()
         self.created_ns = time.time_ns()
+        self.restored_ns = 0  # restored after a crash (named.py): older events may have been delivered
+        self.kept = 0  # deliveries whose frame is kept upstream until they are settled (module doc)
+        self._kept_since = 0.0  # monotonic time `kept` last went above 0
+        self._keep_watch: asyncio.TimerHandle | None = None
+        self.keep_off = False  # stalled while keeping: keeps nothing until an ack shows progress
         self._next_id = 1
         self._unsettled = 1  # no id below it is in `unacked` (cumulative acks start here)
 
@@ -152,11 +171,12 @@ class Subscription:
         self.changed.set()
         return True
 
-    def offer_many(self, events: list[pb.Event], data: list[bytes]) -> int | None:
+    def offer_many(self, events: list[pb.Event], data: list[bytes], keep: list | None = None) -> int | None:
         """`offer` for a frame's events matched here, in order (each with its bytes as
         received, b"": none): those owed are queued, one wakeup for all; how many, or None
         past the backlog bound (overflowed, those below it queued). A durable subscription
-        logs each (its own `offer`)."""
+        logs each (its own `offer`). `keep`: the incoming frame's holds, to which a named
+        subscription with a stream attached adds one its events release once settled (module doc)."""
         if self.durable:
             return sum(self.offer(e, data=d) for e, d in zip(events, data) if self.owes(e))
         if self.closed:
@@ -164,6 +184,12 @@ class Subscription:
         floor = self.created_ns - CLOCK_SKEW_NS  # as `owes`
         owed = [Pending(e, 0, None, d) for e, d in zip(events, data)
                 if not (t := e.publish_time_unix_nanos) or t >= floor]
+        if self.restored_ns:  # the dead process may have delivered what was published before the restart
+            for p, e in zip(owed, [e for e in events if not (t := e.publish_time_unix_nanos) or t >= floor]):
+                if e.publish_time_unix_nanos < self.restored_ns:
+                    p.redeliveries = 1
+        if keep is not None and owed and self.named and self.attached and not self.keep_off and not self.evict:
+            self._keep(owed, keep)
         if self.evict:
             room = self.max_backlog - self.depth
             if len(owed) > room or self.held_bytes >= self.max_bytes:
@@ -180,6 +206,55 @@ class Subscription:
 
     def full(self) -> bool:
         return self.depth >= self.max_backlog or self.held_bytes >= self.max_bytes
+
+    def _keep(self, owed: list[Pending], keep: list) -> None:
+        """One hold for a frame's events here, released as each is settled (module doc)."""
+        hold = Hold()
+        hold.pending = len(owed)
+        for p in owed:
+            p.hold = hold
+        keep.append(hold)
+        if not self.kept:
+            self._kept_since = time.monotonic()
+            if self._keep_watch is None:
+                try:
+                    self._keep_watch = asyncio.get_running_loop().call_later(self.stall_seconds, self._check_kept)
+                except RuntimeError:  # no loop (a unit test of the bookkeeping)
+                    pass
+        self.kept += len(owed)
+
+    def _check_kept(self) -> None:
+        """Settling nothing for `stall_seconds` while keeping frames: stop keeping them."""
+        self._keep_watch = None
+        if not self.kept or self.closed:
+            return
+        idle = time.monotonic() - max(self._progress, self._kept_since)
+        if idle < self.stall_seconds:
+            self._keep_watch = asyncio.get_running_loop().call_later(self.stall_seconds - idle, self._check_kept)
+            return
+        self.keep_off = True
+        self.unkeep()
+
+    def unkeep(self) -> None:
+        """Every frame kept for this subscription is acknowledged upstream now: detached,
+        stalled or closed, it keeps its backlog in this process's memory only."""
+        if not self.kept:
+            return
+        for p in (*self.backlog, *self.unacked.values()):
+            if p.hold is not None:
+                p.hold.release()
+                p.hold = None
+        self.kept = 0  # the rest (dead letters on their way, nacks waiting for their delay) settle alone
+
+    @staticmethod
+    def _settled(done) -> int:
+        n = 0
+        for p in done:
+            if p.hold is not None:
+                p.hold.release()
+                p.hold = None
+                n += 1
+        return n
 
     def _lag(self) -> None:
         """Past the bound (lagging): hold `room` until the client's acks bring it below;
@@ -219,7 +294,10 @@ class Subscription:
         """Drop the oldest queued messages (never those in flight) until within the bound."""
         n = 0
         while self.backlog and self.full() and self.backlog[0].stream is None:
-            self.held_bytes -= self.backlog.popleft().size
+            p = self.backlog.popleft()
+            self.held_bytes -= p.size
+            if p.hold is not None:
+                self.kept -= self._settled((p,))
             n += 1
         self.shed += n
         if n and self.on_shed is not None:
@@ -279,8 +357,11 @@ class Subscription:
         """Settled for good (acked, termed, dead-lettered): no longer held."""
         if done:
             self.held_bytes -= sum(p.size for p in done)
+            if self.kept:
+                self.kept = max(0, self.kept - self._settled(done))
             self._progress = time.monotonic()
             self.shedding = False  # progress: it may lag again
+            self.keep_off = False  # and keep again
             if self.room is not None and not self.full():
                 self.release()
 
@@ -304,6 +385,8 @@ class Subscription:
                                   "nacked: a sliced payload is not redelivered")
         for pending in nacked:
             pending.redeliveries += 1
+        if self.kept:  # given back: nothing waits upstream on a redelivery its client delays
+            self.kept = max(0, self.kept - self._settled(nacked))
         if self.dead is not None:
             nacked = self.dead.divert(self, nacked)
         if delay and nacked:
@@ -333,7 +416,9 @@ class Subscription:
 
     def detach(self) -> None:
         """The stream ended: unacknowledged deliveries go back to the head of the backlog;
-        sliced payloads are lost to this subscription (nothing holds them to redeliver)."""
+        sliced payloads are lost to this subscription (nothing holds them to redeliver).
+        Nothing is kept upstream for it any more (module doc)."""
+        self.unkeep()
         back = [self.unacked.pop(i) for i in sorted(self.unacked)]
         for pending in back:
             pending.redeliveries += 1

@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Sequence
 
+from echelon.dataplane.tiers import is_pseudo
 from echelon.v1 import membership_pb2 as mpb
 
 
@@ -67,26 +68,32 @@ class Gateway:
         self.region = region
         self.regions: dict[str, str] = {}  # member id -> region, from the view and the plan
         self.table = _Table({})
-        self.dead: frozenset[str] = frozenset()  # the router parks for DEAD agents of its region
+        self.dead: frozenset[str] = frozenset()  # `@region`s while no router is live (agents: their router parks)
         self.router: str | None = None
+        self.far: list[str] = []  # regions matched by their own tier: `@region` (tiers.py)
         self._rank = int.from_bytes(hashlib.md5(self_id.encode()).digest()[:8], "big")
 
     def waits_for(self, member_id: str) -> bool:
-        """Only a DEAD agent is waited for: a region with no router is failed at once."""
-        return member_id in self.dead
+        """Only a DEAD agent is waited for: a region with no router is failed at once, but
+        what goes to other regions as a whole (`@region`) is parked while this region has
+        no live router (its routers cut off or down), and sent when one is back."""
+        return member_id in self.dead or is_pseudo(member_id)
 
-    def update(self, routers: Iterable[mpb.Member], regions: dict[str, str], region: str) -> None:
-        self.regions, self.region = regions, region
+    def update(self, routers: Iterable[mpb.Member], regions: dict[str, str], region: str,
+               far: Sequence[str] = ()) -> None:
+        self.regions, self.region, self.far = regions, region, list(far)
         mine = sorted((m for m in routers if regions.get(m.id) == region), key=lambda m: m.id)
         self.table = _Table({m.id: m for m in mine})
         self.router = mine[self._rank % len(mine)].id if mine else None
+        self.dead = frozenset(self.far) if self.router is None else frozenset()
 
     def elsewhere(self, destinations: Iterable[str]) -> list[str]:
-        """The destinations in other regions (for the router)."""
-        return [d for d in destinations if self.regions.get(d, self.region) != self.region]
+        """The destinations in other regions (for the router), and every region whose own
+        matcher tier finds them (`@region`: its router matches the event there)."""
+        return [d for d in destinations if self.regions.get(d, self.region) != self.region] + self.far
 
     def alive(self, member_id: str) -> bool:
-        return member_id in self.table.members
+        return member_id in self.table.members or self.router is not None and is_pseudo(member_id)
 
     def schedule(self, topic: str, destinations: Sequence[str]) -> tuple[int, ...]:
         return (0,)

@@ -113,6 +113,7 @@ class Cluster:
     routers: int = 0  # per region
     regions: int = 1  # > 1: regions region-0.. (OctopiA SCOT): `routers` routers router-<c>-<a> in
     # each, agents dealt round robin over them
+    regional_matchers: bool = False  # `matchers` matchers in EACH region (its own tier), not one tier in "local"
     placement: Placement = field(default_factory=Loopback)
     log_dir: Path = field(default_factory=lambda: Path("out") / "logs" / time.strftime("%Y%m%d-%H%M%S"))
     common: list[str] = field(default_factory=list)  # flags for every service
@@ -132,9 +133,13 @@ class Cluster:
         if self.regions > 1 and not self.routers:
             raise ValueError("regions are joined by routers: give at least one router per region")
         self.log_dir = Path(self.log_dir)
-        for role, n in (("membership", self.memberships), ("matcher", self.matchers)):
+        regional = self.regional_matchers and self.regions > 1
+        for role, n in (("membership", self.memberships), ("matcher", 0 if regional else self.matchers)):
             for _ in range(n):
                 self.plan(role)
+        for c in range(self.regions if regional else 0):
+            for i in range(self.matchers):
+                self.plan("matcher", region=f"region-{c}", id=f"matcher-{c}-{i}")
         if self.regions == 1:
             for _ in range(self.routers):
                 self.plan("router")

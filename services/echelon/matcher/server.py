@@ -27,6 +27,7 @@ from echelon.contract.schema import SchemaError
 from echelon.dataplane.dissemination import PARK_SECONDS
 from echelon.matcher.answer import Answers
 from echelon.matcher.layout import Copy
+from echelon.dataplane.tiers import tiers
 from echelon.matcher.peers import GrpcTransport, StaleLayout, Status, TierView
 from echelon.matcher.reconcile import Reaper, holdings, reconcile
 from echelon.matcher.refill import TIMEOUT as REFILL_TIMEOUT
@@ -91,8 +92,9 @@ def add_matcher_servicer(servicer: xgrpc.MatcherServicer, server) -> None:
     server.add_registered_method_handlers(SERVICE, handlers)
 
 
-def tier_view(member) -> TierView:
-    """What the layouts depend on, from the membership client."""
+def tier_view(member, region: str | None = None) -> TierView:
+    """What the layouts depend on, from the membership client: over the matchers of
+    `region`'s tier only (dataplane/tiers.py; None: every matcher)."""
     topics = {}
     for name, t in member.topics.items():
         try:
@@ -102,7 +104,10 @@ def tier_view(member) -> TierView:
     zones: dict[str, list[Zone]] = defaultdict(list)
     for z in member.plan.zones if member.plan else ():
         zones[z.topic].append(Zone(z.id, tuple(z.low), tuple(z.high), z.owner, tuple(z.replicas)))
-    return TierView({m.id: lifetime(m.incarnation) for m in member.alive(mpb.ROLE_MATCHER)}, topics, zones,
+    alive = member.alive(mpb.ROLE_MATCHER)
+    if region is not None:
+        alive = [m for m in alive if m.region == region]  # a matcher serves the region it joined with
+    return TierView({m.id: lifetime(m.incarnation) for m in alive}, topics, zones,
                     member.plan_version)
 
 
@@ -366,8 +371,9 @@ class MatcherNode(Node):
         DEAD agent's messages are parked for it (dataplane/parking.py), and one declared
         DEAD by a stall comes back with its subscriptions: answering without them lost the
         events they matched (refill.py bounds the wait)."""
-        return [m.id for m in self.membership.members.values()
-                if m.role == mpb.ROLE_AGENT and m.state != mpb.MEMBER_STATE_LEFT]
+        served = tiers(self.membership)
+        return [m.id for m in self.membership.members.values() if m.role == mpb.ROLE_AGENT
+                and m.state != mpb.MEMBER_STATE_LEFT and served.serving(m.region) == self.config.region]
 
     def incarnation(self) -> int:
         return self.membership.member.incarnation if self.membership else 0
@@ -398,4 +404,4 @@ class MatcherNode(Node):
 
     def on_view(self) -> None:
         if self.membership is not None:
-            self.tier.update_view(tier_view(self.membership))
+            self.tier.update_view(tier_view(self.membership, self.config.region))

@@ -22,6 +22,7 @@ from collections.abc import Iterable, Sequence
 
 from echelon.core.idr import IDLE, LinkState, idr
 from echelon.core.scot import Router, Scot, bits, civ, snr
+from echelon.dataplane.tiers import is_pseudo, pseudo
 from echelon.v1 import membership_pb2 as mpb
 
 ANY_ALINK = ()  # handed over by an agent, or entered over an iLink: every aLink is a target aLink
@@ -42,7 +43,7 @@ class Overlay:
         self.routing = routing
         self.metrics = metrics  # RouterMetrics: decisions by rule, messages by link kind
         self.table = Table({})
-        self.dead: frozenset[str] = frozenset()  # never parks: the destination region's router does
+        self.dead: frozenset[str] = frozenset()  # `@R` of regions with no live router (agents: their router parks)
         self.regions: list[str] = []
         self.scot: Scot | None = None
         self.here: Router | None = None
@@ -53,9 +54,14 @@ class Overlay:
         self.states: dict[Router, LinkState] = {}  # this router's output queues, by far end
         self.came_from: tuple[Router, ...] | None = NO_ALINK
 
-    def update(self, routers: Iterable[mpb.Member], agents: Iterable[mpb.Member], regions: dict[str, str]) -> None:
-        """A new view: `regions` maps every member id to its region."""
+    def update(self, routers: Iterable[mpb.Member], agents: Iterable[mpb.Member], regions: dict[str, str],
+               known: Iterable[str] = ()) -> None:
+        """A new view: `regions` maps every member id to its region; `known`: the regions of
+        every router the view holds, live or not (not LEFT)."""
         routers = sorted(routers, key=lambda m: m.id)
+        regions = dict(regions)
+        for m in routers:  # `@R` (tiers.py): served where R's routers are (the first's, under cliques)
+            regions.setdefault(pseudo(m.region), regions[m.id])
         self.region_name = regions
         self.region = regions.get(self.self_id, self.region)
         self.regions = sorted({regions[m.id] for m in routers})
@@ -71,10 +77,19 @@ class Overlay:
         self.here = self.position.get(self.self_id)
         self.table = Table({m.id: m for m in routers if m.id != self.self_id})
         self.region_of = {m.id: index[regions[m.id]] for m in agents if regions[m.id] in index}
+        self.region_of.update((k, index[r]) for k, r in regions.items() if is_pseudo(k) and r in index)
         self.states = {p: s for p, s in self.states.items() if p in self.at}
+        # A region whose routers are all DEAD here (cut off, or down): what is sent to it as a
+        # whole (`@R`) is parked until one is back, and not waited for (the agents' rule for
+        # a DEAD destination: dataplane/parking.py), so the other regions' windows keep moving.
+        self.dead = frozenset(pseudo(r) for r in known) - {k for k in regions if is_pseudo(k)}
 
     def alive(self, member_id: str) -> bool:
-        return member_id in self.table.members
+        return member_id in self.table.members or member_id in self.region_of and is_pseudo(member_id)
+
+    def waits_for(self, member_id: str) -> bool:
+        """Only a region cut off is parked for; an agent of a region without routers is lost."""
+        return member_id in self.dead
 
     def schedule(self, topic: str, destinations: Sequence[str]) -> tuple[int, ...]:
         return (0,)

@@ -37,7 +37,9 @@ from echelon.dataplane.relay import RelayServicer
 from echelon.dataplane.trees import Trees
 from echelon.core.dedup import DedupWindow
 from echelon.core.idr import CongestionMeter
+from echelon.dataplane.tiers import is_pseudo
 from echelon.router.overlay import ANY_ALINK, NO_ALINK, Overlay
+from echelon.router.regional import RegionMatch
 from echelon.runtime.node import Node, NodeConfig
 from echelon.v1 import membership_pb2 as mpb
 from echelon.v1 import relay_pb2 as rpb
@@ -74,6 +76,9 @@ class RouterMetrics:
         self.link_ce = Gauge("echelon_link_congestion_element", "OctopiA's CE of an outgoing link over the last "
                              "interval (enqueued / dequeued; +Inf when nothing left a non-empty queue).", ["peer"],
                              registry=r)
+        self.unmatched = Counter("echelon_router_unmatched_total", "Events sent to this router's region that "
+                                 "matched no subscription of its tier (the price of routing by region, not by "
+                                 "event).", registry=r)
         self.link_congested = Gauge("echelon_link_congested", "1 when the link's CE >= 1 and its queue is "
                                     "longer than delta.", ["peer"], registry=r)
 
@@ -103,6 +108,11 @@ class RouterNode(Node):
         self.overlay = Overlay(config.id, config.region, routing, self.metrics)
         self.local: DataPlane | None = None  # roots LBDD trees over this region's agents
         self.relay: DataPlane | None = None  # SNR / IDR to other regions
+        # Events sent to the region itself (`@region`) are matched by its own tier.
+        self.matching = RegionMatch(lambda: self.membership, config.region,
+                                    lambda agent: self.overlay.region_name.get(agent) == self.overlay.region,
+                                    self.metrics.unmatched,
+                                    lambda: self.stopping)
         self._ready = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
         self.server.add(rgrpc.add_RelayServicer_to_server, RelayServicer(
@@ -115,7 +125,7 @@ class RouterNode(Node):
         # A router holds no subscriptions and is never a destination: nothing to deliver here.
         self.host = PlaneHost(self.config.id, self.address, self.metrics, self.links, DedupWindow(), lambda _: 0)
         self.local = DataPlane(self.host, Trees(self.config.id, self.address), park_seconds=self.park_seconds)
-        self.relay = DataPlane(self.host, self.overlay)
+        self.relay = DataPlane(self.host, self.overlay, park_seconds=self.park_seconds)
         self.on_view()
         self.membership.on_plan(self.on_view)  # a plan's cliques may move members between regions
         self._ready.set()
@@ -131,6 +141,7 @@ class RouterNode(Node):
             self.host.stopping = True  # from here on nothing is acknowledged or re-routed
         for task in self._tasks:
             task.cancel()
+        await self.matching.close()
         await self.links.close()
 
     def on_view(self) -> None:
@@ -141,7 +152,10 @@ class RouterNode(Node):
         left = {m.id for m in self.membership.members.values() if m.state == mpb.MEMBER_STATE_LEFT}
         self.local.trees.update(mine, dead, left=left)
         self.local.on_view()
-        self.overlay.update(routers, self.membership.alive(mpb.ROLE_AGENT), regions)
+        known = {m.region for m in self.membership.members.values()
+                 if m.role == mpb.ROLE_ROUTER and m.state != mpb.MEMBER_STATE_LEFT}
+        self.overlay.update(routers, self.membership.alive(mpb.ROLE_AGENT), regions, known)
+        self.relay.on_view()  # regions back: what was parked for them goes
         self.links.keep({m.id for m in mine} | {m.id for m in routers})
 
     def _settle(self, futures) -> None:
@@ -183,6 +197,7 @@ class RouterNode(Node):
         while True:
             await asyncio.sleep(1.0)
             self.local.expire()
+            self.relay.expire()
 
     # -- one incoming frame ------------------------------------------------------------
 
@@ -218,7 +233,15 @@ class RouterNode(Node):
             ack()
             return
         if local.messages:
-            self.local.receive(local, one_done)
+            if self.matching.busy or any(is_pseudo(d) for m in local.messages for d in m.destinations):
+                def deliver(resolved: rpb.RelayFrame) -> None:
+                    if resolved.messages:
+                        self.local.receive(resolved, one_done)
+                    else:
+                        one_done()
+                self.matching.submit(local, deliver)
+            else:
+                self.local.receive(local, one_done)
         if remote.messages:
             # Arrived on an aLink: not back down it (IDR's target aLinks lead away).
             same = position is not None and self.overlay.here is not None and position[1] == self.overlay.here[1]

@@ -178,6 +178,10 @@ class OpenStream:
     needs: list[tuple[str, str, Callable | None]] = field(default_factory=list)
     final: Callable[[EchelonError], object] | None = None
     revoked: EchelonError | None = None
+    # Out in gRPC, sending a message the handler gave: a cancellation landing there is
+    # grpcio's own (it ends the call sending no status at all), so `end` leaves the
+    # stream to end itself once the write is done.
+    writing: bool = False
 
 
 CALLER: contextvars.ContextVar[Caller | None] = contextvars.ContextVar("echelon_caller", default=None)
@@ -455,11 +459,14 @@ class Access:
 
     def end(self, stream: OpenStream, why: EchelonError) -> None:
         """End an open stream with `why`: its task is cancelled and the interceptor turns
-        the cancellation into `why`'s status (with `final` first, if set)."""
+        the cancellation into `why`'s status (with `final` first, if set). A task out in
+        gRPC writing a message is not: cancelled there, grpcio would drop the call without
+        a status, leaving the client waiting (`OpenStream.writing`)."""
         stream.revoked = why
         self.count(stream.service, _REASON[why.code])
         if stream.task is not None:
-            stream.task.cancel()
+            if not stream.writing:  # else it ends itself once gRPC has sent its message
+                stream.task.cancel()
             cancel_after(stream.task)  # the in-band status may not go out to a client that reads nothing
 
     async def recheck_loop(self) -> None:
@@ -593,10 +600,19 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
                 STREAM.set(stream)
                 access.streams.add(stream)
             last = None
+            responses = behavior(request, context)
             try:
-                async for response in behavior(request, context):
+                async for response in responses:
                     last = response
+                    if stream is None:
+                        yield response
+                        continue
+                    stream.writing = True
                     yield response
+                    stream.writing = False
+                    if stream.revoked is not None:  # ended while gRPC sent it (Access.end)
+                        await responses.aclose()
+                        raise asyncio.CancelledError
             except asyncio.CancelledError:
                 if stream is None or stream.revoked is None:
                     raise

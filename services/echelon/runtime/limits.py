@@ -7,8 +7,11 @@
 - Streams: at most `streams_per_identity` concurrent streaming calls per identity and
   `streams_per_connection` per connection (gRPC's peer address), so one client cannot
   hold all of an agent's memory in stream state.
-- Sizes: `max_message_bytes` is the server's gRPC receive limit; attribute and
-  payload sizes are the topic schema's (`max_length`, `max_attribute_bytes`).
+- Sizes: `max_message_bytes` is the server's gRPC receive limit; an agent's is lower,
+  `max_request_bytes`, the largest request a client sends it (a publish slice or batch),
+  so that gRPC core refuses a larger one before Python receives a byte of it
+  (agent/server.py `receive_limit`; docs/security.md, "The agent's receive limit").
+  Attribute and payload sizes are the topic schema's (`max_length`, `max_attribute_bytes`).
 - Durable subscriptions: `durable_subscriptions` an identity may own in the cluster,
   `durable_max_messages`, `durable_max_bytes`,
   `durable_max_idle_seconds`, `durable_max_replicas` cap what a client may ask for
@@ -47,6 +50,9 @@ class Limits:
     streams_per_identity: int = 20_000
     streams_per_connection: int = 5_000
     max_message_bytes: int = MAX_MESSAGE_BYTES
+    # An agent's receive limit: the SDK's largest request, a 4 MiB slice, or a batch closed
+    # past 1 MiB with one more event of 4 MiB, each with up to 1 MiB of attributes, plus framing.
+    max_request_bytes: int = (6 << 20) + (64 << 10)
     # Caps on what a client may ask of a durable subscription (agent/durable/caps.py).
     durable_subscriptions: int = 1_000
     durable_max_messages: int = 1_000_000

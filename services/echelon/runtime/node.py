@@ -71,7 +71,7 @@ class Node:
         # Every channel this node dials carries its member token (token and JWT modes).
         transport = Transport(TlsDir(Path(config.tls_dir)) if config.tls_dir else None,
                               token=config.auth.member_token)
-        self.server = Server(transport=transport, auth=config.auth)
+        self.server = Server(transport=transport, auth=config.auth, receive_bytes=self.receive_limit(config))
         self.registry = self.server.registry
         self.membership: MemberClient | None = None
         self.server.add(crawl_pb2_grpc.add_CrawlServicer_to_server, CrawlServicer(lambda: self.membership),
@@ -92,6 +92,11 @@ class Node:
             from echelon.runtime.certs import expiry_gauge
 
             expiry_gauge(transport, self.registry)
+
+    def receive_limit(self, config: NodeConfig) -> int | None:
+        """The largest message this node's server receives (None: `--limits
+        max_message_bytes`); called before the subclass's own __init__ has run."""
+        return None
 
     @property
     def address(self) -> str:

@@ -24,7 +24,7 @@ from prometheus_client import CollectorRegistry
 from echelon.runtime.auth import REASONS, Access, AuthConfig, AuthInterceptor
 from echelon.contract.errors import status_of
 from echelon.runtime.metrics import RpcMetrics
-from echelon.contract.transport import PLAIN, SERVER_OPTIONS, Transport
+from echelon.contract.transport import MAX_MESSAGE_BYTES, PLAIN, SERVER_OPTIONS, Transport
 
 log = logging.getLogger("echelon.server")
 
@@ -114,14 +114,19 @@ class Server:
     ports are plain or TLS as `transport` says (contract/transport.py)."""
 
     def __init__(self, registry: CollectorRegistry | None = None, transport: Transport = PLAIN,
-                 auth: AuthConfig | None = None):
+                 auth: AuthConfig | None = None, receive_bytes: int | None = None):
         self.transport = transport
         self.registry = registry or CollectorRegistry()
         self.rpc_metrics = RpcMetrics(self.registry)
         self.access = Access(auth, self.registry)
         self.health = health.aio.HealthServicer()
-        size = self.access.config.limits.max_message_bytes
-        options = SERVER_OPTIONS + [("grpc.max_receive_message_length", size)]  # the last one counts
+        # gRPC core refuses a larger message (RESOURCE_EXHAUSTED) before Python receives it:
+        # received, a message is copied on the event loop, whatever the handler then does.
+        size = min(receive_bytes or MAX_MESSAGE_BYTES, self.access.config.limits.max_message_bytes)
+        self.receive_bytes = size
+        # Of a key given twice, gRPC takes the first: the default is left out, not overridden.
+        options = [o for o in SERVER_OPTIONS if o[0] != "grpc.max_receive_message_length"]
+        options.append(("grpc.max_receive_message_length", size))
         self.grpc = grpc.aio.server(interceptors=[StatusInterceptor(self.rpc_metrics), AuthInterceptor(self.access)],
                                     options=options)
         self.service_names: list[str] = [health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,

@@ -1,0 +1,196 @@
+"""Regions that stand alone, through real servers on loopback (docs/event-path.md, "Regions
+that stand alone"): three regions, each with its own matcher, router and agents.
+
+- Every delivery equals brute force (every subscription's filter applied to every
+  published event), with random filters and events published from every region; each
+  region's matcher holds its own region's subscriptions only, and each agent calls its own
+  region's matcher only.
+- A region cut off (its router killed): local traffic goes on in every region with
+  nothing lost, and once a router of the region is back, the events published elsewhere
+  meanwhile reach it (they were parked for it, not lost).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import pytest
+
+from echelon.agent.server import AgentNode
+from echelon.client import DELIVERED
+from echelon.contract.filters import parse
+from echelon.matcher.server import MatcherNode
+from echelon.router.server import RouterNode
+from echelon.runtime.node import NodeConfig
+from echelon.v1 import membership_pb2 as mpb
+from tests.harness import Cluster, wait_for
+from tests.integration.test_pubsub import drain
+
+REGIONS = ("eu", "us", "ap")
+SCHEMA = ["x:int:0:99", "y:int:0:99", "r:string"]
+
+
+class Regions:
+    def __init__(self, cluster: Cluster, agents: int = 2):
+        self.cluster = cluster
+        self.n_agents = agents
+        self.matchers: list[MatcherNode] = []
+        self.routers: list[RouterNode] = []
+        self.agents: list[AgentNode] = []
+
+    def config(self, member_id: str, region: str, **kw) -> NodeConfig:
+        return NodeConfig(id=member_id, region=region, membership=self.cluster.replicas, grace=0.5, **kw)
+
+    async def add_router(self, region: str, name: str) -> RouterNode:
+        node = RouterNode(self.config(name, region), routing="snr", interval=0.05)
+        await node.start()
+        self.routers.append(node)
+        return node
+
+    async def start(self) -> "Regions":
+        for region in REGIONS:
+            node = MatcherNode(self.config(f"matcher-{region}", region))
+            await node.start()
+            self.matchers.append(node)
+            await self.add_router(region, f"router-{region}-0")
+            for i in range(self.n_agents):
+                agent = AgentNode(self.config(f"agent-{region}-{i}", region))
+                await agent.start()
+                self.agents.append(agent)
+        everyone = {n.config.id for n in self.nodes()}
+        await wait_for(lambda: all({m.id for r in (mpb.ROLE_AGENT, mpb.ROLE_ROUTER, mpb.ROLE_MATCHER)
+                                    for m in n.membership.alive(r)} >= everyone for n in self.nodes()),
+                       what="every member sees everyone")
+        return self
+
+    def nodes(self):
+        return [n for n in (*self.matchers, *self.routers, *self.agents) if n not in self.cluster.crashed]
+
+    async def stop(self) -> None:
+        await asyncio.gather(*(n.stop(0.2) for n in self.nodes()), return_exceptions=True)
+
+    def client(self, i: int):
+        from echelon.client import Client
+
+        c = Client(self.agents[i].address)
+        self.cluster.clients.append(c)
+        return c
+
+
+@pytest.fixture
+async def regions():
+    cluster = Cluster(agents=0, matchers=0)
+    await cluster.start()
+    r = Regions(cluster)
+    try:
+        yield await r.start()
+    finally:
+        await r.stop()
+        await cluster.stop()
+
+
+def region_of(node_id: str) -> str:
+    return node_id.split("-")[1]
+
+
+def random_filter(rng: random.Random) -> str:
+    terms = []
+    for attr in rng.sample(["x", "y"], rng.randint(1, 2)):
+        lo = rng.randrange(90)
+        terms.append(f"{attr} >= {lo} and {attr} < {lo + rng.randrange(5, 60)}")
+    f = " and ".join(terms)
+    return f if rng.random() < 0.8 else f"{f} or x = {rng.randrange(100)}"
+
+
+@pytest.mark.timeout(120)
+async def test_each_region_matches_its_own_and_deliveries_equal_brute_force(regions):
+    rng = random.Random(29)
+    clients = [regions.client(i) for i in range(len(regions.agents))]
+    await clients[0].create_topic("t", SCHEMA)
+    filters = {f"s{k}": (rng.randrange(len(clients)), random_filter(rng)) for k in range(14)}
+    subs = {name: clients[i].subscribe("t", f) for name, (i, f) in filters.items()}
+    for s in subs.values():
+        await s.start()
+    # Each region's matcher holds its own region's subscriptions, and nothing else.
+    want = {region: {n for n, (i, _) in filters.items() if region_of(regions.agents[i].config.id) == region}
+            for region in REGIONS}
+    for m in regions.matchers:
+        held = {c.agent for c in m.tier.store.copies.values()}
+        assert all(region_of(a) == region_of(m.config.id) for a in held), (m.config.id, held)
+    assert all(len(v) for v in want.values())  # the seed gives every region subscriptions
+    for a in regions.agents:
+        assert {m.id for m in a.matching.matchers()} == {f"matcher-{region_of(a.config.id)}"}
+    events = [{"x": rng.randrange(100), "y": rng.randrange(100), "r": f"e{k}"} for k in range(90)]
+    pubs = [c.publisher(ack_level=DELIVERED) for c in clients]
+    for k, e in enumerate(events):  # from every region in turn
+        await pubs[k % len(pubs)].publish("t", e)
+    for name, (_, f) in filters.items():
+        got = sorted(m.attributes["r"] for m in await drain(subs[name]))
+        expected = sorted(e["r"] for e in events if parse(f).matches(e))
+        assert got == expected, name
+    # Each router matched what other regions sent its region; some matched nobody there.
+    assert sum(r.metrics.unmatched._value.get() for r in regions.routers) > 0
+    assert sum(r.metrics.lost._value.get() for r in regions.routers) == 0
+    assert all(a.metrics.duplicates._value.get() == 0 for a in regions.agents)
+    # Each matcher answered as entry only for its own region's publishers and routers.
+    assert all(m.metrics.events._value.get() > 0 for m in regions.matchers)
+
+
+@pytest.mark.timeout(150)
+async def test_a_region_cut_off_serves_its_own_and_catches_up_after_healing(regions):
+    clients = [regions.client(i) for i in range(len(regions.agents))]
+    await clients[0].create_topic("t", SCHEMA)
+    # One catch-all subscriber on the second agent of every region; publishers on the first.
+    subs = {region: clients[2 * c + 1].subscribe("t", "") for c, region in enumerate(REGIONS)}
+    for s in subs.values():
+        await s.start()
+    pubs = {region: clients[2 * c].publisher(ack_level=DELIVERED) for c, region in enumerate(REGIONS)}
+
+    async def publish(tag: str, n: int) -> dict[str, list[str]]:
+        sent = {region: [f"{tag}-{region}-{k}" for k in range(n)] for region in REGIONS}
+        await asyncio.gather(*(asyncio.wait_for(_publish(pubs[region], sent[region]), 60) for region in REGIONS))
+        return sent
+
+    async def _publish(pub, names):
+        for k, name in enumerate(names):
+            await pub.publish("t", {"x": k % 100, "y": 0, "r": name})
+
+    before = await publish("before", 10)
+    # Cut ap off: its router killed. Its agents keep their own matcher; the others' routers
+    # see ap's router DEAD, and what they send to ap is parked.
+    ap_router = next(r for r in regions.routers if r.config.id == "router-ap-0")
+    await regions.cluster.crash(ap_router)
+    survivors = [n for n in regions.nodes() if n.role != mpb.ROLE_MATCHER]
+    await wait_for(lambda: all(not any(m.id == "router-ap-0" for m in n.membership.alive(mpb.ROLE_ROUTER))
+                               for n in survivors), timeout=30, what="router-ap-0 out of every view")
+    during = await publish("during", 30)
+    got = {region: [m.attributes["r"] for m in await drain(subs[region])] for region in REGIONS}
+    for region in REGIONS:
+        # Local traffic in every region, the cut one included: nothing lost, in order.
+        assert [r for r in got[region] if r.startswith(f"during-{region}-")] == during[region], region
+        # Across regions: everything before the cut; during it, eu and us reach each other.
+        for other in REGIONS:
+            assert [r for r in got[region] if r.startswith(f"before-{other}-")] == before[other], (region, other)
+            if "ap" not in (region, other):
+                assert [r for r in got[region] if r.startswith(f"during-{other}-")] == during[other], (region, other)
+    assert not [r for r in got["ap"] if r.startswith(("during-eu", "during-us"))]
+    assert not [r for r in got["eu"] + got["us"] if r.startswith("during-ap")]
+    # Parked for ap at the other regions' routers, and for the others at ap's agents.
+    assert sum(r.metrics.parked._value.get() for r in regions.routers if r is not ap_router) > 0
+    assert sum(a.metrics.parked._value.get() for a in regions.agents if region_of(a.config.id) == "ap") > 0
+    # Heal: a router of ap again (a new process in the same region).
+    await regions.add_router("ap", "router-ap-1")
+    for region in REGIONS:
+        others = [o for o in REGIONS if o != region and "ap" in (o, region)]
+        expected = {name for o in others for name in during[o]}
+        seen: list[str] = []
+        for _ in range(100):
+            seen += [m.attributes["r"] for m in await drain(subs[region], 0.2)]
+            if expected <= set(seen):
+                break
+        assert expected <= set(seen), (region, sorted(expected - set(seen))[:5])
+        for o in others:  # once each, in each publisher's order (parked in arrival order)
+            assert [r for r in seen if r.startswith(f"during-{o}-")] == during[o], (region, o)
+    assert sum(r.metrics.lost._value.get() for r in regions.routers) == 0
+    assert all(a.metrics.lost._value.get() == 0 for a in regions.agents)
