@@ -8,6 +8,8 @@ destinations (from the view):
 
 - the router's own region: it roots the LBDD tree over those destination agents, with
   the agents' own data plane (`dataplane.dissemination.DataPlane` over `dataplane.trees.Trees`);
+  a message for the region as a whole (`@region`: it has a matcher tier of its own,
+  dataplane/tiers.py) is first matched by that tier (`regional.RegionMatch`);
 - other regions: SNR or IDR over the SCOT (`overlay.Overlay`), again through a
   `DataPlane`, so per-link output queues (`dataplane.linkset.LinkSet`, byte windows, resend
   on a broken stream), holds, acks aggregated back to the sender, dedup of re-sent
