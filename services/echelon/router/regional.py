@@ -42,6 +42,7 @@ MATCH_METHOD = "/echelon.v1.Matcher/Match"
 RETRY = 0.2  # between rounds over the tier's matchers
 TIMEOUT = 10.0  # one answer
 SLICED = 1024  # answers kept for sliced payloads still arriving
+TRANSIENT = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED)
 BATCH = 512  # events per Match batch, at most (about: whole frames)
 
 
@@ -92,7 +93,10 @@ class RegionMatch:
             try:
                 resolved = await self._resolve([f for f, _ in frames])
             except (Unavailable, grpc.aio.AioRpcError, asyncio.InvalidStateError, asyncio.TimeoutError) as e:
-                log.info("matching in region %s failed (%s): retrying", self.region, e)
+                # Retried whatever the code: the frames stay unacknowledged (held, not lost).
+                transient = not isinstance(e, grpc.aio.AioRpcError) or e.code() in TRANSIENT
+                (log.info if transient else log.warning)("matching in region %s failed (%s): retrying",
+                                                         self.region, e)
                 self._close_stream()
                 await asyncio.sleep(RETRY)
                 continue
