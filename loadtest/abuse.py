@@ -72,7 +72,7 @@ class Timing:
 
 
 JUDGED = Timing(warm_up=5.0, settle=2.0, window=3.0, land=0.5)  # latency judged: windows long enough for a p99
-PRINTED = Timing(warm_up=1.0, settle=0.3, window=0.0, land=0.2)  # --no-control (make test): latency only printed
+PRINTED = Timing(warm_up=0.3, settle=0.3, window=0.0, land=0.2)  # --no-control (make test): latency only printed
 
 
 @dataclass
