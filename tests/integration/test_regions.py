@@ -68,6 +68,7 @@ class Regions:
         return [n for n in (*self.matchers, *self.routers, *self.agents) if n not in self.cluster.crashed]
 
     async def stop(self) -> None:
+        await self.cluster.close_clients()
         await asyncio.gather(*(n.stop(0.2) for n in self.nodes()), return_exceptions=True)
 
     def client(self, i: int):
