@@ -174,6 +174,27 @@ octopia: $(STAMP) $(SYSTEM)
 octopia-control: $(STAMP)
 	$(PY) -m loadtest.octopia_control_sim
 
+# Regions that stand alone as real processes: a region's router paused (SIGSTOP) and resumed,
+# local traffic unaffected, the far regions catch up (the in-process version runs in make test).
+.PHONY: regions
+regions: $(STAMP)
+	$(PY) -m pytest -q -m slow tests/integration/test_regions_processes.py
+
+# Meghdoot's section 5 on the zone code (100, 1,000 and 10,000 peers; 150,000 subscriptions at
+# 10,000 peers; the 100-peer run with uniform alert thresholds), each figure beside the paper's.
+# Long: about 20 minutes on a quiet machine.
+.PHONY: meghdoot
+meghdoot: $(STAMP)
+	$(PY) -m loadtest.meghdoot_sim --out out/meghdoot
+	$(PY) -m loadtest.meghdoot_sim --peers 100 --uniform-alert --out out/meghdoot-uniform-alert
+	$(PY) -m loadtest.meghdoot_sim --peers 10000 --subs 150000 --out out/meghdoot-150k
+
+# OctopiA's burst at the paper's full counts with the in-cluster hops, and the sensitivity table
+# over link rates, broker CPU and the HRP (long: about an hour on a quiet machine).
+.PHONY: octopia-burst
+octopia-burst: $(STAMP)
+	$(PY) -m loadtest.octopia_sim --rates 100000 --sensitivity --out out/octopia-burst
+
 # The paper's bulk experiment in network namespaces (needs root; about 15 minutes): tables, out/bulk/*.png.
 .PHONY: bulk
 bulk: $(STAMP) $(SYSTEM)

@@ -1,14 +1,22 @@
 """Meghdoot's evaluation (Gupta et al., section 5) replayed on Echelon's zone code.
 
     python -m loadtest.meghdoot_sim [--peers 100,1000,10000] [--subs 14029] [--events 115000]
-                                    [--skewed] [--uniform-alert] [--out out/meghdoot] [--quick]
+                                    [--skewed] [--uniform-alert] [--join-rule capacity|share]
+                                    [--capacity 0.05] [--out out/meghdoot] [--quick]
 
 One peer starts with the whole space. The stock subscriptions and events
 (loadtest/stock.py) arrive in one random interleaving; after each of them a new peer
 joins with probability 10% until the bound is reached (5.1). A joining peer enters at a
 random peer and climbs to a local maximum of load over CAN neighbours (4.2); that peer
-then splits its zone by subscription count if its subscription share is the larger
-problem, or hands the new peer a replica if its event share is (4.1). Subscriptions
+then hands the new peer a replica if it is loaded by event propagation, else splits its
+zone by subscription count (4.1). "Loaded by event propagation" has two parts, by
+default: loaded -- the peer handles more than CAPACITY (5%) of the events published
+lately, so a zone every event crosses ends with about 1 / CAPACITY members (the largest
+degree of replication in the paper's Fig. 15(a) is 20) -- and by events more than by
+subscriptions -- its share of recent event messages exceeds its zone's share of the
+subscriptions. `--join-rule share` keeps only the second part, the earlier reading: both
+shares shrink together as peers join, so it goes on replicating at every size
+(docs/papers.md, "Meghdoot"). Subscriptions
 and events are routed greedily over CAN neighbours from a random peer to the zone of
 their point (Euclidean distance in the space scaled to the unit cube); an event then
 reaches every zone meeting its affected region (3.4), one message per zone to the
@@ -41,10 +49,12 @@ from loadtest import stock
 
 BUCKETS = [(0, 5), (5, 10), (10, 15), (15, 20), (20, 30), (30, 40), (40, 50), (50, 60), (60, 100)]
 HALF_LIFE = 5000.0
+CAPACITY = 0.05  # share of recent events a peer handles before it counts as loaded by propagation
 PAPER = {
     "share_under_5": {10000: 95.0, 100: 50.0},  # % of events contacting < 5% of peers (100: "more than half")
     "max_load": {100: 5.35},  # % of messages received by the most loaded peer
     "zones": {100: 76, 1000: 652, 10000: 9622},  # Tab. 1, synthetic events: unique zones
+    "max_degree": {10000: 20},  # Fig. 15(a): the most replicated zone's replicas
 }
 
 
@@ -56,6 +66,7 @@ class Result:
     affected: list[float] = field(default_factory=list)  # % of peers in the affected zones, per event
     loads: list[float] = field(default_factory=list)  # % of messages since joining, per peer
     relevant: list[float] = field(default_factory=list)  # % of peers routing or holding a match, every 10th event
+    max_degree: int = 0  # replicas of the most replicated zone (Fig. 15)
 
     def histogram(self) -> list[float]:
         c = np.asarray(self.contacted)
@@ -79,8 +90,9 @@ class Sim:
     `Replicas.pick`: one counter per zone.
     """
 
-    def __init__(self, space: Space, seed: int, max_peers: int):
+    def __init__(self, space: Space, seed: int, max_peers: int, capacity: float | None = None):
         self.space = space
+        self.capacity = capacity
         self.rng = np.random.default_rng(seed)
         self.map = ZoneMap(space, owner="p0", mirrors=False)
         self.origin = np.asarray(space.low)
@@ -101,6 +113,7 @@ class Sim:
         self.eload = np.zeros(n)  # event messages, decayed, as of `elast`
         self.elast = np.zeros(n)
         self.etotal = (0.0, 0)
+        self.ecount = (0.0, 0)  # events published, decayed
         self.total = 0
         self.step = 0
 
@@ -118,6 +131,8 @@ class Sim:
             np.add.at(self.eload, peers, 1.0)
             value, since = self.etotal
             self.etotal = (value * self._decay(since) + len(peers), self.step)
+            value, since = self.ecount
+            self.ecount = (value * self._decay(since) + 1, self.step)
 
     def load(self, peer: int) -> tuple[float, float]:
         """(its zone's share of all subscriptions, its share of recent event messages)."""
@@ -209,7 +224,13 @@ class Sim:
         self.peers += 1
         self.joined_at[peer] = self.total
         self.eload[peer], self.elast[peer] = self.eload[here], self.elast[here]
-        if events <= subs:
+        if self.capacity is not None:  # loaded (over capacity) and by events more than by subscriptions
+            handled = self.eload[here] * self._decay(self.elast[here])
+            overloaded = handled / max(1.0, self.ecount[0] * self._decay(self.ecount[1])) > self.capacity
+            replicate = overloaded and events > subs
+        else:
+            replicate = events > subs
+        if not replicate:
             try:
                 self._split(zone, peer)
                 return
@@ -247,9 +268,10 @@ class Sim:
 
 
 def simulate(peers: int, subs: int, events: int, seed: int = 7, skewed: bool = False,
-             uniform_alert: bool = False) -> Result:
+             uniform_alert: bool = False, capacity: float | None = CAPACITY) -> Result:
+    """One run; `capacity` None is the `share` join rule."""
     space = Space.of(stock.STOCK_SCHEMA)
-    sim = Sim(space, seed, peers)
+    sim = Sim(space, seed, peers, capacity)
     sub_points = [space.subscription_point(f) for f in stock.subscriptions(subs, seed, uniform_alert)]
     points = np.array(sub_points)
     installed = np.zeros(subs, dtype=bool)
@@ -275,7 +297,8 @@ def simulate(peers: int, subs: int, events: int, seed: int = 7, skewed: bool = F
                 relevant.append(100.0 * rel / sim.peers)
     n = sim.peers
     loads = 100.0 * sim.msgs[:n] / np.maximum(1, sim.total - sim.joined_at[:n])
-    return Result(n, len(sim.map.zones), contacted, affected, loads.tolist(), relevant)
+    zones = len(sim.map.zones)
+    return Result(n, zones, contacted, affected, loads.tolist(), relevant, int(sim.size[:zones].max()) - 1)
 
 
 def report(results: Sequence[Result], subs: int, events: int) -> str:
@@ -313,6 +336,9 @@ def report(results: Sequence[Result], subs: int, events: int) -> str:
         paper = PAPER["zones"].get(r.peers)
         ref = f"(paper: {paper:,} zones, {r.peers - paper:,} replicas; zones {100 * (r.zones / paper - 1):+.1f}%)" if paper else ""
         lines.append(f"  {r.peers:>6,} peers: {r.zones:,} zones, {r.peers - r.zones:,} replicas {ref}")
+        paper = PAPER["max_degree"].get(r.peers)
+        lines.append(f"  {r.peers:>6,} peers: the most replicated zone has {r.max_degree} replicas"
+                     + (f" (paper, Fig. 15(a): {paper})" if paper else ""))
     return "\n".join(lines)
 
 
@@ -358,16 +384,23 @@ def main(argv: Sequence[str] | None = None) -> list[Result]:
     ap.add_argument("--skewed", action="store_true", help="prices concentrated in 10..30 (the paper's real set)")
     ap.add_argument("--uniform-alert", action="store_true",
                     help="the market-wide alert's threshold uniform over Volume, like every other parameter")
+    ap.add_argument("--join-rule", choices=("capacity", "share"), default="capacity",
+                    help="when a join replicates: the peer handles over --capacity of recent events (default), "
+                         "or its event-message share exceeds its zone's subscription share")
+    ap.add_argument("--capacity", type=float, default=CAPACITY)
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--out", default="out/meghdoot")
     ap.add_argument("--quick", action="store_true", help="a smoke run: 20 and 60 peers, 600 subs, 3000 events")
     args = ap.parse_args(argv)
+    if not 0 <= args.capacity <= 1:
+        ap.error("--capacity is a share of events: between 0 and 1")
     if args.quick:
         args.peers, args.subs, args.events = "20,60", 600, 3000
     results = []
     for n in (int(p) for p in args.peers.split(",") if p):
         t = time.perf_counter()
-        results.append(simulate(n, args.subs, args.events, args.seed, args.skewed, args.uniform_alert))
+        capacity = args.capacity if args.join_rule == "capacity" else None
+        results.append(simulate(n, args.subs, args.events, args.seed, args.skewed, args.uniform_alert, capacity))
         print(f"  simulated {n:,} peers in {time.perf_counter() - t:.0f} s", flush=True)
     print(report(results, args.subs, args.events))
     out = Path(args.out)

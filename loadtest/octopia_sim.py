@@ -13,10 +13,15 @@ minute, starting once the subscriptions are in. SNR and IDR run the same workloa
 Model (what is simplified, said here): every directed overlay link is a FIFO output queue
 served at a fixed rate (`ilink_rate` messages/s for iLinks, `alink_rate` for aLinks) plus a
 propagation latency; the broker measures each queue every `interval` s (CE over the
-interval, q at its end, delta) and routes with `core.idr.idr` / `core.scot.snr`. A
-notification is delivered to a cluster's subscribers when it reaches the broker that
-serves that cluster (the paper's in-cluster RPF hops are the same for both algorithms and
-left out); the publisher's own cluster is served at publish time. Figures, as the paper's:
+interval, q at its end, delta) and routes with `core.idr.idr` / `core.scot.snr`. By
+default a notification is delivered to a cluster's subscribers when it reaches the broker
+where it enters that cluster, and the publisher's own cluster is served at publish time.
+With `cluster_hops` the subscribers sit on brokers (never the publisher's) and each
+cluster is served along the tree from its entry broker over aLinks, as the paper's RPF
+does; then every notification's copies share aLinks with the burst (a CIV-N going down a
+tree edge rides on the tree's copy). Without them nothing but the HRP's own deliveries can
+be slowed by the burst, so SNR's share under 1 s cannot fall below the share of the other
+publishers' deliveries (docs/papers.md, "Burst figures"). Figures, as the paper's:
 average delivery delay (weighted by subscribers), share of deliveries under 1 s, the time
 from the end of the burst until the last delivery later than 1 s (stabilisation), and
 inter-broker messages.
@@ -66,6 +71,7 @@ class Setting:
     match_cost: float = 0.0  # s a broker spends matching one notification (its CPU, FIFO)
     copy_cost: float = 0.0  # s a broker spends per copy it puts on an output queue
     tree_alinks: bool = False  # rule (ii) only down aLinks on the cluster's subscription trees
+    cluster_hops: bool = False  # serve each cluster along its subscription tree (aLinks), not at its entry broker
     delta: int = 10  # the paper's delta
     seed: int = 1
 
@@ -217,7 +223,7 @@ def tid_children(parent: dict, targets) -> dict:
 
 def simulate(s: Setting, routing: str) -> Result:
     scot, notes, burst_end = workload(s)
-    if routing == "tid" or s.tree_alinks:
+    if routing == "tid" or s.tree_alinks or s.cluster_hops:
         where = placement(s, scot, notes)
         trees: dict = {}
         branches: dict = {}
@@ -232,11 +238,13 @@ def simulate(s: Setting, routing: str) -> Result:
     heap: list = []
     seq = 0
     for i, (at, host, subs) in enumerate(notes):
-        heap.append((at, seq, host, i, sum(1 << c for c in subs), ()))
+        heap.append((at, seq, host, i, sum(1 << c for c in subs), (), None))
         seq += 1
     heapq.heapify(heap)
+    single = Scot((s.t,))
+    roots: dict = {}  # entry position -> its BFS tree in one cluster
     while heap:
-        now, _, here, i, v, came = heapq.heappop(heap)
+        now, _, here, i, v, came, tree = heapq.heappop(heap)
         published, host, subs = notes[i]
         if s.match_cost or s.copy_cost:  # the broker's CPU: one notification at a time, in arrival order
             now = max(now, cpu[here]) + s.match_cost
@@ -255,14 +263,29 @@ def simulate(s: Setting, routing: str) -> Result:
                 link = links[(here, nxt)]
                 link.advance(now, s.interval)
                 res.messages += 1
-                heapq.heappush(heap, (link.send(now), seq, nxt, i, 0, ()))
+                heapq.heappush(heap, (link.send(now), seq, nxt, i, 0, (), None))
                 seq += 1
             continue
-        if v & (1 << here[1]) or here == host:
+        down = ()  # aLink neighbours this copy goes on to along the cluster's subscription tree
+        if s.cluster_hops:
+            if tree is None and v & (1 << here[1]):  # it enters the cluster here: root its tree
+                mine = [(b[0], 0) for b in where[i] if b[1] == here[1]]
+                if here[0] not in roots:
+                    roots[here[0]] = tid_tree(single, (here[0], 0))
+                kids = tid_children(roots[here[0]], mine)
+                tree = {(b[0], here[1]): [(k[0], here[1]) for k in ks] for b, ks in kids.items()}
+            if tree is not None:
+                n = where[i].get(here, 0)
+                if n:
+                    res.deliver(now, now - published, n)
+                down = tree.get(here, ())
+        elif v & (1 << here[1]) or here == host:
             n = subs.get(here[1], 0)
             if n:
                 res.deliver(now, now - published, n)
-        if routing == "snr":
+        if not v & ~(1 << here[1]):
+            sends = []
+        elif routing == "snr":
             sends = snr(scot, here, v)
         else:
             states = {}
@@ -282,14 +305,18 @@ def simulate(s: Setting, routing: str) -> Result:
             d = idr(scot, here, v, states, avoid)
             sends = d.sends
             res.rules[d.rule] = res.rules.get(d.rule, 0) + 1
-        for send in sends:
+        out = {send.to: send.civ for send in sends}
+        for r in down:  # a CIV-N going down the tree rides on the tree's copy: one message
+            out.setdefault(r, 0)
+        for to, civ_ in out.items():
             if s.copy_cost:
                 now = cpu[here] = now + s.copy_cost
-            link = links[(here, send.to)]
+            link = links[(here, to)]
             link.advance(now, s.interval)
             arrive = link.send(now)
             res.messages += 1
-            heapq.heappush(heap, (arrive, seq, send.to, i, send.civ, (here,) if send.to[1] == here[1] else ()))
+            heapq.heappush(heap, (arrive, seq, to, i, civ_, (here,) if to[1] == here[1] else (),
+                                  tree if to in down else None))
             seq += 1
     return res
 
@@ -362,7 +389,23 @@ SENSITIVITY = (  # (what, Setting overrides): link rates, broker CPU, rule (ii)'
                                              "alink_rate": 5000.0}),
     ("rule (ii) on subscription trees", {"tree_alinks": True}),
     ("HRP 60k/min", {"hrp_per_minute": 60_000}),
+    ("in-cluster hops", {"cluster_hops": True}),
+    ("in-cluster hops, iLinks 1350/s, CPU 0.7 ms", {"cluster_hops": True, "ilink_rate": 1350.0, "match_cost": 0.0007}),
+    ("in-cluster hops, iLinks 500/s, aLinks 2000/s", {"cluster_hops": True, "ilink_rate": 500.0, "alink_rate": 2000.0}),
+    ("in-cluster hops, links 250/s", {"cluster_hops": True, "ilink_rate": 250.0, "alink_rate": 250.0}),
+    ("in-cluster hops, links 150/s", {"cluster_hops": True, "ilink_rate": 150.0, "alink_rate": 150.0}),
 )
+
+
+def hrp_weight(s: Setting) -> float:
+    """The HRP's share of all deliveries (weighted by subscribers)."""
+    _, notes, _ = workload(s)
+    total = sum(sum(subs.values()) for _, _, subs in notes)
+    counts: dict[int, int] = {}
+    for _, _, subs in notes:  # the HRP's rows share one dict, every other row has its own
+        counts[id(subs)] = counts.get(id(subs), 0) + 1
+    hrp = max(counts, key=counts.get)
+    return sum(sum(subs.values()) for _, _, subs in notes if id(subs) == hrp) / total
 
 
 def sensitivity(scale: float, rate: int = 100_000) -> Table:
@@ -378,6 +421,8 @@ def sensitivity(scale: float, rate: int = 100_000) -> Table:
         t.add_row(what, f"{a.average_delay():.3f}", f"{b.average_delay():.3f}",
                   f"{100 * (1 - b.average_delay() / a.average_delay()):.1f}%", f"{100 * a.share_under():.1f}%",
                   f"{100 * b.share_under():.1f}%", f"{b.messages / a.messages:.3f}", str(b.rules.get("ii", 0)))
+    t.caption = (f"The HRP's deliveries are {100 * hrp_weight(Setting().scaled(scale)):.1f}% of all: without "
+                 "in-cluster hops no other delivery shares a queue with the burst")
     return t
 
 
@@ -389,12 +434,14 @@ def sensitivity(scale: float, rate: int = 100_000) -> Table:
               help="Also run the paper's baseline, PADRES's TID routing on the unclustered SCOT.")
 @click.option("--sensitivity/--no-sensitivity", "sweep", default=False, show_default=True,
               help="Also print IDR against SNR over link rates, broker CPU cost, rule (ii)'s aLinks and the HRP.")
+@click.option("--cluster-hops/--no-cluster-hops", default=False, show_default=True,
+              help="Serve each cluster along its subscription tree over aLinks (the paper's RPF hops).")
 @click.option("--out", default="out/octopia", type=click.Path(file_okay=False, path_type=Path))
-def main(scale: float, rates: str, tid: bool, sweep: bool, out: Path) -> None:
+def main(scale: float, rates: str, tid: bool, sweep: bool, cluster_hops: bool, out: Path) -> None:
     """IDR against SNR on the paper's burst scenario; prints the table, writes the plot."""
     runs = {}
     for rate in (int(r) for r in rates.split(",") if r):
-        s = Setting(hrp_per_minute=rate).scaled(scale)
+        s = Setting(hrp_per_minute=rate, cluster_hops=cluster_hops).scaled(scale)
         runs[rate] = compare(s, tid)
     console = Console(width=200)
     console.print(table(runs))

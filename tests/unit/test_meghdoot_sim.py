@@ -26,3 +26,23 @@ def test_quick_run_prints_the_tables_and_writes_the_plots(tmp_path, capsys):
         # the peers it contacted
         assert len(r.relevant) == 300 and all(0 < x <= c for x, c in zip(r.relevant, r.contacted[9::10]))
     assert [r.peers for r in results] == [20, 60]
+
+
+def test_join_rule_capacity_bounds_replication():
+    """The default join rule replicates only a peer over capacity (handling more than the
+    given share of recent events) whose event share also exceeds its subscription share.
+    No peer handles more than every event, so a capacity of 1 never replicates (every join
+    splits: zones == peers); a capacity of 0 leaves the share test alone, so it is the
+    `share` rule (None) join for join; 5% lies between."""
+    runs = {c: meghdoot_sim.simulate(40, 300, 1500, seed=3, capacity=c) for c in (1.0, 0.05, 0.0, None)}
+    assert runs[1.0].zones == runs[1.0].peers == 40 and runs[1.0].max_degree == 0
+    assert (runs[0.0].zones, runs[0.0].max_degree, runs[0.0].contacted) == (
+        runs[None].zones, runs[None].max_degree, runs[None].contacted)
+    assert runs[None].zones < 40 and runs[None].max_degree >= 1  # the share rule does replicate here
+    assert runs[None].zones <= runs[0.05].zones <= 40
+
+
+def test_capacity_outside_0_1_is_refused(capsys):
+    with pytest.raises(SystemExit):
+        meghdoot_sim.main(["--quick", "--capacity", "1.5"])
+    assert "--capacity" in capsys.readouterr().err

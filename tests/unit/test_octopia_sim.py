@@ -62,3 +62,44 @@ def test_broker_cpu_and_tree_alinks_keep_every_cluster_served_once():
         r = simulate(loaded, routing)
         assert len(r) == deliveries and sum(r.weight) == sum(sum(s.values()) for _, _, s in notes), routing
         assert r.average_delay() > simulate(plain, routing).average_delay()
+
+
+def _tree_edges(root: int, targets: set[int]) -> int:
+    """Edges of the union of the paths from `root` to `targets` in the binary-heap tree T
+    (parent of a is (a - 1) // 2), counted from ancestors: an oracle independent of the
+    simulator's BFS."""
+    def up(a: int) -> list[int]:
+        out = [a]
+        while a:
+            a = (a - 1) // 2
+            out.append(a)
+        return out
+
+    nodes = {root}
+    for t in targets:
+        ra, ta = up(root), up(t)
+        lca = next(a for a in ra if a in set(ta))
+        nodes |= set(ra[:ra.index(lca) + 1]) | set(ta[:ta.index(lca) + 1])
+    return len(nodes) - 1
+
+
+def test_cluster_hops_serve_every_subscriber_along_the_trees():
+    """With the in-cluster hops, every matching subscriber is reached once under SNR and
+    IDR, and SNR's messages are exactly its iLink copies plus, in every target cluster, the
+    edges of the subscription tree from the entry broker to the subscribers' brokers."""
+    from loadtest.octopia_sim import placement
+
+    s = Setting(hrp_per_minute=100_000, cluster_hops=True, ilink_rate=500.0, alink_rate=1000.0).scaled(0.005)
+    scot, notes, _ = workload(s)
+    where = placement(s, scot, notes)
+    expected = 0
+    for (_, host, subs), w in zip(notes, where):
+        expected += len([c for c in subs if c != host[1]])  # SNR's iLink copies, entry at (host[0], c)
+        for c in subs:
+            expected += _tree_edges(host[0], {b[0] for b in w if b[1] == c})
+    total = sum(sum(subs.values()) for _, _, subs in notes)
+    runs = {r: simulate(s, r) for r in ("snr", "idr")}
+    for r in runs.values():
+        assert sum(r.weight) == total, r.routing
+    assert runs["snr"].messages == expected
+    assert runs["idr"].rules.get("i", 0) + runs["idr"].rules.get("ii", 0) + runs["idr"].rules.get("iv", 0) > 0
