@@ -174,6 +174,12 @@ octopia: $(STAMP) $(SYSTEM)
 octopia-control: $(STAMP)
 	$(PY) -m loadtest.octopia_control_sim
 
+# Regions that stand alone as real processes: a region's router paused (SIGSTOP) and resumed,
+# local traffic unaffected, the far regions catch up (the in-process version runs in make test).
+.PHONY: regions
+regions: $(STAMP)
+	$(PY) -m pytest -q -m slow tests/integration/test_regions_processes.py
+
 # Meghdoot's section 5 on the zone code (100, 1,000 and 10,000 peers; 150,000 subscriptions at
 # 10,000 peers; the 100-peer run with uniform alert thresholds), each figure beside the paper's.
 # Long: about 20 minutes on a quiet machine.

@@ -60,6 +60,21 @@ BACKLOG = 2000  # the agents' backlog bound (--max-backlog), so that filling it 
 STALL_SECONDS = 3.0  # the agents' --stall-seconds
 
 
+@dataclass(frozen=True)
+class Timing:
+    """Seconds: honest traffic before the first row, the settling before each row, an
+    attack's shortest window, and the wait for its window's last deliveries to land."""
+
+    warm_up: float
+    settle: float
+    window: float
+    land: float
+
+
+JUDGED = Timing(warm_up=5.0, settle=2.0, window=3.0, land=0.5)  # latency judged: windows long enough for a p99
+PRINTED = Timing(warm_up=0.3, settle=0.3, window=0.0, land=0.2)  # --no-control (make test): latency only printed
+
+
 @dataclass
 class Row:
     attack: str
@@ -136,6 +151,14 @@ class Honest:
             sys.executable, "-m", "loadtest.abuse", "--honest", ",".join(a.cluster.agent_addresses()),
             "--out", str(self.path), *(["--tls-dir", a.tls("honest")] if a.cluster.tls else []), env=env)
 
+    async def delivering(self, most: float = 60.0) -> None:
+        """Wait (at most `most` seconds) until the honest clients' deliveries are flowing."""
+        deadline = time.monotonic() + most
+        while time.monotonic() < deadline:
+            if self.path.exists() and self.path.read_text().count("\n") >= RATE:
+                return
+            await asyncio.sleep(0.2)
+
     def p99(self, start: float, end: float) -> float:
         xs = []
         for line in self.path.read_text().splitlines() if self.path.exists() else ():
@@ -201,6 +224,7 @@ class Abuse:
         self.cluster._tokens = write_tokens_file(self.cluster.tokens_file, USERS)
         self.tokens_text = self.cluster.tokens_file.read_text()  # restored before a revocation row runs again
         self.rows: list[Row] = []
+        self.timing = JUDGED if args.control else PRINTED
         names = [a.__name__.replace("_", "-") for a in ATTACKS]
         unknown = set(args.only) - set(names)
         if unknown:
@@ -258,7 +282,8 @@ class Abuse:
             samplers = [asyncio.create_task(v.sample()) for v in (self.victim, self.matcher)]
             self.honest = Honest(self, Path(self.args.out) / "honest.log")
             await self.honest.start()
-            await asyncio.sleep(5.0)
+            await self.honest.delivering()  # a first row with nothing before it would judge nothing
+            await asyncio.sleep(self.timing.warm_up)
             for attack in self.attacks:
                 if c.tls and attack is revoked_token_open_streams:
                     continue  # with TLS a user is its certificate: removing a token revokes nothing
@@ -279,7 +304,7 @@ class Abuse:
                 await self.honest.stop()
             for x in clients:
                 await x.close()
-            c.stop()
+            c.stop(timeout=3.0 if self.short else 15.0)  # short: what has not drained by then is killed
 
     def dead_verdicts(self) -> float:
         """`echelon_membership_transitions_total{to_state="dead"}` over the replicas."""
@@ -304,7 +329,7 @@ class Abuse:
         if self.cluster.tls:  # no certificate: no handshake
             expected = expected.replace("UNAUTHENTICATED", "UNAVAILABLE")
         row = Row(name, expected, judged=self.args.control)
-        await asyncio.sleep(2.0)  # the previous attack's effects settle
+        await asyncio.sleep(self.timing.settle)  # the previous attack's effects settle
         before_end = time.time()
         row.p99_before = self.honest.p99(before_end - 4.0, before_end)
         dead0, cpu0 = self.dead_verdicts(), self.victim.cpu()
@@ -321,8 +346,8 @@ class Abuse:
         except Exception as e:  # noqa: BLE001 - a failed attack is a row, not the end of the run
             row.status, row.changed = f"error {code(e)}", "?"
             row.notes.append(str(e)[:200])
-        end = max(time.time(), start + 3.0)
-        await asyncio.sleep(max(0.0, end - time.time()) + 0.5)
+        end = max(time.time(), start + self.timing.window)
+        await asyncio.sleep(max(0.0, end - time.time()) + self.timing.land)
         row.p99_during = self.honest.p99(start, end)
         # The attacker's own CPU (this process, its gRPC threads too): on a 2-core machine it
         # is taken from the honest clients as well, whatever the victim does.
@@ -430,10 +455,11 @@ def _tracebacks(a: Abuse) -> int:
 async def garbage_bytes(a: Abuse, row: Row):
     before = _tracebacks(a)
     codes = []
+    n = 25 if a.short else 100  # per caller
     for user in (None, "mallory"):
         async with a.channel(user) as ch:
             call = ch.unary_unary("/echelon.v1.Admin/GetTopic")
-            for _ in range(100):
+            for _ in range(n):
                 try:
                     await call(b"\xff\xff\xff\xff garbage", timeout=5)
                     codes.append("OK")
@@ -441,7 +467,7 @@ async def garbage_bytes(a: Abuse, row: Row):
                     codes.append(e.code().name)
     await asyncio.sleep(0.5)
     added = _tracebacks(a) - before
-    row.notes.append(f"{added} tracebacks logged for 200 garbage requests")
+    row.notes.append(f"{added} tracebacks logged for {2 * n} garbage requests")
     status = "/".join(dict.fromkeys(codes))
     return status, "no" if added == 0 else f"yes ({added} tracebacks in the log)"
 
@@ -458,17 +484,18 @@ async def reject_publish_blocks_publishers(a: Abuse, row: Row):
             status = e.code.name
         refused = 0
         async with honest.publisher() as pub:
-            for i in range(20):
+            n = 8 if a.short else 20
+            for i in range(n):
                 try:
                     await pub.publish("quotes", {"Symbol": "h", "Price": 1.0})
                 except EchelonError as e:
                     refused += e.code == grpc.StatusCode.RESOURCE_EXHAUSTED
-                await asyncio.sleep(0.1)
+                await asyncio.sleep(0.05 if a.short else 0.1)
         if status == "OK":
             await sub.close()
             await mallory.delete_subscription("stop")
             await asyncio.sleep(6.0)  # its REJECT_PUBLISH notice lapses on every agent
-        return status, f"yes ({refused}/20 honest publishes refused)" if refused else "no"
+        return status, f"yes ({refused}/{n} honest publishes refused)" if refused else "no"
     finally:
         await mallory.close()
         await honest.close()
@@ -638,7 +665,7 @@ async def subscriptions_without_end(a: Abuse, row: Row):
     """Named subscriptions outlive their stream and durable ones their agent: one identity
     creating them in a loop, each kept receiving up to its backlog bound. The admin has
     capped her (`echelon acl cap user:mallory ...`); she must hold no more than the caps."""
-    named, durable = (20, 10) if a.short else (60, 25)
+    named, durable = (12, 6) if a.short else (60, 25)  # past the caps either way
     mallory, admin = a.client("mallory"), a.client("admin")
     held = {"named": [], "durable": []}
     statuses = []

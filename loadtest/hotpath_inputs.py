@@ -57,7 +57,8 @@ def relay_plane(me: str, deliver):
     links: dict[str, QueueLink] = {}
     node = SimpleNamespace(id=me, address=f"127.0.0.1:{7200 + int(me[-1])}", metrics=AgentMetrics(CollectorRegistry()),
                            dedup=DedupWindow(), stopping=False, deliver_local=deliver, open_stream=lambda h, s: [],
-                           link=lambda m: links.setdefault(m.id, QueueLink()))
+                           link=lambda m: links.setdefault(m.id, QueueLink()),
+                           local_full=list)  # no local subscription lags (trees from before it ignore it)
     trees = Trees(me, node.address)
     trees.update(members)
     return DataPlane(node, trees), links

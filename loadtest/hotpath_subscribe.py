@@ -91,6 +91,7 @@ def _subscriber_agent(sel: int, n: int):
     leaf, _ = relay_plane(child, delivery.deliver_many)
     stream = SharedStream.__new__(SharedStream)  # its writer's part alone: no gRPC stream under it
     stream.node, stream.max_deliveries, stream.statuses, stream._turn = SimpleNamespace(metrics=metrics), 256, deque(), 0
+    stream.metrics = metrics  # where this tree reads it (an older one: node.metrics)
     stream.encoded, stream._counted = True, {}  # a tree without them ignores them
     stream.subs = {i + 1: s for i, s in enumerate(subs.values())}
 

@@ -151,7 +151,7 @@ class RegionsCluster:
 
 
 async def workload(cl: RegionsCluster, routing: str, burst: float, rate: float, background: float,
-                   throttle_kbit: int, two: bool, seed: int) -> Run:
+                   throttle_kbit: int, two: bool, seed: int, tail: float = 6.0) -> Run:
     run = Run(routing)
     rng = random.Random(seed)
     addr = {a: p.address for a, p in cl.agents.items()}
@@ -192,7 +192,9 @@ async def workload(cl: RegionsCluster, routing: str, burst: float, rate: float, 
                 run.expected += sum(lo <= x < lo + 2 for lo in ranges)
                 await asyncio.sleep(max(0.0, t0 + (n + 1) / background - time.time()))
 
-        bg_task = asyncio.create_task(background_load(int(background * (burst + 8))))
+        # Background events from 2 s before the burst to `tail` s after it: the delays while
+        # the throttled links' backlog drains.
+        bg_task = asyncio.create_task(background_load(int(background * (2 + burst + tail))))
         await asyncio.sleep(2.0)
         cl.throttle(gateway, far, throttle_kbit)
         start = time.time()
@@ -232,14 +234,15 @@ def subnet() -> str:
 
 
 def experiment(out: Path, burst: float, rate: float, background: float, throttle_kbit: int, two: bool,
-               delta: int, interval: float, seed: int = 3) -> dict[str, Run]:
+               delta: int, interval: float, seed: int = 3, tail: float = 6.0) -> dict[str, Run]:
     runs = {}
     for routing in ("snr", "idr"):
         with Network(REGIONS * ROUTERS + REGIONS, subnet=subnet(), prefix=f"rt-{os.getpid()}-{routing}") as net:
             cl = RegionsCluster(net, routing, out / routing, delta, interval)
             try:
                 cl.start()
-                runs[routing] = asyncio.run(workload(cl, routing, burst, rate, background, throttle_kbit, two, seed))
+                runs[routing] = asyncio.run(workload(cl, routing, burst, rate, background, throttle_kbit, two, seed,
+                                                     tail))
             finally:
                 cl.stop()
     return runs

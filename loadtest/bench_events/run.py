@@ -18,9 +18,10 @@ from pathlib import Path
 from echelon.runtime import loop
 from loadtest.bench_events.systems import MODES, SYSTEMS, missing_peers
 from loadtest.bench_events.workload import (POOL, RANGE, Pool, Received, cpu_seconds, cpu_waiting, oracle,
-                                            percentile, subscriptions, tcp_bytes_sent)
+                                            percentile, subscriptions, tcp_bytes_by_hop)
 
 RATES = (1000, 10000, None)  # None: saturation
+QUICK_RATES = (1000, None)  # --quick: a paced cell and a saturated one (10,000/s is paced alike)
 WINDOW = 4096  # events in flight over all publishers (the bound on what a cell leaves behind)
 BATCH = 256  # events per send() at saturation
 SUSTAINED = 0.95  # a fixed rate counts as held when this share of it was published and delivered
@@ -52,7 +53,10 @@ class Run:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{system.name}: {len(subs) - len(self.ready)} subscriptions never got an event")
             await send([p for s, p in zip(subs, probes) if s.index not in self.ready])
-            await asyncio.sleep(0.3)
+            for _ in range(30):  # until every probe is in, at most 0.3 s, then the missing ones again
+                await asyncio.sleep(0.01)
+                if len(self.ready) == len(subs):
+                    break
         await system.close_publishers()
 
     async def cell(self, system, sends, rate: int | None, pool: Pool, subs, meta: dict) -> dict:
@@ -74,7 +78,8 @@ class Run:
         filtered0 = getattr(system, "filtered", 0)
         load0 = os.getloadavg()[0]
         gen0 = cpu_seconds(own)
-        wire0 = tcp_bytes_sent(set(pids.values()) | {own})
+        roles = {pid: hop_role(name, system.name) for name, pid in pids.items()} | {own: "client"}
+        wire0 = tcp_bytes_by_hop(roles)
         window = WINDOW // len(sends)
         acked, errors, last_ack = [0], Counter(), [0]
         waiting0, t0 = cpu_waiting(), time.perf_counter_ns()
@@ -123,11 +128,14 @@ class Run:
         expected = pool.expected(first, last)
         deadline = time.monotonic() + self.args.drain
         while received.useful < expected and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
-        await asyncio.sleep(0.1 if self.args.check else 0)  # anything extra shows up in the oracle
+            await asyncio.sleep(0.01)  # a cell's last delivery is seen within a few ms (its latency is not)
+        if self.args.check and system.name == "echelon":
+            await asyncio.sleep(0.1)  # anything extra shows up in the oracle (the peers have none)
         self.sink = None
         cpu = {k: cpu_seconds(p) - cpu0[k] for k, p in pids.items()}
-        wire = tcp_bytes_sent(set(pids.values()) | {own}) - wire0
+        hops = tcp_bytes_by_hop(roles)
+        hops.subtract(wire0)
+        wire = sum(hops.values())
         waiting, wall = cpu_waiting(), (time.perf_counter_ns() - t0) / 1e9
         lat = sorted(received.latencies)
         pub_s = (last_ack[0] - t0) / 1e9 if last_ack[0] else None
@@ -143,6 +151,9 @@ class Run:
                "cpu_s_per_1k_services": sum(cpu.values()) / max(acked[0], 1) * 1000,
                "cpu_s_per_1k_loadgen": (cpu_seconds(own) - gen0) / max(acked[0], 1) * 1000,
                "wire_bytes": wire, "bytes_per_useful_delivery": wire / received.useful if received.useful else None,
+               # Where those bytes went: sender>receiver, per useful delivery (hop_role).
+               "bytes_by_hop": {f"{a}>{b}": round(n / received.useful, 1) for (a, b), n in sorted(hops.items())
+                                if n > 0} if received.useful else {},
                # What the whole run paid per delivery a subscriber wanted: the services and the load
                # generator (publishers, and subscribers with their filtering in the client).
                "cpu_us_per_useful_delivery": (sum(cpu.values()) + cpu_seconds(own) - gen0) / received.useful * 1e6
@@ -232,6 +243,50 @@ def top_costs(folded: Path, n: int = 15) -> dict:
         ours[mine[-1] if mine else "(outside Echelon's code) " + (frames[-1] if frames else "?")] += c
     share = lambda counter: [(f, round(100 * c / total, 1)) for f, c in counter.most_common(n)]  # noqa: E731
     return {"samples": total, "self_pct": share(self_), "by_echelon_frame_pct": share(ours)}
+
+
+def hop_role(name: str, system: str) -> str:
+    """A process's part in the byte breakdown: Echelon's publishing agent (agent-0, where
+    the publishers connect) apart from the subscribing agents; the load generator is
+    "client" (publishers and subscribers)."""
+    if system != "echelon":
+        return system
+    return "pub-agent" if name == "agent-0" else name.rpartition("-")[0]
+
+
+def hop_table(cells: list[dict]) -> str:
+    """Bytes per useful delivery by hop (sender>receiver) at saturation, one row per cell:
+    where the bytes of a delivery go (publish, matching, relay frames and their acks,
+    deliveries and the subscribers' acks, the control plane)."""
+    cells = [c for c in cells if c["rate"] == "max" and c.get("bytes_by_hop")]
+    if not cells:
+        return ""
+    hops = sorted({h for c in cells for h, n in c["bytes_by_hop"].items() if n >= 0.5})
+    head = f"{'system':8} {'mode':17} {'sel':>4} {'pubs':>4} {'B/dlv':>6}  " + "  ".join(hops)
+    rows = ["bytes per useful delivery by hop, sender>receiver (saturation cells)", head, "-" * len(head)]
+    for c in cells:
+        rows.append(f"{c['system']:8} {c['mode']:17} {str(c['selectivity']) + '%':>4} {c['publishers']:>4} "
+                    f"{fmt(c['bytes_per_useful_delivery']):>6}  "
+                    + "  ".join(f"{fmt(c['bytes_by_hop'].get(h), '.1f'):>{len(h)}}" for h in hops))
+    return "\n".join(rows)
+
+
+FLOOR_OF = {"raw": "ack each", "rawc": "coalesced"}  # a raw-stub mode's counterpart in gRPC alone
+
+
+def floor_ratios(cells: list[dict], floor: list[dict]) -> str:
+    """Each raw-stub saturation cell's published rate over gRPC alone's requests/s with the
+    same acks (loadtest/grpc_floor.py): 1 means the agent's coalescing reached the floor of
+    one event a request; above 1, the agent answers several requests per message."""
+    alone = {f["mode"]: f["requests_per_s"] for f in floor}
+    rows = []
+    for c in cells:
+        how = c["mode"].split("-")[0]
+        if c["system"] == "echelon" and c["rate"] == "max" and alone.get(FLOOR_OF.get(how)):
+            ref = alone[FLOOR_OF[how]]
+            rows.append(f"  {c['mode']} {c['selectivity']}% {c['publishers']}p: {c['published_per_s']:,.0f}/s = "
+                        f"{c['published_per_s'] / ref:.2f}x gRPC alone, {FLOOR_OF[how]} ({ref:,.0f} requests/s)")
+    return "raw-stub cells against the floor:\n" + "\n".join(rows) if rows else ""
 
 
 def fmt(v, spec=".0f") -> str:
@@ -462,13 +517,15 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--publishers", nargs="+", type=int, default=[1, 4])
     ap.add_argument("--floor", action="store_true", help="also gRPC alone, one event a request "
                     "(loadtest/grpc_floor.py): the ceiling of the raw-stub cells, in the same run")
-    ap.add_argument("--rates", nargs="+", type=lambda v: None if v == "max" else int(v), default=list(RATES),
-                    help="events/s of the cells, `max` for saturation (default: 1000 10000 max)")
+    ap.add_argument("--rates", nargs="+", type=lambda v: None if v == "max" else int(v), default=None,
+                    help="events/s of the cells, `max` for saturation (default: 1000 10000 max; --quick: 1000 max)")
     ap.add_argument("--base", metavar="REV", help="Echelon's cells of this tree against revision REV, side by "
                     "side: alternating rounds of one run per tree (versus.py); the other options apply to both")
     ap.add_argument("--rounds", type=int, default=2, help="with --base: rounds (a run per tree each)")
     args = ap.parse_args(argv)
     args.check = args.quick
+    if args.rates is None:
+        args.rates = list(QUICK_RATES if args.quick else RATES)
     if args.quick:
         args.seconds, args.max_events, args.subs = 0.3, 600, 10
     if args.short:
@@ -502,10 +559,16 @@ def main(argv: list[str] | None = None) -> Run | None:
     ranged = range_table(r.cells)
     if ranged:
         print("\n" + ranged)
+    by_hop = hop_table(r.cells)
+    if by_hop:
+        print("\n" + by_hop)
     if r.floor:
         from loadtest.grpc_floor import table as floor_table
 
         print("\n" + floor_table(r.floor))
+        ratios = floor_ratios(r.cells, r.floor)
+        if ratios:
+            print(ratios)
     print("\nCPU ms per 1,000 events, by process")
     print(cpu_table(r.cells))
     if r.profile:

@@ -26,6 +26,7 @@ import re
 import struct
 import subprocess
 from array import array
+from collections import Counter
 from dataclasses import dataclass, field
 
 SYMBOLS = [f"s{i:02d}" for i in range(50)]
@@ -177,11 +178,29 @@ def cpu_waiting() -> float | None:
 
 def tcp_bytes_sent(pids: set[int]) -> int:
     """Sum of tcp_info bytes_sent over the TCP sockets owned by `pids`."""
+    return sum(tcp_bytes_by_hop({p: "" for p in pids}).values())
+
+
+_ADDRESSES = re.compile(r"^\S+\s+\d+\s+\d+\s+(\S+)\s+(\S+)")
+
+
+def tcp_bytes_by_hop(roles: dict[int, str]) -> Counter:
+    """tcp_info bytes_sent over the TCP sockets owned by the pids of `roles`, by hop: (the
+    sender's role, the receiver's), the receiver found by the other end of the connection
+    (a socket of ours whose local address is this one's peer); "other" when no process of
+    `roles` holds that end."""
     out = subprocess.run(["ss", "-tinpH"], capture_output=True, text=True, timeout=20).stdout
-    total, owned = 0, False
+    sockets: list[tuple[str, str, str | None, int]] = []  # (local, peer, owner's role, bytes sent)
     for line in out.splitlines():
         if not line.startswith((" ", "\t")):  # a socket line; its tcp_info follows
-            owned = any(int(p) in pids for p in _USERS.findall(line))
-        elif owned and (m := _SENT.search(line)):
-            total += int(m.group(1))
-    return total
+            addresses = _ADDRESSES.match(line)
+            owner = next((roles[int(p)] for p in _USERS.findall(line) if int(p) in roles), None)
+            sockets.append((*addresses.groups(), owner, 0) if addresses else ("", "", owner, 0))
+        elif sockets and sockets[-1][2] is not None and (m := _SENT.search(line)):
+            sockets[-1] = (*sockets[-1][:3], int(m.group(1)))
+    at = {local: role for local, _, role, _ in sockets if role is not None}
+    hops: Counter = Counter()
+    for local, peer, role, sent in sockets:
+        if role is not None:
+            hops[(role, at.get(peer, "other"))] += sent
+    return hops

@@ -13,9 +13,13 @@ Workload. `producers` publishers on different agents, each numbering its message
 (producer id, sequence) at `rate` per second over `keys` ordering keys, attributes
 chosen so the filters match some; one named, acking subscription on every agent (so
 every agent is in the topic's LBDD tree) and a second on some, with varied filters.
-A subscriber whose stream breaks reopens the same named subscription on the same agent.
+A subscriber whose stream breaks reopens the same named subscription on the same agent;
+on the killed agent it is kept on disk and restored, so it is owed every acked message
+with no window around the kill (report.py; with `--wipe-disk`, a window).
 
-Faults, one at a time, each followed by a settle period, repeated while time remains:
+Faults, one at a time, each followed by a settle period, repeated while time remains
+(`--short`: one round of each, whatever the time, with delay/loss in the background of
+the pause and the kill):
   netem      delay 100 ms +- 50 ms, 5 % loss, both directions of two agents' links (tc
              netem; on a kernel without it, a tc redirect into a userspace delayer)
   pause      SIGSTOP of an inner relay for 3 s, then SIGCONT
@@ -44,7 +48,8 @@ fault during (or after) which they were sent.
 Output (in --out, default out/chaos): report.txt (the tables printed at the end),
 report.json, deliveries.jsonl (every message sent and every delivery, for a post-mortem),
 timeline.png (delivery latency over the run, fault windows shaded, verdicts marked), and
-every process's log in logs/.
+every process's log in logs/ (the short run inside `make test` writes neither
+deliveries.jsonl nor timeline.png: `Config.artifacts`).
 
 Counting: see `loadtest.chaos.report`.
 

@@ -34,7 +34,7 @@ def main(minutes, agents, producers, rate, partition_seconds, short, loopback, w
     """Run the fault schedule against a cluster and print a table per fault."""
     kw = dict(agents=agents, producers=producers, rate=rate, loopback=loopback, wipe_disk=wipe_disk, tls=tls,
               auth=auth, intruder=intruder, out=out)
-    cfg = Config.short(**kw) if short else Config(minutes=minutes, partition_seconds=partition_seconds, **kw)
+    cfg = Config.short(artifacts=True, **kw) if short else Config(minutes=minutes, partition_seconds=partition_seconds, **kw)
     result = run(cfg)
     print(result.text)
     print(f"\nreport: {cfg.out / 'report.txt'}, {cfg.out / 'report.json'}, {cfg.out / 'timeline.png'}; "

@@ -31,6 +31,9 @@ class Config:
     tls: bool = True  # mTLS between every process and for the clients (runtime/certs.py issues them)
     auth: bool = True  # --auth tokens everywhere; the workload's clients send the admin token (launch/cluster.py)
     intruder: bool | None = None  # the intruder (intruder.py) runs beside the workload; None: with TLS
+    rounds: int = 0  # rounds of every fault kind (0: as many as fit in `minutes`)
+    overlap: bool = False  # delay/loss in the background of the pause and the kill (schedule.py)
+    artifacts: bool = True  # deliveries.jsonl and timeline.png beside the report (seconds on a loaded machine)
     out: Path = Path("out/chaos")
     log: object = print
 
@@ -40,6 +43,9 @@ class Config:
 
     @classmethod
     def short(cls, **kw) -> "Config":
-        """One of each fault, about 2 minutes of faults: the CI version."""
-        return cls(**{"minutes": 2.6, "netem_seconds": 10.0, "partition_seconds": 9.0, "restart_after": 4.0,
-                      "settle": 6.0, "warmup": 5.0, "drain": 45.0, **kw})
+        """One of each fault, whatever the time they take (a loaded machine restarts
+        processes slowly; none is left out), in about a minute on a quiet one: shorter
+        phases, and delay/loss during the pause and the kill. `minutes` only bounds it."""
+        return cls(**{"minutes": 6.0, "rounds": 1, "overlap": True, "netem_seconds": 6.0, "pause_seconds": 3.0,
+                      "partition_seconds": 8.0, "restart_after": 1.5, "settle": 3.0, "warmup": 3.0,
+                      "drain": 45.0, "artifacts": False, **kw})

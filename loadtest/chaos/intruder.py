@@ -43,6 +43,7 @@ import contextlib
 import json
 import os
 import secrets
+import signal
 import subprocess
 import sys
 import time
@@ -215,10 +216,10 @@ class Intruder:
         await mgrpc.ControlStub(ch).PushPlan(plan, timeout=CALL_TIMEOUT)
         return "OK"
 
-    async def loop(self, cred: str, action: str, until: float, rounds: int) -> None:
+    async def loop(self, cred: str, action: str, until: list[float], rounds: int) -> None:
         for k in range(rounds):
             start = time.monotonic()
-            if start >= until:
+            if start >= until[0]:
                 return
             try:
                 await asyncio.wait_for(self.once(cred, action, k), READ_SECONDS + 2 * CALL_TIMEOUT)
@@ -227,7 +228,9 @@ class Intruder:
             await asyncio.sleep(max(0.0, start + 1.0 - time.monotonic()))
 
     async def run(self, seconds: float, rounds: int) -> dict:
-        until = time.monotonic() + seconds
+        until = [time.monotonic() + seconds]  # SIGUSR1 ends it sooner: the schedule ran (`Spawned.finish`)
+        with contextlib.suppress(NotImplementedError):
+            asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, lambda: until.__setitem__(0, 0.0))
         await asyncio.gather(*(self.loop(c, a, until, rounds) for c, a in self.attempts))
         return {k: {"attempts": t.attempts, "accepted": t.accepted, "deliveries": t.deliveries,
                     "codes": dict(t.codes), "details": t.details} for k, t in self.tallies.items()}
@@ -317,6 +320,11 @@ class Spawned:
 
     def __init__(self, popen: subprocess.Popen, out: Path, log: Path):
         self.popen, self.out, self.log = popen, out, log
+
+    def finish(self) -> None:
+        """Stop its attempts now (the schedule ran its rounds); it writes its counts and exits."""
+        if self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGUSR1)
 
     async def counts(self, grace: float = 30.0) -> dict | None:
         """Its counts once it has stopped by itself (None if it did not, or wrote none)."""

@@ -51,6 +51,7 @@ async def drive(cfg: Config, hosts: Hosts, cluster: Cluster) -> Result:
     durables: list[durable.DurableSubscriber] = []
     tasks: list[asyncio.Task] = []
     try:
+        started = time.monotonic()
         log(f"starting {len(cluster.processes)} processes ({hosts.mode}); logs in {cluster.log_dir}")
         await cluster.start()
         observer.start()
@@ -71,6 +72,7 @@ async def drive(cfg: Config, hosts: Hosts, cluster: Cluster) -> Result:
         producers = [Producer(i, agents[a].address, cfg.rate, cfg.keys, tls, token)
                      for i, a in enumerate(roles["producers"])]
         t0 = time.monotonic()
+        log(f"publishing from {t0 - started:.0f}s after the start (cluster up, subscriptions open)")
         until = t0 + cfg.minutes * 60
         tasks += [asyncio.create_task(p.run(until)) for p in producers]
         if cfg.with_intruder:
@@ -79,15 +81,27 @@ async def drive(cfg: Config, hosts: Hosts, cluster: Cluster) -> Result:
         schedule = Schedule(cfg, cluster, observer, hosts, roles)
         log(f"faults ({', '.join(schedule.plan())}), until +{cfg.minutes * 60:.0f}s:")
         await schedule.run(until - cfg.settle / 2, t0)
-        await asyncio.sleep(max(0.0, until - time.monotonic()))
-        log("publishing stopped; draining")
-        counts = await spy.counts() if spy else None
+        if cfg.rounds:  # its rounds ran: the last one settles, then publishing stops
+            await asyncio.sleep(cfg.settle)
+            for p in producers:
+                p.until = 0.0
+        else:
+            await asyncio.sleep(max(0.0, until - time.monotonic()))
+        log(f"publishing stopped at +{time.monotonic() - t0:.0f}s; draining")
+        if spy and cfg.rounds:
+            spy.finish()
+        counting = asyncio.ensure_future(spy.counts()) if spy else None  # while the subscribers drain
         await asyncio.gather(*(p.close(20.0) for p in producers))
-        await drain(producers, subscribers, schedule.faults, cfg.drain, cfg.wipe_disk)
-        await durable.drain(producers, durables, cfg.drain)
+        log(f"publishers flushed at +{time.monotonic() - t0:.0f}s")
+        await asyncio.gather(drain(producers, subscribers, schedule.faults, cfg.drain, cfg.wipe_disk),
+                             durable.drain(producers, durables, cfg.drain))
+        log(f"drained at +{time.monotonic() - t0:.0f}s")
+        counts = await counting if counting else None
         metrics = agent_counters(cluster)
-        dump(cfg.out / "deliveries.jsonl", producers, subscribers, t0)
-        plot(cfg.out / "timeline.png", schedule.faults, observer, producers, subscribers, t0)
+        if cfg.artifacts:
+            dump(cfg.out / "deliveries.jsonl", producers, subscribers, t0)
+            plot(cfg.out / "timeline.png", schedule.faults, observer, producers, subscribers, t0)
+        log(f"deliveries and timeline written at +{time.monotonic() - t0:.0f}s")
         result = build_report(cfg, hosts, schedule.faults, observer, producers, subscribers, roles, t0, metrics)
         result.add(*durable.report(producers, durables))
         if spy:

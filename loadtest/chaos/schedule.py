@@ -22,6 +22,11 @@ from loadtest.chaos.network import Hosts
 from loadtest.chaos.observer import Observer
 
 SILENCE_DEAD = 7.0  # the detector's default silence timeout (core/detector.py)
+# Faults that may run while delay/loss is on (`Config.overlap`): they hit other agents than
+# `choose_roles`' netem targets (inner relays; the producers' last agent and a quiet leaf are
+# netem's), expect no verdict on a netem target, and their own verdicts fall in their own
+# window (the latest fault started: report.py), so every row keeps its meaning.
+OVERLAPS = ("pause", "kill")
 
 
 @dataclass
@@ -57,17 +62,36 @@ class Schedule:
                            "matcher": c.restart_after + 3, "members": c.restart_after + 5, "plan": 2}[kind]
 
     async def run(self, until: float, t0: float) -> None:
-        rounds = 0
-        while rounds < 100:  # bounded; in practice 1 to 3 rounds
-            for kind in self.plan():
-                if time.monotonic() + self.duration(kind) > until:
-                    return
-                fault = await getattr(self, f"_{kind}")(rounds)
-                self.faults.append(fault)
-                self.cfg.log(f"  +{fault.start - t0:6.1f}s {fault.kind:9} {', '.join(fault.targets)} "
-                             f"({fault.end - fault.start:.1f}s) {fault.note}")
-                await asyncio.sleep(self.settle(kind))
-            rounds += 1
+        """Rounds of every kind while time remains (`cfg.rounds`: that many, whatever the
+        time, so no kind is left out on a loaded machine). With `cfg.overlap`, delay/loss
+        runs in the background of the faults on other agents that follow it (OVERLAPS)."""
+        rounds, background = 0, None
+        try:
+            while rounds < (self.cfg.rounds or 100):  # bounded; in practice 1 to 3 rounds
+                for kind in self.plan():
+                    if not self.cfg.rounds and time.monotonic() + self.duration(kind) > until:
+                        return
+                    if background is not None and kind not in OVERLAPS:
+                        await background
+                        background = None
+                    if kind == "netem" and self.cfg.overlap:
+                        f = Fault("netem", self.roles["netem"], start=time.monotonic())
+                        self.faults.append(f)  # in order of start: the report's windows (report.py)
+                        background = asyncio.ensure_future(self._netem(rounds, f))
+                        background.add_done_callback(lambda _, f=f: self._said(f, t0))
+                        continue
+                    fault = await getattr(self, f"_{kind}")(rounds)
+                    self.faults.append(fault)
+                    self._said(fault, t0)
+                    await asyncio.sleep(self.settle(kind))
+                rounds += 1
+        finally:
+            if background is not None:
+                await background
+
+    def _said(self, fault: Fault, t0: float) -> None:
+        self.cfg.log(f"  +{fault.start - t0:6.1f}s {fault.kind:9} {', '.join(fault.targets)} "
+                     f"({fault.end - fault.start:.1f}s) {fault.note}")
 
     def _host(self, member: str):
         """The network namespace a member runs in."""
@@ -86,9 +110,9 @@ class Schedule:
         options = self.roles[key]
         return options[rounds % len(options)]
 
-    async def _netem(self, rounds: int) -> Fault:
+    async def _netem(self, rounds: int, f: Fault | None = None) -> Fault:
         targets = self.roles["netem"]
-        f = Fault("netem", targets, start=time.monotonic())
+        f = f or Fault("netem", targets, start=time.monotonic())
         how = set()
         try:
             for t in targets:

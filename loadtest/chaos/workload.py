@@ -48,6 +48,7 @@ class Producer:
         self.keys = keys
         self.sent: dict[int, Sent] = {}
         self.in_flight = 0
+        self.until = float("inf")
 
     def _done(self, seq: int, future: asyncio.Future) -> None:
         self.in_flight -= 1
@@ -62,7 +63,8 @@ class Producer:
     async def run(self, until: float) -> None:
         seq = 0
         start = time.monotonic()
-        while time.monotonic() < until:
+        self.until = until  # set earlier to stop sooner (runner.py)
+        while time.monotonic() < self.until:
             wait_until = start + seq / self.rate
             await asyncio.sleep(max(0.0, wait_until - time.monotonic()))
             if self.in_flight >= MAX_IN_FLIGHT:

@@ -231,3 +231,38 @@ async def test_a_relay_fences_its_new_routes_until_what_it_relayed_on_the_old_vi
     settle_all(node)
     await asyncio.sleep(0)
     assert acks == [1, 2]
+
+
+async def test_a_relays_fence_holds_only_its_roots_first_stripe_so_no_two_fences_wait_on_each_other():
+    """The fence of one root's first stripe (what sets the order) holds nothing of another
+    root's, nor another stripe's slices: two relays re-routing toward each other after a
+    crash (each a parent of the other in some root's or stripe's tree) no longer wait on
+    each other's fences until FENCE_SECONDS runs out (test_dataplane.py's inner-relay kill
+    with 8 stripes). Without the per-root, first-stripe fence, both frames below waited."""
+    members, node, plane, child = setup()
+    grandchild = next(m.id for m in members if m.id != child.id
+                      and node.trees.route(PAPER[0], "t", 0, [m.id])[0].get(child.id) == [m.id])
+    acks: list = []
+    receive(plane, 1, [grandchild], acks)
+    node.trees.update(members, hinted=[child.id])
+    plane.on_view()  # fenced: a0's message 1 is still on its way through the child
+    frames = lambda: sum(len(link.frames) for link in node.links.values())  # noqa: E731
+    before = frames()
+    # Another root's message: its own tree, its own fence (none here).
+    other = next(m for m in members if m.id not in ("a0", node.id, grandchild, child.id))
+    event = pb.Event(id=pb.MessageId(producer_id="q", sequence=1), topic="t")
+    plane.receive(rpb.RelayFrame(source=other.id, source_key=other.address, messages=[
+        rpb.RelayMessage(encoded_event=event.SerializeToString(), destinations=[grandchild])]), lambda: acks.append("q"))
+    assert frames() == before + 1
+    # a0's own slice on another stripe: it joins a stream its head opened, in any order.
+    head = pb.Event(id=pb.MessageId(producer_id="p", sequence=9), topic="t", payload=b"x")
+    plane.receive(rpb.RelayFrame(source="a0", source_key=PAPER[0], messages=[
+        rpb.RelayMessage(event=head, destinations=[grandchild], slice_index=1, slice_count=2, payload_size=2,
+                         stripe=3)]), lambda: acks.append("s"))
+    assert frames() == before + 2
+    receive(plane, 2, [grandchild], acks)  # a0's first stripe: waits behind message 1
+    await asyncio.sleep(0)
+    assert frames() == before + 2
+    node.links[child.id].settle(True)
+    await asyncio.sleep(0.01)
+    assert frames() == before + 3 and plane.fence_timeouts == 0

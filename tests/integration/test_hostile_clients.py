@@ -62,6 +62,15 @@ async def cluster(tokens):
         await c.stop()
 
 
+@pytest.fixture
+def quick_rechecks(monkeypatch):
+    """The agents (in this process) look at the tokens file and re-check open streams every
+    0.1 s instead of every second: the in-band tests revoke in every round and only wait
+    for the revocation to arrive; what they check does not depend on how soon it does."""
+    monkeypatch.setattr("echelon.runtime.credentials.RELOAD_CHECK", 0.1)
+    monkeypatch.setattr("echelon.runtime.auth.RECHECK", 0.1)
+
+
 async def names(client) -> list[str]:
     return [s.name for s in await client.list_subscriptions()]
 
@@ -256,7 +265,7 @@ async def test_jwt_streams_end_at_exp_and_when_their_key_leaves_the_jwks(tmp_pat
         await c.stop()
 
 
-async def test_a_refused_stream_carries_its_status_in_band_while_the_client_keeps_writing(cluster):
+async def test_a_refused_stream_carries_its_status_in_band_while_the_client_keeps_writing(cluster, quick_rechecks):
     """grpc/grpc#36066: an asyncio client whose write fails as the server ends the stream
     may see INTERNAL "Internal error from Core" instead of the server's status. The agent
     sends the status in-band first (the last Delivery: code and error, no delivery id),
@@ -310,7 +319,7 @@ async def token_valid(c: Cluster, token: str) -> None:
 ROUNDS = 6  # of the raw publish stream below: a call left without a status showed in about one in four
 
 
-async def test_a_publish_stream_ended_by_a_revoked_token_carries_its_status_in_band(tokens, cluster):
+async def test_a_publish_stream_ended_by_a_revoked_token_carries_its_status_in_band(tokens, cluster, quick_rechecks):
     """The same for publish streams: a publisher writes all the time, so grpc/grpc#36066
     hits it most; INTERNAL would even be retried by the SDK. The last ack carries the
     stream's status (`stream_status`), and the SDK raises that code."""

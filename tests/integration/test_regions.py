@@ -2,7 +2,8 @@
 that stand alone"): three regions, each with its own matcher, router and agents.
 
 - Every delivery equals brute force (every subscription's filter applied to every
-  published event), with random filters and events published from every region; each
+  published event), with random filters and events published from every region, under
+  mTLS (a router asks its region's matchers as a member with a router's certificate); each
   region's matcher holds its own region's subscriptions only, and each agent calls its own
   region's matcher only.
 - A region cut off (its router killed): local traffic goes on in every region with
@@ -40,7 +41,8 @@ class Regions:
         self.agents: list[AgentNode] = []
 
     def config(self, member_id: str, region: str, **kw) -> NodeConfig:
-        return NodeConfig(id=member_id, region=region, membership=self.cluster.replicas, grace=0.5, **kw)
+        return NodeConfig(id=member_id, region=region, membership=self.cluster.replicas, grace=0.5,
+                          tls_dir=self.cluster.tls_dir(member_id), **kw)
 
     async def add_router(self, region: str, name: str) -> RouterNode:
         node = RouterNode(self.config(name, region), routing="snr", interval=0.05)
@@ -68,19 +70,25 @@ class Regions:
         return [n for n in (*self.matchers, *self.routers, *self.agents) if n not in self.cluster.crashed]
 
     async def stop(self) -> None:
-        await asyncio.gather(*(n.stop(0.2) for n in self.nodes()), return_exceptions=True)
+        # Clients, then agents (their removals still reach the matchers), then the rest.
+        await asyncio.gather(*(c.close() for c in self.cluster.clients), return_exceptions=True)
+        self.cluster.clients.clear()
+        await asyncio.gather(*(n.stop(0.2) for n in self.agents if n not in self.cluster.crashed),
+                             return_exceptions=True)
+        await asyncio.gather(*(n.stop(0.2) for n in self.nodes() if n not in self.agents), return_exceptions=True)
 
     def client(self, i: int):
         from echelon.client import Client
 
-        c = Client(self.agents[i].address)
+        c = Client(self.agents[i].address, tls=self.cluster.tls_dir("client-test", "client") or None)
         self.cluster.clients.append(c)
         return c
 
 
 @pytest.fixture
-async def regions():
-    cluster = Cluster(agents=0, matchers=0)
+async def regions(request, tmp_path):
+    # With mTLS when asked: each member's certificate names its role (a router's Match call).
+    cluster = Cluster(agents=0, matchers=0, tls=tmp_path / "tls" if getattr(request, "param", "") == "tls" else None)
     await cluster.start()
     r = Regions(cluster)
     try:
@@ -104,6 +112,7 @@ def random_filter(rng: random.Random) -> str:
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize("regions", ["tls"], indirect=True)
 async def test_each_region_matches_its_own_and_deliveries_equal_brute_force(regions):
     rng = random.Random(29)
     clients = [regions.client(i) for i in range(len(regions.agents))]
@@ -194,3 +203,38 @@ async def test_a_region_cut_off_serves_its_own_and_catches_up_after_healing(regi
             assert [r for r in seen if r.startswith(f"during-{o}-")] == during[o], (region, o)
     assert sum(r.metrics.lost._value.get() for r in regions.routers) == 0
     assert all(a.metrics.lost._value.get() == 0 for a in regions.agents)
+
+
+@pytest.mark.timeout(120)
+async def test_a_region_whose_matchers_are_all_dead_does_not_hold_the_others_back(regions):
+    """ap's only matcher crashed: eu's DELIVERED publishes do not wait on it (ap's router
+    acknowledges and keeps them, as for a DEAD destination); once a matcher of ap is back,
+    ap's subscriber gets them, in order."""
+    clients = [regions.client(i) for i in range(len(regions.agents))]
+    await clients[0].create_topic("t", SCHEMA)
+    subs = {region: clients[2 * c + 1].subscribe("t", "x < 50") for c, region in enumerate(REGIONS)}
+    for s in subs.values():
+        await s.start()
+    pub = clients[0].publisher(ack_level=DELIVERED)  # agent-eu-0
+    victim = next(m for m in regions.matchers if m.config.id == "matcher-ap")
+    await regions.cluster.crash(victim)
+    router = next(r for r in regions.routers if r.config.id == "router-ap-0")
+    await wait_for(lambda: not router.matching._matchers(), timeout=30, what="ap's tier DEAD at its router")
+    sent = [f"e{k}" for k in range(20)]
+    for k, name in enumerate(sent):
+        await asyncio.wait_for(pub.publish("t", {"x": k * 5, "y": 0, "r": name}), 30)
+    want = [n for k, n in enumerate(sent) if k * 5 < 50]
+    for region in ("eu", "us"):
+        assert [m.attributes["r"] for m in await drain(subs[region])] == want, region
+    assert not await drain(subs["ap"])
+    # A matcher of ap again: the agents refill it, the router matches what it kept.
+    node = MatcherNode(regions.config("matcher-ap-1", "ap"))
+    await node.start()
+    regions.matchers.append(node)
+    got: list[str] = []
+    for _ in range(100):
+        got += [m.attributes["r"] for m in await drain(subs["ap"], 0.2)]
+        if len(got) >= len(want):
+            break
+    assert got == want
+    assert sum(r.metrics.lost._value.get() for r in regions.routers) == 0

@@ -59,6 +59,7 @@ class Regions:
         return self
 
     async def stop(self) -> None:
+        await self.cluster.close_clients()
         await asyncio.gather(*(n.stop(0.2) for n in (*self.agents, *self.routers) if n not in self.cluster.crashed),
                              return_exceptions=True)
 

@@ -60,3 +60,63 @@ def test_side_by_side_takes_medians_per_tree_and_a_gain_above_one_means_better_n
 def test_side_by_side_passes_the_other_options_to_both_trees():
     argv = ["--base", "main", "--short", "--rounds=3", "--selectivity", "2", "--out", "x", "--systems", "nats"]
     assert without(argv, "--base", "--rounds", "--out", "--systems") == ["--short", "--selectivity", "2"]
+
+
+def test_bytes_by_hop_names_the_receiver_by_the_other_end_of_the_connection():
+    """A child process sends a known number of bytes to a socket of this one: the hop
+    child>parent counts at least them, and this side's few bytes go the other way."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    from loadtest.bench_events.workload import tcp_bytes_by_hop, tcp_bytes_sent
+
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        child = subprocess.Popen([sys.executable, "-c", "import socket, sys\n"
+                                  f"s = socket.create_connection(('127.0.0.1', {port}))\n"
+                                  "s.sendall(b'x' * 50000); s.recv(1); sys.stdin.read()"],
+                                 stdin=subprocess.PIPE)
+        try:
+            conn, _ = server.accept()
+            with conn:
+                got = 0
+                while got < 50000:
+                    got += len(conn.recv(65536))
+                conn.sendall(b"y")
+                roles = {child.pid: "child", os.getpid(): "parent"}
+                hops = tcp_bytes_by_hop(roles)
+                assert hops[("child", "parent")] >= 50000
+                assert 1 <= hops[("parent", "child")] < 1000
+                assert tcp_bytes_sent(set(roles)) >= 50001
+        finally:
+            child.kill()
+            child.wait()
+
+
+def test_hop_table_lists_the_saturation_cells_by_hop():
+    from loadtest.bench_events.run import hop_table
+
+    cells = [dict(cell("echelon", "max", 1.0, 1.0, wire=300.0), bytes_by_hop={"client>pub-agent": 90.0,
+                                                                              "pub-agent>agent": 120.0}),
+             dict(cell("echelon", 1000, 1.0, 1.0), bytes_by_hop={"client>pub-agent": 500.0})]
+    header, row = hop_table(cells).splitlines()[1], hop_table(cells).splitlines()[3]
+    assert header.split()[-2:] == ["client>pub-agent", "pub-agent>agent"]
+    assert row.split()[-3:] == ["300", "90.0", "120.0"] and len(hop_table(cells).splitlines()) == 4
+    assert hop_table([cells[1]]) == ""
+
+
+def test_raw_cells_are_read_against_the_floor_with_the_same_acks():
+    from loadtest.bench_events.run import floor_ratios
+
+    cells = [dict(cell("echelon", "max", 3000.0, 1.0), mode="raw-DELIVERED"),
+             dict(cell("echelon", "max", 6000.0, 1.0), mode="rawc-DELIVERED"),
+             dict(cell("echelon", 1000, 1000.0, 1.0), mode="raw-DELIVERED"),
+             dict(cell("echelon", "max", 9000.0, 1.0), mode="batch-DELIVERED")]
+    floor = [{"mode": "read", "requests_per_s": 8000.0}, {"mode": "ack each", "requests_per_s": 4000.0},
+             {"mode": "coalesced", "requests_per_s": 5000.0}]
+    lines = floor_ratios(cells, floor).splitlines()
+    assert len(lines) == 3
+    assert "0.75x gRPC alone, ack each" in lines[1] and "1.20x gRPC alone, coalesced" in lines[2]
+    assert floor_ratios(cells, []) == ""

@@ -36,9 +36,21 @@ def check_agents(index: CountingIndex, subs: dict[str, Entry], batch: list[dict]
         assert n == sum(map(len, want))
 
 
-@settings(max_examples=150, deadline=None)
+# The default suite draws 50 examples; the slow run (`pytest -m slow`) draws 150 more.
+@settings(max_examples=50, deadline=None)
 @given(st.data())
 def test_equals_brute_force_through_inserts_and_deletes(data):
+    inserts_and_deletes(data)
+
+
+@pytest.mark.slow
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_equals_brute_force_through_inserts_and_deletes_thoroughly(data):
+    inserts_and_deletes(data)
+
+
+def inserts_and_deletes(data) -> None:
     schema = data.draw(schemas())
     # Tiny levels so that merges, cascades, tombstones and compaction all happen.
     index = CountingIndex(base=2, growth=2)

@@ -6,6 +6,7 @@ was there, and a resend reproducing the same requests."""
 from __future__ import annotations
 
 import asyncio
+import gc
 
 import pytest
 
@@ -80,3 +81,26 @@ async def test_a_resend_reproduces_the_requests_and_the_writer_waits_for_events(
     resent = [ppb.PublishRequest.FromString(r) for r in resent + [r async for r in writer]]
     assert events_of(resent) == events_of(sent)
     assert [e.payload for r in resent for e in (r.batch or [r])] == [e.payload for r in sent for e in (r.batch or [r])]
+
+
+async def test_a_writer_dropped_while_it_waits_logs_nothing_of_ours():
+    """gRPC drops its request task when a call ends under it: the writer, waiting for
+    events, is then collected with it. An async generator would be finalized by an aclose()
+    that fails ("already running"), logged as an exception nobody retrieved."""
+    loop = asyncio.get_running_loop()
+    logged = []
+    previous = loop.get_exception_handler()
+    loop.set_exception_handler(lambda _loop, context: logged.append(context))
+    try:
+        outbox = Outbox("p", ppb.ACK_LEVEL_ACCEPTED)
+        waiting = asyncio.ensure_future(outbox.requests().__anext__())
+        await asyncio.sleep(0.01)
+        assert not waiting.done()
+        del outbox, waiting  # dropped while pending, as gRPC drops it
+        for _ in range(3):
+            gc.collect()
+            await asyncio.sleep(0.01)
+    finally:
+        loop.set_exception_handler(previous)
+    ours = [c for c in logged if "Task was destroyed" not in c.get("message", "")]
+    assert ours == []

@@ -71,3 +71,26 @@ class _PerEvent:
 def _held(bucket, now):
     """The tokens `bucket` holds at `now`."""
     return min(bucket.burst, bucket.tokens + (now - bucket.at) * bucket.rate)
+
+
+async def test_the_agents_receive_limit_holds_the_largest_request_a_client_or_member_sends():
+    """The SDK's largest publish request (a batch closed past MAX_BATCH_BYTES with one more
+    event of SLICE_BYTES, attributes at the schema's ceiling) and a relay frame fit under
+    the agent's receive limit; a Subscribe of 8 MiB does not (docs/security.md, "The
+    agent's receive limit")."""
+    from echelon.agent.server import AgentNode
+    from echelon.client.outbox import MAX_BATCH_BYTES, SLICE_BYTES
+    from echelon.contract.schema import MAX_MAX_ATTRIBUTE_BYTES
+    from echelon.dataplane.root import FRAME_BYTES
+    from echelon.runtime.node import NodeConfig
+
+    framing = 4096  # the request's and each event's own fields, generously
+    publish = MAX_BATCH_BYTES + SLICE_BYTES + MAX_MAX_ATTRIBUTE_BYTES + framing
+    for slice_bytes in (1024, 65536, 16 << 20):
+        limit = AgentNode(NodeConfig(id="a"), slice_bytes=slice_bytes).server.receive_bytes
+        frame = FRAME_BYTES + slice_bytes + MAX_MAX_ATTRIBUTE_BYTES + framing
+        assert publish <= limit and frame <= limit, (slice_bytes, limit)
+    assert AgentNode(NodeConfig(id="a")).server.receive_bytes < 8 << 20
+    # An operator's lower server-wide bound wins.
+    config = NodeConfig(id="a", auth=AuthConfig(limits=Limits(max_message_bytes=1 << 20)))
+    assert AgentNode(config).server.receive_bytes == 1 << 20

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import random
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -300,9 +301,17 @@ async def scenario(data, schema: Schema, seed: int) -> None:
             await core.stop()
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# The default suite draws 50 examples; the slow run (`pytest -m slow`) draws 150 more.
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data(), schemas(), st.integers(0, 2**32))
 def test_tier_equals_brute_force_through_plans_joins_crashes_and_restarts(data, schema, seed):
+    asyncio.run(scenario(data, schema, seed))
+
+
+@pytest.mark.slow
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data(), schemas(), st.integers(0, 2**32))
+def test_tier_equals_brute_force_through_plans_joins_crashes_and_restarts_thoroughly(data, schema, seed):
     asyncio.run(scenario(data, schema, seed))
 
 

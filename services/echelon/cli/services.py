@@ -70,7 +70,8 @@ AUTH_OPTIONS = [
     click.option("--limits", default="", envvar="ECHELON_LIMITS",
                  help="Per-identity limits over the defaults, e.g. publish_rate=500,publish_burst=1000,"
                       "subscriptions=100,streams_per_identity=1000,streams_per_connection=500,"
-                      "max_message_bytes=8388608; caps on durable subscriptions: durable_max_messages, "
+                      "max_message_bytes=8388608 (a server's receive limit), max_request_bytes (an agent's, "
+                      "6 MiB: docs/security.md); caps on durable subscriptions: durable_max_messages, "
                       "durable_max_bytes, durable_max_idle_seconds, durable_max_replicas; filter caps: filter_max_bytes, "
                       "filter_max_predicates, filter_max_depth, filter_max_terms [env ECHELON_LIMITS]."),
     click.option("--identity-caps", default="", envvar="ECHELON_IDENTITY_CAPS",

@@ -28,6 +28,8 @@ from echelon.cli.context import Context, forget
               help="Regions (region-0, ...): agents spread over them, joined by routers (OctopiA SCOT).")
 @click.option("--routers-per-region", default=0, type=click.IntRange(0, 13), show_default=True,
               help="Routers B(a, c) in each region (the tree T); needed with --regions > 1.")
+@click.option("--regional-matchers", is_flag=True,
+              help="--matchers in EACH region, its own tier (docs/event-path.md, Regions that stand alone).")
 @click.option("--routing", default="idr", type=click.Choice(["snr", "idr"]), show_default=True)
 @click.option("--log-dir", default=None, type=click.Path(file_okay=False, path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print the endpoints as one JSON line.")
@@ -38,8 +40,8 @@ from echelon.cli.context import Context, forget
 @click.option("--tls", is_flag=True, help="mTLS everywhere, certificates from a throw-away CA in the log dir.")
 @click.option("--auth", is_flag=True, help="Bearer tokens everywhere (--auth tokens, a throw-away tokens file in the "
                                            "log dir); prints the cluster admin's token.")
-def up(agents, matchers, memberships, base_port, regions, routers_per_region, routing, log_dir, as_json,
-       no_prometheus, prometheus_port, replan_every, tls, auth) -> None:
+def up(agents, matchers, memberships, base_port, regions, routers_per_region, regional_matchers, routing, log_dir,
+       as_json, no_prometheus, prometheus_port, replan_every, tls, auth) -> None:
     """Start a local cluster as processes; Ctrl-C or SIGTERM stops it.
 
     It writes where the cluster is (agents, membership, Prometheus, TLS directory, token
@@ -62,7 +64,8 @@ def up(agents, matchers, memberships, base_port, regions, routers_per_region, ro
         raise click.BadParameter("--regions > 1 needs --routers-per-region >= 1")
     try:
         cluster = Cluster(agents=agents, matchers=matchers, memberships=memberships, placement=Loopback(base_port),
-                          regions=regions, routers=routers_per_region, extra={"router": ["--routing", routing]},
+                          regions=regions, routers=routers_per_region, regional_matchers=regional_matchers,
+                          extra={"router": ["--routing", routing]},
                           tls=tls, auth=auth, **kw)
     except ValueError as e:
         raise click.BadParameter(str(e)) from None

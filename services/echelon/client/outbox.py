@@ -112,21 +112,10 @@ class Outbox:
         self.ended = True
         self._notify()
 
-    async def requests(self):
+    def requests(self) -> "Requests":
         """The stream's requests (serialized): whatever is queued when the writer is ready
         (the open batch closed then), until `end`."""
-        loop = asyncio.get_running_loop()
-        while True:
-            if not self.ready and self.open is None:
-                if self.ended:
-                    return
-                self._wake = loop.create_future()
-                await self._wake
-                continue
-            self._close()
-            taken, self.ready = self.ready, deque()
-            for req in taken:
-                yield req
+        return Requests(self)
 
     # -- internals ---------------------------------------------------------------------
 
@@ -172,3 +161,30 @@ class Outbox:
             if not self._wake.done():
                 self._wake.set_result(None)
             self._wake = None
+
+
+class Requests:
+    """An `Outbox`'s requests as gRPC's request iterator. An iterator object, not an async
+    generator: gRPC drops its request task when a call ends under it, and a generator
+    dropped while it waits is finalized by an `aclose()` that fails ("already running")
+    and is logged as an exception nobody retrieved."""
+
+    def __init__(self, outbox: Outbox):
+        self.outbox = outbox
+        self.taken: deque[bytes] = deque()
+
+    def __aiter__(self) -> "Requests":
+        return self
+
+    async def __anext__(self) -> bytes:
+        box = self.outbox
+        while not self.taken:
+            if not box.ready and box.open is None:
+                if box.ended:
+                    raise StopAsyncIteration
+                box._wake = asyncio.get_running_loop().create_future()
+                await box._wake
+                continue
+            box._close()
+            self.taken, box.ready = box.ready, deque()
+        return self.taken.popleft()

@@ -67,9 +67,9 @@ MAX_SLICE_HOLDS = 4_096
 # A relay's ack waits this long at most for a destination absent from its view (`_park`): a
 # view rebuilt by restarted membership replicas can take seconds to hold every member again.
 HOLD_SECONDS = 15.0
-# A relay's new routes wait this long at most for what it relayed on the old view (`_fence`).
-# Shorter than HOLD_SECONDS: two relays that re-route toward each other after a crash each
-# wait for frames the other holds behind its own fence, and only this bound ends that wait.
+# A relay's new routes wait this long at most for what it relayed on the old view (`_fence`):
+# a stalled link must not stop the relay for longer. Fences are per root and first stripe, so
+# no two wait on each other (`_fence`); this bound is for links, not for a cycle.
 FENCE_SECONDS = 2.0
 
 
@@ -116,12 +116,14 @@ class DataPlane:
         self._sent: dict[asyncio.Future, tuple[OutFrame, list[Hold], list[Hold]]] = {}
         self.parking = Parking(park_seconds, park_messages, park_bytes)
         self.root = Root(self)
-        # The relay's fence across a view change (`on_view`): frames relayed on the old view
-        # still unacknowledged, and the frames received since, held back until those settle.
+        # The relay's fences across a view change (`on_view`), per root: the frames of the
+        # first stripe relayed on the old view still unacknowledged, and the frames of the
+        # first stripe received since, held back until those settle.
         self._shape: tuple | None = None
-        self._behind: set[asyncio.Future] = set()
-        self._fenced: deque[tuple[rpb.RelayFrame, Callable[[], None]]] = deque()
-        self._lifting: asyncio.Task | None = None
+        self._behind: dict[str, set[asyncio.Future]] = {}
+        self._fenced: dict[str, deque[tuple[rpb.RelayFrame, Callable[[], None]]]] = {}
+        self._lifting: dict[str, asyncio.Task] = {}
+        self.fence_timeouts = 0  # fences lifted by FENCE_SECONDS, not by the acks they waited for
 
     @property
     def parked_count(self) -> int:
@@ -185,11 +187,14 @@ class DataPlane:
             if data:  # a whole message: its bytes as they came (no re-encoding)
                 for frame, held, _, tail in known[1]:
                     frame.add_whole(tail, data)
+                    frame.ordered = True  # a whole message goes on the first stripe
                     held(hold)
             elif known[1]:
                 body = slice_body(msg)
                 for frame, held, ds, _ in known[1]:
                     frame.add_message(destinations(ds), body)
+                    if not stripe:
+                        frame.ordered = True
                     held(hold)
         for target, (frame, holds) in per_target.items():
             self._send(target, frame, holds)
@@ -330,37 +335,55 @@ class DataPlane:
         the root's own fence keeps only for the root's routes: root.py). So frames received
         from now on wait, in order, until those relayed on the old view are acknowledged
         (re-routed ones included), for at most FENCE_SECONDS (a stalled link must not stop
-        this relay for longer: docs/guarantees.md, "Order")."""
-        behind = [f for f, entry in self._sent.items() if entry[0].source != self.id and not f.done()]
-        if not behind:
-            return
-        self._behind.update(behind)
-        if self._lifting is None:
-            self._lifting = asyncio.get_running_loop().create_task(self._lift(), name="relay-fence")
+        this relay for longer: docs/guarantees.md, "Order").
 
-    async def _lift(self) -> None:
+        Only what sets the order is fenced: per root, the frames carrying a message of the
+        first stripe (a whole message, or a sliced payload's head; the other slices join
+        the stream their head opened, in any order). So no two fences wait on each other:
+        within one root's first-stripe tree copies go only toward higher buckets, which do
+        not depend on the view (the module doc), and a wait follows such a copy; two relays
+        re-routing toward each other after a crash do so in different roots' or stripes'
+        trees, which they no longer hold up."""
+        behind: dict[str, list[asyncio.Future]] = {}
+        for f, entry in self._sent.items():
+            frame = entry[0]
+            if frame.source != self.id and frame.ordered and not f.done():
+                behind.setdefault(frame.source, []).append(f)
+        loop = asyncio.get_running_loop() if behind else None
+        for source, futures in behind.items():
+            self._behind.setdefault(source, set()).update(futures)
+            if source not in self._lifting:
+                self._lifting[source] = loop.create_task(self._lift(source), name=f"relay-fence-{source}")
+
+    async def _lift(self, source: str) -> None:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + FENCE_SECONDS
         try:
-            while (behind := [f for f in self._behind if not f.done()]) and loop.time() < deadline:
+            while (behind := [f for f in self._behind.get(source, ()) if not f.done()]) and loop.time() < deadline:
                 await asyncio.wait(behind, timeout=deadline - loop.time())
+            if behind:
+                self.fence_timeouts += 1
+                log.warning("relay fence for %s lifted after %gs with %d frames of the old view unacknowledged",
+                            source, FENCE_SECONDS, len(behind))
         finally:
-            self._behind.clear()
-            self._lifting = None
-            fenced, self._fenced = self._fenced, deque()
-            for frame, ack in fenced:
-                if self._lifting is not None:  # a new fence went up meanwhile: the rest waits for it
-                    self._fenced.append((frame, ack))
-                else:
-                    self._receive(frame, ack)
+            self._behind.pop(source, None)
+            del self._lifting[source]
+            fenced = self._fenced.pop(source, deque())
+            while fenced:
+                if source in self._lifting:  # a new fence went up meanwhile: the rest waits for it
+                    self._fenced.setdefault(source, deque()).extend(fenced)
+                    break
+                self._receive(*fenced.popleft())
 
     # -- receiving -------------------------------------------------------------------
 
     def receive(self, frame: rpb.RelayFrame, ack: Callable[[], None]) -> None:
         """Deliver and forward one incoming frame; call `ack()` when its subtree holds it.
-        While the relay's fence is up (`_fence`) it waits its turn."""
-        if self._lifting is not None or self._fenced:
-            self._fenced.append((frame, ack))
+        While the relay's fence is up for its root (`_fence`), a frame of the first stripe
+        waits its turn."""
+        source = frame.source
+        if (source in self._lifting or source in self._fenced) and any(m.stripe == 0 for m in frame.messages):
+            self._fenced.setdefault(source, deque()).append((frame, ack))
             return
         self._receive(frame, ack)
 

@@ -45,10 +45,11 @@ class OutFrame:
     """A frame being sent: its header's fields (read by the link, which merges frames of
     one source and ack policy) and its bytes in pieces, joined once when written."""
 
-    __slots__ = ("source", "source_key", "ack_may_wait", "parts")
+    __slots__ = ("source", "source_key", "ack_may_wait", "parts", "ordered")
 
     def __init__(self, source: str, source_key: str, ack_may_wait: bool = False):
         self.source, self.source_key, self.ack_may_wait = source, source_key, ack_may_wait
+        self.ordered = False  # carries a message of the first stripe, which sets the order (dissemination.py)
         self.parts = [rpb.RelayFrame(source=source, source_key=source_key, ack_may_wait=ack_may_wait).SerializeToString()]
 
     def add_whole(self, tail: bytes, data: bytes) -> None:

@@ -49,7 +49,7 @@ from echelon.v1 import tags
 if TYPE_CHECKING:
     from echelon.dataplane.dissemination import DataPlane
 
-FRAME_BYTES = 1 << 20  # a root frame of small events is closed past this size
+FRAME_BYTES = 1 << 20  # a root frame of small events is closed past this size (events and destinations)
 PAYLOAD_TAG = tags.Event.payload
 
 
@@ -161,9 +161,12 @@ class Root:
                 checked = producer
                 run.producers.add(producer)
             # The bytes themselves as the message (`DataPlane.forward`): no RelayMessage per event.
-            run.small.append((encoded[i] if encoded else encode(event, payload), event.topic,
-                              [d for d in dests if d != me] if me in dests else dests, run.hold))
-            run.bytes += len(payload) + 64
+            data = encoded[i] if encoded else encode(event, payload)
+            targets = [d for d in dests if d != me] if me in dests else dests
+            run.small.append((data, event.topic, targets, run.hold))
+            # Its whole size, attributes and destinations too: a frame stays under the
+            # receivers' receive limit (agent/server.py `receive_limit`).
+            run.bytes += len(data) + 32 * len(targets)
             if run.bytes >= FRAME_BYTES:
                 await self._flush(run, futures)
                 checked = None

@@ -223,7 +223,8 @@ class MatcherServicer(xgrpc.MatcherServicer):
         return xpb.RemoveResponse(removed=removed)
 
     async def Match(self, request_iterator, context):
-        require_member(context, None, ("agent", "matcher"), "Match")
+        # Routers too: one matches what other regions send its own (router/regional.py).
+        require_member(context, None, ("agent", "matcher", "router"), "Match")
         # An agent sends another batch when one is late (agent/dispatch.py): each is matched
         # as it is read, its answer goes back in order; past AHEAD unanswered, reading waits.
         # A batch alone is matched here, inline; one read while another is matched, beside

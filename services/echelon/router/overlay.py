@@ -12,8 +12,9 @@ list, so every router computes the same overlay from the same view and plan.
 Positions are places in the region's live routers sorted by id (so after a crash the
 region's tree re-forms over the survivors and the iLinks into it land on B(a mod n, c)).
 An event's CIV has the bits of the regions of its destination agents (known from the
-view); a copy carries the destinations of the regions its CIV serves, so the receiver
-knows its CIV from the destinations it was given.
+view) and of the regions named as a whole (`@region`, dataplane/tiers.py); a copy carries
+the destinations of the regions its CIV serves, so the receiver knows its CIV from the
+destinations it was given. A region whose routers are all DEAD here is parked for.
 """
 
 from __future__ import annotations

@@ -11,7 +11,10 @@ Frames are matched in the order they came (FIFO per publisher, as the relays kee
 ones queued while a batch is out together as the next batch: a frame behind one still being
 matched waits. No answer (the tier
 unreachable): the frame is retried and stays unacknowledged, so the publisher's window
-and its `DELIVERED` ack wait; nothing is dropped. An event that matches nobody here is
+and its `DELIVERED` ack wait; nothing is dropped. While the tier has no live matcher at all
+(every one DEAD in the view), the region is treated as a DEAD destination: the frames are
+acknowledged at once and wait here, matched when a matcher is back, dropped and counted past
+`hold_seconds`. An event that matches nobody here is
 acknowledged at once and counted (`echelon_router_unmatched_total`).
 
 A sliced payload's slices must all reach the same agents: the answer for its first slice
@@ -23,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
 
@@ -42,20 +46,25 @@ MATCH_METHOD = "/echelon.v1.Matcher/Match"
 RETRY = 0.2  # between rounds over the tier's matchers
 TIMEOUT = 10.0  # one answer
 SLICED = 1024  # answers kept for sliced payloads still arriving
+TRANSIENT = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED)
 BATCH = 512  # events per Match batch, at most (about: whole frames)
 
 
 class RegionMatch:
     def __init__(self, membership: Callable[[], object], region: str, local: Callable[[str], bool],
-                 unmatched, stopping: Callable[[], bool]):
+                 unmatched, lost, stopping: Callable[[], bool], hold_seconds: float = 30.0):
         """`region`: the router's joined region (its tier: tiers.py); `local(agent)`: is the
-        agent one this router roots trees for; `unmatched`: the counter."""
+        agent one this router roots trees for; `unmatched`, `lost`: the counters;
+        `hold_seconds`: how long frames wait for a tier that is all DEAD (then dropped)."""
         self.membership = membership
         self.region = region
         self.local = local
         self.unmatched = unmatched
+        self.lost = lost
         self.stopping = stopping
-        self.queue: deque[tuple[rpb.RelayFrame, Callable[[rpb.RelayFrame], None]]] = deque()
+        self.hold_seconds = hold_seconds
+        # (frame, deliver, release: the early ack, when it came)
+        self.queue: deque[tuple[rpb.RelayFrame, Callable, Callable[[], None], float]] = deque()
         self._task: asyncio.Task | None = None
         self._stream = None
         self._matcher: str | None = None
@@ -68,9 +77,12 @@ class RegionMatch:
     def busy(self) -> bool:
         return bool(self.queue)
 
-    def submit(self, frame: rpb.RelayFrame, deliver: Callable[[rpb.RelayFrame], None]) -> None:
-        """Resolve `frame`'s pseudo-destinations, then `deliver(frame)`, behind earlier frames."""
-        self.queue.append((frame, deliver))
+    def submit(self, frame: rpb.RelayFrame, deliver: Callable[[rpb.RelayFrame], None],
+               release: Callable[[], None] = lambda: None) -> None:
+        """Resolve `frame`'s pseudo-destinations, then `deliver(frame)`, behind earlier frames.
+        `release()`: acknowledge it before, as for a DEAD destination, while the region's
+        tier has no live matcher (the frame waits, bounded by `hold_seconds`)."""
+        self.queue.append((frame, deliver, release, time.monotonic()))
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._run(), name="region-match")
 
@@ -84,7 +96,7 @@ class RegionMatch:
             # The frames queued meanwhile go as one Match batch (as the agents' dispatcher
             # batches): one answer's wait per batch, not per frame.
             frames, events = [], 0
-            for frame, deliver in self.queue:
+            for frame, deliver, _, _ in self.queue:
                 frames.append((frame, deliver))
                 events += len(frame.messages)
                 if events >= BATCH:
@@ -92,13 +104,31 @@ class RegionMatch:
             try:
                 resolved = await self._resolve([f for f, _ in frames])
             except (Unavailable, grpc.aio.AioRpcError, asyncio.InvalidStateError, asyncio.TimeoutError) as e:
-                log.info("matching in region %s failed (%s): retrying", self.region, e)
+                # Retried whatever the code: the frames stay unacknowledged (held, not lost).
+                transient = not isinstance(e, grpc.aio.AioRpcError) or e.code() in TRANSIENT
+                (log.info if transient else log.warning)("matching in region %s failed (%s): retrying",
+                                                         self.region, e)
                 self._close_stream()
+                if not self._matchers():
+                    self._hold()
                 await asyncio.sleep(RETRY)
                 continue
             for (_, deliver), out in zip(frames, resolved):
                 self.queue.popleft()
                 deliver(out)
+
+    def _hold(self) -> None:
+        """The tier is all DEAD: its region is served by nobody, as a DEAD agent is not. The
+        frames waiting are acknowledged now, so other regions' publishers do not wait on
+        this region's matchers; those waiting past `hold_seconds` are dropped and counted."""
+        for _, _, release, _ in self.queue:
+            release()
+        old = time.monotonic() - self.hold_seconds
+        while self.queue and self.queue[0][3] < old:
+            frame = self.queue.popleft()[0]
+            self.lost.inc(sum(len(m.destinations) for m in frame.messages))
+            log.warning("region %s: a frame waited %.0f s for a matcher of its tier: dropped", self.region,
+                        self.hold_seconds)
 
     async def _resolve(self, frames: list[rpb.RelayFrame]) -> list[rpb.RelayFrame]:
         todo: list[tuple[int, int, tuple | None]] = []  # (frame, message) to match, and its slice key

@@ -8,6 +8,8 @@ destinations (from the view):
 
 - the router's own region: it roots the LBDD tree over those destination agents, with
   the agents' own data plane (`dataplane.dissemination.DataPlane` over `dataplane.trees.Trees`);
+  a message for the region as a whole (`@region`: it has a matcher tier of its own,
+  dataplane/tiers.py) is first matched by that tier (`regional.RegionMatch`);
 - other regions: SNR or IDR over the SCOT (`overlay.Overlay`), again through a
   `DataPlane`, so per-link output queues (`dataplane.linkset.LinkSet`, byte windows, resend
   on a broken stream), holds, acks aggregated back to the sender, dedup of re-sent
@@ -111,8 +113,8 @@ class RouterNode(Node):
         # Events sent to the region itself (`@region`) are matched by its own tier.
         self.matching = RegionMatch(lambda: self.membership, config.region,
                                     lambda agent: self.overlay.region_name.get(agent) == self.overlay.region,
-                                    self.metrics.unmatched,
-                                    lambda: self.stopping)
+                                    self.metrics.unmatched, self.metrics.lost, lambda: self.stopping,
+                                    park_seconds)
         self._ready = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
         self.server.add(rgrpc.add_RelayServicer_to_server, RelayServicer(
@@ -234,12 +236,18 @@ class RouterNode(Node):
             return
         if local.messages:
             if self.matching.busy or any(is_pseudo(d) for m in local.messages for d in m.destinations):
+                once = [one_done]
+
+                def done_once() -> None:  # acknowledged early while the tier is all DEAD (regional.py)
+                    if once:
+                        once.pop()()
+
                 def deliver(resolved: rpb.RelayFrame) -> None:
                     if resolved.messages:
-                        self.local.receive(resolved, one_done)
+                        self.local.receive(resolved, done_once)
                     else:
-                        one_done()
-                self.matching.submit(local, deliver)
+                        done_once()
+                self.matching.submit(local, deliver, done_once)
             else:
                 self.local.receive(local, one_done)
         if remote.messages:

@@ -611,7 +611,9 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
                     yield response
                     stream.writing = False
                     if stream.revoked is not None:  # ended while gRPC sent it (Access.end)
-                        await responses.aclose()
+                        close = getattr(responses, "aclose", None)  # the handler's own cleanup first
+                        if close is not None:
+                            await close()
                         raise asyncio.CancelledError
             except asyncio.CancelledError:
                 if stream is None or stream.revoked is None:
