@@ -59,10 +59,7 @@ class Regions:
         return self
 
     async def stop(self) -> None:
-        # The clients first, as the harness's Cluster.stop does: a client closed after its
-        # agent stopped, with a publisher and subscriptions open, takes seconds to give up.
-        for c in self.cluster.clients:
-            await c.close()
+        await self.cluster.close_clients()
         await asyncio.gather(*(n.stop(0.2) for n in (*self.agents, *self.routers) if n not in self.cluster.crashed),
                              return_exceptions=True)
 
