@@ -106,6 +106,9 @@ async def test_drain_with_publishes_in_flight_loses_none_and_lets_none_after(clu
                 if len(futures) > 50:  # a window of 50 in flight: wait for the oldest
                     await asyncio.wait([futures[-50]])
 
+        # Read while they publish: a DELIVERED publish to a named subscription with its
+        # client attached waits for that client's ack (docs/guarantees.md).
+        reading = asyncio.create_task(read_until(sub, {"k": -1}))
         tasks = [asyncio.create_task(produce(p)) for p in pubs]
         await wait_for(lambda: sum(f.done() for fs in accepted.values() for f in fs) >= 300, what="a flow of acks")
         in_flight_at_drain.append(sum(not f.done() for fs in accepted.values() for f in fs))
@@ -116,7 +119,7 @@ async def test_drain_with_publishes_in_flight_loses_none_and_lets_none_after(clu
 
         async with cluster.client(2).publisher(ack_level=AckLevel.DELIVERED) as last:
             await last.publish("t", {"k": -1})
-        got = await read_until(sub, {"k": -1})
+        got = await reading
 
     assert in_flight_at_drain[0] > 0  # the drain had publishes to wait for
     assert sorted(refused) == ["p0", "p1", "p2"]  # every producer was refused after the drain began
