@@ -378,7 +378,7 @@ def table(runs: dict[int, tuple[Result, ...]]) -> Table:
 
 
 SENSITIVITY = (  # (what, Setting overrides): link rates, broker CPU, rule (ii)'s aLinks, the HRP's rate
-    ("as above", {}),
+    ("the defaults", {}),
     ("iLinks 1500/s", {"ilink_rate": 1500.0}),
     ("iLinks 2000/s (above the HRP)", {"ilink_rate": 2000.0}),
     ("CPU 0.7 ms/notification", {"match_cost": 0.0007}),
