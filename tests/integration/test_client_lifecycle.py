@@ -106,8 +106,8 @@ async def test_drain_with_publishes_in_flight_loses_none_and_lets_none_after(clu
                 if len(futures) > 50:  # a window of 50 in flight: wait for the oldest
                     await asyncio.wait([futures[-50]])
 
-        # The reader keeps up meanwhile: a DELIVERED publish to an attached named subscription
-        # waits for its client's settlement (docs/guarantees.md).
+        # Read while they publish: a DELIVERED publish to a named subscription with its
+        # client attached waits for that client's ack (docs/guarantees.md).
         reading = asyncio.create_task(read_until(sub, {"k": -1}))
         tasks = [asyncio.create_task(produce(p)) for p in pubs]
         await wait_for(lambda: sum(f.done() for fs in accepted.values() for f in fs) >= 300, what="a flow of acks")

@@ -32,7 +32,7 @@ async def client_of_t(cluster):
 
 async def published(cluster, topic: str, events: list[dict]) -> None:
     # ACCEPTED: a DELIVERED publish to a named subscription with its client attached waits
-    # for that client's settlement (docs/guarantees.md), and these tests settle only after.
+    # for that client's ack (docs/guarantees.md), and these clients read only afterwards.
     async with cluster.client(0).publisher(ack_level=AckLevel.ACCEPTED) as pub:
         await pub.publish_batch(topic, events)
 

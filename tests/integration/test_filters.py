@@ -111,11 +111,16 @@ async def test_an_or_filter_is_one_subscription_delivered_each_event_once(cluste
         {"Symbol": "msft", "High": 1.0},  # the second term only (no Volume: `not Volume < 1000` is unknown)
         {"Symbol": "ibm", "High": 101.0},  # the third term only
     ]
-    pub = c0.publisher(ack_level=DELIVERED)
-    for e in events:
-        await pub.publish("quotes", e)
-    got = await _drain(sub)
     expected = [e for e in events if parse(text).matches(e)]
+    pub = c0.publisher(ack_level=DELIVERED)
+    # Read while they are out: a DELIVERED publish to a named subscription with its client
+    # attached waits for that client's ack (docs/guarantees.md).
+    out = [pub.publish_nowait("quotes", e) for e in events]
+    got = [await sub.next(timeout=10) for _ in expected]
+    for m in got:
+        await m.ack()
+    await asyncio.gather(*out)
+    got += await _drain(sub)  # and nothing more
     assert [m.attributes for m in got] == expected and len(expected) == 4
     # The named subscription comes back with a narrower filter: the extra entries go.
     await sub.close()
