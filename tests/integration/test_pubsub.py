@@ -26,6 +26,19 @@ async def drain(sub, idle: float = 0.3) -> list:
         await m.ack()
 
 
+async def publish_in_turn_and_check(clients, topic: str, events: list[dict], subs: dict, filters: dict) -> None:
+    """Publish `events` at DELIVERED from each client in turn; then each subscription of
+    `subs` holds exactly the events its filter of `filters` (name -> (client, text)) matches,
+    by brute force. Events carry their tag in attribute `r`."""
+    pubs = [c.publisher(ack_level=DELIVERED) for c in clients]
+    for k, e in enumerate(events):
+        await pubs[k % len(pubs)].publish(topic, e)
+    for name, (_, f) in filters.items():
+        got = sorted(m.attributes["r"] for m in await drain(subs[name]))
+        expected = sorted(e["r"] for e in events if parse(f).matches(e))
+        assert got == expected, name
+
+
 async def test_matching_subscribers_on_other_agents_receive_once(cluster):
     c0, c1, c2 = (cluster.client(i) for i in range(3))
     await c0.create_topic("quotes", SCHEMA)

@@ -20,13 +20,12 @@ import pytest
 
 from echelon.agent.server import AgentNode
 from echelon.client import DELIVERED
-from echelon.contract.filters import parse
 from echelon.matcher.server import MatcherNode
 from echelon.router.server import RouterNode
 from echelon.runtime.node import NodeConfig
 from echelon.v1 import membership_pb2 as mpb
 from tests.harness import Cluster, wait_for
-from tests.integration.test_pubsub import drain
+from tests.integration.test_pubsub import drain, publish_in_turn_and_check
 
 REGIONS = ("eu", "us", "ap")
 SCHEMA = ["x:int:0:99", "y:int:0:99", "r:string"]
@@ -131,13 +130,7 @@ async def test_each_region_matches_its_own_and_deliveries_equal_brute_force(regi
     for a in regions.agents:
         assert {m.id for m in a.matching.matchers()} == {f"matcher-{region_of(a.config.id)}"}
     events = [{"x": rng.randrange(100), "y": rng.randrange(100), "r": f"e{k}"} for k in range(90)]
-    pubs = [c.publisher(ack_level=DELIVERED) for c in clients]
-    for k, e in enumerate(events):  # from every region in turn
-        await pubs[k % len(pubs)].publish("t", e)
-    for name, (_, f) in filters.items():
-        got = sorted(m.attributes["r"] for m in await drain(subs[name]))
-        expected = sorted(e["r"] for e in events if parse(f).matches(e))
-        assert got == expected, name
+    await publish_in_turn_and_check(clients, "t", events, subs, filters)  # from every region in turn
     # Each router matched what other regions sent its region; some matched nobody there.
     assert sum(r.metrics.unmatched._value.get() for r in regions.routers) > 0
     assert sum(r.metrics.lost._value.get() for r in regions.routers) == 0
