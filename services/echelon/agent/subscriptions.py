@@ -182,12 +182,11 @@ class Subscription:
         if self.closed:
             return None
         floor = self.created_ns - CLOCK_SKEW_NS  # as `owes`
-        owed = [Pending(e, 0, None, d) for e, d in zip(events, data)
+        # Restored after a crash: the dead process may have delivered what was published
+        # before the restart, so it comes as a redelivery (0 when not restored: none is older).
+        restored = self.restored_ns
+        owed = [Pending(e, int(t < restored), None, d) for e, d in zip(events, data)
                 if not (t := e.publish_time_unix_nanos) or t >= floor]
-        if self.restored_ns:  # the dead process may have delivered what was published before the restart
-            for p, e in zip(owed, [e for e in events if not (t := e.publish_time_unix_nanos) or t >= floor]):
-                if e.publish_time_unix_nanos < self.restored_ns:
-                    p.redeliveries = 1
         if keep is not None and owed and self.named and self.attached and not self.keep_off and not self.evict:
             self._keep(owed, keep)
         if self.evict:
