@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from click.testing import CliRunner
 
-from loadtest.octopia_sim import Setting, main, simulate, tid_tree, workload
+from loadtest.octopia_sim import Setting, gaps, hrp_weight, main, simulate, tid_tree, workload
 
 
 def test_short_burst_reproduces_the_direction_of_the_paper():
@@ -33,6 +33,37 @@ def test_command_prints_the_table_and_writes_the_plot(tmp_path):
     result = CliRunner().invoke(main, ["--scale", "0.005", "--rates", "60000", "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
     assert "IDR lower by" in result.output and (tmp_path / "octopia_delay.png").stat().st_size > 0
+    assert "[paper 44.1%]" in result.output  # each figure beside the paper's, with its gap
+
+
+def test_background_share_sets_the_hrp_share_of_all_deliveries():
+    """`background` 0.5% is the paper's 6 million deliveries: the HRP's 40 subscribers x 100k are
+    two thirds of them. Checked against the expected counts, computed here from the setting."""
+    for background, hrp_share in ((None, 4 / 12), (0.005, 4 / 6)):
+        s = Setting(background=background).scaled(0.02)
+        expected = s.hrp_total * 40 / (s.hrp_total * 40 + s.publishers * s.per_publisher * 2000 *
+                                       (0.02 if background is None else background))
+        assert abs(expected - hrp_share) < 1e-9
+        assert abs(hrp_weight(s) - expected) < 0.02  # binomial draws around the mean
+    quiet = Setting(background=0.0).scaled(0.01)
+    assert hrp_weight(quiet) == 1.0
+
+
+def test_gaps_name_each_figure_within_or_short_of_30_percent():
+    class R:
+        def __init__(self, delay: float, under: float):
+            self.d, self.u = delay, under
+
+        def average_delay(self) -> float:
+            return self.d
+
+        def share_under(self) -> float:
+            return self.u
+
+    lines = gaps({100_000: (R(1.0, 0.441), R(0.825, 0.30))})
+    assert "17.5% [paper 17.5%]: +0%, within 30%" in lines[0]
+    assert "44.1% [paper 44.1%]: +0%, within 30%" in lines[1]
+    assert "30.0% [paper 53.8%]: -44%, FALLS SHORT" in lines[2]
 
 
 def test_tid_baseline_reaches_every_matching_subscriber_once():
