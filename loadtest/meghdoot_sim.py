@@ -1,7 +1,7 @@
 """Meghdoot's evaluation (Gupta et al., section 5) replayed on Echelon's zone code.
 
     python -m loadtest.meghdoot_sim [--peers 100,1000,10000] [--subs 14029] [--events 115000]
-                                    [--skewed] [--uniform-alert] [--join-rule capacity|share]
+                                    [--skewed] [--uniform-alert] [--join-rule capacity|messages|share]
                                     [--capacity 0.07] [--out out/meghdoot] [--quick]
 
 One peer starts with the whole space. The stock subscriptions and events
@@ -15,6 +15,8 @@ so a zone every event crosses ends with about 1 / CAPACITY members -- and by eve
 than by subscriptions -- its share of recent event messages exceeds its zone's share of
 the subscriptions. The paper gives no capacity: CAPACITY is calibrated against Tab. 1 and
 Fig. 9 (docs/papers.md, "Meghdoot: when a join replicates", has the sweep).
+`--join-rule messages` measures the capacity in section 5.3's unit of load instead, the
+peer's share of recent messages (routing and propagation, events and subscriptions).
 `--join-rule share` keeps only the second part, the earlier reading: both shares shrink
 together as peers join, so it goes on replicating at every size. Subscriptions and
 events are routed greedily over CAN neighbours from a random peer to the zone of
@@ -90,9 +92,11 @@ class Sim:
     `Replicas.pick`: one counter per zone.
     """
 
-    def __init__(self, space: Space, seed: int, max_peers: int, capacity: float | None = None):
+    def __init__(self, space: Space, seed: int, max_peers: int, capacity: float | None = None,
+                 unit: str = "events"):
         self.space = space
         self.capacity = capacity
+        self.unit = unit  # what the capacity is a share of: recent events, or recent messages (5.3's load)
         self.rng = np.random.default_rng(seed)
         self.map = ZoneMap(space, owner="p0", mirrors=False)
         self.origin = np.asarray(space.low)
@@ -113,6 +117,9 @@ class Sim:
         self.eload = np.zeros(n)  # event messages, decayed, as of `elast`
         self.elast = np.zeros(n)
         self.etotal = (0.0, 0)
+        self.mload = np.zeros(n)  # every message, decayed, as of `mlast`
+        self.mlast = np.zeros(n)
+        self.mtotal = (0.0, 0)
         self.ecount = (0.0, 0)  # events published, decayed
         self.total = 0
         self.step = 0
@@ -125,6 +132,11 @@ class Sim:
     def receive(self, peers: np.ndarray, event: bool) -> None:
         np.add.at(self.msgs, peers, 1)
         self.total += len(peers)
+        self.mload[peers] *= self._decay(self.mlast[peers])
+        self.mlast[peers] = self.step
+        np.add.at(self.mload, peers, 1.0)
+        value, since = self.mtotal
+        self.mtotal = (value * self._decay(since) + len(peers), self.step)
         if event:
             self.eload[peers] *= self._decay(self.elast[peers])
             self.elast[peers] = self.step
@@ -224,12 +236,17 @@ class Sim:
         self.peers += 1
         self.joined_at[peer] = self.total
         self.eload[peer], self.elast[peer] = self.eload[here], self.elast[here]
-        if self.capacity is not None:  # loaded (over capacity) and by events more than by subscriptions
+        if self.capacity is not None and self.unit == "messages":  # 5.3's load: its share of recent messages
+            handled = self.mload[here] * self._decay(self.mlast[here])
+            overloaded = handled / max(1.0, self.mtotal[0] * self._decay(self.mtotal[1])) > self.capacity
+            replicate = overloaded and events > subs
+        elif self.capacity is not None:  # loaded (over capacity) and by events more than by subscriptions
             handled = self.eload[here] * self._decay(self.elast[here])
             overloaded = handled / max(1.0, self.ecount[0] * self._decay(self.ecount[1])) > self.capacity
             replicate = overloaded and events > subs
         else:
             replicate = events > subs
+        self.mload[peer], self.mlast[peer] = self.mload[here], self.mlast[here]
         if not replicate:
             try:
                 self._split(zone, peer)
@@ -240,6 +257,8 @@ class Sim:
         self._add_member(zone, peer)
         self.eload[here] /= 2  # round-robin halves its share of the zone's events
         self.eload[peer] = self.eload[here]
+        self.mload[here] /= 2
+        self.mload[peer] = self.mload[here]
 
     def _origin(self) -> int:
         return int(self.zone_of_peer[int(self.rng.integers(self.peers))])
@@ -268,10 +287,11 @@ class Sim:
 
 
 def simulate(peers: int, subs: int, events: int, seed: int = 7, skewed: bool = False,
-             uniform_alert: bool = False, capacity: float | None = CAPACITY) -> Result:
-    """One run; `capacity` None is the `share` join rule."""
+             uniform_alert: bool = False, capacity: float | None = CAPACITY, unit: str = "events") -> Result:
+    """One run; `capacity` None is the `share` join rule; `unit` "messages" measures the
+    capacity against the peer's share of recent messages instead of events."""
     space = Space.of(stock.STOCK_SCHEMA)
-    sim = Sim(space, seed, peers, capacity)
+    sim = Sim(space, seed, peers, capacity, unit)
     sub_points = [space.subscription_point(f) for f in stock.subscriptions(subs, seed, uniform_alert)]
     points = np.array(sub_points)
     installed = np.zeros(subs, dtype=bool)
@@ -384,8 +404,9 @@ def main(argv: Sequence[str] | None = None) -> list[Result]:
     ap.add_argument("--skewed", action="store_true", help="prices concentrated in 10..30 (the paper's real set)")
     ap.add_argument("--uniform-alert", action="store_true",
                     help="the market-wide alert's threshold uniform over Volume, like every other parameter")
-    ap.add_argument("--join-rule", choices=("capacity", "share"), default="capacity",
+    ap.add_argument("--join-rule", choices=("capacity", "messages", "share"), default="capacity",
                     help="when a join replicates: the peer handles over --capacity of recent events (default), "
+                         "or receives over --capacity of recent messages (section 5.3's load), "
                          "or its event-message share exceeds its zone's subscription share")
     ap.add_argument("--capacity", type=float, default=CAPACITY)
     ap.add_argument("--seed", type=int, default=7)
@@ -399,8 +420,9 @@ def main(argv: Sequence[str] | None = None) -> list[Result]:
     results = []
     for n in (int(p) for p in args.peers.split(",") if p):
         t = time.perf_counter()
-        capacity = args.capacity if args.join_rule == "capacity" else None
-        results.append(simulate(n, args.subs, args.events, args.seed, args.skewed, args.uniform_alert, capacity))
+        capacity = None if args.join_rule == "share" else args.capacity
+        unit = "messages" if args.join_rule == "messages" else "events"
+        results.append(simulate(n, args.subs, args.events, args.seed, args.skewed, args.uniform_alert, capacity, unit))
         print(f"  simulated {n:,} peers in {time.perf_counter() - t:.0f} s", flush=True)
     print(report(results, args.subs, args.events))
     out = Path(args.out)

@@ -42,6 +42,20 @@ def test_join_rule_capacity_bounds_replication():
     assert runs[None].zones <= runs[0.05].zones <= 40
 
 
+def test_join_rule_messages_measures_the_capacity_in_messages():
+    """`--join-rule messages`: the capacity is a share of the recent messages (section 5.3's load),
+    not of the events. The same bounds hold: 1 never replicates, 0 is the `share` rule join for
+    join; and since an event sends many messages, a peer's share of them is far below its share
+    of the events, so at one capacity this rule replicates less (here: at least as many zones)."""
+    runs = {c: meghdoot_sim.simulate(40, 300, 1500, seed=3, capacity=c, unit="messages") for c in (1.0, 0.05, 0.0)}
+    share = meghdoot_sim.simulate(40, 300, 1500, seed=3, capacity=None)
+    assert runs[1.0].zones == runs[1.0].peers == 40 and runs[1.0].max_degree == 0
+    assert (runs[0.0].zones, runs[0.0].max_degree, runs[0.0].contacted) == (share.zones, share.max_degree,
+                                                                              share.contacted)
+    events = meghdoot_sim.simulate(40, 300, 1500, seed=3, capacity=0.05)
+    assert share.zones <= events.zones <= runs[0.05].zones <= 40
+
+
 def test_capacity_outside_0_1_is_refused(capsys):
     with pytest.raises(SystemExit):
         meghdoot_sim.main(["--quick", "--capacity", "1.5"])
