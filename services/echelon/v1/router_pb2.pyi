@@ -1,10 +1,60 @@
+from echelon.v1 import common_pb2 as _common_pb2
+from echelon.v1 import matcher_pb2 as _matcher_pb2
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class ControlKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    CONTROL_KIND_UNSPECIFIED: _ClassVar[ControlKind]
+    CONTROL_KIND_SUB: _ClassVar[ControlKind]
+    CONTROL_KIND_UNSUB: _ClassVar[ControlKind]
+    CONTROL_KIND_CIB_SET: _ClassVar[ControlKind]
+    CONTROL_KIND_CIB_CLEAR: _ClassVar[ControlKind]
+CONTROL_KIND_UNSPECIFIED: ControlKind
+CONTROL_KIND_SUB: ControlKind
+CONTROL_KIND_UNSUB: ControlKind
+CONTROL_KIND_CIB_SET: ControlKind
+CONTROL_KIND_CIB_CLEAR: ControlKind
+
+class Subgroup(_message.Message):
+    __slots__ = ("topic", "filter")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    FILTER_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    filter: _common_pb2.Filter
+    def __init__(self, topic: _Optional[str] = ..., filter: _Optional[_Union[_common_pb2.Filter, _Mapping]] = ...) -> None: ...
+
+class ControlMessage(_message.Message):
+    __slots__ = ("kind", "sender", "region", "subscriptions", "ids", "subgroups", "full", "last", "complete")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    SENDER_FIELD_NUMBER: _ClassVar[int]
+    REGION_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTIONS_FIELD_NUMBER: _ClassVar[int]
+    IDS_FIELD_NUMBER: _ClassVar[int]
+    SUBGROUPS_FIELD_NUMBER: _ClassVar[int]
+    FULL_FIELD_NUMBER: _ClassVar[int]
+    LAST_FIELD_NUMBER: _ClassVar[int]
+    COMPLETE_FIELD_NUMBER: _ClassVar[int]
+    kind: ControlKind
+    sender: str
+    region: str
+    subscriptions: _containers.RepeatedCompositeFieldContainer[_matcher_pb2.Subscription]
+    ids: _containers.RepeatedScalarFieldContainer[str]
+    subgroups: _containers.RepeatedCompositeFieldContainer[Subgroup]
+    full: bool
+    last: bool
+    complete: bool
+    def __init__(self, kind: _Optional[_Union[ControlKind, str]] = ..., sender: _Optional[str] = ..., region: _Optional[str] = ..., subscriptions: _Optional[_Iterable[_Union[_matcher_pb2.Subscription, _Mapping]]] = ..., ids: _Optional[_Iterable[str]] = ..., subgroups: _Optional[_Iterable[_Union[Subgroup, _Mapping]]] = ..., full: _Optional[bool] = ..., last: _Optional[bool] = ..., complete: _Optional[bool] = ...) -> None: ...
+
+class ControlReply(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
 
 class DescribeRequest(_message.Message):
     __slots__ = ()

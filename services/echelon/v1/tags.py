@@ -776,6 +776,27 @@ class RelayAck:  # relay.proto
     seqs = 0x0a  # 1, length-delimited
 
 
+class Subgroup:  # router.proto
+    topic = 0x0a  # 1, length-delimited
+    filter = 0x12  # 2, length-delimited
+
+
+class ControlMessage:  # router.proto
+    kind = 0x08  # 1, varint
+    sender = 0x12  # 2, length-delimited
+    region = 0x1a  # 3, length-delimited
+    subscriptions = 0x22  # 4, length-delimited
+    ids = 0x2a  # 5, length-delimited
+    subgroups = 0x32  # 6, length-delimited
+    full = 0x38  # 7, varint
+    last = 0x40  # 8, varint
+    complete = 0x48  # 9, varint
+
+
+class ControlReply:  # router.proto
+    pass
+
+
 class DescribeRequest:  # router.proto
     pass
 
