@@ -14,9 +14,9 @@ on the safe side (a region may get an event it does not want, never miss one it 
   appears, a CIB_CLEAR when its last one leaves, so the host keeps the groups, not a bit,
   and sets the region's bit per event: the bit of region R is set when a group of R on
   the event's topic matches it (the SCB evaluated per event, exact).
-- A region is sent everything (its bit always set) until the host holds a *complete*
-  summary of it: from a router that has heard every agent of its region alive when it
-  started. A summary is dropped when the stream that carried it ends, so a restarted
+- A region is sent everything (its bit always set) unless the host holds a *complete*
+  summary of it: from a router that has heard the full state of every live agent of its
+  region. A summary is dropped when the stream that carried it ends, so a restarted
   router or a reset link falls back to "everything" until the full state is sent again.
 """
 

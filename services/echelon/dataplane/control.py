@@ -87,7 +87,7 @@ class ControlLink:
                         out = self.delta(keys)
                     for m in out:
                         await call.write(m)
-            except (grpc.aio.AioRpcError, asyncio.InvalidStateError, ConnectionError) as e:
+            except Exception as e:  # noqa: BLE001 - whatever ended it, the next stream starts over
                 level = log.warning if isinstance(e, grpc.aio.AioRpcError) and e.code() in (
                     grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.PERMISSION_DENIED) else log.info
                 level("control stream to %s ended (%s): opened again with the full state in %.1f s",

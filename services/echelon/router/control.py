@@ -7,9 +7,10 @@ router.proto `Control`; docs/event-path.md, "Regions that stand alone").
 - Out: this region's groups to every live router of the other regions
   (`dataplane.control.ControlLinks`): the full state on each new stream, then the groups
   that appeared (CIB_SET) or emptied (CIB_CLEAR).
-- The summary is *complete* once every agent of the region alive in the router's first
-  view has sent its full state (agents that join later have only subscriptions made
-  since). Until then the receivers send this region every event (core/cib.py).
+- The summary is *complete* while every live agent of the region has sent its full state
+  to this router (an agent that joins is heard a moment after it sees the router: the
+  summary is incomplete meanwhile, and complete again, each time sent in full). While
+  it is incomplete the receivers send this region every event (core/cib.py).
 
 Every message is validated whole before anything of it is applied: INVALID_ARGUMENT for a
 malformed one, PERMISSION_DENIED under mTLS when the certificate does not name the sender
@@ -63,6 +64,7 @@ class RouterControl:
         self.subgroups = Subgroups()
         self.summaries = Summaries()
         self.waiting: set[str] | None = None  # agents the complete summary waits for (None: no view yet)
+        self.heard: set[str] = set()  # agents whose full state arrived (maybe before this router's first view)
         self.complete = False
         self.current: dict[str, Stream] = {}  # sender -> its newest stream
         self.links = ControlLinks(dial, lambda _: self._full, lambda _: self._delta)
@@ -97,7 +99,7 @@ class RouterControl:
     def on_view(self) -> None:
         view = self.membership
         agents = {m.id for m in view.alive(mpb.ROLE_AGENT) if m.region == self.region}
-        self.waiting = set(agents) if self.waiting is None else self.waiting & agents
+        self.waiting = agents - self.heard
         for m in view.members.values():
             if m.role == mpb.ROLE_AGENT and m.state == mpb.MEMBER_STATE_LEFT and m.id in self.subgroups.by_agent:
                 self._changed(*self.subgroups.forget(m.id))
@@ -105,10 +107,11 @@ class RouterControl:
         self._check_complete()
 
     def _check_complete(self) -> None:
-        if not self.complete and self.waiting is not None and not self.waiting:
-            self.complete = True
-            log.info("router %s holds every subscription of region %s: its summary is complete", self.me,
-                     self.region)
+        complete = self.waiting is not None and not self.waiting
+        if complete != self.complete:
+            self.complete = complete
+            log.info("router %s: its summary of region %s is %s", self.me, self.region,
+                     "complete" if complete else f"incomplete until {len(self.waiting)} agents have sent theirs")
             self.links.resend()
 
     async def close(self) -> None:
@@ -179,6 +182,7 @@ class RouterControl:
 
     def _agent_full(self, stream: Stream, subs: dict) -> None:
         self._changed(*self.subgroups.replace(stream.sender, subs))
+        self.heard.add(stream.sender)
         if self.waiting is not None:
             self.waiting.discard(stream.sender)
             self._check_complete()
