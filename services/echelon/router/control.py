@@ -145,6 +145,8 @@ class RouterControl:
             self.current[m.sender] = stream
         elif (m.sender, role, m.region) != (stream.sender, stream.role, stream.region):
             raise InvalidArgument("a control stream carries one sender's messages of one role and region")
+        if stream.staged is not None and not m.full:
+            raise InvalidArgument("a change inside a full state's parts")
         if m.kind == opb.CONTROL_KIND_SUB:
             subs = self._subscriptions(m)
             self._stage_or_apply(stream, m, subs, lambda s: self._changed(*self.subgroups.put(m.sender, s)),
@@ -169,8 +171,6 @@ class RouterControl:
         if not m.full:
             if m.last or m.complete:
                 raise InvalidArgument("`last` and `complete` belong to a full state's parts")
-            if stream.staged is not None:
-                raise InvalidArgument("a change inside a full state's parts")
             apply(entries)
             return
         if m.complete and not m.last:
