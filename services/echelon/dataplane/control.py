@@ -51,6 +51,7 @@ class ControlLink:
         self.again = False  # send the full state again on the open stream
         self.wake = asyncio.Event()
         self.opened = 0  # streams opened (each began with the full state)
+        self.sent = 0  # messages written
         self.task = asyncio.create_task(self._run(), name=f"control-{peer}")
 
     def changed(self, keys: Iterable) -> None:
@@ -75,6 +76,7 @@ class ControlLink:
                 self.opened += 1
                 for m in self.full():
                     await call.write(m)
+                    self.sent += 1
                 delay = RETRY
                 while True:
                     await self._wait(reply)
@@ -87,6 +89,7 @@ class ControlLink:
                         out = self.delta(keys)
                     for m in out:
                         await call.write(m)
+                        self.sent += 1
             except Exception as e:  # noqa: BLE001 - whatever ended it, the next stream starts over
                 level = log.warning if isinstance(e, grpc.aio.AioRpcError) and e.code() in (
                     grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.PERMISSION_DENIED) else log.info

@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import asyncio
 
+import grpc
+
 from prometheus_client import Counter, Gauge
 
 from echelon.dataplane.dissemination import DataPlane
@@ -314,7 +316,8 @@ class RouterServicer(ogrpc.RouterServicer):
     async def Control(self, request_iterator, context):
         stream = Stream()
         try:
-            async for m in request_iterator:
+            # Read, not iterated: a stream cancelled at stop leaves no generator to finalize.
+            while (m := await context.read()) is not grpc.aio.EOF:
                 self.node.control.receive(stream, m, context)
         finally:
             self.node.control.ended(stream)
