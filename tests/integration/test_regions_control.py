@@ -14,10 +14,12 @@ from echelon.contract.transport import TlsDir, Transport
 from echelon.contract.wire import filter_to_pb
 from echelon.contract.filters import parse
 from echelon.dataplane.control import METHOD
+from echelon.router.control import RouterControl, Stream
 from echelon.router.server import RouterNode
 from echelon.runtime.node import NodeConfig
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import matcher_pb2 as xpb
+from echelon.v1 import membership_pb2 as mpb
 from echelon.v1 import router_pb2 as opb
 from tests.harness import Cluster
 
@@ -130,3 +132,43 @@ async def test_a_certificate_without_the_senders_role_or_id_is_refused(router):
     # The router's own certificate for its id is accepted (and the summary dropped when its stream ends).
     assert await send(router, "router-us-0", [summary]) == OK
     assert not router.control.summaries.groups
+
+
+class _View:
+    """A membership view with the given live agents (the router's barrier reads nothing else)."""
+
+    def __init__(self, agents):
+        self.members = {a: mpb.Member(id=a, role=mpb.ROLE_AGENT, region="eu", state=mpb.MEMBER_STATE_ALIVE)
+                        for a in agents}
+
+    def alive(self, role):
+        return [m for m in self.members.values() if m.role == role]
+
+
+class _PlainText:
+    """A call's context without TLS: nobody is named, nothing checked (transport.require_member)."""
+
+    def auth_context(self):
+        return {}
+
+
+async def test_a_summary_is_complete_only_while_every_live_agent_of_the_region_has_sent_its_full_state():
+    """What the receivers route by (core/cib.py) must never miss a subscription a live agent
+    holds: a router that has not heard an agent's full state says its summary is incomplete."""
+    view = _View(["agent-eu-1", "agent-eu-2"])
+    control = RouterControl("router-eu-0", "eu", lambda: view, lambda address: None)
+    control.on_view()
+    assert not control.complete
+    one = msg(SUB, "agent-eu-1", full=True, last=True, subscriptions=[sub("agent-eu-1", "s")])
+    control.receive(Stream(), one, _PlainText())
+    assert not control.complete
+    control.receive(Stream(), msg(SUB, "agent-eu-2", full=True, last=True), _PlainText())
+    assert control.complete
+    view.members["agent-eu-3"] = mpb.Member(id="agent-eu-3", role=mpb.ROLE_AGENT, region="eu",
+                                            state=mpb.MEMBER_STATE_ALIVE)
+    control.on_view()  # an agent joined: incomplete until it has sent its own
+    assert not control.complete
+    del view.members["agent-eu-3"]
+    control.on_view()
+    assert control.complete
+    await control.close()
