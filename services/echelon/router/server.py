@@ -328,6 +328,12 @@ class RouterServicer(ogrpc.RouterServicer):
         here = ov.here or (0, 0)
         out = opb.DescribeResponse(router_id=node.config.id, region=ov.region, position=here[0],
                                    region_index=here[1], regions=ov.regions, routing=node.routing)
+        control = node.control
+        out.subgroups, out.complete = len(control.subgroups.count), control.complete
+        summaries = control.summaries
+        for region in sorted(set(summaries.region_of.values())):
+            out.summaries.add(region=region, complete=summaries.known(region),
+                              subgroups=len(summaries.keys(region)))
         for peer, link in sorted(node.links.links.items()):
             s = ov.state(peer)
             out.links.add(peer=peer, kind=ov.kind(peer), queue_length=link.queue_length,

@@ -75,7 +75,7 @@ class LinkStatus(_message.Message):
     def __init__(self, peer: _Optional[str] = ..., kind: _Optional[str] = ..., queue_length: _Optional[int] = ..., congestion_element: _Optional[float] = ..., congested: _Optional[bool] = ...) -> None: ...
 
 class DescribeResponse(_message.Message):
-    __slots__ = ("router_id", "region", "position", "region_index", "regions", "routing", "links")
+    __slots__ = ("router_id", "region", "position", "region_index", "regions", "routing", "links", "subgroups", "complete", "summaries")
     ROUTER_ID_FIELD_NUMBER: _ClassVar[int]
     REGION_FIELD_NUMBER: _ClassVar[int]
     POSITION_FIELD_NUMBER: _ClassVar[int]
@@ -83,6 +83,9 @@ class DescribeResponse(_message.Message):
     REGIONS_FIELD_NUMBER: _ClassVar[int]
     ROUTING_FIELD_NUMBER: _ClassVar[int]
     LINKS_FIELD_NUMBER: _ClassVar[int]
+    SUBGROUPS_FIELD_NUMBER: _ClassVar[int]
+    COMPLETE_FIELD_NUMBER: _ClassVar[int]
+    SUMMARIES_FIELD_NUMBER: _ClassVar[int]
     router_id: str
     region: str
     position: int
@@ -90,4 +93,17 @@ class DescribeResponse(_message.Message):
     regions: _containers.RepeatedScalarFieldContainer[str]
     routing: str
     links: _containers.RepeatedCompositeFieldContainer[LinkStatus]
-    def __init__(self, router_id: _Optional[str] = ..., region: _Optional[str] = ..., position: _Optional[int] = ..., region_index: _Optional[int] = ..., regions: _Optional[_Iterable[str]] = ..., routing: _Optional[str] = ..., links: _Optional[_Iterable[_Union[LinkStatus, _Mapping]]] = ...) -> None: ...
+    subgroups: int
+    complete: bool
+    summaries: _containers.RepeatedCompositeFieldContainer[RegionSummary]
+    def __init__(self, router_id: _Optional[str] = ..., region: _Optional[str] = ..., position: _Optional[int] = ..., region_index: _Optional[int] = ..., regions: _Optional[_Iterable[str]] = ..., routing: _Optional[str] = ..., links: _Optional[_Iterable[_Union[LinkStatus, _Mapping]]] = ..., subgroups: _Optional[int] = ..., complete: _Optional[bool] = ..., summaries: _Optional[_Iterable[_Union[RegionSummary, _Mapping]]] = ...) -> None: ...
+
+class RegionSummary(_message.Message):
+    __slots__ = ("region", "complete", "subgroups")
+    REGION_FIELD_NUMBER: _ClassVar[int]
+    COMPLETE_FIELD_NUMBER: _ClassVar[int]
+    SUBGROUPS_FIELD_NUMBER: _ClassVar[int]
+    region: str
+    complete: bool
+    subgroups: int
+    def __init__(self, region: _Optional[str] = ..., complete: _Optional[bool] = ..., subgroups: _Optional[int] = ...) -> None: ...

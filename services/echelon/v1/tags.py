@@ -817,3 +817,12 @@ class DescribeResponse:  # router.proto
     regions = 0x2a  # 5, length-delimited
     routing = 0x32  # 6, length-delimited
     links = 0x3a  # 7, length-delimited
+    subgroups = 0x40  # 8, varint
+    complete = 0x48  # 9, varint
+    summaries = 0x52  # 10, length-delimited
+
+
+class RegionSummary:  # router.proto
+    region = 0x0a  # 1, length-delimited
+    complete = 0x10  # 2, varint
+    subgroups = 0x18  # 3, varint
