@@ -9,6 +9,7 @@ from __future__ import annotations
 import random
 
 from echelon.contract.filters import parse
+from echelon.contract.wire import attributes_to_pb
 from echelon.core.cib import Subgroups, Summaries
 
 TEXTS = ["x < 10", "x >= 50", "x >= 20 and x < 30", "y = 3", "", "x = 7 and y = 1", "y > 5"]
@@ -26,16 +27,18 @@ def exprs(keys):
 
 def test_the_hosts_bit_equals_brute_force_through_random_changes_and_resets():
     rng = random.Random(3)
-    for trial in range(20):
+    for trial in range(12):
         region = Subgroups()
         host = Summaries()
+        wire = Summaries(wire=True)  # the router's: attributes as received
         truth: dict[str, dict[str, tuple]] = {}  # agent -> id -> key
         connected = False
 
         def send(appeared, emptied):
             if connected:
-                host.set("r0", exprs(appeared))
-                host.clear("r0", emptied)
+                for h in (host, wire):
+                    h.set("r0", exprs(appeared))
+                    h.clear("r0", emptied)
 
         for step in range(120):
             agent = f"a{rng.randrange(4)}"
@@ -58,10 +61,12 @@ def test_the_hosts_bit_equals_brute_force_through_random_changes_and_resets():
                 send(*region.forget(agent))
             elif op < 0.93:  # a new stream: the full state, complete
                 connected = True
-                host.replace("r0", "R", exprs(region.groups()), True)
+                for h in (host, wire):
+                    h.replace("r0", "R", exprs(region.groups()), True)
             else:  # the stream ended
                 connected = False
-                host.lost("r0")
+                for h in (host, wire):
+                    h.lost("r0")
             held = {k for subs in truth.values() for k in subs.values()}
             assert set(region.groups()) == held
             if not connected:
@@ -73,6 +78,7 @@ def test_the_hosts_bit_equals_brute_force_through_random_changes_and_resets():
                 event = {"x": rng.randrange(60), "y": rng.randrange(8)}
                 want = any(k[0] == topic and PARSED[k[1]].matches(event) for k in held)
                 got = host.wants("R", topic, event)
+                assert wire.wants("R", topic, attributes_to_pb(event)) == got
                 assert got == want if connected else got, (trial, step, topic, event)
 
 

@@ -26,6 +26,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 
 from echelon.contract.filters import Expression
+from echelon.core.filter_code import Matcher, compile_filters
 
 Key = tuple[str, bytes]  # (topic, the filter's canonical bytes): one subgroup
 
@@ -90,61 +91,68 @@ class Summaries:
     senders' summaries are complete. `wants(region, topic, attributes)` is region R's bit
     of the CIV for an event (module doc)."""
 
-    def __init__(self) -> None:
+    def __init__(self, wire: bool = False) -> None:
+        """`wire`: `wants` is given an event's attributes as received (filter_code.py)."""
+        self.wire = wire
         self.region_of: dict[str, str] = {}  # sender -> its region
         self.groups: dict[str, dict[Key, Expression]] = {}  # sender -> its region's groups
         self.complete: set[str] = set()
-        self._index: dict[tuple[str, str], list[Expression]] = {}  # (region, topic) -> filters
+        # (region, topic) -> its groups' filters compiled into one function (None: no group),
+        # made again only for the (region, topic) a change touches.
+        self._index: dict[tuple[str, str], Matcher | None] = {}
+
+    def _touched(self, sender: str, keys: Iterable[Key] | None = None) -> None:
+        region = self.region_of.get(sender)
+        topics = None if keys is None else {k[0] for k in keys}
+        for rt in [rt for rt in self._index if rt[0] == region and (topics is None or rt[1] in topics)]:
+            del self._index[rt]
 
     def known(self, region: str) -> bool:
         return any(self.region_of[s] == region for s in self.complete)
 
     def replace(self, sender: str, region: str, groups: Mapping[Key, Expression], complete: bool) -> None:
+        self._touched(sender)
         self.region_of[sender] = region
         self.groups[sender] = dict(groups)
         (self.complete.add if complete else self.complete.discard)(sender)
-        self._index.clear()
+        self._touched(sender)
 
     def set(self, sender: str, groups: Mapping[Key, Expression]) -> None:
         self.groups.setdefault(sender, {}).update(groups)
-        self._index.clear()
+        self._touched(sender, groups)
 
     def clear(self, sender: str, keys: Iterable[Key]) -> None:
+        keys = list(keys)
         mine = self.groups.get(sender, {})
         for k in keys:
             mine.pop(k, None)
-        self._index.clear()
+        self._touched(sender, keys)
 
     def lost(self, sender: str) -> None:
         """The stream from `sender` ended: what it said may go stale from here on."""
+        self._touched(sender)
         self.region_of.pop(sender, None)
         self.groups.pop(sender, None)
         self.complete.discard(sender)
-        self._index.clear()
 
     def filters(self, region: str, topic: str) -> list[Expression]:
         """The filters of `region`'s groups on `topic`: the union over its senders (any of
         them may be behind another by a few changes; the union never misses)."""
-        got = self._index.get((region, topic))
-        if got is None:
-            seen: dict[Key, Expression] = {}
-            for s, r in self.region_of.items():
-                if r == region:
-                    seen.update((k, f) for k, f in self.groups.get(s, {}).items() if k[0] == topic)
-            got = self._index[region, topic] = list(seen.values())
-        return got
+        seen: dict[Key, Expression] = {}
+        for s, r in self.region_of.items():
+            if r == region:
+                seen.update((k, f) for k, f in self.groups.get(s, {}).items() if k[0] == topic)
+        return list(seen.values())
 
     def keys(self, region: str, topic: str | None = None) -> set[Key]:
         return {k for s, r in self.region_of.items() if r == region for k in self.groups.get(s, {})
                 if topic is None or k[0] == topic}
 
-    def wants(self, region: str, topic: str, attributes: Mapping[str, object]) -> bool:
+    def wants(self, region: str, topic: str, attributes) -> bool:
         if not self.known(region):
             return True
-        for f in self.filters(region, topic):
-            try:
-                if f.matches(attributes):
-                    return True
-            except (TypeError, ValueError):
-                return True  # an attribute of another type than the filter's: let the region decide
-        return False
+        if (region, topic) not in self._index:
+            filters = self.filters(region, topic)
+            self._index[region, topic] = compile_filters(filters, self.wire) if filters else None
+        match = self._index[region, topic]
+        return match is not None and any(match([attributes]))

@@ -62,7 +62,7 @@ class RouterControl:
                  dial: Callable[[str], grpc.aio.Channel]):
         self.me, self.region, self._membership = me, region, membership
         self.subgroups = Subgroups()
-        self.summaries = Summaries()
+        self.summaries = Summaries(wire=True)  # `wants` reads an event's attributes as received
         self.waiting: set[str] | None = None  # agents the complete summary waits for (None: no view yet)
         self.heard: set[str] = set()  # agents whose full state arrived (maybe before this router's first view)
         self.complete = False

@@ -42,7 +42,6 @@ from echelon.dataplane.trees import Trees
 from echelon.core.dedup import DedupWindow
 from echelon.core.idr import CongestionMeter
 from echelon.dataplane.tiers import is_pseudo, region_named
-from echelon.contract.wire import attributes_from_pb
 from echelon.dataplane.dissemination import event_of
 from echelon.router.control import RouterControl, Stream
 from echelon.router.overlay import ANY_ALINK, NO_ALINK, Overlay
@@ -288,11 +287,7 @@ class RouterNode(Node):
                     out.messages.add().CopyFrom(msg)
                 continue
             ev = event_of(msg)
-            try:
-                attrs = attributes_from_pb(ev.attributes)
-            except Exception:  # noqa: BLE001 - a value the filters cannot read: every region decides
-                attrs = None
-            drop = [] if attrs is None else [d for d in far if not self.control.wants(region_named(d), ev.topic, attrs)]
+            drop = [d for d in far if not self.control.wants(region_named(d), ev.topic, ev.attributes)]
             if drop and out is None:
                 out = rpb.RelayFrame(source=frame.source, source_key=frame.source_key,
                                      ack_may_wait=frame.ack_may_wait)
