@@ -183,6 +183,7 @@ async def test_a_region_cut_off_serves_its_own_and_catches_up_after_healing(regi
     subs = {region: clients[2 * c + 1].subscribe("t", "") for c, region in enumerate(REGIONS)}
     for s in subs.values():
         await s.start()
+    await regions.summaries_settled("t", {r: 1 for r in REGIONS})  # owed the other regions' events from here
     pubs = {region: clients[2 * c].publisher(ack_level=DELIVERED) for c, region in enumerate(REGIONS)}
 
     async def publish(tag: str, n: int) -> dict[str, list[str]]:
@@ -244,6 +245,7 @@ async def test_a_region_whose_matchers_are_all_dead_does_not_hold_the_others_bac
     subs = {region: clients[2 * c + 1].subscribe("t", "x < 50") for c, region in enumerate(REGIONS)}
     for s in subs.values():
         await s.start()
+    await regions.summaries_settled("t", {r: 1 for r in REGIONS})
     pub = clients[0].publisher(ack_level=DELIVERED)  # agent-eu-0
     victim = next(m for m in regions.matchers if m.config.id == "matcher-ap")
     await regions.cluster.crash(victim)
