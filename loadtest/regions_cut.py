@@ -25,6 +25,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from echelon import launch
 from echelon.client import DELIVERED, Client
 from echelon.contract.filters import parse
+from echelon.v1 import router_pb2 as opb
+from echelon.v1 import router_pb2_grpc as ogrpc
 from loadtest.netns import Network, check_available
 from loadtest.octopia_net import RegionsPlacement, REGIONS, ROUTERS
 
@@ -62,6 +64,25 @@ def scrape(cluster, last):
     return {k: sum(v.get(k, 0) for v in last.values()) for k in {k for v in last.values() for k in v}}
 
 
+async def summaries_settled(cluster, regions: int, timeout: float = 60.0) -> None:
+    """Every router's summary of its region complete, and the other regions' complete with
+    one group each (router.proto Describe; docs/guarantees.md)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ok = True
+        for p in cluster.by_role("router"):
+            channel = cluster.transport.dial(p.address)
+            try:
+                d = await ogrpc.RouterStub(channel).Describe(opb.DescribeRequest(), timeout=5)
+            finally:
+                await channel.close()
+            ok &= d.complete and len([s for s in d.summaries if s.complete and s.subgroups == 1]) == regions - 1
+        if ok:
+            return
+        await asyncio.sleep(0.1)
+    raise TimeoutError("the routers' summaries never settled")
+
+
 async def main(per_phase: int):
     check_available()
     log_dir = Path(tempfile.mkdtemp(prefix="regions-cut-"))
@@ -80,7 +101,7 @@ async def main(per_phase: int):
             subs = {a: clients[a].subscribe("t", filters[a]) for a in names}
             for s in subs.values():
                 await s.start()
-            await asyncio.sleep(3)  # the summaries: agents -> routers -> the other regions' routers
+            await summaries_settled(cluster, len(names))  # owed the other regions' events from here
             pubs = {a: clients[a].publisher(ack_level=DELIVERED) for a in names}
             rng = random.Random(5)
             sent = {}
