@@ -100,15 +100,22 @@ def test_store_log_acks_seek_and_reopen(tmp_path):
     store.close()
 
 
-def test_store_replace_keeps_what_arrived_meanwhile_after_the_copy(tmp_path):
+def test_store_replace_keeps_what_this_process_received_after_the_copy(tmp_path):
     store = Store(tmp_path)
-    store.append(event(1, 10), ["a"])
+    store.append(event(1, 10), ["a"])  # from the process before the restart
     store.append(event(2, 20), ["a"])  # acked elsewhere while this copy was away: not in the copy
-    since = store.next_pos()
-    store.append(event(4, 40), ["a"])  # arrived while adopting (late: parked for this agent)
-    store.append(event(6, 60), ["a"])  # arrived while adopting, not in the copy
-    store.replace("a", [event(3, 30), event(4, 40), event(5, 50)], since)
-    assert [e.id.sequence for e in store.backlog("a")] == [3, 4, 5, 6]
+    # Received by this process while it synced: 7 before the copy was asked for, which its
+    # holder (behind this agent in the tree) did not have yet; 4 late (parked for this
+    # agent while it was down); 6 after the copy.
+    store.append(event(7, 70), ["a"])
+    store.append(event(4, 40), ["a"])
+    store.append(event(6, 60), ["a"])
+    store.replace("a", [event(3, 30), event(4, 40), event(5, 50)], keep={("p", 7), ("p", 4), ("p", 6)})
+    assert [e.id.sequence for e in store.backlog("a")] == [3, 4, 5, 7, 6]
+    store.append(event(8, 80), ["a"])  # after the sync: served after everything above
+    assert [e.id.sequence for e in store.backlog("a")] == [3, 4, 5, 7, 6, 8]
+    store.replace("a", [event(6, 60)], keep=set())  # a second copy: only what it holds
+    assert [e.id.sequence for e in store.backlog("a")] == [6]
 
 
 def test_store_retention(tmp_path):

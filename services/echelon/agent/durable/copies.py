@@ -28,7 +28,6 @@ async def take_copy(d: Durables, sub: DurableSubscription) -> None:
     when every other alive holder answered and none is older (a copy of this agent's
     own disk is then the freshest); a fresh copy with nobody to take from stays
     unsynced (it is empty: it must not serve). Deleted meanwhile: deleted here."""
-    since = d.store.next_pos()  # what arrives from here on is kept beside the copy
     await d.register(sub)
     fresh = sub.empty
     answered_all = True
@@ -47,15 +46,20 @@ async def take_copy(d: Durables, sub: DurableSubscription) -> None:
             continue
         if not fresh and state.sender_started_unix_nanos >= d.started_ns:
             continue  # a newer process: this copy is the fresher one
-        d.store.replace(sub.name, state.backlog, since)
+        # What this process received itself stays beside the copy: the copy's holder may
+        # not have it yet (this agent can be ahead of it in the event's dissemination tree).
+        d.store.replace(sub.name, state.backlog, sub.arrived)
         sub.load(d.store.backlog(sub.name))
         sub.apply_acks([(m.producer_id, m.sequence) for m in state.acked])
         sub.record.last_active_unix_nanos = max(sub.record.last_active_unix_nanos,
                                                 state.record.last_active_unix_nanos)
         log.info("durable %s: took %s's copy (%d messages owed)", sub.name, h, sub.depth)
         sub.synced, sub.empty = True, False
+        sub.arrived.clear()
         return
     sub.synced = answered_all and not fresh
+    if sub.synced:
+        sub.arrived.clear()
 
 def copy_of(d: Durables, name: str) -> dpb.DurableState:
     sub = d.subs.get(name)

@@ -30,7 +30,7 @@ import contextlib
 import os
 import sqlite3
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Collection, Iterable, Iterator
 
 from echelon.v1 import common_pb2 as pb
 
@@ -212,16 +212,27 @@ class Store:
                                "ORDER BY b.ord", (sub,))
         return [pb.Event.FromString(data) for (data,) in rows]
 
-    def replace(self, sub: str, events: Iterable[pb.Event], since_pos: int) -> None:
-        """A holder's adopted copy: `sub` is owed `events`, then whatever it was given at or
-        after log position `since_pos` (what arrived here while adopting), in that order."""
+    def replace(self, sub: str, events: Iterable[pb.Event], keep: Collection[Key]) -> None:
+        """A holder's adopted copy: `sub` is owed `events`, in the copy's order, then those
+        of its own entries whose key is in `keep` (what this process received itself while
+        it synced), in their order. Its other entries go: the copy knows better what
+        happened to them while this process was away."""
         events = list(events)
         with self._tx() as db:
-            db.execute("DELETE FROM backlog WHERE sub = ? AND pos < ?", (sub, since_pos))
-            # In the copy's order, also those that arrived here meanwhile (parked for this
-            # agent while it was down, they may come late): the copy's order is the holder's.
+            own = db.execute("SELECT b.pos, b.ord, e.producer, e.seq FROM backlog b JOIN events e ON e.pos = b.pos "
+                             "WHERE b.sub = ? ORDER BY b.ord", (sub,)).fetchall()
+            # Below every order given so far and every position still to come, so that
+            # what arrives after the copy is served after it.
+            base = min([o for _, o, _, _ in own] + [self.next_pos()])
+            db.execute("DELETE FROM backlog WHERE sub = ?", (sub,))
+            copied = [self._insert(db, e) for e in events]
+            in_copy = set(copied)
+            # Kept even when the copy lacks them: its holder may not have received them yet
+            # (this agent can be ahead of it in the event's dissemination tree).
+            kept = [pos for pos, _, p, q in own if (p, q) in keep and pos not in in_copy]
+            positions = copied + kept
             db.executemany("INSERT OR REPLACE INTO backlog (sub, pos, ord) VALUES (?, ?, ?)",
-                           [(sub, self._insert(db, e), since_pos - len(events) + i) for i, e in enumerate(events)])
+                           [(sub, pos, base - len(positions) + i) for i, pos in enumerate(positions)])
 
     def next_pos(self) -> int:
         row = self.db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'events'").fetchone()

@@ -63,6 +63,7 @@ class DurableSubscription(Subscription):
         self.dropped = 0
         self.synced = True  # False: loaded from disk, not yet compared with an older holder's copy
         self.empty = False  # True: adopted with no copy of its own yet (only another holder's will do)
+        self.arrived: set[Key] = set()  # received by this process while not synced: kept beside a copy
         self.recent: OrderedDict[Key, None] = OrderedDict()  # acked lately: a late copy is not owed again
         self.stale: set[Key] = set()  # acked by the serving holder, still in `backlog` (skipped)
 
@@ -88,6 +89,8 @@ class DurableSubscription(Subscription):
         if self.closed:
             return True
         key = key_of(event)
+        if not self.synced and key not in self.recent:
+            self.arrived.add(key)
         if key in self.sizes or key in self.recent:
             return True  # already owed (a copy adopted from the other holder), or acked
         size = event.ByteSize()
