@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from echelon.agent.dispatch import for_matching
 from echelon.contract.wire import attributes_to_pb
 from echelon.v1 import common_pb2 as pb
@@ -22,9 +24,13 @@ def event(rng: random.Random) -> pb.Event:
     return e
 
 
-def test_the_matcher_copy_is_the_event_without_its_id_and_publish_time():
+@pytest.mark.parametrize("shared", [False, True])  # one publish time for the batch: the quick path
+def test_the_matcher_copy_is_the_event_without_its_id_and_publish_time(shared):
     rng = random.Random(5)
     events = [event(rng) for _ in range(500)]
+    if shared:
+        for e in events:
+            e.publish_time_unix_nanos = 1764284000123456789
     encoded = [e.SerializeToString() for e in events]
     cut = for_matching(events, encoded)
     shorter = 0
