@@ -54,7 +54,7 @@ up: $(STAMP)
 	$(VENV)/bin/echelon up --agents 4 --matchers 2
 
 test: $(STAMP) $(SYSTEM) $(NODE)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=30
 
 chaos: $(STAMP) $(SYSTEM)
 	$(PY) -m pytest -q -m chaos tests/chaos

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import socket
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,6 +36,27 @@ async def wait_for(predicate, timeout: float = 10.0, interval: float = 0.02, wha
         await asyncio.sleep(interval)
 
 
+def listening(port: int) -> bool:
+    """Is something listening on 127.0.0.1:port? A gRPC server sets SO_REUSEPORT, so only a
+    socket without it is refused there; SO_REUSEADDR lets connections in TIME_WAIT pass."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False
+
+
+def free_layout(layouts: Sequence[Sequence[int]]) -> tuple[int, ...] | None:
+    """The first of these fixed port layouts nobody listens on (another run of the same test
+    holds one): below the ephemeral range, so no free port drawn elsewhere lands there."""
+    for ports in layouts:
+        if not any(listening(p) for p in ports):
+            return tuple(ports)
+    return None
+
+
 @dataclass
 class Cluster:
     agents: int = 3
@@ -51,6 +74,9 @@ class Cluster:
     auth: AuthConfig = field(default_factory=AuthConfig)  # every node's (runtime/auth.py)
     tls: Path | None = None  # mTLS: a throw-away CA issues each node (role from its id) a directory here
     authority: Authority | None = None
+    # Agent i binds agent_ports[i] when given (else a free port): the LBDD trees hang on the
+    # agents' addresses (dataplane/trees.py), so fixed ports fix every tree (`free_layout`).
+    agent_ports: tuple[int, ...] = ()
 
     def config(self, member_id: str) -> NodeConfig:
         return NodeConfig(id=member_id, membership=self.replicas, grace=0.5, tls_dir=self.tls_dir(member_id),
@@ -120,6 +146,8 @@ class Cluster:
     async def add_agent(self, i: int, client_port: bool = False, **kwargs) -> AgentNode:
         """`client_port`: the agent also serves token clients on a port that asks no certificate."""
         config = self.config(f"agent-{i}")
+        if i < len(self.agent_ports):
+            config = dataclasses.replace(config, port=self.agent_ports[i])
         if client_port:
             config = dataclasses.replace(config, client_port=free_port())
         node = AgentNode(config, **{**self.agent_kwargs, **kwargs})

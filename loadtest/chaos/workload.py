@@ -157,7 +157,27 @@ async def drain(producers, subscribers, faults, timeout: float, wipe_disk: bool 
                 for f in kills if s.agent in f.targets]
         owed.append((s, {k for k, x in acked.items() if s.filter.matches(x.attrs)
                          and not any(a <= x.at <= b for a, b in gaps)}))
+    await wait_received([Outstanding(s.log, want) for s, want in owed], deadline)
+
+
+class Outstanding:
+    """What one subscriber is still owed, kept up to date from its log as it grows. The
+    drains check every second, in the process whose subscribers they wait for: rebuilding
+    every received set at each check took the event loop from those subscribers."""
+
+    def __init__(self, log: list[Received], want: set):
+        self.log, self.missing, self.seen = log, set(want), 0
+
+    def done(self) -> bool:
+        log, missing = self.log, self.missing
+        for i in range(self.seen, len(log)):
+            missing.discard((log[i].d.producer, log[i].d.sequence))
+        self.seen = len(log)
+        return not missing
+
+
+async def wait_received(owed: list[Outstanding], deadline: float) -> None:
     while time.monotonic() < deadline:
-        if all(want <= {(x.d.producer, x.d.sequence) for x in s.log} for s, want in owed):
+        if all(o.done() for o in owed):
             return
         await asyncio.sleep(1.0)

@@ -123,7 +123,8 @@ class PubSubServicer(pgrpc.PubSubServicer):
                 target = await parts.durables.route(first.open)
                 if target is not None:
                     try:
-                        async for delivery in relay(parts.durables.peers.dial(target), first, request_iterator, context):
+                        async for delivery in relay(parts.durables.peers.dial(target), target, first, request_iterator,
+                                                    context):
                             yield delivery
                     finally:
                         release()
@@ -196,7 +197,7 @@ class PubSubServicer(pgrpc.PubSubServicer):
             if not sub.named:
                 parts.subscriptions.close(sub)
             elif sub.durable:
-                parts.durables.touch(sub)
+                parts.durables.detached(sub)
 
     @staticmethod
     async def _chunked(sub, delivery_id: int, pending, reader: asyncio.Task):

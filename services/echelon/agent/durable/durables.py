@@ -243,7 +243,12 @@ class Durables:
         sub.attach(open_.credits)
         sub.ended = None
         self.touch(sub)
+        log.info("durable %s: a stream attached here (%d owed)", name, sub.depth)
         return sub
+
+    def detached(self, sub: DurableSubscription) -> None:
+        self.touch(sub)
+        log.info("durable %s: its stream detached (%d owed)", sub.name, sub.depth)
 
     async def _create(self, name: str, topic: pb.Topic, flt: Filter, o: ppb.DurableOptions,
                       redelivery: ppb.RedeliveryPolicy) -> DurableSubscription:

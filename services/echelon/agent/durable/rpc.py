@@ -11,6 +11,7 @@ message id, which name the same point in every holder's log).
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import AsyncIterator
 
 import grpc
@@ -26,6 +27,7 @@ from echelon.v1 import pubsub_pb2 as ppb
 from echelon.v1 import pubsub_pb2_grpc as pgrpc
 
 SERVICE = dpb.DESCRIPTOR.services_by_name["Durable"].full_name
+log = logging.getLogger("echelon.agent.durable.durables")
 
 
 class DurableServicer(dgrpc.DurableServicer):
@@ -150,10 +152,13 @@ class DurableServicer(dgrpc.DurableServicer):
         return self.d.fetch(request.name)
 
 
-async def relay(ch: grpc.aio.Channel, first: ppb.SubscribeRequest, requests, context) -> AsyncIterator[ppb.Delivery]:
-    """Carry a subscriber's stream to the agent serving its durable subscription (over `ch`,
-    closed at the end) and back. Whatever ends either side ends both; the serving agent's
-    status reaches the client."""
+async def relay(ch: grpc.aio.Channel, target: str, first: ppb.SubscribeRequest, requests,
+                context) -> AsyncIterator[ppb.Delivery]:
+    """Carry a subscriber's stream to the agent serving its durable subscription (`target`,
+    over `ch`, closed at the end) and back. Whatever ends either side ends both; the serving
+    agent's status reaches the client."""
+    name = first.open.subscription
+    log.info("durable %s: relaying a stream to %s", name, target)
     routed = ppb.SubscribeRequest()
     routed.CopyFrom(first)
     routed.open.routed = True
@@ -174,6 +179,7 @@ async def relay(ch: grpc.aio.Channel, first: ppb.SubscribeRequest, requests, con
         if pumper.done() and not pumper.cancelled():
             pumper.result()
     except grpc.aio.AioRpcError as e:
+        log.info("durable %s: the stream relayed to %s ended: %s", name, target, e.code().name)
         raise from_rpc_error(e) from None
     finally:
         pumper.cancel()
