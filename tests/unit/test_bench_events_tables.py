@@ -122,3 +122,16 @@ def test_raw_cells_are_read_against_the_floor_with_the_same_acks():
     assert len(lines) == 3
     assert "0.75x gRPC alone, ack each" in lines[1] and "1.20x gRPC alone, coalesced" in lines[2]
     assert floor_ratios(cells, []) == ""
+
+
+def test_bytes_by_hop_over_a_cell_count_each_socket_from_its_own_start():
+    """A socket that closed during the cell counts nothing (not minus what it had sent), a new
+    one all it sent, one whose count went down (its address pair reused) as new."""
+    from loadtest.bench_events.workload import hop_bytes
+
+    before = {("a:1", "b:1"): ("a", "b", 100), ("a:2", "b:1"): ("a", "b", 5000), ("b:1", "a:1"): ("b", "a", 10),
+              ("a:3", "b:1"): ("a", "b", 900)}
+    after = {("a:1", "b:1"): ("a", "b", 250), ("b:1", "a:1"): ("b", "a", 10), ("a:4", "b:1"): ("a", "b", 70),
+             ("a:3", "b:1"): ("a", "b", 40)}
+    assert hop_bytes(after, before) == {("a", "b"): 150 + 70 + 40, ("b", "a"): 0}
+    assert hop_bytes(after) == {("a", "b"): 360, ("b", "a"): 10}
