@@ -176,8 +176,8 @@ class DataPlane:
                     for target, ds in routed[0].items():
                         entry = per_target.get(target)
                         if entry is None:
-                            entry = per_target[target] = (OutFrame(source, source_key, ack_may_wait, target), [])
-                        sinks.append((entry[0], entry[1].append, ds, whole_tail(ds, target)))
+                            entry = per_target[target] = (OutFrame(source, source_key, ack_may_wait), [])
+                        sinks.append((entry[0], entry[1].append, ds, whole_tail(ds)))
                     known = by_route[id(routed)] = (routed, sinks)
                 by_list[id(dests), topic, stripe] = (*known, dests)
             lost = known[0][1]
@@ -402,7 +402,7 @@ class DataPlane:
             data = msg.encoded_event
             if data:
                 if len(dests) <= 1:
-                    gkey = dests[0] if dests else me  # none named: this node alone (frames.whole_tail)
+                    gkey = dests[0] if dests else me  # none named: this node alone (relay.proto)
                     if gkey == me:
                         # The common case, kept short: a whole message for this node alone, delivered
                         # with the rest of the frame (its bytes too: sent on to subscribers as they

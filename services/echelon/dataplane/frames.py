@@ -35,24 +35,20 @@ def destinations(ds: list[str]) -> bytes:
     return b"".join([_DESTINATION + varint(len(b)) + b for b in (d.encode() for d in ds)])
 
 
-def whole_tail(ds: list[str], target: str = "") -> bytes:
+def whole_tail(ds: list[str]) -> bytes:
     """What a whole message's bytes start with after their length: its destinations and the
-    encoded event's tag (one per target, shared by every message to it). A message for
-    `target` alone names no destination: a receiver reads none as itself (the last hop of
-    most copies; the bytes of a member id fewer per copy)."""
-    return _ENCODED if len(ds) == 1 and ds[0] == target else destinations(ds) + _ENCODED
+    encoded event's tag (one per target, shared by every message to it)."""
+    return destinations(ds) + _ENCODED
 
 
 class OutFrame:
     """A frame being sent: its header's fields (read by the link, which merges frames of
-    one source and ack policy) and its bytes in pieces, joined once when written.
-    `target`: the member it goes to, the destination of a whole message that names none
-    (`messages`)."""
+    one source and ack policy) and its bytes in pieces, joined once when written."""
 
-    __slots__ = ("source", "source_key", "ack_may_wait", "parts", "ordered", "target")
+    __slots__ = ("source", "source_key", "ack_may_wait", "parts", "ordered")
 
-    def __init__(self, source: str, source_key: str, ack_may_wait: bool = False, target: str = ""):
-        self.source, self.source_key, self.ack_may_wait, self.target = source, source_key, ack_may_wait, target
+    def __init__(self, source: str, source_key: str, ack_may_wait: bool = False):
+        self.source, self.source_key, self.ack_may_wait = source, source_key, ack_may_wait
         self.ordered = False  # carries a message of the first stripe, which sets the order (dissemination.py)
         self.parts = [rpb.RelayFrame(source=source, source_key=source_key, ack_may_wait=ack_may_wait).SerializeToString()]
 
@@ -76,14 +72,8 @@ class OutFrame:
 
     @property
     def messages(self):
-        """The frame's messages, parsed back (re-routing, tests), each whole one's
-        destinations named (`target` where the sender left them out: `whole_tail`)."""
-        messages = rpb.RelayFrame.FromString(b"".join(self.parts)).messages
-        if self.target:
-            for m in messages:
-                if m.encoded_event and not m.destinations:
-                    m.destinations.append(self.target)
-        return messages
+        """The frame's messages, parsed back (re-routing, tests)."""
+        return rpb.RelayFrame.FromString(b"".join(self.parts)).messages
 
 
 def id_key(producer_id: str, sequence: int) -> bytes:
