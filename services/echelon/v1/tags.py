@@ -574,6 +574,7 @@ class PublishRequest:  # pubsub.proto
     payload_size = 0x50  # 10, varint
     batch = 0xa2  # 20, length-delimited
     coalesce_acks = 0x3c0  # 120, varint
+    lean_acks = 0x3c8  # 121, varint
 
     class AttributesEntry:
         key = 0x0a  # 1, length-delimited
