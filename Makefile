@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 SYSTEM := $(VENV)/.system
 NODE   := tests/interop/node/node_modules/.package-lock.json
 
-.PHONY: install proto dashboards docs-diagram demo up test chaos abuse kube-check bench bench-replan bench-events bench-events-base bench-hotpath bench-lowrate trace-hops bench-durable bench-overload bench-tls bench-auth replan-loop bulk-scale clean
+.PHONY: install proto dashboards docs-diagram demo up test test-slow chaos abuse kube-check bench bench-replan bench-events bench-events-base bench-hotpath bench-lowrate trace-hops bench-durable bench-overload bench-tls bench-auth replan-loop bulk-scale clean
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) on PATH"; exit 1; }
@@ -58,6 +58,11 @@ test: $(STAMP) $(SYSTEM) $(NODE)
 
 chaos: $(STAMP) $(SYSTEM)
 	$(PY) -m pytest -q -m chaos tests/chaos
+
+# The property and simulation tests at their full counts: `make test` runs each with fewer
+# examples or a shorter simulated time (the packaging test, from PyPI, runs in CI on its own).
+test-slow: $(STAMP)
+	$(PY) -m pytest -q -m slow tests/unit --ignore=tests/unit/test_client_packaging.py
 
 # The chart on a real kube-apiserver (shared/kube-kit builds it, about 10 minutes): every
 # ci/*-values.yaml scenario installed into a namespace enforcing PodSecurity restricted,

@@ -13,7 +13,7 @@ publisher. One machine, one clock, so the differences are the time between the p
 | sent | load generator | the payload's send time |
 | admit | agent-0 | `Admission._admit` returns (validated, id recorded) |
 | match out / back | agent-0 | `MatchClient.send` called / its batch answered |
-| matcher in / out | the entry matcher | its `Match` stream: an agent's request read / its response yielded |
+| matcher in / out | the entry matcher | its `Match` stream: an agent's request read / its response yielded (only from a tree whose agents send the matcher the events' ids: since `dispatch.for_matching` they do not) |
 | holder in / out | a zone's holder | its `Match` stream: a peer matcher's request read / answered |
 | relay out | agent-0 | `Link.send` (a frame queued on the link to a subscriber's agent) |
 | sub in | agent-1..3 | `LocalDelivery.deliver_many` (the relay frame read, before filtering) |
@@ -120,11 +120,27 @@ def install() -> list[str]:
             return out
         return _admit
 
+    cut = [()]  # the ids of the batch `for_matching` last cut (the matcher's copy carries none)
+
+    def for_matching(original):
+        def _for_matching(events, encoded, *a, **kw):
+            cut[0] = _keys(events)
+            return original(events, encoded, *a, **kw)
+        return _for_matching
+
+    try:  # a module function, looked up at each call: replaced in the module
+        from echelon.agent import dispatch as _dispatch
+        _dispatch.for_matching = functools.wraps(_dispatch.for_matching)(for_matching(_dispatch.for_matching))
+    except (ImportError, AttributeError):
+        pass  # an older tree: its matcher copy carries the ids
+
     def match(original):
         from echelon.v1 import common_pb2 as pb
 
         async def send(self, encoded, *a, **kw):
-            ids = _keys(pb.Event.FromString(data) for data in encoded)
+            # Called right after `for_matching` (no await between): its ids are this batch's.
+            ids = cut[0] if len(cut[0]) == len(encoded) else _keys(pb.Event.FromString(data) for data in encoded)
+            cut[0] = ()
             sink.stamp("match out", ids)
             sink.stamp("msg", ("match request",))
             answer = await original(self, encoded, *a, **kw)  # the batch's future: done when answered
@@ -138,7 +154,7 @@ def install() -> list[str]:
 
             async def requests():
                 async for batch in request_iterator:
-                    ids = _keys(batch.events)
+                    ids = [k for k in _keys(batch.events) if k != ":0"]  # none: ids not sent (for_matching)
                     side = "holder" if batch.layout else "matcher"  # a peer's zones, or an agent's batch
                     sink.stamp(f"{side} in", ids)
                     pending.append((side, ids))

@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import grpc
+
 from echelon.agent.server import AgentNode
 from echelon.client import Client
 from echelon.launch import free_port
@@ -19,6 +21,8 @@ from echelon.membership.server import MembershipNode
 from echelon.runtime.auth import AuthConfig
 from echelon.runtime.certs import Authority
 from echelon.runtime.node import Node, NodeConfig
+from echelon.v1 import matcher_pb2 as xpb
+from echelon.v1 import matcher_pb2_grpc as xgrpc
 from echelon.v1 import membership_pb2 as mpb
 
 
@@ -34,6 +38,19 @@ async def wait_for(predicate, timeout: float = 10.0, interval: float = 0.02, wha
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         await asyncio.sleep(interval)
+
+
+def wait_registered(matcher: str, topic: str, timeout: float = 30.0) -> None:
+    """Until the matcher at this address holds a subscription of `topic`, so a publish
+    reaches it (for tests of processes, which cannot look inside the nodes)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with grpc.insecure_channel(matcher) as ch:
+            r = xgrpc.MatcherStub(ch).ListZones(xpb.ListZonesRequest(topic=topic), timeout=5)
+        if sum(z.subscriptions for t in r.topics for z in t.zones):
+            return
+        assert time.monotonic() < deadline, f"no subscription of {topic!r} registered at {matcher} in {timeout}s"
+        time.sleep(0.1)
 
 
 def listening(port: int) -> bool:

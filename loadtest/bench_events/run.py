@@ -18,7 +18,7 @@ from pathlib import Path
 from echelon.runtime import loop
 from loadtest.bench_events.systems import MODES, SYSTEMS, missing_peers
 from loadtest.bench_events.workload import (POOL, RANGE, Pool, Received, cpu_seconds, cpu_waiting, oracle,
-                                            percentile, subscriptions, tcp_bytes_by_hop)
+                                            percentile, subscriptions, hop_bytes, tcp_sockets)
 
 RATES = (1000, 10000, None)  # None: saturation
 QUICK_RATES = (1000, None)  # --quick: a paced cell and a saturated one (10,000/s is paced alike)
@@ -79,7 +79,7 @@ class Run:
         load0 = os.getloadavg()[0]
         gen0 = cpu_seconds(own)
         roles = {pid: hop_role(name, system.name) for name, pid in pids.items()} | {own: "client"}
-        wire0 = tcp_bytes_by_hop(roles)
+        wire0 = tcp_sockets(roles)
         window = WINDOW // len(sends)
         acked, errors, last_ack = [0], Counter(), [0]
         waiting0, t0 = cpu_waiting(), time.perf_counter_ns()
@@ -133,8 +133,7 @@ class Run:
             await asyncio.sleep(0.1)  # anything extra shows up in the oracle (the peers have none)
         self.sink = None
         cpu = {k: cpu_seconds(p) - cpu0[k] for k, p in pids.items()}
-        hops = tcp_bytes_by_hop(roles)
-        hops.subtract(wire0)
+        hops = hop_bytes(tcp_sockets(roles), wire0)
         wire = sum(hops.values())
         waiting, wall = cpu_waiting(), (time.perf_counter_ns() - t0) / 1e9
         lat = sorted(received.latencies)

@@ -24,7 +24,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 # (column, key in a cell, higher is better)
 MEASURES = (("pub/s", "published_per_s", True), ("dlv/s", "delivered_per_s", True), ("p50 ms", "p50_ms", False),
-            ("p99 ms", "p99_ms", False), ("cpu ms/1k", "cpu_ms_per_1k", False))
+            ("p99 ms", "p99_ms", False), ("cpu ms/1k", "cpu_ms_per_1k", False),
+            ("B/dlv", "bytes_per_useful_delivery", False))
 
 
 def without(argv: list[str], *options: str) -> list[str]:

@@ -184,11 +184,11 @@ def tcp_bytes_sent(pids: set[int]) -> int:
 _ADDRESSES = re.compile(r"^\S+\s+\d+\s+\d+\s+(\S+)\s+(\S+)")
 
 
-def tcp_bytes_by_hop(roles: dict[int, str]) -> Counter:
-    """tcp_info bytes_sent over the TCP sockets owned by the pids of `roles`, by hop: (the
-    sender's role, the receiver's), the receiver found by the other end of the connection
-    (a socket of ours whose local address is this one's peer); "other" when no process of
-    `roles` holds that end."""
+def tcp_sockets(roles: dict[int, str]) -> dict[tuple[str, str], tuple[str, str, int]]:
+    """tcp_info bytes_sent of each TCP socket owned by the pids of `roles`: (local, peer) ->
+    (the sender's role, the receiver's, bytes sent), the receiver found by the other end of
+    the connection (a socket of ours whose local address is this one's peer); "other" when
+    no process of `roles` holds that end."""
     out = subprocess.run(["ss", "-tinpH"], capture_output=True, text=True, timeout=20).stdout
     sockets: list[tuple[str, str, str | None, int]] = []  # (local, peer, owner's role, bytes sent)
     for line in out.splitlines():
@@ -199,8 +199,22 @@ def tcp_bytes_by_hop(roles: dict[int, str]) -> Counter:
         elif sockets and sockets[-1][2] is not None and (m := _SENT.search(line)):
             sockets[-1] = (*sockets[-1][:3], int(m.group(1)))
     at = {local: role for local, _, role, _ in sockets if role is not None}
+    return {(local, peer): (role, at.get(peer, "other"), sent) for local, peer, role, sent in sockets
+            if role is not None}
+
+
+def hop_bytes(now: dict[tuple[str, str], tuple[str, str, int]],
+              since: dict[tuple[str, str], tuple[str, str, int]] | None = None) -> Counter:
+    """Bytes sent by hop (sender's role, receiver's) by the sockets of `now` (tcp_sockets),
+    less what each had sent at `since`: per socket, so a connection that closed in between
+    counts nothing rather than less than nothing (its last count is gone with it)."""
     hops: Counter = Counter()
-    for local, peer, role, sent in sockets:
-        if role is not None:
-            hops[(role, at.get(peer, "other"))] += sent
+    for key, (role, peer_role, sent) in now.items():
+        before = since.get(key) if since else None
+        hops[(role, peer_role)] += sent - before[2] if before is not None and before[2] <= sent else sent
     return hops
+
+
+def tcp_bytes_by_hop(roles: dict[int, str]) -> Counter:
+    """tcp_info bytes_sent over the TCP sockets owned by the pids of `roles`, by hop (tcp_sockets)."""
+    return hop_bytes(tcp_sockets(roles))

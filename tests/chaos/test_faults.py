@@ -120,3 +120,16 @@ def test_full_schedule_meets_the_targets():
     assert kinds >= ({"netem", "pause", "kill", "partition", "replica", "matcher", "members", "plan"}
                      if result.mode == "netns" else {"pause", "kill", "replica", "matcher", "members", "plan"})
     assert_targets(result)
+
+
+def test_the_durable_report_says_where_lost_messages_were_published_and_when_nothing_came():
+    from loadtest.chaos.durable import where_lost
+
+    s = SimpleNamespace(name="d0", events=[(12.0, "disconnected a UNAVAILABLE")], reconnects=1,
+                        log=[Received(at, Delivered("p", q, 0, "k")) for at, q in [(10.0, 1), (10.5, 2), (15.0, 6)]])
+    times = {("p", q): 10.0 + q * 0.5 for q in range(1, 11)}  # publish times +0.5 .. +5.0 s
+    lost = [("p", 3), ("p", 4), ("p", 9), ("p", 10)]
+    text = where_lost(s, lost, times, start=10.0)
+    assert "4 lost, published +1.5..+2.0s, +4.5..+5.0s" in text
+    assert "received nothing +0.5..+5.0s, last delivery +5.0s" in text
+    assert "reopens (1): +2.0s disconnected a UNAVAILABLE" in text

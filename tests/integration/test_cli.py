@@ -14,6 +14,7 @@ import time
 import pytest
 
 from echelon.observe.prometheus import PrometheusAPI
+from tests.harness import wait_registered
 
 
 def alive(pid: int) -> bool:
@@ -63,7 +64,7 @@ def test_up_serves_then_sigterm_stops_every_process(tmp_path):
         assert echelon("topic", "create", "t", "--attr", "n:int:0:9", "--agent", agents[0]).returncode == 0
         sub = subprocess.Popen([sys.executable, "-m", "echelon", "sub", "--agent", agents[1], "--topic", "t",
                                 "--filter", "n >= 5", "--count", "2", "--json"], stdout=subprocess.PIPE, text=True)
-        time.sleep(2.0)  # the subscription registers before we publish
+        wait_registered(next(p["address"] for p in procs if p["role"] == "matcher"), "t")  # before we publish
         for n in (7, 1, 9):
             pub = echelon("pub", "--agent", agents[0], "--topic", "t", "--attr", f"n={n}", "--delivered")
             assert pub.returncode == 0, pub.stdout + pub.stderr

@@ -13,11 +13,13 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from echelon.launch import free_port
+from tests.harness import wait_registered
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 NO_TRACE = ("Traceback", "AioRpcError", "object at 0x", "debug_error_string")
@@ -50,6 +52,14 @@ def echelon(env, *args, timeout=60):
                           timeout=timeout)
 
 
+
+def side_by_side(commands: list[tuple[dict, tuple[str, ...]]]) -> list[subprocess.CompletedProcess]:
+    """`echelon(env, *args)` for each (env, args), all at once (each is a process start, mostly
+    imports): their results in the commands' order."""
+    with ThreadPoolExecutor(len(commands)) as pool:
+        return list(pool.map(lambda c: echelon(c[0], *c[1]), commands))
+
+
 def address(ready, role, key="address"):
     return next(p[key] for p in ready["processes"] if p["role"] == role)
 
@@ -70,12 +80,14 @@ def test_the_context_file_finds_the_cluster(up):
     assert ready["context"] == str(tmp / "context.json")
     r = echelon(env, "topic", "create", "ctx-t", "--attr", "n:int")  # no --agent: the context's
     assert r.returncode == 0 and "ctx-t" in r.stdout, r.stderr
-    shown = json.loads(echelon(env, "context", "--json").stdout)["settings"]
-    assert shown["agent"] == {"value": agents, "source": f"context {tmp / 'context.json'}"}
-    status = echelon(env, "status", "--json")  # no --membership
-    assert status.returncode == 0 and {m["id"] for m in json.loads(status.stdout)["members"]} >= {"agent-0"}
     # The environment beats the context: a metrics port through ECHELON_AGENT fails as the flag would.
-    r = echelon({**env, "ECHELON_AGENT": address(ready, "agent", "metrics")}, "topic", "list")
+    context_shown, status, r = side_by_side([(env, ("context", "--json")),
+                                             (env, ("status", "--json")),  # no --membership
+                                             ({**env, "ECHELON_AGENT": address(ready, "agent", "metrics")},
+                                              ("topic", "list"))])
+    shown = json.loads(context_shown.stdout)["settings"]
+    assert shown["agent"] == {"value": agents, "source": f"context {tmp / 'context.json'}"}
+    assert status.returncode == 0 and {m["id"] for m in json.loads(status.stdout)["members"]} >= {"agent-0"}
     fails_with(r, address(ready, "agent", "metrics"), "/metrics port")
 
 
@@ -83,17 +95,21 @@ def test_each_connection_failure_names_its_cause(up, tmp_path):
     ready, env, _ = up
     agent, metrics, replica = address(ready, "agent"), address(ready, "agent", "metrics"), address(ready, "membership")
     nothing = f"127.0.0.1:{free_port()}"
-    fails_with(echelon(env, "topic", "list", "--agent", metrics), f"{metrics} answers HTTP, not gRPC", "/metrics port")
-    fails_with(echelon(env, "topic", "list", "--agent", replica), f"{replica} is a membership replica, not an agent")
-    fails_with(echelon(env, "status", "--membership", agent), f"{agent} is an agent, not a membership replica")
-    fails_with(echelon(env, "pub", "--topic", "t", "--agent", nothing), f"no agent at {nothing}", "echelon up")
-    fails_with(echelon(env, "sub", "--topic", "t", "--agent", nothing), f"no agent at {nothing}")
-    fails_with(echelon(env, "subscription", "list", "--agent", nothing), f"no agent at {nothing}")
-    fails_with(echelon(env, "status", "--membership", nothing), f"no membership replica at {nothing}")
     out = tmp_path / "topo.png"
-    fails_with(echelon(env, "topology", "--topic", "nope", "--out", str(out)), "no topic 'nope'")
+    cases = [  # (command, what its one line must say); none changes anything, so they run side by side
+        (("topic", "list", "--agent", metrics), (f"{metrics} answers HTTP, not gRPC", "/metrics port")),
+        (("topic", "list", "--agent", replica), (f"{replica} is a membership replica, not an agent",)),
+        (("status", "--membership", agent), (f"{agent} is an agent, not a membership replica",)),
+        (("pub", "--topic", "t", "--agent", nothing), (f"no agent at {nothing}", "echelon up")),
+        (("sub", "--topic", "t", "--agent", nothing), (f"no agent at {nothing}",)),
+        (("subscription", "list", "--agent", nothing), (f"no agent at {nothing}",)),
+        (("status", "--membership", nothing), (f"no membership replica at {nothing}",)),
+        (("topology", "--topic", "nope", "--out", str(out)), ("no topic 'nope'",)),
+        (("topic", "show", "nope"), ("NOT_FOUND", "'nope'")),
+    ]
+    for (_, words), r in zip(cases, side_by_side([(env, args) for args, _ in cases])):
+        fails_with(r, *words)
     assert not out.exists()
-    fails_with(echelon(env, "topic", "show", "nope"), "NOT_FOUND", "'nope'")
 
 
 def on_pty(env, *args, timeout=60.0) -> tuple[int, str]:
@@ -121,7 +137,7 @@ def on_pty(env, *args, timeout=60.0) -> tuple[int, str]:
 
 
 def test_progress_on_a_terminal_and_not_off_one(up, tmp_path):
-    _, env, _ = up
+    ready, env, _ = up
     assert echelon(env, "topic", "create", "prog", "--attr", "n:int").returncode == 0
     code, out = on_pty(env, "pub", "--topic", "prog", "--attr", "n=1", "--count", "5000")
     assert code == 0 and "events/s" in out and "5000/5000" in out, out
@@ -145,7 +161,7 @@ def test_progress_on_a_terminal_and_not_off_one(up, tmp_path):
                            stdout=slave, stderr=slave, env={**env, "COLUMNS": "120", "TERM": "xterm"})
     os.close(slave)
     try:
-        time.sleep(3.0)  # the subscription registers before the publish
+        wait_registered(address(ready, "matcher"), "prog")  # before the publish
         assert echelon(env, "pub", "--topic", "prog", "--attr", "n=3", "--payload-file", str(payload)).returncode == 0
         out = b""
         deadline = time.monotonic() + 60

@@ -577,3 +577,29 @@ def test_a_relay_forgets_its_oldest_settled_holds_past_the_bound_and_keeps_those
     # 5..9 went; 10 stays, and so does everything after it (past the slack: bounded by the windows)
     assert list(plane.holds) == [("a0", i) for i in range(10, 69)] + [("a0", 0)] + [("a0", i) for i in range(69, 100)]
     assert plane.holds[("a0", 10)] is holds[10]
+
+
+async def test_a_copy_for_its_receiver_alone_names_it_and_one_naming_none_is_delivered_there():
+    """The last hop of a whole message still names its one destination, the receiver
+    (agents of earlier releases drop a message that names none: relay.proto); a receiver
+    reads a message naming none as its own, delivers it and forwards nothing."""
+    from echelon.dataplane.dissemination import DataPlane
+
+    members = view(PAPER)
+    tree = lbdd.build_tree(PAPER[0], PAPER[1:])
+    by_key = {m.address: m for m in members}
+    child = by_key[tree.children[PAPER[0]][0]]
+    root = FakeNode(members[0], members)
+    event = pb.Event(id=pb.MessageId(producer_id="p", sequence=1), topic="t", publish_time_unix_nanos=7)
+    event.attributes["x"].int_value = 3
+    await DataPlane(root, root.trees).publish([(event, b"", [child.id])])
+    (frame, _), = root.links[child.id].frames
+    wire = rpb.RelayFrame.FromString(b"".join(frame.data(1)))  # as the child's stream parses it
+    (msg,) = wire.messages
+    assert msg.encoded_event and list(msg.destinations) == [child.id]
+    del msg.destinations[:]  # as a later release may send it
+    node = FakeNode(child, members)
+    acks = []
+    DataPlane(node, node.trees).receive(wire, lambda: acks.append(1))
+    await asyncio.sleep(0)
+    assert node.delivered == [event] and not node.links and acks == [1]

@@ -20,10 +20,13 @@ import pytest
 
 from echelon.agent.server import AgentNode
 from echelon.client import DELIVERED
+from echelon.contract.filters import parse
 from echelon.matcher.server import MatcherNode
 from echelon.router.server import RouterNode
 from echelon.runtime.node import NodeConfig
 from echelon.v1 import membership_pb2 as mpb
+from echelon.v1 import router_pb2 as opb
+from echelon.v1 import router_pb2_grpc as ogrpc
 from tests.harness import Cluster, wait_for
 from tests.integration.test_pubsub import drain, publish_in_turn_and_check
 
@@ -65,6 +68,32 @@ class Regions:
                        what="every member sees everyone")
         return self
 
+    async def summaries_settled(self, topic: str, groups: dict[str, int]) -> None:
+        """Every live router holds its region's subgroups on `topic` (`groups`: how many per
+        region; `terms`) and a complete summary, and every router of the other regions holds exactly
+        those groups (router/control.py): from here a new event is routed by them."""
+        why = [""]
+
+        def settled() -> bool:
+            live = [r for r in self.routers if r not in self.cluster.crashed]
+            for r in live:
+                own = {k for k in r.control.subgroups.groups() if k[0] == topic}
+                if len(own) != groups.get(r.config.region, 0) or not r.control.complete:
+                    why[0] = f"{r.config.id}: {len(own)} groups, complete {r.control.complete} ({r.control.waiting})"
+                    return False
+                for o in live:
+                    s = o.control.summaries
+                    if o.config.region != r.config.region and (not s.known(r.config.region)
+                                                               or s.keys(r.config.region, topic) != own):
+                        why[0] = f"{o.config.id} on {r.config.region}: {s.known(r.config.region)}, " \
+                                 f"{len(s.keys(r.config.region, topic))} groups"
+                        return False
+            return True
+        try:
+            await wait_for(settled, timeout=30, what="every region's summary at every other region's router")
+        except AssertionError as e:
+            raise AssertionError(f"{e}: {why[0]}") from None
+
     def nodes(self):
         return [n for n in (*self.matchers, *self.routers, *self.agents) if n not in self.cluster.crashed]
 
@@ -95,6 +124,11 @@ async def regions(request, tmp_path):
     finally:
         await r.stop()
         await cluster.stop()
+
+
+def terms(texts) -> int:
+    """Subgroups made of filters `texts`: an agent registers a disjunction term by term."""
+    return len({str(t) for f in texts for t in parse(f).terms})
 
 
 def region_of(node_id: str) -> str:
@@ -129,10 +163,12 @@ async def test_each_region_matches_its_own_and_deliveries_equal_brute_force(regi
     assert all(len(v) for v in want.values())  # the seed gives every region subscriptions
     for a in regions.agents:
         assert {m.id for m in a.matching.matchers()} == {f"matcher-{region_of(a.config.id)}"}
+    await regions.summaries_settled("t", {r: terms(filters[n][1] for n in want[r]) for r in REGIONS})
     events = [{"x": rng.randrange(100), "y": rng.randrange(100), "r": f"e{k}"} for k in range(90)]
     await publish_in_turn_and_check(clients, "t", events, subs, filters)  # from every region in turn
-    # Each router matched what other regions sent its region; some matched nobody there.
-    assert sum(r.metrics.unmatched._value.get() for r in regions.routers) > 0
+    # Routed by the summaries: a region got an event only when one of its filters matched it.
+    assert sum(r.metrics.skipped._value.get() for r in regions.routers) > 0
+    assert sum(r.metrics.unmatched._value.get() for r in regions.routers) == 0
     assert sum(r.metrics.lost._value.get() for r in regions.routers) == 0
     assert all(a.metrics.duplicates._value.get() == 0 for a in regions.agents)
     # Each matcher answered as entry only for its own region's publishers and routers.
@@ -147,6 +183,7 @@ async def test_a_region_cut_off_serves_its_own_and_catches_up_after_healing(regi
     subs = {region: clients[2 * c + 1].subscribe("t", "") for c, region in enumerate(REGIONS)}
     for s in subs.values():
         await s.start()
+    await regions.summaries_settled("t", {r: 1 for r in REGIONS})  # owed the other regions' events from here
     pubs = {region: clients[2 * c].publisher(ack_level=DELIVERED) for c, region in enumerate(REGIONS)}
 
     async def publish(tag: str, n: int) -> dict[str, list[str]]:
@@ -208,6 +245,7 @@ async def test_a_region_whose_matchers_are_all_dead_does_not_hold_the_others_bac
     subs = {region: clients[2 * c + 1].subscribe("t", "x < 50") for c, region in enumerate(REGIONS)}
     for s in subs.values():
         await s.start()
+    await regions.summaries_settled("t", {r: 1 for r in REGIONS})
     pub = clients[0].publisher(ack_level=DELIVERED)  # agent-eu-0
     victim = next(m for m in regions.matchers if m.config.id == "matcher-ap")
     await regions.cluster.crash(victim)
@@ -231,3 +269,76 @@ async def test_a_region_whose_matchers_are_all_dead_does_not_hold_the_others_bac
             break
     assert got == want
     assert sum(r.metrics.lost._value.get() for r in regions.routers) == 0
+
+
+@pytest.mark.timeout(150)
+async def test_summaries_send_a_region_only_what_it_wants_new_subscriptions_and_restarts_included(regions):
+    """Routing by the summaries (router/control.py): ap, with no subscription, gets no copy;
+    a subscription made in ap later receives events from eu and us once their routers hold
+    ap's new summary; a router restarted (the publishers' and the subscribers') is sent the
+    full state again, and until it holds it every region gets everything (nothing lost)."""
+    clients = [regions.client(i) for i in range(len(regions.agents))]
+    await clients[0].create_topic("t", SCHEMA)
+    filters = {"eu": (1, "x < 30"), "us": (3, "x >= 70")}
+    subs = {name: clients[i].subscribe("t", f) for name, (i, f) in filters.items()}
+    for s in subs.values():
+        await s.start()
+    await regions.summaries_settled("t", {"eu": 1, "us": 1})
+    router = {r.config.id: r for r in regions.routers}
+    eu, ap = router["router-eu-0"], router["router-ap-0"]
+    pubs = {region: clients[2 * c].publisher(ack_level=DELIVERED) for c, region in enumerate(REGIONS)}
+    rounds = iter(range(100))
+
+    async def publish_and_check(regions_publishing) -> list[dict]:
+        n = next(rounds)
+        events = [{"x": (7 * k + n) % 100, "y": 0, "r": f"{n}-{k}"} for k in range(24)]
+        for k, e in enumerate(events):
+            await pubs[regions_publishing[k % len(regions_publishing)]].publish("t", e)
+        for name, (_, f) in filters.items():
+            got = sorted(m.attributes["r"] for m in await drain(subs[name]))
+            assert got == sorted(e["r"] for e in events if parse(f).matches(e)), (n, name)
+        return events
+
+    events = await publish_and_check(["eu"])
+    # eu's router sent a copy over an iLink only for events us wants; ap got none.
+    assert eu.metrics.messages.labels("ilink")._value.get() == sum(e["x"] >= 70 for e in events)
+    assert eu.metrics.skipped._value.get() == 2 * len(events) - sum(e["x"] >= 70 for e in events)
+    assert ap.metrics.unmatched._value.get() == 0 and not ap.links.links.get("router-eu-0")
+    # A subscription made in ap now: eu and us send it its events once they hold its group.
+    filters["ap"] = (5, "x >= 40 and x < 60")
+    subs["ap"] = clients[5].subscribe("t", filters["ap"][1])
+    await subs["ap"].start()
+    await regions.summaries_settled("t", {"eu": 1, "us": 1, "ap": 1})
+    await publish_and_check(["eu", "us"])
+    assert all(r.metrics.unmatched._value.get() == 0 for r in regions.routers)  # no copy nobody wanted
+    # The publishers' router restarted: a new one starts with no summary (everything to
+    # every region, so the publish right after it is exact too), then is sent the others'.
+    await regions.cluster.crash(eu)
+    await wait_for(lambda: all(not any(m.id == eu.config.id for m in n.membership.alive(mpb.ROLE_ROUTER))
+                               for n in regions.nodes()), timeout=30, what="router-eu-0 out of every view")
+    eu1 = await regions.add_router("eu", "router-eu-1")
+    await wait_for(lambda: all(any(m.id == eu1.config.id for m in a.membership.alive(mpb.ROLE_ROUTER))
+                               for a in regions.agents), timeout=30, what="router-eu-1 in every agent's view")
+    await publish_and_check(["eu"])
+    await regions.summaries_settled("t", {"eu": 1, "us": 1, "ap": 1})
+    channel = eu1.server.transport.dial(eu1.address)  # what an operator sees (router.proto Describe)
+    d = await ogrpc.RouterStub(channel).Describe(opb.DescribeRequest())
+    await channel.close()
+    assert (d.subgroups, d.complete) == (1, True)
+    assert [(s.region, s.complete, s.subgroups) for s in d.summaries] == [("ap", True, 1), ("us", True, 1)]
+    skipped = eu1.metrics.skipped._value.get()
+    await publish_and_check(["eu"])
+    assert eu1.metrics.skipped._value.get() > skipped
+    # The subscribers' router restarted: until the new one has heard ap's agents, eu and us
+    # send ap everything; then ap's summary again.
+    await regions.cluster.crash(ap)
+    await wait_for(lambda: all(not any(m.id == ap.config.id for m in n.membership.alive(mpb.ROLE_ROUTER))
+                               for n in regions.nodes()), timeout=30, what="router-ap-0 out of every view")
+    ap1 = await regions.add_router("ap", "router-ap-1")
+    await wait_for(lambda: all(any(m.id == ap1.config.id for m in n.membership.alive(mpb.ROLE_ROUTER))
+                               for n in regions.nodes()), timeout=30, what="router-ap-1 in every view")
+    await publish_and_check(["eu", "us"])  # before its summary: ap gets everything
+    await regions.summaries_settled("t", {"eu": 1, "us": 1, "ap": 1})
+    await publish_and_check(["eu", "us"])
+    assert sum(r.metrics.lost._value.get() for r in regions.routers) == 0
+    assert all(a.metrics.lost._value.get() == 0 for a in regions.agents)

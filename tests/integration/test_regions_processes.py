@@ -17,6 +17,8 @@ from echelon.client import DELIVERED, Client
 from echelon.launch import Cluster, Loopback
 from echelon.runtime.member import fetch_view
 from echelon.v1 import membership_pb2 as mpb
+from echelon.v1 import router_pb2 as opb
+from echelon.v1 import router_pb2_grpc as ogrpc
 from tests.integration.test_pubsub import drain
 
 REGIONS = ("region-0", "region-1", "region-2")
@@ -25,6 +27,29 @@ REGIONS = ("region-0", "region-1", "region-2")
 async def member_state(cluster: Cluster, member: str) -> int:
     view = await fetch_view(cluster.by_role("membership")[0].address, cluster.transport)
     return next(m.state for m in view.members if m.id == member)
+
+
+async def summaries_settled(cluster: Cluster, timeout: float = 60.0) -> None:
+    """Every router's summary of its region is complete, and it holds the other regions'
+    complete summaries with their one group each (router.proto Describe;
+    docs/guarantees.md: where a subscription's events from other regions start)."""
+    routers = cluster.by_role("router")
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        settled = True
+        for p in routers:
+            channel = cluster.transport.dial(p.address)
+            try:
+                d = await ogrpc.RouterStub(channel).Describe(opb.DescribeRequest(), timeout=5)
+            finally:
+                await channel.close()
+            others = {(s.region, s.complete, s.subgroups) for s in d.summaries}
+            settled &= d.complete and others == {(r, True, 1) for r in REGIONS if r != d.region}
+        if settled:
+            return
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("the routers' summaries never settled")
+        await asyncio.sleep(0.1)
 
 
 @pytest.mark.slow
@@ -41,6 +66,7 @@ async def test_a_region_paused_serves_its_own_and_catches_up_after_sigcont(tmp_p
         subs = {REGIONS[i]: clients[i + 3].subscribe("t", "") for i in range(3)}
         for s in subs.values():
             await s.start()
+        await summaries_settled(cluster)  # a subscription is owed other regions' events from here
         pubs = {REGIONS[i]: clients[i].publisher(ack_level=DELIVERED) for i in range(3)}
 
         async def publish(tag: str, n: int) -> dict[str, list[str]]:

@@ -114,7 +114,8 @@ class Tier:
         assert {p: set(c) for p, c in self.copies.items()} == want
 
 
-@settings(max_examples=60, deadline=None)
+# 20 examples in the default suite; the `slow` twin below draws 60 (make test-slow).
+@settings(max_examples=20, deadline=None)
 @given(st.data())
 def test_tier_equals_brute_force_through_splits_replicas_handoffs_and_recovery(data):
     schema = data.draw(schemas())
@@ -143,6 +144,13 @@ def test_tier_equals_brute_force_through_splits_replicas_handoffs_and_recovery(d
         check_tiling(tier.map.zones, tier.space)
     for e in data.draw(st.lists(events(schema), min_size=1, max_size=4)):
         assert tier.match(e) == {s.id for s in tier.subs.values() if s.filter.matches(e)}
+
+
+@pytest.mark.slow
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_tier_equals_brute_force_through_splits_replicas_handoffs_and_recovery_thoroughly(data):
+    test_tier_equals_brute_force_through_splits_replicas_handoffs_and_recovery.hypothesis.inner_test(data)
 
 
 def test_stock_tier_with_many_zones():

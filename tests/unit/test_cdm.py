@@ -36,8 +36,8 @@ def check_agents(index: CountingIndex, subs: dict[str, Entry], batch: list[dict]
         assert n == sum(map(len, want))
 
 
-# The default suite draws 50 examples; the slow run (`pytest -m slow`) draws 150 more.
-@settings(max_examples=50, deadline=None)
+# 20 examples in the default suite; the `slow` twin below draws 150 (make test-slow).
+@settings(max_examples=20, deadline=None)
 @given(st.data())
 def test_equals_brute_force_through_inserts_and_deletes(data):
     inserts_and_deletes(data)
@@ -100,7 +100,8 @@ ODD_FILTERS = [
 ]
 
 
-@settings(max_examples=200, deadline=None)
+# 60 examples in the default suite; the `slow` twin below draws 200 (make test-slow).
+@settings(max_examples=60, deadline=None)
 @given(st.lists(st.fixed_dictionaries({}, optional={"x": st.sampled_from(ODD_VALUES), "y": st.sampled_from(ODD_VALUES)}), max_size=8))
 def test_schemaless_odd_values_match_exactly(batch):
     subs = {f"s{i}": Entry(f"s{i}", "a", parse(t)) for i, t in enumerate(ODD_FILTERS)}
@@ -112,6 +113,13 @@ def test_schemaless_odd_values_match_exactly(batch):
     assert [set(r) for r in index.match_batch(batch)] == [brute(subs, e) for e in batch]
 
 
+@pytest.mark.slow
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.fixed_dictionaries({}, optional={"x": st.sampled_from(ODD_VALUES), "y": st.sampled_from(ODD_VALUES)}), max_size=8))
+def test_schemaless_odd_values_match_exactly_thoroughly(batch):
+    test_schemaless_odd_values_match_exactly.hypothesis.inner_test(batch)
+
+
 def test_successor_bounds_every_string_with_the_prefix():
     assert successor("ab") == "ac"
     assert successor("a\U0010ffff") == "b"
@@ -119,16 +127,26 @@ def test_successor_bounds_every_string_with_the_prefix():
 
 
 def test_stock_workload_matches_brute_force_and_answers_agents():
+    """2000 subscriptions against 100 events of each kind; the `slow` twin sends 300 (make test-slow)."""
+    stock_workload(events=100)
+
+
+@pytest.mark.slow
+def test_stock_workload_matches_brute_force_and_answers_agents_thoroughly():
+    stock_workload(events=300)
+
+
+def stock_workload(events: int) -> None:
     filters_ = stock.subscriptions(2000, seed=4)
     subs = {f"s{i}": Entry(f"s{i}", f"agent{i % 7}", f) for i, f in enumerate(filters_)}
     index = CountingIndex(subs.values())
     for skewed in (False, True):
-        batch = stock.events(300, seed=5, skewed=skewed)
+        batch = stock.events(events, seed=5, skewed=skewed)
         got = index.match_batch(batch)
         assert [set(r) for r in got] == [brute(subs, e) for e in batch]
         assert all(len(r) == len(set(r)) for r in got)
         check_agents(index, subs, batch)
-    assert sum(map(len, index.match_batch(stock.events(300, seed=5)))) > 0
+    assert sum(map(len, index.match_batch(stock.events(events, seed=5)))) > 0
 
 
 def test_a_malformed_filter_is_refused_without_changing_the_index():

@@ -68,11 +68,12 @@ def test_events_batches_and_lone_requests_parse_to_what_upb_builds(monkeypatch, 
         events.append(wire)
         expected.append(want)
     batch = ppb.PublishRequest(producer_id="producer-ü", ack_level=ppb.ACK_LEVEL_DELIVERED, coalesce_acks=True,
-                               batch=expected)
+                               lean_acks=True, batch=expected)
     assert same(enc.request(events), batch)
     lone = ppb.PublishRequest()
     lone.CopyFrom(expected[0])
     lone.producer_id, lone.ack_level, lone.coalesce_acks = "producer-ü", ppb.ACK_LEVEL_DELIVERED, True
+    lone.lean_acks = True
     assert same(enc.alone(events[0]), lone)
 
 

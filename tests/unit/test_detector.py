@@ -345,13 +345,27 @@ def simulate(n: int, seconds: float, loss: float, delay, seed: int, accuse_every
     return det, transitions
 
 
-@pytest.mark.parametrize(
+DELAYS = pytest.mark.parametrize(
     "delay",
     [lambda r: r.uniform(0.0, 0.25), lambda r: min(0.25, max(0.0, r.gauss(0.1, 0.05)))],
     ids=["uniform-0-250ms", "100ms+-50ms"],
 )
+
+
+@DELAYS
 def test_no_false_dead_under_loss_and_jitter(delay):
-    det, out = simulate(n=100, seconds=300.0, loss=0.05, delay=delay, seed=7, accuse_every=2.0)
+    """150 simulated seconds in the default suite; the `slow` twin runs 300 (make test-slow)."""
+    no_false_dead(delay, 150.0)
+
+
+@pytest.mark.slow
+@DELAYS
+def test_no_false_dead_under_loss_and_jitter_thoroughly(delay):
+    no_false_dead(delay, 300.0)
+
+
+def no_false_dead(delay, seconds: float) -> None:
+    det, out = simulate(n=100, seconds=seconds, loss=0.05, delay=delay, seed=7, accuse_every=2.0)
     assert [t for t in out if t.new is State.DEAD] == []
     assert det.live() == {f"m{i:03d}" for i in range(100)}
     # The run did exercise the machine: false accusations were made and all refuted.

@@ -84,3 +84,30 @@ async def test_a_restarted_holder_keeps_what_it_received_before_its_co_holder_di
     for seq in (6, 7, 8):  # b receives them now; a gets 8 after the sync: owed once
         sub.offer(event(seq))
     assert [e.id.sequence for e in sub.owed()] == [3, 5, 6, 7, 8]
+
+
+async def test_an_adopted_copy_is_topped_up_with_what_its_holder_received_after_it(tmp_path, monkeypatch):
+    from echelon.agent.durable import copies
+
+    monkeypatch.setattr(copies, "TOP_UP_AFTER", (0.0,))
+    peers: dict = {}
+    b = holder("b", Store(tmp_path / "b"), time.time_ns(), peers)
+    peers["b"] = b
+    for seq in (1, 2):
+        b.subs[NAME].offer(event(seq))
+    # a lost its disk: it adopts b's copy. 3 reached a before it held the subscription
+    # (nothing here owed it) and reaches b only after the copy was taken.
+    a = holder("a", Store(tmp_path / "a"), time.time_ns(), peers)
+    sub = a.subs[NAME]
+    sub.synced, sub.empty = False, True
+    await take_copy(a, sub)
+    assert [e.id.sequence for e in sub.owed()] == [1, 2]
+    sub.attach(credits=1)
+    [(delivery_id, _)] = sub.take(1)
+    sub.ack([delivery_id], credits=0)  # a's subscriber acks 1 before b hears of it
+    for seq in (3, 4):
+        b.subs[NAME].offer(event(seq))
+    b.subs[NAME].apply_acks([("p", 2)])  # acked while b served: a gets it with the top-up
+    await sub.top_up
+    assert [e.id.sequence for e in sub.owed()] == [3, 4]
+    assert [e.id.sequence for e in a.store.backlog(NAME)] == [3, 4]

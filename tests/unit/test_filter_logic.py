@@ -11,6 +11,7 @@ unknown; an event matches when the filter is true). Against it: the parsed filte
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -122,7 +123,8 @@ def _parse(tree, case=str.lower):
         assume(False)
 
 
-@settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+# 50 examples in the default suite; the `slow` twin below draws 150 (make test-slow).
+@settings(max_examples=50, suppress_health_check=[HealthCheck.too_slow], deadline=None)
 @given(st.lists(trees(typed=False), min_size=1, max_size=3), st.lists(events, min_size=1, max_size=8),
        st.sampled_from([str.lower, str.upper, str.title]))
 def test_every_form_of_matching_equals_the_oracle(tree_list, batch, case):
@@ -139,7 +141,16 @@ def test_every_form_of_matching_equals_the_oracle(tree_list, batch, case):
                        for j in range(len(batch))]
 
 
-@settings(max_examples=100, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@pytest.mark.slow
+@settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@given(st.lists(trees(typed=False), min_size=1, max_size=3), st.lists(events, min_size=1, max_size=8),
+       st.sampled_from([str.lower, str.upper, str.title]))
+def test_every_form_of_matching_equals_the_oracle_thoroughly(tree_list, batch, case):
+    test_every_form_of_matching_equals_the_oracle.hypothesis.inner_test(tree_list, batch, case)
+
+
+# 35 examples in the default suite; the `slow` twin below draws 100 (make test-slow).
+@settings(max_examples=35, suppress_health_check=[HealthCheck.too_slow], deadline=None)
 @given(trees(typed=True), st.lists(typed_events(), min_size=1, max_size=8))
 def test_a_schema_drops_only_terms_no_event_of_it_can_satisfy(tree, batch):
     f = _parse(tree)
@@ -151,6 +162,13 @@ def test_a_schema_drops_only_terms_no_event_of_it_can_satisfy(tree, batch):
         return
     assert set(kept.terms) <= set(f.terms)
     assert [kept.matches(e) for e in batch] == [truth(tree, e) is True for e in batch]
+
+
+@pytest.mark.slow
+@settings(max_examples=100, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@given(trees(typed=True), st.lists(typed_events(), min_size=1, max_size=8))
+def test_a_schema_drops_only_terms_no_event_of_it_can_satisfy_thoroughly(tree, batch):
+    test_a_schema_drops_only_terms_no_event_of_it_can_satisfy.hypothesis.inner_test(tree, batch)
 
 
 def test_precedence_is_not_then_and_then_or():
@@ -201,7 +219,8 @@ def test_term_ids_are_the_subscription_first_and_map_back():
         assert [subscription_of(i) for i in term_ids(sid, 2)] == [sid, sid]
 
 
-@settings(max_examples=60, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+# 20 examples in the default suite; the `slow` twin below draws 60 (make test-slow).
+@settings(max_examples=20, suppress_health_check=[HealthCheck.too_slow], deadline=None)
 @given(st.lists(trees(typed=True), min_size=1, max_size=6), st.lists(st.sampled_from(["split", "replicate", "lose"]),
                                                                         max_size=8),
        st.lists(typed_events(), min_size=1, max_size=8))
@@ -228,6 +247,15 @@ def test_zones_of_the_content_space_route_every_term(tree_list, changes, batch):
             continue
     for e in batch:
         assert {subscription_of(i) for i in tier.match(e)} == {s for s, t in wanted.items() if truth(t, e) is True}
+
+
+@pytest.mark.slow
+@settings(max_examples=60, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@given(st.lists(trees(typed=True), min_size=1, max_size=6), st.lists(st.sampled_from(["split", "replicate", "lose"]),
+                                                                        max_size=8),
+       st.lists(typed_events(), min_size=1, max_size=8))
+def test_zones_of_the_content_space_route_every_term_thoroughly(tree_list, changes, batch):
+    test_zones_of_the_content_space_route_every_term.hypothesis.inner_test(tree_list, changes, batch)
 
 
 def test_a_term_that_implies_another_is_dropped():

@@ -125,14 +125,23 @@ def random_addresses(rng: random.Random, n: int) -> list[str]:
 # --- properties ----------------------------------------------------------------------------
 
 
-@settings(max_examples=300, deadline=None)
+# 100 examples in the default suite; the `slow` twin below draws 300 (make test-slow).
+@settings(max_examples=100, deadline=None)
 @given(views)
 def test_tree_matches_oracle(view):
     source, members = view
     check_tree(lbdd.build_tree(source, members), Oracle(source, members))
 
 
-@settings(max_examples=150, deadline=None)
+@pytest.mark.slow
+@settings(max_examples=300, deadline=None)
+@given(views)
+def test_tree_matches_oracle_thoroughly(view):
+    test_tree_matches_oracle.hypothesis.inner_test(view)
+
+
+# 50 examples in the default suite; the `slow` twin below draws 150 (make test-slow).
+@settings(max_examples=50, deadline=None)
 @given(views)
 def test_each_node_computes_its_own_targets(view):
     """Every relay, from its own copy of the view, picks its children: one parent each."""
@@ -151,7 +160,15 @@ def test_each_node_computes_its_own_targets(view):
         assert all(ks == oracle.by_bucket[n] for n, ks in above)
 
 
-@settings(max_examples=200, deadline=None)
+@pytest.mark.slow
+@settings(max_examples=150, deadline=None)
+@given(views)
+def test_each_node_computes_its_own_targets_thoroughly(view):
+    test_each_node_computes_its_own_targets.hypothesis.inner_test(view)
+
+
+# 60 examples in the default suite; the `slow` twin below draws 200 (make test-slow).
+@settings(max_examples=60, deadline=None)
 @given(views, st.data())
 def test_route_partitions_destinations_by_subtree(view, data):
     source, members = view
@@ -170,7 +187,15 @@ def test_route_partitions_destinations_by_subtree(view, data):
         assert sorted(d for ds in full.values() for d in ds) == oracle.members
 
 
-@settings(max_examples=100, deadline=None)
+@pytest.mark.slow
+@settings(max_examples=200, deadline=None)
+@given(views, st.data())
+def test_route_partitions_destinations_by_subtree_thoroughly(view, data):
+    test_route_partitions_destinations_by_subtree.hypothesis.inner_test(view, data)
+
+
+# 35 examples in the default suite; the `slow` twin below draws 100 (make test-slow).
+@settings(max_examples=35, deadline=None)
 @given(views, st.sets(keys, max_size=10), st.data())
 def test_path_update_is_a_recomputation(view, joined, data):
     source, members = view
@@ -181,6 +206,13 @@ def test_path_update_is_a_recomputation(view, joined, data):
     before, after = Oracle(source, members).children(node), Oracle(source, new).children(node)
     assert added == [t for t in after if t not in before]
     assert removed == [t for t in before if t not in after]
+
+
+@pytest.mark.slow
+@settings(max_examples=100, deadline=None)
+@given(views, st.sets(keys, max_size=10), st.data())
+def test_path_update_is_a_recomputation_thoroughly(view, joined, data):
+    test_path_update_is_a_recomputation.hypothesis.inner_test(view, joined, data)
 
 
 def test_outsiders_source_as_member_and_duplicates():

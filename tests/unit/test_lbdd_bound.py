@@ -64,7 +64,8 @@ keys = st.one_of(ipv4, st.text(min_size=1, max_size=8))
 views = st.tuples(keys, st.sets(keys, max_size=80))
 
 
-@settings(max_examples=300, deadline=None)
+# 100 examples in the default suite; the `slow` twin below draws 300 (make test-slow).
+@settings(max_examples=100, deadline=None)
 @given(views, st.integers(2, 6))
 def test_bounded_tree_reaches_every_member_once_within_the_bound(view, bound):
     source, members = view
@@ -73,7 +74,15 @@ def test_bounded_tree_reaches_every_member_once_within_the_bound(view, bound):
     check_bounded(lbdd.build_tree(source, members), source, members, None)
 
 
-@settings(max_examples=200, deadline=None)
+@pytest.mark.slow
+@settings(max_examples=300, deadline=None)
+@given(views, st.integers(2, 6))
+def test_bounded_tree_reaches_every_member_once_within_the_bound_thoroughly(view, bound):
+    test_bounded_tree_reaches_every_member_once_within_the_bound.hypothesis.inner_test(view, bound)
+
+
+# 60 examples in the default suite; the `slow` twin below draws 200 (make test-slow).
+@settings(max_examples=60, deadline=None)
 @given(views, st.integers(2, 6))
 def test_bound_changes_nothing_when_no_node_exceeds_it(view, bound):
     """A level overflows exactly when some slice is larger than the bound."""
@@ -86,7 +95,15 @@ def test_bound_changes_nothing_when_no_node_exceeds_it(view, bound):
         assert bounded.depth > plain.depth or bounded.parent != plain.parent
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
+@given(views, st.integers(2, 6))
+def test_bound_changes_nothing_when_no_node_exceeds_it_thoroughly(view, bound):
+    test_bound_changes_nothing_when_no_node_exceeds_it.hypothesis.inner_test(view, bound)
+
+
+# 60 examples in the default suite; the `slow` twin below draws 200 (make test-slow).
+@settings(max_examples=60, deadline=None)
 @given(views, st.integers(2, 6), st.data())
 def test_route_partitions_destinations_by_bounded_subtree(view, bound, data):
     source, members = view
@@ -103,7 +120,15 @@ def test_route_partitions_destinations_by_bounded_subtree(view, bound, data):
     assert sorted(d for ds in routed.values() for d in ds) == sorted(set(wanted) & below)
 
 
-@settings(max_examples=100, deadline=None)
+@pytest.mark.slow
+@settings(max_examples=200, deadline=None)
+@given(views, st.integers(2, 6), st.data())
+def test_route_partitions_destinations_by_bounded_subtree_thoroughly(view, bound, data):
+    test_route_partitions_destinations_by_bounded_subtree.hypothesis.inner_test(view, bound, data)
+
+
+# 35 examples in the default suite; the `slow` twin below draws 100 (make test-slow).
+@settings(max_examples=35, deadline=None)
 @given(views, st.integers(2, 6), st.data())
 def test_hinted_leaves_stay_last_and_relay_nothing_under_the_bound(view, bound, data):
     source, members = view
@@ -112,6 +137,13 @@ def test_hinted_leaves_stay_last_and_relay_nothing_under_the_bound(view, bound, 
     tree = lbdd.build_tree(source, members, leaves, max_degree=bound)
     check_bounded(tree, source, members, bound, leaves)
     assert all(tree.children[k] == [] for k in leaves)
+
+
+@pytest.mark.slow
+@settings(max_examples=100, deadline=None)
+@given(views, st.integers(2, 6), st.data())
+def test_hinted_leaves_stay_last_and_relay_nothing_under_the_bound_thoroughly(view, bound, data):
+    test_hinted_leaves_stay_last_and_relay_nothing_under_the_bound.hypothesis.inner_test(view, bound, data)
 
 
 @pytest.mark.parametrize("n", [100, 500])

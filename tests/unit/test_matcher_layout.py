@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -60,7 +61,8 @@ def test_every_subscription_has_two_holders_even_when_one_matcher_owns_both_zone
     assert all(layout.holds(c.id) for c in subs)
 
 
-@settings(max_examples=80, deadline=None)
+# 25 examples in the default suite; the `slow` twin below draws 80 (make test-slow).
+@settings(max_examples=25, deadline=None)
 @given(st.data(), schemas())
 def test_batch_routing_equals_zone_map_affected(data, schema):
     space = Space.of(schema)
@@ -85,6 +87,13 @@ def test_batch_routing_equals_zone_map_affected(data, schema):
     assert layout.route(batch * (SMALL + 1)) == wide  # again: from what the layout kept per string
 
 
+@pytest.mark.slow
+@settings(max_examples=80, deadline=None)
+@given(st.data(), schemas())
+def test_batch_routing_equals_zone_map_affected_thoroughly(data, schema):
+    test_batch_routing_equals_zone_map_affected.hypothesis.inner_test(data, schema)
+
+
 def test_routing_on_one_string_attribute_equals_zone_map_affected_from_kept_rows():
     """The default plan of a schema led by a string (bench_events' shape): the zones each
     value meets are kept per string; every batch, new values or not, values of another
@@ -105,7 +114,8 @@ def test_routing_on_one_string_attribute_equals_zone_map_affected_from_kept_rows
             assert {z for z, idxs in routed.items() if i in idxs} == want
 
 
-@settings(max_examples=80, deadline=None)
+# 25 examples in the default suite; the `slow` twin below draws 80 (make test-slow).
+@settings(max_examples=25, deadline=None)
 @given(st.data(), schemas())
 def test_batch_placement_equals_zone_map_add(data, schema):
     space = Space.of(schema)
@@ -127,3 +137,10 @@ def test_batch_placement_equals_zone_map_add(data, schema):
     assert layout.primary == fresh.primary and layout.mirror == fresh.mirror
     assert {z: {s.id for s in idx.subscriptions()} for z, idx in layout.index.items()} == \
         {z.id: fresh.subscriptions(z.id) for z in zm.zones}
+
+
+@pytest.mark.slow
+@settings(max_examples=80, deadline=None)
+@given(st.data(), schemas())
+def test_batch_placement_equals_zone_map_add_thoroughly(data, schema):
+    test_batch_placement_equals_zone_map_add.hypothesis.inner_test(data, schema)

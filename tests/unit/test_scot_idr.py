@@ -140,7 +140,8 @@ def states_at(here, hot, qs):
             for (x, y) in qs if x == here}
 
 
-@settings(max_examples=400, deadline=None)
+# 100 examples in the default suite; the `slow` twin below draws 400 (make test-slow).
+@settings(max_examples=100, deadline=None)
 @given(cases())
 def test_every_target_region_served_exactly_once_and_no_loops(case):
     scot, origin, v, hot, qs = case
@@ -152,7 +153,15 @@ def test_every_target_region_served_exactly_once_and_no_loops(case):
             assert messages == len(bits(v))  # one iLink copy per target region
 
 
-@settings(max_examples=300, deadline=None)
+@pytest.mark.slow
+@settings(max_examples=400, deadline=None)
+@given(cases())
+def test_every_target_region_served_exactly_once_and_no_loops_thoroughly(case):
+    test_every_target_region_served_exactly_once_and_no_loops.hypothesis.inner_test(case)
+
+
+# 100 examples in the default suite; the `slow` twin below draws 300 (make test-slow).
+@settings(max_examples=100, deadline=None)
 @given(cases())
 def test_each_decision_obeys_its_rule(case):
     scot, origin, v, hot, qs = case
@@ -182,6 +191,13 @@ def test_each_decision_obeys_its_rule(case):
             assert to in free and st_[to].q == min(st_[r].q for r in free)
         else:  # (iii)/(iv)
             assert to in ilinks.values() and st_[to].q == min(st_[r].q for r in ilinks.values())
+
+
+@pytest.mark.slow
+@settings(max_examples=300, deadline=None)
+@given(cases())
+def test_each_decision_obeys_its_rule_thoroughly(case):
+    test_each_decision_obeys_its_rule.hypothesis.inner_test(case)
 
 
 def walk(scot, origin, v, hot, qs, route):

@@ -55,7 +55,7 @@ class Unit:
     sequence and what became of it (None for an event dispatched in `future`'s unit, an
     exception for a refusal, its first copy's `(cell, index)` for a duplicate)."""
 
-    __slots__ = ("batched", "ack_level", "coalesce", "alone", "producer", "rows", "dups", "future")
+    __slots__ = ("batched", "ack_level", "coalesce", "alone", "producer", "rows", "dups", "future", "lean")
 
     def __init__(self, batched: bool, ack_level: int, producer: str, coalesce: bool = False, alone: bool = False):
         self.batched = batched
@@ -68,6 +68,7 @@ class Unit:
         self.rows: list[tuple[str, int, object]] = []
         self.dups: list[tuple[list, int]] = []  # the first copies of its duplicates
         self.future: asyncio.Future | None = None
+        self.lean = False  # its listed acks leave out the producer id (PublishRequest.lean_acks)
 
     def settled(self) -> bool:
         """Is its ack ready without waiting (`Publishing._ack` would not block)?"""

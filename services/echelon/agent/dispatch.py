@@ -33,7 +33,7 @@ import asyncio
 import logging
 from collections import deque
 from itertools import chain
-from operator import itemgetter
+from operator import attrgetter, itemgetter, methodcaller
 from typing import Callable
 
 from echelon.dataplane.dissemination import DataPlane
@@ -42,6 +42,7 @@ from echelon.dataplane.holds import settled
 from echelon.dataplane.root import encode_all
 from echelon.dataplane.slices import PayloadStream
 from echelon.contract.errors import EchelonError, Unavailable
+from echelon.contract.wire import varint
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import matcher_pb2 as xpb
 
@@ -55,6 +56,35 @@ AHEAD_EVENTS = 32  # events in flight past which no other batch joins them, late
 
 _serialize, _result_key = pb.Event.SerializeToString, xpb.MatchResult.SerializeToString  # mapped in C
 _here, _far, _count = itemgetter(0), itemgetter(1), itemgetter(2)  # of a split
+_ID_TAG, _TIME_TAG = varint(pb.Event.ID_FIELD_NUMBER << 3 | 2), varint(pb.Event.PUBLISH_TIME_UNIX_NANOS_FIELD_NUMBER << 3)
+_ID_BYTE = _ID_TAG[0]
+_publish_time = attrgetter("publish_time_unix_nanos")
+
+
+def for_matching(events: list[pb.Event], encoded: list[bytes]) -> list[bytes]:
+    """What the matcher reads of each event: its bytes without the id in front and the
+    publish time at the end (the matcher reads the topic and the attributes alone), cut
+    off the root's serialization rather than serialized again. The root writes an Event's
+    fields in field-number order, so the id (field 1) is first and the publish time (field
+    6, set by admission) last; bytes not laid out so go whole (docs/performance.md,
+    "Bytes per useful delivery")."""
+    times = set(map(_publish_time, events))
+    if len(times) == 1 and (t := times.pop()):  # the common case: one admission's clock reading
+        tail = _TIME_TAG + varint(t)
+        if all(map(methodcaller("endswith", tail), encoded)):  # checked in C
+            end = -len(tail)
+            return [data[data[1] + 2:end] if data[0] == _ID_BYTE and data[1] < 0x80 else data[:end]
+                    for data in encoded]
+    out, tails = [], {}
+    for event, data in zip(events, encoded):
+        t = event.publish_time_unix_nanos
+        tail = tails.get(t)
+        if tail is None:
+            tail = tails[t] = _TIME_TAG + varint(t) if t else b""
+        start = data[1] + 2 if data[:1] == _ID_TAG and len(data) > 1 and data[1] < 0x80 else 0
+        end = len(data) - len(tail) if tail and data.endswith(tail) else len(data)
+        out.append(data[start:end] if start < end else data)
+    return out
 
 
 class Dispatcher:
@@ -122,11 +152,12 @@ class Dispatcher:
                         timer.cancel()
                 size = self._more(units, size)
                 events = list(chain.from_iterable([unit[0] for unit in units]))
-                encoded = list(map(_serialize, events))  # once: to the matcher, then down the trees
+                encoded = list(map(_serialize, events))  # once: down the trees (cut for the matcher)
                 self._out += 1
                 self._out_events += size
                 self._sent.append(loop.time())
-                self._rounds.put_nowait((units, events, encoded, await self.matching.send(encoded)))
+                answer = await self.matching.send(for_matching(events, encoded))
+                self._rounds.put_nowait((units, events, encoded, answer))
         finally:
             applier.cancel()
 

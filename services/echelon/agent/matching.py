@@ -47,6 +47,7 @@ import itertools
 import logging
 import time
 from collections import deque
+from collections.abc import Callable
 
 import grpc
 
@@ -107,6 +108,7 @@ class MatchClient:
         self._clock = 0
         self._refill: asyncio.Task | None = None
         self.search = MatcherSearch(membership, self._channel, self.on_view)  # when membership is lost
+        self.changed: Callable[[list[str]], None] = lambda ids: None  # ids whose entry in `subscriptions` changed
 
     def _channel(self, m: mpb.Member) -> grpc.aio.Channel:
         ch = self._channels.get(m.address)
@@ -162,6 +164,7 @@ class MatchClient:
             s.version = self._version()
             self.subscriptions[s.id] = s
             self._removals.pop(s.id, None)  # superseded: this version replaces what is there
+        self.changed([s.id for s in subs])
         task = asyncio.create_task(self._register(subs))
         for s in subs:
             self.registering[s.id] = task
@@ -188,6 +191,7 @@ class MatchClient:
                 for s in live:  # refused before anything was stored
                     if self.subscriptions.get(s.id) is s:
                         del self.subscriptions[s.id]
+                self.changed([s.id for s in live])
                 raise
             except Unavailable:
                 if loop.time() + delay > deadline:
@@ -204,6 +208,7 @@ class MatchClient:
         for i in ids:
             self.subscriptions.pop(i, None)
             waiting[i] = self._removals[i] = next(self._tokens)
+        self.changed(list(ids))
         future = asyncio.get_running_loop().create_future()
         self._waiters.append((future, waiting))
         self._removal_queued.set()

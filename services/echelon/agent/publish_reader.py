@@ -38,13 +38,16 @@ class Run:
     """Consecutive single-event requests as one batch request: the fields publishing.py
     reads of a request with a `batch` (the elements are the requests themselves, not copies)."""
 
-    __slots__ = ("batch", "producer_id", "ack_level", "coalesce_acks")
+    __slots__ = ("batch", "producer_id", "ack_level", "coalesce_acks", "lean_acks")
     slice_count = slice_index = sequence = 0
 
     def __init__(self, batch: list[ppb.PublishRequest]):
         first = batch[0]
         self.batch, self.producer_id, self.ack_level, self.coalesce_acks = \
             batch, first.producer_id, first.ack_level, first.coalesce_acks
+        # Lean only where the acks stay listed: a run's acks split one per request (`_acks`)
+        # each reach the client as an ack of its own, which keeps its producer id.
+        self.lean_acks = first.lean_acks and first.coalesce_acks
 
 
 def _single(req) -> bool:
@@ -114,7 +117,8 @@ async def _runs(requests, answers: deque[int]):
             room.set()
             for req in taken:
                 if run and not (_single(req) and req.producer_id == run[0].producer_id
-                                and req.ack_level == run[0].ack_level and req.coalesce_acks == run[0].coalesce_acks):
+                                and req.ack_level == run[0].ack_level and req.coalesce_acks == run[0].coalesce_acks
+                                and req.lean_acks == run[0].lean_acks):
                     yield _flush(run, answers)
                     run = []
                 if _single(req):

@@ -96,9 +96,14 @@ class Publishing:
         if error is None and unit.future is not None:
             dests = unit.future.result()[0]
             if unit.batched and len(dests) == len(unit.rows):  # a batch all published: each ack set in one call
-                add, producer = out.acks.add, unit.producer
-                for (_, seq, _), n in zip(unit.rows, dests):
-                    add(producer_id=producer, sequence=seq, destinations=n)
+                add = out.acks.add
+                if unit.lean:
+                    for (_, seq, _), n in zip(unit.rows, dests):
+                        add(sequence=seq, destinations=n)
+                else:
+                    producer = unit.producer
+                    for (_, seq, _), n in zip(unit.rows, dests):
+                        add(producer_id=producer, sequence=seq, destinations=n)
                 topics = set(map(_topic, unit.rows))
                 for topic, n in ((topics.pop(), len(dests)),) if len(topics) == 1 else \
                         Counter(map(_topic, unit.rows)).items():  # a Counter costs more: only for mixed topics
@@ -106,7 +111,7 @@ class Publishing:
                 return
         fresh = 0
         ok: dict[str, int] = {}
-        producer = unit.producer
+        producer = "" if listed and unit.lean else unit.producer
         for topic, seq, outcome in unit.rows:
             ack = out.acks.add() if listed else out
             ack.producer_id, ack.sequence = producer, seq
@@ -178,6 +183,7 @@ class Publishing:
                     await self._feed(req, (producer, next_seq(req.sequence)), streams, due)
                     continue
                 unit = Unit(bool(req.batch), req.ack_level, producer, req.coalesce_acks, alone=not in_flight)
+                unit.lean = req.lean_acks
                 if req.batch:
                     reqs = req.batch
                     seqs = [r.sequence for r in reqs]

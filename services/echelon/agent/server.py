@@ -34,6 +34,7 @@ from echelon.dataplane.root import FRAME_BYTES
 from echelon.contract.schema import MAX_MAX_ATTRIBUTE_BYTES
 from echelon.dataplane.linkset import LinkSet, PlaneHost
 from echelon.agent.matching import MatchClient
+from echelon.dataplane.control import AgentFeed
 from echelon.agent.metrics import AgentMetrics
 from echelon.agent.named import NamedFile
 from echelon.agent.pubsub import PubSubServicer
@@ -100,6 +101,7 @@ class AgentNode(Node):
         self.gateway: DataPlane | None = None  # to the region's router, for other regions
         self.host: PlaneHost | None = None
         self.matching: MatchClient | None = None
+        self.feed: AgentFeed | None = None
         self.subscriptions: Registry | None = None
         self.dispatcher: Dispatcher | None = None
         self.reconciler: Reconciler | None = None
@@ -157,6 +159,10 @@ class AgentNode(Node):
     async def on_start(self) -> None:
         me = self.config.id
         self.matching = MatchClient(self.membership, region=self.config.region)
+        # The region's routers hold its subscriptions too (OctopiA's subgroup: router/control.py).
+        self.feed = AgentFeed(me, self.config.region, lambda: self.matching.subscriptions,
+                              self.membership.transport.dial)
+        self.matching.changed = self.feed.changed
         self.subscriptions = Registry(me, self.topics, self.matching, self.metrics,
                                       lambda topics: self.membership.set_topics(set(), topics), self._max_backlog)
         self.subscriptions.filter_limits = self.server.access.config.limits.filters()  # the operator's (--limits)
@@ -181,6 +187,7 @@ class AgentNode(Node):
                                      self.reconcile_seconds)
         self.matching.start()
         self.matching.on_view()
+        self.feed.on_view(self.membership)
         self.membership.on_plan(self.on_view)  # cliques move members between regions; bucket hints change the trees
         self._tasks = [asyncio.create_task(self.dispatcher.run(), name="dispatcher"),
                        asyncio.create_task(self._expire_loop(), name="park-expiry"),
@@ -197,12 +204,16 @@ class AgentNode(Node):
         await self.links.close()
         if self.matching:
             await self.matching.close()
+        if self.feed:
+            await self.feed.close()
         if self.durables:
             self.durables.store.close()
 
     def on_view(self) -> None:
         if self.matching:
             self.matching.on_view()
+        if self.feed:
+            self.feed.on_view(self.membership)
         if self.plane:
             alive = self._update_routes()
             self.plane.on_view()  # members back from DEAD get what was parked for them

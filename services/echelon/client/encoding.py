@@ -43,9 +43,11 @@ class Encoder:
     whole request of some elements, `alone()` one event as a request of its own."""
 
     def __init__(self, producer_id: str, ack_level: int):
-        # PublishRequest's outer fields: producer_id, ack_level, coalesce_acks (true).
+        # PublishRequest's outer fields: producer_id, ack_level, coalesce_acks and lean_acks (true:
+        # the acks are read in order, by sequence, results.py).
         self.outer = (length_delimited(_PRODUCER_ID, producer_id.encode()) + varint(_Request.ack_level)
-                      + varint(ack_level) + varint(_Request.coalesce_acks) + b"\x01")
+                      + varint(ack_level) + varint(_Request.coalesce_acks) + b"\x01"
+                      + varint(_Request.lean_acks) + b"\x01")
         self._topics: dict[str, bytes] = {}  # topic -> its field
         self._names: dict[str, bytes] = {}  # name -> the map entry's key field
         self._floats: dict[str, bytes] = {}  # name -> a float entry up to its 8 bytes

@@ -401,8 +401,8 @@ class DataPlane:
             dests = msg.destinations
             data = msg.encoded_event
             if data:
-                if len(dests) == 1:
-                    gkey = dests[0]
+                if len(dests) <= 1:
+                    gkey = dests[0] if dests else me  # none named: this node alone (relay.proto)
                     if gkey == me:
                         # The common case, kept short: a whole message for this node alone, delivered
                         # with the rest of the frame (its bytes too: sent on to subscribers as they

@@ -32,6 +32,11 @@ def is_pseudo(destination: str) -> bool:
     return destination.startswith(PSEUDO)
 
 
+def region_named(destination: str) -> str:
+    """The region a pseudo-destination names."""
+    return destination[len(PSEUDO):]
+
+
 class Tiers:
     """From one view: the region whose matchers serve each region."""
 

@@ -211,10 +211,12 @@ DATA_PLANE = Dashboard("echelon-data-plane", "Echelon / Data plane",
     Panel("IDR decisions", (
         q(f'sum by (rule) (rate(echelon_router_idr_decisions_total{{{R}}}[{RATE}]))', "{{rule}}"),
         q(f'sum by (link) (rate(echelon_router_messages_total{{{R}}}[{RATE}]))', "messages on {{link}}"),
-        q(f'sum(rate(echelon_router_unmatched_total{{{R}}}[{RATE}]))', "sent to a region, matched nobody there")),
+        q(f'sum(rate(echelon_router_unmatched_total{{{R}}}[{RATE}]))', "sent to a region, matched nobody there"),
+        q(f'sum(rate(echelon_router_regions_skipped_total{{{R}}}[{RATE}]))', "not sent: the region's summary")),
           "ops", "Routers' routing decisions by IDR rule (none: no target iLink congested, the same sends as "
-                 "SNR), the messages they send per link kind, and the events sent to a region with its own "
-                 "matcher tier that matched no subscription there (docs/event-path.md, Regions that stand alone)."),
+                 "SNR), the messages they send per link kind, the events sent to a region with its own "
+                 "matcher tier that matched no subscription there, and the copies for a region that its "
+                 "summary spared (docs/event-path.md, Regions that stand alone)."),
 ), terminal=True)
 
 MATCHING = Dashboard("echelon-matching", "Echelon / Matching",

@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import asyncio
 
+import grpc
+
 from prometheus_client import Counter, Gauge
 
 from echelon.dataplane.dissemination import DataPlane
@@ -39,7 +41,9 @@ from echelon.dataplane.relay import RelayServicer
 from echelon.dataplane.trees import Trees
 from echelon.core.dedup import DedupWindow
 from echelon.core.idr import CongestionMeter
-from echelon.dataplane.tiers import is_pseudo
+from echelon.dataplane.tiers import is_pseudo, region_named
+from echelon.dataplane.dissemination import event_of
+from echelon.router.control import RouterControl, Stream
 from echelon.router.overlay import ANY_ALINK, NO_ALINK, Overlay
 from echelon.router.regional import RegionMatch
 from echelon.runtime.node import Node, NodeConfig
@@ -81,6 +85,8 @@ class RouterMetrics:
         self.unmatched = Counter("echelon_router_unmatched_total", "Events sent to this router's region that "
                                  "matched no subscription of its tier (the price of routing by region, not by "
                                  "event).", registry=r)
+        self.skipped = Counter("echelon_router_regions_skipped_total", "Copies for a region as a whole not "
+                               "sent: none of its subgroups matched the event (core/cib.py).", registry=r)
         self.link_congested = Gauge("echelon_link_congested", "1 when the link's CE >= 1 and its queue is "
                                     "longer than delta.", ["peer"], registry=r)
 
@@ -115,6 +121,9 @@ class RouterNode(Node):
                                     lambda agent: self.overlay.region_name.get(agent) == self.overlay.region,
                                     self.metrics.unmatched, self.metrics.lost, lambda: self.stopping,
                                     park_seconds)
+        # OctopiA's control plane: this region's subgroups out, the others' summaries in.
+        self.control = RouterControl(config.id, config.region, lambda: self.membership,
+                                     lambda address: self.membership.transport.dial(address))
         self._ready = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
         self.server.add(rgrpc.add_RelayServicer_to_server, RelayServicer(
@@ -144,6 +153,7 @@ class RouterNode(Node):
         for task in self._tasks:
             task.cancel()
         await self.matching.close()
+        await self.control.close()
         await self.links.close()
 
     def on_view(self) -> None:
@@ -159,6 +169,7 @@ class RouterNode(Node):
         self.overlay.update(routers, self.membership.alive(mpb.ROLE_AGENT), regions, known)
         self.relay.on_view()  # regions back: what was parked for them goes
         self.links.keep({m.id for m in mine} | {m.id for m in routers})
+        self.control.on_view()
 
     def _settle(self, futures) -> None:
         """A dropped link's unacknowledged frames: each plane re-routes those it sent (path update)."""
@@ -208,6 +219,10 @@ class RouterNode(Node):
         here, the rest goes on over the SCOT; `ack()` once both parts are acknowledged."""
         if self.stopping:
             return
+        position = self.overlay.position.get(peer)
+        if position is None:
+            self.metrics.events.inc(len(frame.messages))
+            frame = self._summarised(frame)
         region_of, here = self.overlay.region_name, self.overlay.region
         local = rpb.RelayFrame(source=self.config.id, source_key=self.address)
         remote = rpb.RelayFrame(source=frame.source, source_key=frame.source_key)
@@ -220,9 +235,6 @@ class RouterNode(Node):
                     m.CopyFrom(msg)
                     m.ClearField("destinations")
                     m.destinations.extend(ds)
-        position = self.overlay.position.get(peer)
-        if position is None:
-            self.metrics.events.inc(len(frame.messages))
         parts = [p for p in (local, remote) if p.messages]
         pending = [len(parts)]
 
@@ -260,15 +272,63 @@ class RouterNode(Node):
                 self.overlay.came_from = NO_ALINK
 
 
+    def _summarised(self, frame: rpb.RelayFrame) -> rpb.RelayFrame:
+        """A frame from an agent of this region (this router is its events' host broker):
+        each region named as a whole (`@R`) stays only if R's summary wants the event
+        (core/cib.py). A sliced payload keeps every region: its later slices carry no
+        attributes to decide by."""
+        if not self.control.summaries.complete:
+            return frame  # no region's summary yet: every region gets everything
+        out = None
+        for k, msg in enumerate(frame.messages):
+            far = [d for d in msg.destinations if is_pseudo(d)]
+            if not far or msg.slice_count > 1 or msg.aborted:
+                if out is not None:
+                    out.messages.add().CopyFrom(msg)
+                continue
+            ev = event_of(msg)
+            drop = [d for d in far if not self.control.wants(region_named(d), ev.topic, ev.attributes)]
+            if drop and out is None:
+                out = rpb.RelayFrame(source=frame.source, source_key=frame.source_key,
+                                     ack_may_wait=frame.ack_may_wait)
+                out.messages.extend(frame.messages[:k])
+            if out is None:
+                continue
+            self.metrics.skipped.inc(len(drop))
+            keep = [d for d in msg.destinations if d not in drop]
+            if keep:
+                m = out.messages.add()
+                m.CopyFrom(msg)
+                m.ClearField("destinations")
+                m.destinations.extend(keep)
+        return frame if out is None else out
+
+
 class RouterServicer(ogrpc.RouterServicer):
     def __init__(self, node: RouterNode):
         self.node = node
+
+    async def Control(self, request_iterator, context):
+        stream = Stream()
+        try:
+            # Read, not iterated: a stream cancelled at stop leaves no generator to finalize.
+            while (m := await context.read()) is not grpc.aio.EOF:
+                self.node.control.receive(stream, m, context)
+        finally:
+            self.node.control.ended(stream)
+        return opb.ControlReply()
 
     async def Describe(self, request, context):
         node, ov = self.node, self.node.overlay
         here = ov.here or (0, 0)
         out = opb.DescribeResponse(router_id=node.config.id, region=ov.region, position=here[0],
                                    region_index=here[1], regions=ov.regions, routing=node.routing)
+        control = node.control
+        out.subgroups, out.complete = len(control.subgroups.count), control.complete
+        summaries = control.summaries
+        for region in sorted(set(summaries.region_of.values())):
+            out.summaries.add(region=region, complete=summaries.known(region),
+                              subgroups=len(summaries.keys(region)))
         for peer, link in sorted(node.links.links.items()):
             s = ov.state(peer)
             out.links.add(peer=peer, kind=ov.kind(peer), queue_length=link.queue_length,

@@ -108,7 +108,7 @@ POLICY: dict[str, str] = {
                                  "Replication/Push", "Relay/Stream", "Matcher/Register", "Matcher/Remove",
                                  "Matcher/Match", "Matcher/Store", "Matcher/Drop", "Matcher/Revoke",
                                  "Matcher/Sync", "Matcher/Reconcile", "Durable/Apply", "Durable/Fetch",
-                                 "Crawl/Step")},
+                                 "Crawl/Step", "Router/Control")},
     # Durable subscriptions by name: any identity lists and reads them; Seek and
     # DeleteSubscription need the subscribe right on the subscription's topic (checked
     # by the handler once the topic is known, agent/durable/rpc.py).

@@ -38,7 +38,7 @@ BACKLOG_POLICY_DROP_NEW: BacklogPolicy
 BACKLOG_POLICY_REJECT_PUBLISH: BacklogPolicy
 
 class PublishRequest(_message.Message):
-    __slots__ = ("topic", "attributes", "payload", "ordering_key", "producer_id", "sequence", "ack_level", "slice_index", "slice_count", "payload_size", "batch", "coalesce_acks")
+    __slots__ = ("topic", "attributes", "payload", "ordering_key", "producer_id", "sequence", "ack_level", "slice_index", "slice_count", "payload_size", "batch", "coalesce_acks", "lean_acks")
     class AttributesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -58,6 +58,7 @@ class PublishRequest(_message.Message):
     PAYLOAD_SIZE_FIELD_NUMBER: _ClassVar[int]
     BATCH_FIELD_NUMBER: _ClassVar[int]
     COALESCE_ACKS_FIELD_NUMBER: _ClassVar[int]
+    LEAN_ACKS_FIELD_NUMBER: _ClassVar[int]
     topic: str
     attributes: _containers.MessageMap[str, _common_pb2.Value]
     payload: bytes
@@ -70,7 +71,8 @@ class PublishRequest(_message.Message):
     payload_size: int
     batch: _containers.RepeatedCompositeFieldContainer[PublishRequest]
     coalesce_acks: bool
-    def __init__(self, topic: _Optional[str] = ..., attributes: _Optional[_Mapping[str, _common_pb2.Value]] = ..., payload: _Optional[bytes] = ..., ordering_key: _Optional[str] = ..., producer_id: _Optional[str] = ..., sequence: _Optional[int] = ..., ack_level: _Optional[_Union[AckLevel, str]] = ..., slice_index: _Optional[int] = ..., slice_count: _Optional[int] = ..., payload_size: _Optional[int] = ..., batch: _Optional[_Iterable[_Union[PublishRequest, _Mapping]]] = ..., coalesce_acks: _Optional[bool] = ...) -> None: ...
+    lean_acks: bool
+    def __init__(self, topic: _Optional[str] = ..., attributes: _Optional[_Mapping[str, _common_pb2.Value]] = ..., payload: _Optional[bytes] = ..., ordering_key: _Optional[str] = ..., producer_id: _Optional[str] = ..., sequence: _Optional[int] = ..., ack_level: _Optional[_Union[AckLevel, str]] = ..., slice_index: _Optional[int] = ..., slice_count: _Optional[int] = ..., payload_size: _Optional[int] = ..., batch: _Optional[_Iterable[_Union[PublishRequest, _Mapping]]] = ..., coalesce_acks: _Optional[bool] = ..., lean_acks: _Optional[bool] = ...) -> None: ...
 
 class PublishAck(_message.Message):
     __slots__ = ("producer_id", "sequence", "code", "error", "destinations", "duplicate", "acks", "stream_status")

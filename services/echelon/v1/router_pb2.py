@@ -22,21 +22,33 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from echelon.v1 import common_pb2 as echelon_dot_v1_dot_common__pb2
+from echelon.v1 import matcher_pb2 as echelon_dot_v1_dot_matcher__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x65\x63helon/v1/router.proto\x12\nechelon.v1\"\x11\n\x0f\x44\x65scribeRequest\"m\n\nLinkStatus\x12\x0c\n\x04peer\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x14\n\x0cqueue_length\x18\x03 \x01(\r\x12\x1a\n\x12\x63ongestion_element\x18\x04 \x01(\x01\x12\x11\n\tcongested\x18\x05 \x01(\x08\"\xa6\x01\n\x10\x44\x65scribeResponse\x12\x11\n\trouter_id\x18\x01 \x01(\t\x12\x0e\n\x06region\x18\x02 \x01(\t\x12\x10\n\x08position\x18\x03 \x01(\r\x12\x14\n\x0cregion_index\x18\x04 \x01(\r\x12\x0f\n\x07regions\x18\x05 \x03(\t\x12\x0f\n\x07routing\x18\x06 \x01(\t\x12%\n\x05links\x18\x07 \x03(\x0b\x32\x16.echelon.v1.LinkStatus2O\n\x06Router\x12\x45\n\x08\x44\x65scribe\x12\x1b.echelon.v1.DescribeRequest\x1a\x1c.echelon.v1.DescribeResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x65\x63helon/v1/router.proto\x12\nechelon.v1\x1a\x17\x65\x63helon/v1/common.proto\x1a\x18\x65\x63helon/v1/matcher.proto\"=\n\x08Subgroup\x12\r\n\x05topic\x18\x01 \x01(\t\x12\"\n\x06\x66ilter\x18\x02 \x01(\x0b\x32\x12.echelon.v1.Filter\"\xec\x01\n\x0e\x43ontrolMessage\x12%\n\x04kind\x18\x01 \x01(\x0e\x32\x17.echelon.v1.ControlKind\x12\x0e\n\x06sender\x18\x02 \x01(\t\x12\x0e\n\x06region\x18\x03 \x01(\t\x12/\n\rsubscriptions\x18\x04 \x03(\x0b\x32\x18.echelon.v1.Subscription\x12\x0b\n\x03ids\x18\x05 \x03(\t\x12\'\n\tsubgroups\x18\x06 \x03(\x0b\x32\x14.echelon.v1.Subgroup\x12\x0c\n\x04\x66ull\x18\x07 \x01(\x08\x12\x0c\n\x04last\x18\x08 \x01(\x08\x12\x10\n\x08\x63omplete\x18\t \x01(\x08\"\x0e\n\x0c\x43ontrolReply\"\x11\n\x0f\x44\x65scribeRequest\"m\n\nLinkStatus\x12\x0c\n\x04peer\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x14\n\x0cqueue_length\x18\x03 \x01(\r\x12\x1a\n\x12\x63ongestion_element\x18\x04 \x01(\x01\x12\x11\n\tcongested\x18\x05 \x01(\x08\"\xf9\x01\n\x10\x44\x65scribeResponse\x12\x11\n\trouter_id\x18\x01 \x01(\t\x12\x0e\n\x06region\x18\x02 \x01(\t\x12\x10\n\x08position\x18\x03 \x01(\r\x12\x14\n\x0cregion_index\x18\x04 \x01(\r\x12\x0f\n\x07regions\x18\x05 \x03(\t\x12\x0f\n\x07routing\x18\x06 \x01(\t\x12%\n\x05links\x18\x07 \x03(\x0b\x32\x16.echelon.v1.LinkStatus\x12\x11\n\tsubgroups\x18\x08 \x01(\r\x12\x10\n\x08\x63omplete\x18\t \x01(\x08\x12,\n\tsummaries\x18\n \x03(\x0b\x32\x19.echelon.v1.RegionSummary\"D\n\rRegionSummary\x12\x0e\n\x06region\x18\x01 \x01(\t\x12\x10\n\x08\x63omplete\x18\x02 \x01(\x08\x12\x11\n\tsubgroups\x18\x03 \x01(\r*\x8f\x01\n\x0b\x43ontrolKind\x12\x1c\n\x18\x43ONTROL_KIND_UNSPECIFIED\x10\x00\x12\x14\n\x10\x43ONTROL_KIND_SUB\x10\x01\x12\x16\n\x12\x43ONTROL_KIND_UNSUB\x10\x02\x12\x18\n\x14\x43ONTROL_KIND_CIB_SET\x10\x03\x12\x1a\n\x16\x43ONTROL_KIND_CIB_CLEAR\x10\x04\x32\x92\x01\n\x06Router\x12\x45\n\x08\x44\x65scribe\x12\x1b.echelon.v1.DescribeRequest\x1a\x1c.echelon.v1.DescribeResponse\x12\x41\n\x07\x43ontrol\x12\x1a.echelon.v1.ControlMessage\x1a\x18.echelon.v1.ControlReply(\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'echelon.v1.router_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_DESCRIBEREQUEST']._serialized_start=39
-  _globals['_DESCRIBEREQUEST']._serialized_end=56
-  _globals['_LINKSTATUS']._serialized_start=58
-  _globals['_LINKSTATUS']._serialized_end=167
-  _globals['_DESCRIBERESPONSE']._serialized_start=170
-  _globals['_DESCRIBERESPONSE']._serialized_end=336
-  _globals['_ROUTER']._serialized_start=338
-  _globals['_ROUTER']._serialized_end=417
+  _globals['_CONTROLKIND']._serialized_start=861
+  _globals['_CONTROLKIND']._serialized_end=1004
+  _globals['_SUBGROUP']._serialized_start=90
+  _globals['_SUBGROUP']._serialized_end=151
+  _globals['_CONTROLMESSAGE']._serialized_start=154
+  _globals['_CONTROLMESSAGE']._serialized_end=390
+  _globals['_CONTROLREPLY']._serialized_start=392
+  _globals['_CONTROLREPLY']._serialized_end=406
+  _globals['_DESCRIBEREQUEST']._serialized_start=408
+  _globals['_DESCRIBEREQUEST']._serialized_end=425
+  _globals['_LINKSTATUS']._serialized_start=427
+  _globals['_LINKSTATUS']._serialized_end=536
+  _globals['_DESCRIBERESPONSE']._serialized_start=539
+  _globals['_DESCRIBERESPONSE']._serialized_end=788
+  _globals['_REGIONSUMMARY']._serialized_start=790
+  _globals['_REGIONSUMMARY']._serialized_end=858
+  _globals['_ROUTER']._serialized_start=1007
+  _globals['_ROUTER']._serialized_end=1153
 # @@protoc_insertion_point(module_scope)

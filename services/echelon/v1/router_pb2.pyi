@@ -1,10 +1,60 @@
+from echelon.v1 import common_pb2 as _common_pb2
+from echelon.v1 import matcher_pb2 as _matcher_pb2
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class ControlKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    CONTROL_KIND_UNSPECIFIED: _ClassVar[ControlKind]
+    CONTROL_KIND_SUB: _ClassVar[ControlKind]
+    CONTROL_KIND_UNSUB: _ClassVar[ControlKind]
+    CONTROL_KIND_CIB_SET: _ClassVar[ControlKind]
+    CONTROL_KIND_CIB_CLEAR: _ClassVar[ControlKind]
+CONTROL_KIND_UNSPECIFIED: ControlKind
+CONTROL_KIND_SUB: ControlKind
+CONTROL_KIND_UNSUB: ControlKind
+CONTROL_KIND_CIB_SET: ControlKind
+CONTROL_KIND_CIB_CLEAR: ControlKind
+
+class Subgroup(_message.Message):
+    __slots__ = ("topic", "filter")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    FILTER_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    filter: _common_pb2.Filter
+    def __init__(self, topic: _Optional[str] = ..., filter: _Optional[_Union[_common_pb2.Filter, _Mapping]] = ...) -> None: ...
+
+class ControlMessage(_message.Message):
+    __slots__ = ("kind", "sender", "region", "subscriptions", "ids", "subgroups", "full", "last", "complete")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    SENDER_FIELD_NUMBER: _ClassVar[int]
+    REGION_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTIONS_FIELD_NUMBER: _ClassVar[int]
+    IDS_FIELD_NUMBER: _ClassVar[int]
+    SUBGROUPS_FIELD_NUMBER: _ClassVar[int]
+    FULL_FIELD_NUMBER: _ClassVar[int]
+    LAST_FIELD_NUMBER: _ClassVar[int]
+    COMPLETE_FIELD_NUMBER: _ClassVar[int]
+    kind: ControlKind
+    sender: str
+    region: str
+    subscriptions: _containers.RepeatedCompositeFieldContainer[_matcher_pb2.Subscription]
+    ids: _containers.RepeatedScalarFieldContainer[str]
+    subgroups: _containers.RepeatedCompositeFieldContainer[Subgroup]
+    full: bool
+    last: bool
+    complete: bool
+    def __init__(self, kind: _Optional[_Union[ControlKind, str]] = ..., sender: _Optional[str] = ..., region: _Optional[str] = ..., subscriptions: _Optional[_Iterable[_Union[_matcher_pb2.Subscription, _Mapping]]] = ..., ids: _Optional[_Iterable[str]] = ..., subgroups: _Optional[_Iterable[_Union[Subgroup, _Mapping]]] = ..., full: _Optional[bool] = ..., last: _Optional[bool] = ..., complete: _Optional[bool] = ...) -> None: ...
+
+class ControlReply(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
 
 class DescribeRequest(_message.Message):
     __slots__ = ()
@@ -25,7 +75,7 @@ class LinkStatus(_message.Message):
     def __init__(self, peer: _Optional[str] = ..., kind: _Optional[str] = ..., queue_length: _Optional[int] = ..., congestion_element: _Optional[float] = ..., congested: _Optional[bool] = ...) -> None: ...
 
 class DescribeResponse(_message.Message):
-    __slots__ = ("router_id", "region", "position", "region_index", "regions", "routing", "links")
+    __slots__ = ("router_id", "region", "position", "region_index", "regions", "routing", "links", "subgroups", "complete", "summaries")
     ROUTER_ID_FIELD_NUMBER: _ClassVar[int]
     REGION_FIELD_NUMBER: _ClassVar[int]
     POSITION_FIELD_NUMBER: _ClassVar[int]
@@ -33,6 +83,9 @@ class DescribeResponse(_message.Message):
     REGIONS_FIELD_NUMBER: _ClassVar[int]
     ROUTING_FIELD_NUMBER: _ClassVar[int]
     LINKS_FIELD_NUMBER: _ClassVar[int]
+    SUBGROUPS_FIELD_NUMBER: _ClassVar[int]
+    COMPLETE_FIELD_NUMBER: _ClassVar[int]
+    SUMMARIES_FIELD_NUMBER: _ClassVar[int]
     router_id: str
     region: str
     position: int
@@ -40,4 +93,17 @@ class DescribeResponse(_message.Message):
     regions: _containers.RepeatedScalarFieldContainer[str]
     routing: str
     links: _containers.RepeatedCompositeFieldContainer[LinkStatus]
-    def __init__(self, router_id: _Optional[str] = ..., region: _Optional[str] = ..., position: _Optional[int] = ..., region_index: _Optional[int] = ..., regions: _Optional[_Iterable[str]] = ..., routing: _Optional[str] = ..., links: _Optional[_Iterable[_Union[LinkStatus, _Mapping]]] = ...) -> None: ...
+    subgroups: int
+    complete: bool
+    summaries: _containers.RepeatedCompositeFieldContainer[RegionSummary]
+    def __init__(self, router_id: _Optional[str] = ..., region: _Optional[str] = ..., position: _Optional[int] = ..., region_index: _Optional[int] = ..., regions: _Optional[_Iterable[str]] = ..., routing: _Optional[str] = ..., links: _Optional[_Iterable[_Union[LinkStatus, _Mapping]]] = ..., subgroups: _Optional[int] = ..., complete: _Optional[bool] = ..., summaries: _Optional[_Iterable[_Union[RegionSummary, _Mapping]]] = ...) -> None: ...
+
+class RegionSummary(_message.Message):
+    __slots__ = ("region", "complete", "subgroups")
+    REGION_FIELD_NUMBER: _ClassVar[int]
+    COMPLETE_FIELD_NUMBER: _ClassVar[int]
+    SUBGROUPS_FIELD_NUMBER: _ClassVar[int]
+    region: str
+    complete: bool
+    subgroups: int
+    def __init__(self, region: _Optional[str] = ..., complete: _Optional[bool] = ..., subgroups: _Optional[int] = ...) -> None: ...

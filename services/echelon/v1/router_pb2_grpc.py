@@ -39,6 +39,11 @@ class RouterStub:
                 request_serializer=echelon_dot_v1_dot_router__pb2.DescribeRequest.SerializeToString,
                 response_deserializer=echelon_dot_v1_dot_router__pb2.DescribeResponse.FromString,
                 _registered_method=True)
+        self.Control = channel.stream_unary(
+                '/echelon.v1.Router/Control',
+                request_serializer=echelon_dot_v1_dot_router__pb2.ControlMessage.SerializeToString,
+                response_deserializer=echelon_dot_v1_dot_router__pb2.ControlReply.FromString,
+                _registered_method=True)
 
 
 class RouterServicer:
@@ -50,6 +55,21 @@ class RouterServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Control(self, request_iterator, context):
+        """OctopiA's control plane (docs/event-path.md, "Regions that stand alone"): one stream
+        per sender and router. An agent sends its subscriptions to every router of its region
+        (SUB / UNSUB: the region's subgroup); a router sends its region's subgroups to the
+        routers of the other regions (CIB_SET / CIB_CLEAR), which send an event to a region
+        only when one of its subgroups matches it. Every stream starts with the sender's full
+        state, so a restarted router or a reset link never keeps a stale summary.
+        INVALID_ARGUMENT for a malformed message, PERMISSION_DENIED (under mTLS) when the
+        certificate does not name the sender with the role its kind needs; the stream ends
+        there and the refused message changes nothing.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RouterServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -57,6 +77,11 @@ def add_RouterServicer_to_server(servicer, server):
                     servicer.Describe,
                     request_deserializer=echelon_dot_v1_dot_router__pb2.DescribeRequest.FromString,
                     response_serializer=echelon_dot_v1_dot_router__pb2.DescribeResponse.SerializeToString,
+            ),
+            'Control': grpc.stream_unary_rpc_method_handler(
+                    servicer.Control,
+                    request_deserializer=echelon_dot_v1_dot_router__pb2.ControlMessage.FromString,
+                    response_serializer=echelon_dot_v1_dot_router__pb2.ControlReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -86,6 +111,33 @@ class Router:
             '/echelon.v1.Router/Describe',
             echelon_dot_v1_dot_router__pb2.DescribeRequest.SerializeToString,
             echelon_dot_v1_dot_router__pb2.DescribeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Control(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(
+            request_iterator,
+            target,
+            '/echelon.v1.Router/Control',
+            echelon_dot_v1_dot_router__pb2.ControlMessage.SerializeToString,
+            echelon_dot_v1_dot_router__pb2.ControlReply.FromString,
             options,
             channel_credentials,
             insecure,

@@ -574,6 +574,7 @@ class PublishRequest:  # pubsub.proto
     payload_size = 0x50  # 10, varint
     batch = 0xa2  # 20, length-delimited
     coalesce_acks = 0x3c0  # 120, varint
+    lean_acks = 0x3c8  # 121, varint
 
     class AttributesEntry:
         key = 0x0a  # 1, length-delimited
@@ -776,6 +777,27 @@ class RelayAck:  # relay.proto
     seqs = 0x0a  # 1, length-delimited
 
 
+class Subgroup:  # router.proto
+    topic = 0x0a  # 1, length-delimited
+    filter = 0x12  # 2, length-delimited
+
+
+class ControlMessage:  # router.proto
+    kind = 0x08  # 1, varint
+    sender = 0x12  # 2, length-delimited
+    region = 0x1a  # 3, length-delimited
+    subscriptions = 0x22  # 4, length-delimited
+    ids = 0x2a  # 5, length-delimited
+    subgroups = 0x32  # 6, length-delimited
+    full = 0x38  # 7, varint
+    last = 0x40  # 8, varint
+    complete = 0x48  # 9, varint
+
+
+class ControlReply:  # router.proto
+    pass
+
+
 class DescribeRequest:  # router.proto
     pass
 
@@ -796,3 +818,12 @@ class DescribeResponse:  # router.proto
     regions = 0x2a  # 5, length-delimited
     routing = 0x32  # 6, length-delimited
     links = 0x3a  # 7, length-delimited
+    subgroups = 0x40  # 8, varint
+    complete = 0x48  # 9, varint
+    summaries = 0x52  # 10, length-delimited
+
+
+class RegionSummary:  # router.proto
+    region = 0x0a  # 1, length-delimited
+    complete = 0x10  # 2, varint
+    subgroups = 0x18  # 3, varint

@@ -5,11 +5,13 @@ how a holder that restarted, or holds a copy with nothing in it, takes one (`tak
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import TYPE_CHECKING
 
 import grpc
 
+from echelon.agent.durable.store import key_of
 from echelon.agent.durable.subscription import DurableSubscription
 from echelon.contract.errors import FailedPrecondition, NotFound, Unavailable
 from echelon.v1 import common_pb2 as pb
@@ -20,6 +22,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("echelon.agent.durable.durables")
 CALL_TIMEOUT = 3.0  # every call between holders
+TOP_UP_AFTER = (2.0, 10.0)  # seconds between looks at a copy's holder again (`top_up`)
 
 
 async def take_copy(d: Durables, sub: DurableSubscription) -> None:
@@ -56,10 +59,34 @@ async def take_copy(d: Durables, sub: DurableSubscription) -> None:
         log.info("durable %s: took %s's copy (%d messages owed)", sub.name, h, sub.depth)
         sub.synced, sub.empty = True, False
         sub.arrived.clear()
+        sub.top_up = asyncio.create_task(top_up(d, sub, h), name=f"durable-top-up {sub.name}")
         return
     sub.synced = answered_all and not fresh
     if sub.synced:
         sub.arrived.clear()
+
+async def top_up(d: Durables, sub: DurableSubscription, holder: str) -> None:
+    """Look at `holder`'s copy again, a while after taking it, and owe what it received
+    since that this agent never logged: an event this agent was handed before it held the
+    subscription (an adopted copy: it matched nothing here) reaches the other holder later
+    when that one is below this agent in the event's dissemination tree, so the copy taken
+    did not have it. Acks that holder knows apply first; what was acked is never owed again."""
+    for delay in TOP_UP_AFTER:
+        await asyncio.sleep(delay)
+        if sub.closed or d.subs.get(sub.name) is not sub:
+            return
+        try:
+            state = await d.peers.stub(holder).Fetch(dpb.FetchRequest(name=sub.name), timeout=CALL_TIMEOUT)
+        except (grpc.aio.AioRpcError, Unavailable):
+            continue  # gone or busy: its acks and our own log stand
+        sub.apply_acks([(m.producer_id, m.sequence) for m in state.acked])
+        missing = [e for e in state.backlog if key_of(e) not in sub.sizes and key_of(e) not in sub.recent]
+        for e in missing:
+            sub.offer(e)
+        if missing:
+            log.info("durable %s: %d messages %s had received after its copy were owed here too", sub.name,
+                     len(missing), holder)
+
 
 def copy_of(d: Durables, name: str) -> dpb.DurableState:
     sub = d.subs.get(name)

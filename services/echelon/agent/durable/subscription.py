@@ -18,6 +18,7 @@ oldest down to the bound (DROP_OLDEST, counted in `drops`).
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import os
 import time
@@ -64,6 +65,7 @@ class DurableSubscription(Subscription):
         self.synced = True  # False: loaded from disk, not yet compared with an older holder's copy
         self.empty = False  # True: adopted with no copy of its own yet (only another holder's will do)
         self.arrived: set[Key] = set()  # received by this process while not synced: kept beside a copy
+        self.top_up: asyncio.Task | None = None  # copies.py `top_up`, after a copy was taken
         self.recent: OrderedDict[Key, None] = OrderedDict()  # acked lately: a late copy is not owed again
         self.stale: set[Key] = set()  # acked by the serving holder, still in `backlog` (skipped)
 
