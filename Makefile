@@ -60,9 +60,11 @@ chaos: $(STAMP) $(SYSTEM)
 	$(PY) -m pytest -q -m chaos tests/chaos
 
 # The property and simulation tests at their full counts: `make test` runs each with fewer
-# examples or a shorter simulated time (the packaging test, from PyPI, runs in CI on its own).
+# examples or a shorter simulated time (the packaging test, from PyPI, runs in CI on its own);
+# and the durable crash at every case of every step (`make test` runs one case per step).
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow tests/unit --ignore=tests/unit/test_client_packaging.py
+	$(PY) -m pytest -q -m slow tests/integration/test_durable_crash.py
 
 # The chart on a real kube-apiserver (shared/kube-kit builds it, about 10 minutes): every
 # ci/*-values.yaml scenario installed into a namespace enforcing PodSecurity restricted,
