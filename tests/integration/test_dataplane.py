@@ -23,6 +23,7 @@ from prometheus_client import generate_latest
 from echelon.client import DELIVERED
 from echelon.core import lbdd
 from echelon.dataplane import dissemination
+from echelon.dataplane import root as root_module
 from tests.harness import Cluster, free_layout, wait_for
 
 SUBSCRIBERS = range(1, 9)
@@ -178,11 +179,12 @@ def received_bytes(agent) -> float:
 @pytest.mark.parametrize("lbdd_cluster", [{"stripes": 1}, {"stripes": 8}], indirect=True)
 async def test_killing_an_inner_relay_mid_transfer_loses_and_duplicates_nothing(lbdd_cluster, monkeypatch):
     cluster, collectors = lbdd_cluster
-    # Relay fences lift by the acks they wait for, not by their bound (a stalled link's):
-    # with the bound out of reach, two fences waiting on each other (relays re-routing toward
-    # each other after the crash: dataplane/dissemination.py `_fence`) would hold the
-    # DELIVERED acks past the 15 s below.
+    # Fences lift by the acks they wait for, not by their bound (a stalled link's): with the
+    # bound out of reach, two fences waiting on each other (relays re-routing toward each
+    # other after the crash: dataplane/dissemination.py `_fence`) would hold the DELIVERED
+    # acks past the 15 s below.
     monkeypatch.setattr(dissemination, "FENCE_SECONDS", 60.0)
+    monkeypatch.setattr(root_module, "FENCE_SECONDS", 60.0)
     root = cluster.agent_nodes[0]
     subscribers = [cluster.agent_nodes[i] for i in SUBSCRIBERS]
     trees = root.plane.trees

@@ -443,6 +443,33 @@ async def test_after_a_view_change_the_root_holds_a_producer_back_until_its_old_
     assert sum(len(link.frames) for link in node.links.values()) > sent  # p:2 went out after p:1 was held
 
 
+async def test_the_roots_fence_waits_only_for_a_view_that_changed_the_trees_and_at_most_fence_seconds(
+        monkeypatch):
+    """A view that changes no tree fences nothing; after one that does, a producer's old
+    message that is never acknowledged (a named subscription's consumer holding it, a
+    stalled link) holds the next one back for FENCE_SECONDS, counted, not for ever."""
+    from echelon.dataplane import root as root_module
+    from echelon.dataplane.dissemination import DataPlane
+
+    monkeypatch.setattr(root_module, "FENCE_SECONDS", 0.2)
+    members = view(PAPER)
+    node = FakeNode(members[0], members)
+    plane = DataPlane(node, node.trees)
+    plane.on_view()  # the first view: the trees as they are
+    everyone = [m.id for m in members[1:]]
+    ev = lambda seq: pb.Event(id=pb.MessageId(producer_id="p", sequence=seq), topic="t")  # noqa: E731
+    (old,) = await plane.publish([(ev(1), b"", everyone)])
+    assert not node.trees.update(members)  # the same members: no tree changed
+    plane.on_view()
+    (second,) = await asyncio.wait_for(plane.publish([(ev(2), b"", everyone)]), 0.1)  # not fenced
+    node.trees.update(members[:-1])  # a leaf left: the routes change
+    plane.on_view()
+    started = asyncio.get_running_loop().time()
+    (third,) = await asyncio.wait_for(plane.publish([(ev(3), b"", everyone[:-1])]), 5)
+    assert asyncio.get_running_loop().time() - started >= 0.2
+    assert not old.done() and not second.done() and plane.fence_timeouts == 1
+
+
 async def test_a_whole_message_travels_as_the_roots_bytes_and_the_older_form_is_still_read():
     """The root serializes a small event once (`encoded_event`, payload included); a relay
     forwards those bytes unchanged and delivers the same event locally. A message in the

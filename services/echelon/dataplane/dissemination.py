@@ -50,7 +50,7 @@ from typing import Callable, Protocol
 from echelon.dataplane.frames import OutFrame, destinations, id_key, key_of, peek, slice_body, whole_tail
 from echelon.dataplane.holds import Hold, Job, forget_settled
 from echelon.dataplane.parking import PARK_BYTES, PARK_MESSAGES, PARK_SECONDS, Parked, Parking
-from echelon.dataplane.root import Root
+from echelon.dataplane.root import FENCE_SECONDS, Root
 from echelon.dataplane.slices import Streams
 from echelon.dataplane.trees import Trees
 from echelon.v1 import common_pb2 as pb
@@ -67,10 +67,6 @@ MAX_SLICE_HOLDS = 4_096
 # A relay's ack waits this long at most for a destination absent from its view (`_park`): a
 # view rebuilt by restarted membership replicas can take seconds to hold every member again.
 HOLD_SECONDS = 15.0
-# A relay's new routes wait this long at most for what it relayed on the old view (`_fence`):
-# a stalled link must not stop the relay for longer. Fences are per root and first stripe, so
-# no two wait on each other (`_fence`); this bound is for links, not for a cycle.
-FENCE_SECONDS = 2.0
 
 
 class Host(Protocol):
@@ -123,7 +119,7 @@ class DataPlane:
         self._behind: dict[str, set[asyncio.Future]] = {}
         self._fenced: dict[str, deque[tuple[rpb.RelayFrame, Callable[[], None]]]] = {}
         self._lifting: dict[str, asyncio.Task] = {}
-        self.fence_timeouts = 0  # fences lifted by FENCE_SECONDS, not by the acks they waited for
+        self.fence_timeouts = 0  # fences (the root's and this relay's) lifted by FENCE_SECONDS, not by their acks
 
     @property
     def parked_count(self) -> int:
@@ -273,13 +269,16 @@ class DataPlane:
         return dropped
 
     def on_view(self) -> None:
-        """After `trees.update`: the root fences its producers' messages in flight (root.py);
-        the parked messages of members ALIVE again are sent, those of members that left or
-        vanished from the view dropped."""
-        self.root.on_view()
+        """After `trees.update`: if the trees changed, the root fences its producers'
+        messages in flight (root.py) and this node as a relay fences too; the parked messages
+        of members ALIVE again are sent, those of members that left or vanished from the view
+        dropped. A view that leaves the trees as they were (a topic, a matcher, a member's
+        state that routes nothing) fences nothing: every message keeps its path, and a
+        fence would wait for acks that a named subscription's consumer may hold for long."""
         shape = (self.trees.table, getattr(self.trees, "hinted", None))
         if shape != self._shape:
             self._shape = shape
+            self.root.on_view()
             self._fence()
         for member_id in [m for m in self.parking.members() if m in self.trees.dead]:
             self._let_go(self.parking.parked[member_id])  # DEAD now: its messages wait, the acks do not

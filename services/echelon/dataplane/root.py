@@ -25,7 +25,10 @@ stuck behind a relay that has not seen the change yet (it re-routes when it does
 the root's next message takes a new path around it and could overtake it. So the root
 fences there too: after `on_view`, a producer's next message leaves only once every
 message of that producer sent on the old view is acknowledged (held by its
-destinations). Publishing pauses for about the time the slowest relay takes to catch up.
+destinations), or FENCE_SECONDS have passed: a destination may acknowledge late on
+purpose (a named subscription keeps a frame until its consumer settles it: agent/
+subscriptions.py), and publishing must not stop for a consumer. Publishing pauses for
+about the time the slowest relay takes to catch up.
 Within one view the tree does not depend on a message's destinations (a destination not
 yet advertised as a subscriber gets a direct copy, `trees`), so consecutive messages take
 one path to each destination at every node whose view did not change between them.
@@ -45,6 +48,11 @@ from echelon.contract.wire import length_delimited, varints
 from echelon.v1 import common_pb2 as pb
 from echelon.v1 import relay_pb2 as rpb
 from echelon.v1 import tags
+
+# The longest a fence waits for what was sent on the old view (the root's here, a relay's
+# in dissemination.py): a stalled link, or a consumer holding its acks, must not stop
+# publishing for longer. Fences are per root and first stripe, so no two wait on each other.
+FENCE_SECONDS = 2.0
 
 if TYPE_CHECKING:
     from echelon.dataplane.dissemination import DataPlane
@@ -115,7 +123,9 @@ class Root:
             if p.barrier:
                 behind, p.barrier = [f for f in p.barrier if not f.done()], []
                 if behind:
-                    await asyncio.wait(behind)
+                    _, late = await asyncio.wait(behind, timeout=FENCE_SECONDS)
+                    if late:
+                        self.plane.fence_timeouts += 1
                 continue
             if stripes == _STRIPE0 and not p.striped:
                 return  # the common case, O(1): small events after small events
