@@ -14,6 +14,7 @@ subscriptions' filters itself (brute force), so it can tell
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
@@ -100,3 +101,16 @@ def totals(reports: Iterable[Report]) -> dict:
             if k != "subscription":
                 t[k] += v
     return dict(t)
+
+
+async def drain(sub, idle: float = 0.3) -> list:
+    """Everything a subscription (the SDK's) receives until it is idle for `idle` seconds,
+    each acked: a subscription's log for `check`, in the tests and the runs alike."""
+    out = []
+    while True:
+        try:
+            m = await sub.next(timeout=idle)
+        except asyncio.TimeoutError:
+            return out
+        out.append(m)
+        await m.ack()

@@ -29,19 +29,7 @@ from echelon.v1 import router_pb2 as opb
 from echelon.v1 import router_pb2_grpc as ogrpc
 from loadtest.netns import Network, check_available
 from loadtest.octopia_net import RegionsPlacement, REGIONS, ROUTERS
-
-
-async def drain(sub, idle: float = 0.3) -> list:
-    """Everything that arrives until the stream is idle for `idle` seconds."""
-    out = []
-    while True:
-        try:
-            m = await sub.next(timeout=idle)
-        except asyncio.TimeoutError:
-            return out
-        out.append(m)
-        await m.ack()
-
+from loadtest.checker import drain
 
 
 def scrape(cluster, last):

@@ -16,6 +16,7 @@ from echelon.contract.filters import DEFAULT_LIMITS, Filter, FilterLimits, Op, P
 from echelon.contract.wire import filter_to_pb
 from echelon.v1 import common_pb2 as pb
 from tests.harness import wait_for
+from loadtest.checker import drain
 
 SCHEMA = ["Symbol:string:8", "High:float:0:500", "Volume:int:0:310000000"]
 SHORT = 300  # characters: a refusal quotes an excerpt, never the filter
@@ -84,17 +85,6 @@ async def test_oversized_filters_are_refused_invalid_argument_changing_nothing(c
         assert (await honest.next(timeout=5)).attributes == {"High": 2.0}
 
 
-async def _drain(sub, idle: float = 0.3) -> list:
-    out = []
-    while True:
-        try:
-            m = await sub.next(timeout=idle)
-        except asyncio.TimeoutError:
-            return out
-        out.append(m)
-        await m.ack()
-
-
 async def test_an_or_filter_is_one_subscription_delivered_each_event_once(cluster):
     c0, c1 = cluster.client(0), cluster.client(1)
     await c0.create_topic("quotes", SCHEMA)
@@ -120,7 +110,7 @@ async def test_an_or_filter_is_one_subscription_delivered_each_event_once(cluste
     for m in got:
         await m.ack()
     await asyncio.gather(*out)
-    got += await _drain(sub)  # and nothing more
+    got += await drain(sub)  # and nothing more
     assert [m.attributes for m in got] == expected and len(expected) == 4
     # The named subscription comes back with a narrower filter: the extra entries go.
     await sub.close()
@@ -155,7 +145,7 @@ async def test_a_durable_subscription_keeps_its_or_filter(tmp_path):
         pub = c0.publisher(ack_level=DELIVERED)
         for e in events:
             await pub.publish("quotes", e)
-        got = await _drain(sub)
+        got = await drain(sub)
         assert [m.attributes for m in got] == [e for e in events if parse(text).matches(e)] and len(got) == 3
         await sub.close()
         again = c1.subscribe("quotes", text, name="keeper", durable=True)

@@ -10,20 +10,9 @@ import pytest
 from echelon.client import ACCEPTED, DELIVERED, errors
 from echelon.contract.filters import parse
 from tests.harness import wait_for
+from loadtest.checker import drain
 
 SCHEMA = ["Symbol:string", "High:float:0:500", "Low:float:0:500", "Volume:int:0:310000000"]
-
-
-async def drain(sub, idle: float = 0.3) -> list:
-    """Everything that arrives until the stream is idle for `idle` seconds."""
-    out = []
-    while True:
-        try:
-            m = await sub.next(timeout=idle)
-        except asyncio.TimeoutError:
-            return out
-        out.append(m)
-        await m.ack()
 
 
 async def publish_in_turn_and_check(clients, topic: str, events: list[dict], subs: dict, filters: dict) -> None:
