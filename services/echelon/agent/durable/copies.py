@@ -65,6 +65,7 @@ async def take_copy(d: Durables, sub: DurableSubscription) -> None:
     if sub.synced:
         sub.arrived.clear()
 
+
 async def top_up(d: Durables, sub: DurableSubscription, holder: str) -> None:
     """Look at `holder`'s copy again, a while after taking it, and owe what it received
     since that this agent never logged: an event this agent was handed before it held the

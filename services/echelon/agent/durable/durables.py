@@ -22,9 +22,9 @@ takes the copy of an older holder process (`sync`): what was published or acked 
 it was down is there, and what this process received itself meanwhile is kept beside it
 (it can be ahead of the other holder in an event's dissemination tree). For the same
 reason it looks at that holder's copy again a few seconds later (copies.py `top_up`): an
-event handed to it before it held the subscription matched nothing here. A holder that lost its disk learns of its subscriptions from the
-other holder, which tells every co-holder that (re)joins the view with a new process
-lifetime (`maintain`). A copy is adopted only from a process older than the adopter (or
+event handed to it before it held the subscription matched nothing here. A holder that
+lost its disk learns of its subscriptions from the other holder, which tells every
+co-holder that (re)joins the view with a new process lifetime (`maintain`). A copy is adopted only from a process older than the adopter (or
 by an agent with no copy at all), so a stale copy never overwrites a fresher one.
 
 Order. A holder logs what the data plane hands it in arrival order and serves it in
