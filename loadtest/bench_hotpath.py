@@ -60,6 +60,18 @@ def child(cluster: float, selectivity: int = 2, idle: float = 0.0, publishers: i
     print(json.dumps(out))
 
 
+def tree_env(path: str, **extra: str) -> dict[str, str]:
+    """The environment of a child that runs one tree: that tree on PYTHONPATH, and gRPC's
+    transport as that tree picks it. A parent that imported `echelon` holds its own tree's
+    default in GRPC_EXPERIMENTS (echelon/__init__.py), which a base tree would otherwise
+    inherit; one set before the parent started stays."""
+    env = {**os.environ, "PYTHONPATH": path}
+    picked = getattr(sys.modules.get("echelon"), "TRANSPORT", None)
+    if picked is not None and env.get("GRPC_EXPERIMENTS") == picked:
+        del env["GRPC_EXPERIMENTS"]
+    return {**env, **extra}
+
+
 def unpack(rev: str, into: Path) -> Path:
     """The base revision's `echelon` package and loadtest/ under `into`: services/echelon/, or
     services/ itself in revisions from before the src-style root."""
@@ -127,8 +139,7 @@ def main(argv: list[str] | None = None) -> None:
         paths = {"base": str(base), "head": os.pathsep.join((str(ROOT / "services"), str(ROOT)))}
         for r in range(args.rounds):
             for tree in ("base", "head"):
-                env = {**os.environ, "PYTHONPATH": paths[tree],
-                       **(dict(e.split("=", 1) for e in args.base_env) if tree == "base" else {})}
+                env = tree_env(paths[tree], **(dict(e.split("=", 1) for e in args.base_env) if tree == "base" else {}))
                 # This file runs as a script in either tree: `echelon` and `loadtest` are that tree's.
                 out = subprocess.run([sys.executable, __file__, "--child", "--cluster", str(args.cluster),
                                       "--selectivity", str(args.selectivity), "--publishers", str(args.publishers),

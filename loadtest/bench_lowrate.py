@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> None:
         child(args.seconds, args.selectivity, args.rates, args.publishers, args.modes)
         return
     from loadtest.bench_events.workload import cpu_waiting
-    from loadtest.bench_hotpath import unpack
+    from loadtest.bench_hotpath import tree_env, unpack
 
     runs: dict[str, list[list[dict]]] = {"base": [], "head": []}
     short: dict[str, list[float]] = {"base": [], "head": []}  # per round: the share of it the machine was short of cores
@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> None:
                                       "--selectivity", *map(str, args.selectivity), "--rates", *map(str, args.rates),
                                       "--publishers", *map(str, args.publishers),
                                       *(["--modes", *args.modes] if args.modes else [])],
-                                     env={**os.environ, "PYTHONPATH": paths[tree]}, cwd=trees[tree],
+                                     env=tree_env(paths[tree]), cwd=trees[tree],
                                      capture_output=True, text=True, timeout=1800)
                 if out.returncode:
                     raise SystemExit(f"{tree} child failed:\n{out.stderr}")

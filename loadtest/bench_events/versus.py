@@ -73,9 +73,11 @@ def side_by_side(base: str, rounds: int, argv: list[str]) -> str:
 def _child(passed: list[str], path: str, driver: Path, out: Path, attempts: int = 2) -> list[dict] | None:
     """One tree's cells (None: its cluster failed twice, e.g. not up in time on a loaded
     machine; the round then counts for neither tree)."""
+    from loadtest.bench_hotpath import tree_env
+
     for attempt in range(attempts):
         done = subprocess.run([sys.executable, "-m", "loadtest.bench_events", *passed, "--systems", "echelon",
-                               "--out", str(out / str(attempt))], env={**os.environ, "PYTHONPATH": path},
+                               "--out", str(out / str(attempt))], env=tree_env(path),
                               cwd=driver, capture_output=True, text=True, timeout=3600)
         if done.returncode == 0:
             return json.loads((out / str(attempt) / "bench_events.json").read_text())["cells"]
