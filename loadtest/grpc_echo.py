@@ -1,0 +1,117 @@
+"""What one gRPC message costs at a low rate, per transport: `python -m loadtest.grpc_echo`.
+
+A grpc.aio `Publish` stream on uvloop with no Echelon code behind it: the client writes one
+request and reads its answer every millisecond, so nothing can batch. This is how every hop
+of an event at 1,000/s travels. Each pair runs gRPC's default transport (the EventEngine)
+and the one `import echelon` picks (echelon.TRANSPORT), alternating, each in a server and a
+client process of its own, since gRPC reads GRPC_EXPERIMENTS once.
+Per run: the CPU per round trip of the client and of the server, and the round trip beyond
+the millisecond's sleep (docs/performance.md, "gRPC's transport").
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import echelon
+
+SETTINGS = {"gRPC default": "", "iomgr": echelon.TRANSPORT}
+
+
+def cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def _server() -> None:
+    import grpc
+
+    from echelon.v1 import pubsub_pb2 as ppb
+    from echelon.v1 import pubsub_pb2_grpc as pgrpc
+
+    class Echo(pgrpc.PubSubServicer):
+        async def Publish(self, requests, context):
+            async for r in requests:
+                yield ppb.PublishAck(sequence=r.sequence)
+
+    server = grpc.aio.server()
+    pgrpc.add_PubSubServicer_to_server(Echo(), server)
+    print(server.add_insecure_port("127.0.0.1:0"), flush=True)
+    await server.start()
+    await server.wait_for_termination()
+
+
+async def _client(port: int, server_pid: int, n: int) -> None:
+    import grpc
+
+    from echelon.v1 import pubsub_pb2 as ppb
+    from echelon.v1 import pubsub_pb2_grpc as pgrpc
+
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        call = pgrpc.PubSubStub(channel).Publish()
+        for i in range(100):  # warm up
+            await call.write(ppb.PublishRequest(sequence=i))
+            await call.read()
+        c0, s0, t0 = cpu_seconds(os.getpid()), cpu_seconds(server_pid), time.perf_counter()
+        for i in range(n):
+            await call.write(ppb.PublishRequest(sequence=i))
+            await call.read()
+            await asyncio.sleep(0.001)
+        c1, s1, t1 = cpu_seconds(os.getpid()), cpu_seconds(server_pid), time.perf_counter()
+        call.cancel()
+    print(f"{(c1 - c0) / n * 1e6:.1f} {(s1 - s0) / n * 1e6:.1f} {((t1 - t0) / n - 0.001) * 1e6:.1f}", flush=True)
+
+
+def run(setting: str, n: int) -> tuple[float, float, float]:
+    """(client us, server us, round trip beyond the sleep us) per round trip."""
+    env = {**os.environ, "GRPC_EXPERIMENTS": setting}
+    me = [sys.executable, "-m", "loadtest.grpc_echo"]
+    server = subprocess.Popen([*me, "--serve"], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(server.stdout.readline())
+        out = subprocess.run([*me, "--client", str(port), str(server.pid), str(n)], env=env, check=True,
+                             capture_output=True, text=True, timeout=300).stdout
+        client, srv, rtt = map(float, out.split())
+        return client, srv, rtt
+    finally:
+        server.kill()
+        server.wait()
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m loadtest.grpc_echo", description=__doc__)
+    ap.add_argument("--pairs", type=int, default=6, help="runs of each setting, alternating")
+    ap.add_argument("--round-trips", type=int, default=3000)
+    ap.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--client", nargs=3, type=int, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    from echelon.runtime import loop
+
+    if args.serve:
+        return loop.run(_server())
+    if args.client:
+        return loop.run(_client(*args.client))
+    runs: dict[str, list[tuple[float, float, float]]] = {k: [] for k in SETTINGS}
+    load0 = os.getloadavg()[0]
+    for _ in range(args.pairs):
+        for name, setting in SETTINGS.items():
+            runs[name].append(run(setting, args.round_trips))
+    print(f"one request and its answer every ms, {args.round_trips} per run, {args.pairs} runs per setting "
+          f"alternating; load average {load0:.1f} -> {os.getloadavg()[0]:.1f}")
+    print(f"{'us per round trip':<28}" + "".join(f"{k:>30}" for k in SETTINGS) + f"{'gain (medians)':>16}")
+    for i, what in enumerate(("client CPU", "server CPU", "round trip beyond the sleep")):
+        cols = {k: [r[i] for r in v] for k, v in runs.items()}
+        med = {k: statistics.median(v) for k, v in cols.items()}
+        cells = "".join(f"{f'{min(v):.0f}-{max(v):.0f} (median {med[k]:.0f})':>30}" for k, v in cols.items())
+        print(f"{what:<28}{cells}{med['gRPC default'] / med['iomgr']:>16.2f}")
+
+
+if __name__ == "__main__":
+    main()
