@@ -11,6 +11,10 @@ request, `--window` events in flight in sends of 256, as bench_events' saturatio
 - `ack each`: one PublishAck per request (the stubs' plain contract);
 - `coalesced`: one PublishAck per write, carrying in `acks` every request read while the
   last one was written (`coalesce_acks`, as the agent answers).
+- `agent, ack each` and `agent, coalesced`: the agent's own Publish handler (the reader
+  taking single-event requests in runs, agent/publish_reader.py, and admission and acks,
+  agent/publishing.py) on a stub node whose dispatcher settles each unit at once
+  (hotpath_publish.stub_publishing): the agent's per-request cost with no data plane behind.
 
 Per mode: requests/s, and CPU per request of the server process (its event loop and
 gRPC's own threads) and of the client. Put an agent's raw-stub figures (bench_events'
@@ -30,7 +34,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-MODES = ("read", "ack each", "coalesced")
+MODES = ("read", "ack each", "coalesced", "agent, ack each", "agent, coalesced")
 SEND = 256  # requests per send() of the client (bench_events' BATCH)
 
 
@@ -40,8 +44,19 @@ def _server(mode: str):
     from echelon.v1 import pubsub_pb2 as ppb
     from echelon.v1 import pubsub_pb2_grpc as pgrpc
 
+    if mode.startswith("agent"):
+        sys.path.insert(0, str(ROOT / "loadtest"))  # hotpath_publish imports its neighbours so
+        from echelon.agent.publish_reader import coalesce
+        from hotpath_publish import stub_publishing
+
+        publishing = stub_publishing("t")
+
     class Floor(pgrpc.PubSubServicer):
         async def Publish(self, request_iterator, context):
+            if mode.startswith("agent"):
+                async for ack in coalesce(publishing.stream, request_iterator):
+                    yield ack
+                return
             if mode == "ack each":
                 async for req in request_iterator:
                     yield ppb.PublishAck(producer_id=req.producer_id, sequence=req.sequence)
@@ -130,7 +145,7 @@ async def cell(mode: str, n: int, window: int, lang: str = "python") -> dict:
     try:
         cpu0 = cpu_seconds(os.getpid())
         child = await asyncio.create_subprocess_exec(
-            *client_command(lang, f"127.0.0.1:{port}", n, window, mode == "coalesced"),
+            *client_command(lang, f"127.0.0.1:{port}", n, window, mode.endswith("coalesced")),
             stdout=subprocess.PIPE, cwd=str(ROOT))
         out, _ = await child.communicate()
         server_cpu = cpu_seconds(os.getpid()) - cpu0

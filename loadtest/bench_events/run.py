@@ -209,7 +209,7 @@ class Run:
         spy = subprocess.Popen([exe, "record", "--pid", str(system.publishing_pid()), "--duration",
                                 str(int(self.args.seconds)), "--rate", "200", "--format", "raw", "--output",
                                 str(out), "--nonblocking"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        sends = await system.publishers(1, "batch-DELIVERED", pool)
+        sends = await system.publishers(1, self.args.profile_mode, pool)
         row = await self.cell(system, sends, None, pool, subs, {"system": "echelon", "mode": "profiled"})
         await system.close_publishers()
         try:
@@ -513,6 +513,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--subs", type=int, default=50, help="subscriptions (each at the selectivity)")
     ap.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=list(SYSTEMS))
     ap.add_argument("--profile", action="store_true", help="py-spy the publishing agent in a saturation cell")
+    ap.add_argument("--profile-mode", default="batch-DELIVERED", choices=MODES["echelon"],
+                    help="the publishers of the profiled cell (e.g. nodec-DELIVERED: one event a request)")
     ap.add_argument("--selectivity", nargs="+", type=lambda v: v if v == RANGE else int(v), default=[2, 20, RANGE],
                     choices=[2, 20, RANGE], help=f"workloads: 2%%, 20%% (Symbol, Price), {RANGE}: a range over two "
                     "attributes at 2%% (workload.py)")
