@@ -15,6 +15,7 @@ import itertools
 import json
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -68,17 +69,25 @@ class NodePublisher:
         self.tags = itertools.count()
         self.waiting: dict[str, asyncio.Future] = {}
 
-    async def start(self) -> None:
-        """The process started and its channel connected (its `ready` line)."""
-        self.proc = await asyncio.create_subprocess_exec(
-            *command(self.address, self.level, self.coalesce, "--stdin", "--pool", self.pool_file.name,
-                     "--topic", self.topic),
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-        assert self.proc.stdout is not None
-        line = await asyncio.wait_for(self.proc.stdout.readline(), 60)
-        if line.strip() != b"ready":
-            raise RuntimeError(f"node publisher did not start ({await self.proc.wait()}): {line!r}")
-        self.reader = asyncio.create_task(self._read())
+    async def start(self, attempts: int = 2) -> None:
+        """The process started and its channel connected (its `ready` line). Once, on a
+        loaded machine, node died (SIGSEGV) before that line: it is started again then."""
+        for attempt in range(attempts):
+            with tempfile.TemporaryFile() as err:
+                self.proc = await asyncio.create_subprocess_exec(
+                    *command(self.address, self.level, self.coalesce, "--stdin", "--pool", self.pool_file.name,
+                             "--topic", self.topic),
+                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err)
+                assert self.proc.stdout is not None
+                line = await asyncio.wait_for(self.proc.stdout.readline(), 60)
+                if line.strip() == b"ready":
+                    self.reader = asyncio.create_task(self._read())
+                    return
+                code = await self.proc.wait()
+                err.seek(0)
+                why = f"node publisher did not start ({code}): {line!r} {err.read()[-500:].decode(errors='replace')}"
+            print(why, file=sys.stderr, flush=True)
+        raise RuntimeError(why)
 
     def pid(self) -> int | None:
         return self.proc.pid if self.proc is not None else None
