@@ -156,8 +156,9 @@ class Run:
                                 if n > 0} if received.useful else {},
                # What the whole run paid per delivery a subscriber wanted: the services and the load
                # generator (publishers, and subscribers with their filtering in the client).
-               "cpu_us_per_useful_delivery": (sum(cpu.values()) + sum(map(cpu_seconds, gens)) - gen0) / received.useful * 1e6
-               if received.useful else None,
+               "cpu_us_per_useful_delivery":
+                   (sum(cpu.values()) + sum(map(cpu_seconds, gens)) - gen0) / received.useful * 1e6
+                   if received.useful else None,
                "client_filtered_per_useful": (getattr(system, "filtered", 0) - filtered0) / received.useful
                if received.useful else None,
                "load_average": [round(load0, 2), round(os.getloadavg()[0], 2)],

@@ -9,13 +9,14 @@ the `Publish handler` pieces). A reader task takes the stream's messages as gRPC
 them over, the consumer (publishing.py) all that queued meanwhile. gRPC hands over one
 message per read, and the consumer is faster than the reads: taken as they come, runs
 would be of one. So while the client pipelines, a run waits for the next request, at most
-GAP for each and LINGER in all; LINGER_DEEP once MAX_RUN events of the stream await their
-acks, or when the last run was cut by its LINGER with requests still coming (a client that
-deep in flight, or that never pauses, is bound by throughput; each run's fixed cost, its
-unit, its futures and its ack message, is paid per run). Pipelining: earlier requests of the
-stream await their acks, or this request came within BURST of the one before it (acks
-settle fast at ACCEPTED, or with no destination, while the client keeps writing: waiting
-on acks alone, such a stream's runs were of one or two). A lone request (nothing in flight,
+GAP for each and LINGER in all; GAP_DEEP and LINGER_DEEP once MAX_RUN events of the stream
+await their acks, or when the last run was cut by its LINGER with requests still coming (a
+client that deep in flight, or that never pauses, is bound by throughput; each run's fixed
+cost, its unit, its futures and above all its ack message, a gRPC write, is paid per
+run). Pipelining: earlier requests of the stream await their acks, or this request came
+within BURST of the one before it (acks settle fast at ACCEPTED, or with no destination,
+while the client keeps writing: waiting on acks alone, such a stream's runs were of one or
+two). A lone request (nothing in flight,
 after a pause) goes at once, and so does a run that ends in a slice or a batch (no run
 grows behind it). What a run costs against gRPC's own read: docs/performance.md.
 
@@ -37,6 +38,7 @@ from echelon.v1 import pubsub_pb2 as ppb
 MAX_QUEUED = 1024  # requests read ahead of the consumer (then reading waits: HTTP/2 pushes back)
 MAX_RUN = 256  # a run stops waiting for more at this many requests
 GAP = 0.0003  # seconds: a pipelining client's next request is usually in within one gRPC read
+GAP_DEEP = 0.001  # the same for a stream deep in flight or that never pauses (a busy client writes in bursts)
 BURST = 0.0001  # seconds between two requests that mark a pipelining client (a round trip takes longer)
 LINGER = 0.001  # seconds a run waits for more at most (only while the client pipelines)
 LINGER_DEEP = 0.005  # the same with MAX_RUN events or more awaiting their acks
@@ -117,21 +119,23 @@ async def _runs(requests, answers: Answers):
 
     async def more() -> None:
         """While the client pipelines, its next requests usually follow within a gRPC read:
-        wait for them a little (each gap at most GAP, all at most LINGER, or LINGER_DEEP).
+        wait for them a little (each gap at most GAP, all at most LINGER; deep: GAP_DEEP,
+        LINGER_DEEP).
         A lone request never waits."""
         nonlocal streaming
         if not (answers or len(queued) > 1 or arrivals[0] - arrivals[1] < BURST):
             streaming = False
             return
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + (LINGER_DEEP if streaming or answers.events >= MAX_RUN else LINGER)
+        deep = streaming or answers.events >= MAX_RUN
+        deadline, gap = loop.time() + (LINGER_DEEP if deep else LINGER), GAP_DEEP if deep else GAP
         streaming = False
         while not ended and len(queued) < MAX_RUN:
             if (left := deadline - loop.time()) <= 0:
                 streaming = True
                 return
             news.clear()
-            timer = loop.call_later(min(GAP, left), news.set)
+            timer = loop.call_later(min(gap, left), news.set)
             had = len(queued)
             await news.wait()
             timer.cancel()
