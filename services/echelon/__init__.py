@@ -13,7 +13,7 @@ __version__ = "0.1.0"
 
 # grpc.aio's EventEngine does each socket's I/O on threads of its own and hands every
 # message on to the poller thread that wakes the event loop: at low rates, where each event
-# travels alone, those handoffs were about a third of each service's CPU per event. gRPC's
+# travels alone, those handoffs are a large share of each service's CPU per event. gRPC's
 # iomgr path does the I/O on the poller thread itself (docs/performance.md, "gRPC's
 # transport"). gRPC reads this once, when it is first imported: later, it changes nothing.
 TRANSPORT = "-event_engine_client,-event_engine_listener"
