@@ -187,6 +187,13 @@ octopia-control: $(STAMP)
 regions: $(STAMP)
 	$(PY) -m pytest -q -m slow tests/integration/test_regions_processes.py
 
+# Regions that stand alone, cut by the network: region-2's routers' cable out, then in, every
+# router and agent in a network namespace of its own (needs root and `ip netns`; where those are
+# unavailable it says why and exits 2).
+.PHONY: regions-cut
+regions-cut: $(STAMP)
+	$(PY) -m loadtest.regions_cut --events 40
+
 # Meghdoot's section 5 on the zone code (100, 1,000 and 10,000 peers; 150,000 subscriptions at
 # 10,000 peers; the 100-peer run with uniform alert thresholds), each figure beside the paper's.
 # Long: about 20 minutes on a quiet machine.

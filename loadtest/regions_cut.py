@@ -27,7 +27,7 @@ from echelon.client import DELIVERED, Client
 from echelon.contract.filters import parse
 from echelon.v1 import router_pb2 as opb
 from echelon.v1 import router_pb2_grpc as ogrpc
-from loadtest.netns import Network, check_available
+from loadtest.netns import Network, Unsupported, check_available
 from loadtest.octopia_net import RegionsPlacement, REGIONS, ROUTERS
 from loadtest.checker import drain
 
@@ -159,4 +159,9 @@ async def main(per_phase: int):
 
 if __name__ == "__main__":
     args = sys.argv[1:]
-    sys.exit(0 if asyncio.run(main(int(args[args.index("--events") + 1]) if "--events" in args else 40)) else 1)
+    try:
+        ok = asyncio.run(main(int(args[args.index("--events") + 1]) if "--events" in args else 40))
+    except Unsupported as e:
+        print(f"regions_cut needs network namespaces, unavailable here: {e}", file=sys.stderr)
+        sys.exit(2)
+    sys.exit(0 if ok else 1)
