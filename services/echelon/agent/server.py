@@ -163,6 +163,7 @@ class AgentNode(Node):
         self.feed = AgentFeed(me, self.config.region, lambda: self.matching.subscriptions,
                               self.membership.transport.dial)
         self.matching.changed = self.feed.changed
+        self.pubsub.publishing.producing = self.feed.producing  # what this agent's producers advertise
         self.subscriptions = Registry(me, self.topics, self.matching, self.metrics,
                                       lambda topics: self.membership.set_topics(set(), topics), self._max_backlog)
         self.subscriptions.filter_limits = self.server.access.config.limits.filters()  # the operator's (--limits)
