@@ -172,3 +172,35 @@ async def test_a_summary_is_complete_only_while_every_live_agent_of_the_region_h
     control.on_view()
     assert control.complete
     await control.close()
+
+
+async def test_malformed_advertisements_are_refused_and_change_nothing(router):
+    ADV, UNADV = opb.CONTROL_KIND_ADV, opb.CONTROL_KIND_UNADV
+    a, r = "agent-eu-9", "router-us-0"
+    ad = opb.Advertisement(topic="t")
+    assert await send(router, a, [msg(ADV, a, full=True, last=True, advertisements=[ad])]) == OK
+    assert await send(router, r, [msg(ADV, r, region="us", full=True, last=True, advertisements=[ad])]) == OK
+    held = dict(router.control.advertised.by_agent)
+    assert list(router.control.advertised.count) == [("t", b"")]
+    # The far router's stream ended: its advertisements went with it (they may go stale).
+    assert r not in router.control.srt
+    bad_bounds = opb.Advertisement(topic="t", bounds=pb.Filter(predicates=[pb.Predicate(attribute="x")]))
+    refused = {
+        "no topic": (a, [msg(ADV, a, advertisements=[opb.Advertisement()])]),
+        "bounds without an operator": (a, [msg(ADV, a, advertisements=[bad_bounds])]),
+        "ADV with ids": (a, [msg(ADV, a, ids=["x"], advertisements=[ad])]),
+        "ADV with `complete`": (a, [msg(ADV, a, full=True, last=True, complete=True)]),
+        "UNADV as a full state": (a, [msg(UNADV, a, full=True, last=True, advertisements=[ad])]),
+        "a full state's bad part": (a, [msg(ADV, a, full=True, advertisements=[opb.Advertisement(topic="u")]),
+                                        msg(ADV, a, full=True, last=True, advertisements=[bad_bounds])]),
+        "a router's UNADV inside its full state": (r, [msg(ADV, r, region="us", full=True, advertisements=[]),
+                                                       msg(UNADV, r, region="us", advertisements=[ad])]),
+        "SUB carrying advertisements": (a, [msg(SUB, a, advertisements=[ad])]),
+    }
+    for why, (cert, messages) in refused.items():
+        assert await send(router, cert, messages) == INVALID, why
+        assert router.control.advertised.by_agent == held, why
+    # A router of this region may not advertise to it as a host of another (an agent's role).
+    assert await send(router, "router-eu-5", [msg(ADV, "router-eu-5", full=True, last=True,
+                                                  advertisements=[ad])]) == DENIED
+    assert router.control.advertised.by_agent == held
