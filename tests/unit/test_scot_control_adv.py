@@ -3,8 +3,9 @@ against brute force, without gRPC: the routers' own `_full` / `_delta` / `receiv
 one FIFO queue per directed link, delivered in a random interleaving, streams reset at
 random (the receiver ends the old stream, the sender starts again with its full state).
 
-Agents advertise and withdraw topics (their producers come and go) and subscribe and
-unsubscribe at random. Checked:
+Agents advertise and withdraw topics (their producers come and go), move their
+advertisements to another router of their region (their host broker changed), and
+subscribe and unsubscribe at random. Checked:
 
 - at every step, a subscription that has been held since the start is never missed: a
   host router's bit for its region is set for every event it matches, whatever the
@@ -67,9 +68,10 @@ class Links:
             if only is None or pid == only:
                 dirty.update(keys)
 
-    def resend(self):
+    def resend(self, only=None):
         for pid in self.links:
-            self.net.reset(self.me, pid)
+            if only is None or pid in only:
+                self.net.reset(self.me, pid)
 
 
 class Net:
@@ -95,6 +97,7 @@ class Net:
             feed = AgentFeed(g, reg, lambda g=g: self.subs[g], None)
             feed.links = Links(self, g)
             feed.links.links = {r: set() for r in pos if r.split("-")[1] == reg}
+            feed.host = sorted(feed.links.links)[int(g[-1]) % routers_per_region]  # its events' router
             self.feeds[g] = feed
         for rc in self.routers.values():
             rc.on_view()
@@ -113,7 +116,7 @@ class Net:
         self.streams[sender, pid] = Stream()
         owner = self.feeds.get(sender) or self.routers[sender]
         owner.links.links[pid] = set()
-        full = owner._full() if sender in self.feeds else owner._full(pid)
+        full = owner._full(pid)
         self.queues[sender, pid] = list(full)
 
     def pump(self) -> None:
@@ -124,7 +127,7 @@ class Net:
                 if dirty:
                     keys = set(dirty)
                     dirty.clear()
-                    out = owner._delta(keys) if sender in self.feeds else owner._delta(pid, keys)
+                    out = owner._delta(pid, keys)
                     self.queues.setdefault((sender, pid), []).extend(out)
 
     def step(self) -> bool:
@@ -199,7 +202,9 @@ def test_advertisements_answered_by_overlapping_groups_equal_brute_force_and_nev
                 i = f"{g}/{rng.randrange(1, 5)}"
                 net.subs[g].pop(i, None)
                 feed.links.changed([i])
-            elif op < 0.78:  # a stream reset, agent's or router's
+            elif op < 0.74:  # the agent's events go through another router of its region from here
+                feed.hosted_by(rng.choice(sorted(feed.links.links)))
+            elif op < 0.8:  # a stream reset, agent's or router's
                 sender = rng.choice([*net.feeds, *net.routers])
                 peers = net.link_peers(sender)
                 if peers:

@@ -229,6 +229,8 @@ class AgentNode(Node):
         self.plane.trees.update(agents, dead, hinted(self.membership.plan), left)  # bucket hints: the leaves
         far = tiers(self.membership).far(self.config.region)  # regions matched by their own tier
         self.gateway.trees.update(self.membership.alive(mpb.ROLE_ROUTER), regions, here, far)
+        if self.feed:
+            self.feed.hosted_by(self.gateway.trees.router)  # its advertisements go to that router
         return {m.id for m in agents} | set(self.gateway.trees.table.members)
 
     def _settle(self, futures) -> None:

@@ -166,9 +166,11 @@ class ControlLinks:
                 if only is None or pid == only:
                     link.changed(keys)
 
-    def resend(self) -> None:
-        for _, link, _ in self.links.values():
-            link.resend()
+    def resend(self, only: Iterable[str] | None = None) -> None:
+        """The full state again on every link (`only`: on the links to those peers)."""
+        for pid, (_, link, _) in self.links.items():
+            if only is None or pid in only:
+                link.resend()
 
     async def close(self) -> None:
         for pid in list(self.links):
@@ -177,35 +179,45 @@ class ControlLinks:
 
 class AgentFeed:
     """An agent's subscriptions (`subscriptions()`: id -> the registration sent to the
-    matchers) and advertisements (the topics its producers publish: `producing`) to every
-    live router of its region: SUB then ADV with the full state, then SUB / UNSUB for the
-    ids registered, replaced or removed and ADV / UNADV for the topics whose first
-    producer came or whose last one went."""
+    matchers) to every live router of its region, and its advertisements (the topics its
+    producers publish: `producing`) to its host router only (the one its events for other
+    regions go through, `host`; the others are sent an empty advertisement state): SUB then
+    ADV with the full state, then SUB / UNSUB for the ids registered, replaced or removed
+    and ADV / UNADV for the topics whose first producer came or whose last one went."""
 
     def __init__(self, me: str, region: str, subscriptions: Callable[[], dict[str, xpb.Subscription]],
                  dial: Callable[[str], grpc.aio.Channel]):
         self.me, self.region, self.subscriptions = me, region, subscriptions
         self.producers: Counter[str] = Counter()  # topic -> Publish streams that published on it
-        self.links = ControlLinks(dial, lambda _: self._full, lambda _: self._delta)
+        self.host: str | None = None
+        self.links = ControlLinks(dial, lambda pid: lambda: self._full(pid), lambda pid: lambda keys: self._delta(pid, keys))
 
     def producing(self, topic: str, n: int) -> None:
         """A Publish stream published on `topic` for the first time (n = 1), or ended (-1)."""
         self.producers[topic] += n
         if self.producers[topic] <= 0:
             del self.producers[topic]
-            self.links.changed([("adv", topic)])
+            self.links.changed([("adv", topic)], only=self.host)
         elif self.producers[topic] == n:
-            self.links.changed([("adv", topic)])
+            self.links.changed([("adv", topic)], only=self.host)
 
-    def _full(self) -> list[opb.ControlMessage]:
+    def hosted_by(self, router: str | None) -> None:
+        """The router this agent's events for other regions go through now (gateway.py):
+        the advertisements move to it."""
+        if router != self.host:
+            old, self.host = self.host, router
+            self.links.resend({old, router})
+
+    def _full(self, pid: str) -> list[opb.ControlMessage]:
+        topics = sorted(self.producers) if pid == self.host else []
         return (chunks(opb.CONTROL_KIND_SUB, self.me, self.region, "subscriptions",
                        list(self.subscriptions().values()))
                 + chunks(opb.CONTROL_KIND_ADV, self.me, self.region, "advertisements",
-                         [opb.Advertisement(topic=t) for t in sorted(self.producers)]))
+                         [opb.Advertisement(topic=t) for t in topics]))
 
-    def _delta(self, keys: set) -> list[opb.ControlMessage]:
+    def _delta(self, pid: str, keys: set) -> list[opb.ControlMessage]:
         ids = {k for k in keys if isinstance(k, str)}
-        topics = sorted(k[1] for k in keys if not isinstance(k, str))
+        topics = sorted(k[1] for k in keys if not isinstance(k, str)) if pid == self.host else []
         subs = self.subscriptions()
         present = [subs[i] for i in sorted(ids) if i in subs]
         gone = sorted(i for i in ids if i not in subs)
