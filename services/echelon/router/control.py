@@ -28,6 +28,7 @@ a router for CIB_SET / CIB_CLEAR and ADV / UNADV of another region).
 from __future__ import annotations
 
 import logging
+import time
 from collections import Counter
 from collections.abc import Callable
 
@@ -78,10 +79,15 @@ class Stream:
 
 class RouterControl:
     def __init__(self, me: str, region: str, membership: Callable[[], object],
-                 dial: Callable[[str], grpc.aio.Channel], overlay: Callable[[], object] | None = None):
+                 dial: Callable[[str], grpc.aio.Channel], overlay: Callable[[], object] | None = None,
+                 mode: str = "scot"):
         """`overlay()`: the router's `router.overlay.Overlay` (positions in the SCOT); without
-        it (a test of the barrier alone) there are no links to other regions."""
-        self.me, self.region, self._membership, self._overlay = me, region, membership, overlay
+        it (a test of the barrier alone) there are no links to other regions. `mode`: "scot",
+        or "tid", the PADRES baseline of OctopiA's experiments (module doc of `peers`)."""
+        if mode not in ("scot", "tid"):
+            raise ValueError(f"control {mode!r}: scot or tid")
+        self.me, self.region, self._membership, self._overlay, self.mode = me, region, membership, overlay, mode
+        self.applied_ns = 0  # wall clock of the last control message applied (the experiments' delays)
         self.subgroups = Subgroups()
         self.advertised = Subgroups()  # this region's advertisements, by agent (keyed by themselves)
         self.srt: dict[str, dict[Key, Expression]] = {}  # far router -> its region's advertisements
@@ -101,8 +107,9 @@ class RouterControl:
         return self._membership()
 
     def wants(self, region: str, topic: str, attributes) -> bool:
-        """Region `region`'s bit of an event's CIV here (core/cib.py)."""
-        return self.summaries.wants(region, topic, attributes)
+        """Region `region`'s bit of an event's CIV here (core/cib.py). TID's tables are
+        measured, not routed by: each router there answers for its own subscribers only."""
+        return self.mode == "tid" or self.summaries.wants(region, topic, attributes)
 
     # -- out ---------------------------------------------------------------------------
 
@@ -146,10 +153,13 @@ class RouterControl:
                                                                  if k in self.advertised.count])
         m += self._message(opb.CONTROL_KIND_UNADV, advertisements=[advertisement_of(k) for k in ads
                                                                    if k not in self.advertised.count])
+        # The answers name the advertisements (so the host routes by them from here); TID
+        # routes by nothing and sends a subscription on its own, as PADRES does.
+        answered = srt_keys if self.mode == "scot" else []
         m += self._message(opb.CONTROL_KIND_CIB_SET, subgroups=[subgroup_of(k) for k in add],
-                           advertisements=[advertisement_of(k) for k in srt_keys if k in srt])
+                           advertisements=[advertisement_of(k) for k in answered if k in srt])
         m += self._message(opb.CONTROL_KIND_CIB_CLEAR, subgroups=[subgroup_of(k) for k in remove],
-                           advertisements=[advertisement_of(k) for k in srt_keys if k not in srt])
+                           advertisements=[advertisement_of(k) for k in answered if k not in srt])
         out.extend(m)
         return out
 
@@ -169,10 +179,16 @@ class RouterControl:
     def peers(self) -> set[str]:
         """The routers this one exchanges advertisements and answers with: its secondary
         router in each other region, and those whose secondary it is (the same ones when
-        every region has as many routers)."""
+        every region has as many routers). TID (PADRES with tree identifiers, the paper's
+        baseline): every other router, of every region, unclustered -- an advertisement
+        is flooded to every router (over these one-hop streams its tree is a star, so no
+        duplicates), and a subscription goes to the host of every advertisement it
+        overlaps, from the router its subscriber sent it to."""
         ov = self._overlay() if self._overlay else None
         if ov is None or ov.scot is None or ov.here is None:
             return set()
+        if self.mode == "tid":
+            return set(ov.at.values()) - {self.me}
         scot, (a, c) = ov.scot, ov.here
         out = {ov.at[p] for p in scot.ilinks(a, c)}
         out |= {ov.at[(b, o)] for o in range(scot.regions) if o != c for b in range(scot.sizes[o])
@@ -190,7 +206,7 @@ class RouterControl:
                 if m.id in self.advertised.by_agent:
                     self._advertised(*self.advertised.forget(m.id))
         peers = self.peers()
-        self.links.keep(m for m in view.alive(mpb.ROLE_ROUTER) if m.region != self.region and m.id in peers)
+        self.links.keep(m for m in view.alive(mpb.ROLE_ROUTER) if m.id in peers)
         for pid in [p for p in self.sent if p not in self.links.links]:
             del self.sent[pid]
         self._check_complete()
@@ -210,12 +226,16 @@ class RouterControl:
 
     def receive(self, stream: Stream, m: opb.ControlMessage, context) -> None:
         """Validate `m` whole, then apply it (module doc)."""
+        self._receive(stream, m, context)
+        self.applied_ns = time.time_ns()
+
+    def _receive(self, stream: Stream, m: opb.ControlMessage, context) -> None:
         if m.kind in _AGENT_KINDS:
             role = "agent"
         elif m.kind in _ROUTER_KINDS:
             role = "router"
-        elif m.kind in _ADV_KINDS:  # an agent's of this region, or a host router's of another
-            role = "agent" if m.region == self.region else "router"
+        elif m.kind in _ADV_KINDS:  # an agent's of this region, or a host router's of another (TID: any)
+            role = "agent" if m.region == self.region and not self._router(m.sender) else "router"
         else:
             raise InvalidArgument(f"control message kind {m.kind} is not one of SUB, UNSUB, ADV, UNADV, "
                                   f"CIB_SET, CIB_CLEAR")
@@ -228,7 +248,7 @@ class RouterControl:
                 raise PermissionDenied(f"Router.Control: {m.sender} is not a member of role {role}")
             if role == "agent" and m.region != self.region:
                 raise InvalidArgument(f"SUB / UNSUB from region {m.region!r}: this router serves {self.region!r}")
-            if role == "router" and (not m.region or m.region == self.region):
+            if role == "router" and (not m.region or m.region == self.region and self.mode != "tid"):
                 raise InvalidArgument(f"CIB_SET / CIB_CLEAR from region {m.region!r}: only from another region "
                                       f"than {self.region!r}")
             if known is not None and known.region != m.region:
@@ -287,6 +307,13 @@ class RouterControl:
                 raise InvalidArgument("CIB_CLEAR is never part of a full state")
             else:
                 self.summaries.clear(m.sender, groups, answered)
+
+    def _router(self, sender: str) -> bool:
+        """TID: a router of this region floods its advertisements here too."""
+        if self.mode != "tid":
+            return False
+        known = self.membership.members.get(sender)
+        return known is not None and known.role == mpb.ROLE_ROUTER
 
     def _srt_put(self, sender: str, ads: dict) -> None:
         mine = self.srt.setdefault(sender, {})

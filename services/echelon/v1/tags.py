@@ -830,6 +830,8 @@ class DescribeResponse:  # router.proto
     advertisements = 0x58  # 11, varint
     srt = 0x60  # 12, varint
     control_sent = 0x6a  # 13, length-delimited
+    control = 0x72  # 14, length-delimited
+    control_applied_ns = 0x78  # 15, varint
 
     class ControlSentEntry:
         key = 0x0a  # 1, length-delimited
