@@ -113,6 +113,10 @@ class Agent:
                       for r, c in channels.items()}
         self.written = 0
 
+    async def begin(self) -> None:
+        """An agent's stream begins with its subscriptions' full state (none here)."""
+        await self.write(self.calls, kind=opb.CONTROL_KIND_SUB, full=True, last=True)
+
     async def write(self, routers, **fields) -> None:
         for r in routers:
             await self.calls[r].write(opb.ControlMessage(sender=self.me, region=self.region, **fields))
@@ -150,22 +154,26 @@ async def measure(addresses: dict[str, tuple[str, int, int]], mode: str, adverti
     for (c, a), r in by_place.items():
         targets = [by_place[p] for p in by_place if p[0] == c] if mode == "scot" else [r]
         agents[c, a] = Agent(f"load-{c}-{a}", names[c], {t: routers.channels[t] for t in targets})
+    await asyncio.gather(*(a.begin() for a in agents.values()))
     places = sorted(by_place)
     out = {"adv": {"ims": [], "delay": [], "agent": []}, "sub": {"ims": [], "delay": [], "agent": []}}
     kinds = Counter()
     kinds_adv = Counter()
+    issued = {"adv": [], "sub": []}  # (region index, position, filter text), in order
     try:
-        before = await quiet(routers)
+        before = await quiet(routers, gap=0.5)  # past a stream re-opened at start (dataplane/control.py MAX_RETRY)
         for k in range(advertisements):
             c, a = rng.choice(places)
+            issued["adv"].append((c, a, adv_bounds(k)))
             ad = opb.Advertisement(topic="stock", bounds=filter_to_pb(parse(adv_bounds(k))))
             before = await _one(routers, agents[c, a], [by_place[c, a]], before, out["adv"], kinds_adv,
                                 kind=opb.CONTROL_KIND_ADV, advertisements=[ad])
         for k in range(subscriptions):
             c, a = rng.choice(places)
             agent = agents[c, a]
+            issued["sub"].append((c, a, sub_filter(rng)))
             s = xpb.Subscription(id=f"{agent.me}/s{k}", agent=agent.me, topic="stock",
-                                 filter=filter_to_pb(parse(sub_filter(rng))))
+                                 filter=filter_to_pb(parse(issued["sub"][-1][2])))
             before = await _one(routers, agent, list(agent.calls), before, out["sub"], kinds,
                                 kind=opb.CONTROL_KIND_SUB, subscriptions=[s])
         ds = before
@@ -180,7 +188,9 @@ async def measure(addresses: dict[str, tuple[str, int, int]], mode: str, adverti
                 "sub_ims": statistics.mean(out["sub"]["ims"] or [0]),
                 "sub_delay": statistics.mean(out["sub"]["delay"] or [0]),
                 "sub_agent": statistics.mean(out["sub"]["agent"] or [0]),
-                "kinds": dict(kinds_adv + kinds)}
+                "kinds": dict(kinds_adv + kinds), "issued": issued,
+                "tables": {r: (d.advertisements + d.srt, d.subgroups + sum(s.subgroups for s in d.summaries))
+                           for r, d in ds.items()}}
     finally:
         for agent in agents.values():
             agent.close()

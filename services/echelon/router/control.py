@@ -234,8 +234,13 @@ class RouterControl:
             role = "agent"
         elif m.kind in _ROUTER_KINDS:
             role = "router"
-        elif m.kind in _ADV_KINDS:  # an agent's of this region, or a host router's of another (TID: any)
-            role = "agent" if m.region == self.region and not self._router(m.sender) else "router"
+        elif m.kind in _ADV_KINDS:
+            # An agent's of this region, or a host router's of another. TID: also a router's
+            # of this region, told by its stream: an agent's stream begins with its SUBs.
+            if stream.role is not None:
+                role = stream.role
+            else:
+                role = "router" if m.region != self.region or self.mode == "tid" else "agent"
         else:
             raise InvalidArgument(f"control message kind {m.kind} is not one of SUB, UNSUB, ADV, UNADV, "
                                   f"CIB_SET, CIB_CLEAR")
@@ -307,13 +312,6 @@ class RouterControl:
                 raise InvalidArgument("CIB_CLEAR is never part of a full state")
             else:
                 self.summaries.clear(m.sender, groups, answered)
-
-    def _router(self, sender: str) -> bool:
-        """TID: a router of this region floods its advertisements here too."""
-        if self.mode != "tid":
-            return False
-        known = self.membership.members.get(sender)
-        return known is not None and known.role == mpb.ROLE_ROUTER
 
     def _srt_put(self, sender: str, ads: dict) -> None:
         mine = self.srt.setdefault(sender, {})
