@@ -181,6 +181,12 @@ octopia: $(STAMP) $(SYSTEM)
 octopia-control: $(STAMP)
 	$(PY) -m loadtest.octopia_control_sim
 
+# The same control-plane figures on real router processes (4 regions x 3 routers on loopback, both
+# systems, a few minutes), read from the routers, beside the paper and the simulation at that size.
+.PHONY: octopia-control-real
+octopia-control-real: $(STAMP)
+	$(PY) -m loadtest.octopia_control_real
+
 # Regions that stand alone as real processes: a region's router paused (SIGSTOP) and resumed,
 # local traffic unaffected, the far regions catch up (the in-process version runs in make test).
 .PHONY: regions
