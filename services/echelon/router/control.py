@@ -142,8 +142,13 @@ class RouterControl:
         srt_keys = [k for t, k in keys if t == "s"]
         srt = self.srt.get(pid, {})
         sent = self.sent.setdefault(pid, set())
-        if srt_keys:  # the advertisements changed: every group is asked again
-            groups |= set(self.subgroups.count) | sent
+        if srt_keys:
+            # Advertisements came: the groups not sent yet may overlap them. Some went: the
+            # groups sent on their topics are asked again against those that stay.
+            came = {k: srt[k] for k in srt_keys if k in srt}
+            groups |= answer({k: self._expr(k) for k in self.subgroups.count if k not in sent}, came)
+            gone = {k[0] for k in srt_keys if k not in srt}
+            groups |= {k for k in sent if k[0] in gone}
         want = self._answer(pid, groups)
         add, remove = want - sent, (groups & sent) - want
         sent |= add
