@@ -171,6 +171,16 @@ async def test_a_summary_is_complete_only_while_every_live_agent_of_the_region_h
     del view.members["agent-eu-3"]
     control.on_view()
     assert control.complete
+    # An agent's advertisements go when it is DEAD (its producers with it); its subscriptions
+    # stay until it has LEFT.
+    ad = msg(opb.CONTROL_KIND_ADV, "agent-eu-1", full=True, last=True, advertisements=[opb.Advertisement(topic="t")])
+    stream = Stream()
+    control.receive(stream, one, _PlainText())
+    control.receive(stream, ad, _PlainText())
+    assert list(control.advertised.count) == [("t", b"")]
+    view.members["agent-eu-1"].state = mpb.MEMBER_STATE_DEAD
+    control.on_view()
+    assert not control.advertised.count and control.subgroups.by_agent["agent-eu-1"]
     await control.close()
 
 

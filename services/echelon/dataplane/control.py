@@ -190,7 +190,9 @@ class AgentFeed:
         self.me, self.region, self.subscriptions = me, region, subscriptions
         self.producers: Counter[str] = Counter()  # topic -> Publish streams that published on it
         self.host: str | None = None
-        self.links = ControlLinks(dial, lambda pid: lambda: self._full(pid), lambda pid: lambda keys: self._delta(pid, keys))
+        self.incarnation: int | None = None  # this agent's, as last seen in the view
+        self.links = ControlLinks(dial, lambda pid: lambda: self._full(pid),
+                                  lambda pid: lambda keys: self._delta(pid, keys))
 
     def producing(self, topic: str, n: int) -> None:
         """A Publish stream published on `topic` for the first time (n = 1), or ended (-1)."""
@@ -236,7 +238,15 @@ class AgentFeed:
         return out
 
     def on_view(self, membership) -> None:
-        """The routers of this agent's region (joined region: the matcher tiers' regions)."""
+        """The routers of this agent's region (joined region: the matcher tiers' regions).
+        Back from DEAD (a new incarnation of this agent): the routers forgot its
+        advertisements, so each is sent the full state again."""
+        me = membership.members.get(self.me)
+        incarnation = me.incarnation if me is not None else None
+        if incarnation != self.incarnation and self.incarnation is not None and incarnation is not None:
+            self.links.resend()
+        if incarnation is not None:
+            self.incarnation = incarnation
         self.links.keep(m for m in membership.alive(mpb.ROLE_ROUTER) if m.region == self.region)
 
     def changed(self, ids: Iterable[str]) -> None:

@@ -205,11 +205,14 @@ class RouterControl:
         agents = {m.id for m in view.alive(mpb.ROLE_AGENT) if m.region == self.region}
         self.waiting = agents - self.heard
         for m in view.members.values():
-            if m.role == mpb.ROLE_AGENT and m.state == mpb.MEMBER_STATE_LEFT:
-                if m.id in self.subgroups.by_agent:
-                    self._changed(*self.subgroups.forget(m.id))
-                if m.id in self.advertised.by_agent:
-                    self._advertised(*self.advertised.forget(m.id))
+            if m.role != mpb.ROLE_AGENT:
+                continue
+            if m.state == mpb.MEMBER_STATE_LEFT and m.id in self.subgroups.by_agent:
+                self._changed(*self.subgroups.forget(m.id))
+            # A dead agent's producers are gone with it (UNADV). Forgetting is always safe: an
+            # event of an advertisement not held here goes to every region.
+            if m.state in (mpb.MEMBER_STATE_DEAD, mpb.MEMBER_STATE_LEFT) and m.id in self.advertised.by_agent:
+                self._advertised(*self.advertised.forget(m.id))
         peers = self.peers()
         self.links.keep(m for m in view.alive(mpb.ROLE_ROUTER) if m.id in peers)
         for pid in [p for p in self.sent if p not in self.links.links]:
