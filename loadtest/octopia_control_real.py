@@ -221,7 +221,8 @@ async def run_processes(mode: str, regions: int, per_region: int, advertisements
 
     cluster = Cluster(agents=regions, matchers=1, memberships=1, regions=regions, routers=per_region,
                       regional_matchers=True, placement=Loopback(0), log_dir=log_dir / mode,
-                      common=["--beat-interval", "0.2"], extra={"router": ["--routing", "snr", "--control", mode]})
+                      common=["--beat-interval", "0.2", "--grace", "3"],  # no router declared DEAD under load
+                      extra={"router": ["--routing", "snr", "--control", mode]})
     await cluster.start(180)
     try:
         addresses = {}
@@ -276,6 +277,11 @@ def table(scot: dict, tid: dict, simulated: dict | None) -> str:
     widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(len(head))]
     lines = ["  ".join(str(x).ljust(w) for x, w in zip(r, widths)) for r in [head, *rows]]
     lines.insert(1, "  ".join("-" * w for w in widths))
+    n, c = tid["routers"], tid["regions"]
+    ads = len(tid["issued"]["adv"])
+    lines.append(f"ADV messages, whole run: TID {tid['kinds'].get('adv', 0)} (a flood: {ads} x (n - 1) = "
+                 f"{ads * (n - 1)}), SCOT {scot['kinds'].get('adv', 0)} (to the secondaries: {ads} x (c - 1) = "
+                 f"{ads * (c - 1)}); more means streams re-opened during the run (full states again)")
     lines.append(f"router messages by kind, TID: {dict(sorted(tid['kinds'].items()))}")
     lines.append(f"router messages by kind, SCOT: {dict(sorted(scot['kinds'].items()))}")
     return "\n".join(lines)
