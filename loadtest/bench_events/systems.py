@@ -6,9 +6,12 @@ the publishes; Redis: the pipeline's replies), and the pids of the servers we st
 Echelon: `echelon.launch` on loopback, 4 agents, 3 matchers (3 membership replicas);
 publishers on agent-0, subscriptions dealt over agents 1-3. NATS: nats-server with one
 connection per publisher and per subscriber agent, a subject per symbol (`ev.s07`); at
-20% and in the range workload the subscriber takes `ev.>` and filters by Price (and Volume)
-in the client (counted: `filtered`). Redis: redis-server pub/sub, the same channels
-(PSUBSCRIBE `ev.*` and client filtering where NATS filters). Echelon's publishers are the
+20% the connection takes `ev.>` and filters by Price for its whole group in the client; in
+the range workload every subscriber takes `ev.>` and filters by Price and Volume itself, as
+the application it stands for would (counted: `filtered`; `_Peer.filtering`). Redis:
+redis-server pub/sub, the same channels (PSUBSCRIBE `ev.*` and client filtering where NATS
+filters; in the range workload a connection per subscriber, as Redis sends one copy per
+connection). Echelon's publishers are the
 SDK's, or (modes `raw-*`, `rawc-*`) the generated stubs' (raw.py)
 """
 
@@ -213,6 +216,14 @@ class _Peer:
     def local(self, subs: list[Sub]) -> list[list[Sub]]:
         return [[s for s in subs if s.index % SUB_AGENTS == c] for c in range(SUB_AGENTS)]
 
+    @staticmethod
+    def filtering(group: list[Sub]) -> list[list[Sub]]:
+        """Who filters a subject's events in the client, together. At 20% one filter per
+        connection serves its whole group (a demultiplexer the peers are given for free).
+        In the range workload each subscriber is an application of its own, as Echelon's
+        subscriptions are: it takes every event and filters it itself."""
+        return [[s] for s in group] if group and group[0].volume is not None else [group]
+
     async def stop(self) -> None:
         from echelon.launch import stop_process
 
@@ -244,14 +255,15 @@ class Nats(_Peer):
                         event_id, sent, _, _ = NATS_DATA.unpack(msg.data)
                         sink(index, event_id, sent)
                     await nc.subscribe(f"ev.{s.symbol}", cb=cb, **limits)
-            elif group:  # 20%: every event, filtered here by Price
-                async def cb(msg, group=group):
-                    event_id, sent, price, volume = NATS_DATA.unpack(msg.data)
-                    self.filtered += 1
-                    for s in group:
-                        if s.lo <= price < s.hi and (s.volume is None or volume >= s.volume):
-                            sink(s.index, event_id, sent)
-                await nc.subscribe("ev.>", cb=cb, **limits)
+            elif group:  # 20% and the range workload: every event, filtered here
+                for together in self.filtering(group):
+                    async def cb(msg, together=together):
+                        event_id, sent, price, volume = NATS_DATA.unpack(msg.data)
+                        self.filtered += 1
+                        for s in together:
+                            if s.lo <= price < s.hi and (s.volume is None or volume >= s.volume):
+                                sink(s.index, event_id, sent)
+                    await nc.subscribe("ev.>", cb=cb, **limits)
             await nc.flush()
 
     async def close_subs(self) -> None:
@@ -303,19 +315,20 @@ class Redis(_Peer):
 
     async def open_subs(self, subs: list[Sub], pool: Pool, sink: Sink) -> None:
         self.pubsubs = []
-        for group in self.local(subs):
-            if not group:
-                continue
-            ps = self._client().pubsub()
-            self.pubsubs.append(ps)
-            by_channel: dict[bytes, list[int]] = {}
-            if group[0].symbol is not None:
-                for s in group:
-                    by_channel.setdefault(f"ev.{s.symbol}".encode(), []).append(s.index)
-                await ps.subscribe(*by_channel)
-            else:
-                await ps.psubscribe("ev.*")
-            self.tasks.append(asyncio.create_task(self._read(ps, group, by_channel, sink)))
+        for local in self.local(subs):  # a connection per subscriber agent, or per subscriber (filtering)
+            for group in (self.filtering(local) if local and local[0].symbol is None else [local]):
+                if not group:
+                    continue
+                ps = self._client().pubsub()
+                self.pubsubs.append(ps)
+                by_channel: dict[bytes, list[int]] = {}
+                if group[0].symbol is not None:
+                    for s in group:
+                        by_channel.setdefault(f"ev.{s.symbol}".encode(), []).append(s.index)
+                    await ps.subscribe(*by_channel)
+                else:
+                    await ps.psubscribe("ev.*")
+                self.tasks.append(asyncio.create_task(self._read(ps, group, by_channel, sink)))
 
     async def _read(self, ps, group: list[Sub], by_channel: dict[bytes, list[int]], sink: Sink) -> None:
         async for msg in ps.listen():

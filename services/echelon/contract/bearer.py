@@ -14,36 +14,51 @@ import grpc
 AUTHORIZATION_KEY = "authorization"  # "Bearer <token>" (transport.py re-exports it with the other keys)
 
 
-class _Bearer:
-    """Adds `authorization: Bearer <token>` to every call on a channel. One class per call
-    kind: a grpc.aio channel files each interceptor under one kind only."""
+class _WithToken:
+    """One method of a channel, calling it with the token added to the call's metadata."""
 
-    def __init__(self, token: str):
-        self.metadata = ((AUTHORIZATION_KEY, f"Bearer {token}"),)
+    __slots__ = ("_call", "_metadata")
 
-    def _with_token(self, d: grpc.aio.ClientCallDetails) -> grpc.aio.ClientCallDetails:
-        metadata = grpc.aio.Metadata(*(d.metadata or ()), *self.metadata)
-        return grpc.aio.ClientCallDetails(d.method, d.timeout, metadata, d.credentials, d.wait_for_ready)
+    def __init__(self, call, metadata: tuple):
+        self._call, self._metadata = call, metadata
 
-
-class _UnaryUnary(_Bearer, grpc.aio.UnaryUnaryClientInterceptor):
-    async def intercept_unary_unary(self, continuation, details, request):
-        return await continuation(self._with_token(details), request)
+    def __call__(self, *args, metadata=None, **kwargs):
+        return self._call(*args, metadata=(*(metadata or ()), *self._metadata), **kwargs)
 
 
-class _UnaryStream(_Bearer, grpc.aio.UnaryStreamClientInterceptor):
-    async def intercept_unary_stream(self, continuation, details, request):
-        return await continuation(self._with_token(details), request)
+class BearerChannel:
+    """An asyncio channel whose every call carries `authorization: Bearer <token>`.
 
+    A proxy handing out methods that add the token, rather than grpc.aio client
+    interceptors: an intercepted stream call feeds its `write()`s through an async generator
+    of grpcio's own, a task hop per message, which grpcio drops unfinished when the call
+    ends under it; its finalizer then fails ("aclose(): asynchronous generator is already
+    running", logged as a task exception never retrieved)."""
 
-class _StreamUnary(_Bearer, grpc.aio.StreamUnaryClientInterceptor):
-    async def intercept_stream_unary(self, continuation, details, request_iterator):
-        return await continuation(self._with_token(details), request_iterator)
+    def __init__(self, channel: grpc.aio.Channel, token: str):
+        self._channel = channel
+        self._metadata = ((AUTHORIZATION_KEY, f"Bearer {token}"),)
 
+    def unary_unary(self, *args, **kwargs):
+        return _WithToken(self._channel.unary_unary(*args, **kwargs), self._metadata)
 
-class _StreamStream(_Bearer, grpc.aio.StreamStreamClientInterceptor):
-    async def intercept_stream_stream(self, continuation, details, request_iterator):
-        return await continuation(self._with_token(details), request_iterator)
+    def unary_stream(self, *args, **kwargs):
+        return _WithToken(self._channel.unary_stream(*args, **kwargs), self._metadata)
+
+    def stream_unary(self, *args, **kwargs):
+        return _WithToken(self._channel.stream_unary(*args, **kwargs), self._metadata)
+
+    def stream_stream(self, *args, **kwargs):
+        return _WithToken(self._channel.stream_stream(*args, **kwargs), self._metadata)
+
+    def __getattr__(self, name):  # close, channel_ready, get_state, wait_for_state_change
+        return getattr(self._channel, name)
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc):
+        await self._channel.close(None)
 
 
 class BlockingBearer(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor):
@@ -65,8 +80,3 @@ class BlockingBearer(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInt
 
     def intercept_unary_stream(self, continuation, details, request):
         return continuation(self._with_token(details), request)
-
-
-def bearer_interceptors(token: str) -> list:
-    """The asyncio client interceptors adding `token` to every call."""
-    return [kind(token) for kind in (_UnaryUnary, _UnaryStream, _StreamUnary, _StreamStream)]

@@ -54,7 +54,7 @@ from urllib.parse import quote, unquote
 
 import grpc
 
-from echelon.contract.bearer import AUTHORIZATION_KEY, BlockingBearer, bearer_interceptors  # noqa: F401 - re-exported
+from echelon.contract.bearer import AUTHORIZATION_KEY, BearerChannel, BlockingBearer  # noqa: F401 - re-exported
 from echelon.contract.errors import PermissionDenied, Unauthenticated
 
 log = logging.getLogger("echelon.transport")
@@ -297,12 +297,12 @@ class Transport:
         return generation != self.generation
 
     def dial(self, address: str, options: Iterable[tuple[str, object]] = ()) -> grpc.aio.Channel:
-        """An asyncio channel with the cluster's settings (plus `options`)."""
+        """An asyncio channel with the cluster's settings (plus `options`), sending the
+        token on every call if there is one."""
         opts = self._target(options)
-        interceptors = bearer_interceptors(self.token) if self.token else None
-        if self.tls is None:
-            return grpc.aio.insecure_channel(address, options=opts, interceptors=interceptors)
-        return grpc.aio.secure_channel(address, self.credentials(), options=opts, interceptors=interceptors)
+        channel = grpc.aio.insecure_channel(address, options=opts) if self.tls is None else \
+            grpc.aio.secure_channel(address, self.credentials(), options=opts)
+        return BearerChannel(channel, self.token) if self.token else channel
 
     def dial_blocking(self, address: str, options: Iterable[tuple[str, object]] = ()) -> grpc.Channel:
         """A blocking channel (the routing job's calls), same settings."""
