@@ -374,22 +374,10 @@ class RouterControl:
     def _subgroups(self, m: opb.ControlMessage) -> dict:
         if m.ids or m.subscriptions:
             raise InvalidArgument("CIB_SET / CIB_CLEAR carry subgroups only")
-        out = {}
-        for k, g in enumerate(m.subgroups):
-            if not g.topic:
-                raise InvalidArgument(f"subgroup {k}: a topic is required")
-            _check(g.filter, f"subgroup {k}")
-            out[key_of(g.topic, g.filter)] = filter_from_pb(g.filter)
-        return out
+        return _keyed("subgroup", [(g.topic, g.filter) for g in m.subgroups])
 
     def _advertisements(self, m: opb.ControlMessage) -> dict[Key, Expression]:
-        out = {}
-        for k, a in enumerate(m.advertisements):
-            if not a.topic:
-                raise InvalidArgument(f"advertisement {k}: a topic is required")
-            _check(a.bounds, f"advertisement {k}")
-            out[key_of(a.topic, a.bounds)] = filter_from_pb(a.bounds)
-        return out
+        return _keyed("advertisement", [(a.topic, a.bounds) for a in m.advertisements])
 
     def ended(self, stream: Stream) -> None:
         """An agent's subscriptions and advertisements stay (it sends its full state again
@@ -400,6 +388,17 @@ class RouterControl:
             if stream.role == "router":
                 self.summaries.lost(stream.sender)
                 self._srt_changed(stream.sender, list(self.srt.pop(stream.sender, {})))
+
+
+def _keyed(what: str, entries: list[tuple[str, pb.Filter]]) -> dict[Key, Expression]:
+    """(topic, filter) entries, each checked, by key."""
+    out = {}
+    for k, (topic, f) in enumerate(entries):
+        if not topic:
+            raise InvalidArgument(f"{what} {k}: a topic is required")
+        _check(f, f"{what} {k}")
+        out[key_of(topic, f)] = filter_from_pb(f)
+    return out
 
 
 def _check(f: pb.Filter, what: str) -> None:
