@@ -125,10 +125,16 @@ async def test_a_certificate_without_the_senders_role_or_id_is_refused(router):
             sub("agent-eu-8", "s1")])]),
         "a client's certificate": ("client-test", "client", [msg(SUB, "agent-eu-9", subscriptions=[
             sub("agent-eu-9", "s1")])]),
+        # Another region's ADV is a host router's: an agent's certificate may not send it.
+        "an agent's certificate advertising as another region's router": ("agent-eu-9", "", [msg(
+            opb.CONTROL_KIND_ADV, "agent-eu-9", region="us", advertisements=[opb.Advertisement(topic="t")])]),
+        "a client's certificate advertising": ("client-test", "client", [msg(
+            opb.CONTROL_KIND_ADV, "agent-eu-9", advertisements=[opb.Advertisement(topic="t")])]),
     }
     for why, (cert, role, messages) in denied.items():
         assert await send(router, cert, messages, role) == DENIED, why
         assert not router.control.subgroups.groups() and not router.control.summaries.groups, why
+        assert not router.control.advertised.count and not router.control.srt, why
     # The router's own certificate for its id is accepted (and the summary dropped when its stream ends).
     assert await send(router, "router-us-0", [summary]) == OK
     assert not router.control.summaries.groups
