@@ -88,6 +88,7 @@ class RouterControl:
             raise ValueError(f"control {mode!r}: scot or tid")
         self.me, self.region, self._membership, self._overlay, self.mode = me, region, membership, overlay, mode
         self.applied_ns = 0  # wall clock of the last control message applied (the experiments' delays)
+        self.adv_applied_ns = 0  # the same, of the last ADV / UNADV
         self.subgroups = Subgroups()
         self.advertised = Subgroups()  # this region's advertisements, by agent (keyed by themselves)
         self.srt: dict[str, dict[Key, Expression]] = {}  # far router -> its region's advertisements
@@ -236,6 +237,8 @@ class RouterControl:
         """Validate `m` whole, then apply it (module doc)."""
         self._receive(stream, m, context)
         self.applied_ns = time.time_ns()
+        if m.kind in _ADV_KINDS:
+            self.adv_applied_ns = self.applied_ns
 
     def _receive(self, stream: Stream, m: opb.ControlMessage, context) -> None:
         if m.kind in _AGENT_KINDS:

@@ -334,6 +334,7 @@ class RouterServicer(ogrpc.RouterServicer):
         out.srt = sum(len(a) for a in control.srt.values())
         out.control_sent.update(control.counts)
         out.control, out.control_applied_ns = control.mode, control.applied_ns
+        out.advertisement_applied_ns = control.adv_applied_ns
         for peer, link in sorted(node.links.links.items()):
             s = ov.state(peer)
             out.links.add(peer=peer, kind=ov.kind(peer), queue_length=link.queue_length,

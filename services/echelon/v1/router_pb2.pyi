@@ -89,7 +89,7 @@ class LinkStatus(_message.Message):
     def __init__(self, peer: _Optional[str] = ..., kind: _Optional[str] = ..., queue_length: _Optional[int] = ..., congestion_element: _Optional[float] = ..., congested: _Optional[bool] = ...) -> None: ...
 
 class DescribeResponse(_message.Message):
-    __slots__ = ("router_id", "region", "position", "region_index", "regions", "routing", "links", "subgroups", "complete", "summaries", "advertisements", "srt", "control_sent", "control", "control_applied_ns")
+    __slots__ = ("router_id", "region", "position", "region_index", "regions", "routing", "links", "subgroups", "complete", "summaries", "advertisements", "srt", "control_sent", "control", "control_applied_ns", "advertisement_applied_ns")
     class ControlSentEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -112,6 +112,7 @@ class DescribeResponse(_message.Message):
     CONTROL_SENT_FIELD_NUMBER: _ClassVar[int]
     CONTROL_FIELD_NUMBER: _ClassVar[int]
     CONTROL_APPLIED_NS_FIELD_NUMBER: _ClassVar[int]
+    ADVERTISEMENT_APPLIED_NS_FIELD_NUMBER: _ClassVar[int]
     router_id: str
     region: str
     position: int
@@ -127,7 +128,8 @@ class DescribeResponse(_message.Message):
     control_sent: _containers.ScalarMap[str, int]
     control: str
     control_applied_ns: int
-    def __init__(self, router_id: _Optional[str] = ..., region: _Optional[str] = ..., position: _Optional[int] = ..., region_index: _Optional[int] = ..., regions: _Optional[_Iterable[str]] = ..., routing: _Optional[str] = ..., links: _Optional[_Iterable[_Union[LinkStatus, _Mapping]]] = ..., subgroups: _Optional[int] = ..., complete: _Optional[bool] = ..., summaries: _Optional[_Iterable[_Union[RegionSummary, _Mapping]]] = ..., advertisements: _Optional[int] = ..., srt: _Optional[int] = ..., control_sent: _Optional[_Mapping[str, int]] = ..., control: _Optional[str] = ..., control_applied_ns: _Optional[int] = ...) -> None: ...
+    advertisement_applied_ns: int
+    def __init__(self, router_id: _Optional[str] = ..., region: _Optional[str] = ..., position: _Optional[int] = ..., region_index: _Optional[int] = ..., regions: _Optional[_Iterable[str]] = ..., routing: _Optional[str] = ..., links: _Optional[_Iterable[_Union[LinkStatus, _Mapping]]] = ..., subgroups: _Optional[int] = ..., complete: _Optional[bool] = ..., summaries: _Optional[_Iterable[_Union[RegionSummary, _Mapping]]] = ..., advertisements: _Optional[int] = ..., srt: _Optional[int] = ..., control_sent: _Optional[_Mapping[str, int]] = ..., control: _Optional[str] = ..., control_applied_ns: _Optional[int] = ..., advertisement_applied_ns: _Optional[int] = ...) -> None: ...
 
 class RegionSummary(_message.Message):
     __slots__ = ("region", "complete", "subgroups", "answered")

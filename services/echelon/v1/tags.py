@@ -832,6 +832,7 @@ class DescribeResponse:  # router.proto
     control_sent = 0x6a  # 13, length-delimited
     control = 0x72  # 14, length-delimited
     control_applied_ns = 0x78  # 15, varint
+    advertisement_applied_ns = 0x80  # 16, varint
 
     class ControlSentEntry:
         key = 0x0a  # 1, length-delimited
