@@ -379,3 +379,8 @@ async def test_summaries_send_a_region_only_what_it_wants_new_subscriptions_and_
     await publish_and_check(["eu", "us"])
     assert sum(r.metrics.lost._value.get() for r in regions.routers) == 0
     assert all(a.metrics.lost._value.get() == 0 for a in regions.agents)
+    # ap's last producer of t goes away (its Publish stream ends): UNADV, so eu's and us's
+    # routers drop ap's advertisement and the groups they had sent ap's router for it.
+    await pubs["ap"].close()
+    await regions.summaries_settled("t", {"eu": 1, "us": 1, "ap": 1}, ("eu", "us"))
+    assert not any(r.control.srt.get(ap1.config.id) for r in regions.routers if r not in regions.cluster.crashed)
