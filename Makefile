@@ -5,6 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 SYSTEM := $(VENV)/.system
 NODE   := tests/interop/node/node_modules/.package-lock.json
+NODE_LOAD := loadtest/node/node_modules/.package-lock.json
 
 .PHONY: install proto dashboards docs-diagram demo up test test-slow chaos abuse kube-check bench bench-replan bench-events bench-events-base bench-hotpath bench-lowrate trace-hops bench-durable bench-overload bench-tls bench-auth replan-loop bulk-scale clean
 
@@ -33,7 +34,12 @@ $(NODE): tests/interop/node/package-lock.json
 	@if command -v npm >/dev/null; then npm ci -s --no-audit --no-fund --prefix tests/interop/node; \
 	else echo "note: npm missing: the other-language client test will skip"; fi
 
-install: $(STAMP) $(SYSTEM) $(NODE)
+# The benchmark's Node publisher (loadtest/node, bench-events' node-* modes; tests/interop).
+$(NODE_LOAD): loadtest/node/package-lock.json
+	@if command -v npm >/dev/null; then npm ci -s --no-audit --no-fund --prefix loadtest/node; \
+	else echo "note: npm missing: bench-events runs without its node-* modes, their test skips"; fi
+
+install: $(STAMP) $(SYSTEM) $(NODE) $(NODE_LOAD)
 
 proto: $(STAMP)
 	$(PY) -m echelon.tools.genproto
@@ -53,7 +59,7 @@ demo: $(STAMP)
 up: $(STAMP)
 	$(VENV)/bin/echelon up --agents 4 --matchers 2
 
-test: $(STAMP) $(SYSTEM) $(NODE)
+test: $(STAMP) $(SYSTEM) $(NODE) $(NODE_LOAD)
 	$(PY) -m pytest -q --durations=30
 
 chaos: $(STAMP) $(SYSTEM)
@@ -99,7 +105,7 @@ bench-replan: $(STAMP) $(SYSTEM)
 # (docs/performance.md), CPU per service, out/bench_events/{latency_vs_rate.png,bench_events.json},
 # and a py-spy profile of the publishing agent under saturation. `make bench-events BENCH_ARGS=--short`: the cells the
 # targets are read from (DELIVERED), 2 s each, in about half the time.
-bench-events: $(STAMP) $(SYSTEM)
+bench-events: $(STAMP) $(SYSTEM) $(NODE_LOAD)
 	$(PY) -m loadtest.bench_events --out out/bench_events --profile $(BENCH_ARGS)
 
 # Echelon's cells of bench-events, this tree against BASE (default main), alternating rounds

@@ -215,6 +215,47 @@ def client_piece(batched: bool) -> float:
         loop.close()
 
 
+def stub_publishing(topic_name: str, access=None):
+    """The agent's Publishing (None in a tree without publishing.py) on a stub node: topic
+    `topic_name` with bench_events' schema, a dispatcher that holds every unit at once
+    (settled, delivered to one agent: no data plane behind it), `access` or a caller with
+    nothing to check. Also grpc_floor's `agent stream` server."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from prometheus_client import CollectorRegistry
+
+    from echelon.agent.metrics import AgentMetrics
+    from echelon.agent.topics import Topics
+    from echelon.contract.schema import Schema, parse_attribute
+    from echelon.contract.wire import schema_to_pb
+    from echelon.v1 import common_pb2 as pb
+    from loadtest.bench_events.workload import SCHEMA
+
+    try:  # where the publish half lives in this tree
+        from echelon.agent.publishing import Publishing
+    except ImportError:
+        return None
+    topic = pb.Topic(name=topic_name, created_unix_ms=1,
+                     schema=schema_to_pb(Schema(tuple(parse_attribute(a) for a in SCHEMA))))
+
+    def submit(events, payloads, alone=False):
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
+        done.set_result(None)
+        future = loop.create_future()
+        future.set_result(([1] * len(events), [done]))
+        return future
+
+    membership = SimpleNamespace(topics={topic_name: topic})
+    node = SimpleNamespace(topics=Topics(lambda: membership, None),
+                           durables=SimpleNamespace(refusing={}, refuse=lambda t, a: None),
+                           config=SimpleNamespace(id="agent-0"), dispatcher=SimpleNamespace(submit=submit),
+                           server=SimpleNamespace(access=access or SimpleNamespace(publish_checker=_unchecked)),
+                           metrics=AgentMetrics(CollectorRegistry()))
+    return _built(Publishing, node)
+
+
 def stream_piece(batched: bool, handler: bool = False, coalesce: bool = True, access=None) -> float:
     """The publishing agent's Publish stream (read, admission, dispatch, acks) with a stub
     node whose dispatcher holds every unit at once: 256 events, one per request (each
@@ -225,39 +266,14 @@ def stream_piece(batched: bool, handler: bool = False, coalesce: bool = True, ac
     requests' `coalesce_acks` (unset: one ack message per request). `access`: the node's
     Access (runtime/auth.py) instead of a caller with nothing to check (loadtest.bench_auth)."""
     import asyncio
-    from types import SimpleNamespace
 
-    from prometheus_client import CollectorRegistry
-
-    from echelon.agent.metrics import AgentMetrics
-    from echelon.agent.topics import Topics
-    from echelon.contract.schema import Schema, parse_attribute
-    from echelon.contract.wire import attributes_to_pb, schema_to_pb
-    from echelon.v1 import common_pb2 as pb
+    from echelon.contract.wire import attributes_to_pb
     from echelon.v1 import pubsub_pb2 as ppb
-    from loadtest.bench_events.workload import SCHEMA
 
-    try:  # where the publish half lives in this tree
-        from echelon.agent.publishing import Publishing
-    except ImportError:
+    publishing = stub_publishing("bench", access)  # for every round (its caches warm, as in an agent)
+    if publishing is None:
         return float("nan")
-    topic = pb.Topic(name="bench", created_unix_ms=1,
-                     schema=schema_to_pb(Schema(tuple(parse_attribute(a) for a in SCHEMA))))
     loop = asyncio.new_event_loop()
-
-    def submit(events, payloads, alone=False):
-        done = loop.create_future()
-        done.set_result(None)
-        future = loop.create_future()
-        future.set_result(([1] * len(events), [done]))
-        return future
-
-    membership = SimpleNamespace(topics={"bench": topic})
-    node = SimpleNamespace(topics=Topics(lambda: membership, None),
-                           durables=SimpleNamespace(refusing={}, refuse=lambda t, a: None),
-                           config=SimpleNamespace(id="agent-0"), dispatcher=SimpleNamespace(submit=submit),
-                           server=SimpleNamespace(access=access or SimpleNamespace(publish_checker=_unchecked)),
-                           metrics=AgentMetrics(CollectorRegistry()))
     elements = [ppb.PublishRequest(topic="bench", attributes=attributes_to_pb(a), payload=i.to_bytes(16, "little"))
                 for i, a in enumerate(workload_events(256))]
     level = ppb.ACK_LEVEL_DELIVERED
@@ -279,7 +295,6 @@ def stream_piece(batched: bool, handler: bool = False, coalesce: bool = True, ac
                 out.append(r)
         return [ppb.PublishRequest.FromString(r.SerializeToString()) for r in out]
 
-    publishing = _built(Publishing, node)  # for every round (its caches warm, as in an agent): fresh sequences each
     stream = publishing.stream
     if handler:
         try:

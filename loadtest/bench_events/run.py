@@ -16,7 +16,7 @@ from collections import Counter
 from pathlib import Path
 
 from echelon.runtime import loop
-from loadtest.bench_events.systems import MODES, SYSTEMS, missing_peers
+from loadtest.bench_events.systems import MODES, NODE_MODES, SYSTEMS, missing_peers
 from loadtest.bench_events.workload import (POOL, RANGE, Pool, Received, cpu_seconds, cpu_waiting, oracle,
                                             percentile, subscriptions, hop_bytes, tcp_sockets)
 
@@ -77,8 +77,9 @@ class Run:
         overflowed0 = getattr(system, "overflowed", 0)
         filtered0 = getattr(system, "filtered", 0)
         load0 = os.getloadavg()[0]
-        gen0 = cpu_seconds(own)
-        roles = {pid: hop_role(name, system.name) for name, pid in pids.items()} | {own: "client"}
+        gens = [own, *getattr(system, "client_pids", list)()]  # the load generator's processes
+        gen0 = sum(map(cpu_seconds, gens))
+        roles = {pid: hop_role(name, system.name) for name, pid in pids.items()} | dict.fromkeys(gens, "client")
         wire0 = tcp_sockets(roles)
         window = WINDOW // len(sends)
         acked, errors, last_ack = [0], Counter(), [0]
@@ -148,15 +149,16 @@ class Run:
                "p50_ms": percentile(lat, 0.5), "p99_ms": percentile(lat, 0.99), "p999_ms": percentile(lat, 0.999),
                "cpu_s_per_1k": {k: v / max(acked[0], 1) * 1000 for k, v in cpu.items()},
                "cpu_s_per_1k_services": sum(cpu.values()) / max(acked[0], 1) * 1000,
-               "cpu_s_per_1k_loadgen": (cpu_seconds(own) - gen0) / max(acked[0], 1) * 1000,
+               "cpu_s_per_1k_loadgen": (sum(map(cpu_seconds, gens)) - gen0) / max(acked[0], 1) * 1000,
                "wire_bytes": wire, "bytes_per_useful_delivery": wire / received.useful if received.useful else None,
                # Where those bytes went: sender>receiver, per useful delivery (hop_role).
                "bytes_by_hop": {f"{a}>{b}": round(n / received.useful, 1) for (a, b), n in sorted(hops.items())
                                 if n > 0} if received.useful else {},
                # What the whole run paid per delivery a subscriber wanted: the services and the load
                # generator (publishers, and subscribers with their filtering in the client).
-               "cpu_us_per_useful_delivery": (sum(cpu.values()) + cpu_seconds(own) - gen0) / received.useful * 1e6
-               if received.useful else None,
+               "cpu_us_per_useful_delivery":
+                   (sum(cpu.values()) + sum(map(cpu_seconds, gens)) - gen0) / received.useful * 1e6
+                   if received.useful else None,
                "client_filtered_per_useful": (getattr(system, "filtered", 0) - filtered0) / received.useful
                if received.useful else None,
                "load_average": [round(load0, 2), round(os.getloadavg()[0], 2)],
@@ -208,7 +210,7 @@ class Run:
         spy = subprocess.Popen([exe, "record", "--pid", str(system.publishing_pid()), "--duration",
                                 str(int(self.args.seconds)), "--rate", "200", "--format", "raw", "--output",
                                 str(out), "--nonblocking"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        sends = await system.publishers(1, "batch-DELIVERED", pool)
+        sends = await system.publishers(1, self.args.profile_mode, pool)
         row = await self.cell(system, sends, None, pool, subs, {"system": "echelon", "mode": "profiled"})
         await system.close_publishers()
         try:
@@ -270,21 +272,25 @@ def hop_table(cells: list[dict]) -> str:
     return "\n".join(rows)
 
 
-FLOOR_OF = {"raw": "ack each", "rawc": "coalesced"}  # a raw-stub mode's counterpart in gRPC alone
+# A one-event-a-request mode's counterpart in gRPC alone: (the floor's mode, its client).
+FLOOR_OF = {"raw": ("ack each", "python"), "rawc": ("coalesced", "python"),
+            "node": ("ack each", "node"), "nodec": ("coalesced", "node")}
 
 
 def floor_ratios(cells: list[dict], floor: list[dict]) -> str:
     """Each raw-stub saturation cell's published rate over gRPC alone's requests/s with the
-    same acks (loadtest/grpc_floor.py): 1 means the agent's coalescing reached the floor of
-    one event a request; above 1, the agent answers several requests per message."""
-    alone = {f["mode"]: f["requests_per_s"] for f in floor}
+    same acks and the same client (loadtest/grpc_floor.py): 1 means the agent's coalescing
+    reached the floor of one event a request; above 1, the agent answers several requests
+    per message."""
+    alone = {(f["mode"], f.get("client", "python")): f["requests_per_s"] for f in floor}
     rows = []
     for c in cells:
         how = c["mode"].split("-")[0]
         if c["system"] == "echelon" and c["rate"] == "max" and alone.get(FLOOR_OF.get(how)):
             ref = alone[FLOOR_OF[how]]
             rows.append(f"  {c['mode']} {c['selectivity']}% {c['publishers']}p: {c['published_per_s']:,.0f}/s = "
-                        f"{c['published_per_s'] / ref:.2f}x gRPC alone, {FLOOR_OF[how]} ({ref:,.0f} requests/s)")
+                        f"{c['published_per_s'] / ref:.2f}x gRPC alone, {FLOOR_OF[how][0]}, "
+                        f"{FLOOR_OF[how][1]} client ({ref:,.0f} requests/s)")
     return "raw-stub cells against the floor:\n" + "\n".join(rows) if rows else ""
 
 
@@ -485,7 +491,10 @@ async def run(args: argparse.Namespace) -> Run:
     if args.floor:  # what gRPC alone does with one event a request: the raw-stub cells' ceiling
         from loadtest import grpc_floor
 
-        r.floor = [await grpc_floor.cell(m, 40960, WINDOW) for m in grpc_floor.MODES]
+        from loadtest.bench_events.node import missing
+
+        clients = ("python",) if missing() else ("python", "node")
+        r.floor = [await grpc_floor.cell(m, 40960, WINDOW, c) for c in clients for m in grpc_floor.MODES]
     return r
 
 
@@ -496,14 +505,17 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--short", action="store_true",
                     help="the cells the small-event targets are read from: Echelon at "
                          "DELIVERED only (batch and per event), 2 s per cell, in about half the time")
-    ap.add_argument("--modes", nargs="+", default=MODES["echelon"], choices=MODES["echelon"],
-                    help="Echelon's modes (the peers have one each)")
+    ap.add_argument("--modes", nargs="+", default=None, choices=MODES["echelon"],
+                    help="Echelon's modes (the peers have one each; default all, without the node-* ones "
+                         "with --quick or where the Node client is not installed)")
     ap.add_argument("--seconds", type=float, default=3.0, help="publishing time per cell")
     ap.add_argument("--max-events", type=int, default=200_000, help="events per cell at most")
     ap.add_argument("--drain", type=float, default=8.0, help="seconds a cell waits for acks and deliveries")
     ap.add_argument("--subs", type=int, default=50, help="subscriptions (each at the selectivity)")
     ap.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=list(SYSTEMS))
     ap.add_argument("--profile", action="store_true", help="py-spy the publishing agent in a saturation cell")
+    ap.add_argument("--profile-mode", default="batch-DELIVERED", choices=MODES["echelon"],
+                    help="the publishers of the profiled cell (e.g. nodec-DELIVERED: one event a request)")
     ap.add_argument("--selectivity", nargs="+", type=lambda v: v if v == RANGE else int(v), default=[2, 20, RANGE],
                     choices=[2, 20, RANGE], help=f"workloads: 2%%, 20%% (Symbol, Price), {RANGE}: a range over two "
                     "attributes at 2%% (workload.py)")
@@ -523,6 +535,14 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--rounds", type=int, default=2, help="with --base: rounds (a run per tree each)")
     args = ap.parse_args(argv)
     args.check = args.quick
+    if args.modes is None:
+        from loadtest.bench_events.node import missing
+
+        # The Node publisher has a test of its own (tests/interop/test_node_loadgen.py).
+        why = "--quick" if args.quick else missing()
+        if why and not args.base:
+            print(f"note: without the {' and '.join(NODE_MODES)} cells: {why}", flush=True)
+        args.modes = [m for m in MODES["echelon"] if not why or m not in NODE_MODES]
     if args.rates is None:
         args.rates = list(QUICK_RATES if args.quick else RATES)
     if args.quick:

@@ -12,7 +12,8 @@ the application it stands for would (counted: `filtered`; `_Peer.filtering`). Re
 redis-server pub/sub, the same channels (PSUBSCRIBE `ev.*` and client filtering where NATS
 filters; in the range workload a connection per subscriber, as Redis sends one copy per
 connection). Echelon's publishers are the
-SDK's, or (modes `raw-*`, `rawc-*`) the generated stubs' (raw.py)
+SDK's, or (modes `raw-*`, `rawc-*`) the generated stubs' (raw.py), or (`node-*`, `nodec-*`)
+a Node client written from protos/ (node.py, loadtest/node/); `*c-*`: with `coalesce_acks`
 """
 
 from __future__ import annotations
@@ -141,6 +142,8 @@ class Echelon:
         how, level = mode.split("-")
         if how in ("raw", "rawc"):  # the generated stubs, one event per request (raw.py)
             return self._raw_publishers(n, AckLevel[level].value, how == "rawc", pool)
+        if how in ("node", "nodec"):  # a client in another language, one event per request (node.py)
+            return await self._node_publishers(n, AckLevel[level].value, how == "nodec", pool)
         attrs = [pool.attributes(i) for i in range(POOL)]
         sends = []
         for _ in range(n):
@@ -175,9 +178,32 @@ class Echelon:
             sends.append(send)
         return sends
 
+    async def _node_publishers(self, n: int, level: int, coalesce: bool, pool: Pool) -> list[Callable]:
+        from loadtest.bench_events.node import NodePublisher, missing
+
+        if self.tls:
+            raise ValueError("the Node publisher speaks plaintext only")
+        if why := missing():
+            raise RuntimeError(why)
+        entries = [pool.attributes(i) for i in range(POOL)]
+        sends = []
+        for _ in range(n):
+            pub = NodePublisher(self.cluster.agent_addresses()[0], level, coalesce, entries, TOPIC)
+            self.clients.append(pub)
+            await pub.start()  # connected before a cell's clock starts
+
+            async def send(ids, pub=pub):
+                await pub.send([(i, pool_index(i)) for i in ids])
+            sends.append(send)
+        return sends
+
     async def close_publishers(self) -> None:
         await asyncio.gather(*(c.close() for c in self.clients), return_exceptions=True)
         self.clients = []
+
+    def client_pids(self) -> list[int]:
+        """Publishers in processes of their own (node.py): the load generator's too."""
+        return [p for c in self.clients if (p := getattr(c, "pid", lambda: None)()) is not None]
 
     async def stop(self) -> None:
         with contextlib.suppress(Exception):
@@ -378,6 +404,7 @@ class Redis(_Peer):
 
 
 MODES = {"echelon": ["batch-DELIVERED", "batch-ACCEPTED", "single-DELIVERED", "single-ACCEPTED", "raw-DELIVERED",
-                     "rawc-DELIVERED"],
+                     "rawc-DELIVERED", "node-DELIVERED", "nodec-DELIVERED"],
          "nats": ["publish+flush"], "redis": ["pipeline"]}
+NODE_MODES = ("node-DELIVERED", "nodec-DELIVERED")  # need node and loadtest/node's packages (node.py)
 SYSTEMS = {"echelon": Echelon, "nats": Nats, "redis": Redis}

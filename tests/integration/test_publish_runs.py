@@ -79,3 +79,20 @@ async def test_runs_of_single_requests_are_acked_as_each_request_asked(cluster, 
         await m.ack()
     assert sorted(got) == list(range(1, 111))  # each once (a duplicate would take another's place)
     await sub.close()
+
+
+async def test_a_pipelining_client_whose_acks_settle_at_once_is_read_in_runs(cluster, monkeypatch):
+    """At ACCEPTED each ack is due as soon as its run is admitted, so while the client keeps
+    writing, few of its requests await acks: the requests' spacing (BURST), not only acks in
+    flight, marks it as pipelining: its runs grow to tens of requests."""
+    runs = collections.Counter()
+    flush = publish_reader._flush
+    monkeypatch.setattr(publish_reader, "_flush", lambda run, answers: runs.update([len(run)]) or flush(run, answers))
+    await cluster.client(0).create_topic("t")
+    requests = [single(s, coalesce=True, level=ppb.ACK_LEVEL_ACCEPTED) for s in range(1, 2001)]
+    async with grpc.aio.insecure_channel(cluster.agent_nodes[0].address) as ch:
+        acks = [a for m in [m async for m in pgrpc.PubSubStub(ch).Publish(iter(requests))] for a in m.acks]
+    assert [a.sequence for a in acks] == list(range(1, 2001)) and all(a.code == 0 for a in acks)
+    assert sum(n * k for n, k in runs.items()) == 2000
+    # Waiting on acks in flight alone, such runs were of 4-6 requests (mean about 5.5).
+    assert 2000 / sum(runs.values()) >= 10, sorted(runs.items())

@@ -116,11 +116,15 @@ def test_raw_cells_are_read_against_the_floor_with_the_same_acks():
              dict(cell("echelon", "max", 6000.0, 1.0), mode="rawc-DELIVERED"),
              dict(cell("echelon", 1000, 1000.0, 1.0), mode="raw-DELIVERED"),
              dict(cell("echelon", "max", 9000.0, 1.0), mode="batch-DELIVERED")]
+    cells.append(dict(cell("echelon", "max", 14000.0, 1.0), mode="nodec-DELIVERED"))
     floor = [{"mode": "read", "requests_per_s": 8000.0}, {"mode": "ack each", "requests_per_s": 4000.0},
-             {"mode": "coalesced", "requests_per_s": 5000.0}]
+             {"mode": "coalesced", "requests_per_s": 5000.0},
+             {"mode": "coalesced", "client": "node", "requests_per_s": 7000.0}]
     lines = floor_ratios(cells, floor).splitlines()
-    assert len(lines) == 3
-    assert "0.75x gRPC alone, ack each" in lines[1] and "1.20x gRPC alone, coalesced" in lines[2]
+    assert len(lines) == 4
+    assert "0.75x gRPC alone, ack each, python client" in lines[1]
+    assert "1.20x gRPC alone, coalesced, python client" in lines[2]
+    assert "2.00x gRPC alone, coalesced, node client" in lines[3]
     assert floor_ratios(cells, []) == ""
 
 

@@ -8,10 +8,17 @@ the agent much more Python work than the same events in a batch (docs/performanc
 the `Publish handler` pieces). A reader task takes the stream's messages as gRPC hands
 them over, the consumer (publishing.py) all that queued meanwhile. gRPC hands over one
 message per read, and the consumer is faster than the reads: taken as they come, runs
-would be of one. So while earlier requests of the stream await their acks (a pipelining
-client, whose acks are not due yet anyway) a run waits for the next request, at most GAP
-for each and LINGER in all; a request with nothing of its stream in flight goes at once, and so
-does a run that ends in a slice or a batch (no run grows behind it).
+would be of one. So while the client pipelines, a run waits for the next request, at most
+GAP for each and LINGER in all; GAP_DEEP and LINGER_DEEP once MAX_RUN events of the stream
+await their acks, or when the last run was cut by its LINGER with requests still coming (a
+client that deep in flight, or that never pauses, is bound by throughput; each run's fixed
+cost, its unit, its futures and above all its ack message, a gRPC write, is paid per
+run). Pipelining: earlier requests of the stream await their acks, or this request came
+within BURST of the one before it (acks settle fast at ACCEPTED, or with no destination,
+while the client keeps writing: waiting on acks alone, such a stream's runs were of one or
+two). A lone request (nothing in flight,
+after a pause) goes at once, and so does a run that ends in a slice or a batch (no run
+grows behind it). What a run costs against gRPC's own read: docs/performance.md.
 
 The contract stays the client's: the acks of a run are written as that client asked, one
 PublishAck per request (its fields at the top level, in request order), or, with
@@ -31,7 +38,10 @@ from echelon.v1 import pubsub_pb2 as ppb
 MAX_QUEUED = 1024  # requests read ahead of the consumer (then reading waits: HTTP/2 pushes back)
 MAX_RUN = 256  # a run stops waiting for more at this many requests
 GAP = 0.0003  # seconds: a pipelining client's next request is usually in within one gRPC read
-LINGER = 0.001  # seconds a run waits for more at most (only while earlier requests await acks)
+GAP_DEEP = 0.001  # the same for a stream deep in flight or that never pauses (a busy client writes in bursts)
+BURST = 0.0001  # seconds between two requests that mark a pipelining client (a round trip takes longer)
+LINGER = 0.001  # seconds a run waits for more at most (only while the client pipelines)
+LINGER_DEEP = 0.005  # the same with MAX_RUN events or more awaiting their acks
 
 
 class Run:
@@ -57,22 +67,46 @@ def _single(req) -> bool:
 def coalesce(stream: Callable[[AsyncIterator], AsyncIterator[ppb.PublishAck]], requests) -> AsyncIterator:
     """`stream` (Publishing.stream) over `requests` read in runs; its acks split back to one
     message per request where the client did not take coalesced acks."""
-    answers: deque[int] = deque()  # per request to be acked: its ack count, negative for a run to split
+    answers = Answers()
     return _acks(stream(_runs(requests, answers)), answers)
 
 
-async def _runs(requests, answers: deque[int]):
+class Answers(deque):
+    """Per request (or run) to be acked, in order: its ack count, negative for a run whose
+    acks are split one per request; `events`: how many events they hold."""
+
+    __slots__ = ("events",)
+
+    def __init__(self):
+        super().__init__()
+        self.events = 0
+
+    def append(self, n: int) -> None:
+        super().append(n)
+        self.events += abs(n)
+
+    def popleft(self) -> int:
+        n = super().popleft()
+        self.events -= abs(n)
+        return n
+
+
+async def _runs(requests, answers: Answers):
     queued: deque = deque()
     news = asyncio.Event()
     room = asyncio.Event()
     room.set()
     ended = False
+    arrivals = [0.0, -1.0]  # when the last request came, and the one before it
+    streaming = False  # the last run was cut by its linger, requests still coming
+    clock = asyncio.get_running_loop().time
 
     async def read():
         nonlocal ended
         try:
             async for req in requests:
                 queued.append(req)
+                arrivals[1], arrivals[0] = arrivals[0], clock()
                 news.set()
                 # A slice of a bulk payload (or a batch) is not read ahead: the consumer takes
                 # it first, so HTTP/2 holds the rest of a payload in the client, not here.
@@ -84,14 +118,24 @@ async def _runs(requests, answers: deque[int]):
             news.set()
 
     async def more() -> None:
-        """While the client has requests awaiting acks (pipelining), the next ones usually
-        follow within a gRPC read: wait for them a little (each gap at most GAP, all at most
-        LINGER). A request with nothing before it in flight never waits."""
+        """While the client pipelines, its next requests usually follow within a gRPC read:
+        wait for them a little (each gap at most GAP, all at most LINGER; deep: GAP_DEEP,
+        LINGER_DEEP).
+        A lone request never waits."""
+        nonlocal streaming
+        if not (answers or len(queued) > 1 or arrivals[0] - arrivals[1] < BURST):
+            streaming = False
+            return
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + LINGER
-        while answers and not ended and len(queued) < MAX_RUN and (left := deadline - loop.time()) > 0:
+        deep = streaming or answers.events >= MAX_RUN
+        deadline, gap = loop.time() + (LINGER_DEEP if deep else LINGER), GAP_DEEP if deep else GAP
+        streaming = False
+        while not ended and len(queued) < MAX_RUN:
+            if (left := deadline - loop.time()) <= 0:
+                streaming = True
+                return
             news.clear()
-            timer = loop.call_later(min(GAP, left), news.set)
+            timer = loop.call_later(min(gap, left), news.set)
             had = len(queued)
             await news.wait()
             timer.cancel()
@@ -133,7 +177,7 @@ async def _runs(requests, answers: deque[int]):
         reader.cancel()
 
 
-def _flush(run: list, answers: deque[int]):
+def _flush(run: list, answers: Answers):
     if len(run) == 1:
         answers.append(1)
         return run[0]
@@ -141,7 +185,7 @@ def _flush(run: list, answers: deque[int]):
     return Run(run)
 
 
-async def _acks(acks: AsyncIterator[ppb.PublishAck], answers: deque[int]):
+async def _acks(acks: AsyncIterator[ppb.PublishAck], answers: Answers):
     async for ack in acks:
         if answers and answers[0] < 0:  # a run of requests that each want their own ack
             answers.popleft()
