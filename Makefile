@@ -187,11 +187,24 @@ octopia: $(STAMP) $(SYSTEM)
 octopia-control: $(STAMP)
 	$(PY) -m loadtest.octopia_control_sim
 
+# The same control-plane figures on real router processes (4 regions x 3 routers on loopback, both
+# systems, a few minutes), read from the routers, beside the paper and the simulation at that size.
+.PHONY: octopia-control-real
+octopia-control-real: $(STAMP)
+	$(PY) -m loadtest.octopia_control_real
+
 # Regions that stand alone as real processes: a region's router paused (SIGSTOP) and resumed,
 # local traffic unaffected, the far regions catch up (the in-process version runs in make test).
 .PHONY: regions
 regions: $(STAMP)
 	$(PY) -m pytest -q -m slow tests/integration/test_regions_processes.py
+
+# Regions that stand alone, cut by the network: region-2's routers' cable out, then in, every
+# router and agent in a network namespace of its own (needs root and `ip netns`; where those are
+# unavailable it says why and exits 2).
+.PHONY: regions-cut
+regions-cut: $(STAMP)
+	$(PY) -m loadtest.regions_cut --events 40
 
 # Meghdoot's section 5 on the zone code (100, 1,000 and 10,000 peers; 150,000 subscriptions at
 # 10,000 peers; the 100-peer run with uniform alert thresholds), each figure beside the paper's.

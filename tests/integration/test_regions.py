@@ -68,11 +68,15 @@ class Regions:
                        what="every member sees everyone")
         return self
 
-    async def summaries_settled(self, topic: str, groups: dict[str, int]) -> None:
+    async def summaries_settled(self, topic: str, groups: dict[str, int], publishing=()) -> None:
         """Every live router holds its region's subgroups on `topic` (`groups`: how many per
-        region; `terms`) and a complete summary, and every router of the other regions holds exactly
-        those groups (router/control.py): from here a new event is routed by them."""
+        region; `terms`) and a complete summary; the routers of `publishing` (the regions whose
+        agents have a producer on `topic`) hold its advertisement, and every router of the
+        other regions that answers them holds exactly those groups: from here a new event
+        is routed by them. A router of a region that publishes nothing on `topic` holds none
+        of its groups (router/control.py)."""
         why = [""]
+        ad = (topic, b"")  # an agent's advertisement: the topic, no bounds
 
         def settled() -> bool:
             live = [r for r in self.routers if r not in self.cluster.crashed]
@@ -81,18 +85,32 @@ class Regions:
                 if len(own) != groups.get(r.config.region, 0) or not r.control.complete:
                     why[0] = f"{r.config.id}: {len(own)} groups, complete {r.control.complete} ({r.control.waiting})"
                     return False
+                if (r.config.region in publishing) != (ad in r.control.advertised.count):
+                    why[0] = f"{r.config.id}: advertisement of {topic!r} {ad in r.control.advertised.count}"
+                    return False
                 for o in live:
                     s = o.control.summaries
-                    if o.config.region != r.config.region and (not s.known(r.config.region)
-                                                               or s.keys(r.config.region, topic) != own):
+                    if o.config.region == r.config.region:
+                        continue
+                    publishes = o.config.region in publishing
+                    expect = own if publishes else set()
+                    if not s.known(r.config.region) or s.keys(r.config.region, topic) != expect or \
+                            publishes and ad not in s.answers(r.config.region):
                         why[0] = f"{o.config.id} on {r.config.region}: {s.known(r.config.region)}, " \
-                                 f"{len(s.keys(r.config.region, topic))} groups"
+                                 f"{len(s.keys(r.config.region, topic))} groups, answered " \
+                                 f"{ad in s.answers(r.config.region)}"
                         return False
             return True
         try:
             await wait_for(settled, timeout=30, what="every region's summary at every other region's router")
         except AssertionError as e:
             raise AssertionError(f"{e}: {why[0]}") from None
+
+    async def advertise(self, pubs, topic: str, events: list[dict]) -> None:
+        """Each publisher's first event (`events`, one each; not routed by the summaries
+        yet): its producer's stream advertises `topic` from here (dataplane/control.py)."""
+        for pub, e in zip(pubs, events):
+            await pub.publish(topic, e)
 
     def nodes(self):
         return [n for n in (*self.matchers, *self.routers, *self.agents) if n not in self.cluster.crashed]
@@ -163,12 +181,20 @@ async def test_each_region_matches_its_own_and_deliveries_equal_brute_force(regi
     assert all(len(v) for v in want.values())  # the seed gives every region subscriptions
     for a in regions.agents:
         assert {m.id for m in a.matching.matchers()} == {f"matcher-{region_of(a.config.id)}"}
-    await regions.summaries_settled("t", {r: terms(filters[n][1] for n in want[r]) for r in REGIONS})
     events = [{"x": rng.randrange(100), "y": rng.randrange(100), "r": f"e{k}"} for k in range(90)]
-    await publish_in_turn_and_check(clients, "t", events, subs, filters)  # from every region in turn
+    pubs = [c.publisher(ack_level=DELIVERED) for c in clients]
+    await regions.advertise(pubs, "t", events[:len(pubs)])  # each producer advertises with its first event
+    await regions.summaries_settled("t", {r: terms(filters[n][1] for n in want[r]) for r in REGIONS}, REGIONS)
+    unmatched = sum(r.metrics.unmatched._value.get() for r in regions.routers)
+    skipped = sum(r.metrics.skipped._value.get() for r in regions.routers)
+    for k, e in enumerate(events[len(pubs):]):  # from every region in turn
+        await pubs[k % len(pubs)].publish("t", e)
+    for name, (_, f) in filters.items():
+        got = sorted(m.attributes["r"] for m in await drain(subs[name]))
+        assert got == sorted(e["r"] for e in events if parse(f).matches(e)), name
     # Routed by the summaries: a region got an event only when one of its filters matched it.
-    assert sum(r.metrics.skipped._value.get() for r in regions.routers) > 0
-    assert sum(r.metrics.unmatched._value.get() for r in regions.routers) == 0
+    assert sum(r.metrics.skipped._value.get() for r in regions.routers) > skipped
+    assert sum(r.metrics.unmatched._value.get() for r in regions.routers) == unmatched
     assert sum(r.metrics.lost._value.get() for r in regions.routers) == 0
     assert all(a.metrics.duplicates._value.get() == 0 for a in regions.agents)
     # Each matcher answered as entry only for its own region's publishers and routers.
@@ -283,10 +309,17 @@ async def test_summaries_send_a_region_only_what_it_wants_new_subscriptions_and_
     subs = {name: clients[i].subscribe("t", f) for name, (i, f) in filters.items()}
     for s in subs.values():
         await s.start()
-    await regions.summaries_settled("t", {"eu": 1, "us": 1})
     router = {r.config.id: r for r in regions.routers}
     eu, ap = router["router-eu-0"], router["router-ap-0"]
     pubs = {region: clients[2 * c].publisher(ack_level=DELIVERED) for c, region in enumerate(REGIONS)}
+    # Nothing advertised yet: no router holds another region's groups (nor is sent any).
+    await regions.summaries_settled("t", {"eu": 1, "us": 1})
+    assert not any(r.control.summaries.keys(o) for r in regions.routers for o in REGIONS)
+    # Advertised with a first event that matches nobody (sent everywhere: not answered yet).
+    await regions.advertise(pubs.values(), "t", [{"x": 50, "y": 0, "r": "ad"}] * len(pubs))
+    await regions.summaries_settled("t", {"eu": 1, "us": 1}, REGIONS)
+    ilink0, skipped0 = eu.metrics.messages.labels("ilink")._value.get(), eu.metrics.skipped._value.get()
+    unmatched0 = [r.metrics.unmatched._value.get() for r in regions.routers]
     rounds = iter(range(100))
 
     async def publish_and_check(regions_publishing) -> list[dict]:
@@ -301,16 +334,17 @@ async def test_summaries_send_a_region_only_what_it_wants_new_subscriptions_and_
 
     events = await publish_and_check(["eu"])
     # eu's router sent a copy over an iLink only for events us wants; ap got none.
-    assert eu.metrics.messages.labels("ilink")._value.get() == sum(e["x"] >= 70 for e in events)
-    assert eu.metrics.skipped._value.get() == 2 * len(events) - sum(e["x"] >= 70 for e in events)
-    assert ap.metrics.unmatched._value.get() == 0 and not ap.links.links.get("router-eu-0")
+    assert eu.metrics.messages.labels("ilink")._value.get() - ilink0 == sum(e["x"] >= 70 for e in events)
+    assert eu.metrics.skipped._value.get() - skipped0 == 2 * len(events) - sum(e["x"] >= 70 for e in events)
+    assert ap.metrics.unmatched._value.get() == unmatched0[regions.routers.index(ap)]
     # A subscription made in ap now: eu and us send it its events once they hold its group.
     filters["ap"] = (5, "x >= 40 and x < 60")
     subs["ap"] = clients[5].subscribe("t", filters["ap"][1])
     await subs["ap"].start()
-    await regions.summaries_settled("t", {"eu": 1, "us": 1, "ap": 1})
+    await regions.summaries_settled("t", {"eu": 1, "us": 1, "ap": 1}, REGIONS)
     await publish_and_check(["eu", "us"])
-    assert all(r.metrics.unmatched._value.get() == 0 for r in regions.routers)  # no copy nobody wanted
+    # no copy nobody wanted
+    assert [r.metrics.unmatched._value.get() for r in regions.routers] == unmatched0
     # The publishers' router restarted: a new one starts with no summary (everything to
     # every region, so the publish right after it is exact too), then is sent the others'.
     await regions.cluster.crash(eu)
@@ -320,12 +354,15 @@ async def test_summaries_send_a_region_only_what_it_wants_new_subscriptions_and_
     await wait_for(lambda: all(any(m.id == eu1.config.id for m in a.membership.alive(mpb.ROLE_ROUTER))
                                for a in regions.agents), timeout=30, what="router-eu-1 in every agent's view")
     await publish_and_check(["eu"])
-    await regions.summaries_settled("t", {"eu": 1, "us": 1, "ap": 1})
+    await regions.summaries_settled("t", {"eu": 1, "us": 1, "ap": 1}, REGIONS)
     channel = eu1.server.transport.dial(eu1.address)  # what an operator sees (router.proto Describe)
     d = await ogrpc.RouterStub(channel).Describe(opb.DescribeRequest())
     await channel.close()
     assert (d.subgroups, d.complete) == (1, True)
-    assert [(s.region, s.complete, s.subgroups) for s in d.summaries] == [("ap", True, 1), ("us", True, 1)]
+    assert [(s.region, s.complete, s.subgroups, s.answered) for s in d.summaries] == [("ap", True, 1, 1),
+                                                                                     ("us", True, 1, 1)]
+    # OctopiA's SRT: eu's own advertisement of t, and us's and ap's (each has eu's router as secondary).
+    assert (d.advertisements, d.srt) == (1, 2) and d.control_sent["adv"] >= 2 and d.control_sent["cib_set"] >= 2
     skipped = eu1.metrics.skipped._value.get()
     await publish_and_check(["eu"])
     assert eu1.metrics.skipped._value.get() > skipped
@@ -338,7 +375,12 @@ async def test_summaries_send_a_region_only_what_it_wants_new_subscriptions_and_
     await wait_for(lambda: all(any(m.id == ap1.config.id for m in n.membership.alive(mpb.ROLE_ROUTER))
                                for n in regions.nodes()), timeout=30, what="router-ap-1 in every view")
     await publish_and_check(["eu", "us"])  # before its summary: ap gets everything
-    await regions.summaries_settled("t", {"eu": 1, "us": 1, "ap": 1})
+    await regions.summaries_settled("t", {"eu": 1, "us": 1, "ap": 1}, REGIONS)
     await publish_and_check(["eu", "us"])
     assert sum(r.metrics.lost._value.get() for r in regions.routers) == 0
     assert all(a.metrics.lost._value.get() == 0 for a in regions.agents)
+    # ap's last producer of t goes away (its Publish stream ends): UNADV, so eu's and us's
+    # routers drop ap's advertisement and the groups they had sent ap's router for it.
+    await pubs["ap"].close()
+    await regions.summaries_settled("t", {"eu": 1, "us": 1, "ap": 1}, ("eu", "us"))
+    assert not any(r.control.srt.get(ap1.config.id) for r in regions.routers if r not in regions.cluster.crashed)

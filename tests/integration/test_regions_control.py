@@ -125,10 +125,16 @@ async def test_a_certificate_without_the_senders_role_or_id_is_refused(router):
             sub("agent-eu-8", "s1")])]),
         "a client's certificate": ("client-test", "client", [msg(SUB, "agent-eu-9", subscriptions=[
             sub("agent-eu-9", "s1")])]),
+        # Another region's ADV is a host router's: an agent's certificate may not send it.
+        "an agent's certificate advertising as another region's router": ("agent-eu-9", "", [msg(
+            opb.CONTROL_KIND_ADV, "agent-eu-9", region="us", advertisements=[opb.Advertisement(topic="t")])]),
+        "a client's certificate advertising": ("client-test", "client", [msg(
+            opb.CONTROL_KIND_ADV, "agent-eu-9", advertisements=[opb.Advertisement(topic="t")])]),
     }
     for why, (cert, role, messages) in denied.items():
         assert await send(router, cert, messages, role) == DENIED, why
         assert not router.control.subgroups.groups() and not router.control.summaries.groups, why
+        assert not router.control.advertised.count and not router.control.srt, why
     # The router's own certificate for its id is accepted (and the summary dropped when its stream ends).
     assert await send(router, "router-us-0", [summary]) == OK
     assert not router.control.summaries.groups
@@ -171,4 +177,46 @@ async def test_a_summary_is_complete_only_while_every_live_agent_of_the_region_h
     del view.members["agent-eu-3"]
     control.on_view()
     assert control.complete
+    # An agent's advertisements go when it is DEAD (its producers with it); its subscriptions
+    # stay until it has LEFT.
+    ad = msg(opb.CONTROL_KIND_ADV, "agent-eu-1", full=True, last=True, advertisements=[opb.Advertisement(topic="t")])
+    stream = Stream()
+    control.receive(stream, one, _PlainText())
+    control.receive(stream, ad, _PlainText())
+    assert list(control.advertised.count) == [("t", b"")]
+    view.members["agent-eu-1"].state = mpb.MEMBER_STATE_DEAD
+    control.on_view()
+    assert not control.advertised.count and control.subgroups.by_agent["agent-eu-1"]
     await control.close()
+
+
+async def test_malformed_advertisements_are_refused_and_change_nothing(router):
+    ADV, UNADV = opb.CONTROL_KIND_ADV, opb.CONTROL_KIND_UNADV
+    a, r = "agent-eu-9", "router-us-0"
+    ad = opb.Advertisement(topic="t")
+    assert await send(router, a, [msg(ADV, a, full=True, last=True, advertisements=[ad])]) == OK
+    assert await send(router, r, [msg(ADV, r, region="us", full=True, last=True, advertisements=[ad])]) == OK
+    held = dict(router.control.advertised.by_agent)
+    assert list(router.control.advertised.count) == [("t", b"")]
+    # The far router's stream ended: its advertisements went with it (they may go stale).
+    assert r not in router.control.srt
+    bad_bounds = opb.Advertisement(topic="t", bounds=pb.Filter(predicates=[pb.Predicate(attribute="x")]))
+    refused = {
+        "no topic": (a, [msg(ADV, a, advertisements=[opb.Advertisement()])]),
+        "bounds without an operator": (a, [msg(ADV, a, advertisements=[bad_bounds])]),
+        "ADV with ids": (a, [msg(ADV, a, ids=["x"], advertisements=[ad])]),
+        "ADV with `complete`": (a, [msg(ADV, a, full=True, last=True, complete=True)]),
+        "UNADV as a full state": (a, [msg(UNADV, a, full=True, last=True, advertisements=[ad])]),
+        "a full state's bad part": (a, [msg(ADV, a, full=True, advertisements=[opb.Advertisement(topic="u")]),
+                                        msg(ADV, a, full=True, last=True, advertisements=[bad_bounds])]),
+        "a router's UNADV inside its full state": (r, [msg(ADV, r, region="us", full=True, advertisements=[]),
+                                                       msg(UNADV, r, region="us", advertisements=[ad])]),
+        "SUB carrying advertisements": (a, [msg(SUB, a, advertisements=[ad])]),
+    }
+    for why, (cert, messages) in refused.items():
+        assert await send(router, cert, messages) == INVALID, why
+        assert router.control.advertised.by_agent == held, why
+    # A router of this region may not advertise to it as a host of another (an agent's role).
+    assert await send(router, "router-eu-5", [msg(ADV, "router-eu-5", full=True, last=True,
+                                                  advertisements=[ad])]) == DENIED
+    assert router.control.advertised.by_agent == held

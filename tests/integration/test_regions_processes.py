@@ -31,8 +31,9 @@ async def member_state(cluster: Cluster, member: str) -> int:
 
 async def summaries_settled(cluster: Cluster, timeout: float = 60.0) -> None:
     """Every router's summary of its region is complete, and it holds the other regions'
-    complete summaries with their one group each (router.proto Describe;
-    docs/guarantees.md: where a subscription's events from other regions start)."""
+    complete summaries answering every advertisement it holds (router.proto Describe;
+    docs/guarantees.md: where a subscription's events from other regions start). Their
+    groups come once this region advertises: until then every region is sent everything."""
     routers = cluster.by_role("router")
     deadline = asyncio.get_running_loop().time() + timeout
     while True:
@@ -43,8 +44,8 @@ async def summaries_settled(cluster: Cluster, timeout: float = 60.0) -> None:
                 d = await ogrpc.RouterStub(channel).Describe(opb.DescribeRequest(), timeout=5)
             finally:
                 await channel.close()
-            others = {(s.region, s.complete, s.subgroups) for s in d.summaries}
-            settled &= d.complete and others == {(r, True, 1) for r in REGIONS if r != d.region}
+            others = {(s.region, s.complete, s.answered == d.advertisements) for s in d.summaries}
+            settled &= d.complete and others == {(r, True, True) for r in REGIONS if r != d.region}
         if settled:
             return
         if asyncio.get_running_loop().time() > deadline:

@@ -67,6 +67,9 @@ class Publishing:
         self.admission = admission
         self._counters: dict[tuple[str, str], object] = {}  # (topic, result) -> its published counter
         self.slice_idle = SLICE_IDLE
+        # Told (topic, 1) when a stream first publishes on a topic and (topic, -1) for each
+        # of its topics when it ends: OctopiA's advertisements (dataplane/control.py AgentFeed).
+        self.producing = None
 
     @staticmethod
     async def _wait(unit: Unit) -> None:
@@ -163,6 +166,14 @@ class Publishing:
         due: dict[tuple[str, int], float] = {}  # of those, when each began to wait for its next slice
         watchdog: asyncio.Task | None = None
         auto_seq = 0
+        topics: set[str] = set()  # this stream's, advertised while it lasts
+        producing = self.producing
+
+        def advertise(reqs) -> None:
+            for r in reqs:
+                if r.topic not in topics:
+                    topics.add(r.topic)
+                    producing(r.topic, 1)
 
         def next_seq(seq: int) -> int:
             # An unnumbered event takes the next number above any this stream used: its
@@ -182,6 +193,8 @@ class Publishing:
                 if sliced and req.slice_index:  # a later slice: into its payload's stream, acked with slice 0
                     await self._feed(req, (producer, next_seq(req.sequence)), streams, due)
                     continue
+                if producing is not None:
+                    advertise(req.batch or (req,))
                 unit = Unit(bool(req.batch), req.ack_level, producer, req.coalesce_acks, alone=not in_flight)
                 unit.lean = req.lean_acks
                 if req.batch:
@@ -246,6 +259,8 @@ class Publishing:
             reader.cancel()
             if watchdog is not None:
                 watchdog.cancel()
+            for t in topics:
+                producing(t, -1)
             for key, stream in streams.items():
                 self._abort(key, stream, Unavailable("the publish stream ended before the payload's last slice"))
 

@@ -163,6 +163,7 @@ class AgentNode(Node):
         self.feed = AgentFeed(me, self.config.region, lambda: self.matching.subscriptions,
                               self.membership.transport.dial)
         self.matching.changed = self.feed.changed
+        self.pubsub.publishing.producing = self.feed.producing  # what this agent's producers advertise
         self.subscriptions = Registry(me, self.topics, self.matching, self.metrics,
                                       lambda topics: self.membership.set_topics(set(), topics), self._max_backlog)
         self.subscriptions.filter_limits = self.server.access.config.limits.filters()  # the operator's (--limits)
@@ -228,6 +229,8 @@ class AgentNode(Node):
         self.plane.trees.update(agents, dead, hinted(self.membership.plan), left)  # bucket hints: the leaves
         far = tiers(self.membership).far(self.config.region)  # regions matched by their own tier
         self.gateway.trees.update(self.membership.alive(mpb.ROLE_ROUTER), regions, here, far)
+        if self.feed:
+            self.feed.hosted_by(self.gateway.trees.router)  # its advertisements go to that router
         return {m.id for m in agents} | set(self.gateway.trees.table.members)
 
     def _settle(self, futures) -> None:

@@ -204,12 +204,15 @@ def matcher(log_level, deadline, park_seconds, refill_seconds, **kw) -> None:
               help="A link is congested when its CE >= 1 and more than this many frames are queued.")
 @click.option("--interval", default=0.5, type=click.FloatRange(0.01, 60), show_default=True,
               help="Seconds between measurements of each link's CE and queue length.")
-def router(log_level, routing, delta, interval, **kw) -> None:
+@click.option("--control", default="scot", type=click.Choice(["scot", "tid"]), show_default=True,
+              help="OctopiA's control plane, or the PADRES (TID) baseline the paper measures it against: "
+                   "advertisements to every router, no routing by summaries (docs/papers.md).")
+def router(log_level, routing, delta, interval, control, **kw) -> None:
     """Run a router: the region's gateway on the inter-region overlay (set --region)."""
     from echelon.router.server import RouterNode
 
     setup_logging("router", log_level)
-    _serve(lambda: RouterNode(_config(**kw), routing=routing, delta=delta, interval=interval))
+    _serve(lambda: RouterNode(_config(**kw), routing=routing, delta=delta, interval=interval, control=control))
 
 
 @click.command()

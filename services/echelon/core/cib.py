@@ -3,21 +3,29 @@ subgroup, its CIB_SET / CIB_CLEAR, and the cluster bits of an event at the route
 receives it from a publishing agent (OctopiA sections VI, VII-A; docs/event-path.md,
 "Regions that stand alone"; `scot_control.py` holds the paper's own tables).
 
-OctopiA's cluster is a region and its broker a router. Differences from the paper, each
-on the safe side (a region may get an event it does not want, never miss one it does):
+OctopiA's cluster is a region and its broker a router. Advertisements (docs/papers.md,
+"OctopiA's advertisements in Echelon"): an agent advertises the topics its producers
+publish (`Advertisement`: a topic, and bounds when declared) to every router of its region,
+each of which may be the host broker of its events. A router sends its region's
+advertisements to its secondary routers (OctopiA's region of the publisher: one router per
+other region, `core/scot.py` `ilinks`), never further; a secondary router answers them
+with the subgroups of its region that overlap them (`answer`: the SCB, kept per group),
+so a region that publishes nothing a far subscription overlaps is sent nothing of it and
+stores nothing of it. Differences from the paper, each on the safe side (a region may get
+an event it does not want, never miss one it does):
 
-- Every router is the host of every topic its agents publish, over the whole content
-  space: the advertisement is implicit, so there is no ADV / UNADV, and a secondary router
-  sends its region's subgroups to every router of the other regions.
 - The region's subgroup is the region's subscriptions grouped by (topic, filter):
-  identical filters are one entry. A CIB_SET names a group when its first subscription
-  appears, a CIB_CLEAR when its last one leaves, so the host keeps the groups, not a bit,
-  and sets the region's bit per event: the bit of region R is set when a group of R on
-  the event's topic matches it (the SCB evaluated per event, exact).
+  identical filters are one entry. A CIB_SET names a group when it first overlaps an
+  advertisement of the receiver, a CIB_CLEAR when it no longer does, so the host keeps the
+  groups, not a bit, and sets the region's bit per event: the bit of region R is set when
+  a group of R on the event's topic matches it (the SCB evaluated per event, exact).
 - A region is sent everything (its bit always set) unless the host holds a *complete*
-  summary of it: from a router that has heard the full state of every live agent of its
-  region. A summary is dropped when the stream that carried it ends, so a restarted
-  router or a reset link falls back to "everything" until the full state is sent again.
+  summary of it that *answers* the event's advertisement: from a router that has heard the
+  full state of every live agent of its region, and has answered an advertisement of the
+  host that covers the event (an event of a topic not yet advertised, or advertised
+  but not yet answered, goes everywhere). A summary is dropped when the stream that
+  carried it ends, so a restarted router or a reset link falls back to "everything" until
+  the full state is sent again.
 """
 
 from __future__ import annotations
@@ -25,16 +33,28 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping
 
-from echelon.contract.filters import Expression
+from echelon.contract.filters import Expression, overlaps
+from echelon.contract.schema import Schema
 from echelon.core.filter_code import Matcher, compile_filters
 
-Key = tuple[str, bytes]  # (topic, the filter's canonical bytes): one subgroup
+Key = tuple[str, bytes]  # (topic, the filter's canonical bytes): one subgroup, or one advertisement
+_ANY = Schema()  # overlap over the values' own domains: a router holds no topic's schema
+
+
+def answer(groups: Mapping[Key, Expression], advertisements: Mapping[Key, Expression]) -> set[Key]:
+    """The groups that overlap an advertisement (same topic, and the filter overlaps the
+    bounds: `contract/filters.py` `overlaps`, never a false negative): what a secondary
+    router sends the host of `advertisements`."""
+    by_topic: dict[str, list[Expression]] = {}
+    for (topic, _), bounds in advertisements.items():
+        by_topic.setdefault(topic, []).append(bounds)
+    return {k for k, f in groups.items() if any(overlaps(b, f, _ANY) for b in by_topic.get(k[0], ()))}
 
 
 class Subgroups:
-    """A router's own region: each agent's subscriptions by id, and the groups they make.
-    Every change returns (groups that appeared, groups that emptied): the CIB_SET and
-    CIB_CLEAR to send."""
+    """A router's own region: each agent's subscriptions by id, and the groups they make
+    (also each agent's advertisements, by their own key). Every change returns (groups
+    that appeared, groups that emptied): the CIB_SET and CIB_CLEAR (ADV and UNADV) to send."""
 
     def __init__(self) -> None:
         self.by_agent: dict[str, dict[str, Key]] = {}
@@ -87,9 +107,10 @@ class Subgroups:
 
 
 class Summaries:
-    """At a router: the other regions' groups, by the router that sent them, and which
-    senders' summaries are complete. `wants(region, topic, attributes)` is region R's bit
-    of the CIV for an event (module doc)."""
+    """At a router: the other regions' groups, by the router that sent them, which
+    senders' summaries are complete, and which of this router's advertisements each
+    sender's groups answer. `wants(region, topic, attributes)` is region R's bit of the
+    CIV for an event (module doc)."""
 
     def __init__(self, wire: bool = False) -> None:
         """`wire`: `wants` is given an event's attributes as received (filter_code.py)."""
@@ -97,9 +118,14 @@ class Summaries:
         self.region_of: dict[str, str] = {}  # sender -> its region
         self.groups: dict[str, dict[Key, Expression]] = {}  # sender -> its region's groups
         self.complete: set[str] = set()
-        # (region, topic) -> its groups' filters compiled into one function (None: no group),
-        # made again only for the (region, topic) a change touches.
-        self._index: dict[tuple[str, str], Matcher | None] = {}
+        # sender -> the advertisements its groups answer (None: every event, a sender that
+        # answers no advertisement in particular)
+        self.answered: dict[str, dict[Key, Expression] | None] = {}
+        # (region, topic) -> (does an answered advertisement cover the event: True for any
+        # event, None for none, else a function of the attributes; the groups' filters as
+        # one function, None: no group), made again only for the (region, topic) a change
+        # touches.
+        self._index: dict[tuple[str, str], tuple[object, Matcher | None]] = {}
 
     def _touched(self, sender: str, keys: Iterable[Key] | None = None) -> None:
         region = self.region_of.get(sender)
@@ -110,29 +136,48 @@ class Summaries:
     def known(self, region: str) -> bool:
         return any(self.region_of[s] == region for s in self.complete)
 
-    def replace(self, sender: str, region: str, groups: Mapping[Key, Expression], complete: bool) -> None:
+    def replace(self, sender: str, region: str, groups: Mapping[Key, Expression], complete: bool,
+                answered: Mapping[Key, Expression] | None = None) -> None:
         self._touched(sender)
         self.region_of[sender] = region
         self.groups[sender] = dict(groups)
+        self.answered[sender] = None if answered is None else dict(answered)
         (self.complete.add if complete else self.complete.discard)(sender)
         self._touched(sender)
 
-    def set(self, sender: str, groups: Mapping[Key, Expression]) -> None:
+    def set(self, sender: str, groups: Mapping[Key, Expression],
+            answered: Mapping[Key, Expression] | None = None) -> None:
         self.groups.setdefault(sender, {}).update(groups)
-        self._touched(sender, groups)
+        mine = self.answered.get(sender)
+        if answered and mine is not None:
+            mine.update(answered)
+        self._touched(sender, [*groups, *(answered or ())])
 
-    def clear(self, sender: str, keys: Iterable[Key]) -> None:
-        keys = list(keys)
+    def clear(self, sender: str, keys: Iterable[Key], answered: Iterable[Key] = ()) -> None:
+        keys, answered = list(keys), list(answered)
         mine = self.groups.get(sender, {})
         for k in keys:
             mine.pop(k, None)
+        self.unanswer(answered, sender)
         self._touched(sender, keys)
+
+    def unanswer(self, keys: Iterable[Key], sender: str | None = None) -> None:
+        """These advertisements are answered no more (by `sender`, or by anyone: this router
+        withdrew them, so an answer to them may be stale when they come back)."""
+        keys = list(keys)
+        for s in [sender] if sender is not None else list(self.answered):
+            mine = self.answered.get(s)
+            if mine is not None:
+                for k in keys:
+                    mine.pop(k, None)
+                self._touched(s, keys)
 
     def lost(self, sender: str) -> None:
         """The stream from `sender` ended: what it said may go stale from here on."""
         self._touched(sender)
         self.region_of.pop(sender, None)
         self.groups.pop(sender, None)
+        self.answered.pop(sender, None)
         self.complete.discard(sender)
 
     def filters(self, region: str, topic: str) -> list[Expression]:
@@ -148,11 +193,33 @@ class Summaries:
         return {k for s, r in self.region_of.items() if r == region for k in self.groups.get(s, {})
                 if topic is None or k[0] == topic}
 
+    def answers(self, region: str) -> set[Key]:
+        """The advertisements a complete summary of `region` answers (Describe)."""
+        return {k for s in self.complete if self.region_of[s] == region for k in (self.answered.get(s) or {})}
+
+    def _cover(self, region: str, topic: str):
+        bounds = []
+        for s in self.complete:
+            if self.region_of[s] != region:
+                continue
+            mine = self.answered.get(s)
+            if mine is None:
+                return True
+            for k, b in mine.items():
+                if k[0] == topic:
+                    if any(not t.predicates for t in b.terms):  # the topic's whole content space
+                        return True
+                    bounds.append(b)
+        return compile_filters(bounds, self.wire) if bounds else None
+
     def wants(self, region: str, topic: str, attributes) -> bool:
         if not self.known(region):
             return True
         if (region, topic) not in self._index:
             filters = self.filters(region, topic)
-            self._index[region, topic] = compile_filters(filters, self.wire) if filters else None
-        match = self._index[region, topic]
+            self._index[region, topic] = (self._cover(region, topic),
+                                          compile_filters(filters, self.wire) if filters else None)
+        cover, match = self._index[region, topic]
+        if cover is None or cover is not True and not any(cover([attributes])):
+            return True  # an advertisement not answered yet (or an event outside every one)
         return match is not None and any(match([attributes]))

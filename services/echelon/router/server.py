@@ -95,7 +95,7 @@ class RouterNode(Node):
     role = mpb.ROLE_ROUTER
 
     def __init__(self, config: NodeConfig, routing: str = "idr", delta: int = 10, interval: float = 0.5,
-                 park_seconds: float = 30.0):
+                 park_seconds: float = 30.0, control: str = "scot"):
         super().__init__(config)
         if routing not in ("snr", "idr"):
             raise ValueError(f"routing {routing!r}: snr or idr")
@@ -123,7 +123,8 @@ class RouterNode(Node):
                                     park_seconds)
         # OctopiA's control plane: this region's subgroups out, the others' summaries in.
         self.control = RouterControl(config.id, config.region, lambda: self.membership,
-                                     lambda address: self.membership.transport.dial(address))
+                                     lambda address: self.membership.transport.dial(address), lambda: self.overlay,
+                                     control)
         self._ready = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
         self.server.add(rgrpc.add_RelayServicer_to_server, RelayServicer(
@@ -328,7 +329,12 @@ class RouterServicer(ogrpc.RouterServicer):
         summaries = control.summaries
         for region in sorted(set(summaries.region_of.values())):
             out.summaries.add(region=region, complete=summaries.known(region),
-                              subgroups=len(summaries.keys(region)))
+                              subgroups=len(summaries.keys(region)), answered=len(summaries.answers(region)))
+        out.advertisements = len(control.advertised.count)
+        out.srt = sum(len(a) for a in control.srt.values())
+        out.control_sent.update(control.counts)
+        out.control, out.control_applied_ns = control.mode, control.applied_ns
+        out.advertisement_applied_ns = control.adv_applied_ns
         for peer, link in sorted(node.links.links.items()):
             s = ov.state(peer)
             out.links.add(peer=peer, kind=ov.kind(peer), queue_length=link.queue_length,

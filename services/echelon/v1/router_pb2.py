@@ -26,29 +26,35 @@ from echelon.v1 import common_pb2 as echelon_dot_v1_dot_common__pb2
 from echelon.v1 import matcher_pb2 as echelon_dot_v1_dot_matcher__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x65\x63helon/v1/router.proto\x12\nechelon.v1\x1a\x17\x65\x63helon/v1/common.proto\x1a\x18\x65\x63helon/v1/matcher.proto\"=\n\x08Subgroup\x12\r\n\x05topic\x18\x01 \x01(\t\x12\"\n\x06\x66ilter\x18\x02 \x01(\x0b\x32\x12.echelon.v1.Filter\"\xec\x01\n\x0e\x43ontrolMessage\x12%\n\x04kind\x18\x01 \x01(\x0e\x32\x17.echelon.v1.ControlKind\x12\x0e\n\x06sender\x18\x02 \x01(\t\x12\x0e\n\x06region\x18\x03 \x01(\t\x12/\n\rsubscriptions\x18\x04 \x03(\x0b\x32\x18.echelon.v1.Subscription\x12\x0b\n\x03ids\x18\x05 \x03(\t\x12\'\n\tsubgroups\x18\x06 \x03(\x0b\x32\x14.echelon.v1.Subgroup\x12\x0c\n\x04\x66ull\x18\x07 \x01(\x08\x12\x0c\n\x04last\x18\x08 \x01(\x08\x12\x10\n\x08\x63omplete\x18\t \x01(\x08\"\x0e\n\x0c\x43ontrolReply\"\x11\n\x0f\x44\x65scribeRequest\"m\n\nLinkStatus\x12\x0c\n\x04peer\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x14\n\x0cqueue_length\x18\x03 \x01(\r\x12\x1a\n\x12\x63ongestion_element\x18\x04 \x01(\x01\x12\x11\n\tcongested\x18\x05 \x01(\x08\"\xf9\x01\n\x10\x44\x65scribeResponse\x12\x11\n\trouter_id\x18\x01 \x01(\t\x12\x0e\n\x06region\x18\x02 \x01(\t\x12\x10\n\x08position\x18\x03 \x01(\r\x12\x14\n\x0cregion_index\x18\x04 \x01(\r\x12\x0f\n\x07regions\x18\x05 \x03(\t\x12\x0f\n\x07routing\x18\x06 \x01(\t\x12%\n\x05links\x18\x07 \x03(\x0b\x32\x16.echelon.v1.LinkStatus\x12\x11\n\tsubgroups\x18\x08 \x01(\r\x12\x10\n\x08\x63omplete\x18\t \x01(\x08\x12,\n\tsummaries\x18\n \x03(\x0b\x32\x19.echelon.v1.RegionSummary\"D\n\rRegionSummary\x12\x0e\n\x06region\x18\x01 \x01(\t\x12\x10\n\x08\x63omplete\x18\x02 \x01(\x08\x12\x11\n\tsubgroups\x18\x03 \x01(\r*\x8f\x01\n\x0b\x43ontrolKind\x12\x1c\n\x18\x43ONTROL_KIND_UNSPECIFIED\x10\x00\x12\x14\n\x10\x43ONTROL_KIND_SUB\x10\x01\x12\x16\n\x12\x43ONTROL_KIND_UNSUB\x10\x02\x12\x18\n\x14\x43ONTROL_KIND_CIB_SET\x10\x03\x12\x1a\n\x16\x43ONTROL_KIND_CIB_CLEAR\x10\x04\x32\x92\x01\n\x06Router\x12\x45\n\x08\x44\x65scribe\x12\x1b.echelon.v1.DescribeRequest\x1a\x1c.echelon.v1.DescribeResponse\x12\x41\n\x07\x43ontrol\x12\x1a.echelon.v1.ControlMessage\x1a\x18.echelon.v1.ControlReply(\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x65\x63helon/v1/router.proto\x12\nechelon.v1\x1a\x17\x65\x63helon/v1/common.proto\x1a\x18\x65\x63helon/v1/matcher.proto\"B\n\rAdvertisement\x12\r\n\x05topic\x18\x01 \x01(\t\x12\"\n\x06\x62ounds\x18\x02 \x01(\x0b\x32\x12.echelon.v1.Filter\"=\n\x08Subgroup\x12\r\n\x05topic\x18\x01 \x01(\t\x12\"\n\x06\x66ilter\x18\x02 \x01(\x0b\x32\x12.echelon.v1.Filter\"\x9f\x02\n\x0e\x43ontrolMessage\x12%\n\x04kind\x18\x01 \x01(\x0e\x32\x17.echelon.v1.ControlKind\x12\x0e\n\x06sender\x18\x02 \x01(\t\x12\x0e\n\x06region\x18\x03 \x01(\t\x12/\n\rsubscriptions\x18\x04 \x03(\x0b\x32\x18.echelon.v1.Subscription\x12\x0b\n\x03ids\x18\x05 \x03(\t\x12\'\n\tsubgroups\x18\x06 \x03(\x0b\x32\x14.echelon.v1.Subgroup\x12\x0c\n\x04\x66ull\x18\x07 \x01(\x08\x12\x0c\n\x04last\x18\x08 \x01(\x08\x12\x10\n\x08\x63omplete\x18\t \x01(\x08\x12\x31\n\x0e\x61\x64vertisements\x18\n \x03(\x0b\x32\x19.echelon.v1.Advertisement\"\x0e\n\x0c\x43ontrolReply\"\x11\n\x0f\x44\x65scribeRequest\"m\n\nLinkStatus\x12\x0c\n\x04peer\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x14\n\x0cqueue_length\x18\x03 \x01(\r\x12\x1a\n\x12\x63ongestion_element\x18\x04 \x01(\x01\x12\x11\n\tcongested\x18\x05 \x01(\x08\"\xe6\x03\n\x10\x44\x65scribeResponse\x12\x11\n\trouter_id\x18\x01 \x01(\t\x12\x0e\n\x06region\x18\x02 \x01(\t\x12\x10\n\x08position\x18\x03 \x01(\r\x12\x14\n\x0cregion_index\x18\x04 \x01(\r\x12\x0f\n\x07regions\x18\x05 \x03(\t\x12\x0f\n\x07routing\x18\x06 \x01(\t\x12%\n\x05links\x18\x07 \x03(\x0b\x32\x16.echelon.v1.LinkStatus\x12\x11\n\tsubgroups\x18\x08 \x01(\r\x12\x10\n\x08\x63omplete\x18\t \x01(\x08\x12,\n\tsummaries\x18\n \x03(\x0b\x32\x19.echelon.v1.RegionSummary\x12\x16\n\x0e\x61\x64vertisements\x18\x0b \x01(\r\x12\x0b\n\x03srt\x18\x0c \x01(\r\x12\x43\n\x0c\x63ontrol_sent\x18\r \x03(\x0b\x32-.echelon.v1.DescribeResponse.ControlSentEntry\x12\x0f\n\x07\x63ontrol\x18\x0e \x01(\t\x12\x1a\n\x12\x63ontrol_applied_ns\x18\x0f \x01(\x04\x12 \n\x18\x61\x64vertisement_applied_ns\x18\x10 \x01(\x04\x1a\x32\n\x10\x43ontrolSentEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\"V\n\rRegionSummary\x12\x0e\n\x06region\x18\x01 \x01(\t\x12\x10\n\x08\x63omplete\x18\x02 \x01(\x08\x12\x11\n\tsubgroups\x18\x03 \x01(\r\x12\x10\n\x08\x61nswered\x18\x04 \x01(\r*\xbd\x01\n\x0b\x43ontrolKind\x12\x1c\n\x18\x43ONTROL_KIND_UNSPECIFIED\x10\x00\x12\x14\n\x10\x43ONTROL_KIND_SUB\x10\x01\x12\x16\n\x12\x43ONTROL_KIND_UNSUB\x10\x02\x12\x18\n\x14\x43ONTROL_KIND_CIB_SET\x10\x03\x12\x1a\n\x16\x43ONTROL_KIND_CIB_CLEAR\x10\x04\x12\x14\n\x10\x43ONTROL_KIND_ADV\x10\x05\x12\x16\n\x12\x43ONTROL_KIND_UNADV\x10\x06\x32\x92\x01\n\x06Router\x12\x45\n\x08\x44\x65scribe\x12\x1b.echelon.v1.DescribeRequest\x1a\x1c.echelon.v1.DescribeResponse\x12\x41\n\x07\x43ontrol\x12\x1a.echelon.v1.ControlMessage\x1a\x18.echelon.v1.ControlReply(\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'echelon.v1.router_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_CONTROLKIND']._serialized_start=861
-  _globals['_CONTROLKIND']._serialized_end=1004
-  _globals['_SUBGROUP']._serialized_start=90
-  _globals['_SUBGROUP']._serialized_end=151
-  _globals['_CONTROLMESSAGE']._serialized_start=154
-  _globals['_CONTROLMESSAGE']._serialized_end=390
-  _globals['_CONTROLREPLY']._serialized_start=392
-  _globals['_CONTROLREPLY']._serialized_end=406
-  _globals['_DESCRIBEREQUEST']._serialized_start=408
-  _globals['_DESCRIBEREQUEST']._serialized_end=425
-  _globals['_LINKSTATUS']._serialized_start=427
-  _globals['_LINKSTATUS']._serialized_end=536
-  _globals['_DESCRIBERESPONSE']._serialized_start=539
-  _globals['_DESCRIBERESPONSE']._serialized_end=788
-  _globals['_REGIONSUMMARY']._serialized_start=790
-  _globals['_REGIONSUMMARY']._serialized_end=858
-  _globals['_ROUTER']._serialized_start=1007
-  _globals['_ROUTER']._serialized_end=1153
+  _globals['_DESCRIBERESPONSE_CONTROLSENTENTRY']._loaded_options = None
+  _globals['_DESCRIBERESPONSE_CONTROLSENTENTRY']._serialized_options = b'8\001'
+  _globals['_CONTROLKIND']._serialized_start=1235
+  _globals['_CONTROLKIND']._serialized_end=1424
+  _globals['_ADVERTISEMENT']._serialized_start=90
+  _globals['_ADVERTISEMENT']._serialized_end=156
+  _globals['_SUBGROUP']._serialized_start=158
+  _globals['_SUBGROUP']._serialized_end=219
+  _globals['_CONTROLMESSAGE']._serialized_start=222
+  _globals['_CONTROLMESSAGE']._serialized_end=509
+  _globals['_CONTROLREPLY']._serialized_start=511
+  _globals['_CONTROLREPLY']._serialized_end=525
+  _globals['_DESCRIBEREQUEST']._serialized_start=527
+  _globals['_DESCRIBEREQUEST']._serialized_end=544
+  _globals['_LINKSTATUS']._serialized_start=546
+  _globals['_LINKSTATUS']._serialized_end=655
+  _globals['_DESCRIBERESPONSE']._serialized_start=658
+  _globals['_DESCRIBERESPONSE']._serialized_end=1144
+  _globals['_DESCRIBERESPONSE_CONTROLSENTENTRY']._serialized_start=1094
+  _globals['_DESCRIBERESPONSE_CONTROLSENTENTRY']._serialized_end=1144
+  _globals['_REGIONSUMMARY']._serialized_start=1146
+  _globals['_REGIONSUMMARY']._serialized_end=1232
+  _globals['_ROUTER']._serialized_start=1427
+  _globals['_ROUTER']._serialized_end=1573
 # @@protoc_insertion_point(module_scope)

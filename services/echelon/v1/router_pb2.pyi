@@ -16,11 +16,23 @@ class ControlKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     CONTROL_KIND_UNSUB: _ClassVar[ControlKind]
     CONTROL_KIND_CIB_SET: _ClassVar[ControlKind]
     CONTROL_KIND_CIB_CLEAR: _ClassVar[ControlKind]
+    CONTROL_KIND_ADV: _ClassVar[ControlKind]
+    CONTROL_KIND_UNADV: _ClassVar[ControlKind]
 CONTROL_KIND_UNSPECIFIED: ControlKind
 CONTROL_KIND_SUB: ControlKind
 CONTROL_KIND_UNSUB: ControlKind
 CONTROL_KIND_CIB_SET: ControlKind
 CONTROL_KIND_CIB_CLEAR: ControlKind
+CONTROL_KIND_ADV: ControlKind
+CONTROL_KIND_UNADV: ControlKind
+
+class Advertisement(_message.Message):
+    __slots__ = ("topic", "bounds")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    BOUNDS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    bounds: _common_pb2.Filter
+    def __init__(self, topic: _Optional[str] = ..., bounds: _Optional[_Union[_common_pb2.Filter, _Mapping]] = ...) -> None: ...
 
 class Subgroup(_message.Message):
     __slots__ = ("topic", "filter")
@@ -31,7 +43,7 @@ class Subgroup(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., filter: _Optional[_Union[_common_pb2.Filter, _Mapping]] = ...) -> None: ...
 
 class ControlMessage(_message.Message):
-    __slots__ = ("kind", "sender", "region", "subscriptions", "ids", "subgroups", "full", "last", "complete")
+    __slots__ = ("kind", "sender", "region", "subscriptions", "ids", "subgroups", "full", "last", "complete", "advertisements")
     KIND_FIELD_NUMBER: _ClassVar[int]
     SENDER_FIELD_NUMBER: _ClassVar[int]
     REGION_FIELD_NUMBER: _ClassVar[int]
@@ -41,6 +53,7 @@ class ControlMessage(_message.Message):
     FULL_FIELD_NUMBER: _ClassVar[int]
     LAST_FIELD_NUMBER: _ClassVar[int]
     COMPLETE_FIELD_NUMBER: _ClassVar[int]
+    ADVERTISEMENTS_FIELD_NUMBER: _ClassVar[int]
     kind: ControlKind
     sender: str
     region: str
@@ -50,7 +63,8 @@ class ControlMessage(_message.Message):
     full: bool
     last: bool
     complete: bool
-    def __init__(self, kind: _Optional[_Union[ControlKind, str]] = ..., sender: _Optional[str] = ..., region: _Optional[str] = ..., subscriptions: _Optional[_Iterable[_Union[_matcher_pb2.Subscription, _Mapping]]] = ..., ids: _Optional[_Iterable[str]] = ..., subgroups: _Optional[_Iterable[_Union[Subgroup, _Mapping]]] = ..., full: _Optional[bool] = ..., last: _Optional[bool] = ..., complete: _Optional[bool] = ...) -> None: ...
+    advertisements: _containers.RepeatedCompositeFieldContainer[Advertisement]
+    def __init__(self, kind: _Optional[_Union[ControlKind, str]] = ..., sender: _Optional[str] = ..., region: _Optional[str] = ..., subscriptions: _Optional[_Iterable[_Union[_matcher_pb2.Subscription, _Mapping]]] = ..., ids: _Optional[_Iterable[str]] = ..., subgroups: _Optional[_Iterable[_Union[Subgroup, _Mapping]]] = ..., full: _Optional[bool] = ..., last: _Optional[bool] = ..., complete: _Optional[bool] = ..., advertisements: _Optional[_Iterable[_Union[Advertisement, _Mapping]]] = ...) -> None: ...
 
 class ControlReply(_message.Message):
     __slots__ = ()
@@ -75,7 +89,14 @@ class LinkStatus(_message.Message):
     def __init__(self, peer: _Optional[str] = ..., kind: _Optional[str] = ..., queue_length: _Optional[int] = ..., congestion_element: _Optional[float] = ..., congested: _Optional[bool] = ...) -> None: ...
 
 class DescribeResponse(_message.Message):
-    __slots__ = ("router_id", "region", "position", "region_index", "regions", "routing", "links", "subgroups", "complete", "summaries")
+    __slots__ = ("router_id", "region", "position", "region_index", "regions", "routing", "links", "subgroups", "complete", "summaries", "advertisements", "srt", "control_sent", "control", "control_applied_ns", "advertisement_applied_ns")
+    class ControlSentEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
     ROUTER_ID_FIELD_NUMBER: _ClassVar[int]
     REGION_FIELD_NUMBER: _ClassVar[int]
     POSITION_FIELD_NUMBER: _ClassVar[int]
@@ -86,6 +107,12 @@ class DescribeResponse(_message.Message):
     SUBGROUPS_FIELD_NUMBER: _ClassVar[int]
     COMPLETE_FIELD_NUMBER: _ClassVar[int]
     SUMMARIES_FIELD_NUMBER: _ClassVar[int]
+    ADVERTISEMENTS_FIELD_NUMBER: _ClassVar[int]
+    SRT_FIELD_NUMBER: _ClassVar[int]
+    CONTROL_SENT_FIELD_NUMBER: _ClassVar[int]
+    CONTROL_FIELD_NUMBER: _ClassVar[int]
+    CONTROL_APPLIED_NS_FIELD_NUMBER: _ClassVar[int]
+    ADVERTISEMENT_APPLIED_NS_FIELD_NUMBER: _ClassVar[int]
     router_id: str
     region: str
     position: int
@@ -96,14 +123,22 @@ class DescribeResponse(_message.Message):
     subgroups: int
     complete: bool
     summaries: _containers.RepeatedCompositeFieldContainer[RegionSummary]
-    def __init__(self, router_id: _Optional[str] = ..., region: _Optional[str] = ..., position: _Optional[int] = ..., region_index: _Optional[int] = ..., regions: _Optional[_Iterable[str]] = ..., routing: _Optional[str] = ..., links: _Optional[_Iterable[_Union[LinkStatus, _Mapping]]] = ..., subgroups: _Optional[int] = ..., complete: _Optional[bool] = ..., summaries: _Optional[_Iterable[_Union[RegionSummary, _Mapping]]] = ...) -> None: ...
+    advertisements: int
+    srt: int
+    control_sent: _containers.ScalarMap[str, int]
+    control: str
+    control_applied_ns: int
+    advertisement_applied_ns: int
+    def __init__(self, router_id: _Optional[str] = ..., region: _Optional[str] = ..., position: _Optional[int] = ..., region_index: _Optional[int] = ..., regions: _Optional[_Iterable[str]] = ..., routing: _Optional[str] = ..., links: _Optional[_Iterable[_Union[LinkStatus, _Mapping]]] = ..., subgroups: _Optional[int] = ..., complete: _Optional[bool] = ..., summaries: _Optional[_Iterable[_Union[RegionSummary, _Mapping]]] = ..., advertisements: _Optional[int] = ..., srt: _Optional[int] = ..., control_sent: _Optional[_Mapping[str, int]] = ..., control: _Optional[str] = ..., control_applied_ns: _Optional[int] = ..., advertisement_applied_ns: _Optional[int] = ...) -> None: ...
 
 class RegionSummary(_message.Message):
-    __slots__ = ("region", "complete", "subgroups")
+    __slots__ = ("region", "complete", "subgroups", "answered")
     REGION_FIELD_NUMBER: _ClassVar[int]
     COMPLETE_FIELD_NUMBER: _ClassVar[int]
     SUBGROUPS_FIELD_NUMBER: _ClassVar[int]
+    ANSWERED_FIELD_NUMBER: _ClassVar[int]
     region: str
     complete: bool
     subgroups: int
-    def __init__(self, region: _Optional[str] = ..., complete: _Optional[bool] = ..., subgroups: _Optional[int] = ...) -> None: ...
+    answered: int
+    def __init__(self, region: _Optional[str] = ..., complete: _Optional[bool] = ..., subgroups: _Optional[int] = ..., answered: _Optional[int] = ...) -> None: ...

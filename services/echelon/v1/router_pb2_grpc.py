@@ -57,11 +57,13 @@ class RouterServicer:
 
     def Control(self, request_iterator, context):
         """OctopiA's control plane (docs/event-path.md, "Regions that stand alone"): one stream
-        per sender and router. An agent sends its subscriptions to every router of its region
-        (SUB / UNSUB: the region's subgroup); a router sends its region's subgroups to the
-        routers of the other regions (CIB_SET / CIB_CLEAR), which send an event to a region
-        only when one of its subgroups matches it. Every stream starts with the sender's full
-        state, so a restarted router or a reset link never keeps a stale summary.
+        per sender and router. An agent sends its subscriptions and its advertisements to every
+        router of its region (SUB / UNSUB: the region's subgroup; ADV / UNADV). A router sends
+        its region's advertisements to its secondary routers, one per other region (ADV /
+        UNADV, never further), and answers the advertisements it receives with the subgroups of
+        its region that overlap them (CIB_SET / CIB_CLEAR). A router sends an event to another
+        region only when one of that region's subgroups matches it. Every stream starts with
+        the sender's full state, so a restarted router or a reset link never keeps a stale one.
         INVALID_ARGUMENT for a malformed message, PERMISSION_DENIED (under mTLS) when the
         certificate does not name the sender with the role its kind needs; the stream ends
         there and the refused message changes nothing.

@@ -777,6 +777,11 @@ class RelayAck:  # relay.proto
     seqs = 0x0a  # 1, length-delimited
 
 
+class Advertisement:  # router.proto
+    topic = 0x0a  # 1, length-delimited
+    bounds = 0x12  # 2, length-delimited
+
+
 class Subgroup:  # router.proto
     topic = 0x0a  # 1, length-delimited
     filter = 0x12  # 2, length-delimited
@@ -792,6 +797,7 @@ class ControlMessage:  # router.proto
     full = 0x38  # 7, varint
     last = 0x40  # 8, varint
     complete = 0x48  # 9, varint
+    advertisements = 0x52  # 10, length-delimited
 
 
 class ControlReply:  # router.proto
@@ -821,9 +827,20 @@ class DescribeResponse:  # router.proto
     subgroups = 0x40  # 8, varint
     complete = 0x48  # 9, varint
     summaries = 0x52  # 10, length-delimited
+    advertisements = 0x58  # 11, varint
+    srt = 0x60  # 12, varint
+    control_sent = 0x6a  # 13, length-delimited
+    control = 0x72  # 14, length-delimited
+    control_applied_ns = 0x78  # 15, varint
+    advertisement_applied_ns = 0x80  # 16, varint
+
+    class ControlSentEntry:
+        key = 0x0a  # 1, length-delimited
+        value = 0x10  # 2, varint
 
 
 class RegionSummary:  # router.proto
     region = 0x0a  # 1, length-delimited
     complete = 0x10  # 2, varint
     subgroups = 0x18  # 3, varint
+    answered = 0x20  # 4, varint
