@@ -234,3 +234,5 @@ def test_advertisements_answered_by_overlapping_groups_equal_brute_force_and_nev
                                 assert rc.wants(reg, t, w) == truth(net, reg, t, e), (trial, step, r, reg, t, e)
                     held = {k for reg in REGIONS for k in rc.summaries.keys(reg)}
                     assert all(k[0] in advertised for k in held)
+                    # The decoded filters kept are those of live groups: churn does not grow it.
+                    assert set(rc._exprs) <= set(rc.subgroups.count), (trial, step, r)

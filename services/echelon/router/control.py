@@ -175,6 +175,8 @@ class RouterControl:
         return [opb.ControlMessage(kind=kind, sender=self.me, region=self.region, **fields)]
 
     def _changed(self, appeared: set, emptied: set) -> None:
+        for k in emptied:  # decoded again if it comes back: the cache holds live groups only
+            self._exprs.pop(k, None)
         self.links.changed([("g", k) for k in appeared | emptied])
 
     def _advertised(self, appeared: set, emptied: set) -> None:
