@@ -8,6 +8,7 @@ import pytest
 from echelon.client import Client, Durable, errors
 from echelon.core.durability import holders
 from echelon.v1.membership_pb2 import ROLE_AGENT
+from loadtest import checker
 from tests.harness import Cluster, wait_for
 
 pytestmark = pytest.mark.asyncio
@@ -40,15 +41,8 @@ async def publish(client: Client, ns, producer: str) -> list:
     return out
 
 
-async def drain(sub, timeout: float = 1.0) -> list[int]:
-    got = []
-    while True:
-        try:
-            msg = await sub.next(timeout=timeout)
-        except errors.Timeout:
-            return got
-        got.append(msg.attributes["n"])
-        await msg.ack()
+async def drain(sub) -> list[int]:
+    return [m.attributes["n"] for m in await checker.drain(sub, idle=1.0)]
 
 
 @pytest.mark.parametrize("policy,kept", [("drop-oldest", [5, 6, 7]), ("drop-new", [0, 1, 2])])
