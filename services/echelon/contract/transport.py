@@ -91,9 +91,10 @@ SERVER_OPTIONS = CHANNEL_OPTIONS + [("grpc.http2.min_ping_interval_without_data_
 # reach for minutes. Channels to members retry within a second.
 RECONNECT_OPTIONS = [("grpc.initial_reconnect_backoff_ms", 100), ("grpc.min_reconnect_backoff_ms", 100),
                      ("grpc.max_reconnect_backoff_ms", 1000)]
-# A channel's own subchannel (gRPC shares them between channels to one address by
-# default), so a new channel to a peer back from the dead does not inherit the old one's
-# backoff and fail at once with the old "connection refused".
+# Every channel owns its subchannels. gRPC shares them by default between the process's
+# channels to one address, backoff state included: after a peer restarts on its old
+# address, a channel dialled anew would inherit a stale channel's backoff and fail at once
+# with the old "connection refused" for up to max_reconnect_backoff (120 s by default).
 OWN_SUBCHANNEL = [("grpc.use_local_subchannel_pool", 1)]
 
 # -- certificates -------------------------------------------------------------------------
@@ -279,7 +280,7 @@ class Transport:
         return self._loaded[1:]
 
     def _target(self, options: Iterable[tuple[str, object]]) -> list[tuple[str, object]]:
-        options = list(CHANNEL_OPTIONS) + list(options)
+        options = list(CHANNEL_OPTIONS) + OWN_SUBCHANNEL + list(options)
         if self.tls is not None and self.tls.server_name:
             options.append(("grpc.ssl_target_name_override", self.tls.server_name))
         return options

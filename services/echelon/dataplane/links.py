@@ -36,14 +36,11 @@ from typing import Callable
 import grpc
 
 from echelon.dataplane.frames import OutFrame
-from echelon.contract.transport import MEMBER_KEY, OWN_SUBCHANNEL, PLAIN, RECONNECT_OPTIONS, Transport
+from echelon.contract.transport import MEMBER_KEY, PLAIN, RECONNECT_OPTIONS, Transport
 from echelon.v1 import relay_pb2 as rpb
 
 log = logging.getLogger("echelon.links")
 
-# A link's own subchannel, so a new link to a peer back from the dead does not inherit the
-# old one's reconnect backoff and fail at once with the old "connection refused".
-LINK_OPTIONS = RECONNECT_OPTIONS + OWN_SUBCHANNEL
 MERGE_BYTES = 1 << 20  # frames merged into one message up to this size
 STREAM_METHOD = "/echelon.v1.Relay/Stream"  # written as bytes (merged frames), not through the stub
 
@@ -160,7 +157,7 @@ class Link:
         while True:
             if self._channel is None or self.transport.stale(made):  # first, or new certificates
                 old = self._channel
-                self._channel = self.transport.dial(self.address, LINK_OPTIONS)
+                self._channel = self.transport.dial(self.address, RECONNECT_OPTIONS)
                 made = self.transport.generation
                 stream = self._channel.stream_stream(STREAM_METHOD, response_deserializer=rpb.RelayAck.FromString)
                 if old is not None:
