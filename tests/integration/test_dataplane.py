@@ -234,3 +234,41 @@ async def test_p2p_mode_sends_every_copy_from_the_root(lbdd_cluster):
     assert set(sent) == {cluster.agent_nodes[i].config.id for i in SUBSCRIBERS}
     assert all(v > len(big) for v in sent.values())
     assert all(sum(sent_bytes(a).values()) == 0 for a in cluster.agent_nodes[1:])
+
+
+@pytest.mark.parametrize("direct_upto", [4, 0])
+async def test_a_small_topics_events_go_straight_to_each_subscribers_agent(direct_upto):
+    """Three subscribing agents: with the default `direct_upto` the publishing agent sends
+    each of them its copy itself and nobody relays; with 0, exactly the LBDD tree's inner
+    nodes relay (the tree over these ports, computed here, is the oracle)."""
+    cluster = await Cluster(agents=4, agent_kwargs={"direct_upto": direct_upto}).start()
+    try:
+        await cluster.client(0).create_topic(TOPIC)
+        collectors = {}
+        for i in (1, 2, 3):
+            sub = cluster.client(i).subscribe(TOPIC, "", max_outstanding=1000)
+            await sub.start()
+            collectors[i] = Collector(sub)
+        ids = {cluster.agent_nodes[i].config.id for i in (1, 2, 3)}
+        await wait_for(lambda: all(a.plane.trees.table.subscribers(TOPIC) == ids for a in cluster.agent_nodes),
+                       what="every peer table lists the subscribers")
+        pub = cluster.client(0).publisher(ack_level=DELIVERED)
+        stream = [({"i": i}, bytes(100)) for i in range(50)]
+        acks = await asyncio.gather(*(pub.publish_nowait(TOPIC, a, payload=p) for a, p in stream))
+        assert [r.destinations for r in acks] == [3] * len(stream)
+        want = [(pub.producer_id, seq, hashlib.md5(p).hexdigest()) for seq, (_, p) in enumerate(stream, 1)]
+        got = await received_all(collectors, want, which=(1, 2, 3))
+        assert all(messages == want for messages in got.values())
+        root, *others = cluster.agent_nodes
+        tree = lbdd.build_tree(root.address, [a.address for a in others])
+        by_key = {a.address: a.config.id for a in others}
+        relays = {by_key[k] for k, kids in tree.children.items() if kids and k != root.address}
+        forwarded = {a.config.id for a in others if sum(sent_bytes(a).values()) > 0}
+        if direct_upto:
+            assert set(sent_bytes(root)) == ids and forwarded == set()
+        else:
+            assert set(sent_bytes(root)) == {by_key[k] for k in tree.children[root.address]}
+            assert forwarded == relays, relays
+    finally:
+        await cluster.close_clients()
+        await cluster.stop()

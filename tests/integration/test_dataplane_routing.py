@@ -27,10 +27,11 @@ def view(keys, subscribers=None) -> list[mpb.Member]:
             for i, k in enumerate(keys)]
 
 
-def agents(members, mode="lbdd", stripes=8, max_degree=None) -> dict[str, Trees]:
+def agents(members, mode="lbdd", stripes=8, max_degree=None, direct_upto=0) -> dict[str, Trees]:
+    """Every member's Trees; small topics' stars off unless asked (these tests check the trees)."""
     out = {}
     for m in members:
-        out[m.id] = Trees(m.id, m.address, mode, stripes, max_degree)
+        out[m.id] = Trees(m.id, m.address, mode, stripes, max_degree, direct_upto)
         out[m.id].update(members)
     return out
 
@@ -101,6 +102,41 @@ def test_p2p_sends_every_copy_from_the_root():
     everyone = [m.id for m in members[1:]]
     received, sent = disseminate(nodes, "a0", 0, everyone)
     assert received == {d: 1 for d in everyone} and sent == {"a0": 11}
+
+
+@pytest.mark.parametrize("subscribers", [1, 2, 3, 4])
+def test_a_small_topics_stripe_0_is_a_star_and_its_other_stripes_stay_trees(subscribers):
+    """Up to `direct_upto` subscribing agents, stripe 0 (small events, every payload's head)
+    goes from the root straight to each destination, whatever the other destinations are
+    (one path per destination: FIFO); the salted stripes keep LBDD's trees, so a bulk
+    payload still spreads its upload; one more subscriber and stripe 0 is the tree again."""
+    keys = PAPER[:subscribers + 2]  # the root, the subscribers, and one more agent
+    small = view(keys, subscribers=range(1, subscribers + 1))
+    nodes = agents(small, direct_upto=subscribers)
+    ids = [f"a{i}" for i in range(1, subscribers + 1)]
+    for k in range(1, subscribers + 1):
+        for dests in itertools.combinations(ids, k):
+            assert paths(nodes, "a0", 0, list(dests)) == {d: ["a0", d] for d in dests}
+    received, sent = disseminate(nodes, "a0", 0, ids)
+    assert received == dict.fromkeys(ids, 1) and sent == {"a0": subscribers}
+    assert nodes["a0"]._loads("t", 0, ids) == {"a0": subscribers}  # what the stripe schedule weighs
+    for stripe in range(1, 8):  # the salted trees, edge for edge
+        by_key = {salted(m.address, stripe): m.id for m in small}
+        tree = lbdd.build_tree(salted(keys[0], stripe), [salted(keys[i], stripe) for i in range(1, subscribers + 1)])
+        assert disseminate(nodes, "a0", stripe, ids)[1] == {by_key[p]: len(c) for p, c in tree.children.items() if c}
+    larger = agents(small, direct_upto=subscribers - 1)
+    tree = lbdd.build_tree(keys[0], keys[1:subscribers + 1])
+    by_key = {m.address: m.id for m in small}
+    assert disseminate(larger, "a0", 0, ids)[1] == {by_key[p]: len(c) for p, c in tree.children.items() if c}
+
+
+def test_the_star_keeps_the_out_degree_bound():
+    members = view(PAPER[:5])  # four subscribers
+    assert agents(members, direct_upto=4)["a0"].star("t", 0)
+    bounded = agents(members, max_degree=2, direct_upto=4)
+    assert not bounded["a0"].star("t", 0)
+    received, sent = disseminate(bounded, "a0", 0, ["a1", "a2", "a3", "a4"])
+    assert received == dict.fromkeys(["a1", "a2", "a3", "a4"], 1) and max(sent.values()) <= 2
 
 
 def test_disagreeing_views_still_reach_every_destination():

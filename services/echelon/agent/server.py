@@ -45,7 +45,7 @@ from echelon.dataplane.relay import RelayServicer, add_RelayServicer_to_server
 from echelon.agent.durable.store import FSYNC_POLICIES, Store
 from echelon.agent.subscriptions import MAX_BYTES, STALL_SECONDS, Subscription
 from echelon.agent.topics import Topics
-from echelon.dataplane.trees import Trees, hinted
+from echelon.dataplane.trees import DIRECT_UPTO, Trees, hinted
 from echelon.runtime.node import Node, NodeConfig
 from echelon.v1 import durable_pb2 as dpb
 from echelon.v1 import durable_pb2_grpc as dgrpc
@@ -62,7 +62,7 @@ class AgentNode(Node):
 
     def __init__(self, config: NodeConfig, max_backlog: int = 10_000, window_bytes: int = 8 << 20,
                  dissemination: str = "lbdd", slice_bytes: int = 65536, stripes: int = 8,
-                 park_seconds: float = PARK_SECONDS, reconcile_seconds: float = PERIOD,
+                 direct_upto: int = DIRECT_UPTO, park_seconds: float = PARK_SECONDS, reconcile_seconds: float = PERIOD,
                  data_dir: str | None = None, fsync: str = "batch", fsync_batch_ms: int = 10,
                  durable: Defaults | None = None, max_backlog_bytes: int = MAX_BYTES,
                  stall_seconds: float = STALL_SECONDS):
@@ -87,6 +87,7 @@ class AgentNode(Node):
         self.dissemination = dissemination
         self.slice_bytes = slice_bytes
         self.stripes = stripes
+        self.direct_upto = direct_upto
         self.park_seconds = park_seconds
         self.reconcile_seconds = reconcile_seconds
         self.ready = asyncio.Event()  # the data plane exists: frames may be taken
@@ -178,7 +179,7 @@ class AgentNode(Node):
         self.subscriptions.restore()  # before frames are taken: what was kept for them comes back (named.py)
         self.host = PlaneHost(me, self.address, self.metrics, self.links, delivery.dedup, delivery.deliver_many,
                               delivery.open_stream, delivery.take_full)
-        trees = Trees(me, self.address, self.dissemination, self.stripes)
+        trees = Trees(me, self.address, self.dissemination, self.stripes, direct_upto=self.direct_upto)
         self.plane = DataPlane(self.host, trees, self.slice_bytes, park_seconds=self.park_seconds)
         self.gateway = DataPlane(self.host, Gateway(me, self.config.region), self.slice_bytes)
         self._update_routes()

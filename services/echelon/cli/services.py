@@ -137,6 +137,9 @@ def _serve(make_node) -> None:
               help="Payloads above this size travel as slices of this size, forwarded as they arrive.")
 @click.option("--stripes", default=8, type=click.IntRange(1, 64), show_default=True,
               help="LBDD trees a sliced payload is striped over (1: plain LBDD).")
+@click.option("--direct-upto", default=4, type=click.IntRange(0, 64), show_default=True,
+              help="Topics with at most this many subscribing agents: small events go straight to each "
+                   "destination, not down the LBDD tree (0: always the tree). The same on every agent.")
 @click.option("--window-bytes", default=8 << 20, type=click.IntRange(64 << 10), show_default=True,
               help="Unacknowledged bytes per outgoing relay link (backpressure).")
 @click.option("--reconcile-seconds", default=30.0, type=click.FloatRange(0.1, 3600), show_default=True,
@@ -157,7 +160,8 @@ def _serve(make_node) -> None:
 @click.option("--retention-bytes", default=256 << 20, type=click.IntRange(1), show_default=True)
 @click.option("--client-port", default=None, type=click.IntRange(0, 65535),
               help="With --tls-dir: a second port that asks clients for no certificate (they send a token).")
-def agent(log_level, max_backlog, max_backlog_bytes, stall_seconds, dissemination, slice_bytes, stripes, window_bytes,
+def agent(log_level, max_backlog, max_backlog_bytes, stall_seconds, dissemination, slice_bytes, stripes, direct_upto,
+          window_bytes,
           reconcile_seconds,
           data_dir, fsync, fsync_batch_ms, durable_max_bytes, durable_idle_seconds, retention_seconds,
           retention_bytes, **kw) -> None:
@@ -170,7 +174,7 @@ def agent(log_level, max_backlog, max_backlog_bytes, stall_seconds, disseminatio
                        retention_seconds=retention_seconds, retention_bytes=retention_bytes)
     _serve(lambda: AgentNode(_config(**kw), max_backlog=max_backlog, window_bytes=window_bytes,
                              dissemination=dissemination, slice_bytes=slice_bytes, stripes=stripes,
-                             reconcile_seconds=reconcile_seconds, data_dir=data_dir, fsync=fsync,
+                             direct_upto=direct_upto, reconcile_seconds=reconcile_seconds, data_dir=data_dir, fsync=fsync,
                              fsync_batch_ms=fsync_batch_ms, durable=durable, max_backlog_bytes=max_backlog_bytes,
                              stall_seconds=stall_seconds))
 

@@ -28,6 +28,15 @@ a swarm's bound is one copy each). S = 1 is plain LBDD. Small events always use 
 so a producer's events to one agent all follow one path (FIFO); a striped payload is
 fenced by the sender instead (see dataplane).
 
+Small topics. On a topic with at most `direct_upto` subscribing agents, stripe 0 is a star:
+every node sends each destination its copy itself. LBDD's own tree over so few agents may
+already be a star (the root's out-degree reaches n there), so no node sends more copies
+than the tree may have it send, and each copy skips the relay hops the tree puts on most
+paths (docs/performance.md, "Bytes per useful delivery"). Small events and every
+payload's head travel on stripe 0, so they keep one path per destination; a bulk payload's
+other slices still spread over the salted trees. The rule depends on the view alone, like
+the trees, so FIFO holds as the module says. 0 turns it off (the paper's trees).
+
 Bucket hints. Agents the routing plan hints (weight > 0) are leaves of every tree: they
 join LEAF_BUCKET, the last bucket, so they relay nothing (core/lbdd.py says exactly how
 the buckets change). `update` takes the hinted ids with the view.
@@ -46,6 +55,7 @@ from echelon.core import lbdd
 from echelon.v1 import membership_pb2 as mpb
 
 SCHEDULE_LENGTH = 128  # slices in one period of a stripe schedule
+DIRECT_UPTO = 4  # subscribing agents on a topic up to which stripe 0 is a star (module doc)
 MAX_CACHED = 4096  # routes per peer table; past it the cache starts over
 
 
@@ -89,13 +99,18 @@ class Trees:
     """Routing decisions of one agent over its current peer table."""
 
     def __init__(self, self_id: str, self_key: str, mode: str = "lbdd", stripes: int = 1,
-                 max_degree: int | None = None):
+                 max_degree: int | None = None, direct_upto: int = DIRECT_UPTO):
         if mode not in ("lbdd", "p2p"):
             raise ValueError(f"dissemination {mode!r}: lbdd or p2p")
         if stripes < 1:
             raise ValueError("stripes must be >= 1")
         if max_degree is not None and max_degree < 2:
             raise ValueError(f"max_degree {max_degree}: at least 2")
+        if direct_upto < 0:
+            raise ValueError(f"direct_upto {direct_upto}: at least 0")
+        # A star must not break the out-degree bound either; every agent must use the same
+        # value, as for max_degree.
+        self.direct_upto = direct_upto if max_degree is None else min(direct_upto, max_degree)
         # LBDD's out-degree bound (core/lbdd.py); every agent must use the same value to
         # derive the same tree. Off by default, as in the paper.
         self.max_degree = max_degree
@@ -134,6 +149,11 @@ class Trees:
         (parking.py); not one that LEFT."""
         return member_id not in self.left
 
+    def star(self, topic: str, stripe: int) -> bool:
+        """Does `stripe` of `topic` go straight to each destination (p2p, or a small topic's
+        stripe 0: the module doc)?"""
+        return self.mode == "p2p" or (stripe == 0 and len(self.table.subscribers(topic)) <= self.direct_upto)
+
     def _tree(self, source_key: str, topic: str, stripe: int) -> _Tree:
         k = (source_key, topic, stripe)
         tree = self._trees.get(k)
@@ -159,7 +179,7 @@ class Trees:
         alive = [d for d in destinations if d in members and d != self.self_id]
         lost = [d for d in destinations if d not in members and d != self.self_id]
         out: dict[str, list[str]] = {}
-        if self.mode == "p2p":
+        if self.star(topic, stripe):
             out = {d: [d] for d in alive}
         elif alive:
             tree = self._tree(source_key, topic, stripe)
@@ -208,6 +228,8 @@ class Trees:
         """Copies each node sends of one slice on `stripe`, this node as the root."""
         members = self.table.members
         alive = [d for d in destinations if d in members and d != self.self_id]
+        if self.star(topic, stripe):
+            return {self.self_id: len(alive)} if alive else {}
         tree = self._tree(self.self_key, topic, stripe)
         parent = tree.buckets.tree().parent
         key, ids = self.table.key, tree.ids
