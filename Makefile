@@ -9,7 +9,7 @@ NODE_LOAD := loadtest/node/node_modules/.package-lock.json
 
 .PHONY: install proto dashboards docs-diagram demo up test test-slow chaos abuse kube-check bench bench-replan bench-events bench-events-base bench-hotpath bench-lowrate trace-hops bench-durable bench-overload bench-tls bench-auth replan-loop bulk-scale clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml services/echelon/runtime/_fill.c
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) on PATH"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
