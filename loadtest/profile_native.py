@@ -15,16 +15,21 @@ waits in native code leak into its samples (`--native` puts 90% of the samples u
 "Runner.run" in uvloop's epoll_pwait; the metrics thread's idle poll shows as
 `_PollLikeSelector.select`), so "Runner.run" / "Thread.run" self time is partly waiting.
 
-`--spy` runs a second saturation cell with `py-spy record --native` on every process and
-charges each sample to its owner: the innermost frame that is not the interpreter or libc.
-A Python frame owns the interpreter's work under it (its bytecode and the builtins it calls:
-what compiling it would remove), so Echelon's functions are listed by name beside grpc
-(grpc.aio's Cython and gRPC core), protobuf (upb), asyncio, uvloop. py-spy cannot see the
-kernel; perf's split above gives that.
+`--spy native` runs a second saturation cell with `py-spy record --native` on every process
+(`--spy-only agent-0 ...`: those alone) and charges each sample to its owner: the innermost
+frame that is not the interpreter or libc. A Python frame owns the interpreter's work under
+it (its bytecode and the builtins it calls: what compiling it would remove), so Echelon's
+functions are listed by name beside grpc (grpc.aio's Cython and gRPC core), protobuf (upb),
+the cyclic GC, asyncio, uvloop; a thread blocked in a wait is left out. Each sample stops the
+process while py-spy unwinds it, so the cell runs slower (fewer events a batch) and the GC
+looks bigger than perf shows. `--spy python` (`--nonblocking`, Python frames only) does not
+stop them: a Python function then owns the native calls it makes too (protobuf's, gRPC's),
+and native code under the loop or a thread is one bucket. py-spy cannot see the kernel;
+perf's split above gives that.
 
 `python -m loadtest.profile_native [--seconds 8] [--top 8] [--mode batch-DELIVERED]
-[--spy]`; run from a worktree with its `.venv`. Absolute figures move with the machine's
-load; the shares are what to read.
+[--spy python|native [--spy-only PROCESS ...]]`; run from a worktree with its `.venv`.
+Absolute figures move with the machine's load; the shares are what to read.
 """
 
 from __future__ import annotations
@@ -119,7 +124,7 @@ def owner(stack: list[str]) -> str:
                     return group
             return "other Python"
         for group, needles in NATIVE:
-            if any(n in where for n in needles):
+            if any(n in frame for n in needles):  # the library, or the function (the GC's)
                 return group
     return "interpreter/libc (no Python frame)"
 
@@ -142,11 +147,13 @@ def spy_shares(raw: Path, top: int) -> dict:
             "echelon": [(k, 100 * n / total) for k, n in counts.most_common() if k.startswith("echelon ")][:top]}
 
 
-async def spied(run, system, pool, subs, mode: str, seconds: float, out: Path, top: int, native: bool) -> None:
-    """One more saturation cell, py-spy on every service process."""
+async def spied(run, system, pool, subs, mode: str, seconds: float, out: Path, top: int, native: bool,
+                only: list[str]) -> None:
+    """One more saturation cell, py-spy on every service process (or those named in `only`:
+    fewer samplers, less of the machine taken from the cluster)."""
     exe = str(Path(sys.executable).parent / "py-spy")
     sends = await system.publishers(1, mode, pool)
-    pids = system.pids()
+    pids = {name: pid for name, pid in system.pids().items() if not only or name in only}
     how = ["--native", "--rate", "50"] if native else ["--nonblocking", "--rate", "100"]
     spies = {name: subprocess.Popen([exe, "record", *how, "--pid", str(pid), "--duration", str(int(seconds)),
                                      "--format", "raw", "--output", str(out / f"{name}.raw")],
@@ -172,7 +179,8 @@ async def spied(run, system, pool, subs, mode: str, seconds: float, out: Path, t
     (out / "spy.json").write_text(json.dumps(result))
 
 
-async def profile(seconds: float, top: int, mode: str = "batch-DELIVERED", spy: str = "") -> None:
+async def profile(seconds: float, top: int, mode: str = "batch-DELIVERED", spy: str = "",
+                  only: list[str] | None = None) -> None:
     from echelon.runtime import loop
     from loadtest.bench_events.run import Run, parse
     from loadtest.bench_events.systems import SYSTEMS
@@ -203,7 +211,7 @@ async def profile(seconds: float, top: int, mode: str = "batch-DELIVERED", spy: 
         if perf is not None:
             perf.wait(timeout=120)
         if spy:
-            await spied(run, system, pool, subs, mode, seconds, out, top, spy == "native")
+            await spied(run, system, pool, subs, mode, seconds, out, top, spy == "native", only or [])
         await system.close_subs()
     finally:
         await system.stop()
@@ -243,10 +251,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--spy", choices=("python", "native"), default="",
                     help="a second cell with py-spy on every process: Python frames only (--nonblocking: "
                          "the processes run on), or --native (each sample pauses the process)")
+    ap.add_argument("--spy-only", nargs="+", default=[], metavar="PROCESS", help="with --spy: only these (agent-0 ...)")
     args = ap.parse_args(argv)
     from echelon.runtime.loop import run
 
-    run(profile(args.seconds, args.top, args.mode, args.spy))
+    run(profile(args.seconds, args.top, args.mode, args.spy, args.spy_only))
 
 
 if __name__ == "__main__":
