@@ -23,7 +23,7 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends gcc libc6-dev \
  && rm -rf /var/lib/apt/lists/*
 RUN python -m venv /opt/echelon
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py README.md ./
 COPY services ./services
 RUN /opt/echelon/bin/pip install --no-cache-dir ".[server]" \
  && /opt/echelon/bin/python -c "import echelon.cli, echelon.v1.pubsub_pb2, echelon.runtime._fill"
