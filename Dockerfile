@@ -11,15 +11,22 @@ ARG SPARK_VERSION=4.3.0
 # comes from the Apache Spark image of the same version.
 ARG SPARK_IMAGE=spark:${SPARK_VERSION}-scala2.13-java17-ubuntu
 
-# ---- build: a virtualenv holding echelon and its dependencies (all ship wheels: no compilers)
+# ---- build: a virtualenv holding echelon and its dependencies (they ship wheels). A C
+# compiler here only, for echelon's compiled hot path (services/echelon/runtime/_fill.c,
+# docs/performance.md); the final stages copy the built virtualenv, no build tools.
 FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
+# Debian's point releases replace package versions, so the distribution pins them.
+# hadolint ignore=DL3008
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends gcc libc6-dev \
+ && rm -rf /var/lib/apt/lists/*
 RUN python -m venv /opt/echelon
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py README.md ./
 COPY services ./services
 RUN /opt/echelon/bin/pip install --no-cache-dir ".[server]" \
- && /opt/echelon/bin/python -c "import echelon.cli, echelon.v1.pubsub_pb2"
+ && /opt/echelon/bin/python -c "import echelon.cli, echelon.v1.pubsub_pb2, echelon.runtime._fill"
 
 # ---- build-spark: the same virtualenv plus PySpark (a pure-Python sdist with Spark's jars)
 FROM build AS build-spark

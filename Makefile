@@ -9,7 +9,7 @@ NODE_LOAD := loadtest/node/node_modules/.package-lock.json
 
 .PHONY: install proto dashboards docs-diagram demo up test test-slow chaos abuse kube-check bench bench-replan bench-events bench-events-base bench-hotpath bench-lowrate trace-hops bench-durable bench-overload bench-tls bench-auth replan-loop bulk-scale clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py services/echelon/runtime/_fill.c
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) on PATH"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
@@ -167,7 +167,7 @@ replan-loop: $(STAMP)
 .PHONY: dist
 dist: $(STAMP)
 	rm -rf dist build
-	$(PY) -m pip wheel -q --no-deps -w dist .
+	ECHELON_PURE=1 $(PY) -m pip wheel -q --no-deps -w dist .  # pure Python, any platform (setup.py)
 	@ls dist/*.whl
 
 clean:

@@ -15,8 +15,21 @@ waits in native code leak into its samples (`--native` puts 90% of the samples u
 "Runner.run" in uvloop's epoll_pwait; the metrics thread's idle poll shows as
 `_PollLikeSelector.select`), so "Runner.run" / "Thread.run" self time is partly waiting.
 
-`python -m loadtest.profile_native [--seconds 8] [--top 8]`; run from a worktree with
-its `.venv`. Absolute figures move with the machine's load; the shares are what to read.
+`--spy native` runs a second saturation cell with `py-spy record --native` on every process
+(`--spy-only agent-0 ...`: those alone) and charges each sample to its owner: the innermost
+frame that is not the interpreter or libc. A Python frame owns the interpreter's work under
+it (its bytecode and the builtins it calls: what compiling it would remove), so Echelon's
+functions are listed by name beside grpc (grpc.aio's Cython and gRPC core), protobuf (upb),
+the cyclic GC, asyncio, uvloop; a thread blocked in a wait is left out. Each sample stops the
+process while py-spy unwinds it, so the cell runs slower (fewer events a batch) and the GC
+looks bigger than perf shows. `--spy python` (`--nonblocking`, Python frames only) does not
+stop them: a Python function then owns the native calls it makes too (protobuf's, gRPC's),
+and native code under the loop or a thread is one bucket. py-spy cannot see the kernel;
+perf's split above gives that.
+
+`python -m loadtest.profile_native [--seconds 8] [--top 8] [--mode batch-DELIVERED]
+[--spy python|native [--spy-only PROCESS ...]]`; run from a worktree with its `.venv`.
+Absolute figures move with the machine's load; the shares are what to read.
 """
 
 from __future__ import annotations
@@ -28,6 +41,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -77,7 +91,96 @@ def shares(data: Path, pids: dict[str, int], top: int) -> dict[str, dict]:
             for name, c in count.items()}
 
 
-async def profile(seconds: float, top: int) -> None:
+NATIVE = (("grpc", ("cygrpc", "grpc", ".pyx", ".pxi", "chttp2", "iomgr", "absl")), ("protobuf", ("upb", "_message", "protobuf")),
+          ("uvloop", ("uvloop", "libuv")), ("asyncio", ("_asynciomodule",)), ("gc", ("gc_collect",)), ("numpy", ("numpy", "multiarray")))
+PYTHON = (("echelon", "echelon/"), ("grpc", "grpc/"), ("protobuf", "google/protobuf"), ("asyncio", "asyncio/"),
+          ("uvloop", "uvloop/"))
+
+
+# Without --native, a sample whose last Python frame is one of these runs native code: the
+# event loop's callbacks (uvloop, grpc.aio's Cython) or gRPC's poller thread.
+NATIVE_UNDER = ("Runner.run (asyncio/runners.py", "Thread.run (threading.py", "run (echelon/runtime/loop.py")
+# A thread blocked in one of these is waiting, not working: py-spy --native samples it anyway.
+WAITS = ("poll (", "epoll_wait (", "epoll_pwait (", "select (", "syscall (", "pthread_cond_wait", "pthread_cond_timedwait",
+         "sem_wait", "sem_timedwait", "nanosleep (", "__futex_abstimed_wait")
+
+
+def owner(stack: list[str]) -> str:
+    """The component a py-spy --native sample's CPU belongs to (the module docstring): an
+    Echelon frame is named "echelon module:function"; "waiting" for a blocked thread."""
+    if stack and stack[-1].startswith(WAITS):
+        return "waiting"
+    if stack and stack[-1].startswith(NATIVE_UNDER):  # Python frames only: native code below the loop or a thread
+        return "native under the loop or a thread"
+    for frame in reversed(stack):
+        where = frame[frame.rfind("(") + 1:].rstrip(")")
+        if ".py:" in where:
+            path = where.rpartition(":")[0]
+            for group, needle in PYTHON:
+                if needle in path:
+                    if group == "echelon":
+                        func = frame[:frame.rfind(" (")]
+                        return f"echelon {path.split('echelon/', 1)[1].removesuffix('.py')}:{func}"
+                    return group
+            return "other Python"
+        for group, needles in NATIVE:
+            if any(n in frame for n in needles):  # the library, or the function (the GC's)
+                return group
+    return "interpreter/libc (no Python frame)"
+
+
+def spy_shares(raw: Path, top: int) -> dict:
+    counts: collections.Counter = collections.Counter()
+    for line in raw.read_text().splitlines() if raw.exists() else []:
+        stack, _, n = line.rpartition(" ")
+        if n.isdigit():
+            counts[owner(stack.split(";"))] += int(n)
+    waiting = counts.pop("waiting", 0)
+    total = sum(counts.values()) or 1
+    ours = sum(n for k, n in counts.items() if k.startswith("echelon "))
+    groups = collections.Counter({"echelon (all)": ours})
+    for k, n in counts.items():
+        if not k.startswith("echelon "):
+            groups[k] += n
+    return {"samples": sum(counts.values()), "waiting": waiting,
+            "groups": [(k, 100 * n / total) for k, n in groups.most_common()],
+            "echelon": [(k, 100 * n / total) for k, n in counts.most_common() if k.startswith("echelon ")][:top]}
+
+
+async def spied(run, system, pool, subs, mode: str, seconds: float, out: Path, top: int, native: bool,
+                only: list[str]) -> None:
+    """One more saturation cell, py-spy on every service process (or those named in `only`:
+    fewer samplers, less of the machine taken from the cluster)."""
+    exe = str(Path(sys.executable).parent / "py-spy")
+    sends = await system.publishers(1, mode, pool)
+    pids = {name: pid for name, pid in system.pids().items() if not only or name in only}
+    how = ["--native", "--rate", "50"] if native else ["--nonblocking", "--rate", "100"]
+    spies = {name: subprocess.Popen([exe, "record", *how, "--pid", str(pid), "--duration", str(int(seconds)),
+                                     "--format", "raw", "--output", str(out / f"{name}.raw")],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+             for name, pid in pids.items()}
+    row = await run.cell(system, sends, None, pool, subs, {"system": "echelon", "mode": mode, "selectivity": 2,
+                                                            "publishers": 1})
+    await system.close_publishers()
+    for spy in spies.values():
+        try:
+            spy.wait(timeout=seconds + 60)
+        except subprocess.TimeoutExpired:
+            spy.kill()
+    print(f"\npy-spy {how[0]}, {row['published_per_s']:,.0f} events/s; % of each process's samples by owner"
+          + (" (the sampler pauses each process: slower than the cell above)" if native else ""))
+    result = {name: spy_shares(out / f"{name}.raw", top) for name in pids}
+    for name, r in sorted(result.items(), key=lambda kv: -kv[1]["samples"]):
+        if r["samples"] < 50:
+            continue
+        print(f"\n{name} ({r['samples']} samples working, {r['waiting']} waiting): " + "; ".join(f"{k} {v:.1f}%" for k, v in r["groups"] if v >= 0.5))
+        for k, v in r["echelon"]:
+            print(f"    {v:5.1f}%  {k}")
+    (out / "spy.json").write_text(json.dumps(result))
+
+
+async def profile(seconds: float, top: int, mode: str = "batch-DELIVERED", spy: str = "",
+                  only: list[str] | None = None) -> None:
     from echelon.runtime import loop
     from loadtest.bench_events.run import Run, parse
     from loadtest.bench_events.systems import SYSTEMS
@@ -93,7 +196,7 @@ async def profile(seconds: float, top: int) -> None:
         await system.open_subs(subs, pool, run.deliver)
         await run.warm_up(system, subs, pool)
         loop.started()
-        sends = await system.publishers(1, "batch-DELIVERED", pool)
+        sends = await system.publishers(1, mode, pool)
         pids = {**system.pids(), "loadgen": os.getpid()}
         perf = None
         if shutil.which("perf"):
@@ -101,12 +204,14 @@ async def profile(seconds: float, top: int) -> None:
                                      "-o", str(out / "perf.data"), "--", "sleep", str(seconds)],
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         before = threads(pids)
-        row = await run.cell(system, sends, None, pool, subs, {"system": "echelon", "mode": "batch-DELIVERED",
+        row = await run.cell(system, sends, None, pool, subs, {"system": "echelon", "mode": mode,
                                                                 "selectivity": 2, "publishers": 1})
         after = threads(pids)
         await system.close_publishers()
         if perf is not None:
             perf.wait(timeout=120)
+        if spy:
+            await spied(run, system, pool, subs, mode, seconds, out, top, spy == "native", only or [])
         await system.close_subs()
     finally:
         await system.stop()
@@ -142,10 +247,15 @@ def main(argv: list[str] | None = None) -> None:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=8.0)
     ap.add_argument("--top", type=int, default=8, help="symbols listed per busy process")
+    ap.add_argument("--mode", default="batch-DELIVERED", help="the publishers of the cell (bench_events' modes)")
+    ap.add_argument("--spy", choices=("python", "native"), default="",
+                    help="a second cell with py-spy on every process: Python frames only (--nonblocking: "
+                         "the processes run on), or --native (each sample pauses the process)")
+    ap.add_argument("--spy-only", nargs="+", default=[], metavar="PROCESS", help="with --spy: only these (agent-0 ...)")
     args = ap.parse_args(argv)
     from echelon.runtime.loop import run
 
-    run(profile(args.seconds, args.top))
+    run(profile(args.seconds, args.top, args.mode, args.spy, args.spy_only))
 
 
 if __name__ == "__main__":

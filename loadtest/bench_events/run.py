@@ -533,7 +533,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--base", metavar="REV", help="Echelon's cells of this tree against revision REV, side by "
                     "side: alternating rounds of one run per tree (versus.py); the other options apply to both")
     ap.add_argument("--rounds", type=int, default=2, help="with --base: rounds (a run per tree each)")
+    ap.add_argument("--base-env", action="append", default=[], metavar="NAME=VALUE",
+                    help="with --base: a variable set on the base side only (e.g. `--base HEAD --base-env "
+                         "ECHELON_PURE=1`: the same tree, its Python reference against its compiled hot path)")
     args = ap.parse_args(argv)
+    if any("=" not in e for e in args.base_env):
+        ap.error("--base-env takes NAME=VALUE")
     args.check = args.quick
     if args.modes is None:
         from loadtest.bench_events.node import missing
@@ -558,7 +563,8 @@ def main(argv: list[str] | None = None) -> Run | None:
     if args.base:
         from loadtest.bench_events.versus import side_by_side
 
-        print(side_by_side(args.base, args.rounds, sys.argv[1:] if argv is None else argv))
+        print(side_by_side(args.base, args.rounds, sys.argv[1:] if argv is None else argv,
+                           dict(e.split("=", 1) for e in args.base_env)))
         return None
     missing = missing_peers()
     if missing:

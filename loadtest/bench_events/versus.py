@@ -41,11 +41,11 @@ def without(argv: list[str], *options: str) -> list[str]:
     return out
 
 
-def side_by_side(base: str, rounds: int, argv: list[str]) -> str:
-    """Run the rounds; the table."""
+def side_by_side(base: str, rounds: int, argv: list[str], base_env: dict[str, str] | None = None) -> str:
+    """Run the rounds; the table. `base_env`: variables set on the base side only."""
     from loadtest.bench_hotpath import unpack
 
-    passed = without(argv, "--base", "--rounds", "--out", "--systems")
+    passed = without(argv, "--base", "--rounds", "--out", "--systems", "--base-env")
     runs: dict[str, list[list[dict]]] = {"base": [], "head": []}
     with tempfile.TemporaryDirectory(prefix="bench_events.") as tmp:
         (Path(tmp) / "base").mkdir()
@@ -61,23 +61,26 @@ def side_by_side(base: str, rounds: int, argv: list[str]) -> str:
             # base, head, then head, base: a load that rises (or falls) through the run falls on
             # both trees alike instead of always on the second.
             for side in ("base", "head") if r % 2 == 0 else ("head", "base"):
-                runs[side].append(_child(passed, paths[side], driver, Path(tmp) / f"{side}-{r}"))
+                runs[side].append(_child(passed, paths[side], driver, Path(tmp) / f"{side}-{r}",
+                                         env=base_env if side == "base" else None))
             print(f"round {r + 1}/{rounds} done (load average {os.getloadavg()[0]:.1f})", file=sys.stderr, flush=True)
     rev = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", base], capture_output=True,
                          text=True).stdout.strip()
     kept = sum(b is not None and h is not None for b, h in zip(runs["base"], runs["head"]))
-    return report(runs, f"Echelon's cells, median of {kept} of {rounds} alternating rounds; base {base} ({rev}), head this "
-                        f"tree; load average {os.getloadavg()[0]:.1f} at the end")
+    with_env = "".join(f" {k}={v}" for k, v in (base_env or {}).items())
+    return report(runs, f"Echelon's cells, median of {kept} of {rounds} alternating rounds; base {base} ({rev}){with_env}, "
+                        f"head this tree; load average {os.getloadavg()[0]:.1f} at the end")
 
 
-def _child(passed: list[str], path: str, driver: Path, out: Path, attempts: int = 2) -> list[dict] | None:
+def _child(passed: list[str], path: str, driver: Path, out: Path, attempts: int = 2,
+           env: dict[str, str] | None = None) -> list[dict] | None:
     """One tree's cells (None: its cluster failed twice, e.g. not up in time on a loaded
     machine; the round then counts for neither tree)."""
     from loadtest.bench_hotpath import tree_env
 
     for attempt in range(attempts):
         done = subprocess.run([sys.executable, "-m", "loadtest.bench_events", *passed, "--systems", "echelon",
-                               "--out", str(out / str(attempt))], env=tree_env(path),
+                               "--out", str(out / str(attempt))], env=tree_env(path, **(env or {})),
                               cwd=driver, capture_output=True, text=True, timeout=3600)
         if done.returncode == 0:
             return json.loads((out / str(attempt) / "bench_events.json").read_text())["cells"]

@@ -39,12 +39,14 @@ def build_wheel(out: Path) -> Path:
     """What `make dist` builds (without build isolation here: no index needed), from a copy of
     the tree's sources (a build writes its egg-info and build/ next to them)."""
     src = out / "src"
-    ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", "*.pyc")
+    ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", "*.pyc", "*.so")
     shutil.copytree(ROOT / "services", src / "services", ignore=ignore)
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "setup.py", "README.md"):
         shutil.copy(ROOT / name, src / name)
+    # ECHELON_PURE=1 as `make dist`: the pure wheel, without the compiled module (setup.py).
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(out),
-                    str(src)], check=True, timeout=300, capture_output=True, env=without_tree(os.environ))
+                    str(src)], check=True, timeout=300, capture_output=True,
+                   env={**without_tree(os.environ), "ECHELON_PURE": "1"})
     [wheel] = out.glob("echelon_pubsub-*.whl")
     return wheel
 

@@ -13,6 +13,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from echelon.agent.server import AgentNode
 from echelon.client import errors
+from echelon.runtime import schema_code
 from echelon.runtime.node import NodeConfig
 from echelon.v1 import pubsub_pb2, pubsub_pb2_grpc
 from tests.harness import wait_for
@@ -86,6 +87,9 @@ async def test_metrics_exposition_passes_promtool(cluster):
         assert check.returncode == 0, check.stdout.decode() + check.stderr.decode()
         text = body.decode()
         assert "echelon_membership_view_age_seconds" in text
+        # Which schema check this agent runs (runtime/schema_code.py): compiled where it was built.
+        compiled = 1.0 if schema_code.COMPILED == "compiled" else 0.0
+        assert f"echelon_agent_compiled_hot_path {compiled}" in text
     finally:
         await agent.stop(0.2)
 

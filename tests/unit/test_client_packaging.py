@@ -135,3 +135,15 @@ def test_pip_install_of_the_client_alone_pulls_no_server_dependency(tmp_path):
     assert check.returncode == 0 and "Client" in check.stdout, check.stderr
     cli = subprocess.run([str(venv / "bin" / "echelon"), "--help"], capture_output=True, text=True, timeout=60)
     assert cli.returncode != 0 and "pip install 'echelon-pubsub[server]'" in cli.stderr
+
+
+def test_the_compiled_hot_path_is_optional_and_not_in_the_dist_wheel():
+    """setup.py's extension (docs/performance.md, "A compiled hot path") never fails an
+    install without a C compiler, and `make dist` builds the wheel without it: one pure
+    wheel for every platform, as docs/cli.md says."""
+    setup_py = (ROOT / "setup.py").read_text()
+    assert "optional=True" in setup_py and "ECHELON_PURE" in setup_py
+    recipe = (ROOT / "Makefile").read_text().split("\ndist:", 1)[1].split("\n\n", 1)[0]
+    assert "ECHELON_PURE=1 $(PY) -m pip wheel" in recipe
+    for path in ("setup.py", "services/echelon/runtime/_fill.c"):
+        assert path in (ROOT / "Makefile").read_text().split("$(STAMP):", 1)[1].split("\n", 1)[0]  # reinstalled on change

@@ -74,3 +74,7 @@ class AgentMetrics:
         self.bulk_aborted = Counter("echelon_agent_bulk_aborted_total", "Sliced payloads a subscription lost "
                                     "mid-payload (its stream ended, nacked or stalled, or the payload's slices "
                                     "stopped coming): not redelivered, nothing holds a copy.", registry=r)
+        # Which schema check admission runs (runtime/schema_code.py): the compiled twin, or the
+        # Python reference (no C compiler at install, or ECHELON_PURE).
+        self.compiled = Gauge("echelon_agent_compiled_hot_path", "1 when the publishing path's schema check runs "
+                              "compiled (runtime/_fill.c), 0 when it runs its Python reference.", registry=r)

@@ -46,6 +46,7 @@ from echelon.agent.durable.store import FSYNC_POLICIES, Store
 from echelon.agent.subscriptions import MAX_BYTES, STALL_SECONDS, Subscription
 from echelon.agent.topics import Topics
 from echelon.dataplane.trees import DIRECT_UPTO, Trees, hinted
+from echelon.runtime import schema_code
 from echelon.runtime.node import Node, NodeConfig
 from echelon.v1 import durable_pb2 as dpb
 from echelon.v1 import durable_pb2_grpc as dgrpc
@@ -92,6 +93,8 @@ class AgentNode(Node):
         self.reconcile_seconds = reconcile_seconds
         self.ready = asyncio.Event()  # the data plane exists: frames may be taken
         self.metrics = AgentMetrics(self.registry)
+        self.metrics.compiled.set(schema_code.COMPILED == "compiled")
+        log.info("%s: schema checks %s", config.id, schema_code.COMPILED)
         self.links = LinkSet(config.id, window_bytes, self.registry, self.metrics.dropped, self._peer_broke,
                              self._settle, transport=self.server.transport)
         self.admin = AdminProxy(config.membership, lambda: self.membership, self.server.transport,

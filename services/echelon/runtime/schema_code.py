@@ -16,19 +16,59 @@ attribute's (an int taken as it is and the float of the same value are other eve
 None (the map then partly filled: the caller drops that Event and takes the passes apart,
 which raise the precise error). Names and bounds are bound constants, never written into
 the code's text.
+
+The same function exists compiled (runtime/_fill.c, built by `pip install` where a C
+compiler is, docs/performance.md "A compiled hot path"): `compile_schema` gives that one
+when it was built and ECHELON_PURE is not set, else the Python one, which stays the
+reference (tests/unit/test_schema_fill.py holds the two equal). `COMPILED` says which.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Callable
 
 from echelon.contract.schema import NUMBER_BYTES, AttrType, Schema, utf8_length
 
 Fill = Callable[[object, object], "tuple | None"]
+KINDS = {AttrType.STRING: 0, AttrType.INT: 1, AttrType.FLOAT: 2}  # runtime/_fill.c's numbering
 
 
-def compile_schema(schema: Schema) -> Fill:
-    """`fill(attributes, out)`: the request's attributes map, the Event's (empty) map."""
+def _compiled():
+    """runtime/_fill.c's Fill type, or None: not built here, or ECHELON_PURE set."""
+    if os.environ.get("ECHELON_PURE", "") not in ("", "0"):
+        return None
+    try:
+        from echelon.runtime import _fill
+    except ImportError:
+        return None
+    return _fill.Fill
+
+
+_Fill = _compiled()
+# "compiled", or why not: what a log line and the agents' echelon_agent_compiled_hot_path say.
+COMPILED = "compiled" if _Fill is not None else (
+    "pure Python (ECHELON_PURE)" if os.environ.get("ECHELON_PURE", "") not in ("", "0")
+    else "pure Python (runtime/_fill.c not built: no C compiler at install)")
+
+
+def compile_schema(schema: Schema, pure: bool = False) -> Fill:
+    """`fill(attributes, out)`: the request's attributes map, the Event's (empty) map;
+    compiled in C when that was built (`pure`: the Python reference regardless)."""
+    if _Fill is not None and not pure:
+        attributes = sorted(schema.attributes, key=lambda a: a.name)
+        strings = [a.type is AttrType.STRING for a in attributes]
+        return _Fill(tuple(a.name for a in attributes), tuple(KINDS[a.type] for a in attributes),
+                     tuple(None if s else a.low for a, s in zip(attributes, strings)),
+                     tuple(None if s else a.high for a, s in zip(attributes, strings)),
+                     tuple(a.length_limit if s else 0 for a, s in zip(attributes, strings)),
+                     tuple(utf8_length(a.name) + (0 if s else NUMBER_BYTES) for a, s in zip(attributes, strings)),
+                     schema.attribute_bytes_limit)
+    return python_fill(schema)
+
+
+def python_fill(schema: Schema) -> Fill:
+    """The reference: `fill` written as Python text for this schema and compiled by Python."""
     consts: dict[str, object] = {}
 
     def const(value: object) -> str:
