@@ -24,6 +24,11 @@ compacted.
 A matcher's answer to a publishing agent is the set of agents per event, not the
 subscriptions: each run keeps its subscriptions' agents as small integer codes, and
 `match_agents` dedups (event, agent) pairs in numpy, touching no id string.
+
+A batch of a few events (SMALL) is matched in Python instead (`Run.match_small`): the same
+runs, keys, covering lists and checks, read through memoryviews. numpy's cost per call is
+fixed and a batch makes many calls, which is most of the work for a lone event, as events
+reach a matcher at low rates (docs/performance.md, "Messages per event at low rates").
 """
 
 from __future__ import annotations
@@ -42,10 +47,9 @@ from echelon.contract.filters import Filter
 BATCH = 4096  # events matched per numpy pass; < 2**16 keeps the event sort a radix sort
 SEEN_CELLS = 1 << 20  # (event, agent) pairs deduplicated in a table up to this size, else sorted
 AGENT_SETS = 4096  # distinct agent sets kept by match_agents (past it, forgotten and made again)
-# A batch of up to SMALL events is matched in Python (Run.match_small) while each run meets at
-# most SMALL_CANDIDATES candidates for it: numpy's cost per call is most of a lone event's
-# match, and at low rates events reach a matcher nearly alone (docs/performance.md, "Latency
-# under load").
+# A batch of up to SMALL events is matched in Python (see the module doc) while each run meets
+# at most SMALL_CANDIDATES candidates for it: past that, Python's cost per candidate passes
+# numpy's per call (loadtest/bench_cdm_small.py).
 SMALL = 8
 SMALL_CANDIDATES = 256
 _NONE: frozenset[str] = frozenset()
