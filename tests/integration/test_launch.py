@@ -7,7 +7,11 @@ stop leaves no process behind."""
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import shutil
 import signal
+import subprocess
 import sys
 import urllib.request
 
@@ -111,3 +115,55 @@ async def test_a_process_that_exits_early_fails_the_start_with_its_log(tmp_path)
         await cluster.start()
     assert "--stripes" in str(e.value) and "999" in str(e.value)
     assert cluster.pids() and not [p for p in cluster.pids() if alive(p)]
+
+
+LAUNCHER = """
+import asyncio, json, shutil, sys
+from echelon.launch import Cluster, Loopback
+
+async def main():
+    cluster = Cluster(agents=1, matchers=1, memberships=1, placement=Loopback(0), log_dir=sys.argv[1])
+    if shutil.which("setpriv"):
+        cluster.add_aux("web", [sys.executable, "-m", "http.server", "0", "--bind", "127.0.0.1"])
+    await cluster.start()
+    print(json.dumps(cluster.pids()), flush=True)
+    await asyncio.sleep(600)
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.timeout(120)
+async def test_a_launcher_killed_outright_takes_its_services_with_it(tmp_path):
+    """The services run in sessions of their own, so nothing but the launcher stops them:
+    killed with SIGKILL, it cannot. Each service asked the kernel for a SIGTERM when its
+    parent dies (runtime/server.py `follow_parent`), and drains as on any SIGTERM; an
+    auxiliary process gets the same from `setpriv` (skipped without it)."""
+    launcher = await asyncio.create_subprocess_exec(sys.executable, "-c", LAUNCHER, str(tmp_path),
+                                                    stdout=asyncio.subprocess.PIPE)
+    pids: list[int] = []
+    try:
+        line = await asyncio.wait_for(launcher.stdout.readline(), 60)
+        pids = json.loads(line)
+        assert len(pids) == 3 + bool(shutil.which("setpriv")) and all(alive(p) for p in pids)
+        launcher.kill()
+        await launcher.wait()
+        await wait_for(lambda: not any(alive(p) for p in pids), 20, 0.2, what="every service gone with the launcher")
+        for log in tmp_path.glob("[!w]*.log"):
+            assert "stopped" in log.read_text(), f"{log.name} did not drain"  # SIGTERM's path, not a crash
+    finally:
+        if launcher.returncode is None:
+            launcher.kill()
+        for p in pids:
+            if alive(p):
+                os.kill(p, signal.SIGKILL)
+
+
+def test_a_service_whose_launcher_died_before_it_looked_does_not_start():
+    """The launcher may die between its fork and the child's prctl: the child then has
+    another parent, and must not start a service nobody owns."""
+    check = "from echelon.runtime.server import follow_parent; print(follow_parent())"
+    for parent, says in ((os.getpid(), "True"), (1, "False"), ("", "True")):
+        out = subprocess.run([sys.executable, "-c", check], env={**os.environ, "ECHELON_PARENT_PID": str(parent)},
+                             capture_output=True, text=True, timeout=60)
+        assert out.stdout.split() == [says], (parent, out.stderr)

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -46,6 +47,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
 from echelon.launch.placement import Loopback, Placement, Site, stop_processes
+from echelon.runtime.server import PARENT_ENV
 from echelon.contract.transport import PLAIN, TlsDir, Transport
 from echelon.v1 import membership_pb2 as mpb
 
@@ -300,12 +302,16 @@ class Cluster:
         p.starts += 1
         self.log_dir.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ, PYTHONUNBUFFERED="1")
+        if p.service:  # it stops when this process dies (runtime/server.py `follow_parent`)
+            env[PARENT_ENV] = str(os.getpid())
         if self.tls and not p.service:  # the routing job (and any auxiliary gRPC caller) as `replan`
             env["ECHELON_TLS_DIR"] = str(self._certificates("replan", "replan", ("localhost",)))
         if self.tokens:  # secrets in the environment, not in argv (ps shows argv)
             env["ECHELON_MEMBER_TOKEN" if p.service else "ECHELON_TOKEN"] = \
                 self.tokens["cluster" if p.service else "replan"]
         argv = self.command(p)
+        if not p.service and shutil.which("setpriv"):  # the same for a program that knows nothing of it
+            argv = ["setpriv", "--pdeathsig", "TERM", "--", *argv]
         with open(p.log, "ab") as log:
             log.write(f"=== start {p.starts} at {time.strftime('%H:%M:%S')}: {' '.join(argv)}\n".encode())
             log.flush()

@@ -10,8 +10,10 @@ health NOT_SERVING, lets in-flight calls drain for `grace` seconds, and stops.
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import inspect
 import logging
+import os
 import signal
 import time
 from typing import Any, Awaitable, Callable
@@ -188,8 +190,36 @@ async def run_until_signalled(start: Callable[[], Awaitable[None]], stop: Callab
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stopping.set)
+    if not follow_parent():
+        log.warning("the launcher (pid %s) is gone: not starting", os.environ[PARENT_ENV])
+        return
     await start()
     await stopping.wait()
     log.info("signal received: draining")
     await stop()
     log.info("stopped")
+
+
+# Set by a launcher (`echelon up`, launch/cluster.py) to its own pid: the service stops when
+# that process dies, however it dies. The services run in sessions of their own (a Ctrl-C
+# reaches the launcher only, which stops them in order), so a launcher killed outright would
+# otherwise leave the whole cluster running, unowned.
+PARENT_ENV = "ECHELON_PARENT_PID"
+_PR_SET_PDEATHSIG = 1
+
+
+def follow_parent() -> bool:
+    """With PARENT_ENV set: have the kernel send SIGTERM (the drain) when the parent dies;
+    False if it has died already. Without it, or off Linux, nothing to follow: True."""
+    parent = os.environ.get(PARENT_ENV)
+    if not parent:
+        return True
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG)")
+    except (OSError, AttributeError) as e:
+        log.warning("cannot follow the launcher's death (%s): stop this process by its pid", e)
+        return True
+    # The parent may have died between fork and prctl: then we are someone else's child.
+    return os.getppid() == int(parent)
