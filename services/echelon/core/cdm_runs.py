@@ -131,7 +131,8 @@ class Run:
         x = np.array(extra, dtype=np.int64).reshape(-1, 5)
         self.xcount = np.bincount(x[:, 0], minlength=n)
         self.xptr = np.concatenate(([0], np.cumsum(self.xcount)[:-1]))
-        self.xdim, self.xlo, self.xhi, self.xexcl = x[:, 1], x[:, 2], x[:, 3], x[:, 4]
+        # Columns of their own (not views of x): match_small reads them through memoryviews.
+        self.xdim, self.xlo, self.xhi, self.xexcl = (np.ascontiguousarray(x[:, i]) for i in range(1, 5))
 
     def _width(self, k: tuple[int, int, int, int]) -> float:
         """The share of the dimension's virtual nodes an access range covers."""
@@ -152,8 +153,7 @@ class Run:
         trees = tuple((d, tree.size, memoryview(tree.ptr), memoryview(tree.items)) for d, tree in self.trees)
         arrays = (self.check_dim, self.check_lo, self.check_hi, self.check_excl, self.xcount, self.xptr,
                   self.xdim, self.xlo, self.xhi, self.xexcl)
-        self.views = (trees, self.always.tolist(), *(memoryview(np.ascontiguousarray(a)) for a in arrays),
-                      memoryview(self.alive))
+        self.views = (trees, self.always.tolist(), *map(memoryview, arrays), memoryview(self.alive))
         self.agent_codes = memoryview(self.agents)
         return self.views
 
@@ -164,22 +164,28 @@ class Run:
         past `budget` candidates in all this gives up (None) and `match` is the way."""
         trees, always, cdim, clo, chi, cexcl, xcount, xptr, xdim, xlo, xhi, xexcl, alive = self.views or self._views()
         if not self.dims:  # only empty filters: they match everything
-            return [[s for s in always if alive[s]] for _ in events]
+            return [[s for s in always if alive[s]] for _ in events] if len(always) * len(events) <= budget else None
         codecs = [(d[0], c) for d, c in zip(self.dims, self.codecs)]
         found: list[tuple[list[int], list[int]]] = []
         for event in events:
             keys = [c.key_one(event.get(attr)) for attr, c in codecs]
-            cands = list(always)
+            spans = []  # (a tree's items, start, end): counted before any is copied
+            budget -= len(always)
             for d, size, ptr, items in trees:
                 if keys[d] < BOTTOM:  # absent or NaN: no access range holds it
                     continue
                 node = keys[d] + 1 + size  # the leaf, then its ancestors: the covering lists
                 while node:
-                    cands += items[ptr[node]:ptr[node + 1]]
+                    a, b = ptr[node], ptr[node + 1]
+                    if a != b:
+                        spans.append((items, a, b))
+                        budget -= b - a
                     node >>= 1
-            budget -= len(cands)
             if budget < 0:
                 return None
+            cands = list(always)
+            for items, a, b in spans:
+                cands += items[a:b]
             found.append((keys, cands))
         out = []
         for keys, cands in found:
