@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import urllib.request
+from pathlib import Path
 
 import grpc
 import pytest
@@ -146,6 +147,10 @@ async def test_a_launcher_killed_outright_takes_its_services_with_it(tmp_path):
         line = await asyncio.wait_for(launcher.stdout.readline(), 60)
         pids = json.loads(line)
         assert len(pids) == 3 + bool(shutil.which("setpriv")) and all(alive(p) for p in pids)
+        # setpriv cannot look for a parent dead before its prctl (a service does): kill the
+        # launcher only once setpriv has handed over to the program.
+        await wait_for(lambda: not any(Path(f"/proc/{p}/cmdline").read_bytes().startswith(b"setpriv") for p in pids),
+                       20, 0.05, what="setpriv replaced by its program")
         launcher.kill()
         await launcher.wait()
         await wait_for(lambda: not any(alive(p) for p in pids), 20, 0.2, what="every service gone with the launcher")

@@ -64,7 +64,9 @@ async def test_views_converge_on_every_replica_and_members_watch_the_first(c3):
         assert {i for i in ids if state(m, i) == "alive"} == ids
     first = c3.membership_nodes[0]
     for a in c3.agent_nodes:
-        assert a.membership.watching == c3.replicas[0]
+        # Eventually: on a loaded machine a view stream can fall silent for STALE_VIEW, and
+        # the member fails over for SILENT_RETRY before it comes back to the first.
+        await wait_for(lambda a=a: a.membership.watching == c3.replicas[0], 30, what="watching the first replica")
         await wait_for(lambda a=a: a.membership.version == first.replica.log.version, what="views converge")
         assert {m.id for m in a.membership.alive(mpb.ROLE_AGENT)} == {n.config.id for n in c3.agent_nodes}
         assert a.membership.members[a.config.id].incarnation > 0
