@@ -4,6 +4,7 @@ inserts and deletes, for the subscription ids and for the agents answer."""
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 
 import pytest
 from hypothesis import given, settings
@@ -22,14 +23,43 @@ def brute(subs: dict[str, Entry], e: dict) -> set[str]:
     return {s.id for s in subs.values() if s.filter.matches(e)}
 
 
+# (SMALL, SMALL_CANDIDATES): numpy for every batch; Python (Run.match_small) for every
+# batch; Python giving up after a few candidates, part way through the runs; the default.
+PATHS = [(0, 0), (10**9, 10**9), (10**9, 3), (cdm.SMALL, cdm.SMALL_CANDIDATES)]
+
+
+@contextmanager
+def path(small: int, candidates: int):
+    saved = cdm.SMALL, cdm.SMALL_CANDIDATES
+    cdm.SMALL, cdm.SMALL_CANDIDATES = small, candidates
+    try:
+        yield
+    finally:
+        cdm.SMALL, cdm.SMALL_CANDIDATES = saved
+
+
+def matched(index: CountingIndex, batch: list[dict]) -> list[set[str]]:
+    """match_batch's answer, the same (as sets, each id once) through every path."""
+    answers = []
+    for p in PATHS:
+        with path(*p):
+            got = index.match_batch(batch)
+        assert all(len(r) == len(set(r)) for r in got)
+        answers.append([set(r) for r in got])
+    assert all(a == answers[0] for a in answers)
+    return answers[0]
+
+
 def check_agents(index: CountingIndex, subs: dict[str, Entry], batch: list[dict]) -> None:
     """match_agents: each matching subscription's agent once per event, and the match count,
-    through the (event, agent) table and through the sort that replaces it when large."""
+    through the (event, agent) table and through the sort that replaces it when large, and
+    through each path."""
     want = [brute(subs, e) for e in batch]
-    for cells in (cdm.SEEN_CELLS, 0):
+    for cells, p in [(cdm.SEEN_CELLS, p) for p in PATHS] + [(0, PATHS[0])]:
         saved, cdm.SEEN_CELLS = cdm.SEEN_CELLS, cells
         try:
-            agents, n = index.match_agents(batch)
+            with path(*p):
+                agents, n = index.match_agents(batch)
         finally:
             cdm.SEEN_CELLS = saved
         assert [sorted(a) for a in agents] == [sorted({subs[i].agent for i in w}) for w in want]
@@ -68,11 +98,11 @@ def inserts_and_deletes(data) -> None:
             del live[sid]
         else:
             batch = data.draw(st.lists(events(schema), max_size=6))
-            assert [set(r) for r in index.match_batch(batch)] == [brute(live, e) for e in batch]
+            assert matched(index, batch) == [brute(live, e) for e in batch]
             check_agents(index, live, batch)
         assert len(index) == len(live)
     batch = data.draw(st.lists(events(schema), min_size=1, max_size=6))
-    assert [set(r) for r in index.match_batch(batch)] == [brute(live, e) for e in batch]
+    assert matched(index, batch) == [brute(live, e) for e in batch]
 
 
 ODD_VALUES = [None, True, False, 0, 1, 1.0, -0.0, 3, 2**53 + 1, 10**30, -(10**400), math.inf, -math.inf, math.nan]
@@ -110,7 +140,8 @@ def test_schemaless_odd_values_match_exactly(batch):
     subs["max"] = Entry("max", "a", Filter((Predicate("x", Op.PREFIX, "\U0010ffff"),)))
     subs["bool"] = Entry("bool", "a", Filter((Predicate("x", Op.EQ, True),)))
     index = CountingIndex(subs.values())
-    assert [set(r) for r in index.match_batch(batch)] == [brute(subs, e) for e in batch]
+    assert matched(index, batch) == [brute(subs, e) for e in batch]
+    check_agents(index, subs, batch)
 
 
 @pytest.mark.slow
@@ -142,9 +173,7 @@ def stock_workload(events: int) -> None:
     index = CountingIndex(subs.values())
     for skewed in (False, True):
         batch = stock.events(events, seed=5, skewed=skewed)
-        got = index.match_batch(batch)
-        assert [set(r) for r in got] == [brute(subs, e) for e in batch]
-        assert all(len(r) == len(set(r)) for r in got)
+        assert matched(index, batch) == [brute(subs, e) for e in batch]
         check_agents(index, subs, batch)
     assert sum(map(len, index.match_batch(stock.events(events, seed=5)))) > 0
 
@@ -166,4 +195,4 @@ def test_single_match_and_empty_index():
 
 def test_ints_beyond_float_precision_are_compared_exactly():
     index = CountingIndex([Entry("f", "a", parse("x = 9007199254740992.0")), Entry("g", "a", parse("x > 9007199254740992.0"))])
-    assert index.match_batch([{"x": 2**53 + 1}, {"x": 2**53}]) == [["g"], ["f"]]
+    assert matched(index, [{"x": 2**53 + 1}, {"x": 2**53}]) == [{"g"}, {"f"}]

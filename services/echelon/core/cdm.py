@@ -24,6 +24,11 @@ compacted.
 A matcher's answer to a publishing agent is the set of agents per event, not the
 subscriptions: each run keeps its subscriptions' agents as small integer codes, and
 `match_agents` dedups (event, agent) pairs in numpy, touching no id string.
+
+A batch of a few events (SMALL) is matched in Python instead (`Run.match_small`): the same
+runs, keys, covering lists and checks, read through memoryviews. numpy's cost per call is
+fixed and a batch makes many calls, which is most of the work for a lone event, as events
+reach a matcher at low rates (docs/performance.md, "Messages per event at low rates").
 """
 
 from __future__ import annotations
@@ -42,6 +47,11 @@ from echelon.contract.filters import Filter
 BATCH = 4096  # events matched per numpy pass; < 2**16 keeps the event sort a radix sort
 SEEN_CELLS = 1 << 20  # (event, agent) pairs deduplicated in a table up to this size, else sorted
 AGENT_SETS = 4096  # distinct agent sets kept by match_agents (past it, forgotten and made again)
+# A batch of up to SMALL events is matched in Python (see the module doc) while each run meets
+# at most SMALL_CANDIDATES candidates for it: past that, Python's cost per candidate passes
+# numpy's per call (loadtest/bench_cdm_small.py).
+SMALL = 8
+SMALL_CANDIDATES = 256
 _NONE: frozenset[str] = frozenset()
 
 
@@ -166,8 +176,31 @@ class CountingIndex:
                 parts.append((e, s, run))
         return parts
 
+    def _small(self, events: Sequence[Mapping[str, object]]) -> list[tuple[Run, list[list[int]]]] | None:
+        """Per non-empty run, its matches' positions per event, without numpy; None when
+        the batch is not small (see SMALL)."""
+        if len(events) > SMALL:
+            return None
+        parts = []
+        for i in range(len(self._levels)):
+            if self._levels[i]:
+                run = self._run(i)
+                found = run.match_small(events, SMALL_CANDIDATES)
+                if found is None:
+                    return None
+                parts.append((run, found))
+        return parts
+
     def match_batch(self, events: Sequence[Mapping[str, object]]) -> list[list[str]]:
         """Ids of the subscriptions matching each event, exactly as `Filter.matches`."""
+        small = self._small(events)
+        if small is not None:
+            out = [[] for _ in events]
+            for run, found in small:
+                ids = run.ids
+                for hits, positions in zip(out, found):
+                    hits += [ids[s] for s in positions]
+            return out
         out: list[list[str]] = []
         for n, parts in self._chunks(events):
             if not parts:
@@ -194,6 +227,9 @@ class CountingIndex:
         publishing agent), and the number of (event, subscription) matches. (Event, agent
         code) pairs are deduplicated as integers: no id is touched; each event's set is
         made in C (no Python step per event)."""
+        small = self._small(events)
+        if small is not None:
+            return self._agents_small(small, len(events))
         out: list[frozenset[str]] = []
         total = 0
         for n, parts in self._chunks(events):
@@ -215,6 +251,18 @@ class CountingIndex:
             bounds = np.searchsorted(ev, np.arange(n + 1)).tolist()
             out += map(frozenset, map(agents.__getitem__, map(slice, bounds, bounds[1:])))
         return out, total
+
+    def _agents_small(self, small: list[tuple[Run, list[list[int]]]], n: int) -> tuple[list[frozenset[str]], int]:
+        """`match_agents` from `_small`'s positions."""
+        codes: list[set[int]] = [set() for _ in range(n)]
+        total = 0
+        for run, found in small:
+            agent = run.agent_codes.__getitem__
+            for mine, positions in zip(codes, found):
+                mine.update(map(agent, positions))
+                total += len(positions)
+        names = self._names.__getitem__
+        return [frozenset(map(names, c)) if c else _NONE for c in codes], total
 
     def _agent_sets(self, seen: np.ndarray) -> list[frozenset[str]]:
         """Each row's agents (a row of `seen` per event, a column per agent code), as one

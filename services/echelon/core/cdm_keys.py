@@ -115,12 +115,6 @@ class Column:
             elif type(None) in types:
                 self.absent = np.fromiter((v is None for v in self.raw), bool, len(self.raw))
 
-    def fits(self, v: object) -> bool:
-        """Is `v` of this dimension's kind? (A bool is neither kind.)"""
-        if self.kind == "str":
-            return isinstance(v, str)
-        return isinstance(v, (int, float)) and not isinstance(v, bool)
-
 
 class Codec:
     """The virtual nodes of one dimension: its sorted constants and the exact keying."""
@@ -163,12 +157,34 @@ class Codec:
                     for n, k in enumerate(keys):
                         if k is None:
                             v = col.raw[n]
-                            k = keys[n] = known[v] = self._key_of(col, v)
+                            k = keys[n] = known[v] = self._key_of(v)
                 return np.fromiter(keys, np.int64, len(keys))
-        return np.fromiter((self._key_of(col, v) for v in col.raw), np.int64, len(col.raw))
+        return np.fromiter((self._key_of(v) for v in col.raw), np.int64, len(col.raw))
 
-    def _key_of(self, col: Column, v: object) -> int:
-        if not col.fits(v):
+    def fits(self, v: object) -> bool:
+        """Is `v` of this dimension's kind? (A bool is neither kind.)"""
+        if self.kind == "str":
+            return isinstance(v, str)
+        return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+    def key_one(self, v: object) -> int:
+        """One value's key, as `encode` gives it, without numpy (cdm_runs.Run.match_small):
+        Python's exact comparisons, through the same kept keys."""
+        if type(v) is bool:  # neither kind; and True == 1 would find 1's key
+            return ABSENT
+        known = self._known
+        try:
+            k = known.get(v)
+        except TypeError:  # an unhashable value
+            return self._key_of(v)
+        if k is None:
+            if len(known) > KNOWN:
+                known.clear()
+            k = known[v] = self._key_of(v)
+        return k
+
+    def _key_of(self, v: object) -> int:
+        if not self.fits(v):
             return ABSENT
         if v != v:
             return NAN

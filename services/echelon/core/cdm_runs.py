@@ -101,6 +101,8 @@ class Run:
         self.pos = {p[1]: j for j, p in enumerate(plan)}
         self.alive = np.ones(n, dtype=bool)
         self.dead = 0
+        self.views: tuple | None = None  # `_views`, made at the first small match
+        self.agent_codes: memoryview | None = None  # `agents` for `match_small`'s callers
         access: dict[int, list[tuple[int, int, int]]] = {}
         always, first, extra = [], [], []  # first: (sub, dim, lo, hi, excl); extra: the rest
         for j, (_, _, best, others, _) in enumerate(plan):
@@ -129,7 +131,8 @@ class Run:
         x = np.array(extra, dtype=np.int64).reshape(-1, 5)
         self.xcount = np.bincount(x[:, 0], minlength=n)
         self.xptr = np.concatenate(([0], np.cumsum(self.xcount)[:-1]))
-        self.xdim, self.xlo, self.xhi, self.xexcl = x[:, 1], x[:, 2], x[:, 3], x[:, 4]
+        # Columns of their own (not views of x): match_small reads them through memoryviews.
+        self.xdim, self.xlo, self.xhi, self.xexcl = (np.ascontiguousarray(x[:, i]) for i in range(1, 5))
 
     def _width(self, k: tuple[int, int, int, int]) -> float:
         """The share of the dimension's virtual nodes an access range covers."""
@@ -143,6 +146,63 @@ class Run:
         lo = BOTTOM if r.lo is None else c.key(r.lo) + r.lo_strict
         hi = TOP if r.hi is None else c.key(r.hi) - r.hi_strict
         return d, lo, hi, NO_EXCL
+
+    def _views(self) -> tuple:
+        """The arrays `match_small` reads, as memoryviews (no copy; `alive` stays live):
+        an element read from one is a Python int, where numpy would box a scalar."""
+        trees = tuple((d, tree.size, memoryview(tree.ptr), memoryview(tree.items)) for d, tree in self.trees)
+        arrays = (self.check_dim, self.check_lo, self.check_hi, self.check_excl, self.xcount, self.xptr,
+                  self.xdim, self.xlo, self.xhi, self.xexcl)
+        self.views = (trees, self.always.tolist(), *map(memoryview, arrays), memoryview(self.alive))
+        self.agent_codes = memoryview(self.agents)
+        return self.views
+
+    def match_small(self, events: list[Mapping[str, object]], budget: int) -> list[list[int]] | None:
+        """`match` for a batch of a few events, in Python: per event, the positions of the
+        live subscriptions matching it. Each numpy call costs microseconds whatever its
+        size, which is most of a lone event's match; per candidate, Python costs more, so
+        past `budget` candidates in all this gives up (None) and `match` is the way."""
+        trees, always, cdim, clo, chi, cexcl, xcount, xptr, xdim, xlo, xhi, xexcl, alive = self.views or self._views()
+        if not self.dims:  # only empty filters: they match everything
+            return [[s for s in always if alive[s]] for _ in events] if len(always) * len(events) <= budget else None
+        codecs = [(d[0], c) for d, c in zip(self.dims, self.codecs)]
+        found: list[tuple[list[int], list[int]]] = []
+        for event in events:
+            keys = [c.key_one(event.get(attr)) for attr, c in codecs]
+            spans = []  # (a tree's items, start, end): counted before any is copied
+            budget -= len(always)
+            for d, size, ptr, items in trees:
+                if keys[d] < BOTTOM:  # absent or NaN: no access range holds it
+                    continue
+                node = keys[d] + 1 + size  # the leaf, then its ancestors: the covering lists
+                while node:
+                    a, b = ptr[node], ptr[node + 1]
+                    if a != b:
+                        spans.append((items, a, b))
+                        budget -= b - a
+                    node >>= 1
+            if budget < 0:
+                return None
+            cands = list(always)
+            for items, a, b in spans:
+                cands += items[a:b]
+            found.append((keys, cands))
+        out = []
+        for keys, cands in found:
+            hits = []
+            for s in cands:
+                k = keys[cdim[s]]
+                if k < clo[s] or k > chi[s] or k == cexcl[s] or not alive[s]:
+                    continue
+                p = xptr[s]
+                for r in range(p, p + xcount[s]):
+                    k = keys[xdim[r]]
+                    if k < xlo[r] or k > xhi[r] or k == xexcl[r]:
+                        break
+                else:
+                    hits.append(s)
+            out.append(hits)
+        return out
 
     def kill(self, sid: str) -> None:
         j = self.pos.get(sid)
