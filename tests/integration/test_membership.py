@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import shutil
 import subprocess
-import time
 
 import grpc
 import pytest
@@ -162,10 +161,10 @@ async def test_a_replica_crash_stops_nothing(c3):
 async def test_members_leave_a_replica_whose_view_stream_goes_silent(c3):
     # A paused (SIGSTOPped) replica keeps its connections open: only the silence tells.
     c3.membership_nodes[0].streams.keepalive = 1000.0
-    start = time.monotonic()
+    # Only the silence can move them (keepalive would take 1000 s); the bound is loose
+    # because a loaded machine stretches STALE_VIEW's three seconds.
     for a in c3.agent_nodes:
-        await wait_for(lambda a=a: a.membership.watching == c3.replicas[1], 6, what="failover from the silent replica")
-    assert time.monotonic() - start < 5.0
+        await wait_for(lambda a=a: a.membership.watching == c3.replicas[1], 20, what="failover from the silent replica")
     await asyncio.sleep(1.5)  # and they stay away for a while instead of flapping back
     assert all(a.membership.watching == c3.replicas[1] and a.membership.view_age() < 1.5 for a in c3.agent_nodes)
 
