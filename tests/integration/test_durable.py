@@ -229,3 +229,40 @@ async def test_subscription_commands(tmp_path):
         assert code == 1 and "NOT_FOUND" in out and "audit" in out, out
     finally:
         await cluster.stop()
+
+
+async def test_an_agent_whose_view_lost_the_holders_for_a_moment_does_not_create_it_anew(tmp_path):
+    """A view rebuilt by restarted membership replicas lists the members again only as they
+    beat: an agent opening a durable subscription in that moment must not take "nobody
+    alive holds it" for "it does not exist" and create an empty one under its name (its
+    holders' backlog would then never reach the subscriber). The open is refused as
+    UNAVAILABLE until the holders are back in the view, then resumes with the backlog."""
+    cluster = await start(tmp_path, agents=4)
+    try:
+        ids = [a.config.id for a in cluster.agent_nodes]
+        name = next(f"s{i}" for i in range(200) if ids[3] not in holders(f"s{i}", ids, 2))
+        held_by = holders(name, ids, 2)
+        c_other = cluster.client(3)
+        await c_other.create_topic(TOPIC)
+        sub = c_other.subscribe(TOPIC, "", name=name, durable=True, max_outstanding=5)
+        await sub.start()
+        await wait_for(lambda: all(name in cluster.agent_nodes[index(cluster, h)].durables.subs for h in held_by),
+                       what="both holders hold it")
+        await sub.close()
+        await publish(c_other, 10)
+        await wait_for(lambda: all(cluster.agent_nodes[index(cluster, h)].durables.subs[name].depth == 10
+                                   for h in held_by), what="both holders logged the events")
+        other = cluster.agent_nodes[3]
+        members = other.membership.members
+        kept = {i: m for i, m in members.items() if i not in held_by}
+        other.membership.members = kept  # as a restarted replica's first snapshot would have it
+        with pytest.raises(errors.Unavailable, match="were alive moments ago"):
+            await other.durables.peers.locate(name)
+        assert name not in other.durables.subs  # nothing made here
+        other.membership.members = members  # the holders beat again
+        sub = c_other.subscribe(TOPIC, "", name=name, durable=True, max_outstanding=5)
+        await sub.start()
+        assert await take(sub, 10) == list(range(10))
+        await sub.close()
+    finally:
+        await cluster.stop()

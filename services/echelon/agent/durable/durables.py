@@ -34,7 +34,8 @@ is the data plane's order (FIFO per producer while the view is stable).
 Limits, said plainly. The holders are fixed when the subscription is created (a later
 change of the agent set does not move it; with both holders lost for good it is lost).
 Finding a subscription asks every agent of the view (one round of calls per open on an
-agent that does not hold it). Retention keeps what the holders received for durable
+agent that does not hold it), and does not conclude it is new while an agent seen alive
+moments ago is missing from the view (peers.py `locate`). Retention keeps what the holders received for durable
 subscriptions of the topic (the union of their filters), not every event published.
 
 Seek, delete and idle expiry apply on every holder; the other agents (alive, serving,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import TYPE_CHECKING
 
 import grpc
@@ -23,14 +24,36 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("echelon.agent.durable.durables")
 
+# An agent seen alive this recently and not alive now may hold a subscription that nobody
+# alive does: a crashed holder comes back with its disk, and a view rebuilt by restarted
+# membership replicas lists the members again only as they beat. Until then a subscription
+# is not created anew under its name (`locate`): that would set an empty copy beside theirs.
+RECENT_SECONDS = 120.0
+
 
 class Peers:
     def __init__(self, d: Durables):
         self.d = d
         self._channels: dict[tuple[str, int], grpc.aio.Channel] = {}  # (address, lifetime) -> channel
+        self._seen: dict[str, float] = {}  # agent -> when last seen alive (monotonic)
 
     def alive(self) -> dict[str, mpb.Member]:
-        return {m.id: m for m in self.d.host.membership.alive(mpb.ROLE_AGENT)}
+        alive = {m.id: m for m in self.d.host.membership.alive(mpb.ROLE_AGENT)}
+        now = time.monotonic()
+        for agent in alive:  # durables' maintenance reads this every second
+            self._seen[agent] = now
+        return alive
+
+    def missing(self) -> list[str]:
+        """Agents alive within RECENT_SECONDS and not now, except those that LEFT (they
+        handed over: docs/guarantees.md, "Durable subscriptions")."""
+        now, alive = time.monotonic(), self.alive()
+        members = self.d.host.membership.members
+        gone = [a for a, t in self._seen.items() if now - t > RECENT_SECONDS]
+        for a in gone:
+            del self._seen[a]
+        return sorted(a for a in self._seen if a not in alive and a != self.d.me
+                      and getattr(members.get(a), "state", None) != mpb.MEMBER_STATE_LEFT)
 
     def serving(self, record: dpb.DurableSubscription) -> str:
         """The first alive holder."""
@@ -61,8 +84,8 @@ class Peers:
 
     async def locate(self, name: str) -> dpb.DurableSubscription | None:
         """The record, from here or from any agent of the view that holds it; None only when
-        every agent answered that it holds none (Unavailable otherwise: creating it then
-        could make a second one beside copies that did not answer)."""
+        every agent answered that it holds none and none is `missing` (Unavailable
+        otherwise: creating it then could make a second one beside copies that did not answer)."""
         if name in self.d.subs:
             return self.d.subs[name].record
         others = [a for a in self.alive() if a != self.d.me]
@@ -83,6 +106,10 @@ class Peers:
         if silent:
             raise Unavailable(f"durable subscription {name!r}: agents {', '.join(sorted(silent))} did not answer "
                               f"whether they hold it; try again")
+        missing = self.missing()
+        if missing:
+            raise Unavailable(f"durable subscription {name!r}: agents {', '.join(missing)} were alive moments ago "
+                              f"and are not in the view now: they may hold it; try again")
         return None
 
     async def tell(self, agents: list[str], change: dpb.DurableChange) -> None:
