@@ -12,7 +12,7 @@
  * "A compiled hot path").
  *
  * Plain CPython C API, no dependency: built by `pip install` when a compiler is there
- * (pyproject.toml, ext-modules, optional); runtime/schema_code.py falls back to Python.
+ * (setup.py, an optional extension); runtime/schema_code.py falls back to Python.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
