@@ -5,11 +5,11 @@ channel dialled to a server back on its old port reaching it at once."""
 from __future__ import annotations
 
 import asyncio
-import socket
 
 import grpc
 import pytest
 
+from echelon.launch import free_port
 from echelon.runtime.certs import Authority
 from echelon.contract.errors import NotFound, Unavailable
 from echelon.contract.transport import TlsDir, Transport, call_any, unavailable
@@ -92,9 +92,7 @@ async def test_a_new_channel_reaches_a_restarted_server_while_a_stale_one_backs_
     With gRPC's default process-wide subchannel pool, a channel dialled after the server
     came back shares that subchannel and fails at once with the old "connection refused":
     a restarted agent refused every new client for up to two minutes."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     address = f"127.0.0.1:{port}"
     server = await echo_server(port)
     stale = Transport().dial(address)

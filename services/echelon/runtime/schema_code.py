@@ -34,9 +34,12 @@ Fill = Callable[[object, object], "tuple | None"]
 KINDS = {AttrType.STRING: 0, AttrType.INT: 1, AttrType.FLOAT: 2}  # runtime/_fill.c's numbering
 
 
+PURE = os.environ.get("ECHELON_PURE", "") not in ("", "0")
+
+
 def _compiled():
     """runtime/_fill.c's Fill type, or None: not built here, or ECHELON_PURE set."""
-    if os.environ.get("ECHELON_PURE", "") not in ("", "0"):
+    if PURE:
         return None
     try:
         from echelon.runtime import _fill
@@ -48,7 +51,7 @@ def _compiled():
 _Fill = _compiled()
 # "compiled", or why not: what a log line and the agents' echelon_agent_compiled_hot_path say.
 COMPILED = "compiled" if _Fill is not None else (
-    "pure Python (ECHELON_PURE)" if os.environ.get("ECHELON_PURE", "") not in ("", "0")
+    "pure Python (ECHELON_PURE)" if PURE
     else "pure Python (runtime/_fill.c not built: no C compiler at install)")
 
 
