@@ -26,7 +26,9 @@ try:
 except ImportError:  # no C compiler when this tree was installed: only the reference exists
     Fill = None
 
-needs_compiled = pytest.mark.skipif(Fill is None, reason="runtime/_fill.c not built (pip install -e . with a C compiler)")
+needs_compiled = pytest.mark.skipif(Fill is None or schema_code.PURE,
+                                    reason="runtime/_fill.c not built (pip install -e . with a C compiler), "
+                                           "or ECHELON_PURE set")
 
 NAMES = ["Symbol", "Price", "Volume", "é", "n", "x", "日本", "a" * 40, "other"]
 VALUES = [0, 1, -1, -5, -6, 7, 1000, 1001, 2**53 + 1, 2**63 - 1, -(2**63), 0.0, -0.0, 1.0, -0.5, 6.5, 499.5, 500.0,
