@@ -138,10 +138,13 @@ class LocalDelivery:
             if index is None:
                 continue
             found = index.match(evs)
+            # The frame's oldest publish time, read once: a subscription older than it owes
+            # every event without reading each one's (Subscription.offer_many).
+            oldest = min([e.publish_time_unix_nanos for e in evs]) if len(index.subs) > 1 else 0
             for sub, js in zip(index.subs, found):
                 if not js:
                     continue
-                n = sub.offer_many([evs[j] for j in js], [raws[j] for j in js], kept)
+                n = sub.offer_many([evs[j] for j in js], [raws[j] for j in js], kept, oldest)
                 if n is None:
                     self._overflow(sub)
                     continue
