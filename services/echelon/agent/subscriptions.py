@@ -340,9 +340,12 @@ class Subscription:
         if streams.count(None) != n:  # a sliced payload among them: what comes before it
             del taken[next(i for i, stream in enumerate(streams) if stream is not None):]
             n = len(taken)
-        popleft = backlog.popleft
-        for _ in range(n):
-            popleft()
+        if n == len(backlog):  # all of it: the common case
+            backlog.clear()
+        else:
+            popleft = backlog.popleft
+            for _ in range(n):
+                popleft()
         ids = range(self._next_id, self._next_id + n)
         self._next_id += n
         self.credits -= n
