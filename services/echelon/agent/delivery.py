@@ -112,10 +112,8 @@ class LocalDelivery:
         for what named subscriptions with a stream attached settle (`take_full`,
         subscriptions.py). The latency histogram gets one
         sample per frame (its first event delivered: the others came with it)."""
-        now = time.monotonic()
-        first_time = self.dedup.first_time
         data = encoded if encoded is not None else [b""] * len(events)
-        firsts = [first_time(key_of(d, e), now) for e, d in zip(events, data)]
+        firsts = self.dedup.first_times(list(map(key_of, data, events)), time.monotonic())
         fresh = events
         if not all(firsts):  # copies (a re-route's): dropped, counted
             self.metrics.duplicates.inc(firsts.count(False))

@@ -19,11 +19,11 @@ ENCODED = varint(Delivery.encoded_event)
 _BATCH = varint(Delivery.batch)
 
 
-# A delivery id's varint, written inline by the shared stream (shared_stream.py `_fill`):
-# its low 7 bits' byte (LOW, or ALONE below 128) and the varint of the rest, which
-# consecutive ids share. Ids grow without bound, past varint's table.
-LOW = [bytes((n | 0x80,)) for n in range(0x80)]
-ALONE = [bytes((n,)) for n in range(0x80)]
+# A delivery id's field, written inline by the shared stream (shared_stream.py `_fill`):
+# its tag and low 7 bits' byte (LOW, or ALONE below 128), then the varint of the rest,
+# which consecutive ids share. Ids grow without bound, past varint's table.
+LOW = [ID + bytes((n | 0x80,)) for n in range(0x80)]
+ALONE = [ID + bytes((n,)) for n in range(0x80)]
 
 
 def names(subscription: str, sid: int) -> tuple[bytes, bytes]:

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Callable
 import grpc
 
 from echelon.agent import delivery_bytes
-from echelon.agent.delivery_bytes import ALONE, ENCODED, ID, LOW
+from echelon.agent.delivery_bytes import ALONE, ENCODED, LOW
 from echelon.agent.ownership import caller_name, claim
 from echelon.agent.redelivery import HEADER, check_open, handle
 from echelon.agent.subscriptions import Subscription
@@ -127,7 +127,7 @@ class SharedStream:
             if names is None or names[0] != name:
                 names = named[sid] = (name, delivery_bytes.names(name, sid))
             names = names[1]
-            both, high, rest = names[0] + names[1], -1, b""
+            both, high, rest = names[0] + names[1] + ENCODED, -1, b""
             for delivery_id, p in items:
                 data = p.data
                 if p.redeliveries:
@@ -139,8 +139,8 @@ class SharedStream:
                     if delivery_id >> 7 != high:  # the id's varint past its low 7 bits (delivery_bytes.LOW)
                         high = delivery_id >> 7
                         rest = varint(high) if high else b""
-                    add(b"%b%b%b%b%b%b%b" % (ID, LOW[delivery_id & 0x7F] if high else ALONE[delivery_id], rest, both,
-                                             ENCODED, varint(len(data)), data))
+                    add(b"%b%b%b%b%b" % (LOW[delivery_id & 0x7F] if high else ALONE[delivery_id], rest, both,
+                                         varint(len(data)), data))
                     continue
                 d = ppb.Delivery(delivery_id=delivery_id, subscription=name, sid=sid,
                                  redelivery_count=p.redeliveries)
