@@ -129,3 +129,30 @@ async def test_a_relay_holds_acks_only_for_frames_that_may_wait_and_while_they_s
             assert await asyncio.wait_for(call.read(), 10) is grpc.aio.EOF  # nothing more
     finally:
         await server.stop(0)
+
+
+def request_pollers() -> list[asyncio.Task]:
+    """grpc.aio's tasks that feed a stream call from its request iterator, still pending."""
+    return [t for t in asyncio.all_tasks() if not t.done() and "_consume_request_iterator" in repr(t.get_coro())]
+
+
+async def test_a_broken_streams_generator_ends_and_leaves_no_task_behind():
+    # A call that ended with an error no longer cancels grpc's poller of its request
+    # iterator; a generator left waiting for frames then outlives the link, and the GC
+    # destroys its task pending ("Task was destroyed but it is pending!").
+    address = f"127.0.0.1:{free_port()}"
+    server, _ = await serve(address)
+    breaks = []
+    link = Link("a", "b", address, on_break=breaks.append)
+    before = set(request_pollers())
+    try:
+        assert await asyncio.wait_for(link.send(frame(0)), 5)
+        assert len(set(request_pollers()) - before) == 1  # the live stream's
+        await server.grpc.stop(0)
+        await wait_for(lambda: breaks, what="two broken streams")
+        await wait_for(lambda: not set(request_pollers()) - before, what="the broken streams' pollers to end")
+    finally:
+        await link.close()
+        await server.stop(0)
+    await asyncio.sleep(0.1)
+    assert not set(request_pollers()) - before

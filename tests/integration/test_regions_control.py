@@ -21,7 +21,7 @@ from echelon.v1 import common_pb2 as pb
 from echelon.v1 import matcher_pb2 as xpb
 from echelon.v1 import membership_pb2 as mpb
 from echelon.v1 import router_pb2 as opb
-from tests.harness import Cluster
+from tests.harness import Cluster, wait_for
 
 SUB, UNSUB = opb.CONTROL_KIND_SUB, opb.CONTROL_KIND_UNSUB
 CIB_SET, CIB_CLEAR = opb.CONTROL_KIND_CIB_SET, opb.CONTROL_KIND_CIB_CLEAR
@@ -220,3 +220,23 @@ async def test_malformed_advertisements_are_refused_and_change_nothing(router):
     assert await send(router, "router-eu-5", [msg(ADV, "router-eu-5", full=True, last=True,
                                                   advertisements=[ad])]) == DENIED
     assert router.control.advertised.by_agent == held
+
+
+async def test_a_refused_first_message_does_not_drop_what_the_senders_live_stream_holds(router):
+    # The newest stream of a sender is its current one, and its end drops a router's
+    # summary; a stream whose first message is refused must not become it.
+    group = opb.Subgroup(topic="t", filter=filter_to_pb(parse("x < 5")))
+    channel = Transport(TlsDir(Path(router.cluster.tls_dir("router-us-0", "")))).dial(router.address)
+    live = channel.stream_unary(METHOD, request_serializer=opb.ControlMessage.SerializeToString,
+                                response_deserializer=opb.ControlReply.FromString)()
+    try:
+        await live.write(msg(CIB_SET, "router-us-0", region="us", full=True, last=True, complete=True,
+                             subgroups=[group]))
+        await wait_for(lambda: router.control.summaries.groups, what="the live stream's summary")
+        held = dict(router.control.summaries.groups)
+        bad = msg(CIB_SET, "router-us-0", region="us", subgroups=[opb.Subgroup(topic="")])  # no topic
+        assert await send(router, "router-us-0", [bad]) == INVALID
+        assert router.control.summaries.groups == held
+    finally:
+        live.cancel()
+        await channel.close()

@@ -184,7 +184,10 @@ class Link:
                 if failures >= 2 and self.on_break:
                     self.on_break(self.peer)
             finally:
-                self._stream += 1  # retire this stream's generator
+                # Retire this stream's generator and wake it to end: a broken call no longer
+                # cancels grpc's task that polls it, which a closed link would leave pending.
+                self._stream += 1
+                self._wake.set()
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, 1.0)
 

@@ -236,8 +236,20 @@ class RouterControl:
     # -- in ----------------------------------------------------------------------------
 
     def receive(self, stream: Stream, m: opb.ControlMessage, context) -> None:
-        """Validate `m` whole, then apply it (module doc)."""
-        self._receive(stream, m, context)
+        """Validate `m` whole, then apply it (module doc). A refused first message leaves
+        no trace either: its stream does not become its sender's newest, whose end would
+        drop what the sender's live stream holds."""
+        first, newest = stream.sender is None, self.current.get(m.sender)
+        try:
+            self._receive(stream, m, context)
+        except BaseException:
+            if first and stream.sender is not None:
+                stream.sender, stream.role, stream.region = None, None, ""
+                if newest is None:
+                    self.current.pop(m.sender, None)
+                else:
+                    self.current[m.sender] = newest
+            raise
         self.applied_ns = time.time_ns()
         if m.kind in _ADV_KINDS:
             self.adv_applied_ns = self.applied_ns
