@@ -75,6 +75,7 @@ def _subscriber_agent(sel: int, n: int):
     from echelon.agent.subscriptions import Subscription
     from echelon.core.dedup import DedupWindow
     from echelon.contract.filters import parse
+    from echelon.contract.wire import varint
     from echelon.v1 import relay_pb2 as rpb
     from loadtest.bench_events.workload import subscriptions
 
@@ -92,7 +93,7 @@ def _subscriber_agent(sel: int, n: int):
     stream = SharedStream.__new__(SharedStream)  # its writer's part alone: no gRPC stream under it
     stream.node, stream.max_deliveries, stream.statuses, stream._turn = SimpleNamespace(metrics=metrics), 256, deque(), 0
     stream.metrics = metrics  # where this tree reads it (an older one: node.metrics)
-    stream.encoded, stream._counted = True, {}  # a tree without them ignores them
+    stream.encoded, stream._counted, stream._named = True, {}, {}  # a tree without them ignores them
     stream.subs = {i + 1: s for i, s in enumerate(subs.values())}
 
     def once() -> list[bytes]:
@@ -101,9 +102,17 @@ def _subscriber_agent(sel: int, n: int):
         out = []
         while True:  # as each tree's serve: this one stops at a message not full, an older one at an empty one
             filled = stream._fill()
-            if len(filled[0].batch):
-                out.append(filled[0].SerializeToString())
-            if not len(filled[0].batch) or (len(filled) == 3 and not filled[2]):
+            message = filled[0]
+            if isinstance(message, list):  # each delivery's bytes, as this tree's serve sends them
+                n = len(message)
+                if n:
+                    out.append(message[0] if n == 1 else b"".join(
+                        [b"\xa2\x01" + varint(len(e)) + e for e in message]))  # Delivery.batch
+            else:
+                n = len(message.batch)
+                if n:
+                    out.append(message.SerializeToString())
+            if not n or (len(filled) == 3 and not filled[2]):
                 for sub in subs.values():
                     sub.unacked.clear()  # as if acked: the next round starts alike
                 return out

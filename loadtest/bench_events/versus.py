@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # (column, key in a cell, higher is better)
 MEASURES = (("pub/s", "published_per_s", True), ("dlv/s", "delivered_per_s", True), ("p50 ms", "p50_ms", False),
             ("p99 ms", "p99_ms", False), ("cpu ms/1k", "cpu_ms_per_1k", False),
-            ("B/dlv", "bytes_per_useful_delivery", False))
+            ("sub cpu/1k", "sub_agents_cpu_ms_per_1k", False), ("B/dlv", "bytes_per_useful_delivery", False))
 
 
 def without(argv: list[str], *options: str) -> list[str]:
@@ -96,6 +96,8 @@ def _key(c: dict) -> tuple:
 def _value(c: dict, key: str) -> float | None:
     if key == "cpu_ms_per_1k":
         return 1000 * c["cpu_s_per_1k_services"]
+    if key == "sub_agents_cpu_ms_per_1k":  # the subscribing agents: every agent but the publishers' (agent-0)
+        return 1000 * sum(v for k, v in c.get("cpu_s_per_1k", {}).items() if k.startswith("agent-") and k != "agent-0")
     return c.get(key)
 
 

@@ -40,17 +40,20 @@ def test_range_comparison_says_where_echelon_is_ahead():
 
 def test_side_by_side_takes_medians_per_tree_and_a_gain_above_one_means_better_now():
     def rnd(pub: float, p50: float, cpu_s: float) -> list[dict]:
-        return [{**cell("echelon", "max", pub, p50), "cpu_s_per_1k_services": cpu_s}]
+        return [{**cell("echelon", "max", pub, p50), "cpu_s_per_1k_services": cpu_s,
+                 "cpu_s_per_1k": {"agent-0": cpu_s / 2, "agent-1": cpu_s / 4, "agent-2": cpu_s / 4, "matcher-0": 1.0}}]
 
     runs = {"base": [rnd(100.0, 4.0, 0.02), rnd(300.0, 2.0, 0.04), rnd(200.0, 8.0, 0.03)],
             "head": [rnd(400.0, 1.0, 0.01), rnd(500.0, 2.0, 0.01), rnd(600.0, 1.0, 0.01)]}
     lines = report(runs, "t").splitlines()
     row = next(x for x in lines if x.startswith("m 2% 1p max")).split()
     # pub/s: base median 200, head 500, gain 2.5; p50: base 4, head 1, gain 4; cpu ms/1k: 30 -> 10, gain 3;
-    # then bytes per useful delivery (the same in every round here: gain 1)
+    # the subscribing agents' (every agent but agent-0: half of it): 15 -> 5; then bytes per
+    # useful delivery (the same in every round here: gain 1)
     assert row[4:7] == ["200.00", "500.00", "2.50"]
     assert row[10:13] == ["4.00", "1.00", "4.00"]
-    assert row[-6:-3] == ["30.00", "10.00", "3.00"]
+    assert row[-9:-6] == ["30.00", "10.00", "3.00"]
+    assert row[-6:-3] == ["15.00", "5.00", "3.00"]
     assert row[-1] == "1.00"
     rounds = next(x for x in lines if x.startswith("m 2% 1p max") and "pub/s" in x)
     assert "pub/s 4.00 1.67 3.00" in rounds  # each round's own ratio

@@ -146,3 +146,29 @@ def test_the_window_answers_as_the_reference_model(seed):
             seen = now
         ref.sync(w, seen, step)
         assert len(w) == len(ref.held) <= 2 * capacity - 1, step
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_first_times_is_first_time_in_turn(seed):
+    """A frame's ids in one call (`first_times`, agent/delivery.py) answer and leave the window
+    exactly as `first_time` of each in turn: capacities small enough to rotate within a call,
+    times around the horizon, offers and forgets between the calls."""
+    rnd = random.Random(seed)
+    capacity, horizon = rnd.choice((1, 2, 3, 5, 8)), rnd.choice((0.0, 1.0, 2.5))
+    one, many = DedupWindow(capacity, horizon), DedupWindow(capacity, horizon)
+    now = 0.0
+    for step in range(1500):
+        now += rnd.choice((0.0, 0.0, 0.25, 1.0, 3.0))
+        op = rnd.random()
+        if op < 0.7:
+            keys = [("p", rnd.randrange(15)) for _ in range(rnd.choice((1, 2, 5, 12)))]
+            assert many.first_times(keys, now) == [one.first_time(k, now) for k in keys], step
+        elif op < 0.85:
+            key = ("p", rnd.randrange(15))
+            assert one.offer(key, now) is many.offer(key, now), step
+        else:
+            key = ("p", rnd.randrange(15))
+            one.forget(key)
+            many.forget(key)
+        state = [(w._young, w._old, w.generation, w._since, w._newest, w._old_newest, w._due) for w in (one, many)]
+        assert state[0] == state[1], step

@@ -84,3 +84,27 @@ def test_a_cumulative_ack_covers_each_id_once():
     sub.attach(10)
     assert [(i, p.redeliveries) for i, p in sub.take(5)] == [(6, 1), (7, 1)]
     assert sub.ack([], 0, through=5) == 0 and sub.ack([], 0, through=7) == 2
+
+
+def test_the_frames_oldest_time_changes_nothing_offered():
+    """`offer_many(..., oldest)` (the frame's earliest publish time, read once for all its
+    subscriptions: agent/delivery.py) queues exactly what reading each event's time does:
+    the same events owed, the same redeliveries after a restore, the same sizes."""
+    rnd = random.Random(11)
+    for trial in range(300):
+        subs = [Subscription("a/s", "s", "t", parse(""), 10**6) for _ in range(2)]
+        floor = subs[0].created_ns - CLOCK_SKEW_NS
+        restored = rnd.choice([0, 0, floor + 3])
+        for sub in subs:
+            sub.created_ns = subs[0].created_ns
+            sub.restored_ns = restored
+            sub.attach(10**6)
+        times = rnd.choice([[floor, floor + 5, floor + 9], [0, floor + 5], [floor - 1, floor + 2, floor + 4],
+                            [floor + 1, floor + 1]])
+        frame = [_event(i + 1, rnd.choice(times)) for i in range(rnd.randint(1, 20))]
+        data = [rnd.choice([b"", e.SerializeToString()]) for e in frame]
+        oldest = min(e.publish_time_unix_nanos for e in frame)
+        assert subs[0].offer_many(frame, data) == subs[1].offer_many(frame, data, None, oldest), trial
+        got = [[(p.event.id.sequence, p.redeliveries, p.size, p.data) for p in s.backlog] for s in subs]
+        assert got[0] == got[1], trial
+        assert subs[0].held_bytes == subs[1].held_bytes

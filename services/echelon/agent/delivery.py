@@ -112,10 +112,8 @@ class LocalDelivery:
         for what named subscriptions with a stream attached settle (`take_full`,
         subscriptions.py). The latency histogram gets one
         sample per frame (its first event delivered: the others came with it)."""
-        now = time.monotonic()
-        first_time = self.dedup.first_time
         data = encoded if encoded is not None else [b""] * len(events)
-        firsts = [first_time(key_of(d, e), now) for e, d in zip(events, data)]
+        firsts = self.dedup.first_times(list(map(key_of, data, events)), time.monotonic())
         fresh = events
         if not all(firsts):  # copies (a re-route's): dropped, counted
             self.metrics.duplicates.inc(firsts.count(False))
@@ -138,10 +136,13 @@ class LocalDelivery:
             if index is None:
                 continue
             found = index.match(evs)
+            # The frame's oldest publish time, read once: a subscription older than it owes
+            # every event without reading each one's (Subscription.offer_many).
+            oldest = min([e.publish_time_unix_nanos for e in evs]) if len(index.subs) > 1 else 0
             for sub, js in zip(index.subs, found):
                 if not js:
                     continue
-                n = sub.offer_many([evs[j] for j in js], [raws[j] for j in js], kept)
+                n = sub.offer_many([evs[j] for j in js], [raws[j] for j in js], kept, oldest)
                 if n is None:
                     self._overflow(sub)
                     continue

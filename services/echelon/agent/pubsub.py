@@ -22,6 +22,8 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Protocol
 
+import grpc
+
 from echelon.agent.admission import Admission
 from echelon.agent.durable.caps import check_options
 from echelon.agent.durable.rpc import relay
@@ -50,6 +52,29 @@ log = logging.getLogger("echelon.agent")
 
 MAX_DELIVERIES = 256  # deliveries per Delivery message
 SERVICE = ppb.DESCRIPTOR.services_by_name["PubSub"].full_name
+
+
+def _delivery_bytes(message) -> bytes:
+    """Subscribe's responses: a Delivery, or its bytes as a shared stream writes them (delivery_bytes.py)."""
+    return message if message.__class__ is bytes else message.SerializeToString()
+
+
+def add_PubSubServicer_to_server(servicer: "PubSubServicer", server) -> None:
+    """pubsub_pb2_grpc's, with Subscribe's responses sent as they are when they come as bytes."""
+
+    class Registered:  # takes the generated handlers, to register them with that one changed
+        def add_generic_rpc_handlers(self, _):
+            pass
+
+        def add_registered_method_handlers(self, name: str, handlers: dict) -> None:
+            self.name, self.handlers = name, handlers
+
+    registered = Registered()
+    pgrpc.add_PubSubServicer_to_server(servicer, registered)
+    handlers = dict(registered.handlers)
+    handlers["Subscribe"] = handlers["Subscribe"]._replace(response_serializer=_delivery_bytes)
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(registered.name, handlers),))
+    server.add_registered_method_handlers(registered.name, handlers)
 
 
 def final_status(error: EchelonError) -> ppb.Delivery:

@@ -37,7 +37,7 @@ from echelon.agent.matching import MatchClient
 from echelon.dataplane.control import AgentFeed
 from echelon.agent.metrics import AgentMetrics
 from echelon.agent.named import NamedFile
-from echelon.agent.pubsub import PubSubServicer
+from echelon.agent.pubsub import PubSubServicer, add_PubSubServicer_to_server
 from echelon.agent.reconcile import PERIOD, Reconciler
 from echelon.agent.redelivery import DeadLetters
 from echelon.agent.registry import Registry
@@ -113,7 +113,7 @@ class AgentNode(Node):
         # The client API sees the parts made on start (subscriptions, durables, dispatcher,
         # matching) through this node, read per request (pubsub.AgentParts).
         self.pubsub = PubSubServicer(config.id, self.server.access, self.metrics, self.topics, self)
-        self.server.add(pgrpc.add_PubSubServicer_to_server, self.pubsub,  # (its Publish: also the dead letters)
+        self.server.add(add_PubSubServicer_to_server, self.pubsub,  # (its Publish: also the dead letters)
                         ppb.DESCRIPTOR.services_by_name["PubSub"].full_name)
         self.server.add(pgrpc.add_AdminServicer_to_server, self.admin,
                         ppb.DESCRIPTOR.services_by_name["Admin"].full_name)

@@ -31,10 +31,13 @@ from typing import TYPE_CHECKING, Callable
 
 import grpc
 
+from echelon.agent import delivery_bytes
+from echelon.agent.delivery_bytes import ALONE, ENCODED, LOW
 from echelon.agent.ownership import caller_name, claim
 from echelon.agent.redelivery import HEADER, check_open, handle
 from echelon.agent.subscriptions import Subscription
 from echelon.contract.errors import (FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted, status_of)
+from echelon.contract.wire import varint
 from echelon.v1 import pubsub_pb2 as ppb
 
 if TYPE_CHECKING:
@@ -60,6 +63,7 @@ class SharedStream:
         self._turn = 0  # the subscription served first, rotated for fairness
         self.encoded = False  # the client reads Delivery.encoded_event (its first open says)
         self._counted: dict = {}  # (counter family, topic) -> its series (_counter)
+        self._named: dict[int, tuple] = {}  # sid -> (its name, delivery_bytes.names of it)
 
     async def serve(self, first: ppb.SubscribeRequest, requests, context):
         self.encoded = first.open.encoded_events
@@ -75,10 +79,10 @@ class SharedStream:
                 self._check_ends()
                 self.wake.clear()  # whatever changes from here on (an offer, an ack, an end, an open) sets it
                 out, sliced, more = self._fill()
-                if len(out.batch) > 1 and batched:
-                    yield out
+                if len(out) > 1 and batched:
+                    yield delivery_bytes.batch(out)
                 else:
-                    for d in out.batch:
+                    for d in out:
                         yield d
                 if sliced is not None:
                     sid, (delivery_id, pending) = sliced
@@ -92,20 +96,21 @@ class SharedStream:
             for sid in list(self.subs):
                 self._drop(sid)
 
-    def _fill(self) -> tuple[ppb.Delivery, tuple | None, bool]:
-        """One message's worth: the statuses, then what the subscriptions have credit for,
+    def _fill(self) -> tuple[list[bytes], tuple | None, bool]:
+        """One message's worth, each delivery's bytes (delivery_bytes.py: pubsub.py sends
+        them as they are): the statuses, then what the subscriptions have credit for,
         taken round-robin; a sliced payload stops it (it goes alone, after). More: there
         may be more to take now (the message is at MAX_DELIVERIES, or a subscription
         stopped at a sliced payload), else only a change (which sets `wake`) brings more."""
-        out = ppb.Delivery()
+        out = []
         while self.statuses:
-            out.batch.append(self.statuses.popleft())
+            out.append(self.statuses.popleft().SerializeToString())
         sids = list(self.subs)
         if not sids:
             return out, None, False
         self._turn = (self._turn + 1) % len(sids)
         room, encoded, subs = self.max_deliveries, self.encoded, self.subs
-        metrics, add = self.metrics, out.batch.add
+        metrics, add, named = self.metrics, out.append, self._named
         more, sliced = False, None
         taken: dict[str, int] = {}  # deliveries by topic: one counter call per topic and message
         for sid in sids[self._turn:] + sids[:self._turn]:
@@ -118,16 +123,29 @@ class SharedStream:
                 sliced, more = (sid, items[0]), False
                 break
             name, redelivered = sub.name, 0
+            names = named.get(sid)
+            if names is None or names[0] != name:
+                names = named[sid] = (name, delivery_bytes.names(name, sid))
+            names = names[1]
+            both, high, rest = names[0] + names[1] + ENCODED, -1, b""
             for delivery_id, p in items:
-                d = add()  # filled in place
-                d.delivery_id, d.subscription, d.sid = delivery_id, name, sid
+                data = p.data
                 if p.redeliveries:
-                    d.redelivery_count = p.redeliveries
                     redelivered += 1
-                if encoded and p.data:  # Pending.into's common case, inline
-                    d.encoded_event = p.data
-                else:
-                    p.into(d, encoded)
+                    if encoded and data:
+                        add(delivery_bytes.element(delivery_id, names, p.redeliveries, data))
+                        continue
+                elif encoded and data:  # the common case, inline: delivery_bytes.element
+                    if delivery_id >> 7 != high:  # the id's varint past its low 7 bits (delivery_bytes.LOW)
+                        high = delivery_id >> 7
+                        rest = varint(high) if high else b""
+                    add(b"%b%b%b%b%b" % (LOW[delivery_id & 0x7F] if high else ALONE[delivery_id], rest, both,
+                                         varint(len(data)), data))
+                    continue
+                d = ppb.Delivery(delivery_id=delivery_id, subscription=name, sid=sid,
+                                 redelivery_count=p.redeliveries)
+                p.into(d, encoded)
+                add(d.SerializeToString())
             if redelivered:
                 metrics.redeliveries.inc(redelivered)
             room -= len(items)
@@ -238,6 +256,7 @@ class SharedStream:
     def _drop(self, sid: int) -> None:
         """As a subscription stream's cleanup: no await."""
         sub = self.subs.pop(sid)
+        self._named.pop(sid, None)
         self.releases.pop(sid)()
         sub.detach()
         if not sub.named:

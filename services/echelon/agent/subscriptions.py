@@ -75,6 +75,7 @@ MAX_BYTES = 64 << 20  # bytes a subscription holds before it lags (or is evicted
 STALL_SECONDS = 30.0  # a lagging subscription that acknowledges nothing this long is stalled (above)
 MAX_NACK_DELAY = 600.0  # seconds, as Google Pub/Sub's longest retry backoff
 _stream = attrgetter("stream")
+_size = attrgetter("size")
 
 
 class Pending:
@@ -171,12 +172,15 @@ class Subscription:
         self.changed.set()
         return True
 
-    def offer_many(self, events: list[pb.Event], data: list[bytes], keep: list | None = None) -> int | None:
+    def offer_many(self, events: list[pb.Event], data: list[bytes], keep: list | None = None,
+                   oldest: int = 0) -> int | None:
         """`offer` for a frame's events matched here, in order (each with its bytes as
         received, b"": none): those owed are queued, one wakeup for all; how many, or None
         past the backlog bound (overflowed, those below it queued). A durable subscription
         logs each (its own `offer`). `keep`: the incoming frame's holds, to which a named
-        subscription with a stream attached adds one its events release once settled (module doc)."""
+        subscription with a stream attached adds one its events release once settled (module doc).
+        `oldest`: a publish time no later than any of `events`' (0: not known); when this
+        subscription owes events that old, no event's time is read (the common case)."""
         if self.durable:
             return sum(self.offer(e, data=d) for e, d in zip(events, data) if self.owes(e))
         if self.closed:
@@ -185,8 +189,11 @@ class Subscription:
         # Restored after a crash: the dead process may have delivered what was published
         # before the restart, so it comes as a redelivery (0 when not restored: none is older).
         restored = self.restored_ns
-        owed = [Pending(e, int(t < restored), None, d) for e, d in zip(events, data)
-                if not (t := e.publish_time_unix_nanos) or t >= floor]
+        if oldest >= floor and not restored:  # each owed, none a redelivery
+            owed = list(map(Pending, events, repeat(0), repeat(None), data))
+        else:
+            owed = [Pending(e, int(t < restored), None, d) for e, d in zip(events, data)
+                    if not (t := e.publish_time_unix_nanos) or t >= floor]
         if keep is not None and owed and self.named and self.attached and not self.keep_off and not self.evict:
             self._keep(owed, keep)
         if self.evict:
@@ -198,7 +205,7 @@ class Subscription:
                 return None
         if owed:
             self.backlog.extend(owed)
-            self.held_bytes += sum(p.size for p in owed)
+            self.held_bytes += sum(map(_size, owed))
             self._lag()
             self.changed.set()
         return len(owed)
@@ -333,9 +340,12 @@ class Subscription:
         if streams.count(None) != n:  # a sliced payload among them: what comes before it
             del taken[next(i for i, stream in enumerate(streams) if stream is not None):]
             n = len(taken)
-        popleft = backlog.popleft
-        for _ in range(n):
-            popleft()
+        if n == len(backlog):  # all of it: the common case
+            backlog.clear()
+        else:
+            popleft = backlog.popleft
+            for _ in range(n):
+                popleft()
         ids = range(self._next_id, self._next_id + n)
         self._next_id += n
         self.credits -= n
@@ -355,7 +365,7 @@ class Subscription:
     def forget(self, done: list[Pending]) -> None:
         """Settled for good (acked, termed, dead-lettered): no longer held."""
         if done:
-            self.held_bytes -= sum(p.size for p in done)
+            self.held_bytes -= sum(map(_size, done))
             if self.kept:
                 self.kept = max(0, self.kept - self._settled(done))
             self._progress = time.monotonic()

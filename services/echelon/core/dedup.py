@@ -106,6 +106,26 @@ class DedupWindow:
             self._rotate()
         return True
 
+    def first_times(self, keys, now: float) -> list[bool]:
+        """`first_time` of each of `keys` in turn, at one time (a frame's: one call)."""
+        if now - self._due > self.horizon:
+            self._expire(now)
+        young, old, capacity, stamp = self._young, self._old, self.capacity, float(now)
+        out = []
+        for key in keys:
+            if key in young or key in old:
+                out.append(False)
+                continue
+            if not young:
+                self._start(now)
+            young[key] = stamp
+            self._newest = now
+            out.append(True)
+            if len(young) >= capacity:
+                self._rotate()  # no expiry follows at this `now`: `_rotate` leaves `_due` at it
+                young, old = self._young, self._old
+        return out
+
     def forget(self, key: Hashable) -> None:
         """The first copy was not published after all: the id may be used again."""
         if self._young.pop(key, None) is None:

@@ -64,8 +64,7 @@ def compile_filters(filters: Sequence[Expression], wire: bool = False) -> Matche
             equal.setdefault((local(p.attribute), kind), {}).setdefault(p.value, []).append(pos)
             tests.append("")
         else:  # a disjunction: its terms in one `or`, each term's predicates in one `and`
-            terms = [" and ".join(_predicate(p, local(p.attribute), const) for p in t.predicates) or "True"
-                     for t in flt.terms]
+            terms = [_conjunction([_predicate(p, local(p.attribute), const) for p in t.predicates]) for t in flt.terms]
             tests.append(terms[0] if len(terms) == 1 else " or ".join(f"({t})" for t in terms))
     lines = ["def match(batch):"]
     lines += [f"    r{pos} = []" for pos in range(len(tests))]
@@ -90,16 +89,29 @@ def compile_filters(filters: Sequence[Expression], wire: bool = False) -> Matche
     return namespace["match"]  # type: ignore[return-value]
 
 
-def _predicate(p: Predicate, i: int, const: Callable[[object], str]) -> str:
-    """One predicate over the locals of attribute number `i` (x: the value, s/n: its kind)."""
+def _conjunction(tests: list[tuple[str, str]]) -> str:
+    """A term's predicates in one `and`; consecutive ones of the same kind test it once
+    (`Price >= a and Price < b`: `(n0 and k0 <= x0 and x0 < k1)`)."""
+    out: list[tuple[str, list[str]]] = []
+    for kind, test in tests:
+        if kind and out and out[-1][0] == kind:
+            out[-1][1].append(test)
+        else:
+            out.append((kind, [test]))
+    return " and ".join(f"({kind} and {' and '.join(ts)})" if kind else ts[0] for kind, ts in out) or "True"
+
+
+def _predicate(p: Predicate, i: int, const: Callable[[object], str]) -> tuple[str, str]:
+    """One predicate over the locals of attribute number `i` (x: the value, s/n: its kind):
+    the kind it needs ("": none, a call) and its test given that kind."""
     v, x = p.value, f"x{i}"
     kinds = {str: f"s{i}", int: f"n{i}", float: f"n{i}"}
     kind = kinds.get(v.__class__)
     if kind is None or (p.op is Op.BETWEEN and p.upper.__class__ not in kinds) or \
             (p.op is Op.PREFIX and kind != f"s{i}"):
-        return f"{const(p.holds)}({x})"  # an unusual literal: the predicate's own check
+        return "", f"{const(p.holds)}({x})"  # an unusual literal: the predicate's own check
     if p.op is Op.BETWEEN:
-        return f"({kind} and {const(v)} <= {x} <= {const(p.upper)})"
+        return kind, f"{const(v)} <= {x} <= {const(p.upper)}"
     if p.op is Op.PREFIX:
-        return f"({kind} and {x}.startswith({const(v)}))"
-    return f"({kind} and {x} {_COMPARE[p.op]} {const(v)})"
+        return kind, f"{x}.startswith({const(v)})"
+    return kind, f"{x} {_COMPARE[p.op]} {const(v)}"
