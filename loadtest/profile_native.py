@@ -1,5 +1,5 @@
 """Where every process's CPU goes at saturation, below Python (docs/performance.md): one saturation
-cell (batch publish acked at DELIVERED, 1 publisher, 2% selectivity) of the bench_events
+cell (batch publish acked at DELIVERED, 1 publisher, 2% selectivity or `--selectivity 20`) of the bench_events
 cluster, and per process (the load generator too):
 
 - per thread kind, from /proc: CPU ms and context switches per 1,000 events of the main
@@ -27,7 +27,7 @@ stop them: a Python function then owns the native calls it makes too (protobuf's
 and native code under the loop or a thread is one bucket. py-spy cannot see the kernel;
 perf's split above gives that.
 
-`python -m loadtest.profile_native [--seconds 8] [--top 8] [--mode batch-DELIVERED]
+`python -m loadtest.profile_native [--seconds 8] [--top 8] [--mode batch-DELIVERED] [--selectivity 2|20]
 [--spy python|native [--spy-only PROCESS ...]]`; run from a worktree with its `.venv`.
 Absolute figures move with the machine's load; the shares are what to read.
 """
@@ -148,7 +148,7 @@ def spy_shares(raw: Path, top: int) -> dict:
 
 
 async def spied(run, system, pool, subs, mode: str, seconds: float, out: Path, top: int, native: bool,
-                only: list[str]) -> None:
+                only: list[str], selectivity: int = 2) -> None:
     """One more saturation cell, py-spy on every service process (or those named in `only`:
     fewer samplers, less of the machine taken from the cluster)."""
     exe = str(Path(sys.executable).parent / "py-spy")
@@ -159,7 +159,7 @@ async def spied(run, system, pool, subs, mode: str, seconds: float, out: Path, t
                                      "--format", "raw", "--output", str(out / f"{name}.raw")],
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
              for name, pid in pids.items()}
-    row = await run.cell(system, sends, None, pool, subs, {"system": "echelon", "mode": mode, "selectivity": 2,
+    row = await run.cell(system, sends, None, pool, subs, {"system": "echelon", "mode": mode, "selectivity": selectivity,
                                                             "publishers": 1})
     await system.close_publishers()
     for spy in spies.values():
@@ -180,7 +180,7 @@ async def spied(run, system, pool, subs, mode: str, seconds: float, out: Path, t
 
 
 async def profile(seconds: float, top: int, mode: str = "batch-DELIVERED", spy: str = "",
-                  only: list[str] | None = None) -> None:
+                  only: list[str] | None = None, selectivity: int = 2) -> None:
     from echelon.runtime import loop
     from loadtest.bench_events.run import Run, parse
     from loadtest.bench_events.systems import SYSTEMS
@@ -191,7 +191,7 @@ async def profile(seconds: float, top: int, mode: str = "batch-DELIVERED", spy: 
     system = SYSTEMS["echelon"](out / "logs")
     await system.start()
     try:
-        subs = subscriptions(2, run.args.subs)
+        subs = subscriptions(selectivity, run.args.subs)
         pool = Pool.draw(subs)
         await system.open_subs(subs, pool, run.deliver)
         await run.warm_up(system, subs, pool)
@@ -205,13 +205,13 @@ async def profile(seconds: float, top: int, mode: str = "batch-DELIVERED", spy: 
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         before = threads(pids)
         row = await run.cell(system, sends, None, pool, subs, {"system": "echelon", "mode": mode,
-                                                                "selectivity": 2, "publishers": 1})
+                                                                "selectivity": selectivity, "publishers": 1})
         after = threads(pids)
         await system.close_publishers()
         if perf is not None:
             perf.wait(timeout=120)
         if spy:
-            await spied(run, system, pool, subs, mode, seconds, out, top, spy == "native", only or [])
+            await spied(run, system, pool, subs, mode, seconds, out, top, spy == "native", only or [], selectivity)
         await system.close_subs()
     finally:
         await system.stop()
@@ -252,10 +252,11 @@ def main(argv: list[str] | None = None) -> None:
                     help="a second cell with py-spy on every process: Python frames only (--nonblocking: "
                          "the processes run on), or --native (each sample pauses the process)")
     ap.add_argument("--spy-only", nargs="+", default=[], metavar="PROCESS", help="with --spy: only these (agent-0 ...)")
+    ap.add_argument("--selectivity", type=int, choices=(2, 20), default=2, help="the stock workload's selectivity, %%")
     args = ap.parse_args(argv)
     from echelon.runtime.loop import run
 
-    run(profile(args.seconds, args.top, args.mode, args.spy, args.spy_only))
+    run(profile(args.seconds, args.top, args.mode, args.spy, args.spy_only, args.selectivity))
 
 
 if __name__ == "__main__":
