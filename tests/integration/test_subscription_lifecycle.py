@@ -327,8 +327,10 @@ async def test_reconciliation_fixes_each_direction_and_counts_it():
 
             await wait_for(lambda: counts() == {"tier": 1, "agent": 1, "stream": 1}, timeout=20,
                            what=f"each direction reconciled once (now {counts()})")
-            await wait_for(lambda: tier_holdings(entry, "agent-0"), what="the lost one registered again")
-            assert await tier_holdings(entry, "agent-0") == [sid]
+            # Counted when the agent sends each fix: the tier applies them a moment later.
+            async def fixed():
+                return await tier_holdings(entry, "agent-0") == [sid]
+            await wait_for(fixed, what="the ghost removed and the lost one registered again")
             assert list(agent.subs) == [live_name(agent)]
             assert (await client.publisher().publish("t", {"x": 700})).destinations == 1
             assert (await live.next(timeout=5)).attributes == {"x": 700}
