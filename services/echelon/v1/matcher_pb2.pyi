@@ -50,20 +50,22 @@ class RemoveResponse(_message.Message):
     def __init__(self, removed: _Optional[int] = ...) -> None: ...
 
 class MatchRequest(_message.Message):
-    __slots__ = ("batch_id", "events", "agents_only", "topic", "layout", "zones")
+    __slots__ = ("batch_id", "events", "agents_only", "topic", "layout", "zones", "zstd")
     BATCH_ID_FIELD_NUMBER: _ClassVar[int]
     EVENTS_FIELD_NUMBER: _ClassVar[int]
     AGENTS_ONLY_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     LAYOUT_FIELD_NUMBER: _ClassVar[int]
     ZONES_FIELD_NUMBER: _ClassVar[int]
+    ZSTD_FIELD_NUMBER: _ClassVar[int]
     batch_id: int
     events: _containers.RepeatedCompositeFieldContainer[_common_pb2.Event]
     agents_only: bool
     topic: str
     layout: str
     zones: _containers.RepeatedCompositeFieldContainer[ZoneEvents]
-    def __init__(self, batch_id: _Optional[int] = ..., events: _Optional[_Iterable[_Union[_common_pb2.Event, _Mapping]]] = ..., agents_only: _Optional[bool] = ..., topic: _Optional[str] = ..., layout: _Optional[str] = ..., zones: _Optional[_Iterable[_Union[ZoneEvents, _Mapping]]] = ...) -> None: ...
+    zstd: bytes
+    def __init__(self, batch_id: _Optional[int] = ..., events: _Optional[_Iterable[_Union[_common_pb2.Event, _Mapping]]] = ..., agents_only: _Optional[bool] = ..., topic: _Optional[str] = ..., layout: _Optional[str] = ..., zones: _Optional[_Iterable[_Union[ZoneEvents, _Mapping]]] = ..., zstd: _Optional[bytes] = ...) -> None: ...
 
 class AgentMatches(_message.Message):
     __slots__ = ("agent", "subscriptions")
@@ -80,16 +82,18 @@ class MatchResult(_message.Message):
     def __init__(self, agents: _Optional[_Iterable[_Union[AgentMatches, _Mapping]]] = ...) -> None: ...
 
 class MatchResponse(_message.Message):
-    __slots__ = ("batch_id", "results", "stale", "entry")
+    __slots__ = ("batch_id", "results", "stale", "entry", "zstd")
     BATCH_ID_FIELD_NUMBER: _ClassVar[int]
     RESULTS_FIELD_NUMBER: _ClassVar[int]
     STALE_FIELD_NUMBER: _ClassVar[int]
     ENTRY_FIELD_NUMBER: _ClassVar[int]
+    ZSTD_FIELD_NUMBER: _ClassVar[int]
     batch_id: int
     results: _containers.RepeatedCompositeFieldContainer[MatchResult]
     stale: str
     entry: str
-    def __init__(self, batch_id: _Optional[int] = ..., results: _Optional[_Iterable[_Union[MatchResult, _Mapping]]] = ..., stale: _Optional[str] = ..., entry: _Optional[str] = ...) -> None: ...
+    zstd: bytes
+    def __init__(self, batch_id: _Optional[int] = ..., results: _Optional[_Iterable[_Union[MatchResult, _Mapping]]] = ..., stale: _Optional[str] = ..., entry: _Optional[str] = ..., zstd: _Optional[bytes] = ...) -> None: ...
 
 class StoreRequest(_message.Message):
     __slots__ = ("sender", "topic", "layouts", "subscriptions")

@@ -38,7 +38,7 @@ BACKLOG_POLICY_DROP_NEW: BacklogPolicy
 BACKLOG_POLICY_REJECT_PUBLISH: BacklogPolicy
 
 class PublishRequest(_message.Message):
-    __slots__ = ("topic", "attributes", "payload", "ordering_key", "producer_id", "sequence", "ack_level", "slice_index", "slice_count", "payload_size", "batch", "coalesce_acks", "lean_acks")
+    __slots__ = ("topic", "attributes", "payload", "ordering_key", "producer_id", "sequence", "ack_level", "slice_index", "slice_count", "payload_size", "batch", "coalesce_acks", "zstd", "lean_acks")
     class AttributesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -58,6 +58,7 @@ class PublishRequest(_message.Message):
     PAYLOAD_SIZE_FIELD_NUMBER: _ClassVar[int]
     BATCH_FIELD_NUMBER: _ClassVar[int]
     COALESCE_ACKS_FIELD_NUMBER: _ClassVar[int]
+    ZSTD_FIELD_NUMBER: _ClassVar[int]
     LEAN_ACKS_FIELD_NUMBER: _ClassVar[int]
     topic: str
     attributes: _containers.MessageMap[str, _common_pb2.Value]
@@ -71,11 +72,12 @@ class PublishRequest(_message.Message):
     payload_size: int
     batch: _containers.RepeatedCompositeFieldContainer[PublishRequest]
     coalesce_acks: bool
+    zstd: bytes
     lean_acks: bool
-    def __init__(self, topic: _Optional[str] = ..., attributes: _Optional[_Mapping[str, _common_pb2.Value]] = ..., payload: _Optional[bytes] = ..., ordering_key: _Optional[str] = ..., producer_id: _Optional[str] = ..., sequence: _Optional[int] = ..., ack_level: _Optional[_Union[AckLevel, str]] = ..., slice_index: _Optional[int] = ..., slice_count: _Optional[int] = ..., payload_size: _Optional[int] = ..., batch: _Optional[_Iterable[_Union[PublishRequest, _Mapping]]] = ..., coalesce_acks: _Optional[bool] = ..., lean_acks: _Optional[bool] = ...) -> None: ...
+    def __init__(self, topic: _Optional[str] = ..., attributes: _Optional[_Mapping[str, _common_pb2.Value]] = ..., payload: _Optional[bytes] = ..., ordering_key: _Optional[str] = ..., producer_id: _Optional[str] = ..., sequence: _Optional[int] = ..., ack_level: _Optional[_Union[AckLevel, str]] = ..., slice_index: _Optional[int] = ..., slice_count: _Optional[int] = ..., payload_size: _Optional[int] = ..., batch: _Optional[_Iterable[_Union[PublishRequest, _Mapping]]] = ..., coalesce_acks: _Optional[bool] = ..., zstd: _Optional[bytes] = ..., lean_acks: _Optional[bool] = ...) -> None: ...
 
 class PublishAck(_message.Message):
-    __slots__ = ("producer_id", "sequence", "code", "error", "destinations", "duplicate", "acks", "stream_status")
+    __slots__ = ("producer_id", "sequence", "code", "error", "destinations", "duplicate", "acks", "stream_status", "zstd")
     PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     CODE_FIELD_NUMBER: _ClassVar[int]
@@ -84,6 +86,7 @@ class PublishAck(_message.Message):
     DUPLICATE_FIELD_NUMBER: _ClassVar[int]
     ACKS_FIELD_NUMBER: _ClassVar[int]
     STREAM_STATUS_FIELD_NUMBER: _ClassVar[int]
+    ZSTD_FIELD_NUMBER: _ClassVar[int]
     producer_id: str
     sequence: int
     code: int
@@ -92,7 +95,8 @@ class PublishAck(_message.Message):
     duplicate: bool
     acks: _containers.RepeatedCompositeFieldContainer[PublishAck]
     stream_status: bool
-    def __init__(self, producer_id: _Optional[str] = ..., sequence: _Optional[int] = ..., code: _Optional[int] = ..., error: _Optional[str] = ..., destinations: _Optional[int] = ..., duplicate: _Optional[bool] = ..., acks: _Optional[_Iterable[_Union[PublishAck, _Mapping]]] = ..., stream_status: _Optional[bool] = ...) -> None: ...
+    zstd: bytes
+    def __init__(self, producer_id: _Optional[str] = ..., sequence: _Optional[int] = ..., code: _Optional[int] = ..., error: _Optional[str] = ..., destinations: _Optional[int] = ..., duplicate: _Optional[bool] = ..., acks: _Optional[_Iterable[_Union[PublishAck, _Mapping]]] = ..., stream_status: _Optional[bool] = ..., zstd: _Optional[bytes] = ...) -> None: ...
 
 class SubscribeRequest(_message.Message):
     __slots__ = ("open", "ack", "nack", "in_progress", "term", "close", "batch")
@@ -195,7 +199,7 @@ class SubscriberNack(_message.Message):
     def __init__(self, delivery_ids: _Optional[_Iterable[int]] = ..., delay_ms: _Optional[int] = ..., credits: _Optional[int] = ..., sid: _Optional[int] = ...) -> None: ...
 
 class Delivery(_message.Message):
-    __slots__ = ("delivery_id", "subscription", "event", "redelivery_count", "batch", "chunked", "payload_size", "chunk", "chunk_offset", "last", "aborted", "sid", "opened", "code", "error", "encoded_event")
+    __slots__ = ("delivery_id", "subscription", "event", "redelivery_count", "batch", "chunked", "payload_size", "chunk", "chunk_offset", "last", "aborted", "sid", "opened", "code", "error", "encoded_event", "zstd")
     DELIVERY_ID_FIELD_NUMBER: _ClassVar[int]
     SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
     EVENT_FIELD_NUMBER: _ClassVar[int]
@@ -212,6 +216,7 @@ class Delivery(_message.Message):
     CODE_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     ENCODED_EVENT_FIELD_NUMBER: _ClassVar[int]
+    ZSTD_FIELD_NUMBER: _ClassVar[int]
     delivery_id: int
     subscription: str
     event: _common_pb2.Event
@@ -228,7 +233,8 @@ class Delivery(_message.Message):
     code: int
     error: str
     encoded_event: bytes
-    def __init__(self, delivery_id: _Optional[int] = ..., subscription: _Optional[str] = ..., event: _Optional[_Union[_common_pb2.Event, _Mapping]] = ..., redelivery_count: _Optional[int] = ..., batch: _Optional[_Iterable[_Union[Delivery, _Mapping]]] = ..., chunked: _Optional[bool] = ..., payload_size: _Optional[int] = ..., chunk: _Optional[bytes] = ..., chunk_offset: _Optional[int] = ..., last: _Optional[bool] = ..., aborted: _Optional[str] = ..., sid: _Optional[int] = ..., opened: _Optional[str] = ..., code: _Optional[int] = ..., error: _Optional[str] = ..., encoded_event: _Optional[bytes] = ...) -> None: ...
+    zstd: bytes
+    def __init__(self, delivery_id: _Optional[int] = ..., subscription: _Optional[str] = ..., event: _Optional[_Union[_common_pb2.Event, _Mapping]] = ..., redelivery_count: _Optional[int] = ..., batch: _Optional[_Iterable[_Union[Delivery, _Mapping]]] = ..., chunked: _Optional[bool] = ..., payload_size: _Optional[int] = ..., chunk: _Optional[bytes] = ..., chunk_offset: _Optional[int] = ..., last: _Optional[bool] = ..., aborted: _Optional[str] = ..., sid: _Optional[int] = ..., opened: _Optional[str] = ..., code: _Optional[int] = ..., error: _Optional[str] = ..., encoded_event: _Optional[bytes] = ..., zstd: _Optional[bytes] = ...) -> None: ...
 
 class UnsubscribeRequest(_message.Message):
     __slots__ = ("subscription",)

@@ -25,19 +25,19 @@ _sym_db = _symbol_database.Default()
 from echelon.v1 import common_pb2 as echelon_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16\x65\x63helon/v1/relay.proto\x12\nechelon.v1\x1a\x17\x65\x63helon/v1/common.proto\"\x7f\n\nRelayFrame\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12\x0e\n\x06source\x18\x02 \x01(\t\x12*\n\x08messages\x18\x03 \x03(\x0b\x32\x18.echelon.v1.RelayMessage\x12\x12\n\nsource_key\x18\x04 \x01(\t\x12\x14\n\x0c\x61\x63k_may_wait\x18x \x01(\x08\"\xbe\x01\n\x0cRelayMessage\x12 \n\x05\x65vent\x18\x01 \x01(\x0b\x32\x11.echelon.v1.Event\x12\x14\n\x0c\x64\x65stinations\x18\x02 \x03(\t\x12\x13\n\x0bslice_index\x18\x03 \x01(\r\x12\x13\n\x0bslice_count\x18\x04 \x01(\r\x12\x14\n\x0cpayload_size\x18\x05 \x01(\x04\x12\x0e\n\x06stripe\x18\x06 \x01(\r\x12\x0f\n\x07\x61\x62orted\x18\x1e \x01(\x08\x12\x15\n\rencoded_event\x18x \x01(\x0c\"\x18\n\x08RelayAck\x12\x0c\n\x04seqs\x18\x01 \x03(\x04\x32\x43\n\x05Relay\x12:\n\x06Stream\x12\x16.echelon.v1.RelayFrame\x1a\x14.echelon.v1.RelayAck(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16\x65\x63helon/v1/relay.proto\x12\nechelon.v1\x1a\x17\x65\x63helon/v1/common.proto\"\x8e\x01\n\nRelayFrame\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12\x0e\n\x06source\x18\x02 \x01(\t\x12*\n\x08messages\x18\x03 \x03(\x0b\x32\x18.echelon.v1.RelayMessage\x12\x12\n\nsource_key\x18\x04 \x01(\t\x12\x14\n\x0c\x61\x63k_may_wait\x18x \x01(\x08\x12\r\n\x04zstd\x18\xbe\x01 \x01(\x0c\"\xbe\x01\n\x0cRelayMessage\x12 \n\x05\x65vent\x18\x01 \x01(\x0b\x32\x11.echelon.v1.Event\x12\x14\n\x0c\x64\x65stinations\x18\x02 \x03(\t\x12\x13\n\x0bslice_index\x18\x03 \x01(\r\x12\x13\n\x0bslice_count\x18\x04 \x01(\r\x12\x14\n\x0cpayload_size\x18\x05 \x01(\x04\x12\x0e\n\x06stripe\x18\x06 \x01(\r\x12\x0f\n\x07\x61\x62orted\x18\x1e \x01(\x08\x12\x15\n\rencoded_event\x18x \x01(\x0c\"\x18\n\x08RelayAck\x12\x0c\n\x04seqs\x18\x01 \x03(\x04\x32\x43\n\x05Relay\x12:\n\x06Stream\x12\x16.echelon.v1.RelayFrame\x1a\x14.echelon.v1.RelayAck(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'echelon.v1.relay_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_RELAYFRAME']._serialized_start=63
-  _globals['_RELAYFRAME']._serialized_end=190
-  _globals['_RELAYMESSAGE']._serialized_start=193
-  _globals['_RELAYMESSAGE']._serialized_end=383
-  _globals['_RELAYACK']._serialized_start=385
-  _globals['_RELAYACK']._serialized_end=409
-  _globals['_RELAY']._serialized_start=411
-  _globals['_RELAY']._serialized_end=478
+  _globals['_RELAYFRAME']._serialized_start=64
+  _globals['_RELAYFRAME']._serialized_end=206
+  _globals['_RELAYMESSAGE']._serialized_start=209
+  _globals['_RELAYMESSAGE']._serialized_end=399
+  _globals['_RELAYACK']._serialized_start=401
+  _globals['_RELAYACK']._serialized_end=425
+  _globals['_RELAY']._serialized_start=427
+  _globals['_RELAY']._serialized_end=494
 # @@protoc_insertion_point(module_scope)

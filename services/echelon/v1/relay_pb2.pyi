@@ -8,18 +8,20 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class RelayFrame(_message.Message):
-    __slots__ = ("seq", "source", "messages", "source_key", "ack_may_wait")
+    __slots__ = ("seq", "source", "messages", "source_key", "ack_may_wait", "zstd")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     SOURCE_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     SOURCE_KEY_FIELD_NUMBER: _ClassVar[int]
     ACK_MAY_WAIT_FIELD_NUMBER: _ClassVar[int]
+    ZSTD_FIELD_NUMBER: _ClassVar[int]
     seq: int
     source: str
     messages: _containers.RepeatedCompositeFieldContainer[RelayMessage]
     source_key: str
     ack_may_wait: bool
-    def __init__(self, seq: _Optional[int] = ..., source: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[RelayMessage, _Mapping]]] = ..., source_key: _Optional[str] = ..., ack_may_wait: _Optional[bool] = ...) -> None: ...
+    zstd: bytes
+    def __init__(self, seq: _Optional[int] = ..., source: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[RelayMessage, _Mapping]]] = ..., source_key: _Optional[str] = ..., ack_may_wait: _Optional[bool] = ..., zstd: _Optional[bytes] = ...) -> None: ...
 
 class RelayMessage(_message.Message):
     __slots__ = ("event", "destinations", "slice_index", "slice_count", "payload_size", "stripe", "aborted", "encoded_event")

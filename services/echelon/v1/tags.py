@@ -216,6 +216,7 @@ class MatchRequest:  # matcher.proto
     topic = 0x32a  # 101, length-delimited
     layout = 0x332  # 102, length-delimited
     zones = 0x33a  # 103, length-delimited
+    zstd = 0x5f2  # 190, length-delimited
 
 
 class AgentMatches:  # matcher.proto
@@ -232,6 +233,7 @@ class MatchResponse:  # matcher.proto
     results = 0x12  # 2, length-delimited
     stale = 0x322  # 100, length-delimited
     entry = 0x32a  # 101, length-delimited
+    zstd = 0x5f2  # 190, length-delimited
 
 
 class StoreRequest:  # matcher.proto
@@ -574,6 +576,7 @@ class PublishRequest:  # pubsub.proto
     payload_size = 0x50  # 10, varint
     batch = 0xa2  # 20, length-delimited
     coalesce_acks = 0x3c0  # 120, varint
+    zstd = 0x5f2  # 190, length-delimited
     lean_acks = 0x3c8  # 121, varint
 
     class AttributesEntry:
@@ -590,6 +593,7 @@ class PublishAck:  # pubsub.proto
     duplicate = 0x30  # 6, varint
     acks = 0xa2  # 20, length-delimited
     stream_status = 0x190  # 50, varint
+    zstd = 0x5f2  # 190, length-delimited
 
 
 class SubscribeRequest:  # pubsub.proto
@@ -666,6 +670,7 @@ class Delivery:  # pubsub.proto
     code = 0x380  # 112, varint
     error = 0x38a  # 113, length-delimited
     encoded_event = 0x552  # 170, length-delimited
+    zstd = 0x5f2  # 190, length-delimited
 
 
 class UnsubscribeRequest:  # pubsub.proto
@@ -760,6 +765,7 @@ class RelayFrame:  # relay.proto
     messages = 0x1a  # 3, length-delimited
     source_key = 0x22  # 4, length-delimited
     ack_may_wait = 0x3c0  # 120, varint
+    zstd = 0x5f2  # 190, length-delimited
 
 
 class RelayMessage:  # relay.proto

@@ -1,0 +1,97 @@
+"""Compressed streams: one zstd context per gRPC stream and direction (docs/compression.md).
+
+A stream's messages are small and alike (events of one schema), so each compressed on its
+own gains little; compressed in one context that lives as long as the stream, each message
+is coded against the ones before it, and a single event shrinks as much as a large batch.
+Each message is one zstd block, flushed at once: the receiver decodes it on arrival, and
+a message never waits for the next.
+
+Negotiated, so that a peer of an earlier release (or a client that did not ask) sees the
+plain messages it knows. The caller offers `zstd` in its metadata (`OFFER`); a receiver
+that takes it answers with `ACCEPT` in its initial metadata, and only from then on does
+the caller send compressed messages; the receiver then compresses its replies too. A
+compressed message is the message type's `zstd` field alone (the other fields unset),
+holding the block; plain and compressed messages may alternate on one stream. The
+services always take it; a client needs the `zstd` extra (Python before 3.14).
+
+The receiver bounds what a block may cost it: the window (the memory a context holds)
+and the bytes one message may decompress to, so a hostile block is refused
+(`CompressionError`) before it grows past a plain message's limit.
+"""
+
+from __future__ import annotations
+
+try:
+    from compression import zstd  # Python 3.14
+except ImportError:
+    try:
+        from backports import zstd  # the same module for earlier Pythons: the `zstd` extra
+    except ImportError:  # a client installed without it cannot offer compression
+        zstd = None
+
+from echelon.contract.errors import InvalidArgument
+
+KEY = "echelon-compress"
+ZSTD = "zstd"
+OFFER = ((KEY, ZSTD),)
+ACCEPT = ((KEY, ZSTD),)
+LEVEL = 1  # the fastest level: on a cluster's links the CPU is dearer than the bytes
+LINK_WINDOW_LOG = 20  # between nodes: a few links per node, 2 MB of context each
+CLIENT_WINDOW_LOG = 16  # a client's stream: many per agent, 0.5 MB of context each
+
+
+class CompressionError(InvalidArgument):
+    """A block that cannot be decoded within its bounds: the stream must end."""
+
+
+def available() -> bool:
+    """Whether this process can compress (the services always can: the `zstd` extra)."""
+    return zstd is not None
+
+
+def offered(metadata) -> bool:
+    """Whether a call's invocation metadata offers zstd."""
+    return any(k == KEY and ZSTD in v.split(",") for k, v in metadata or ())
+
+
+def accepted(metadata) -> bool:
+    """Whether a call's initial metadata accepted zstd."""
+    return any(k == KEY and v == ZSTD for k, v in metadata or ())
+
+
+class Compressor:
+    """One direction of a stream: `block(data)` is `data` coded against what this context
+    coded before, flushed, so the receiver can decode it alone."""
+
+    __slots__ = ("_compress",)
+
+    def __init__(self, window_log: int = LINK_WINDOW_LOG):
+        options = {zstd.CompressionParameter.compression_level: LEVEL, zstd.CompressionParameter.window_log: window_log}
+        self._compress = zstd.ZstdCompressor(options=options).compress
+
+    def block(self, data: bytes) -> bytes:
+        return self._compress(data, zstd.ZstdCompressor.FLUSH_BLOCK)
+
+
+class Decompressor:
+    """The other end of a `Compressor`: `message(block)` is the bytes the peer coded, the
+    blocks taken in the order coded (a gRPC stream's). A block that is not zstd, wants a
+    larger window than `window_log`, or decodes to more than `limit` bytes raises
+    CompressionError, having decoded at most `limit` + 1 bytes; the context is then
+    unusable (the stream must end)."""
+
+    __slots__ = ("_decompress", "limit")
+
+    def __init__(self, limit: int, window_log: int = LINK_WINDOW_LOG):
+        options = {zstd.DecompressionParameter.window_log_max: window_log}
+        self._decompress = zstd.ZstdDecompressor(options=options).decompress
+        self.limit = limit
+
+    def message(self, block: bytes) -> bytes:
+        try:
+            data = self._decompress(block, self.limit + 1)
+        except zstd.ZstdError as e:
+            raise CompressionError(f"a compressed message cannot be decoded: {e}") from None
+        if len(data) > self.limit:
+            raise CompressionError(f"a compressed message decodes to more than {self.limit} bytes")
+        return data

@@ -1,0 +1,69 @@
+"""Compressed streams (contract/zstream.py): what goes in comes out, message by message, and
+a hostile block is refused within its bounds."""
+
+import os
+import random
+
+import pytest
+
+from echelon.contract.zstream import (ACCEPT, CLIENT_WINDOW_LOG, OFFER, CompressionError, Compressor, Decompressor,
+                                      accepted, offered, zstd)
+
+
+def _messages(rng: random.Random, n: int) -> list[bytes]:
+    """Alike messages (a schema's events) mixed with random and empty ones, some larger
+    than the window."""
+    out = []
+    for i in range(n):
+        kind = rng.random()
+        if kind < 0.7:
+            out.append(b"\x0a\x10producer-%d\x12\x05bench\x1a%b" % (i, os.urandom(rng.randrange(0, 40))) * rng.randrange(1, 30))
+        elif kind < 0.9:
+            out.append(os.urandom(rng.randrange(0, 3000)))
+        elif kind < 0.97:
+            out.append(b"")
+        else:
+            out.append(os.urandom(1 << 16) + bytes(rng.randrange(1 << 17)))
+    return out
+
+
+@pytest.mark.parametrize("window_log", [CLIENT_WINDOW_LOG, 20])
+def test_each_block_decodes_alone_to_its_message_in_order(window_log):
+    rng = random.Random(window_log)
+    c, d = Compressor(window_log), Decompressor(1 << 20, window_log)
+    messages = _messages(rng, 1500)
+    blocks = [c.block(m) for m in messages]
+    assert [d.message(b) for b in blocks] == messages
+    alike = [m for m in messages if m.startswith(b"\x0a")]
+    coded = sum(len(b) for m, b in zip(messages, blocks) if m.startswith(b"\x0a"))
+    assert coded * 3 < sum(map(len, alike))  # coded against the stream's history: far smaller
+
+
+def test_a_bomb_is_refused_at_the_limit_not_after_decoding_it():
+    bomb = zstd.compress(bytes(64 << 20), 1)
+    assert len(bomb) < 1 << 14
+    d = Decompressor(1 << 20)
+    with pytest.raises(CompressionError, match="more than 1048576 bytes"):
+        d.message(bomb)
+
+
+def test_a_window_larger_than_allowed_and_garbage_are_refused():
+    big = zstd.ZstdCompressor(options={zstd.CompressionParameter.window_log: 24})
+    block = big.compress(os.urandom(100), zstd.ZstdCompressor.FLUSH_BLOCK)
+    with pytest.raises(CompressionError):
+        Decompressor(1 << 20, window_log=20).message(block)
+    with pytest.raises(CompressionError):
+        Decompressor(1 << 20).message(b"not zstd at all")
+
+
+def test_a_message_one_byte_over_the_limit_is_refused_and_one_at_it_is_not():
+    c = Compressor()
+    assert Decompressor(1000).message(c.block(bytes(1000))) == bytes(1000)
+    with pytest.raises(CompressionError):
+        Decompressor(1000).message(Compressor().block(bytes(1001)))
+
+
+def test_negotiation_reads_only_its_own_key_and_value():
+    assert offered(OFFER) and offered((("x", "y"), ("echelon-compress", "gzip,zstd")))
+    assert not offered((("echelon-compress", "gzip"),)) and not offered(None) and not offered((("zstd", "zstd"),))
+    assert accepted(ACCEPT) and not accepted((("echelon-compress", "gzip"),)) and not accepted(())
