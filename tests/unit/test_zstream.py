@@ -7,7 +7,7 @@ import random
 import pytest
 
 from echelon.contract.zstream import (ACCEPT, CLIENT_WINDOW_LOG, OFFER, CompressionError, Compressor, Decompressor,
-                                      accepted, offered, zstd)
+                                      accepted, offered, unwrap, wrap, zstd)
 
 
 def _messages(rng: random.Random, n: int) -> list[bytes]:
@@ -67,3 +67,20 @@ def test_negotiation_reads_only_its_own_key_and_value():
     assert offered(OFFER) and offered((("x", "y"), ("echelon-compress", "gzip,zstd")))
     assert not offered((("echelon-compress", "gzip"),)) and not offered(None) and not offered((("zstd", "zstd"),))
     assert accepted(ACCEPT) and not accepted((("echelon-compress", "gzip"),)) and not accepted(())
+
+
+def test_wrap_is_the_zstd_field_alone_of_every_message_type_and_unwrap_reads_it_back():
+    from echelon.v1 import matcher_pb2, pubsub_pb2, relay_pb2
+    for block in (b"", b"x", os.urandom(300), os.urandom(70000)):
+        data = wrap(block)
+        for kind in (relay_pb2.RelayFrame, matcher_pb2.MatchRequest, matcher_pb2.MatchResponse,
+                     pubsub_pb2.PublishRequest, pubsub_pb2.PublishAck, pubsub_pb2.Delivery):
+            assert kind.FromString(data) == kind(zstd=block)  # protobuf is the oracle
+            assert kind(zstd=block).SerializeToString() == data or not block  # (proto3 leaves b"" out)
+        assert unwrap(data) == block
+    plain = relay_pb2.RelayFrame(seq=3, source="a").SerializeToString()
+    assert unwrap(plain) is None and unwrap(b"") is None
+    with pytest.raises(CompressionError):
+        unwrap(wrap(b"block") + plain)  # the block and other fields: not what a sender writes
+    with pytest.raises(CompressionError):
+        unwrap(wrap(b"block")[:-1])  # cut short

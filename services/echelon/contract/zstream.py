@@ -30,6 +30,8 @@ except ImportError:
         zstd = None
 
 from echelon.contract.errors import InvalidArgument
+from echelon.contract.wire import varint
+from echelon.v1.tags import RelayFrame
 
 KEY = "echelon-compress"
 ZSTD = "zstd"
@@ -38,6 +40,10 @@ ACCEPT = ((KEY, ZSTD),)
 LEVEL = 1  # the fastest level: on a cluster's links the CPU is dearer than the bytes
 LINK_WINDOW_LOG = 20  # between nodes: a few links per node, 2 MB of context each
 CLIENT_WINDOW_LOG = 16  # a client's stream: many per agent, 0.5 MB of context each
+
+
+# Every compressed message type has its block in field 190 (`zstd`): one tag for all.
+TAG = varint(RelayFrame.zstd)
 
 
 class CompressionError(InvalidArgument):
@@ -57,6 +63,29 @@ def offered(metadata) -> bool:
 def accepted(metadata) -> bool:
     """Whether a call's initial metadata accepted zstd."""
     return any(k == KEY and v == ZSTD for k, v in metadata or ())
+
+
+def wrap(block: bytes) -> bytes:
+    """A compressed message's bytes: the `zstd` field alone, holding `block`."""
+    return TAG + varint(len(block)) + block
+
+
+def unwrap(data: bytes) -> bytes | None:
+    """The block of a compressed message's bytes (`wrap`), None for a plain message; a
+    message with a `zstd` field and anything else raises CompressionError."""
+    if data[:2] != TAG:
+        return None
+    n, shift, i = 0, 0, 2
+    while i < len(data) and i < 12:
+        b = data[i]
+        n |= (b & 0x7F) << shift
+        i += 1
+        if b < 0x80:
+            if i + n == len(data):
+                return data[i:]
+            break
+        shift += 7
+    raise CompressionError("a compressed message holds more than its zstd block")
 
 
 class Compressor:
