@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
 import shutil
 import subprocess
 
@@ -149,7 +150,7 @@ async def test_mixed_stream_reaches_every_subscriber_once_in_order(lbdd_cluster)
 async def test_root_sends_only_to_its_tree_targets(lbdd_cluster):
     cluster, collectors = lbdd_cluster
     root = cluster.agent_nodes[0]
-    big = bytes(2 << 20)
+    big = os.urandom(2 << 20)  # incompressible: the links compress (docs/compression.md)
     await publish_all(cluster, collectors, mixed_stream(big, n=20))
 
     by_key = {a.address: a.config.id for a in cluster.agent_nodes}
@@ -204,7 +205,7 @@ async def test_killing_an_inner_relay_mid_transfer_loses_and_duplicates_nothing(
         victim = subscribers[ids.index(max(ids, key=load.get))]
     survivors = [i for i in SUBSCRIBERS if cluster.agent_nodes[i] is not victim]
 
-    big = bytes(range(256)) * (64 * 1024)  # 16 MiB: 256 slices
+    big = os.urandom(16 << 20)  # 16 MiB: 256 slices, incompressible (the links compress)
     acks, want = publish(cluster, mixed_stream(big, n=200))
     # Checked every loop turn: a link sends the frames queued behind a write as one message
     # (up to 1 MB, links.py), so 20 ms apart the victim went from < 1/8 to > 1/2 once.
@@ -226,7 +227,7 @@ async def test_killing_an_inner_relay_mid_transfer_loses_and_duplicates_nothing(
 async def test_p2p_mode_sends_every_copy_from_the_root(lbdd_cluster):
     cluster, collectors = lbdd_cluster
     root = cluster.agent_nodes[0]
-    big = bytes(1 << 20)
+    big = os.urandom(1 << 20)
     want, got = await publish_all(cluster, collectors, mixed_stream(big, n=20))
     for i, messages in got.items():
         assert messages == want, f"agent-{i}"

@@ -22,6 +22,8 @@ each answered in turn: the matcher answers in the order it read them (MatchRespo
 echoes `batch_id`, checked). When the stream fails, or moves to a suggested entry, every
 batch still unanswered is sent again, in order, on the next one: none is lost and their
 answers keep their order (a batch matched twice is harmless, matching changes nothing).
+Each stream offers zstd: once the matcher accepts, requests and answers travel as blocks
+of the stream's compression contexts (contract/zstream.py, docs/compression.md).
 
 The agent is the owner of its subscriptions. Each registration carries a version (this
 agent's clock, increasing), so a re-registration replaces and a removal is not undone by
@@ -52,7 +54,9 @@ from collections.abc import Callable
 import grpc
 
 from echelon.agent.crawl import MatcherSearch
+from echelon.contract import zstream
 from echelon.contract.errors import Unavailable
+from echelon.contract.transport import MAX_MESSAGE_BYTES
 from echelon.dataplane.tiers import tiers
 from echelon.runtime.member import MemberClient, lifetime
 from echelon.contract.wire import varints
@@ -97,6 +101,7 @@ class MatchClient:
         self._filled_at: dict[str, float] = {}  # matcher id -> when this agent refilled it
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._stream = None
+        self._compressor: zstream.Compressor | None = None  # the stream's, once the matcher accepted
         self._stream_matcher: str | None = None
         self._suggested: str | None = None  # the entry the last answer suggested
         self._switched = -SWITCH_SECONDS  # loop time of the last move to a suggested entry
@@ -317,7 +322,7 @@ class MatchClient:
                 self._server = asyncio.create_task(self._serve(), name="match-stream")
             elif self._stream is not None:
                 try:
-                    await self._stream.write(request)
+                    await self._stream.write(self._coded(request))
                 except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
                     pass  # the stream is ending: `_serve` sees it and sends this batch again
         return future
@@ -339,11 +344,15 @@ class MatchClient:
                         async with self._lock:
                             self._close_stream()
                             stream = self._stream = self._channel(m).stream_stream(
-                                MATCH_METHOD, response_deserializer=xpb.MatchResponse.FromString)()
+                                MATCH_METHOD, response_deserializer=xpb.MatchResponse.FromString)(
+                                metadata=zstream.offer())
                             self._stream_matcher = m.id
+                            # Requests go plain until the matcher accepts (an earlier release never does).
+                            asyncio.ensure_future(stream.initial_metadata()).add_done_callback(
+                                lambda f, stream=stream: self._accepted(stream, f))
                             for r in list(self._out):
-                                await stream.write(r.request)
-                        await self._read(stream, by_id, loop)
+                                await stream.write(self._coded(r.request))
+                        await self._read(stream, by_id, loop, zstream.Decompressor(MAX_MESSAGE_BYTES))
                         continue  # moving to the suggested entry
                     except (grpc.aio.AioRpcError, Unavailable, asyncio.InvalidStateError) as e:
                         if isinstance(e, grpc.aio.AioRpcError) and e.code() not in RETRY_CODES:
@@ -364,13 +373,28 @@ class MatchClient:
         finally:
             self._close_stream()
 
-    async def _read(self, stream, matchers: dict[str, mpb.Member], loop: asyncio.AbstractEventLoop) -> None:
+    def _accepted(self, stream, metadata: asyncio.Future) -> None:
+        if stream is self._stream and not metadata.cancelled() and metadata.exception() is None \
+                and zstream.accepted(metadata.result()):
+            self._compressor = zstream.Compressor()
+
+    def _coded(self, request: bytes) -> bytes:
+        """A request as the current stream takes it: compressed once the matcher accepted."""
+        return request if self._compressor is None else zstream.wrap(self._compressor.block(request))
+
+    async def _read(self, stream, matchers: dict[str, mpb.Member], loop: asyncio.AbstractEventLoop,
+                    decompressor: zstream.Decompressor) -> None:
         """Answers to their batches, in order; returns to move to a newly suggested entry
         (its unanswered batches sent there again: at most once per SWITCH_SECONDS)."""
         while True:
             response = await stream.read()
             if response is grpc.aio.EOF:
                 raise Unavailable("match stream closed")
+            if response.zstd:
+                try:
+                    response = xpb.MatchResponse.FromString(decompressor.message(response.zstd))
+                except zstream.CompressionError as e:
+                    raise Unavailable(f"match stream: {e}") from None
             if not self._out or response.batch_id != self._out[0].batch_id:
                 raise Unavailable(f"match stream answered batch {response.batch_id} out of turn")
             r = self._out.popleft()
@@ -388,7 +412,7 @@ class MatchClient:
     def _close_stream(self) -> None:
         if self._stream is not None:
             self._stream.cancel()
-        self._stream = self._stream_matcher = None
+        self._stream = self._stream_matcher = self._compressor = None
 
     def _fail(self, error: Exception) -> None:
         while self._out:

@@ -21,6 +21,8 @@ and the bytes one message may decompress to, so a hostile block is refused
 
 from __future__ import annotations
 
+import os
+
 try:
     from compression import zstd  # Python 3.14
 except ImportError:
@@ -53,6 +55,17 @@ class CompressionError(InvalidArgument):
 def available() -> bool:
     """Whether this process can compress (the services always can: the `zstd` extra)."""
     return zstd is not None
+
+
+def enabled() -> bool:
+    """Whether this service offers and accepts compressed streams: unless
+    ECHELON_COMPRESS=off (docs/compression.md). A client offers only when asked."""
+    return zstd is not None and os.environ.get("ECHELON_COMPRESS", ZSTD) != "off"
+
+
+def offer() -> tuple:
+    """A service's call metadata: OFFER when `enabled()`."""
+    return OFFER if enabled() else ()
 
 
 def offered(metadata) -> bool:

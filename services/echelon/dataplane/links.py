@@ -22,8 +22,12 @@ A broken stream is reopened and every unacknowledged frame sent again; the recei
 drops duplicates by message id. Closing a link (the peer left the view) settles every
 pending frame as not delivered (False), so the caller re-routes it.
 
+Compressed: each stream offers zstd (contract/zstream.py), and once the receiver has
+accepted, every message after is a block of the stream's one compression context
+(docs/compression.md). A receiver of an earlier release never accepts, and gets plain frames.
+
 The link counts what the congestion element needs (OctopiA: CE = enqueued / dequeued,
-and the queue length q) and the bytes it puts on the wire.
+and the queue length q) and the bytes it puts on the wire (compressed).
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from typing import Callable
 
 import grpc
 
+from echelon.contract import zstream
 from echelon.dataplane.frames import OutFrame
 from echelon.contract.transport import MEMBER_KEY, PLAIN, RECONNECT_OPTIONS, Transport
 from echelon.v1 import relay_pb2 as rpb
@@ -74,6 +79,7 @@ class Link:
         self.sent_bytes = 0
         self.closed = False
         self._stream = 0  # which stream `_frames` feeds: an old stream's generator must stop
+        self._compressor: zstream.Compressor | None = None  # the current stream's, once accepted
         self._seq = 0
         self._groups: dict[int, list[int]] = {}  # on this stream: a merged message's seq -> the others'
         self._wake = asyncio.Event()
@@ -166,8 +172,13 @@ class Link:
             self.outbox = deque((seq, f, size) for seq, (f, size, _) in sorted(self.unacked.items()))
             self.in_flight = 0
             self._groups = {}
-            call = stream(self._frames(self._stream), metadata=((MEMBER_KEY, self.self_id),))
+            self._compressor = None
+            call = stream(self._frames(self._stream), metadata=((MEMBER_KEY, self.self_id), *zstream.offer()))
             try:
+                # An earlier release sends its initial metadata with its first ack: frames go
+                # plain meanwhile (the generator runs on its own).
+                if zstream.accepted(await call.initial_metadata()):
+                    self._compressor = zstream.Compressor()
                 async for ack in call:
                     self._acked(ack.seqs)
                     backoff = 0.05
@@ -213,9 +224,12 @@ class Link:
                 if merged:
                     self._groups[seq] = merged
                 self.in_flight += total
-                self.sent_bytes += total
+                data = b"".join(parts)
+                if self._compressor is not None:
+                    data = zstream.wrap(self._compressor.block(data))
+                self.sent_bytes += len(data)
                 if sent_bytes:
-                    sent_bytes.inc(total)
-                yield b"".join(parts)
+                    sent_bytes.inc(len(data))
+                yield data
             self._wake.clear()
             await self._wake.wait()

@@ -16,6 +16,11 @@ Nothing on the delivery path waits for an ack: frames are forwarded and delivere
 arrival. What waits is the root's DELIVERED ack to its publisher (by at most ACK_DELAY
 per hop, when that publisher has more in flight) and the sender's window, bounded in
 bytes (links.py).
+
+A sender that offers zstd is accepted at once, and its frames may then come compressed
+(contract/zstream.py, docs/compression.md); a block that cannot be decoded within its
+bounds ends the stream with INVALID_ARGUMENT (the sender sends its frames again on a
+new one).
 """
 
 from __future__ import annotations
@@ -27,7 +32,8 @@ from typing import Callable
 import grpc
 from prometheus_client import Counter
 
-from echelon.contract.transport import MEMBER_KEY, require_member
+from echelon.contract import zstream
+from echelon.contract.transport import MAX_MESSAGE_BYTES, MEMBER_KEY, require_member
 from echelon.v1 import relay_pb2 as rpb
 from echelon.v1 import relay_pb2_grpc as rgrpc
 
@@ -62,10 +68,15 @@ class RelayServicer(rgrpc.RelayServicer):
         self.ack_delay = ack_delay
 
     async def Stream(self, request_iterator, context):
-        peer = dict(context.invocation_metadata()).get(MEMBER_KEY, "?")
+        metadata = context.invocation_metadata()
+        peer = dict(metadata).get(MEMBER_KEY, "?")
         # Agents and routers relay; the claimed sender must be the certificate's (no-op without TLS).
         require_member(context, peer, ("agent", "router"), "Relay.Stream")
         received = self.received(peer)
+        decompressor = None
+        if zstream.enabled() and zstream.offered(metadata):
+            decompressor = zstream.Decompressor(MAX_MESSAGE_BYTES)
+            await context.send_initial_metadata(zstream.ACCEPT)
         loop = asyncio.get_running_loop()
         settled: list[int] = []  # acks not yet written
         state = _Acks()
@@ -87,9 +98,13 @@ class RelayServicer(rgrpc.RelayServicer):
                 state.gap, state.last = now - state.last, now
                 if frame.__class__ is bytes:  # registered by `add_RelayServicer_to_server` (an agent)
                     received.inc(len(frame))
+                    if (block := zstream.unwrap(frame)) is not None:
+                        frame = _decoded(decompressor, block)
                     frame = rpb.RelayFrame.FromString(frame)
                 else:  # parsed by gRPC (a router's registration)
                     received.inc(frame.ByteSize())
+                    if frame.zstd:
+                        frame = rpb.RelayFrame.FromString(_decoded(decompressor, frame.zstd))
                 self.receive(peer, frame, lambda seq=frame.seq, w=frame.ack_may_wait: ack(seq, w))
 
         reader = asyncio.create_task(read())
@@ -113,12 +128,21 @@ class RelayServicer(rgrpc.RelayServicer):
                 wake.clear()
                 await wake.wait()
             error = reader.exception() if not reader.cancelled() else None
+            if isinstance(error, zstream.CompressionError):
+                log.warning("relay stream from %s: %s", peer, error)
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
             if error is not None and not isinstance(error, grpc.aio.AioRpcError):
                 log.error("relay stream from %s failed", peer, exc_info=error)
         finally:
             reader.cancel()
             if state.timer is not None:
                 state.timer.cancel()
+
+
+def _decoded(decompressor: zstream.Decompressor | None, block: bytes) -> bytes:
+    if decompressor is None:
+        raise zstream.CompressionError("a compressed frame on a stream that did not offer zstd")
+    return decompressor.message(block)
 
 
 class _Acks:

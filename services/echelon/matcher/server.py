@@ -38,7 +38,8 @@ from echelon.contract.errors import InvalidArgument
 from echelon.runtime.member import lifetime
 from echelon.runtime.metrics import LATENCY_BUCKETS
 from echelon.runtime.node import Node, NodeConfig
-from echelon.contract.transport import require_member
+from echelon.contract import zstream
+from echelon.contract.transport import MAX_MESSAGE_BYTES, require_member
 from echelon.contract.wire import attributes_from_pb, attributes_read, filter_from_pb, schema_from_pb, value_field
 from echelon.v1 import matcher_pb2 as xpb
 from echelon.v1 import matcher_pb2_grpc as xgrpc
@@ -231,10 +232,20 @@ class MatcherServicer(xgrpc.MatcherServicer):
         # it as a task (no task per lone event).
         answers: asyncio.Queue = asyncio.Queue(AHEAD)
         busy = [False]
+        # An agent offers zstd: its requests may then come compressed, and the answers go so
+        # (contract/zstream.py, docs/compression.md).
+        compressor = decompressor = None
+        if zstream.enabled() and zstream.offered(context.invocation_metadata()):
+            compressor, decompressor = zstream.Compressor(), zstream.Decompressor(MAX_MESSAGE_BYTES)
+            await context.send_initial_metadata(zstream.ACCEPT)
 
         async def read():
             try:
                 async for batch in request_iterator:
+                    if batch.zstd:
+                        if decompressor is None:
+                            raise zstream.CompressionError("a compressed request on a stream that did not offer zstd")
+                        batch = xpb.MatchRequest.FromString(decompressor.message(batch.zstd))
                     if batch.layout:
                         await answers.put(self._holder(batch))
                     else:
@@ -255,7 +266,11 @@ class MatcherServicer(xgrpc.MatcherServicer):
                         answer = await self._entry(answer)
                     finally:
                         busy[0] = False
-                yield answer if isinstance(answer, (bytes, xpb.MatchResponse)) else await answer
+                answer = answer if isinstance(answer, (bytes, xpb.MatchResponse)) else await answer
+                if compressor is not None:
+                    answer = zstream.wrap(compressor.block(
+                        answer if type(answer) is bytes else answer.SerializeToString()))
+                yield answer
         finally:
             reader.cancel()
             while not answers.empty():
