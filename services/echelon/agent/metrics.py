@@ -76,5 +76,7 @@ class AgentMetrics:
                                     "stopped coming): not redelivered, nothing holds a copy.", registry=r)
         # Which schema check admission runs (runtime/schema_code.py): the compiled twin, or the
         # Python reference (no C compiler at install, or ECHELON_PURE).
+        self.compressed_streams = Gauge("echelon_agent_compressed_client_streams", "Client streams whose zstd "
+                                        "offer was accepted, open now (agent/compressed.py).", registry=r)
         self.compiled = Gauge("echelon_agent_compiled_hot_path", "1 when the publishing path's schema check runs "
                               "compiled (runtime/_fill.c), 0 when it runs its Python reference.", registry=r)

@@ -33,6 +33,8 @@ import asyncio
 from collections import deque
 from typing import AsyncIterator, Callable
 
+from echelon.agent.compressed import decoded
+from echelon.contract.zstream import Decompressor
 from echelon.v1 import pubsub_pb2 as ppb
 
 MAX_QUEUED = 1024  # requests read ahead of the consumer (then reading waits: HTTP/2 pushes back)
@@ -64,11 +66,13 @@ def _single(req) -> bool:
     return not req.slice_index and req.slice_count <= 1 and not req.batch
 
 
-def coalesce(stream: Callable[[AsyncIterator], AsyncIterator[ppb.PublishAck]], requests) -> AsyncIterator:
+def coalesce(stream: Callable[[AsyncIterator], AsyncIterator[ppb.PublishAck]], requests,
+             decompress: Decompressor | None = None) -> AsyncIterator:
     """`stream` (Publishing.stream) over `requests` read in runs; its acks split back to one
-    message per request where the client did not take coalesced acks."""
+    message per request where the client did not take coalesced acks. A compressed request
+    is decoded by `decompress` (the stream's, if its zstd offer was accepted: compressed.py)."""
     answers = Answers()
-    return _acks(stream(_runs(requests, answers)), answers)
+    return _acks(stream(_runs(requests, answers, decompress)), answers)
 
 
 class Answers(deque):
@@ -91,7 +95,7 @@ class Answers(deque):
         return n
 
 
-async def _runs(requests, answers: Answers):
+async def _runs(requests, answers: Answers, decompress: Decompressor | None):
     queued: deque = deque()
     news = asyncio.Event()
     room = asyncio.Event()
@@ -105,6 +109,8 @@ async def _runs(requests, answers: Answers):
         nonlocal ended
         try:
             async for req in requests:
+                if req.zstd:  # refused before anything of it is queued (compressed.py)
+                    req = decoded(req, decompress)
                 queued.append(req)
                 arrivals[1], arrivals[0] = arrivals[0], clock()
                 news.set()

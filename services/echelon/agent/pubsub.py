@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Protocol
 import grpc
 
 from echelon.agent.admission import Admission
+from echelon.agent.compressed import Accepting, CompressedStreams, compressor, decompressor
 from echelon.agent.durable.caps import check_options
 from echelon.agent.durable.rpc import relay
 from echelon.agent.ownership import caller_name, check, claim, scoped
@@ -34,6 +35,7 @@ from echelon.agent.publishing import Publishing
 from echelon.agent.redelivery import check_open, handle
 from echelon.agent.shared_stream import SharedStream
 from echelon.runtime.auth import STREAM, cancel_after
+from echelon.contract import zstream
 from echelon.contract.errors import EchelonError, InvalidArgument, NotFound, ResourceExhausted
 from echelon.contract.transport import SUBSCRIPTION_KEY
 from echelon.v1 import pubsub_pb2 as ppb
@@ -104,21 +106,64 @@ class AgentParts(Protocol):
 
 
 class PubSubServicer(pgrpc.PubSubServicer):
-    def __init__(self, agent_id: str, access: Access, metrics: AgentMetrics, topics: Topics, parts: AgentParts):
+    def __init__(self, agent_id: str, access: Access, metrics: AgentMetrics, topics: Topics, parts: AgentParts,
+                 compressed: CompressedStreams | None = None):
         self.access = access  # the caller's rights, subscription count and name scope (runtime/auth.py)
         self.metrics = metrics
         self.topics = topics
         self.parts = parts
         self.publishing = Publishing(agent_id, metrics, Admission(access, topics, parts))
+        self.compressed = compressed or CompressedStreams()  # the streams a client's zstd offer was accepted on
 
     def Publish(self, request_iterator, context):
         stream = STREAM.get()
         if stream is not None:  # a refusal's status in-band (runtime/auth.py)
             stream.final = final_publish_status
+        if self.compressed.offered(context):
+            return self._compressed_publish(request_iterator, context)
         # publishing.py: its acks; publish_reader.py: single-event requests taken in runs
         return coalesce(self.publishing.stream, request_iterator)
 
-    async def Subscribe(self, request_iterator, context):
+    async def _compressed_publish(self, request_iterator, context):
+        """Publish on a stream that offered zstd: accepted (ACCEPT at once) while under the
+        bound, its requests then decoded and its acks compressed (compressed.py)."""
+        if not self.compressed.take():
+            async for ack in coalesce(self.publishing.stream, request_iterator):
+                yield ack
+            return
+        try:
+            await context.send_initial_metadata(zstream.ACCEPT)
+            compress = compressor()
+            async for ack in coalesce(self.publishing.stream, request_iterator, decompressor()):
+                yield ppb.PublishAck(zstd=compress(ack.SerializeToString()))
+        finally:
+            self.compressed.release()
+
+    def Subscribe(self, request_iterator, context):
+        if self.compressed.offered(context):
+            return self._compressed_subscribe(request_iterator, context)
+        return self._subscribe(request_iterator, context)
+
+    async def _compressed_subscribe(self, request_iterator, context):
+        """Subscribe on a stream that offered zstd: accepted while under the bound, ACCEPT
+        going with the stream's initial metadata, and what is written after it compressed
+        (compressed.py)."""
+        if not self.compressed.take():
+            async for delivery in self._subscribe(request_iterator, context):
+                yield delivery
+            return
+        try:
+            accepting, compress, wrap = Accepting(context), compressor(), zstream.wrap
+            async for delivery in self._subscribe(request_iterator, accepting):
+                # A stream's final status stays plain: runtime/auth.py writes it unless it
+                # is the last message written, which it then compares with.
+                if accepting.sent and (delivery.__class__ is bytes or not delivery.code):
+                    delivery = wrap(compress(_delivery_bytes(delivery)))
+                yield delivery
+        finally:
+            self.compressed.release()
+
+    async def _subscribe(self, request_iterator, context):
         parts, metrics = self.parts, self.metrics
         first = await anext(request_iterator.__aiter__(), None)
         if first is None or not first.HasField("open"):

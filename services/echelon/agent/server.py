@@ -37,6 +37,7 @@ from echelon.agent.matching import MatchClient
 from echelon.dataplane.control import AgentFeed
 from echelon.agent.metrics import AgentMetrics
 from echelon.agent.named import NamedFile
+from echelon.agent.compressed import MAX_STREAMS, CompressedStreams
 from echelon.agent.pubsub import PubSubServicer, add_PubSubServicer_to_server
 from echelon.agent.reconcile import PERIOD, Reconciler
 from echelon.agent.redelivery import DeadLetters
@@ -66,7 +67,7 @@ class AgentNode(Node):
                  direct_upto: int = DIRECT_UPTO, park_seconds: float = PARK_SECONDS, reconcile_seconds: float = PERIOD,
                  data_dir: str | None = None, fsync: str = "batch", fsync_batch_ms: int = 10,
                  durable: Defaults | None = None, max_backlog_bytes: int = MAX_BYTES,
-                 stall_seconds: float = STALL_SECONDS):
+                 stall_seconds: float = STALL_SECONDS, max_compressed_streams: int = MAX_STREAMS):
         self.slice_bytes = slice_bytes  # before the server is made: its receive limit follows (receive_limit)
         super().__init__(config)
         self.max_backlog_bytes = max_backlog_bytes  # each subscription's byte bound (subscriptions.py)
@@ -112,7 +113,8 @@ class AgentNode(Node):
         self._tasks: list[asyncio.Task] = []
         # The client API sees the parts made on start (subscriptions, durables, dispatcher,
         # matching) through this node, read per request (pubsub.AgentParts).
-        self.pubsub = PubSubServicer(config.id, self.server.access, self.metrics, self.topics, self)
+        self.pubsub = PubSubServicer(config.id, self.server.access, self.metrics, self.topics, self,
+                                     CompressedStreams(max_compressed_streams))
         self.server.add(add_PubSubServicer_to_server, self.pubsub,  # (its Publish: also the dead letters)
                         ppb.DESCRIPTOR.services_by_name["PubSub"].full_name)
         self.server.add(pgrpc.add_AdminServicer_to_server, self.admin,
@@ -123,6 +125,7 @@ class AgentNode(Node):
             self.ready, lambda peer: self.links.received(peer, peer in self.membership.members),
             lambda peer, frame, ack: self.plane.receive(frame, ack)),
                         rpb.DESCRIPTOR.services_by_name["Relay"].full_name)
+        self.metrics.compressed_streams.set_function(lambda: self.pubsub.compressed.open)
         self.metrics.reassembling.set_function(lambda: len(self.plane.streams) if self.plane else 0)
         self.metrics.parked_now.set_function(lambda: self.plane.parked_count if self.plane else 0)
         self.metrics.removals_queued.set_function(lambda: self.matching.removals_queued if self.matching else 0)

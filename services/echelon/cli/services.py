@@ -160,11 +160,14 @@ def _serve(make_node) -> None:
 @click.option("--retention-bytes", default=256 << 20, type=click.IntRange(1), show_default=True)
 @click.option("--client-port", default=None, type=click.IntRange(0, 65535),
               help="With --tls-dir: a second port that asks clients for no certificate (they send a token).")
+@click.option("--max-compressed-streams", default=1024, type=click.IntRange(0), show_default=True,
+              help="Client streams compressed at once (the SDK's compress=True; each holds a zstd context); past "
+                   "it a stream that offers zstd stays plain (docs/compression.md).")
 def agent(log_level, max_backlog, max_backlog_bytes, stall_seconds, dissemination, slice_bytes, stripes, direct_upto,
           window_bytes,
           reconcile_seconds,
           data_dir, fsync, fsync_batch_ms, durable_max_bytes, durable_idle_seconds, retention_seconds,
-          retention_bytes, **kw) -> None:
+          retention_bytes, max_compressed_streams, **kw) -> None:
     """Run an agent: the client API, local delivery, relaying."""
     from echelon.agent.durable import Defaults
     from echelon.agent.server import AgentNode
@@ -176,7 +179,7 @@ def agent(log_level, max_backlog, max_backlog_bytes, stall_seconds, disseminatio
                              dissemination=dissemination, slice_bytes=slice_bytes, stripes=stripes,
                              direct_upto=direct_upto, reconcile_seconds=reconcile_seconds, data_dir=data_dir, fsync=fsync,
                              fsync_batch_ms=fsync_batch_ms, durable=durable, max_backlog_bytes=max_backlog_bytes,
-                             stall_seconds=stall_seconds))
+                             stall_seconds=stall_seconds, max_compressed_streams=max_compressed_streams))
 
 
 @click.command()

@@ -82,8 +82,9 @@ Hook = Callable[[ConnectionEvent], "Awaitable[None] | None"]
 
 class Connection:
     def __init__(self, addresses: list[str], transport: Transport, timeout: float, reconnect: Reconnect,
-                 on_disconnect: Hook | None = None, on_reconnect: Hook | None = None):
+                 on_disconnect: Hook | None = None, on_reconnect: Hook | None = None, compress: bool = False):
         self.addresses = addresses
+        self.compress = compress  # streams offer zstd (client/compressed.py)
         self.transport = transport
         self.timeout = timeout
         self.reconnect = reconnect

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Callable
 
 import grpc
 
+from echelon.client.compressed import OFFER, reader
 from echelon.client.errors import DataLoss, EchelonError, FailedPrecondition, InvalidArgument
 from echelon.contract.schema import Value
 from echelon.contract.wire import attributes_from_pb
@@ -155,10 +156,14 @@ class Message:
         sub._settle((self,), None, term=True)
 
 
-def subscribe_call(channel: grpc.aio.Channel) -> grpc.aio.StreamStreamCall:
-    """A Subscribe call whose Deliveries are read as DeliveryRead."""
+def subscribe_call(channel: grpc.aio.Channel, compress: bool = False) -> grpc.aio.StreamStreamCall:
+    """A Subscribe call whose Deliveries are read as DeliveryRead. `compress`: offering
+    zstd, the agent's compressed Deliveries decoded (client/compressed.py)."""
+    if not compress:
+        return channel.stream_stream(SUBSCRIBE, request_serializer=ppb.SubscribeRequest.SerializeToString,
+                                     response_deserializer=ppb.DeliveryRead.FromString)()
     return channel.stream_stream(SUBSCRIBE, request_serializer=ppb.SubscribeRequest.SerializeToString,
-                                 response_deserializer=ppb.DeliveryRead.FromString)()
+                                 response_deserializer=reader(ppb.DeliveryRead))(metadata=OFFER)
 
 
 def event_of(d: ppb.DeliveryRead) -> pb.Event:

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, AsyncIterable, Iterable, Mapping
 import grpc
 
 from echelon.client import bulk
+from echelon.client.compressed import OFFER, Requests, reader
 from echelon.client.connection import ConnectionEvent, Outage
 from echelon.client.errors import ClientClosed, EchelonError, Timeout, from_rpc_error, from_status
 from echelon.client.outbox import MAX_BATCH_BYTES, MAX_BATCH_EVENTS, SLICE_BYTES, Outbox  # noqa: F401 - public
@@ -60,10 +61,17 @@ class InBand(Exception):
 PUBLISH = f"/{ppb.DESCRIPTOR.services_by_name['PubSub'].full_name}/Publish"
 
 
-def publish_call(channel: grpc.aio.Channel, requests) -> grpc.aio.StreamStreamCall:
-    """A Publish call whose requests are written as they come: serialized (the outbox's)."""
-    return channel.stream_stream(PUBLISH, request_serializer=None, response_deserializer=ppb.PublishAck.FromString)(
-        requests)
+def publish_call(channel: grpc.aio.Channel, requests, compress: bool = False) -> grpc.aio.StreamStreamCall:
+    """A Publish call whose requests are written as they come: serialized (the outbox's).
+    `compress`: offering zstd, the requests compressed once accepted (client/compressed.py)."""
+    if not compress:
+        return channel.stream_stream(PUBLISH, request_serializer=None,
+                                     response_deserializer=ppb.PublishAck.FromString)(requests)
+    writer = Requests()
+    call = channel.stream_stream(PUBLISH, request_serializer=None, response_deserializer=reader(ppb.PublishAck))(
+        writer.of(requests), metadata=OFFER)
+    writer.watch(call)
+    return call
 
 
 class AckLevel(enum.IntEnum):
@@ -226,7 +234,7 @@ class Publisher:
                     outbox.again(requests)
                 if self._closed:
                     outbox.end()
-            call = publish_call(conn.channel(agent), outbox.requests())
+            call = publish_call(conn.channel(agent), outbox.requests(), conn.compress)
             outbox = None
             try:
                 async for reply in call:

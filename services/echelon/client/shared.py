@@ -38,7 +38,7 @@ class SharedStream:
     def __init__(self, conn: "Connection"):
         self.conn = conn
         self.index = conn.current  # the agent it runs through, in the client's list
-        self.call = subscribe_call(conn.channel(self.index))
+        self.call = subscribe_call(conn.channel(self.index), conn.compress)
         self.subs: dict[int, "Subscription"] = {}  # open, or opening (deliveries may follow their answer at once)
         self.opening: dict[int, asyncio.Future] = {}
         self.flusher = Flusher(self._write)

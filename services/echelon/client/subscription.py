@@ -256,7 +256,7 @@ class Subscription(Inbox):
 
     async def _open_on(self, i: int) -> None:
         self._agent = i % len(self._conn.addresses)
-        call = self._call = subscribe_call(self._conn.channel(i))
+        call = self._call = subscribe_call(self._conn.channel(i), self._conn.compress)
         self._half_closed = False
         self.settlements = self._new_settlements(Flusher(self._write_requests))
         try:

@@ -335,7 +335,7 @@ class SubscriptionClose(_message.Message):
     def __init__(self, sid: _Optional[int] = ...) -> None: ...
 
 class DeliveryRead(_message.Message):
-    __slots__ = ("delivery_id", "subscription", "event", "redelivery_count", "batch", "chunked", "payload_size", "chunk", "chunk_offset", "last", "aborted", "sid", "opened", "code", "error", "encoded_event")
+    __slots__ = ("delivery_id", "subscription", "event", "redelivery_count", "batch", "chunked", "payload_size", "chunk", "chunk_offset", "last", "aborted", "sid", "opened", "code", "error", "encoded_event", "zstd")
     DELIVERY_ID_FIELD_NUMBER: _ClassVar[int]
     SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
     EVENT_FIELD_NUMBER: _ClassVar[int]
@@ -352,6 +352,7 @@ class DeliveryRead(_message.Message):
     CODE_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     ENCODED_EVENT_FIELD_NUMBER: _ClassVar[int]
+    ZSTD_FIELD_NUMBER: _ClassVar[int]
     delivery_id: int
     subscription: str
     event: _common_pb2.Event
@@ -368,4 +369,5 @@ class DeliveryRead(_message.Message):
     code: int
     error: str
     encoded_event: _common_pb2.Event
-    def __init__(self, delivery_id: _Optional[int] = ..., subscription: _Optional[str] = ..., event: _Optional[_Union[_common_pb2.Event, _Mapping]] = ..., redelivery_count: _Optional[int] = ..., batch: _Optional[_Iterable[_Union[DeliveryRead, _Mapping]]] = ..., chunked: _Optional[bool] = ..., payload_size: _Optional[int] = ..., chunk: _Optional[bytes] = ..., chunk_offset: _Optional[int] = ..., last: _Optional[bool] = ..., aborted: _Optional[str] = ..., sid: _Optional[int] = ..., opened: _Optional[str] = ..., code: _Optional[int] = ..., error: _Optional[str] = ..., encoded_event: _Optional[_Union[_common_pb2.Event, _Mapping]] = ...) -> None: ...
+    zstd: bytes
+    def __init__(self, delivery_id: _Optional[int] = ..., subscription: _Optional[str] = ..., event: _Optional[_Union[_common_pb2.Event, _Mapping]] = ..., redelivery_count: _Optional[int] = ..., batch: _Optional[_Iterable[_Union[DeliveryRead, _Mapping]]] = ..., chunked: _Optional[bool] = ..., payload_size: _Optional[int] = ..., chunk: _Optional[bytes] = ..., chunk_offset: _Optional[int] = ..., last: _Optional[bool] = ..., aborted: _Optional[str] = ..., sid: _Optional[int] = ..., opened: _Optional[str] = ..., code: _Optional[int] = ..., error: _Optional[str] = ..., encoded_event: _Optional[_Union[_common_pb2.Event, _Mapping]] = ..., zstd: _Optional[bytes] = ...) -> None: ...

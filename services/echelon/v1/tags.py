@@ -757,6 +757,7 @@ class DeliveryRead:  # pubsub.proto
     code = 0x380  # 112, varint
     error = 0x38a  # 113, length-delimited
     encoded_event = 0x552  # 170, length-delimited
+    zstd = 0x5f2  # 190, length-delimited
 
 
 class RelayFrame:  # relay.proto

@@ -1,0 +1,88 @@
+"""Compressed client streams (docs/compression.md): a Publish or Subscribe stream whose
+client offered zstd, accepted while the agent holds fewer than its bound of them.
+
+Why a bound: each such stream holds a zstd context per direction (the window of
+contract/zstream.py's CLIENT_WINDOW_LOG and the coder's tables, about half a megabyte at
+the sender), for as long as the stream lives; a client's streams are many and cheap to
+open, so past the bound a stream that offers stays plain (never refused: plain is always
+correct, and the client sees no ACCEPT).
+
+Publish: ACCEPT goes out at once, as the call's initial metadata; from then on the
+client's requests may come compressed, and every ack goes compressed. Subscribe: the
+stream sends its initial metadata itself (the subscription's id, once registered: the
+client's `start()` waits for it), so ACCEPT goes with it (`Accepting`), and the
+deliveries written after it go compressed.
+"""
+
+from __future__ import annotations
+
+from echelon.contract import zstream
+from echelon.contract.transport import MAX_MESSAGE_BYTES
+
+MAX_STREAMS = 1024  # compressed client streams per agent (the `--max-compressed-streams` flag)
+PLAIN_ONLY = "a compressed request on a stream whose zstd offer was not accepted"
+
+
+class CompressedStreams:
+    """The agent's compressed client streams: how many are open, and the bound."""
+
+    def __init__(self, limit: int = MAX_STREAMS):
+        self.limit = limit
+        self.open = 0
+
+    def offered(self, context) -> bool:
+        """Whether a call offers zstd and this agent compresses at all (ECHELON_COMPRESS);
+        a call made in-process (no context: the dead letters' publish) never does."""
+        return context is not None and zstream.enabled() and zstream.offered(context.invocation_metadata())
+
+    def take(self) -> bool:
+        """One more stream accepted, if under the bound; `release()` it when it ends."""
+        if self.open >= self.limit:
+            return False
+        self.open += 1
+        return True
+
+    def release(self) -> None:
+        self.open -= 1
+
+
+def compressor():
+    """A compressing stream's writer: serialized message (bytes) -> its block."""
+    return zstream.Compressor(zstream.CLIENT_WINDOW_LOG).block
+
+
+def decompressor() -> zstream.Decompressor:
+    """A compressing stream's reader: bounded as a plain message is (the transport's limit)."""
+    return zstream.Decompressor(MAX_MESSAGE_BYTES, zstream.CLIENT_WINDOW_LOG)
+
+
+def decoded(message, decompress: zstream.Decompressor | None):
+    """The message a request with a `zstd` field stands for (a request of the same type);
+    CompressionError (INVALID_ARGUMENT) for one on a stream not accepted, one holding more
+    than its block, or a block that cannot be decoded within its bounds."""
+    if decompress is None:
+        raise zstream.CompressionError(PLAIN_ONLY)
+    if len(message.ListFields()) != 1:
+        raise zstream.CompressionError("a compressed message holds more than its zstd block")
+    inner = type(message).FromString(decompress.message(message.zstd))
+    if inner.zstd:
+        raise zstream.CompressionError("a compressed message holds another compressed message")
+    return inner
+
+
+class Accepting:
+    """A Subscribe call's context whose initial metadata carries ACCEPT: the stream's own
+    (its subscription id, its policies), sent when the stream sends it (`sent` from then)."""
+
+    __slots__ = ("_context", "sent")
+
+    def __init__(self, context):
+        self._context = context
+        self.sent = False
+
+    async def send_initial_metadata(self, metadata) -> None:
+        await self._context.send_initial_metadata((*metadata, *zstream.ACCEPT))
+        self.sent = True
+
+    def __getattr__(self, name):
+        return getattr(self._context, name)
