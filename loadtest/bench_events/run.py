@@ -184,6 +184,8 @@ class Run:
                 loop.started()  # the load generator's GC as the services' (runtime/loop.py)
                 for npub in self.args.publishers:
                     for mode in [m for m in MODES[name] if name != "echelon" or m in self.args.modes]:
+                        if hasattr(system, "for_mode") and await system.for_mode(mode):  # zbatch-*: compressed
+                            await self.warm_up(system, subs, pool)
                         sends = await system.publishers(npub, mode, pool)
                         for rate in self.args.rates:
                             for rep in range(self.args.repeat):  # back to back: the spread shows the noise

@@ -13,7 +13,9 @@ redis-server pub/sub, the same channels (PSUBSCRIBE `ev.*` and client filtering 
 filters; in the range workload a connection per subscriber, as Redis sends one copy per
 connection). Echelon's publishers are the
 SDK's, or (modes `raw-*`, `rawc-*`) the generated stubs' (raw.py), or (`node-*`, `nodec-*`)
-a Node client written from protos/ (node.py, loadtest/node/); `*c-*`: with `coalesce_acks`
+a Node client written from protos/ (node.py, loadtest/node/); `*c-*`: with `coalesce_acks`;
+`zbatch-*`: the SDK's batches with `compress=True`, publisher and subscribers (their streams
+compressed both ways: client/compressed.py), against batch-* for the bytes and the CPU
 """
 
 from __future__ import annotations
@@ -89,6 +91,24 @@ class Echelon:
         self.admin = Client(agents[0], tls=self.cluster.client_tls)
         await self.admin.create_topic(TOPIC, SCHEMA)
         self.sub_clients = [Client(a, tls=self.cluster.client_tls) for a in agents[1:1 + SUB_AGENTS]]
+        self.plain_clients, self.zclients = self.sub_clients, None  # the subscribers' clients, plain and `compress`
+        self.opened = None  # what open_subs was given: a mode of the other kind opens them again (for_mode)
+
+    async def for_mode(self, mode: str) -> bool:
+        """The subscriptions on clients of `mode`'s kind: compressed streams (zbatch-*) or
+        plain; True when they were opened again (the caller warms them up)."""
+        from echelon.client import Client
+
+        compress = mode.startswith("z")
+        if compress == (self.sub_clients is self.zclients) or self.opened is None:
+            return False
+        if compress and self.zclients is None:
+            self.zclients = [Client(a, tls=self.cluster.client_tls, compress=True)
+                             for a in self.cluster.agent_addresses()[1:1 + SUB_AGENTS]]
+        await self.close_subs()
+        self.sub_clients = self.zclients if compress else self.plain_clients
+        await self.open_subs(*self.opened)
+        return True
 
     def pids(self) -> dict[str, int]:
         return {p.id: p.pid for p in self.cluster.processes if p.pid}
@@ -98,6 +118,8 @@ class Echelon:
 
     async def open_subs(self, subs: list[Sub], pool: Pool, sink: Sink) -> None:
         from echelon.client.errors import ResourceExhausted
+
+        self.opened = (subs, pool, sink)
 
         async def drain(s, slot, sub):
             while True:
@@ -147,11 +169,12 @@ class Echelon:
         attrs = [pool.attributes(i) for i in range(POOL)]
         sends = []
         for _ in range(n):
-            client = Client(self.cluster.agent_addresses()[0], tls=self.cluster.client_tls)
+            # zbatch: batch over streams compressed both ways (client/compressed.py)
+            client = Client(self.cluster.agent_addresses()[0], tls=self.cluster.client_tls, compress=how == "zbatch")
             pub = client.publisher(ack_level=AckLevel[level])
             self.clients.append(client)
 
-            if how == "batch":
+            if how in ("batch", "zbatch"):
                 async def send(ids, pub=pub):
                     now = time.perf_counter_ns()
                     await pub.publish_batch(TOPIC, [(attrs[pool_index(i)], PAYLOAD.pack(i, now)) for i in ids])
@@ -208,7 +231,8 @@ class Echelon:
     async def stop(self) -> None:
         with contextlib.suppress(Exception):
             await self.admin.close()
-        await asyncio.gather(*(c.close() for c in getattr(self, "sub_clients", [])), return_exceptions=True)
+        clients = [*getattr(self, "plain_clients", []), *(getattr(self, "zclients", None) or [])]
+        await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)
         self.cluster.stop()
 
 
@@ -403,7 +427,7 @@ class Redis(_Peer):
         await super().stop()
 
 
-MODES = {"echelon": ["batch-DELIVERED", "batch-ACCEPTED", "single-DELIVERED", "single-ACCEPTED", "raw-DELIVERED",
+MODES = {"echelon": ["batch-DELIVERED", "zbatch-DELIVERED", "batch-ACCEPTED", "single-DELIVERED", "single-ACCEPTED", "raw-DELIVERED",
                      "rawc-DELIVERED", "node-DELIVERED", "nodec-DELIVERED"],
          "nats": ["publish+flush"], "redis": ["pipeline"]}
 NODE_MODES = ("node-DELIVERED", "nodec-DELIVERED")  # need node and loadtest/node's packages (node.py)
