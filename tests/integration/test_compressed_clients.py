@@ -215,3 +215,47 @@ def test_compress_without_zstd_names_the_extra(monkeypatch):
     monkeypatch.setattr(zstream, "zstd", None)
     with pytest.raises(errors.FailedPrecondition, match=r"echelon-pubsub\[zstd\]"):
         Client("127.0.0.1:1", compress=True)
+
+
+@pytest.mark.timeout(90)
+async def test_a_durable_subscription_relayed_to_its_holder_arrives_compressed(tmp_path, monkeypatch):
+    """Through an agent that does not hold it (durable/rpc.py relays the stream): the
+    relaying agent accepts, its holder's initial metadata goes on with ACCEPT added, and
+    what it relays goes compressed."""
+    from echelon.core.durability import holders
+    from echelon.v1.membership_pb2 import ROLE_AGENT
+
+    c = Cluster(agents=0, matchers=1)
+    try:
+        await c.start()
+        for i in range(3):
+            await c.add_agent(i, data_dir=str(tmp_path / f"agent-{i}"))
+        await wait_for(lambda: all(len(a.membership.alive(ROLE_AGENT)) == 3 for a in c.agent_nodes),
+                       what="every agent sees every agent")
+        ids = [a.config.id for a in c.agent_nodes]
+        name = "d0"
+        other = next(i for i, a in enumerate(ids) if a not in holders(name, ids, 2))
+        await c.client(0).create_topic("t", ["n:int:0:99", "i:int"])
+        wrapped = []  # the messages the agents compressed on client streams (agent/pubsub.py's compressor())
+        from echelon.agent import pubsub
+
+        def counting(made=pubsub.compressor):
+            block = made()
+            return lambda data: wrapped.append(data) or block(data)
+
+        monkeypatch.setattr(pubsub, "compressor", counting)
+        sub = compressed_client(c, other).subscribe("t", name=name, durable=True, max_outstanding=100)
+        await sub.start()
+        assert c.agent_nodes[other].pubsub.compressed.open == 1  # the relaying agent accepted
+        assert all(c.agent_nodes[i].pubsub.compressed.open == 0 for i in range(3) if i != other)
+        publisher = c.client(other).publisher()
+        for i in range(20):
+            await publisher.publish("t", {"n": 1, "i": i})
+        assert [x[1] for x in await received(sub, 20)] == list(range(20))
+        deliveries = [d for m in wrapped for d in (ppb.Delivery.FromString(m).batch or [ppb.Delivery.FromString(m)])
+                      if d.delivery_id]
+        assert len(deliveries) == 20  # every delivery went compressed
+        await sub.close()
+        await wait_for(lambda: c.agent_nodes[other].pubsub.compressed.open == 0, what="the count released")
+    finally:
+        await c.stop()
