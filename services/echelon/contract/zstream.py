@@ -44,10 +44,7 @@ ACCEPT = ((KEY, ZSTD),)
 LEVEL = -1
 LINK_WINDOW_LOG = 17  # between nodes: a larger window finds no more in a stream of events
 CLIENT_WINDOW_LOG = 16  # a client's stream: many per agent, each holding its context
-
-
-# Every compressed message type has its block in field 190 (`zstd`): one tag for all.
-TAG = varint(RelayFrame.zstd)
+TAG = varint(RelayFrame.zstd)  # every compressed message type has its block in field 190: one tag for all
 
 
 class CompressionError(InvalidArgument):
