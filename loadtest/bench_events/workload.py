@@ -30,7 +30,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 SYMBOLS = [f"s{i:02d}" for i in range(50)]
-POOL = 4096
+POOL = 1 << 16  # events before one repeats: more than a compressed stream's window holds (docs/compression.md)
 PAYLOAD = struct.Struct("<qq")  # event id, send time (perf_counter_ns, same process)
 NATS_DATA = struct.Struct("<qqdi")  # id, send time, Price, Volume (a NATS/Redis subscriber filters on them)
 SCHEMA = ["Symbol:string", "Price:float:0:100", "Volume:int:0:999"]

@@ -150,3 +150,37 @@ async def test_echelon_compress_off_keeps_links_plain_and_refuses_offers(monkeyp
     finally:
         await link.close()
         await server.stop(0)
+
+
+async def test_a_peer_that_refuses_the_blocks_it_accepted_gets_every_frame_plain_and_is_not_suspected():
+    """A receiver that accepts zstd but cannot decode it (a fault of one end): the link
+    sends its frames again on a plain stream, and does not count it against the peer."""
+    got: list[int] = []
+
+    async def stream(request_iterator, context):
+        await context.send_initial_metadata(zstream.ACCEPT)
+        async for data in request_iterator:
+            if zstream.unwrap(data) is not None:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "this receiver cannot decode zstd")
+            frame = rpb.RelayFrame.FromString(data)
+            got.extend(m.encoded_event[0] for m in frame.messages)
+            yield rpb.RelayAck(seqs=[frame.seq])
+
+    handler = grpc.stream_stream_rpc_method_handler(stream, request_deserializer=None,
+                                                    response_serializer=rpb.RelayAck.SerializeToString)
+    server = grpc.aio.server()
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("echelon.v1.Relay", {"Stream": handler}),))
+    address = f"127.0.0.1:{free_port()}"
+    server.add_insecure_port(address)
+    await server.start()
+    breaks: list[str] = []
+    link = Link("a", "b", address, on_break=breaks.append)
+    try:
+        for i in range(30):
+            frame = OutFrame("a", "a:1")
+            frame.add_whole(whole_tail(["b"]), bytes([i]) * 50)
+            assert await asyncio.wait_for(link.send(frame), 10)
+        assert sorted(set(got)) == list(range(30)) and link._plain and breaks == []
+    finally:
+        await link.close()
+        await server.stop(0)

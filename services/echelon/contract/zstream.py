@@ -39,13 +39,12 @@ KEY = "echelon-compress"
 ZSTD = "zstd"
 OFFER = ((KEY, ZSTD),)
 ACCEPT = ((KEY, ZSTD),)
-LEVEL = 1  # the fastest level: on a cluster's links the CPU is dearer than the bytes
-LINK_WINDOW_LOG = 20  # between nodes: a few links per node, 2 MB of context each
-CLIENT_WINDOW_LOG = 16  # a client's stream: many per agent, 0.5 MB of context each
-
-
-# Every compressed message type has its block in field 190 (`zstd`): one tag for all.
-TAG = varint(RelayFrame.zstd)
+# The first of zstd's fast levels: a third of level 1's CPU on a frame of a few events for
+# a few percent more bytes (docs/compression.md); the CPU is the dearer of the two here.
+LEVEL = -1
+LINK_WINDOW_LOG = 17  # between nodes: a larger window finds no more in a stream of events
+CLIENT_WINDOW_LOG = 16  # a client's stream: many per agent, each holding its context
+TAG = varint(RelayFrame.zstd)  # every compressed message type has its block in field 190: one tag for all
 
 
 class CompressionError(InvalidArgument):

@@ -80,6 +80,7 @@ class Link:
         self.closed = False
         self._stream = 0  # which stream `_frames` feeds: an old stream's generator must stop
         self._compressor: zstream.Compressor | None = None  # the current stream's, once accepted
+        self._plain = False  # the peer refused a compressed stream: offer it no more
         self._seq = 0
         self._groups: dict[int, list[int]] = {}  # on this stream: a merged message's seq -> the others'
         self._wake = asyncio.Event()
@@ -173,7 +174,8 @@ class Link:
             self.in_flight = 0
             self._groups = {}
             self._compressor = None
-            call = stream(self._frames(self._stream), metadata=((MEMBER_KEY, self.self_id), *zstream.offer()))
+            offer = () if self._plain else zstream.offer()
+            call = stream(self._frames(self._stream), metadata=((MEMBER_KEY, self.self_id), *offer))
             try:
                 # An earlier release sends its initial metadata with its first ack: frames go
                 # plain meanwhile (the generator runs on its own).
@@ -189,7 +191,13 @@ class Link:
             except grpc.aio.AioRpcError as e:
                 log.info("link to %s broke: %s %s (%d frames to resend)", self.peer, e.code().name, e.details(),
                          len(self.unacked))
-                failures += 1
+                if e.code() == grpc.StatusCode.INVALID_ARGUMENT and self._compressor is not None:
+                    # It could not decode our blocks: a fault of one end, not evidence against the
+                    # path. The frames go again, plain, rather than break every stream.
+                    log.warning("link to %s: compressed frames refused, sending plain from now on", self.peer)
+                    self._plain = True
+                else:
+                    failures += 1
                 # A stream can break on a congested path; only a peer we cannot reach again is
                 # evidence against it (a false suspicion may get a live agent declared dead).
                 if failures >= 2 and self.on_break:
