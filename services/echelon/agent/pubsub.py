@@ -127,17 +127,21 @@ class PubSubServicer(pgrpc.PubSubServicer):
     async def _compressed_publish(self, request_iterator, context):
         """Publish on a stream that offered zstd: accepted (ACCEPT at once) while under the
         bound, its requests then decoded and its acks compressed (compressed.py)."""
-        if not self.compressed.take():
-            async for ack in coalesce(self.publishing.stream, request_iterator):
-                yield ack
-            return
-        try:
+        accepted = self.compressed.take()
+        acks = coalesce(self.publishing.stream, request_iterator, decompressor() if accepted else None)
+        try:  # closed here, not left to the collector: its cleanup runs as the stream ends
+            if not accepted:
+                async for ack in acks:
+                    yield ack
+                return
             await context.send_initial_metadata(zstream.ACCEPT)
             compress = compressor()
-            async for ack in coalesce(self.publishing.stream, request_iterator, decompressor()):
+            async for ack in acks:
                 yield ppb.PublishAck(zstd=compress(ack.SerializeToString()))
         finally:
-            self.compressed.release()
+            if accepted:
+                self.compressed.release()
+            await acks.aclose()
 
     def Subscribe(self, request_iterator, context):
         if self.compressed.offered(context):
@@ -148,20 +152,25 @@ class PubSubServicer(pgrpc.PubSubServicer):
         """Subscribe on a stream that offered zstd: accepted while under the bound, ACCEPT
         going with the stream's initial metadata, and what is written after it compressed
         (compressed.py)."""
-        if not self.compressed.take():
-            async for delivery in self._subscribe(request_iterator, context):
-                yield delivery
-            return
-        try:
-            accepting, compress, wrap = Accepting(context), compressor(), zstream.wrap
-            async for delivery in self._subscribe(request_iterator, accepting):
+        accepted = self.compressed.take()
+        accepting = Accepting(context)
+        deliveries = self._subscribe(request_iterator, accepting if accepted else context)
+        try:  # closed here, not left to the collector: its cleanup runs as the stream ends
+            if not accepted:
+                async for delivery in deliveries:
+                    yield delivery
+                return
+            compress, wrap = compressor(), zstream.wrap
+            async for delivery in deliveries:
                 # A stream's final status stays plain: runtime/auth.py writes it unless it
                 # is the last message written, which it then compares with.
                 if accepting.sent and (delivery.__class__ is bytes or not delivery.code):
                     delivery = wrap(compress(_delivery_bytes(delivery)))
                 yield delivery
         finally:
-            self.compressed.release()
+            if accepted:
+                self.compressed.release()
+            await deliveries.aclose()
 
     async def _subscribe(self, request_iterator, context):
         parts, metrics = self.parts, self.metrics
