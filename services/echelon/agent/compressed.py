@@ -2,9 +2,9 @@
 client offered zstd, accepted while the agent holds fewer than its bound of them.
 
 Why a bound: each such stream holds a zstd context per direction (the window of
-contract/zstream.py's CLIENT_WINDOW_LOG and the coder's tables, about half a megabyte at
-the sender), for as long as the stream lives; a client's streams are many and cheap to
-open, so past the bound a stream that offers stays plain (never refused: plain is always
+contract/zstream.py's CLIENT_WINDOW_LOG and the coder's tables: docs/cli.md says what it
+costs), for as long as the stream lives; a client's streams are many and cheap to open,
+so past the bound a stream that offers stays plain (never refused: plain is always
 correct, and the client sees no ACCEPT).
 
 Publish: ACCEPT goes out at once, as the call's initial metadata; from then on the
