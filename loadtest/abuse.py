@@ -45,6 +45,7 @@ from echelon.client.errors import EchelonError
 from echelon.launch import Cluster, Loopback
 from echelon.runtime.credentials import write_tokens_file
 from echelon.runtime.limits import Limits
+from echelon.contract import zstream
 from echelon.contract.transport import TlsDir, Transport
 from echelon.v1 import durable_pb2 as dpb
 from echelon.v1 import durable_pb2_grpc as dgrpc
@@ -657,6 +658,40 @@ async def choose_own_limits(a: Abuse, row: Row):
     return "/".join(dict.fromkeys(statuses)), f"yes ({len(created)} created)" if created else "no"
 
 
+@expect("INVALID_ARGUMENT")
+async def compressed_bombs(a: Abuse, row: Row):
+    """Publish streams that offer zstd (docs/compression.md) and, once accepted, send a block
+    of a few KiB that decodes to 256 MiB: each must be refused having decoded at most the
+    agent's receive limit (the RSS column), nothing published, and the agent serving on."""
+    n = 10 if a.short else 40
+    bomb = zstream.wrap(zstream.Compressor(zstream.CLIENT_WINDOW_LOG).block(bytes(256 << 20)))  # any new stream's first block
+    row.notes.append(f"{n} streams, a {len(bomb) / 1024:.0f} KiB block each")
+    codes, published, accepted = [], 0, 0
+    async with a.channel("mallory") as ch:
+        publish = ch.stream_stream("/echelon.v1.PubSub/Publish", response_deserializer=ppb.PublishAck.FromString)
+
+        async def one() -> str:
+            nonlocal published, accepted
+            call = publish(iter([bomb]), metadata=zstream.OFFER, timeout=30)
+            try:
+                accepted += zstream.accepted(await call.initial_metadata())
+                decode = zstream.Decompressor(64 << 20, zstream.CLIENT_WINDOW_LOG)
+                async for ack in call:
+                    if ack.zstd:
+                        ack = ppb.PublishAck.FromString(decode.message(ack.zstd))
+                    for each in ack.acks or [ack]:
+                        if each.stream_status:
+                            return grpc.StatusCode(next(c for c in grpc.StatusCode if c.value[0] == each.code)).name
+                        published += each.code == 0
+                return "OK"
+            except grpc.aio.AioRpcError as e:
+                return e.code().name
+        for _ in range(n):
+            codes.append(await one())
+    row.notes.append(f"{accepted} of {n} offers accepted")
+    return "/".join(dict.fromkeys(codes)), f"yes ({published} published)" if published else "no"
+
+
 HOARD_CAPS = {"subscriptions": 10, "durable_subscriptions": 5}  # the admin's caps for mallory in this row
 
 
@@ -800,7 +835,7 @@ async def revoked_acl_open_streams(a: Abuse, row: Row):
 ATTACKS = [filter_many_clauses, filter_long_operand, filter_syntax_echo, unauthenticated_big_requests, garbage_bytes,
            reject_publish_blocks_publishers, stalled_subscriber_holds_publishers, steal_another_users_durable, modify_or_delete_another_users,
            read_past_the_acl, choose_own_limits, subscriptions_without_end, revoked_token_open_streams,
-           revoked_acl_open_streams]
+           revoked_acl_open_streams, compressed_bombs]
 
 HEADER = (f"{'attack':35} {'status':34} {'state changed':40} {'RSS MiB':>8} {'matcher':>8} {'CPU s':>6} "
           f"{'p99 before':>10} {'p99 during':>10} {'control':>10} {'x before':>8} {'no floor':>8} {'DEAD':>4}  verdict")

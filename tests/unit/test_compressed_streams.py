@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from echelon.agent.compressed import CompressedStreams, compressor, decoded, decompressor
+from echelon.agent.compressed import CompressedStreams, compressor, decoded
 from echelon.client.compressed import reader
 from echelon.contract import zstream
 from echelon.v1 import pubsub_pb2 as ppb
@@ -40,7 +40,7 @@ def test_the_bound_is_counted_and_released():
 def test_a_request_is_decoded_by_its_stream_or_refused():
     req = ppb.PublishRequest(topic="t", producer_id="p", sequence=7)
     block = zstream.Compressor(zstream.CLIENT_WINDOW_LOG).block
-    received = decompressor()
+    received = CompressedStreams().decompressor()
     assert decoded(ppb.PublishRequest(zstd=block(req.SerializeToString())), received) == req
     with pytest.raises(zstream.CompressionError, match="not accepted"):
         decoded(ppb.PublishRequest(zstd=b"anything"), None)
@@ -50,7 +50,20 @@ def test_a_request_is_decoded_by_its_stream_or_refused():
     with pytest.raises(zstream.CompressionError, match="another compressed message"):
         decoded(ppb.PublishRequest(zstd=block(nested)), received)
     with pytest.raises(zstream.CompressionError, match="cannot be decoded"):
-        decoded(ppb.PublishRequest(zstd=b"\x28\xb5\x2f\xfd not a block"), decompressor())
+        decoded(ppb.PublishRequest(zstd=b"\x28\xb5\x2f\xfd not a block"), CompressedStreams().decompressor())
+
+
+def test_a_request_decodes_to_at_most_the_agents_receive_limit():
+    """A block of a few KiB must cost the agent no more than a plain request could: the
+    agent's `max_request_bytes`, not the transport's far larger message limit."""
+    streams = CompressedStreams(request_bytes=1 << 20)
+    big = ppb.PublishRequest(topic="t", payload=bytes((1 << 20) - 16)).SerializeToString()
+    block = zstream.Compressor(zstream.CLIENT_WINDOW_LOG).block
+    assert len(big) <= 1 << 20 and decoded(ppb.PublishRequest(zstd=block(big)), streams.decompressor()).topic == "t"
+    over = ppb.PublishRequest(topic="t", payload=bytes(1 << 20)).SerializeToString()
+    with pytest.raises(zstream.CompressionError, match="more than 1048576 bytes"):
+        decoded(ppb.PublishRequest(zstd=zstream.Compressor(zstream.CLIENT_WINDOW_LOG).block(over)),
+                streams.decompressor())
 
 
 def test_the_sdk_reads_plain_and_compressed_messages_of_one_stream():

@@ -84,3 +84,16 @@ def test_wrap_is_the_zstd_field_alone_of_every_message_type_and_unwrap_reads_it_
         unwrap(wrap(b"block") + plain)  # the block and other fields: not what a sender writes
     with pytest.raises(CompressionError):
         unwrap(wrap(b"block")[:-1])  # cut short
+
+
+def test_a_refused_bomb_leaves_nothing_it_decoded_alive_in_the_errors_traceback():
+    """The stream that got the error may keep it (its status, a log record): what was decoded
+    up to the limit must not live on with it, or each refused bomb would hold the limit."""
+    limit = 1 << 20
+    with pytest.raises(CompressionError) as refused:
+        Decompressor(limit).message(Compressor().block(bytes(8 << 20)))
+    tb, held = refused.value.__traceback__, []
+    while tb is not None:
+        held += [v for v in tb.tb_frame.f_locals.values() if isinstance(v, bytes) and len(v) > limit]
+        tb = tb.tb_next
+    assert held == []

@@ -17,17 +17,20 @@ deliveries written after it go compressed.
 from __future__ import annotations
 
 from echelon.contract import zstream
-from echelon.contract.transport import MAX_MESSAGE_BYTES
+from echelon.runtime.limits import Limits
 
-MAX_STREAMS = 1024  # compressed client streams per agent (the `--max-compressed-streams` flag)
+MAX_STREAMS = 256  # compressed client streams per agent (the `--max-compressed-streams` flag)
 PLAIN_ONLY = "a compressed request on a stream whose zstd offer was not accepted"
 
 
 class CompressedStreams:
-    """The agent's compressed client streams: how many are open, and the bound."""
+    """The agent's compressed client streams: how many are open, and the bound; what one of
+    their requests may decode to (`request_bytes`: the agent's receive limit for a plain
+    request, so a block of a few KiB costs no more than a plain request the client sent)."""
 
-    def __init__(self, limit: int = MAX_STREAMS):
+    def __init__(self, limit: int = MAX_STREAMS, request_bytes: int = Limits().max_request_bytes):
         self.limit = limit
+        self.request_bytes = request_bytes
         self.open = 0
 
     def offered(self, context) -> bool:
@@ -45,15 +48,14 @@ class CompressedStreams:
     def release(self) -> None:
         self.open -= 1
 
+    def decompressor(self) -> zstream.Decompressor:
+        """A compressing stream's reader, bounded as a plain request is."""
+        return zstream.Decompressor(self.request_bytes, zstream.CLIENT_WINDOW_LOG)
+
 
 def compressor():
     """A compressing stream's writer: serialized message (bytes) -> its block."""
     return zstream.Compressor(zstream.CLIENT_WINDOW_LOG).block
-
-
-def decompressor() -> zstream.Decompressor:
-    """A compressing stream's reader: bounded as a plain message is (the transport's limit)."""
-    return zstream.Decompressor(MAX_MESSAGE_BYTES, zstream.CLIENT_WINDOW_LOG)
 
 
 def decoded(message, decompress: zstream.Decompressor | None):

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Protocol
 import grpc
 
 from echelon.agent.admission import Admission
-from echelon.agent.compressed import Accepting, CompressedStreams, compressor, decompressor
+from echelon.agent.compressed import Accepting, CompressedStreams, compressor
 from echelon.agent.durable.caps import check_options
 from echelon.agent.durable.rpc import relay
 from echelon.agent.ownership import caller_name, check, claim, scoped
@@ -128,7 +128,7 @@ class PubSubServicer(pgrpc.PubSubServicer):
         """Publish on a stream that offered zstd: accepted (ACCEPT at once) while under the
         bound, its requests then decoded and its acks compressed (compressed.py)."""
         accepted = self.compressed.take()
-        acks = coalesce(self.publishing.stream, request_iterator, decompressor() if accepted else None)
+        acks = coalesce(self.publishing.stream, request_iterator, self.compressed.decompressor() if accepted else None)
         try:  # closed here, not left to the collector: its cleanup runs as the stream ends
             if not accepted:
                 async for ack in acks:

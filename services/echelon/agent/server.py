@@ -114,7 +114,7 @@ class AgentNode(Node):
         # The client API sees the parts made on start (subscriptions, durables, dispatcher,
         # matching) through this node, read per request (pubsub.AgentParts).
         self.pubsub = PubSubServicer(config.id, self.server.access, self.metrics, self.topics, self,
-                                     CompressedStreams(max_compressed_streams))
+                                     CompressedStreams(max_compressed_streams, config.auth.limits.max_request_bytes))
         self.server.add(add_PubSubServicer_to_server, self.pubsub,  # (its Publish: also the dead letters)
                         ppb.DESCRIPTOR.services_by_name["PubSub"].full_name)
         self.server.add(pgrpc.add_AdminServicer_to_server, self.admin,

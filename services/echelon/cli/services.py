@@ -160,7 +160,7 @@ def _serve(make_node) -> None:
 @click.option("--retention-bytes", default=256 << 20, type=click.IntRange(1), show_default=True)
 @click.option("--client-port", default=None, type=click.IntRange(0, 65535),
               help="With --tls-dir: a second port that asks clients for no certificate (they send a token).")
-@click.option("--max-compressed-streams", default=1024, type=click.IntRange(0), show_default=True,
+@click.option("--max-compressed-streams", default=256, type=click.IntRange(0), show_default=True,
               help="Client streams compressed at once (the SDK's compress=True; each holds a zstd context); past "
                    "it a stream that offers zstd stays plain (docs/compression.md).")
 def agent(log_level, max_backlog, max_backlog_bytes, stall_seconds, dissemination, slice_bytes, stripes, direct_upto,

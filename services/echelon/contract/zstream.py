@@ -134,5 +134,6 @@ class Decompressor:
         except zstd.ZstdError as e:
             raise CompressionError(f"a compressed message cannot be decoded: {e}") from None
         if len(data) > self.limit:
+            del data  # not kept alive by the error's traceback while the stream's end is handled
             raise CompressionError(f"a compressed message decodes to more than {self.limit} bytes")
         return data
