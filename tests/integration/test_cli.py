@@ -63,10 +63,17 @@ def test_up_serves_then_sigterm_stops_every_process(tmp_path):
 
         assert echelon("topic", "create", "t", "--attr", "n:int:0:9", "--agent", agents[0]).returncode == 0
         sub = subprocess.Popen([sys.executable, "-m", "echelon", "sub", "--agent", agents[1], "--topic", "t",
-                                "--filter", "n >= 5", "--count", "2", "--json"], stdout=subprocess.PIPE, text=True)
+                                "--filter", "n >= 5", "--count", "2", "--json", "--compress"],
+                               stdout=subprocess.PIPE, text=True)
         wait_registered(next(p["address"] for p in procs if p["role"] == "matcher"), "t")  # before we publish
-        for n in (7, 1, 9):
-            pub = echelon("pub", "--agent", agents[0], "--topic", "t", "--attr", f"n={n}", "--delivered")
+        # `--compress`: agent-1 took the subscription's stream as a compressed one (docs/compression.md)
+        deadline = time.time() + 30
+        while not prometheus.query('echelon_agent_compressed_client_streams{member="agent-1"} == 1') \
+                and time.time() < deadline:
+            time.sleep(0.5)
+        assert prometheus.query('echelon_agent_compressed_client_streams{member="agent-1"} == 1')
+        for n, compress in ((7, ("--compress",)), (1, ()), (9, ())):
+            pub = echelon("pub", "--agent", agents[0], "--topic", "t", "--attr", f"n={n}", "--delivered", *compress)
             assert pub.returncode == 0, pub.stdout + pub.stderr
         bad = echelon("pub", "--agent", agents[0], "--topic", "t", "--attr", "n=10")
         assert bad.returncode == 1 and "INVALID_ARGUMENT" in bad.stderr and "'n'" in bad.stderr

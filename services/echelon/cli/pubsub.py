@@ -12,7 +12,7 @@ import time
 import click
 from rich.console import Console
 
-from echelon.cli.common import AGENT, connected, console, fail, parse_value
+from echelon.cli.common import AGENT, COMPRESS, connected, console, fail, parse_value
 from echelon.cli.common import client as make_client
 from echelon.cli.progress import progress
 from echelon.client import ACCEPTED, DELIVERED, Durable, EchelonError
@@ -36,6 +36,7 @@ QUIET = click.option("--quiet", "-q", is_flag=True, help="No progress display (i
 @click.option("--delivered", is_flag=True, help="Wait until every destination agent holds each message.")
 @click.option("--json", "as_json", is_flag=True, help="The outcome as one JSON line.")
 @QUIET
+@COMPRESS
 def pub(agent, topic_name, attrs, payload, payload_file, count, delivered, as_json, quiet) -> None:
     """Publish events (the same attributes, --count times).
 
@@ -132,6 +133,7 @@ def pub(agent, topic_name, attrs, payload, payload_file, count, delivered, as_js
                    "--count other than 1, to FILE.1, FILE.2, ...")
 @click.option("--json", "as_json", is_flag=True, help="One JSON line per delivery.")
 @QUIET
+@COMPRESS
 def sub(agent, topic_name, filter_text, name, durable_name, start, policy, ack_deadline, max_deliveries,
         dead_letter_topic, count, timeout, out, as_json, quiet) -> None:
     """Subscribe and print deliveries (each acked once printed).
