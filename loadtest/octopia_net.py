@@ -202,7 +202,9 @@ async def workload(cl: RegionsCluster, routing: str, burst: float, rate: float, 
         while time.time() - start < burst:
             due = int((time.time() - start) * rate)
             while k < due:
-                hrp.publish_nowait("hrp", {"k": k}, payload=b"h" * 512)
+                # Incompressible: the links compress (docs/compression.md), and the burst must
+                # load the throttled iLinks with its bytes.
+                hrp.publish_nowait("hrp", {"k": k}, payload=os.urandom(512))
                 k += 1
                 run.published += 1
                 run.expected += 2  # the HRP subscriptions of region-1 and region-2
