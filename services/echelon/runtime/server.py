@@ -58,6 +58,9 @@ class StatusInterceptor(grpc.aio.ServerInterceptor):
                 log.exception("unhandled error in %s", details.method, exc_info=exc)
                 status = (grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}")
             finish(context, status[0])
+            # gRPC keeps the abort's exception, and this one as its context, with the call's
+            # state: without its traceback, the frames' locals (a request's data) are not kept.
+            exc.__traceback__ = None
             await context.abort(*status)
 
         def code_of(context) -> grpc.StatusCode:
