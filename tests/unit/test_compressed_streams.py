@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from echelon.agent.compressed import CompressedStreams, compressor, decoded
+from echelon.agent.compressed import CompressedStreams, compressor
+from echelon.contract.zstream import decoded
 from echelon.client.compressed import reader
 from echelon.contract import zstream
 from echelon.v1 import pubsub_pb2 as ppb

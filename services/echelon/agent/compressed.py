@@ -20,7 +20,6 @@ from echelon.contract import zstream
 from echelon.runtime.limits import Limits
 
 MAX_STREAMS = 256  # compressed client streams per agent (the `--max-compressed-streams` flag)
-PLAIN_ONLY = "a compressed request on a stream whose zstd offer was not accepted"
 
 
 class CompressedStreams:
@@ -56,20 +55,6 @@ class CompressedStreams:
 def compressor():
     """A compressing stream's writer: serialized message (bytes) -> its block."""
     return zstream.Compressor(zstream.CLIENT_WINDOW_LOG).block
-
-
-def decoded(message, decompress: zstream.Decompressor | None):
-    """The message a request with a `zstd` field stands for (a request of the same type);
-    CompressionError (INVALID_ARGUMENT) for one on a stream not accepted, one holding more
-    than its block, or a block that cannot be decoded within its bounds."""
-    if decompress is None:
-        raise zstream.CompressionError(PLAIN_ONLY)
-    if len(message.ListFields()) != 1:
-        raise zstream.CompressionError("a compressed message holds more than its zstd block")
-    inner = type(message).FromString(decompress.message(message.zstd))
-    if inner.zstd:
-        raise zstream.CompressionError("a compressed message holds another compressed message")
-    return inner
 
 
 class Accepting:

@@ -33,8 +33,7 @@ import asyncio
 from collections import deque
 from typing import AsyncIterator, Callable
 
-from echelon.agent.compressed import decoded
-from echelon.contract.zstream import Decompressor
+from echelon.contract.zstream import Decompressor, decoded
 from echelon.v1 import pubsub_pb2 as ppb
 
 MAX_QUEUED = 1024  # requests read ahead of the consumer (then reading waits: HTTP/2 pushes back)

@@ -39,8 +39,8 @@ KEY = "echelon-compress"
 ZSTD = "zstd"
 OFFER = ((KEY, ZSTD),)
 ACCEPT = ((KEY, ZSTD),)
-# The first of zstd's fast levels: a third of level 1's CPU on a frame of a few events for
-# a few percent more bytes (docs/compression.md); the CPU is the dearer of the two here.
+# The first of zstd's fast levels: here the CPU is dearer than the bytes (the trade, level
+# by level: docs/compression.md).
 LEVEL = -1
 LINK_WINDOW_LOG = 17  # between nodes: a larger window finds no more in a stream of events
 CLIENT_WINDOW_LOG = 16  # a client's stream: many per agent, each holding its context
@@ -98,6 +98,29 @@ def unwrap(data: bytes) -> bytes | None:
             break
         shift += 7
     raise CompressionError("a compressed message holds more than its zstd block")
+
+
+NOT_GRANTED = "a compressed message on a stream whose zstd offer was not accepted"
+
+
+def decode(decompressor: "Decompressor | None", block: bytes) -> bytes:
+    """A block read off a stream: decoded by the stream's `decompressor`, None where the
+    receiver did not accept (then the block is refused)."""
+    if decompressor is None:
+        raise CompressionError(NOT_GRANTED)
+    return decompressor.message(block)
+
+
+def decoded(message, decompressor: "Decompressor | None"):
+    """The message a parsed message with a `zstd` field stands for (one of the same type);
+    CompressionError for one on a stream not accepted, one holding more than its block or
+    another compressed message, or a block that cannot be decoded within its bounds."""
+    if len(message.ListFields()) != 1:
+        raise CompressionError("a compressed message holds more than its zstd block")
+    inner = type(message).FromString(decode(decompressor, message.zstd))
+    if inner.zstd:
+        raise CompressionError("a compressed message holds another compressed message")
+    return inner
 
 
 class Compressor:

@@ -99,12 +99,12 @@ class RelayServicer(rgrpc.RelayServicer):
                 if frame.__class__ is bytes:  # registered by `add_RelayServicer_to_server` (an agent)
                     received.inc(len(frame))
                     if (block := zstream.unwrap(frame)) is not None:
-                        frame = _decoded(decompressor, block)
+                        frame = zstream.decode(decompressor, block)
                     frame = rpb.RelayFrame.FromString(frame)
                 else:  # parsed by gRPC (a router's registration)
                     received.inc(frame.ByteSize())
                     if frame.zstd:
-                        frame = rpb.RelayFrame.FromString(_decoded(decompressor, frame.zstd))
+                        frame = zstream.decoded(frame, decompressor)
                 self.receive(peer, frame, lambda seq=frame.seq, w=frame.ack_may_wait: ack(seq, w))
 
         reader = asyncio.create_task(read())
@@ -137,12 +137,6 @@ class RelayServicer(rgrpc.RelayServicer):
             reader.cancel()
             if state.timer is not None:
                 state.timer.cancel()
-
-
-def _decoded(decompressor: zstream.Decompressor | None, block: bytes) -> bytes:
-    if decompressor is None:
-        raise zstream.CompressionError("a compressed frame on a stream that did not offer zstd")
-    return decompressor.message(block)
 
 
 class _Acks:

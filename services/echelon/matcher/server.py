@@ -243,9 +243,7 @@ class MatcherServicer(xgrpc.MatcherServicer):
             try:
                 async for batch in request_iterator:
                     if batch.zstd:
-                        if decompressor is None:
-                            raise zstream.CompressionError("a compressed request on a stream that did not offer zstd")
-                        batch = xpb.MatchRequest.FromString(decompressor.message(batch.zstd))
+                        batch = zstream.decoded(batch, decompressor)
                     if batch.layout:
                         await answers.put(self._holder(batch))
                     else:
