@@ -148,7 +148,7 @@ def spy_shares(raw: Path, top: int) -> dict:
 
 
 async def spied(run, system, pool, subs, mode: str, seconds: float, out: Path, top: int, native: bool,
-                only: list[str], selectivity: int = 2) -> None:
+                only: list[str], selectivity: int = 2, rate: int | None = None) -> None:
     """One more saturation cell, py-spy on every service process (or those named in `only`:
     fewer samplers, less of the machine taken from the cluster)."""
     exe = str(Path(sys.executable).parent / "py-spy")
@@ -159,7 +159,7 @@ async def spied(run, system, pool, subs, mode: str, seconds: float, out: Path, t
                                      "--format", "raw", "--output", str(out / f"{name}.raw")],
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
              for name, pid in pids.items()}
-    row = await run.cell(system, sends, None, pool, subs, {"system": "echelon", "mode": mode, "selectivity": selectivity,
+    row = await run.cell(system, sends, rate, pool, subs, {"system": "echelon", "mode": mode, "selectivity": selectivity,
                                                             "publishers": 1})
     await system.close_publishers()
     for spy in spies.values():
@@ -180,7 +180,7 @@ async def spied(run, system, pool, subs, mode: str, seconds: float, out: Path, t
 
 
 async def profile(seconds: float, top: int, mode: str = "batch-DELIVERED", spy: str = "",
-                  only: list[str] | None = None, selectivity: int = 2) -> None:
+                  only: list[str] | None = None, selectivity: int = 2, rate: int | None = None) -> None:
     from echelon.runtime import loop
     from loadtest.bench_events.run import Run, parse
     from loadtest.bench_events.systems import SYSTEMS
@@ -204,19 +204,19 @@ async def profile(seconds: float, top: int, mode: str = "batch-DELIVERED", spy: 
                                      "-o", str(out / "perf.data"), "--", "sleep", str(seconds)],
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         before = threads(pids)
-        row = await run.cell(system, sends, None, pool, subs, {"system": "echelon", "mode": mode,
+        row = await run.cell(system, sends, rate, pool, subs, {"system": "echelon", "mode": mode,
                                                                 "selectivity": selectivity, "publishers": 1})
         after = threads(pids)
         await system.close_publishers()
         if perf is not None:
             perf.wait(timeout=120)
         if spy:
-            await spied(run, system, pool, subs, mode, seconds, out, top, spy == "native", only or [], selectivity)
+            await spied(run, system, pool, subs, mode, seconds, out, top, spy == "native", only or [], selectivity, rate)
         await system.close_subs()
     finally:
         await system.stop()
     per_k = row["events"] / 1000
-    print(f"saturation {row['published_per_s']:,.0f} events/s, {row['events']:,} events; "
+    print(f"{'saturation' if rate is None else f'{rate:,}/s:'} {row['published_per_s']:,.0f} events/s, {row['events']:,} events; "
           f"load average {os.getloadavg()[0]:.1f}")
     print(f"{'process':14} {'thread':14} {'cpu ms/1k':>9} {'switches/1k':>11}")
     totals: dict[str, list] = collections.defaultdict(lambda: [0.0, 0])
@@ -253,10 +253,11 @@ def main(argv: list[str] | None = None) -> None:
                          "the processes run on), or --native (each sample pauses the process)")
     ap.add_argument("--spy-only", nargs="+", default=[], metavar="PROCESS", help="with --spy: only these (agent-0 ...)")
     ap.add_argument("--selectivity", type=int, choices=(2, 20), default=2, help="the stock workload's selectivity, %%")
+    ap.add_argument("--rate", type=int, default=None, help="events/s of the cell (default: saturation)")
     args = ap.parse_args(argv)
     from echelon.runtime.loop import run
 
-    run(profile(args.seconds, args.top, args.mode, args.spy, args.spy_only, args.selectivity))
+    run(profile(args.seconds, args.top, args.mode, args.spy, args.spy_only, args.selectivity, args.rate))
 
 
 if __name__ == "__main__":
