@@ -1,10 +1,18 @@
-"""What one gRPC message costs at a low rate, per transport: `python -m loadtest.grpc_echo`.
+"""What one gRPC message costs at a low rate, per transport or per placement on the CPUs:
+`python -m loadtest.grpc_echo [--compare transport|placement]`.
 
 A grpc.aio `Publish` stream on uvloop with no Echelon code behind it: the client writes one
 request and reads its answer every millisecond, so nothing can batch. This is how every hop
-of an event at 1,000/s travels. Each pair runs gRPC's default transport (the EventEngine)
-and the one `import echelon` picks (echelon.TRANSPORT), alternating, each in a server and a
-client process of its own, since gRPC reads GRPC_EXPERIMENTS once.
+of an event at 1,000/s travels. Each pair runs two settings alternating, each in a server
+and a client process of its own:
+
+- `transport` (default): gRPC's default transport (the EventEngine) and the one `import
+  echelon` picks (echelon.TRANSPORT), since gRPC reads GRPC_EXPERIMENTS once;
+- `placement`: echelon's transport with each process's threads free to run on any CPU, each
+  process on a CPU of its own, and both on one CPU. A process's event loop and gRPC's poller
+  thread take turns under the GIL; placed on one CPU, the poller's wakeup of the loop is a
+  switch on that CPU, not a wakeup of another (docs/performance.md, "Where the cores go").
+
 Per run: the CPU per round trip of the client and of the server, and the round trip beyond
 the millisecond's sleep (docs/performance.md, "gRPC's transport").
 """
@@ -22,6 +30,8 @@ import time
 import echelon
 
 SETTINGS = {"gRPC default": "", "iomgr": echelon.TRANSPORT}
+# Placements: the CPUs of the server and of the client (None: any), on echelon's transport.
+PLACEMENTS = {"free": (None, None), "a CPU each": (0, 1), "one CPU": (0, 0)}
 
 
 def cpu_seconds(pid: int) -> float:
@@ -69,14 +79,15 @@ async def _client(port: int, server_pid: int, n: int) -> None:
     print(f"{(c1 - c0) / n * 1e6:.1f} {(s1 - s0) / n * 1e6:.1f} {((t1 - t0) / n - 0.001) * 1e6:.1f}", flush=True)
 
 
-def run(setting: str, n: int) -> tuple[float, float, float]:
+def run(setting: str, n: int, cpus: tuple[int | None, int | None] = (None, None)) -> tuple[float, float, float]:
     """(client us, server us, round trip beyond the sleep us) per round trip."""
     env = {**os.environ, "GRPC_EXPERIMENTS": setting}
     me = [sys.executable, "-m", "loadtest.grpc_echo"]
-    server = subprocess.Popen([*me, "--serve"], env=env, stdout=subprocess.PIPE, text=True)
+    on = [[] if cpu is None else ["--cpu", str(cpu)] for cpu in cpus]
+    server = subprocess.Popen([*me, *on[0], "--serve"], env=env, stdout=subprocess.PIPE, text=True)
     try:
         port = int(server.stdout.readline())
-        out = subprocess.run([*me, "--client", str(port), str(server.pid), str(n)], env=env, check=True,
+        out = subprocess.run([*me, *on[1], "--client", str(port), str(server.pid), str(n)], env=env, check=True,
                              capture_output=True, text=True, timeout=300).stdout
         client, srv, rtt = map(float, out.split())
         return client, srv, rtt
@@ -89,28 +100,38 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m loadtest.grpc_echo", description=__doc__)
     ap.add_argument("--pairs", type=int, default=6, help="runs of each setting, alternating")
     ap.add_argument("--round-trips", type=int, default=3000)
+    ap.add_argument("--compare", choices=("transport", "placement"), default="transport")
     ap.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--client", nargs=3, type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--cpu", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.cpu is not None:  # before gRPC starts its threads: they inherit it
+        os.sched_setaffinity(0, {args.cpu})
     from echelon.runtime import loop
 
     if args.serve:
         return loop.run(_server())
     if args.client:
         return loop.run(_client(*args.client))
-    runs: dict[str, list[tuple[float, float, float]]] = {k: [] for k in SETTINGS}
+    if args.compare == "placement" and not {0, 1} <= os.sched_getaffinity(0):
+        ap.error("--compare placement needs CPUs 0 and 1")
+    settings = {k: (v, (None, None)) for k, v in SETTINGS.items()} if args.compare == "transport" else \
+        {k: (echelon.TRANSPORT, cpus) for k, cpus in PLACEMENTS.items()}
+    runs: dict[str, list[tuple[float, float, float]]] = {k: [] for k in settings}
     load0 = os.getloadavg()[0]
     for _ in range(args.pairs):
-        for name, setting in SETTINGS.items():
-            runs[name].append(run(setting, args.round_trips))
+        for name, (setting, cpus) in settings.items():
+            runs[name].append(run(setting, args.round_trips, cpus))
     print(f"one request and its answer every ms, {args.round_trips} per run, {args.pairs} runs per setting "
           f"alternating; load average {load0:.1f} -> {os.getloadavg()[0]:.1f}")
-    print(f"{'us per round trip':<28}" + "".join(f"{k:>30}" for k in SETTINGS) + f"{'gain (medians)':>16}")
+    first, *others = settings  # each other setting's gain over the first (medians; above 1: cheaper)
+    print(f"{'us per round trip':<28}" + "".join(f"{k:>30}" for k in settings)
+          + "".join(f"{f'gain, {k}':>20}" for k in others))
     for i, what in enumerate(("client CPU", "server CPU", "round trip beyond the sleep")):
         cols = {k: [r[i] for r in v] for k, v in runs.items()}
         med = {k: statistics.median(v) for k, v in cols.items()}
         cells = "".join(f"{f'{min(v):.0f}-{max(v):.0f} (median {med[k]:.0f})':>30}" for k, v in cols.items())
-        print(f"{what:<28}{cells}{med['gRPC default'] / med['iomgr']:>16.2f}")
+        print(f"{what:<28}{cells}" + "".join(f"{med[first] / med[k]:>20.2f}" for k in others))
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from tests.deploy.chart import CHART, ci_values, helm, render
+from tests.deploy.chart import CHART, ci_values, helm, objects, of_kind, pod_template, render
 
 VALUES = CHART / "values.yaml"
 KEY = re.compile(r"^(\s*)([A-Za-z_][\w.-]*):")
@@ -158,3 +158,20 @@ def test_schema_refuses(values):
 def test_a_termination_period_shorter_than_the_drain_is_refused():
     with pytest.raises(helm().HelmRenderError, match="must exceed matcher.grace"):
         render({"matcher": {"grace": 40}})
+
+
+def test_an_integer_cpu_per_pod_makes_agents_and_matchers_guaranteed():
+    """docs/operations.md, "CPU placement": requests equal to limits with a whole CPU give the
+    pod Guaranteed QoS, which the kubelet's static CPU manager needs to give it a core of its
+    own; that holds only if every container of the pod (init ones too) has them."""
+    whole = {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "1Gi"}}
+    objs = objects({"agent": {"resources": whole}, "matcher": {"resources": whole}})
+    pods = {o["metadata"]["name"]: pod_template(o)["spec"] for o in of_kind(objs, "StatefulSet", "DaemonSet",
+                                                                          "Deployment")}
+    placed = {name: spec for name, spec in pods.items() if "agent" in name or "matcher" in name}
+    assert len(placed) >= 2, sorted(pods)
+    for name, spec in placed.items():
+        for c in spec.get("initContainers", []) + spec["containers"]:
+            res = c.get("resources", {})
+            assert res.get("requests") and res.get("requests") == res.get("limits"), (name, c["name"], res)
+            assert str(res["limits"]["cpu"]).isdigit(), (name, c["name"], res)
