@@ -82,10 +82,13 @@ async def measure(rounds: int, seconds: float, rates: list[int | None], selectiv
           f"{load0:.1f} -> {os.getloadavg()[0]:.1f} (gain: free / pinned for a cost, pinned / free for a rate)")
     print(f"{'rate':>6} {'events/s free':>14} {'pinned':>8} {'gain':>5} {'p50 free':>9} {'pinned':>7} "
           f"{'p99 free':>9} {'pinned':>7} {'CPU ms/1k free':>15} {'pinned':>7} {'gain':>5}")
+    cpu = "cpu_s_per_1k_services"
     for rate in rates:
-        f, p = (lambda k: statistics.median(x[k] for x in rows[(False, rate)])), \
-            (lambda k: statistics.median(x[k] for x in rows[(True, rate)]))
-        cpu = "cpu_s_per_1k_services"
+        def f(key: str, pinned: bool = False) -> float:
+            return statistics.median(row[key] for row in rows[(pinned, rate)])
+
+        def p(key: str) -> float:
+            return f(key, True)
         print(f"{rate or 'max':>6} {f('published_per_s'):14.0f} {p('published_per_s'):8.0f} "
               f"{p('published_per_s') / f('published_per_s'):5.2f} {f('p50_ms'):9.2f} {p('p50_ms'):7.2f} "
               f"{f('p99_ms'):9.1f} {p('p99_ms'):7.1f} {f(cpu) * 1000:15.1f} {p(cpu) * 1000:7.1f} "

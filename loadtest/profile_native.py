@@ -1,6 +1,6 @@
 """Where every process's CPU goes at saturation, below Python (docs/performance.md): one saturation
-cell (batch publish acked at DELIVERED, 1 publisher, 2% selectivity or `--selectivity 20`) of the bench_events
-cluster, and per process (the load generator too):
+cell (batch publish acked at DELIVERED, 1 publisher, 2% selectivity or `--selectivity 20`; `--rate N`: a
+cell paced at N events/s instead) of the bench_events cluster, and per process (the load generator too):
 
 - per thread kind, from /proc: CPU ms and context switches per 1,000 events of the main
   thread (the event loop: Echelon's Python, grpc.aio's Cython, protobuf, the socket calls
@@ -149,8 +149,8 @@ def spy_shares(raw: Path, top: int) -> dict:
 
 async def spied(run, system, pool, subs, mode: str, seconds: float, out: Path, top: int, native: bool,
                 only: list[str], selectivity: int = 2, rate: int | None = None) -> None:
-    """One more saturation cell, py-spy on every service process (or those named in `only`:
-    fewer samplers, less of the machine taken from the cluster)."""
+    """One more cell like the first (saturation, or `rate`), py-spy on every service process (or
+    those named in `only`: fewer samplers, less of the machine taken from the cluster)."""
     exe = str(Path(sys.executable).parent / "py-spy")
     sends = await system.publishers(1, mode, pool)
     pids = {name: pid for name, pid in system.pids().items() if not only or name in only}
