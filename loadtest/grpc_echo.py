@@ -1,5 +1,5 @@
-"""What one gRPC message costs at a low rate, per transport or per placement on the CPUs:
-`python -m loadtest.grpc_echo [--compare transport|placement]`.
+"""What one gRPC message costs at a low rate, per transport, per placement on the CPUs, or
+beside a bare stream: `python -m loadtest.grpc_echo [--compare transport|placement|stack]`.
 
 A grpc.aio `Publish` stream on uvloop with no Echelon code behind it: the client writes one
 request and reads its answer every millisecond, so nothing can batch. This is how every hop
@@ -11,7 +11,10 @@ and a client process of its own:
 - `placement`: echelon's transport with each process's threads free to run on any CPU, each
   process on a CPU of its own, and both on one CPU. A process's event loop and gRPC's poller
   thread take turns under the GIL; placed on one CPU, the poller's wakeup of the loop is a
-  switch on that CPU, not a wakeup of another (docs/performance.md, "Where the cores go").
+  switch on that CPU, not a wakeup of another (docs/performance.md, "Where the cores go");
+- `stack`: echelon's transport beside the same messages over a bare TCP stream of the same
+  event loop (each message its length and its protobuf bytes, no HTTP/2, no poller thread):
+  what a message costs Python itself, the floor under any transport written in it.
 
 Per run: the CPU per round trip of the client and of the server, and the round trip beyond
 the millisecond's sleep (docs/performance.md, "gRPC's transport").
@@ -79,10 +82,54 @@ async def _client(port: int, server_pid: int, n: int) -> None:
     print(f"{(c1 - c0) / n * 1e6:.1f} {(s1 - s0) / n * 1e6:.1f} {((t1 - t0) / n - 0.001) * 1e6:.1f}", flush=True)
 
 
-def run(setting: str, n: int, cpus: tuple[int | None, int | None] = (None, None)) -> tuple[float, float, float]:
+async def _bare_server() -> None:
+    """The echo over a bare stream: each message a 4-byte length and its protobuf bytes."""
+    from echelon.v1 import pubsub_pb2 as ppb
+
+    async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                size = int.from_bytes(await reader.readexactly(4), "big")
+                r = ppb.PublishRequest.FromString(await reader.readexactly(size))
+                data = ppb.PublishAck(sequence=r.sequence).SerializeToString()
+                writer.write(len(data).to_bytes(4, "big") + data)
+                await writer.drain()
+        except asyncio.IncompleteReadError:
+            writer.close()
+
+    server = await asyncio.start_server(echo, "127.0.0.1", 0)
+    print(server.sockets[0].getsockname()[1], flush=True)
+    await server.serve_forever()
+
+
+async def _bare_client(port: int, server_pid: int, n: int) -> None:
+    from echelon.v1 import pubsub_pb2 as ppb
+
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+
+    async def round_trip(i: int) -> None:
+        data = ppb.PublishRequest(sequence=i).SerializeToString()
+        writer.write(len(data).to_bytes(4, "big") + data)
+        await writer.drain()
+        size = int.from_bytes(await reader.readexactly(4), "big")
+        ppb.PublishAck.FromString(await reader.readexactly(size))
+
+    for i in range(100):  # warm up
+        await round_trip(i)
+    c0, s0, t0 = cpu_seconds(os.getpid()), cpu_seconds(server_pid), time.perf_counter()
+    for i in range(n):
+        await round_trip(i)
+        await asyncio.sleep(0.001)
+    c1, s1, t1 = cpu_seconds(os.getpid()), cpu_seconds(server_pid), time.perf_counter()
+    writer.close()
+    print(f"{(c1 - c0) / n * 1e6:.1f} {(s1 - s0) / n * 1e6:.1f} {((t1 - t0) / n - 0.001) * 1e6:.1f}", flush=True)
+
+
+def run(setting: str, n: int, cpus: tuple[int | None, int | None] = (None, None),
+        bare: bool = False) -> tuple[float, float, float]:
     """(client us, server us, round trip beyond the sleep us) per round trip."""
     env = {**os.environ, "GRPC_EXPERIMENTS": setting}
-    me = [sys.executable, "-m", "loadtest.grpc_echo"]
+    me = [sys.executable, "-m", "loadtest.grpc_echo", *(["--bare"] if bare else [])]
     on = [[] if cpu is None else ["--cpu", str(cpu)] for cpu in cpus]
     server = subprocess.Popen([*me, *on[0], "--serve"], env=env, stdout=subprocess.PIPE, text=True)
     try:
@@ -100,28 +147,33 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m loadtest.grpc_echo", description=__doc__)
     ap.add_argument("--pairs", type=int, default=6, help="runs of each setting, alternating")
     ap.add_argument("--round-trips", type=int, default=3000)
-    ap.add_argument("--compare", choices=("transport", "placement"), default="transport")
+    ap.add_argument("--compare", choices=("transport", "placement", "stack"), default="transport")
     ap.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--client", nargs=3, type=int, help=argparse.SUPPRESS)
     ap.add_argument("--cpu", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--bare", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.cpu is not None:  # before gRPC starts its threads: they inherit it
         os.sched_setaffinity(0, {args.cpu})
     from echelon.runtime import loop
 
     if args.serve:
-        return loop.run(_server())
+        return loop.run(_bare_server() if args.bare else _server())
     if args.client:
-        return loop.run(_client(*args.client))
+        return loop.run((_bare_client if args.bare else _client)(*args.client))
     if args.compare == "placement" and not {0, 1} <= os.sched_getaffinity(0):
         ap.error("--compare placement needs CPUs 0 and 1")
-    settings = {k: (v, (None, None)) for k, v in SETTINGS.items()} if args.compare == "transport" else \
-        {k: (echelon.TRANSPORT, cpus) for k, cpus in PLACEMENTS.items()}
+    free = (None, None)
+    settings = {
+        "transport": {k: (v, free, False) for k, v in SETTINGS.items()},
+        "placement": {k: (echelon.TRANSPORT, cpus, False) for k, cpus in PLACEMENTS.items()},
+        "stack": {"grpc.aio": (echelon.TRANSPORT, free, False), "bare stream": (echelon.TRANSPORT, free, True)},
+    }[args.compare]
     runs: dict[str, list[tuple[float, float, float]]] = {k: [] for k in settings}
     load0 = os.getloadavg()[0]
     for _ in range(args.pairs):
-        for name, (setting, cpus) in settings.items():
-            runs[name].append(run(setting, args.round_trips, cpus))
+        for name, (setting, cpus, bare) in settings.items():
+            runs[name].append(run(setting, args.round_trips, cpus, bare))
     print(f"one request and its answer every ms, {args.round_trips} per run, {args.pairs} runs per setting "
           f"alternating; load average {load0:.1f} -> {os.getloadavg()[0]:.1f}")
     first, *others = settings  # each other setting's gain over the first (medians; above 1: cheaper)
