@@ -69,16 +69,25 @@ async def _client(port: int, server_pid: int, n: int) -> None:
 
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
         call = pgrpc.PubSubStub(channel).Publish()
-        for i in range(100):  # warm up
+
+        async def round_trip(i: int) -> None:
             await call.write(ppb.PublishRequest(sequence=i))
             await call.read()
-        c0, s0, t0 = cpu_seconds(os.getpid()), cpu_seconds(server_pid), time.perf_counter()
-        for i in range(n):
-            await call.write(ppb.PublishRequest(sequence=i))
-            await call.read()
-            await asyncio.sleep(0.001)
-        c1, s1, t1 = cpu_seconds(os.getpid()), cpu_seconds(server_pid), time.perf_counter()
+
+        await _measure(round_trip, server_pid, n)
         call.cancel()
+
+
+async def _measure(round_trip, server_pid: int, n: int) -> None:
+    """A client's run: 100 round trips to warm up, then `n` a millisecond apart; prints the
+    client's and the server's CPU and the round trip beyond the sleep, us per round trip."""
+    for i in range(100):
+        await round_trip(i)
+    c0, s0, t0 = cpu_seconds(os.getpid()), cpu_seconds(server_pid), time.perf_counter()
+    for i in range(n):
+        await round_trip(i)
+        await asyncio.sleep(0.001)
+    c1, s1, t1 = cpu_seconds(os.getpid()), cpu_seconds(server_pid), time.perf_counter()
     print(f"{(c1 - c0) / n * 1e6:.1f} {(s1 - s0) / n * 1e6:.1f} {((t1 - t0) / n - 0.001) * 1e6:.1f}", flush=True)
 
 
@@ -114,15 +123,8 @@ async def _bare_client(port: int, server_pid: int, n: int) -> None:
         size = int.from_bytes(await reader.readexactly(4), "big")
         ppb.PublishAck.FromString(await reader.readexactly(size))
 
-    for i in range(100):  # warm up
-        await round_trip(i)
-    c0, s0, t0 = cpu_seconds(os.getpid()), cpu_seconds(server_pid), time.perf_counter()
-    for i in range(n):
-        await round_trip(i)
-        await asyncio.sleep(0.001)
-    c1, s1, t1 = cpu_seconds(os.getpid()), cpu_seconds(server_pid), time.perf_counter()
+    await _measure(round_trip, server_pid, n)
     writer.close()
-    print(f"{(c1 - c0) / n * 1e6:.1f} {(s1 - s0) / n * 1e6:.1f} {((t1 - t0) / n - 0.001) * 1e6:.1f}", flush=True)
 
 
 def run(setting: str, n: int, cpus: tuple[int | None, int | None] = (None, None),
